@@ -1,0 +1,32 @@
+# The Data Scientist Portal. `make up` starts the cluster in a box, `make test` runs every test.
+VENV ?= /opt/dsportal/venv
+PY := $(VENV)/bin/python
+BOX := $(PY) deploy/local/box.py
+PYTEST_ARGS ?=
+
+.PHONY: install up down status test unit lint bench
+
+install:
+	@deploy/local/install.sh
+
+up: install
+	@$(BOX) up
+
+down:
+	@$(BOX) down
+
+status:
+	@$(BOX) status
+
+# Every test: unit tests, then integration and browser tests against a private box (own state dir and ports).
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+unit: install
+	$(PY) -m pytest $(PYTEST_ARGS) tests/unit
+
+lint: install
+	$(PY) -m ruff check .
+
+bench:
+	@echo "no benchmarks yet: they come with the training pipeline and the dashboard" >&2

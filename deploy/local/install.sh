@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Install what the cluster in a box needs, idempotently: Debian packages, the shared Python environment that
+# the hub and the users' jobs run (Debian's python3, in a place job users can read), and
+# configurable-http-proxy from npm. Each step is skipped when its stamp says it is done with the same inputs.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+VENV=${DSPORTAL_VENV:-/opt/dsportal/venv}
+NODE_PREFIX=${DSPORTAL_NODE_PREFIX:-/opt/dsportal/node}
+STAMPS=$(dirname "$VENV")/stamps
+APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client munge openssl python3-venv python3-dev
+              chromium chromium-driver procps psmisc curl)
+
+say() { printf '==> %s\n' "$*"; }
+mkdir -p "$STAMPS"
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    say "apt: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# Debian's packages start nothing here (policy-rc.d); the box runs its own private daemons.
+
+if [ ! -x "$VENV/bin/python" ]; then
+    say "python: creating $VENV with Debian's /usr/bin/python3"
+    mkdir -p "$(dirname "$VENV")"
+    /usr/bin/python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --upgrade pip wheel "setuptools<81"
+fi
+chmod 755 "$(dirname "$VENV")"
+
+inputs=$(cat "$REPO/setup.py" | sha256sum | cut -c1-16)
+if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
+    say "python: installing the dsportal distribution and its dependencies into $VENV"
+    "$VENV/bin/pip" install -q -e "$REPO[test]"
+    echo "$inputs" > "$STAMPS/pip"
+elif [ "$(cd / && "$VENV/bin/python" -c 'import portal, os; print(os.path.dirname(os.path.dirname(portal.__file__)))' 2>/dev/null)" != "$REPO" ]; then
+    # Same dependencies, another checkout (CI clones afresh): point the editable install here.
+    "$VENV/bin/pip" install -q --no-deps -e "$REPO"
+fi
+
+if [ ! -x "$NODE_PREFIX/node_modules/.bin/configurable-http-proxy" ]; then
+    say "npm: installing configurable-http-proxy into $NODE_PREFIX"
+    mkdir -p "$NODE_PREFIX"
+    npm install --silent --prefix "$NODE_PREFIX" configurable-http-proxy@5.3.0
+fi
+say "installed"

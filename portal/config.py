@@ -1,0 +1,189 @@
+"""Every setting of the portal, in one typed place.
+
+The defaults are the local demo's (the cluster in a box on 127.0.0.1). A site overrides them with a YAML
+file named by ``DSPORTAL_CONFIG`` and/or environment variables ``DSPORTAL_<FIELD>`` (upper case), the
+environment winning. Lists are comma-separated in the environment; the GPU quota is ``group=N,group=N``.
+
+    from portal.config import load
+    cfg = load()
+    cfg.ldap_url, cfg.gpu_quota_for(["gpu-users"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TLS_MODES = ("starttls", "ldaps", "none")
+SPAWNER_BACKENDS = ("slurm", "kubernetes")
+
+
+class ConfigError(ValueError):
+    """A setting has a value that is not allowed; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class PortalConfig:
+    # Where everything the cluster in a box writes lives: keys, databases, logs, PIDs.
+    state_dir: Path = Path("/var/lib/dsportal")
+    # The Python environment that the hub and the users' jobs run (readable by every user).
+    venv: Path = Path("/opt/dsportal/venv")
+    # Where `npm install --prefix` put configurable-http-proxy.
+    node_prefix: Path = Path("/opt/dsportal/node")
+
+    # JupyterHub: the public (proxy) address, the hub's own API port and the proxy's API port.
+    hub_ip: str = "127.0.0.1"
+    hub_port: int = 8000
+    hub_api_port: int = 8081
+    proxy_api_port: int = 8001
+    # Seconds a spawn may take before the hub gives up.
+    start_timeout: int = 300
+    # Stop servers idle for this many seconds (jupyterhub-idle-culler); 0 disables culling.
+    cull_idle_timeout: int = 3600
+
+    # LDAP: where the directory is and how to talk to it.
+    ldap_host: str = "127.0.0.1"
+    ldap_port: int = 3389
+    ldaps_port: int = 6636
+    ldap_tls: str = "starttls"
+    # CA bundle that signs the directory's certificate; empty means <state_dir>/tls/ca.pem.
+    ldap_ca_file: str = ""
+    ldap_base_dn: str = "dc=dsportal,dc=local"
+    # How a login name becomes a DN. With ldap_lookup_dn the DN is searched for instead (e.g. Active Directory).
+    ldap_bind_dn_template: str = "uid={username},ou=people,dc=dsportal,dc=local"
+    ldap_lookup_dn: bool = False
+    ldap_user_search_base: str = "ou=people,dc=dsportal,dc=local"
+    ldap_user_attribute: str = "uid"
+    ldap_search_user: str = ""
+    ldap_search_password: str = ""
+    ldap_group_search_base: str = "ou=groups,dc=dsportal,dc=local"
+    # Seconds to wait for the directory before telling the user it is unavailable.
+    ldap_timeout: int = 5
+
+    # Authorisation, by LDAP group name (cn) or full DN.
+    allowed_groups: tuple[str, ...] = ("datascientists", "portal-admins")
+    admin_groups: tuple[str, ...] = ("portal-admins",)
+    gpu_quota: Mapping[str, int] = field(default_factory=lambda: {"gpu-users": 4})
+    default_gpu_quota: int = 0
+
+    # Which scheduler runs the users' servers and jobs.
+    spawner_backend: str = "slurm"
+
+    # Slurm: the client configuration, and the shape of the local demo node.
+    slurm_conf: str = ""  # empty means <state_dir>/slurm/slurm.conf
+    slurm_bin_dir: Path = Path("/usr/bin")
+    slurmctld_port: int = 6817
+    slurmd_port: int = 6818
+    slurm_node_cpus: int = 8
+    slurm_node_memory_mb: int = 20000
+    slurm_node_gpus: int = 4
+
+    def __post_init__(self) -> None:
+        if self.ldap_tls not in TLS_MODES:
+            raise ConfigError(f"ldap_tls is {self.ldap_tls!r}; allowed: {', '.join(TLS_MODES)}")
+        if self.spawner_backend not in SPAWNER_BACKENDS:
+            raise ConfigError(
+                f"spawner_backend is {self.spawner_backend!r}; allowed: {', '.join(SPAWNER_BACKENDS)}"
+            )
+        for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port",
+                     "slurmctld_port", "slurmd_port"):
+            port = getattr(self, name)
+            if not 1 <= port <= 65535:
+                raise ConfigError(f"{name} is {port}; allowed: 1-65535")
+        if not self.ldap_lookup_dn and "{username}" not in self.ldap_bind_dn_template:
+            raise ConfigError("ldap_bind_dn_template must contain {username} unless ldap_lookup_dn is set")
+        for group, quota in self.gpu_quota.items():
+            if quota < 0:
+                raise ConfigError(f"gpu_quota[{group}] is {quota}; allowed: 0 or more")
+
+    # Derived values: computed, never stored twice.
+    @property
+    def ca_file(self) -> Path:
+        return Path(self.ldap_ca_file) if self.ldap_ca_file else self.state_dir / "tls" / "ca.pem"
+
+    @property
+    def slurm_conf_path(self) -> Path:
+        return Path(self.slurm_conf) if self.slurm_conf else self.state_dir / "slurm" / "slurm.conf"
+
+    @property
+    def hub_url(self) -> str:
+        return f"http://{self.hub_ip}:{self.hub_port}"
+
+    @property
+    def ldap_server_port(self) -> int:
+        return self.ldaps_port if self.ldap_tls == "ldaps" else self.ldap_port
+
+    @property
+    def ldap_url(self) -> str:
+        scheme = "ldaps" if self.ldap_tls == "ldaps" else "ldap"
+        return f"{scheme}://{self.ldap_host}:{self.ldap_server_port}"
+
+    def group_dn(self, group: str) -> str:
+        """A group's DN: names are looked up under ldap_group_search_base, DNs are kept as given."""
+        return group if "=" in group else f"cn={group},{self.ldap_group_search_base}"
+
+    def gpu_quota_for(self, groups: list[str] | tuple[str, ...]) -> int:
+        """The most GPUs a member of these groups may ask for: the largest quota among them."""
+        return max([self.gpu_quota[g] for g in groups if g in self.gpu_quota], default=self.default_gpu_quota)
+
+    def is_admin(self, groups: list[str] | tuple[str, ...]) -> bool:
+        return any(g in self.admin_groups for g in groups)
+
+
+def _coerce(name: str, kind: Any, raw: Any) -> Any:
+    """Turn a YAML or environment value into the field's type, with an error that names the field."""
+    text = isinstance(raw, str)
+    try:
+        if kind in (int, "int"):
+            return int(raw)
+        if kind in (bool, "bool"):
+            if text:
+                if raw.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if raw.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(raw)
+            return bool(raw)
+        if kind in (Path, "Path"):
+            return Path(raw)
+        if kind in ("tuple[str, ...]",):
+            items = raw.split(",") if text else list(raw)
+            return tuple(str(i).strip() for i in items if str(i).strip())
+        if kind in ("Mapping[str, int]",):
+            if text:
+                pairs = [p.split("=", 1) for p in raw.split(",") if p.strip()]
+                return {k.strip(): int(v) for k, v in pairs}
+            return {str(k): int(v) for k, v in dict(raw).items()}
+        return str(raw)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"setting {name}: cannot read {raw!r} as {kind}") from err
+
+
+def load(env: Mapping[str, str] | None = None) -> PortalConfig:
+    """Read the settings: defaults, then the YAML file in DSPORTAL_CONFIG, then DSPORTAL_* variables."""
+    env = os.environ if env is None else env
+    fields = {f.name: f.type for f in dataclasses.fields(PortalConfig)}
+    values: dict[str, Any] = {}
+    path = env.get("DSPORTAL_CONFIG")
+    if path:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as err:
+            raise ConfigError(f"DSPORTAL_CONFIG={path}: {err.strerror}") from err
+        if not isinstance(data, dict):
+            raise ConfigError(f"DSPORTAL_CONFIG={path}: expected a mapping of settings")
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ConfigError(f"{path}: unknown settings {', '.join(unknown)}; known: {', '.join(fields)}")
+        values.update({k: _coerce(k, fields[k], v) for k, v in data.items()})
+    for name, kind in fields.items():
+        raw = env.get(f"DSPORTAL_{name.upper()}")
+        if raw is not None:
+            values[name] = _coerce(name, kind, raw)
+    return PortalConfig(**values)

@@ -1,0 +1,202 @@
+"""The server options form: one model, one validator, one renderer, shared by the Slurm and Kubernetes spawners.
+
+Pure functions: what the cluster offers (`ClusterLimits`) and what the user sent go in, a validated
+`ServerOptions` (or an `OptionsError` naming the field and what is allowed) comes out. Nothing here talks
+to a scheduler, so every rule is unit-tested without one. The form and the REST API go through the same
+`parse_server_options`, so no value reaches a batch script or a pod manifest unchecked.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+FIELDS = ("partition", "gpus", "cpus", "memory_gb", "runtime")
+WALL_TIME = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
+INTEGER = re.compile(r"^-?\d{1,9}$")
+PARTITION_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class OptionsError(ValueError):
+    """A server option is not allowed. `field` names it; the message says what is allowed."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Partition:
+    """What one partition (Slurm) or node pool (Kubernetes) offers a single server."""
+
+    name: str
+    cpus_per_node: int
+    memory_mb_per_node: int
+    gpus_per_node: int
+    free_gpus_per_node: int  # the most GPUs free on any one of its nodes right now
+    max_minutes: int | None = None  # None: no wall-time limit
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterLimits:
+    partitions: tuple[Partition, ...]
+    gpu_quota: int  # the most GPUs this user's groups allow
+    groups: tuple[str, ...] = ()
+
+    def partition(self, name: str) -> Partition | None:
+        return next((p for p in self.partitions if p.name == name), None)
+
+    @property
+    def default_partition(self) -> Partition:
+        return next((p for p in self.partitions if p.default), self.partitions[0])
+
+    def max_gpus(self, partition: Partition) -> int:
+        return max(0, min(partition.free_gpus_per_node, self.gpu_quota))
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """A validated request for one JupyterLab server."""
+
+    partition: str
+    gpus: int = 0
+    cpus: int = 2
+    memory_gb: int = 4
+    runtime: str = "08:00:00"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def minutes_of(runtime: str) -> int:
+    hours, minutes, seconds = (int(part) for part in WALL_TIME.match(runtime).groups())
+    return hours * 60 + minutes + (1 if seconds else 0)
+
+
+def format_minutes(minutes: int | None) -> str:
+    if minutes is None:
+        return "unlimited"
+    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
+def describe_minutes(minutes: int | None) -> str:
+    """A wall-time limit as people say it: "7 days", "1 hour", "90 minutes"."""
+    if minutes is None:
+        return "no time limit"
+    for unit, size in (("day", 1440), ("hour", 60), ("minute", 1)):
+        if minutes % size == 0:
+            count = minutes // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{minutes} minutes"
+
+
+def _single(raw: Mapping[str, Any], name: str) -> Any:
+    """Form data arrives as lists of strings, API data as plain values: take the one value either way."""
+    value = raw[name]
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise OptionsError(name, f"expected one value, got {len(value)}")
+        value = value[0]
+    return value.strip() if isinstance(value, str) else value
+
+
+def _integer(raw: Mapping[str, Any], name: str, low: int, high: int, why: str = "") -> int:
+    value = _single(raw, name)
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and INTEGER.match(value))):
+        raise OptionsError(name, f"{value!r} is not a whole number; allowed: {low}-{high}{why}")
+    number = int(value)
+    if not low <= number <= high:
+        raise OptionsError(name, f"{number} is out of range; allowed: {low}-{high}{why}")
+    return number
+
+
+def _gpu_note(limits: ClusterLimits, partition: Partition) -> str:
+    if limits.gpu_quota < partition.free_gpus_per_node:
+        groups = ", ".join(limits.groups) or "none"
+        return f" (your GPU quota is {limits.gpu_quota}; your groups: {groups})"
+    return f" ({partition.free_gpus_per_node} free on a node of partition {partition.name} now)"
+
+
+def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
+    """Validate form or API input against what the cluster offers and the user may use."""
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise OptionsError(unknown[0], f"unknown field; allowed fields: {', '.join(FIELDS)}")
+    if not limits.partitions:
+        raise OptionsError("partition", "the cluster reports no partitions that are up")
+
+    names = ", ".join(p.name for p in limits.partitions)
+    name = _single(raw, "partition") if "partition" in raw else limits.default_partition.name
+    if not isinstance(name, str) or not PARTITION_NAME.match(name) or limits.partition(name) is None:
+        raise OptionsError("partition", f"{name!r} is not a partition of this cluster; allowed: {names}")
+    partition = limits.partition(name)
+
+    defaults = ServerOptions(partition=name)
+    max_gpus = limits.max_gpus(partition)
+    gpus = _integer(raw, "gpus", 0, max_gpus, _gpu_note(limits, partition)) if "gpus" in raw else 0
+    cpus = _integer(raw, "cpus", 1, partition.cpus_per_node) if "cpus" in raw else min(
+        defaults.cpus, partition.cpus_per_node)
+    max_gb = max(1, partition.memory_mb_per_node // 1024)
+    memory_gb = _integer(raw, "memory_gb", 1, max_gb) if "memory_gb" in raw else min(defaults.memory_gb, max_gb)
+
+    limit = format_minutes(partition.max_minutes)
+    runtime = _single(raw, "runtime") if "runtime" in raw else defaults.runtime
+    if not isinstance(runtime, str) or not WALL_TIME.match(runtime):
+        raise OptionsError("runtime", f"{runtime!r} is not a wall time; allowed: HH:MM:SS up to {limit}")
+    if minutes_of(runtime) == 0:
+        raise OptionsError("runtime", f"must be longer than 00:00:00; allowed: up to {limit}")
+    if partition.max_minutes is not None and minutes_of(runtime) > partition.max_minutes:
+        raise OptionsError("runtime", f"{runtime} exceeds partition {name}'s limit; allowed: up to {limit}")
+    return ServerOptions(partition=name, gpus=gpus, cpus=cpus, memory_gb=memory_gb, runtime=runtime)
+
+
+def default_options(limits: ClusterLimits) -> ServerOptions:
+    """What the form shows first: the default partition, one GPU if the user may have one."""
+    partition = limits.default_partition
+    return parse_server_options({"gpus": min(1, limits.max_gpus(partition))}, limits)
+
+
+def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None) -> str:
+    """The HTML inside JupyterHub's spawn form (the hub adds the <form> and the submit button)."""
+    chosen = chosen or default_options(limits)
+    esc = html.escape
+    options = "".join(
+        f'<option value="{esc(p.name)}"{" selected" if p.name == chosen.partition else ""}>'
+        f"{esc(p.name)}: {p.gpus_per_node} GPUs, {p.cpus_per_node} CPUs, "
+        f"{p.memory_mb_per_node // 1024} GB per node, up to {describe_minutes(p.max_minutes)}</option>"
+        for p in limits.partitions
+    )
+    partition = limits.partition(chosen.partition) or limits.default_partition
+    max_gpus = limits.max_gpus(partition)
+    return f"""
+<div class="form-group mb-3">
+  <label for="ds-partition" class="form-label">Partition</label>
+  <select id="ds-partition" name="partition" class="form-select form-control">{options}</select>
+</div>
+<div class="form-group mb-3">
+  <label for="ds-gpus" class="form-label">GPUs</label>
+  <input id="ds-gpus" name="gpus" type="number" min="0" max="{max_gpus}" value="{min(chosen.gpus, max_gpus)}"
+         class="form-control">
+  <small class="form-text text-muted">0 to {max_gpus}: your quota is {limits.gpu_quota},
+    {partition.free_gpus_per_node} free on a node now.</small>
+</div>
+<div class="form-group mb-3">
+  <label for="ds-cpus" class="form-label">CPUs</label>
+  <input id="ds-cpus" name="cpus" type="number" min="1" max="{partition.cpus_per_node}" value="{chosen.cpus}"
+         class="form-control">
+</div>
+<div class="form-group mb-3">
+  <label for="ds-memory" class="form-label">Memory (GB)</label>
+  <input id="ds-memory" name="memory_gb" type="number" min="1" max="{partition.memory_mb_per_node // 1024}"
+         value="{chosen.memory_gb}" class="form-control">
+</div>
+<div class="form-group mb-3">
+  <label for="ds-runtime" class="form-label">Wall time (HH:MM:SS)</label>
+  <input id="ds-runtime" name="runtime" type="text" value="{esc(chosen.runtime)}" class="form-control"
+         pattern="\\d{{1,3}}:[0-5]\\d:[0-5]\\d">
+</div>
+"""

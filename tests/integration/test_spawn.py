@@ -1,0 +1,174 @@
+"""Spawning JupyterLab through Slurm: the GPU form, refusals, fail-fast starts and hub restarts."""
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import box, jobs_of, slurm, wait_for
+
+
+def singleuser_environ(user: str) -> dict[str, str]:
+    """The environment of the user's running jupyterhub-singleuser process, read from /proc."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if "jupyterhub-singleuser" in cmdline and proc.stat().st_uid == user_uid(user):
+                pairs = (proc / "environ").read_bytes().split(b"\0")
+                return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+        except OSError:
+            continue
+    raise AssertionError(f"no jupyterhub-singleuser process of {user} found")
+
+
+def user_uid(user: str) -> int:
+    import pwd
+    return pwd.getpwnam(user).pw_uid
+
+
+def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(hub, admin, alice):
+    response = hub.spawn_form(alice, partition="gpu", gpus=1, cpus=2, memory_gb=4, runtime="01:00:00")
+    assert response.status_code == 302, response.text[-2000:]
+    hub.wait_ready(admin, "alice")
+
+    (job,) = jobs_of("alice")
+    job_id, state = job.split()
+    assert state == "RUNNING"
+    details = slurm("scontrol", "show", "job", "-o", job_id)
+    assert "UserId=alice(10001)" in details
+    assert "TresPerNode=gres:gpu:1" in details, details
+    environ = singleuser_environ("alice")
+    assert environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert environ["USER"] == "alice"
+
+    lab = alice.get(f"{hub.url}/user/alice/lab", timeout=30)
+    assert lab.status_code == 200 and "JupyterLab" in lab.text
+
+    hub.stop(admin, "alice")
+    assert jobs_of("alice") == []
+
+
+@pytest.mark.parametrize(("user", "fields", "message"), [
+    ("bob", {"gpus": 1}, "gpus: 1 is out of range; allowed: 0-0 (your GPU quota is 0"),
+    ("alice", {"gpus": 5}, "gpus: 5 is out of range; allowed: 0-4"),
+    ("alice", {"gpus": -1}, "gpus: -1 is out of range"),
+    ("alice", {"gpus": "lots"}, "gpus: &#39;lots&#39; is not a whole number"),
+    ("alice", {"runtime": "1:00; rm -rf /"}, "runtime: &#39;1:00; rm -rf /&#39; is not a wall time"),
+    ("alice", {"partition": "nonexistent"}, "partition: &#39;nonexistent&#39; is not a partition"),
+])
+def test_bad_choices_are_refused_before_anything_is_submitted(hub, admin, user, fields, message):
+    session = hub.login(user)
+    response = hub.spawn_form(session, **fields)
+    assert response.status_code == 200  # the form again, with the error
+    assert message in response.text, response.text[-3000:]
+    assert 'name="gpus"' in response.text
+    assert hub.server(admin, user) is None
+    assert jobs_of(user) == []
+
+
+def test_the_rest_api_is_validated_too(hub, admin):
+    response = hub.api(admin, "POST", "users/bob/server", data=json.dumps({"gpus": 2, "options": "--uid=0"}))
+    assert response.status_code == 400
+    assert "options: unknown field" in response.json()["message"]
+    response = hub.api(admin, "POST", "users/bob/server", data=json.dumps({"gpus": 2}))
+    assert response.status_code == 400 and "gpus: 2 is out of range" in response.json()["message"]
+    assert jobs_of("bob") == []
+
+
+def read_progress(hub, session, user, events: list, done: threading.Event):
+    with session.get(f"{hub.url}/hub/api/users/{user}/server/progress", stream=True, timeout=120) as stream:
+        for line in stream.iter_lines(decode_unicode=True):
+            if line and line.startswith("data:"):
+                events.append((time.monotonic(), json.loads(line[5:])))
+                if events[-1][1].get("failed") or events[-1][1].get("ready"):
+                    break
+    done.set()
+
+
+def start_in_background(hub, admin, user: str, options: dict) -> tuple[list, threading.Event]:
+    """Ask for a server through the REST API (which answers only once the spawn is done or slow) and follow its
+    progress events as the spawn page does."""
+    threading.Thread(target=hub.api, args=(admin, "POST", f"users/{user}/server"),
+                     kwargs={"data": json.dumps(options)}, daemon=True).start()
+    wait_for(lambda: (hub.server(admin, user) or {}).get("pending") == "spawn", 10, interval=0.05,
+             what=f"{user}'s spawn to begin")
+    events, done = [], threading.Event()
+    threading.Thread(target=read_progress, args=(hub, admin, user, events, done), daemon=True).start()
+    return events, done
+
+
+@pytest.fixture
+def all_cpus_busy(cluster):
+    """Another job holds every CPU of the node, so the next job has to wait in the queue."""
+    holder = slurm("sbatch", "--parsable", f"--cpus-per-task={cluster.slurm_node_cpus}", "--mem=1G",
+                   "--wrap=sleep 300", "-o", "/dev/null").strip()
+    wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
+    yield holder
+    slurm("scancel", holder)
+
+
+def test_progress_shows_the_job_and_slurms_pending_reason(hub, admin, alice, all_cpus_busy):
+    events, done = start_in_background(hub, admin, "alice", {"gpus": 0})
+    pending = wait_for(lambda: [e[1]["message"] for e in events if "pending: Resources" in e[1].get("message", "")],
+                       30, what="a progress event with Slurm's pending reason")
+    (job,) = jobs_of("alice")
+    assert pending[0] == f"Slurm job {job.split()[0]} pending: Resources (waiting for GPUs, CPUs or memory to free up)"
+
+    slurm("scancel", all_cpus_busy)
+    assert done.wait(60) and events[-1][1].get("ready"), events
+    assert any("running on localhost" in e[1].get("message", "") for e in events)
+
+
+def test_a_job_killed_right_after_submission_fails_the_spawn_with_the_reason(hub, admin, alice, all_cpus_busy):
+    events, done = start_in_background(hub, admin, "alice", {"gpus": 0})
+    (job,) = wait_for(lambda: jobs_of("alice"), 10, interval=0.1, what="alice's job")
+    job_id = job.split()[0]
+    wait_for(lambda: events, 10, what="the first progress event")
+    slurm("scancel", job_id)
+    killed = time.monotonic()
+
+    assert done.wait(15), f"the spawn did not fail within 15 s: {events}"
+    failed_at, final = events[-1]
+    assert final.get("failed") and failed_at - killed < 15
+    assert f"Slurm job {job_id} ended (CANCELLED" in final["message"]
+    assert hub.server(admin, "alice") is None
+
+
+@pytest.fixture
+def broken_user_config():
+    """A user config that makes alice's JupyterLab exit on start, as a typo in a real one would."""
+    config = Path("/home/alice/.jupyter/jupyter_server_config.py")
+    config.parent.mkdir(exist_ok=True)
+    config.write_text('c.ServerApp.root_dir = "/home/alice/no-such-folder"\n')
+    yield config
+    config.unlink()
+
+
+def test_a_server_that_dies_on_start_fails_the_spawn_within_seconds(hub, admin, alice, broken_user_config):
+    started = time.monotonic()
+    events, done = start_in_background(hub, admin, "alice", {"gpus": 0})
+    assert done.wait(30), f"no end to the spawn: {events}"
+    failed_at, final = events[-1]
+    assert final.get("failed"), final
+    assert failed_at - started < 15  # stock batchspawner waits http_timeout (here 120 s) or start_timeout
+    assert re.search(r"Slurm job \d+ ended \(FAILED, exit code 1:0", final["message"]), final["message"]
+    assert re.search(r"No such directory: '+/home/alice/no-such-folder", final["message"])  # the job's output
+
+
+def test_a_hub_restart_keeps_running_servers(hub, admin, alice):
+    assert hub.spawn_form(alice, gpus=0).status_code == 302
+    hub.wait_ready(admin, "alice")
+    (before,) = jobs_of("alice")
+
+    box("stop", "hub")
+    assert jobs_of("alice") == [before]
+    box("start", "hub")
+
+    assert jobs_of("alice") == [before]
+    assert hub.server(admin, "alice")["ready"]
+    assert alice.get(f"{hub.url}/user/alice/lab", timeout=30).status_code == 200

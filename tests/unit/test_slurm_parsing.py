@@ -1,0 +1,50 @@
+"""Reading Slurm's answers: partitions, free GPUs, time limits."""
+
+from spawners.slurm import gpu_count, partitions_from_scontrol, wall_minutes
+
+PARTITIONS = (
+    "PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=7-00:00:00 Nodes=localhost State=UP TotalCPUs=8\n"
+    "PartitionName=debug AllowGroups=ALL Default=NO MaxTime=01:00:00 Nodes=localhost State=UP\n"
+    "PartitionName=old Default=NO MaxTime=UNLIMITED Nodes=localhost State=DOWN\n"
+)
+NODE = ("NodeName=localhost Arch=x86_64 CoresPerSocket=4 CPUAlloc=2 CPUTot=8 Gres=gpu:4 NodeAddr=127.0.0.1 "
+        "OS=Linux 6.1.0-x #1 SMP RealMemory=20000 AllocMem=2048 State={state} Partitions=gpu,debug "
+        "GresUsed=gpu:1(IDX:0) CfgTRES=cpu=8,mem=20000M,billing=8 AllocTRES=cpu=2,mem=2G\n")
+
+
+def test_partitions_and_free_gpus():
+    gpu, debug = partitions_from_scontrol(PARTITIONS, NODE.format(state="MIXED"))
+    assert (gpu.name, gpu.default, gpu.max_minutes, gpu.gpus_per_node, gpu.free_gpus_per_node) == (
+        "gpu", True, 7 * 1440, 4, 3)
+    assert (debug.name, debug.default, debug.max_minutes, debug.cpus_per_node) == ("debug", False, 60, 8)
+    assert debug.memory_mb_per_node == 20000
+
+
+def test_allocated_gpus_from_tres_where_slurmdbd_tracks_them():
+    node = NODE.replace("GresUsed=gpu:1(IDX:0) ", "").replace("mem=2G", "mem=2G,gres/gpu=2")
+    gpu, _ = partitions_from_scontrol(PARTITIONS, node.format(state="MIXED"))
+    assert gpu.free_gpus_per_node == 2
+
+
+def test_a_drained_node_has_no_free_gpus():
+    gpu, _ = partitions_from_scontrol(PARTITIONS, NODE.format(state="IDLE+DRAIN"))
+    assert gpu.free_gpus_per_node == 0
+
+
+def test_time_limits():
+    assert wall_minutes("UNLIMITED") is None
+    assert wall_minutes("1:00:00") == 60
+    assert wall_minutes("7-00:00:00") == 7 * 1440
+    assert wall_minutes("2-01:30:00") == 2 * 1440 + 90
+    assert wall_minutes("30:00") == 30
+    assert wall_minutes("00:00:30") == 1
+    assert wall_minutes("1-12") == 1440 + 720
+    assert wall_minutes("45") == 45
+
+
+def test_gpu_counts():
+    assert gpu_count("cpu=2,mem=2G,gres/gpu=2") == 2
+    assert gpu_count("gres/gpu:v100=3") == 3
+    assert gpu_count("gpu:4") == 4
+    assert gpu_count("gpu:v100:2(S:0)") == 2
+    assert gpu_count("cpu=1") == 0
