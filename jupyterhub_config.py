@@ -22,10 +22,9 @@ c.JupyterHub.cleanup_servers = False
 
 c.JupyterHub.authenticator_class = PortalLDAPAuthenticator
 
-if portal.spawner_backend == "slurm":
-    from spawners.slurm import PortalSlurmSpawner
+from spawners.slurm import PortalSlurmSpawner  # noqa: E402  (portal.config allows only "slurm" so far)
 
-    c.JupyterHub.spawner_class = PortalSlurmSpawner
+c.JupyterHub.spawner_class = PortalSlurmSpawner
 c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 120
 

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 TLS_MODES = ("starttls", "ldaps", "none")
-SPAWNER_BACKENDS = ("slurm", "kubernetes")
+SPAWNER_BACKENDS = ("slurm",)  # "kubernetes" (KubeSpawner + MPIJobs) is planned, not built yet
 
 
 class ConfigError(ValueError):

@@ -358,12 +358,16 @@ def ensure_user(name: str, uid: int, gid: int, home: str, shell: str, gecos: str
     try:
         existing = pwd.getpwnam(name)
     except KeyError:
+        # HOME_MODE: a home (job logs, notebooks, checkpoints) is its owner's alone, not Debian's 0755.
         run(["useradd", "-u", str(uid), "-g", str(gid), "-d", home, "-s", shell, "-c", gecos,
-             "--create-home", name], f"Unix user {name}")
+             "--create-home", "-K", "HOME_MODE=0700", name], f"Unix user {name}")
         return f"user {name} ({uid})"
     if existing.pw_uid != uid:
         raise BoxError(f"Unix user {name} exists with uid {existing.pw_uid}, but LDAP says {uid}; "
                        f"remove or renumber the local account")
+    if os.path.isdir(existing.pw_dir) and stat.S_IMODE(os.stat(existing.pw_dir).st_mode) & 0o077:
+        os.chmod(existing.pw_dir, 0o700)  # homes made before the box closed them
+        return f"home of {name} closed to others"
     return ""
 
 

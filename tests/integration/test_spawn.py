@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -71,7 +72,21 @@ def test_bad_choices_are_refused_before_anything_is_submitted(hub, admin, user, 
     assert jobs_of(user) == []
 
 
+def test_gpus_beyond_what_is_free_are_refused(hub, admin):
+    holder = slurm("sbatch", "--parsable", "--gres=gpu:3", "--wrap=sleep 300", "-o", "/dev/null").strip()
+    try:
+        wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
+        session = hub.login("alice")
+        assert "1 free on a node now" in session.get(f"{hub.url}/hub/spawn", timeout=30).text
+        response = hub.spawn_form(session, gpus=2)
+        assert "gpus: 2 is out of range; allowed: 0-1 (1 free on a node of partition gpu now)" in response.text
+        assert jobs_of("alice") == []
+    finally:
+        slurm("scancel", holder)
+
+
 def test_the_rest_api_is_validated_too(hub, admin):
+    hub.login("bob")  # the hub learns of a user at their first login
     response = hub.api(admin, "POST", "users/bob/server", data=json.dumps({"gpus": 2, "options": "--uid=0"}))
     assert response.status_code == 400
     assert "options: unknown field" in response.json()["message"]
@@ -144,6 +159,7 @@ def broken_user_config():
     """A user config that makes alice's JupyterLab exit on start, as a typo in a real one would."""
     config = Path("/home/alice/.jupyter/jupyter_server_config.py")
     config.parent.mkdir(exist_ok=True)
+    shutil.chown(config.parent, "alice", "users")  # JupyterLab writes its workspaces there
     config.write_text('c.ServerApp.root_dir = "/home/alice/no-such-folder"\n')
     yield config
     config.unlink()
