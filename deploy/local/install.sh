@@ -41,7 +41,8 @@ if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
     echo "$inputs" > "$STAMPS/pip"
 elif [ "$(cd / && "$VENV/bin/python" -c 'import portal, os; print(os.path.dirname(os.path.dirname(portal.__file__)))' 2>/dev/null)" != "$REPO" ]; then
     # Same dependencies, another checkout (CI clones afresh): point the editable install here.
-    "$VENV/bin/pip" install -q --no-deps -e "$REPO"
+    say "python: pointing the editable dsportal install at $REPO"
+    out=$("$VENV/bin/pip" install -q --no-deps -e "$REPO" 2>&1) || { echo "$out" >&2; exit 1; }
 fi
 
 if [ ! -x "$NODE_PREFIX/node_modules/.bin/configurable-http-proxy" ]; then
