@@ -28,5 +28,7 @@ unit: install
 lint: install
 	$(PY) -m ruff check .
 
-bench:
-	@echo "no benchmarks yet: they come with the training pipeline and the dashboard" >&2
+# Benchmarks print tables of medians and ratios measured side by side in one run (not timed tests).
+bench: install
+	$(PY) -m chexnet.bench.pipeline
+	$(PY) -m chexnet.bench.scaling

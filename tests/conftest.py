@@ -19,17 +19,19 @@ import pytest
 import requests
 
 REPO = Path(__file__).resolve().parent.parent
+# Two test sessions at once (say, two checkouts) need their own state dir and ports: set both variables.
 TEST_STATE = Path(os.environ.get("DSPORTAL_TEST_STATE", "/var/tmp/dsportal-test"))
+PORT_OFFSET = int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))
 TEST_CONFIG = TEST_STATE.with_suffix(".yaml")
 TEST_SETTINGS = {
     "state_dir": str(TEST_STATE),
-    "hub_port": 18000,
-    "hub_api_port": 18081,
-    "proxy_api_port": 18001,
-    "ldap_port": 13389,
-    "ldaps_port": 16636,
-    "slurmctld_port": 16817,
-    "slurmd_port": 16818,
+    "hub_port": 18000 + PORT_OFFSET,
+    "hub_api_port": 18081 + PORT_OFFSET,
+    "proxy_api_port": 18001 + PORT_OFFSET,
+    "ldap_port": 13389 + PORT_OFFSET,
+    "ldaps_port": 16636 + PORT_OFFSET,
+    "slurmctld_port": 16817 + PORT_OFFSET,
+    "slurmd_port": 16818 + PORT_OFFSET,
     "start_timeout": 120,
 }
 ARTIFACTS = REPO / "tests" / "artifacts"

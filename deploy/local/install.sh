@@ -9,7 +9,8 @@ VENV=${DSPORTAL_VENV:-/opt/dsportal/venv}
 NODE_PREFIX=${DSPORTAL_NODE_PREFIX:-/opt/dsportal/node}
 STAMPS=$(dirname "$VENV")/stamps
 APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client munge openssl python3-venv python3-dev
-              chromium chromium-driver procps psmisc curl)
+              chromium chromium-driver procps psmisc curl
+              cmake g++ libopenmpi-dev openmpi-bin)  # the last four build and run Horovod
 
 say() { printf '==> %s\n' "$*"; }
 mkdir -p "$STAMPS"
@@ -37,12 +38,21 @@ chmod 755 "$(dirname "$VENV")"
 inputs=$(cat "$REPO/setup.py" | sha256sum | cut -c1-16)
 if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
     say "python: installing the dsportal distribution and its dependencies into $VENV"
-    "$VENV/bin/pip" install -q -e "$REPO[test]"
+    "$VENV/bin/pip" install -q -e "$REPO[test,train]"
     echo "$inputs" > "$STAMPS/pip"
 elif [ "$(cd / && "$VENV/bin/python" -c 'import portal, os; print(os.path.dirname(os.path.dirname(portal.__file__)))' 2>/dev/null)" != "$REPO" ]; then
     # Same dependencies, another checkout (CI clones afresh): point the editable install here.
     say "python: pointing the editable dsportal install at $REPO"
     out=$("$VENV/bin/pip" install -q --no-deps -e "$REPO" 2>&1) || { echo "$out" >&2; exit 1; }
+fi
+
+# Horovod builds from source against the TensorFlow just installed (2.5-5 min on 2 cores), once per machine.
+HOROVOD_VERSION=0.28.1
+if [ "$("$VENV/bin/python" -c 'import horovod; print(horovod.__version__)' 2>/dev/null)" != "$HOROVOD_VERSION" ] \
+   || ! "$VENV/bin/python" -c 'import horovod.tensorflow' 2>/dev/null; then
+    say "python: building Horovod $HOROVOD_VERSION with TensorFlow, Gloo and MPI (a few minutes)"
+    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 \
+    HOROVOD_WITH_MPI=1 "$VENV/bin/pip" install -q --no-cache-dir --no-build-isolation "horovod==$HOROVOD_VERSION"
 fi
 
 if [ ! -x "$NODE_PREFIX/node_modules/.bin/configurable-http-proxy" ]; then

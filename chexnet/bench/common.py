@@ -1,0 +1,55 @@
+"""What the benchmarks share: a cached synthetic data set, repeated timings, and a plain-text table."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path("/var/tmp/dsportal-bench")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    samples: tuple[float, ...]  # images/sec, one per repeat
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> str:
+        return f"{min(self.samples):,.0f}-{max(self.samples):,.0f}"
+
+
+def synthetic_set(images: int, size: int, root: Path = BENCH_DIR) -> Path:
+    """A ChestX-ray14-layout data set, made once per machine and reused (writing 1024x1024 PNGs takes a while)."""
+    from chexnet.data.synthetic import write_synthetic
+
+    out = root / f"chestxray14-{images}x{size}"
+    if not (out / "Data_Entry_2017.csv").exists():
+        print(f"writing {images} synthetic {size}x{size} images to {out} (once per machine)", file=sys.stderr)
+        write_synthetic(out, images=images, size=size, seed=0)
+    return out
+
+
+def records_of(source: Path, shards: int) -> Path:
+    """TFRecords of a data set, converted once and reused."""
+    from chexnet.data.tfrecords import convert
+
+    out = source.with_name(source.name + f"-tfrecords{shards}")
+    if not (out / "manifest.json").exists():
+        convert(source, out, shards=shards)
+    return out
+
+
+def table(title: str, rows: list[Measurement], reference: Measurement, reference_label: str) -> str:
+    """Medians with their spread, and each row's ratio to the reference row, measured in the same run."""
+    width = max(len(r.name) for r in rows) + 2
+    lines = [title, f"{'':{width}}{'images/s (median)':>18}{'spread':>16}{'ratio to ' + reference_label:>22}"]
+    for row in rows:
+        ratio = row.median / reference.median if reference.median else float("nan")
+        lines.append(f"{row.name:{width}}{row.median:>18,.0f}{row.spread:>16}{ratio:>22.2f}")
+    return "\n".join(lines)

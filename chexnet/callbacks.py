@@ -1,0 +1,269 @@
+"""Keras callbacks for Horovod training: NaN guard, throughput, whole-set validation AUROC, TensorBoard, checkpoints.
+
+TensorBoard tags (an interface: the portal's dashboard and the checks read them), all written by rank 0 only:
+- `throughput/images_per_sec`: images/sec of all workers together (one rank's rate x the number of workers), every
+  `THROUGHPUT_EVERY_STEPS` steps; step = global training step. The first step of every epoch (graph compile on the
+  first epoch, validation in between later) is left out of the measurement.
+- `loss/train` (averaged over ranks), `loss/val`, `lr` (the rate the epoch trained with), `auroc/mean` and
+  `auroc/<Class>` for the 14 classes; step = the epoch number, counting from 1.
+  AUROC is exact (scikit-learn) on the WHOLE validation split: every rank predicts its own shard, the predictions
+  and labels are allgathered, every rank computes the same numbers and rank 0 writes them. A class whose
+  validation labels are all one value has no AUROC: its `auroc/<Class>` is NOT written for that epoch, and it
+  is left out of `auroc/mean`.
+- a custom-scalars layout (throughput on one chart, the AUROCs on another, the losses on a third) and an hparams
+  summary (model, batch, workers, image size, fp16, xla, pipeline), both at the start of a run.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.custom_scalar import summary as custom_scalar_summary
+from tensorboard.plugins.hparams import api as hp
+
+from chexnet.labels import CLASSES, NUM_CLASSES
+from chexnet.metrics import auroc_per_class, mean_auroc
+
+TAG_THROUGHPUT = "throughput/images_per_sec"
+TAG_LOSS_TRAIN = "loss/train"
+TAG_LOSS_VAL = "loss/val"
+TAG_LR = "lr"
+TAG_AUROC_MEAN = "auroc/mean"
+AUROC_TAG_PREFIX = "auroc/"
+AUROC_TAGS = tuple(f"{AUROC_TAG_PREFIX}{name}" for name in CLASSES)
+ALL_TAGS = (TAG_THROUGHPUT, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_AUROC_MEAN, *AUROC_TAGS)
+THROUGHPUT_EVERY_STEPS = 10
+LOG_PREFIX = "chexnet.train:"
+
+
+def say(message: str) -> None:
+    """One line on stderr, flushed at once so that horovodrun's interleaved output keeps it whole."""
+    print(f"{LOG_PREFIX} {message}", file=sys.stderr, flush=True)
+
+
+def current_lr(model: tf.keras.Model) -> float:
+    return float(tf.keras.backend.get_value(model.optimizer.learning_rate))
+
+
+class NanGuard(tf.keras.callbacks.Callback):
+    """Stops training on every rank as soon as any rank's loss is NaN or infinite, and remembers where.
+
+    The decision is an allreduce, so all ranks stop after the same step: a rank that stopped alone would leave
+    the others blocked in their next gradient allreduce. `train.py` turns `tripped` into a non-zero exit
+    (Keras' TerminateOnNaN only stops, and the process then exits 0).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tripped = False
+        self.where = ""
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch: int, logs: Mapping | None = None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: Mapping | None = None) -> None:
+        loss = float((logs or {}).get("loss", math.nan))
+        bad_here = 0.0 if math.isfinite(loss) else 1.0
+        bad_anywhere = float(hvd.allreduce(tf.constant(bad_here), op=hvd.Sum, name="nan_guard"))
+        if bad_anywhere > 0 and not self.tripped:
+            self.tripped = True
+            self.where = f"epoch {self._epoch + 1}, step {batch + 1}"
+            self.model.stop_training = True
+
+
+class ThroughputLogger(tf.keras.callbacks.Callback):
+    """Writes `throughput/images_per_sec` (all workers) every `every_steps` steps; keeps the epoch's mean rate.
+
+    Measured end-of-step to end-of-step, so data waits and callback overheads count; the first step of each
+    epoch is skipped because it carries the graph compile (first epoch) or follows validation (later ones).
+    """
+
+    def __init__(self, writer: tf.summary.SummaryWriter | None, images_per_step: int, steps_per_epoch: int,
+                 every_steps: int = THROUGHPUT_EVERY_STEPS) -> None:
+        super().__init__()
+        self.writer = writer
+        self.images_per_step = images_per_step
+        self.steps_per_epoch = steps_per_epoch
+        self.every_steps = every_steps
+        self.epoch_images_per_sec: float | None = None
+        self._epoch = 0
+        self._last_end: float | None = None
+        self._window = (0, 0.0)
+        self._epoch_total = (0, 0.0)
+
+    def on_epoch_begin(self, epoch: int, logs: Mapping | None = None) -> None:
+        self._epoch = epoch
+        self._last_end = None
+        self._window = (0, 0.0)
+        self._epoch_total = (0, 0.0)
+
+    def on_train_batch_end(self, batch: int, logs: Mapping | None = None) -> None:
+        now = time.perf_counter()
+        if self._last_end is not None:
+            elapsed = now - self._last_end
+            self._window = (self._window[0] + 1, self._window[1] + elapsed)
+            self._epoch_total = (self._epoch_total[0] + 1, self._epoch_total[1] + elapsed)
+            if self._window[0] >= self.every_steps:
+                self._write(self._rate(self._window), self._epoch * self.steps_per_epoch + batch + 1)
+                self._window = (0, 0.0)
+        self._last_end = now
+
+    def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:
+        steps = self._epoch_total[0]
+        self.epoch_images_per_sec = self._rate(self._epoch_total) if steps else None
+        if 0 < self._window[0] and steps < self.every_steps:
+            # A short epoch never filled a window: write what it measured rather than nothing.
+            self._write(self._rate(self._window), (epoch + 1) * self.steps_per_epoch)
+
+    def _rate(self, window: tuple[int, float]) -> float:
+        steps, seconds = window
+        return steps * self.images_per_step / seconds if seconds > 0 else math.nan
+
+    def _write(self, images_per_sec: float, step: int) -> None:
+        if self.writer is not None:
+            with self.writer.as_default():
+                tf.summary.scalar(TAG_THROUGHPUT, images_per_sec, step=step)
+
+
+def average_across_ranks(variables: list[tf.Variable]) -> None:
+    """Batch-norm moving statistics are updated from each rank's own batches and drift apart: averaging them
+    makes every rank evaluate, checkpoint and finish with the same model."""
+    if hvd.size() == 1 or not variables:
+        return
+    averaged = hvd.grouped_allreduce([v.read_value() for v in variables], op=hvd.Average)
+    for variable, value in zip(variables, averaged, strict=True):
+        variable.assign(value)
+
+
+class WholeSetValidation(tf.keras.callbacks.Callback):
+    """At each epoch's end: sync batch-norm statistics, predict this rank's validation shard, allgather, and
+    compute loss/val and exact per-class AUROC on the whole split; rank 0 writes the epoch's scalars.
+
+    Puts `val_loss` and `val_auroc` into the epoch logs, so callbacks after it (ReduceLROnPlateau) see them.
+    """
+
+    def __init__(self, eval_dataset: tf.data.Dataset, loss: Callable, writer: tf.summary.SummaryWriter | None,
+                 guard: NanGuard, throughput: ThroughputLogger, epochs: int, jit_compile: bool = False) -> None:
+        super().__init__()
+        self.eval_dataset = eval_dataset
+        self.loss = loss
+        self.writer = writer
+        self.guard = guard
+        self.throughput = throughput
+        self.epochs = epochs
+        self.jit_compile = jit_compile
+        self._predict = None
+        self.history: list[dict[str, float | None]] = []
+
+    def on_train_begin(self, logs: Mapping | None = None) -> None:
+        model = self.model
+        self._predict = tf.function(lambda images: model(images, training=False), jit_compile=self.jit_compile,
+                                    reduce_retracing=True)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        logs = logs if logs is not None else {}
+        if self.guard.tripped:
+            logs["val_loss"] = math.nan  # callbacks after this one expect the key; the run is about to fail
+            return  # the weights are NaN: nothing worth measuring
+        average_across_ranks(self.model.non_trainable_variables)
+        labels, scores = self._gather_predictions()
+        val_loss = float(tf.reduce_mean(self.loss(tf.constant(labels), tf.constant(scores))))
+        per_class = auroc_per_class(labels, scores)
+        mean = mean_auroc(per_class)
+        logs["val_loss"] = val_loss
+        logs["val_auroc"] = mean if mean is not None else math.nan
+        record = {"epoch": epoch + 1, TAG_LOSS_TRAIN: float(logs.get("loss", math.nan)), TAG_LOSS_VAL: val_loss,
+                  TAG_LR: current_lr(self.model), TAG_AUROC_MEAN: mean,
+                  **{f"{AUROC_TAG_PREFIX}{name}": value for name, value in per_class.items()}}
+        self.history.append(record)
+        if self.writer is not None:
+            self._write(record, step=epoch + 1)
+            self._announce(record, len(labels))
+
+    def _gather_predictions(self) -> tuple[np.ndarray, np.ndarray]:
+        labels, scores = [], []
+        for images, batch_labels in self.eval_dataset:
+            scores.append(self._predict(images))
+            labels.append(tf.cast(batch_labels, tf.float32))
+        empty = tf.zeros((0, NUM_CLASSES), tf.float32)
+        local_labels = tf.concat(labels, axis=0) if labels else empty
+        local_scores = tf.concat(scores, axis=0) if scores else empty
+        # allgather takes shards of different lengths: the eval split is not padded or dropped to divide evenly.
+        return hvd.allgather(local_labels).numpy(), hvd.allgather(local_scores).numpy()
+
+    def _write(self, record: dict, step: int) -> None:
+        with self.writer.as_default():
+            for tag in (TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_AUROC_MEAN, *AUROC_TAGS):
+                value = record[tag]
+                if value is not None:
+                    tf.summary.scalar(tag, value, step=step)
+        self.writer.flush()
+
+    def _announce(self, record: dict, n_images: int) -> None:
+        mean = record[TAG_AUROC_MEAN]
+        undefined = [name for name in CLASSES if record[f"{AUROC_TAG_PREFIX}{name}"] is None]
+        rate = self.throughput.epoch_images_per_sec
+        say(f"epoch {record['epoch']}/{self.epochs}: loss/train={record[TAG_LOSS_TRAIN]:.4f} "
+            f"loss/val={record[TAG_LOSS_VAL]:.4f} auroc/mean={'undefined' if mean is None else f'{mean:.4f}'} "
+            f"on {n_images} validation images, lr={record[TAG_LR]:.3g}, "
+            f"images/sec={'n/a' if rate is None else f'{rate:.1f}'} (all workers)"
+            + (f"; AUROC undefined (one label value only) for {', '.join(undefined)}" if undefined else ""))
+
+
+class CheckpointSaver(tf.keras.callbacks.Callback):
+    """Rank 0 saves weights, optimizer state, the finished epoch and the learning rate after every epoch.
+
+    Runs after ReduceLROnPlateau, so the saved rate is the one the next epoch would use.
+    """
+
+    def __init__(self, manager: tf.train.CheckpointManager, epoch: tf.Variable, lr: tf.Variable,
+                 guard: NanGuard) -> None:
+        super().__init__()
+        self.manager = manager
+        self.epoch = epoch
+        self.lr = lr
+        self.guard = guard
+
+    def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:
+        if self.guard.tripped:
+            return  # never replace a good checkpoint with NaN weights
+        self.epoch.assign(epoch + 1)
+        self.lr.assign(current_lr(self.model))
+        path = self.manager.save(checkpoint_number=epoch + 1)
+        say(f"saved checkpoint {path} (epoch {epoch + 1}, lr {current_lr(self.model):.3g})")
+
+
+def write_layout(writer: tf.summary.SummaryWriter) -> None:
+    """TensorBoard's custom-scalars layout: throughput on one chart, the AUROCs on another, losses on a third."""
+    def chart(title: str, *patterns: str) -> layout_pb2.Chart:
+        return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=list(patterns)))
+
+    layout = layout_pb2.Layout(category=[layout_pb2.Category(title="CheXNet training", chart=[
+        chart("images/sec, all workers", f"^{TAG_THROUGHPUT}$"),
+        chart("validation AUROC (mean and per class)", f"^{AUROC_TAG_PREFIX}"),
+        chart("loss", f"^{TAG_LOSS_TRAIN}$", f"^{TAG_LOSS_VAL}$"),
+    ])])
+    with writer.as_default():
+        tf.summary.experimental.write_raw_pb(custom_scalar_summary.pb(layout).SerializeToString(), step=0)
+
+
+def write_hparams(writer: tf.summary.SummaryWriter, hparams: Mapping[str, object], trial_id: str) -> None:
+    """The hparams plugin's experiment config and this run's values, so runs compare in the HPARAMS tab."""
+    domains = {"model": hp.Discrete(["densenet121", "resnet50"]), "pipeline": hp.Discrete(["new", "old"]),
+               "fp16": hp.Discrete([False, True]), "xla": hp.Discrete([False, True])}
+    params = {name: hp.HParam(name, domains.get(name)) for name in hparams}
+    metrics = [hp.Metric(TAG_AUROC_MEAN, display_name="mean AUROC (validation)"),
+               hp.Metric(TAG_LOSS_VAL, display_name="validation loss"),
+               hp.Metric(TAG_THROUGHPUT, display_name="images/sec (all workers)")]
+    with writer.as_default():
+        hp.hparams_config(hparams=list(params.values()), metrics=metrics)
+        hp.hparams({params[name]: value for name, value in hparams.items()}, trial_id=trial_id)
+    writer.flush()

@@ -1,0 +1,94 @@
+"""CheXNet: an ImageNet-style backbone with 14 sigmoid outputs, and the paper's weighted binary cross-entropy.
+
+Nothing here downloads: the backbone is built with `weights=None` and, if asked, loaded from a local file
+(Keras' ImageNet "notop" `.h5` for the same backbone, or a whole-model weights file saved by this package).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from chexnet.labels import NUM_CLASSES
+
+BACKBONES: dict[str, Callable[..., tf.keras.Model]] = {
+    "densenet121": tf.keras.applications.DenseNet121,
+    "resnet50": tf.keras.applications.ResNet50,
+}
+MIN_IMAGE_SIZE = 32  # both backbones downsample by 32; smaller inputs leave no spatial map to pool
+# Frequencies are clipped so that a class with no positives (or no negatives) in a small training set still gets
+# a finite, non-zero weight on both sides instead of silently dropping out of the loss.
+MIN_FREQUENCY = 1e-3
+# Keras' default batch-norm momentum (0.99) lets the moving statistics lag the weights by ~100s of steps, so
+# short runs evaluate far worse than they train. 0.9 is PyTorch's default (momentum=0.1), the setting that the
+# CheXNet paper and its public re-implementations trained with.
+BATCH_NORM_MOMENTUM = 0.9
+LOSS_EPSILON = 1e-7  # keeps log() finite for saturated sigmoids, as Keras' own binary cross-entropy does
+
+
+def build_model(name: str = "densenet121", image_size: int = 224, weights: str | Path | None = None) -> tf.keras.Model:
+    """The backbone named `name` (global average pooled) -> Dense(14, sigmoid) in float32.
+
+    The output layer is float32 even under the `mixed_float16` policy so the loss and AUROC see full precision.
+    """
+    if name not in BACKBONES:
+        raise ValueError(f"--model must be one of {', '.join(sorted(BACKBONES))}; got {name!r}")
+    if image_size < MIN_IMAGE_SIZE:
+        raise ValueError(f"--image-size must be >= {MIN_IMAGE_SIZE}; got {image_size}")
+    inputs = tf.keras.Input(shape=(image_size, image_size, 3), name="image")
+    backbone = BACKBONES[name](include_top=False, weights=None, input_tensor=inputs, pooling="avg")
+    for layer in backbone.layers:
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            layer.momentum = BATCH_NORM_MOMENTUM
+    outputs = tf.keras.layers.Dense(NUM_CLASSES, activation="sigmoid", dtype="float32", name="findings")(
+        backbone.output)
+    model = tf.keras.Model(inputs, outputs, name=f"chexnet_{name}")
+    if weights is not None:
+        _load_weights(model, backbone, Path(weights))
+    return model
+
+
+def _load_weights(model: tf.keras.Model, backbone: tf.keras.Model, path: Path) -> None:
+    """Whole-model weights if the file matches the whole model, else backbone-only (ImageNet "notop") weights."""
+    if not path.is_file():
+        raise ValueError(f"--weights must name a readable weights file; {path} does not exist")
+    try:
+        model.load_weights(str(path))
+    except ValueError:
+        # An ImageNet notop file has one layer fewer than the whole model: load it into the backbone alone.
+        backbone.load_weights(str(path))
+
+
+def class_weights(train_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-class (positive, negative) weights from the training labels, as in the CheXNet paper.
+
+    w+ = |N| / (|P| + |N|) and w- = |P| / (|P| + |N|): the rarer side of each class weighs more.
+    """
+    labels = np.asarray(train_labels, dtype=np.float64)
+    if labels.ndim != 2 or labels.shape[1] != NUM_CLASSES or labels.shape[0] == 0:
+        raise ValueError(f"train_labels must have shape (n >= 1, {NUM_CLASSES}); got {labels.shape}")
+    positive_frequency = np.clip(labels.mean(axis=0), MIN_FREQUENCY, 1.0 - MIN_FREQUENCY)
+    return (1.0 - positive_frequency).astype(np.float32), positive_frequency.astype(np.float32)
+
+
+Loss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+
+
+def weighted_bce(positive_weights: np.ndarray, negative_weights: np.ndarray) -> Loss:
+    """A Keras loss: per-class weighted binary cross-entropy, averaged over classes (per example)."""
+    w_pos = tf.constant(positive_weights, dtype=tf.float32)
+    w_neg = tf.constant(negative_weights, dtype=tf.float32)
+
+    def weighted_binary_crossentropy(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+        y_true = tf.cast(y_true, tf.float32)
+        y_pred = tf.cast(y_pred, tf.float32)
+        # clip_by_value turns a NaN into a bound, which would hide a diverged model behind a finite loss:
+        # keep NaN as NaN so the training's NaN guard sees it.
+        y_pred = tf.where(tf.math.is_nan(y_pred), y_pred, tf.clip_by_value(y_pred, LOSS_EPSILON, 1.0 - LOSS_EPSILON))
+        per_class = -(w_pos * y_true * tf.math.log(y_pred) + w_neg * (1.0 - y_true) * tf.math.log(1.0 - y_pred))
+        return tf.reduce_mean(per_class, axis=-1)
+
+    return weighted_binary_crossentropy

@@ -1,0 +1,392 @@
+"""Train CheXNet with Horovod: `python -m chexnet.train --data-dir D --logdir L --checkpoint-dir C ...`.
+
+The same command runs alone, under `horovodrun -np N`, `mpirun` and `srun`: `hvd.init()` finds its peers from
+whichever launched it. Exit codes: 0 done, 2 bad arguments or data (one line on stderr, no traceback),
+3 the loss became NaN (training stops on every rank; the last good checkpoint is kept).
+
+Two switches for tests and operators, outside the documented command line:
+- `--weights-digest-dir D`: every rank writes `D/rank<r>.sha256`, the SHA-256 of its final weights, so that a
+  check can prove the replicas ended identical.
+- environment `CHEXNET_INJECT_NAN_AT_STEP=K`: from the K-th batch (counting from 1) on, the labels are NaN,
+  the way a corrupt record would poison training; it exercises the NaN guard end to end. With
+  `CHEXNET_INJECT_NAN_RANK=R` only rank R is poisoned (the others must still stop, not hang).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+# TensorFlow and Horovod are imported inside the functions that use them: a bad flag is then reported in a
+# fraction of a second, before TensorFlow loads and prints its start-up chatter.
+if TYPE_CHECKING:
+    import numpy as np
+    import tensorflow as tf
+
+    from chexnet.data.pipeline import DataSource
+
+MODELS = ("densenet121", "resnet50")
+PIPELINES = ("new", "old")
+EXIT_USAGE = 2
+EXIT_NAN = 3
+CHECKPOINTS_KEPT = 3
+PLATEAU_FACTOR = 0.1  # the CheXNet paper: divide the rate by 10 when the validation loss plateaus
+PLATEAU_PATIENCE = 1
+MIN_LR = 1e-6
+INJECT_NAN_ENV = "CHEXNET_INJECT_NAN_AT_STEP"
+INJECT_NAN_RANK_ENV = "CHEXNET_INJECT_NAN_RANK"
+PROG = "chexnet.train"
+LABEL_READ_BATCH = 8192
+
+
+class UsageError(Exception):
+    """A bad argument or unusable data: reported as one line and exit code 2."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data_dir: Path
+    logdir: Path
+    checkpoint_dir: Path
+    epochs: int = 10
+    batch_size: int = 32
+    image_size: int = 224
+    model: str = "densenet121"
+    pipeline: str = "new"
+    fp16: bool = False
+    xla: bool = False
+    resume: bool = False
+    weights: Path | None = None
+    lr: float = 1e-3
+    warmup_epochs: int = 1
+    skip_bad: bool = False
+    threads: int | None = None
+    seed: int = 0
+    weights_digest_dir: Path | None = None
+
+    def validate(self) -> None:
+        """Raise UsageError naming the flag and what it allows, for the first bad value."""
+        positive = {"--epochs": self.epochs, "--batch-size": self.batch_size, "--image-size": self.image_size}
+        for flag, value in positive.items():
+            if value < 1:
+                raise UsageError(f"{flag} must be a positive integer (>= 1); got {value}")
+        if self.model not in MODELS:
+            raise UsageError(f"--model must be one of {', '.join(MODELS)}; got {self.model!r}")
+        if self.pipeline not in PIPELINES:
+            raise UsageError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
+        if not self.lr > 0:
+            raise UsageError(f"--lr must be a positive number; got {self.lr}")
+        if self.warmup_epochs < 0:
+            raise UsageError(f"--warmup-epochs must be >= 0; got {self.warmup_epochs}")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads must be a positive integer (>= 1); got {self.threads}")
+        if not self.data_dir.is_dir():
+            raise UsageError(f"--data-dir must be an existing directory with the dataset; {self.data_dir} is not")
+        if self.weights is not None and not self.weights.is_file():
+            raise UsageError(f"--weights must name an existing weights file; {self.weights} is not")
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage block on an error; one line that names the flag is enough."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    p = _OneLineParser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", type=Path, required=True, help="ChestX-ray14 layout or TFRecords directory")
+    p.add_argument("--logdir", type=Path, required=True, help="TensorBoard event files (rank 0 writes)")
+    p.add_argument("--checkpoint-dir", type=Path, required=True, help="checkpoints (rank 0 writes, every epoch)")
+    p.add_argument("--epochs", type=int, default=TrainConfig.epochs, help="total epochs, counting resumed ones")
+    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size, help="images per step per worker")
+    p.add_argument("--image-size", type=int, default=TrainConfig.image_size, help="square input side, pixels")
+    p.add_argument("--model", default=TrainConfig.model, help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--pipeline", default=TrainConfig.pipeline, help=f"input pipeline: {' or '.join(PIPELINES)}")
+    p.add_argument("--fp16", action="store_true", help="mixed precision (mixed_float16 policy)")
+    p.add_argument("--xla", action="store_true",
+                   help="XLA: auto-clustering for the train step (on CPU it also needs "
+                        "TF_XLA_FLAGS=--tf_xla_cpu_global_jit), a compiled predict step")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    p.add_argument("--weights", type=Path, help="local initial weights (.h5: ImageNet notop or a whole model)")
+    p.add_argument("--lr", type=float, default=TrainConfig.lr, help="learning rate of ONE worker (x workers)")
+    p.add_argument("--warmup-epochs", type=int, default=TrainConfig.warmup_epochs,
+                   help="epochs over which the rate ramps from --lr to --lr x workers")
+    p.add_argument("--skip-bad", action="store_true", help="skip corrupt records instead of failing")
+    p.add_argument("--threads", type=int, help="input pipeline threads (default: tf.data's choice)")
+    p.add_argument("--seed", type=int, default=TrainConfig.seed, help="initial weights and shuffling")
+    p.add_argument("--weights-digest-dir", type=Path, help="each rank writes the SHA-256 of its final weights here")
+    a = p.parse_args(argv)
+    return TrainConfig(
+        data_dir=a.data_dir, logdir=a.logdir, checkpoint_dir=a.checkpoint_dir, epochs=a.epochs,
+        batch_size=a.batch_size, image_size=a.image_size, model=a.model, pipeline=a.pipeline, fp16=a.fp16,
+        xla=a.xla, resume=a.resume, weights=a.weights, lr=a.lr, warmup_epochs=a.warmup_epochs,
+        skip_bad=a.skip_bad, threads=a.threads, seed=a.seed, weights_digest_dir=a.weights_digest_dir)
+
+
+def _launcher_rank() -> int:
+    """This process's rank before Horovod starts, from whichever launcher set it (0 when run alone)."""
+    for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+def usage_failure(message: str) -> int:
+    if _launcher_rank() == 0:  # every rank fails the same way; one copy of the line is enough
+        print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse_args(argv)
+        cfg.validate()
+    except UsageError as error:
+        return usage_failure(str(error))
+    try:
+        return run(cfg)
+    except UsageError as error:
+        return usage_failure(str(error))
+
+
+def run(cfg: TrainConfig) -> int:
+    """Train on every rank; returns the exit code."""
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    from chexnet import callbacks as cb
+    from chexnet.model import build_model, class_weights, weighted_bce
+
+    hvd.init()
+    _place_on_devices()
+    tf.keras.utils.set_random_seed(cfg.seed)  # the same seed everywhere: all ranks start from the same weights
+    if cfg.fp16:
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    chief = hvd.rank() == 0
+    source, train_ds, eval_ds, steps_per_epoch = _datasets(cfg, hvd.rank(), hvd.size())
+    try:
+        model = build_model(cfg.model, cfg.image_size, cfg.weights)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    loss = weighted_bce(*class_weights(_train_labels(source)))
+    scaled_lr = cfg.lr * hvd.size()  # Horovod's rule: the global batch grew by size, so does the step
+    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.Adam(learning_rate=scaled_lr))
+    if cfg.xla:
+        # Not jit_compile on the whole train step: Horovod's allreduce has no XLA kernel, so that fails to
+        # compile. Auto-clustering compiles what it can around the collectives (Horovod's own advice).
+        tf.config.optimizer.set_jit("autoclustering")
+    model.compile(optimizer=optimizer, loss=loss)
+
+    epoch_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    saved_lr = tf.Variable(scaled_lr, dtype=tf.float32, trainable=False, name="lr")
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=epoch_done, lr=saved_lr)
+    manager = tf.train.CheckpointManager(checkpoint, str(cfg.checkpoint_dir), max_to_keep=CHECKPOINTS_KEPT)
+    start_epoch = _restore_or_start(cfg, model, checkpoint, manager, epoch_done, saved_lr, chief)
+    if start_epoch >= cfg.epochs:
+        if chief:
+            cb.say(f"the checkpoint has finished {start_epoch} epochs, --epochs is {cfg.epochs}: nothing to do")
+        return 0
+
+    writer = tf.summary.create_file_writer(str(cfg.logdir)) if chief else None
+    if writer is not None:
+        cb.write_layout(writer)
+        cb.write_hparams(writer, _hparams(cfg, hvd.size()), trial_id=cfg.logdir.name)
+        cb.say(f"{cfg.model} at {cfg.image_size}px: {source.count('train')} training images, {steps_per_epoch} "
+               f"steps/epoch x batch {cfg.batch_size} x {hvd.size()} workers; {source.count('val')} validation "
+               f"images; epochs {start_epoch + 1}..{cfg.epochs} at lr {cb.current_lr(model):.3g} "
+               f"(--lr {cfg.lr:g} x {hvd.size()} workers, then plateau cuts)")
+    guard = cb.NanGuard()
+    callbacks = _callbacks(cfg, hvd, model, eval_ds, loss, writer, guard, manager, epoch_done, saved_lr,
+                           scaled_lr, steps_per_epoch, chief)
+    model.fit(_maybe_poisoned(train_ds, hvd.rank()), epochs=cfg.epochs, initial_epoch=start_epoch,
+              steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=1 if chief else 0)
+    if writer is not None:
+        writer.close()
+    _report_skipped(chief)
+    if guard.tripped:
+        if chief:
+            print(f"{PROG}: error: the training loss became NaN at {guard.where}; stopped on all workers. "
+                  f"Checkpoints in {cfg.checkpoint_dir} are from before it. Lower --lr, try without --fp16, "
+                  "or check the data (--skip-bad skips corrupt records).", file=sys.stderr, flush=True)
+        return EXIT_NAN
+    if cfg.weights_digest_dir is not None:
+        _write_digest(cfg.weights_digest_dir, hvd.rank(), model.get_weights())
+    return 0
+
+
+def _report_skipped(chief: bool) -> None:
+    """Corrupt records are dropped, not fatal (--skip-bad and the pipeline's own guard): say how many."""
+    from chexnet.callbacks import say
+    from chexnet.data.pipeline import skipped_count
+
+    skipped = skipped_count()
+    if chief and skipped:
+        say(f"rank 0 skipped {skipped} unreadable images or records (counted once per epoch that met them)")
+
+
+def _place_on_devices() -> None:
+    """One GPU per local rank; on CPU-only nodes, the cores shared out between the ranks on this node."""
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        # A launcher that already gives each task its own GPU (srun --gpus-per-task) leaves one visible.
+        if len(gpus) > 1 and hvd.local_rank() >= len(gpus):
+            raise UsageError(f"{hvd.local_size()} workers on this node but {len(gpus)} GPUs: start at most "
+                             f"{len(gpus)} workers per node (horovodrun -H host:{len(gpus)})")
+        gpu = gpus[hvd.local_rank()] if len(gpus) > 1 else gpus[0]
+        tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.set_visible_devices(gpu, "GPU")
+    else:
+        cores = len(os.sched_getaffinity(0))
+        tf.config.threading.set_intra_op_parallelism_threads(max(1, cores // hvd.local_size()))
+
+
+def _datasets(cfg: TrainConfig, rank: int, size: int) -> tuple[DataSource, tf.data.Dataset, tf.data.Dataset, int]:
+    from chexnet.data import pipeline
+    from chexnet.data.chestxray14 import DataError
+
+    try:
+        source = pipeline.source_of(cfg.data_dir, skip_bad=cfg.skip_bad)
+        pipeline_cfg = pipeline.PipelineConfig(pipeline=cfg.pipeline, batch_size=cfg.batch_size,
+                                               image_size=cfg.image_size, threads=cfg.threads, seed=cfg.seed)
+    except (DataError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    train_images = source.count("train")
+    # Every rank computes the same number from the same count, so all ranks run the same number of
+    # allreduces and none is left waiting at the end of an epoch.
+    steps_per_epoch = train_images // (cfg.batch_size * size)
+    if steps_per_epoch < 1:
+        raise UsageError(f"--batch-size {cfg.batch_size} x {size} workers is more than the {train_images} "
+                         f"training images in {cfg.data_dir}: lower --batch-size or use fewer workers")
+    if source.count("val") < 1:
+        raise UsageError(f"--data-dir {cfg.data_dir} has no validation images: AUROC cannot be measured")
+    train = pipeline.train_dataset(source, pipeline_cfg, rank, size)
+    evaluation = pipeline.eval_dataset(source, "val", pipeline_cfg, rank, size)
+    return source, train, evaluation, steps_per_epoch
+
+
+def _train_labels(source: DataSource) -> np.ndarray:
+    """The training split's labels, for the loss weights: from the index, or read from the TFRecord shards."""
+    import numpy as np
+    import tensorflow as tf
+
+    from chexnet.data.chestxray14 import labels_matrix
+    from chexnet.data.tfrecords import parse_example
+
+    if source.index is not None:
+        return labels_matrix(source.index.train)
+    # The labels are a few floats per record; reading them skips the image decode, so this takes seconds.
+    records = tf.data.TFRecordDataset(source.files("train")).ignore_errors()
+    labels = records.map(lambda record: parse_example(record)["labels"], num_parallel_calls=tf.data.AUTOTUNE)
+    return np.concatenate([batch.numpy() for batch in labels.batch(LABEL_READ_BATCH)])
+
+
+def _maybe_poisoned(dataset: tf.data.Dataset, rank: int) -> tf.data.Dataset:
+    """Honours CHEXNET_INJECT_NAN_AT_STEP / _RANK (see the module docstring); otherwise the dataset as it is."""
+    import tensorflow as tf
+
+    value, only_rank = os.environ.get(INJECT_NAN_ENV, ""), os.environ.get(INJECT_NAN_RANK_ENV, "")
+    if not value or (only_rank and only_rank != str(rank)):
+        return dataset
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"{INJECT_NAN_ENV} must be a step number >= 1; got {value!r}")
+    first_bad = int(value)
+
+    def poison(step: tf.Tensor, batch: tuple[tf.Tensor, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        # The labels, not the pixels: a NaN pixel can vanish in a ReLU (max(NaN, 0) is 0 on CPU), a NaN label
+        # reaches the loss for sure, and its gradient then turns the weights NaN on every rank.
+        images, labels = batch
+        return images, tf.where(step >= first_bad, labels * float("nan"), labels)
+
+    return dataset.enumerate(start=1).map(poison)
+
+
+def _restore_or_start(cfg: TrainConfig, model: tf.keras.Model, checkpoint: tf.train.Checkpoint,
+                      manager: tf.train.CheckpointManager, epoch_done: tf.Variable, saved_lr: tf.Variable,
+                      chief: bool) -> int:
+    """Rank 0 restores (only it needs to see the checkpoint directory); the state then goes to every rank."""
+    import horovod.tensorflow as hvd_tf
+
+    from chexnet.callbacks import say
+
+    state = (0, None)
+    # Every rank builds the optimizer's slots now, eagerly: then the checkpoint restores them at once, and their
+    # names (which Horovod's broadcast matches across ranks) are the same everywhere. Slots made lazily inside
+    # the first train step get other names, and the broadcast of a restored rank 0 would wait forever.
+    optimizer = model.optimizer
+    getattr(optimizer, "inner_optimizer", optimizer).build(model.trainable_variables)
+    if chief:
+        latest = manager.latest_checkpoint
+        if cfg.resume and latest:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+            state = (int(epoch_done.numpy()), float(saved_lr.numpy()))
+            say(f"resuming from {latest}: {state[0]} epochs done, continuing with epoch {state[0] + 1} of "
+                f"{cfg.epochs} at lr {state[1]:.3g}")
+        elif cfg.resume:
+            say(f"--resume: no checkpoint in {cfg.checkpoint_dir}; starting fresh at epoch 1")
+        elif latest:
+            say(f"{cfg.checkpoint_dir} already holds checkpoints ({latest}); starting fresh because --resume was "
+                "not given, and they will be replaced")
+    start_epoch, lr = hvd_tf.broadcast_object(state, root_rank=0, name="resume_state")
+    if lr is not None:
+        model.optimizer.learning_rate.assign(lr)
+    # Same weights everywhere before the first step, so the first gradients are averaged over one model.
+    hvd_tf.broadcast_variables(model.variables, root_rank=0)
+    return start_epoch
+
+
+def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, writer, guard, manager, epoch_done, saved_lr,
+               scaled_lr: float, steps_per_epoch: int, chief: bool) -> list[tf.keras.callbacks.Callback]:
+    """Order matters: Keras calls them in this order with one shared logs dict."""
+    import tensorflow as tf
+
+    from chexnet import callbacks as cb
+
+    throughput = cb.ThroughputLogger(writer, cfg.batch_size * hvd.size(), steps_per_epoch)
+    callbacks = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # optimizer slots too, once the first step made them
+        hvd.callbacks.MetricAverageCallback(),  # loss/train = the mean over ranks, before anyone logs it
+    ]
+    if cfg.warmup_epochs > 0:
+        callbacks.append(hvd.callbacks.LearningRateWarmupCallback(
+            initial_lr=scaled_lr, warmup_epochs=cfg.warmup_epochs, steps_per_epoch=steps_per_epoch, verbose=0))
+    callbacks += [
+        guard,
+        throughput,
+        cb.WholeSetValidation(eval_ds, loss, writer, guard, throughput, cfg.epochs, jit_compile=cfg.xla),
+        tf.keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=PLATEAU_FACTOR, patience=PLATEAU_PATIENCE,
+                                             min_lr=MIN_LR, verbose=1 if chief else 0),
+    ]
+    if chief:
+        callbacks.append(cb.CheckpointSaver(manager, epoch_done, saved_lr, guard))
+    return callbacks
+
+
+def _hparams(cfg: TrainConfig, workers: int) -> dict[str, object]:
+    return {"model": cfg.model, "batch_size": cfg.batch_size, "workers": workers, "image_size": cfg.image_size,
+            "fp16": cfg.fp16, "xla": cfg.xla, "pipeline": cfg.pipeline, "lr": cfg.lr}
+
+
+def weights_digest(weights: list[np.ndarray]) -> str:
+    """SHA-256 over the weights' bytes in model order: equal digests, identical replicas."""
+    digest = hashlib.sha256()
+    for array in weights:
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _write_digest(directory: Path, rank: int, weights: list[np.ndarray]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"rank{rank}.sha256").write_text(weights_digest(weights) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

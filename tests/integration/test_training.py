@@ -1,0 +1,231 @@
+"""CheXNet training for real: `horovodrun -np 2` on a small synthetic set learns the signal, keeps both replicas
+identical, writes every TensorBoard tag, resumes at the next epoch, fails loudly on NaN and on bad arguments.
+
+Sized for 2 CPU cores: 64x64 images, DenseNet-121, a few epochs. One two-worker run is shared by the tests
+that read its results (module-scoped fixture); the resume test continues from a copy of its checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.custom_scalar import metadata as custom_scalar_metadata
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+from tensorboard.util import tensor_util
+
+from chexnet.callbacks import ALL_TAGS, TAG_AUROC_MEAN, TAG_LR, TAG_THROUGHPUT
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+HOROVODRUN = str(Path(PYTHON).with_name("horovodrun"))
+WORKERS = 2
+# 1,200 images give a validation split (10 % of the train_val patients) in which, with synthetic seed 3, every
+# class has positives and negatives, so every auroc/<Class> tag is defined and written.
+IMAGES = 1200
+DATA_SEED = 3
+IMAGE_SIZE = 64
+BATCH = 16
+EPOCHS = 2
+LR = "1e-3"
+TARGET_MEAN_AUROC = 0.85
+RUN_TIMEOUT_S = 420
+
+pytestmark = pytest.mark.skipif(not Path(HOROVODRUN).exists(), reason="Horovod is not installed in this venv")
+
+
+@dataclass
+class Run:
+    proc: subprocess.CompletedProcess
+    logdir: Path
+    checkpoints: Path
+    digests: Path
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+
+def train(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
+          checkpoints: Path | None = None, data: Path | None = None) -> Run:
+    """One `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1."""
+    logdir, digests = tmp / "logs", tmp / "digests"
+    checkpoints = checkpoints or tmp / "checkpoints"
+    command = [PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
+               "--checkpoint-dir", str(checkpoints), "--batch-size", str(BATCH), "--image-size", str(IMAGE_SIZE),
+               "--model", "densenet121", "--pipeline", "new", "--lr", LR, "--weights-digest-dir", str(digests),
+               *flags]
+    if workers > 1:
+        command = [HOROVODRUN, "-np", str(workers), "-H", f"localhost:{workers}", *command]
+    started = time.monotonic()
+    # A session of its own, so that a run that hangs is ended with every process it started (mpirun, workers).
+    child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        stdout, stderr = child.communicate()
+        pytest.fail(f"training did not end within {RUN_TIMEOUT_S} s:\n{(stdout + stderr)[-4000:]}")
+    proc = subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
+    run = Run(proc, logdir, checkpoints, digests, time.monotonic() - started)
+    print(f"{' '.join(command[:4])}... {flags}: rc={proc.returncode} in {run.seconds:.0f} s\n{run.output[-6000:]}")
+    return run
+
+
+def accumulator(logdir: Path) -> event_accumulator.EventAccumulator:
+    """Every event file under logdir, all events kept; TF2 summaries (tf.summary.scalar too) are tensors."""
+    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    return acc
+
+
+def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of the training scalars."""
+    acc = accumulator(logdir)
+    return {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+            for tag in acc.Tags()[event_accumulator.TENSORS] if not tag.startswith(("_hparams_", "custom_scalars"))}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("chestxray14") / "data"
+    subprocess.run([PYTHON, "-m", "chexnet.data.synthetic", "--out", str(out), "--images", str(IMAGES),
+                    "--size", str(IMAGE_SIZE), "--seed", str(DATA_SEED)],
+                   cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory, dataset) -> Run:
+    return train(tmp_path_factory.mktemp("two_workers"), "--epochs", str(EPOCHS), data=dataset)
+
+
+def test_two_workers_learn_the_signal(two_workers):
+    assert two_workers.proc.returncode == 0, two_workers.output[-3000:]
+    assert "Traceback" not in two_workers.output
+    means = scalars(two_workers.logdir)[TAG_AUROC_MEAN]
+    assert [step for step, _ in means] == list(range(1, EPOCHS + 1))
+    assert means[-1][1] >= TARGET_MEAN_AUROC, f"mean validation AUROC per epoch: {means}"
+
+
+def test_both_ranks_end_with_identical_weights(two_workers):
+    digests = {path.name: path.read_text().strip() for path in two_workers.digests.glob("rank*.sha256")}
+    assert sorted(digests) == ["rank0.sha256", "rank1.sha256"]
+    assert re.fullmatch(r"[0-9a-f]{64}", digests["rank0.sha256"])
+    assert digests["rank0.sha256"] == digests["rank1.sha256"]
+
+
+def test_event_files_hold_every_tag(two_workers):
+    found = scalars(two_workers.logdir)
+    missing = [tag for tag in ALL_TAGS if tag not in found]
+    # A class whose validation labels are all one value has no AUROC and is not written: the data set above
+    # (size and seed) is chosen so that every class has both values in the validation split.
+    assert not missing, f"missing tags: {missing}; found {sorted(found)}"
+    for tag in ALL_TAGS:
+        if tag != TAG_THROUGHPUT:
+            assert [step for step, _ in found[tag]] == list(range(1, EPOCHS + 1)), tag
+    rates = [value for _, value in found[TAG_THROUGHPUT]]
+    assert rates and all(0 < rate < 10_000 for rate in rates)
+
+
+def test_custom_scalars_layout_puts_throughput_and_auroc_on_their_own_charts(two_workers):
+    (event,) = accumulator(two_workers.logdir).Tensors(custom_scalar_metadata.CONFIG_SUMMARY_TAG)
+    layout = layout_pb2.Layout.FromString(tensor_util.make_ndarray(event.tensor_proto).item())
+    charts = [list(chart.multiline.tag) for category in layout.category for chart in category.chart]
+
+    def shows(patterns: list[str], tag: str) -> bool:
+        return any(re.search(pattern, tag) for pattern in patterns)
+
+    auroc_tags = [tag for tag in ALL_TAGS if tag.startswith("auroc/")]
+    assert any(shows(c, TAG_THROUGHPUT) and not any(shows(c, t) for t in auroc_tags) for c in charts), charts
+    assert any(all(shows(c, t) for t in auroc_tags) and not shows(c, TAG_THROUGHPUT) for c in charts), charts
+
+
+def test_hparams_summary_names_the_run(two_workers):
+    acc = accumulator(two_workers.logdir)
+    assert acc.Tensors(hparams_metadata.EXPERIMENT_TAG)
+    content = acc.SummaryMetadata(hparams_metadata.SESSION_START_INFO_TAG).plugin_data.content
+    info = hparams_metadata.parse_session_start_info_plugin_data(content)  # the plugin's own reader
+    values = {name: getattr(value, value.WhichOneof("kind")) for name, value in info.hparams.items()}
+    assert values["model"] == "densenet121" and values["pipeline"] == "new"
+    assert values["workers"] == WORKERS and values["batch_size"] == BATCH and values["image_size"] == IMAGE_SIZE
+    assert values["fp16"] is False and values["xla"] is False
+
+
+def test_resume_continues_at_the_next_epoch_with_the_saved_rate(two_workers, dataset, tmp_path):
+    assert two_workers.proc.returncode == 0
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(two_workers.checkpoints, checkpoints)
+    saved_lr = scalars(two_workers.logdir)[TAG_LR][-1][1]
+    resumed = train(tmp_path, "--epochs", str(EPOCHS + 1), "--resume", checkpoints=checkpoints, data=dataset)
+    assert resumed.proc.returncode == 0, resumed.output[-3000:]
+    assert f"{EPOCHS} epochs done, continuing with epoch {EPOCHS + 1} of {EPOCHS + 1}" in resumed.output
+    assert f"Epoch {EPOCHS + 1}/{EPOCHS + 1}" in resumed.output and "Epoch 1/" not in resumed.output
+    found = scalars(resumed.logdir)
+    assert [step for step, _ in found[TAG_AUROC_MEAN]] == [EPOCHS + 1]
+    # The rate it trained with is the one the checkpoint saved (after any plateau cut), not a fresh warm-up.
+    resumed_lr = found[TAG_LR][0][1]
+    assert resumed_lr == pytest.approx(saved_lr) or resumed_lr == pytest.approx(saved_lr * 0.1)
+    steps_per_epoch = int(re.search(r"(\d+) steps/epoch", resumed.output).group(1))
+    assert min(step for step, _ in found[TAG_THROUGHPUT]) > EPOCHS * steps_per_epoch  # global steps go on
+    assert (checkpoints / "checkpoint").read_text().count(f"ckpt-{EPOCHS + 1}") >= 1
+
+
+def test_nan_loss_stops_every_worker_with_an_error(dataset, tmp_path):
+    # Only rank 1 is poisoned: rank 0 must stop too instead of waiting in the next allreduce.
+    run = train(tmp_path, "--epochs", "2", "--resume", data=dataset,
+                env={"CHEXNET_INJECT_NAN_AT_STEP": "2", "CHEXNET_INJECT_NAN_RANK": "1"})
+    assert run.proc.returncode != 0
+    assert "no checkpoint in" in run.output and "starting fresh" in run.output  # --resume on an empty dir
+    assert "the training loss became NaN at epoch 1, step 2" in run.output
+    assert "Traceback" not in run.output
+    assert not list(run.checkpoints.glob("ckpt-*"))  # NaN weights are never saved
+
+
+@pytest.mark.parametrize("case", ["batch-size-0", "epochs-0", "empty-data-dir", "missing-data-dir",
+                                  "unknown-model"])
+def test_bad_arguments_fail_in_one_line_with_exit_2(case, tmp_path, dataset):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    data, flags, needle = {
+        "batch-size-0": (dataset, ["--batch-size", "0"], "--batch-size must be a positive integer"),
+        "epochs-0": (dataset, ["--epochs", "0"], "--epochs must be a positive integer"),
+        "empty-data-dir": (empty, [], str(empty)),
+        "missing-data-dir": (tmp_path / "nope", [], "--data-dir"),
+        "unknown-model": (dataset, ["--model", "vgg16"], "--model must be one of densenet121, resnet50"),
+    }[case]
+    proc = subprocess.run([PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(tmp_path / "l"),
+                           "--checkpoint-dir", str(tmp_path / "c"), *flags], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("chexnet.train: error:")]
+    assert len(errors) == 1 and needle in errors[0], proc.stderr
+
+
+def test_evaluate_writes_the_table_the_json_and_the_curves(two_workers, dataset, tmp_path):
+    assert two_workers.proc.returncode == 0
+    out = tmp_path / "eval"
+    proc = subprocess.run([PYTHON, "-m", "chexnet.evaluate", "--checkpoint", str(two_workers.checkpoints),
+                           "--data-dir", str(dataset), "--out", str(out), "--image-size", str(IMAGE_SIZE),
+                           "--model", "densenet121", "--batch-size", str(BATCH)], cwd=REPO, capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "auroc.json").read_text())
+    assert report["split"] == "test" and report["images"] > 0 and len(report["auroc"]) == 14
+    assert report["chexnet_paper_auroc"]["Cardiomegaly"] == 0.9248
+    assert "Cardiomegaly" in proc.stdout and "0.9248" in proc.stdout and "mean" in proc.stdout
+    assert (out / "roc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,172 @@
+"""chexnet.data.pipeline: shapes, labels, sharding across ranks, and bad data skipped and counted."""
+
+import csv
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from chexnet.data.chestxray14 import CSV_NAME, DataError
+from chexnet.data.pipeline import (
+    DataSource,
+    PipelineConfig,
+    decode_only_dataset,
+    eval_dataset,
+    reset_skipped_count,
+    skipped_count,
+    source_of,
+    train_dataset,
+)
+from chexnet.data.synthetic import write_synthetic
+from chexnet.data.tfrecords import convert
+from chexnet.labels import NUM_CLASSES, encode
+
+SIZE = 16  # images on disk
+IMAGE_SIZE = 24  # what the pipeline resizes to: not the stored size, so resizing is exercised
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory):
+    return write_synthetic(tmp_path_factory.mktemp("layout"), 60, SIZE, seed=2, patients=20)
+
+
+@pytest.fixture(scope="module")
+def records(layout, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tfrecords")
+    convert(layout, out, shards=4)
+    return out
+
+
+@pytest.fixture(params=["images", "tfrecord"])
+def source(request, layout, records) -> DataSource:
+    return source_of(layout if request.param == "images" else records)
+
+
+def _cfg(**overrides) -> PipelineConfig:
+    return PipelineConfig(**{"batch_size": BATCH, "image_size": IMAGE_SIZE, **overrides})
+
+
+def _csv_labels(layout) -> dict:
+    with open(layout / CSV_NAME, newline="") as f:
+        return {row["Image Index"]: encode(row["Finding Labels"]) for row in csv.DictReader(f)}
+
+
+@pytest.mark.parametrize("pipeline", ["new", "old"])
+def test_train_batches_have_the_model_shapes_and_never_end(source, pipeline):
+    batches = train_dataset(source, _cfg(pipeline=pipeline))
+    steps = source.count("train") // BATCH + 3  # past the end of one epoch
+    for images, labels in batches.take(steps):
+        assert images.shape == (BATCH, IMAGE_SIZE, IMAGE_SIZE, 3) and images.dtype == tf.float32
+        assert labels.shape == (BATCH, NUM_CLASSES) and labels.dtype == tf.float32
+    assert -2.5 < float(tf.reduce_min(images)) and float(tf.reduce_max(images)) < 2.7  # ImageNet-normalised
+
+
+def test_cache_gives_the_same_shapes(source):
+    images, labels = next(iter(train_dataset(source, _cfg(cache=True, threads=2))))
+    assert images.shape == (BATCH, IMAGE_SIZE, IMAGE_SIZE, 3) and labels.shape == (BATCH, NUM_CLASSES)
+
+
+def test_eval_labels_match_the_csv_and_ranks_split_the_set(source, layout):
+    by_id = _csv_labels(layout)
+    expected = sorted(tuple(v) for v in (by_id[r] for r in _ids_of(source, "val")))
+    parts = [[tuple(row) for _, labels in eval_dataset(source, "val", _cfg(), rank, 3) for row in labels.numpy()]
+             for rank in range(3)]
+    assert sorted(sum(parts, [])) == expected  # disjoint by position, together the whole split
+    assert [len(p) for p in parts] == [len(range(r, len(expected), 3)) for r in range(3)]
+    first = next(iter(eval_dataset(source, "val", _cfg(), 0, 1)))
+    np.testing.assert_array_equal(first[1].numpy()[0], by_id[_ids_of(source, "val")[0]])
+
+
+def _ids_of(source, split):
+    if source.kind == "images":
+        return [r.image_id for r in source.index.split(split)]
+    ids = []
+    for path in source.files(split):
+        ids += [tf.io.parse_single_example(s, {"image_id": tf.io.FixedLenFeature([], tf.string)})["image_id"]
+                .numpy().decode() for s in tf.data.TFRecordDataset(path)]
+    return ids
+
+
+def _key(image: np.ndarray) -> bytes:
+    """An image's identity whether or not training flipped it (the synthetic noise makes every image unique)."""
+    return min(image.tobytes(), image[:, ::-1].tobytes())
+
+
+def _one_epoch_per_rank(source, size):
+    cfg = _cfg(batch_size=1, shuffle_buffer=1)
+    parts = []
+    for rank in range(size):
+        share = len(range(rank, source.count("train"), size))  # the element-sharding share
+        if len(source.files("train")) >= size:  # the file-sharding share
+            share = sum(n for path, n in source.shards["train"] if path in source.files("train")[rank::size])
+        parts.append([_key(images.numpy()[0]) for images, _ in train_dataset(source, cfg, rank, size).take(share)])
+    return parts
+
+
+def _all_train_images(source):
+    return sorted(_key(image) for images, _ in eval_dataset(source, "train", _cfg()) for image in images.numpy())
+
+
+@pytest.mark.parametrize("size", [2, 5])  # 4 train shards: files for 2 ranks, elements for 5
+def test_ranks_get_disjoint_parts_that_make_up_the_whole_train_split(records, size, caplog):
+    source = source_of(records)
+    parts = _one_epoch_per_rank(source, size)
+    assert sorted(sum(parts, [])) == _all_train_images(source)
+    assert all(len(set(p)) == len(p) for p in parts)
+    assert ("sharding by element" in caplog.text) == (size > len(source.files("train")))
+
+
+def test_decode_only_yields_every_image_once(source):
+    total = sum(int(images.shape[0]) for images, _ in decode_only_dataset(source, "test", _cfg()))
+    assert total == source.count("test")
+
+
+def test_a_corrupt_png_is_skipped_and_counted(tmp_path):
+    layout = write_synthetic(tmp_path / "d", 20, SIZE, seed=5, patients=8)
+    source = source_of(layout)
+    bad = source.index.test[0].path
+    bad.write_bytes(bad.read_bytes()[:40])  # a truncated PNG
+    reset_skipped_count()
+    seen = sum(int(images.shape[0]) for images, _ in eval_dataset(source, "test", _cfg()))
+    assert seen == source.count("test") - 1 and skipped_count() == 1
+
+
+def test_a_truncated_tfrecord_shard_is_read_up_to_the_damage(layout, tmp_path):
+    out = tmp_path / "t"
+    manifest = convert(layout, out, shards=2)
+    shard = out / manifest["shards"]["test"][0]["file"]
+    data = shard.read_bytes()
+    shard.write_bytes(data[:len(data) * 2 // 3])
+    reset_skipped_count()
+    source = source_of(out)
+    seen = sum(int(images.shape[0]) for images, _ in eval_dataset(source, "test", _cfg()))
+    assert 0 < seen < source.count("test") and skipped_count() == source.count("test") - seen
+    reset_skipped_count()
+    batches = list(train_dataset(source, _cfg(batch_size=2)).take(3))  # an endless one keeps going too
+    assert len(batches) == 3
+
+
+def test_bad_inputs_give_clear_errors(tmp_path, layout):
+    with pytest.raises(DataError, match="does not exist"):
+        source_of(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="is empty"):
+        source_of(tmp_path / "empty")
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        PipelineConfig(batch_size=0)
+    with pytest.raises(ValueError, match="pipeline must be one of new, old; got 'fast'"):
+        PipelineConfig(pipeline="fast")
+    with pytest.raises(ValueError, match="split must be one of train, val, test"):
+        source_of(layout).count("dev")
+
+
+def test_unknown_label_in_a_layout_directory(tmp_path):
+    layout = write_synthetic(tmp_path / "d", 10, SIZE, seed=1)
+    text = (layout / CSV_NAME).read_text().splitlines()
+    text[1] = text[1].replace(text[1].split(",")[1], "Pneumonitis", 1)
+    (layout / CSV_NAME).write_text("\n".join(text) + "\n")
+    with pytest.raises(DataError, match="unknown labels.*'Pneumonitis'"):
+        source_of(layout)
+    assert source_of(layout, skip_bad=True).count("train") + source_of(layout, skip_bad=True).count("val") \
+        + source_of(layout, skip_bad=True).count("test") == 9
