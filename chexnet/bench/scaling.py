@@ -20,11 +20,13 @@ from pathlib import Path
 from chexnet.bench.common import Measurement, records_of, synthetic_set, table
 
 THROUGHPUT_TAG = "throughput/images_per_sec"
+HOROVODRUN = str(Path(sys.executable).with_name("horovodrun"))  # the venv's, whatever PATH says
 DELL_V100_EFFICIENCY = {2: 0.85, 8: 0.75, 16: 0.65}  # shared/reference: dell_chexnet_v100_throughput.csv
 
 
 def scalar_values(logdir: Path, tag: str) -> list[float]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
 
     values = []
     for events in sorted(logdir.rglob("events.out.tfevents.*")):
@@ -34,14 +36,14 @@ def scalar_values(logdir: Path, tag: str) -> list[float]:
         if tag in tags.get("scalars", []):
             values += [e.value for e in accumulator.Scalars(tag)]
         elif tag in tags.get("tensors", []):
-            values += [float(e.tensor_proto.float_val[0]) for e in accumulator.Tensors(tag)]
+            values += [float(make_ndarray(e.tensor_proto)) for e in accumulator.Tensors(tag)]
     return values
 
 
 def train_rate(workers: int, data: Path, args: argparse.Namespace) -> float:
     with tempfile.TemporaryDirectory(prefix="dsportal-scaling-") as tmp:
         logdir, checkpoints = Path(tmp) / "logs", Path(tmp) / "checkpoints"
-        command = ["horovodrun", "-np", str(workers), "-H", f"localhost:{workers}",
+        command = [HOROVODRUN, "-np", str(workers), "-H", f"localhost:{workers}",
                    sys.executable, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
                    "--checkpoint-dir", str(checkpoints), "--epochs", str(args.epochs),
                    "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
