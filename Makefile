@@ -11,6 +11,7 @@ install:
 
 up: install
 	@$(BOX) up
+	@$(PY) -m portal.jobs.demo_data
 
 down:
 	@$(BOX) down

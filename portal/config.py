@@ -22,6 +22,8 @@ import yaml
 
 TLS_MODES = ("starttls", "ldaps", "none")
 SPAWNER_BACKENDS = ("slurm",)  # "kubernetes" (KubeSpawner + MPIJobs) is planned, not built yet
+JOB_LAUNCHERS = ("mpirun", "srun")
+MPI_BINDINGS = ("none", "socket", "core")
 
 
 class ConfigError(ValueError):
@@ -84,6 +86,32 @@ class PortalConfig:
     slurm_node_memory_mb: int = 20000
     slurm_node_gpus: int = 4
 
+    # Training jobs (portal.jobs).
+    # The data set a job reads when its spec names none; empty means the demo set that
+    # portal.jobs.demo_data makes: <state_dir>/datasets/chestxray14-demo-tfrecords.
+    default_data_dir: str = ""
+    # The partition training jobs go to; empty means Slurm's default partition.
+    jobs_partition: str = ""
+    # How a Slurm job starts its Horovod workers. mpirun (the default) is what Dell's CheXNet/Horovod study
+    # measured best, with --map-by socket; srun needs Slurm and Open MPI built with the same PMI (jobs_srun_mpi).
+    jobs_launcher: str = "mpirun"
+    # mpirun's placement: --map-by socket spreads the workers over both sockets (each near its GPUs);
+    # --bind-to none leaves the threads of TensorFlow's input pipeline free to use every core of the node.
+    jobs_mpi_map_by: str = "socket"
+    jobs_mpi_bind_to: str = "none"
+    # Extra mpirun arguments: the ob1 PML over TCP/shared memory, never the obsolete openib BTL (Horovod's advice
+    # for clusters without UCX; a site with InfiniBand and UCX sets e.g. "--mca,pml,ucx").
+    jobs_mpirun_args: tuple[str, ...] = ("--mca", "pml", "ob1", "--mca", "btl", "^openib")
+    # srun's --mpi plugin when jobs_launcher is srun (`srun --mpi=list` shows what the site has).
+    jobs_srun_mpi: str = "pmix"
+    # NCCL settings exported to every worker; empty means not set (NCCL's own default).
+    # NCCL_DEBUG=WARN prints why a collective failed without flooding the log; INFO shows the chosen transports.
+    jobs_nccl_debug: str = "WARN"
+    # The network interface(s) NCCL uses between nodes, e.g. "ib0" or "^docker0,lo".
+    jobs_nccl_socket_ifname: str = ""
+    # "1" where InfiniBand is absent or broken (NCCL then uses sockets), "0" to insist on it.
+    jobs_nccl_ib_disable: str = ""
+
     def __post_init__(self) -> None:
         if self.ldap_tls not in TLS_MODES:
             raise ConfigError(f"ldap_tls is {self.ldap_tls!r}; allowed: {', '.join(TLS_MODES)}")
@@ -91,6 +119,11 @@ class PortalConfig:
             raise ConfigError(
                 f"spawner_backend is {self.spawner_backend!r}; allowed: {', '.join(SPAWNER_BACKENDS)}"
             )
+        choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS,
+                   "jobs_nccl_ib_disable": ("", "0", "1")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: {', '.join(map(repr, allowed))}")
         for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port",
                      "slurmctld_port", "slurmd_port"):
             port = getattr(self, name)
@@ -110,6 +143,12 @@ class PortalConfig:
     @property
     def slurm_conf_path(self) -> Path:
         return Path(self.slurm_conf) if self.slurm_conf else self.state_dir / "slurm" / "slurm.conf"
+
+    @property
+    def default_data_path(self) -> Path:
+        if self.default_data_dir:
+            return Path(self.default_data_dir)
+        return self.state_dir / "datasets" / "chestxray14-demo-tfrecords"
 
     @property
     def hub_url(self) -> str:

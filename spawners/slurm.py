@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shlex
 
 from batchspawner import SlurmSpawner
@@ -24,6 +23,15 @@ from tornado import web
 from traitlets import Float, Instance, Integer, default
 
 from portal.config import PortalConfig, load
+
+# gpu_count and wall_minutes moved to portal.slurm (shared with the training jobs); still importable from here.
+from portal.slurm import (  # noqa: F401
+    RUNUSER,
+    gpu_count,
+    parse_key_values,
+    slurm_partitions,
+    wall_minutes,
+)
 from spawners.forms import ClusterLimits, OptionsError, Partition, ServerOptions, parse_server_options, render_form
 
 # Slurm's pending reasons, in words a data scientist can act on.
@@ -39,72 +47,19 @@ PENDING_REASONS = {
     "BeginTime": "the job's start time has not come",
     "None": "the scheduler has not looked at it yet",
 }
-RUNUSER = "/usr/sbin/runuser"  # util-linux; sudo is not installed on these nodes
 ENDED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "TIMEOUT")
 
 
-def parse_key_values(line: str) -> dict[str, str]:
-    """One line of `scontrol show ... -o`: Key=Value pairs (values that contain spaces are cut, which the
-    fields we read never do)."""
-    return dict(re.findall(r"(\w+)=(\S*)", line))
-
-
-def wall_minutes(text: str) -> int | None:
-    """Slurm's time limit ("UNLIMITED", "1:00:00", "7-00:00:00", "30") in minutes."""
-    if text in ("UNLIMITED", "INFINITE", "NONE", ""):
-        return None
-    days, _, clock = text.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    if days:  # days-hours[:minutes[:seconds]]
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    else:  # minutes, minutes:seconds or hours:minutes:seconds
-        hours, minutes, seconds = ([0] + parts + [0])[:3] if len(parts) < 3 else parts
-    return int(days or 0) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
-
-
-def gpu_count(tres: str) -> int:
-    """GPUs in a TRES or GRES string such as `cpu=2,mem=2G,gres/gpu=1` or `gpu:4` or `gpu:v100:2(S:0)`."""
-    match = re.search(r"gres/gpu(?::[\w-]+)?=(\d+)", tres) or re.search(r"\bgpu(?::[\w-]+)?:(\d+)", tres)
-    return int(match.group(1)) if match else 0
-
-
 def partitions_from_scontrol(partition_lines: str, node_lines: str) -> tuple[Partition, ...]:
     """Partitions that are up, with the resources of their best node, from `scontrol show partition -o` and
-    `scontrol show node -d -o`."""
-    nodes = {}
-    for line in node_lines.splitlines():
-        node = parse_key_values(line)
-        if "NodeName" not in node:
-            continue
-        usable = not re.search(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|FUTURE", node.get("State", ""))
-        total = gpu_count(node.get("Gres", ""))
-        nodes[node["NodeName"]] = {
-            "cpus": int(node.get("CPUTot", 0) or 0),
-            "memory": int(node.get("RealMemory", 0) or 0),
-            "gpus": total,
-            # GresUsed comes with `scontrol show node -d`; AllocTRES counts GPUs only where slurmdbd tracks them.
-            "free": max(0, total - gpu_count(node.get("GresUsed") or node.get("AllocTRES", ""))) if usable else 0,
-            "partitions": node.get("Partitions", "").split(","),
-        }
-    partitions = []
-    for line in partition_lines.splitlines():
-        part = parse_key_values(line)
-        if "PartitionName" not in part or part.get("State") != "UP":
-            continue
-        members = [n for n in nodes.values() if part["PartitionName"] in n["partitions"]]
-        if not members:
-            continue
-        partitions.append(Partition(
-            name=part["PartitionName"],
-            cpus_per_node=max(n["cpus"] for n in members),
-            memory_mb_per_node=max(n["memory"] for n in members),
-            gpus_per_node=max(n["gpus"] for n in members),
-            free_gpus_per_node=max(n["free"] for n in members),
-            max_minutes=wall_minutes(part.get("MaxTime", "UNLIMITED")),
-            default=part.get("Default") == "YES",
-        ))
-    return tuple(partitions)
+    `scontrol show node -d -o` (read by portal.slurm, shared with the training jobs)."""
+    return tuple(
+        Partition(name=p.name, cpus_per_node=p.cpus_per_node, memory_mb_per_node=p.memory_mb_per_node,
+                  gpus_per_node=p.gpus_per_node, free_gpus_per_node=p.free_gpus_per_node,
+                  max_minutes=p.max_minutes, default=p.default)
+        for p in slurm_partitions(partition_lines, node_lines)
+    )
 
 
 async def accepts_connections(host: str, port: int) -> bool:

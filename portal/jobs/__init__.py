@@ -1,0 +1,203 @@
+"""Training jobs: one API for notebooks and the dashboard.
+
+    from portal import jobs
+    job = jobs.submit({"template": "chexnet", "gpus_per_node": 2, "epochs": 2, "image_size": 64})
+    job.id, job.state            # "42", "PENDING" -> "RUNNING" -> "COMPLETED"
+    job.wait(timeout=600)        # the final state
+    print(job.logs(tail=20))
+    job.metrics()                # RunMetrics(images_per_sec=..., best_mean_auroc=..., per_class_auroc={...})
+    jobs.jobs(); jobs.get("42"); job.cancel()
+
+A job lives in `~/jobs/<id>/` (script, output.log, tensorboard/, checkpoints/, job.json). The backend is config's
+`spawner_backend` unless given: "slurm" (the cluster) or "local" (horovodrun on this machine). Callers that act for
+a user (the dashboard runs as root) pass `user=`: every file and scheduler command is then run as that user,
+who only ever reaches their own ~/jobs and their own jobs; anyone else's job is "not found".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from portal.config import PortalConfig, load
+from portal.jobs.account import JobAccessError, JobUser, job_user
+from portal.jobs.local import LocalBackend
+from portal.jobs.record import ENDED_STATES, JOB_ID, RECORD_FILE, JobRecord
+from portal.jobs.slurm import JobNotFound, SlurmBackend, SlurmError
+from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
+from portal.metrics import RunMetrics, read_run_metrics
+
+BACKENDS = ("slurm", "local")
+PLANNED_BACKENDS = ("kubernetes",)  # MPIJob manifests come in a later issue
+DEFAULT_POLL_S = 5.0
+
+__all__ = ["BACKENDS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
+           "RunMetrics", "SlurmError", "cancel", "get", "jobs", "limits", "render", "submit", "validate"]
+
+
+class BackendError(ValueError):
+    """The backend named is not one this portal has."""
+
+
+def backend_for(name: str | None, cfg: PortalConfig) -> SlurmBackend | LocalBackend:
+    name = name or cfg.spawner_backend
+    if name in PLANNED_BACKENDS:
+        raise BackendError(f"backend: {name!r} is not built yet (MPIJobs on Kubernetes come in a later issue); "
+                           f"allowed: {', '.join(BACKENDS)}")
+    if name not in BACKENDS:
+        raise BackendError(f"backend: {name!r} is not a backend; allowed: {', '.join(BACKENDS)}")
+    return SlurmBackend(cfg) if name == "slurm" else LocalBackend(cfg)
+
+
+class Job:
+    """One training job of one user, as its backend sees it now (every property asks afresh)."""
+
+    def __init__(self, record: JobRecord, backend: SlurmBackend | LocalBackend, user: JobUser):
+        self.record, self._backend, self._user = record, backend, user
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def backend(self) -> str:
+        return self.record.backend
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.record.spec
+
+    @property
+    def job_dir(self) -> str:
+        return str(self.record.job_dir)
+
+    @property
+    def submitted_at(self) -> str:
+        return self.record.submitted_at
+
+    @property
+    def state(self) -> str:
+        return self._backend.state(self.record, self._user)
+
+    @property
+    def done(self) -> bool:
+        return self.state in ENDED_STATES
+
+    def wait(self, timeout: float | None = None, poll: float = DEFAULT_POLL_S) -> str:
+        """Block until the job has ended; its final state. TimeoutError after `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.state
+            if state in ENDED_STATES:
+                return state
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id} is still {state} after {timeout} s")
+            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+
+    def logs(self, tail: int | None = None) -> str:
+        """The job's output (stdout and stderr of every worker); "" before it starts."""
+        path = self._backend.output_path(self.record, self._user)
+        text = self._user.read_text(path) if tail is None else self._user.tail(path, tail)
+        return text or ""
+
+    def cancel(self) -> None:
+        self._backend.cancel(self.record, self._user)
+
+    def metrics(self) -> RunMetrics:
+        """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
+        if self._user.is_caller:
+            return read_run_metrics(self.record.logdir)
+        # Acting for the user: read their files as them, in a process of theirs.
+        python = str(self._backend.cfg.venv / "bin" / "python")
+        out = self._user.run([python, "-m", "portal.metrics", str(self.record.logdir)], timeout=120).stdout
+        return RunMetrics.from_dict(json.loads(out))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "backend": self.backend, "user": self.record.user, "state": self.state,
+                "submitted_at": self.submitted_at, "job_dir": self.job_dir, "spec": self.spec.to_dict()}
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, backend={self.backend!r}, user={self.record.user!r})"
+
+
+def limits(backend: str | None = None, user: str | None = None, groups: Sequence[str] | None = None,
+           cfg: PortalConfig | None = None) -> JobLimits:
+    """What the user may ask for on this backend now."""
+    cfg = cfg or load()
+    return backend_for(backend, cfg).limits(job_user(user, groups))
+
+
+def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, who: JobUser,
+             cfg: PortalConfig) -> tuple[SlurmBackend | LocalBackend, JobSpec, JobLimits]:
+    chosen = backend_for(backend, cfg)
+    raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
+    job_limits = chosen.limits(who)
+    return chosen, parse_job_spec(raw, job_limits, who.can_read_dir), job_limits
+
+
+def validate(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
+             groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> JobSpec:
+    """The validated spec, with every default filled in; JobSpecError naming the field otherwise."""
+    return _checked(spec, backend, job_user(user, groups), cfg or load())[1]
+
+
+def render(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
+           groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> str:
+    """What `submit` would submit: the batch script (slurm) or shell script (local)."""
+    who = job_user(user, groups)
+    chosen, checked, job_limits = _checked(spec, backend, who, cfg or load())
+    return chosen.render(checked, who, job_limits.partition)
+
+
+def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
+           groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> Job:
+    """Validate and submit a training job; returns at once (the job may still be pending)."""
+    who = job_user(user, groups)
+    chosen, checked, job_limits = _checked(spec, backend, who, cfg or load())
+    return Job(chosen.submit(checked, who, job_limits.partition), chosen, who)
+
+
+def _load(who: JobUser, job_id: str, cfg: PortalConfig) -> Job:
+    missing = JobNotFound(f"job {job_id}: not found among {who.name}'s jobs")
+    if not isinstance(job_id, str) or not JOB_ID.match(job_id):  # ids become paths: nothing like "../bob"
+        raise missing
+    text = who.read_text(who.jobs_dir / job_id / RECORD_FILE)
+    if text is None:
+        raise missing
+    try:
+        record = JobRecord.from_json(text)
+    except (ValueError, KeyError, TypeError):
+        raise missing from None
+    if record.id != job_id or record.user != who.name or record.job_dir != who.jobs_dir / job_id:
+        raise missing  # a job.json copied from elsewhere, or edited to claim another job
+    job = Job(record, backend_for(record.backend, cfg), who)
+    job._backend.state(record, who)  # the scheduler's own check that the job is the user's
+    return job
+
+
+def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = None,
+        cfg: PortalConfig | None = None) -> Job:
+    """The user's job with this id; JobNotFound for an unknown id and for anyone else's job."""
+    cfg = cfg or load()
+    return _load(job_user(user, groups), str(job_id), cfg)
+
+
+def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> list[Job]:
+    """The user's jobs, newest first, from ~/jobs/*/job.json (each checked with its scheduler)."""
+    cfg = cfg or load()
+    who = job_user(user, groups)
+    found = []
+    for name in who.list_dir(who.jobs_dir):
+        try:
+            found.append(_load(who, name, cfg))
+        except (JobNotFound, BackendError):
+            continue  # not a job directory of this user's (or of a backend this portal no longer has)
+    return sorted(found, key=lambda job: job.submitted_at, reverse=True)
+
+
+def cancel(job_id: str, user: str | None = None, groups: Sequence[str] | None = None,
+           cfg: PortalConfig | None = None) -> None:
+    """Cancel the user's job; JobNotFound for anyone else's (and Slurm refuses that too)."""
+    get(job_id, user, groups, cfg).cancel()

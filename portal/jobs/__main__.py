@@ -1,0 +1,66 @@
+"""`python -m portal.jobs render --backend slurm|local [--template chexnet] [--nodes N] [--gpus-per-node N] ...`
+
+Prints what would be submitted (the batch script) without submitting it. Every JobSpec field is a flag; a bad
+value is one line naming the field and what is allowed, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from portal.config import ConfigError
+from portal.jobs import BACKENDS, PLANNED_BACKENDS, BackendError, JobAccessError, SlurmError, render
+from portal.jobs.spec import FIELDS, JobSpecError
+
+EXIT_USAGE = 2
+PROG = "python -m portal.jobs"
+
+
+class UsageError(Exception):
+    pass
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage block on an error; one line that names the flag is enough."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog=PROG, description="Training jobs of the Data Scientist Portal.")
+    commands = p.add_subparsers(dest="command", required=True)
+    r = commands.add_parser("render", help="print the script a job would run, without submitting it")
+    r.add_argument("--backend", help=f"one of {', '.join(BACKENDS + PLANNED_BACKENDS)} (default: config's "
+                   "spawner_backend)")
+    r.add_argument("--user", help="render for this user (root only); default: you")
+    for name in FIELDS:
+        if name in ("fp16", "xla"):  # --fp16 alone means true; --fp16 false is allowed too
+            r.add_argument(f"--{name.replace('_', '-')}", dest=name, nargs="?", const="true", metavar="true|false")
+        else:
+            r.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=name.upper())
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except UsageError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    spec = {name: getattr(args, name) for name in FIELDS if getattr(args, name) is not None}
+    try:
+        print(render(spec, backend=args.backend, user=args.user), end="")
+    except (JobSpecError, BackendError, JobAccessError, ConfigError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except SlurmError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

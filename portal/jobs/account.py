@@ -1,0 +1,113 @@
+"""Who a job belongs to, and doing things as them.
+
+A notebook calls the jobs API as its own user: commands run plainly. The dashboard runs as root and acts for
+the logged-in user: every command that touches the user's files or Slurm jobs runs as that user through
+`runuser`, so the kernel and Slurm enforce what the user may do (their home is 0700; `scancel` of another user's
+job fails), and root never follows a path the user controls. Any other caller may act only for itself.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from portal.slurm import RUNUSER
+
+COMMAND_TIMEOUT_S = 60
+
+
+class JobAccessError(PermissionError):
+    """The caller may not act for this user."""
+
+
+@dataclass(frozen=True)
+class JobUser:
+    name: str
+    uid: int
+    gid: int
+    home: Path
+    groups: tuple[str, ...]  # Unix group names, or what the caller (the hub, from LDAP) says
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.home / "jobs"
+
+    @property
+    def is_caller(self) -> bool:
+        return os.geteuid() == self.uid
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """argv as this user: plain when the caller is the user, through runuser when root acts for them."""
+        assignments = [f"{k}={v}" for k, v in (env or {}).items()]
+        if self.is_caller:
+            return ["/usr/bin/env", *assignments, *argv] if assignments else list(argv)
+        if os.geteuid() != 0:
+            raise JobAccessError(f"only root may act for another user; you are uid {os.geteuid()}, not {self.name}")
+        return [RUNUSER, "-u", self.name, "--", "/usr/bin/env", *assignments, *argv]
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, input: str | None = None,
+            check: bool = True, timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+        # Bytes, decoded here: text mode would turn the \r of progress bars in a job's output into line breaks.
+        raw = subprocess.run(self.command(argv, env), input=None if input is None else input.encode(),
+                             capture_output=True, timeout=timeout, cwd=self.home if self.home.is_dir() else "/")
+        result = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode(errors="replace"),
+                                             raw.stderr.decode(errors="replace"))
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, list(argv), result.stdout, result.stderr)
+        return result
+
+    # Files in the user's home, touched as the user (see the module's docstring for why not as root).
+
+    def make_dir(self, path: Path, *, exclusive: bool = False) -> None:
+        """mkdir as the user, mode 0700; `exclusive`: fail when it exists (mkdir is atomic: a race-free claim)."""
+        self.run(["mkdir", "-m", "700", *([] if exclusive else ["-p"]), "--", str(path)])
+
+    def write_text(self, path: Path, text: str, *, mode: str = "600") -> None:
+        # install(1) would need a source file; sh writes stdin to the path the user could write anyway.
+        self.run(["/bin/sh", "-c", 'umask 077 && cat > "$1" && chmod "$2" "$1"', "sh", str(path), mode], input=text)
+
+    def read_text(self, path: Path) -> str | None:
+        """The file's text, or None when it is missing or unreadable for the user."""
+        result = self.run(["cat", "--", str(path)], check=False)
+        return result.stdout if result.returncode == 0 else None
+
+    def tail(self, path: Path, lines: int) -> str | None:
+        result = self.run(["tail", "-n", str(lines), "--", str(path)], check=False)
+        return result.stdout if result.returncode == 0 else None
+
+    def list_dir(self, path: Path) -> list[str]:
+        result = self.run(["ls", "-1A", "--", str(path)], check=False)
+        return result.stdout.split("\n")[:-1] if result.returncode == 0 else []
+
+    def exists(self, path: Path) -> bool:
+        return self.run(["test", "-e", str(path), "-o", "-L", str(path)], check=False).returncode == 0
+
+    def can_read_dir(self, path: str) -> bool:
+        """Whether the user can list and enter the directory (asked as the user: groups and ACLs count)."""
+        return self.run(["test", "-d", path, "-a", "-r", path, "-a", "-x", path], check=False).returncode == 0
+
+
+def job_user(user: str | None = None, groups: Sequence[str] | None = None) -> JobUser:
+    """The user jobs run as: `user` (root callers act for anyone), else the caller. `groups` defaults to the user's
+    Unix groups (on a cluster nslcd/sssd makes them the directory's groups, which the GPU quota is keyed on)."""
+    try:
+        entry = pwd.getpwnam(user) if user else pwd.getpwuid(os.geteuid())
+    except KeyError:
+        raise JobAccessError(f"user {user!r} does not exist on this machine") from None
+    if entry.pw_uid != os.geteuid() and os.geteuid() != 0:
+        raise JobAccessError(f"only root may act for another user; you are uid {os.geteuid()}, not {entry.pw_name}")
+    if groups is None:
+        names = []
+        for gid in os.getgrouplist(entry.pw_name, entry.pw_gid):
+            try:
+                names.append(grp.getgrgid(gid).gr_name)
+            except KeyError:  # a gid without a name still exists; it just cannot carry a quota
+                continue
+        groups = names
+    return JobUser(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid, home=Path(entry.pw_dir),
+                   groups=tuple(sorted(set(groups))))

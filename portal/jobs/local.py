@@ -1,0 +1,147 @@
+"""Training jobs on this machine (a laptop, a workstation): `horovodrun -np N -H localhost:N` started detached.
+
+`render_local` is pure, like the Slurm renderer. A job is `~/jobs/local-<time>-<random>/`: the script writes its
+PID (its session and process group id), its output, and its exit status; cancelling marks the job cancelled
+and signals its process group.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+from portal.config import PortalConfig
+from portal.jobs.account import JobUser
+from portal.jobs.record import (
+    CANCELLED,
+    COMPLETED,
+    EXIT_STATUS_FILE,
+    FAILED,
+    OUTPUT_FILE,
+    PENDING,
+    RECORD_FILE,
+    RUNNING,
+    SCRIPT_FILES,
+    TIMEOUT,
+    JobRecord,
+    now_utc,
+)
+from portal.jobs.slurm import JobNotFound
+from portal.jobs.spec import JobLimits, JobSpec
+from portal.jobs.templating import template_environment
+
+PID_FILE = "pid"
+CANCELLED_FILE = "cancelled"
+TIMEOUT_EXIT = 124  # timeout(1)'s exit status when the limit struck
+CANCEL_GRACE_S = 10  # TERM first, so Horovod stops its workers; KILL what is left after this
+
+
+def render_local(spec: JobSpec, job_dir: str, cfg: PortalConfig) -> str:
+    """The shell script that runs `spec` under horovodrun in `job_dir`."""
+    hours, minutes, seconds = (int(p) for p in spec.time_limit.split(":"))
+    return template_environment().get_template(f"{spec.template}.local.sh").render(
+        spec=spec, job_dir=job_dir, output=OUTPUT_FILE, seconds=hours * 3600 + minutes * 60 + seconds,
+        venv_bin=str(cfg.venv / "bin"), python=str(cfg.venv / "bin" / "python"),
+        horovodrun=str(cfg.venv / "bin" / "horovodrun"))
+
+
+def local_gpus() -> int:
+    """NVIDIA GPUs on this machine, by their device files (no driver call: this must work without CUDA)."""
+    return len([p for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit()])
+
+
+def new_local_id() -> str:
+    # Time for sorting and reading, randomness so that two submits in one second do not collide.
+    return f"local-{datetime.now():%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, cfg: PortalConfig):
+        self.cfg = cfg
+
+    def limits(self, user: JobUser) -> JobLimits:
+        # This machine is the user's own: its GPUs are the quota (group quotas are a shared cluster's policy).
+        gpus = local_gpus()
+        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1024**3
+        return JobLimits(partition="", nodes=1, gpus_per_node=gpus, cpus_per_node=os.cpu_count() or 1,
+                         memory_gb_per_node=max(1, memory_gb), max_minutes=None, gpu_quota=gpus,
+                         default_data_dir=str(self.cfg.default_data_path), groups=user.groups)
+
+    def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
+        return render_local(spec, str(user.jobs_dir / "local-<time>-<random>"), self.cfg)
+
+    def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> JobRecord:
+        user.make_dir(user.jobs_dir)
+        job_id = new_local_id()
+        job_dir = user.jobs_dir / job_id
+        user.make_dir(job_dir, exclusive=True)  # mkdir is atomic: the id is ours
+        record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
+                           job_dir=job_dir)
+        script = job_dir / SCRIPT_FILES[self.name]
+        user.write_text(script, render_local(spec, str(job_dir), self.cfg), mode="700")
+        user.write_text(job_dir / RECORD_FILE, record.to_json())
+        # setsid --fork: the script leads a new session (its PID is its process group id, which cancel signals)
+        # and is not our child, so it never lingers as a zombie of a long-lived caller (a notebook kernel).
+        subprocess.run(user.command([shutil.which("setsid") or "/usr/bin/setsid", "--fork", "/bin/bash",
+                                     str(script)]),
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                       timeout=30)
+        return record
+
+    def _pid(self, record: JobRecord, user: JobUser) -> int | None:
+        text = user.read_text(record.job_dir / PID_FILE)
+        return int(text) if text and text.strip().isdigit() else None
+
+    def state(self, record: JobRecord, user: JobUser) -> str:
+        if record.user != user.name:
+            raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
+        status = user.read_text(record.job_dir / EXIT_STATUS_FILE)
+        cancelled = user.read_text(record.job_dir / CANCELLED_FILE) is not None
+        if status is not None and status.strip().lstrip("-").isdigit():
+            code = int(status)
+            if code == 0:
+                return COMPLETED
+            return CANCELLED if cancelled else TIMEOUT if code == TIMEOUT_EXIT else FAILED
+        pid = self._pid(record, user)
+        if pid is None:
+            # The script writes its PID first thing; give it a moment before calling the start failed.
+            return PENDING if time.time() - _started(record) < 30 else FAILED
+        if session_alive(pid):
+            return RUNNING
+        return CANCELLED if cancelled else FAILED  # ended without writing its status: killed
+
+    def cancel(self, record: JobRecord, user: JobUser) -> None:
+        if record.user != user.name:
+            raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
+        pid = self._pid(record, user)
+        if pid is None or not session_alive(pid):
+            return
+        user.write_text(record.job_dir / CANCELLED_FILE, now_utc() + "\n")
+        # As the user: the kernel refuses to signal anyone else's processes.
+        user.run(["kill", "-TERM", "--", f"-{pid}"], check=False)
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        while session_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if session_alive(pid):
+            user.run(["kill", "-KILL", "--", f"-{pid}"], check=False)
+
+    def output_path(self, record: JobRecord, user: JobUser) -> Path:
+        return record.job_dir / OUTPUT_FILE
+
+
+def session_alive(sid: int) -> bool:
+    """Whether any process of session `sid` is still running (zombies do not count: an ended job whose
+    parent has not reaped it yet is over)."""
+    result = subprocess.run(["ps", "-o", "stat=", "--sid", str(sid)], capture_output=True, text=True, check=False)
+    return any(line.strip() and not line.strip().startswith("Z") for line in result.stdout.splitlines())
+
+
+def _started(record: JobRecord) -> float:
+    return datetime.fromisoformat(record.submitted_at).timestamp()

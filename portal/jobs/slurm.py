@@ -1,0 +1,218 @@
+"""Training jobs on Slurm: a batch script from the job kind's template, then Slurm's own commands.
+
+`render_sbatch` is pure (spec in, script out; unit-tested without Slurm). The rest are the small impure steps,
+each one Slurm command run as the job's user: `sbatch --parsable --hold`, `scontrol release`, `squeue`,
+`scontrol show job`, `sacct`, `scancel`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+from portal.config import PortalConfig
+from portal.jobs.account import JobUser
+from portal.jobs.record import (
+    COMPLETED,
+    ENDED_STATES,
+    EXIT_STATUS_FILE,
+    FAILED,
+    FINAL_STATE_FILE,
+    OUTPUT_FILE,
+    RECORD_FILE,
+    SCRIPT_FILES,
+    UNKNOWN,
+    JobRecord,
+    now_utc,
+)
+from portal.jobs.spec import JobLimits, JobSpec
+from portal.jobs.templating import template_environment
+from portal.slurm import parse_key_values, slurm_partitions
+
+SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
+# Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
+MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
+
+
+class SlurmError(RuntimeError):
+    """Slurm refused or did not answer; the message has Slurm's own words."""
+
+
+class JobNotFound(LookupError):
+    """No such job for this user (another user's job is 'not found' too: its existence is not theirs to know)."""
+
+
+def shell_path(path: str) -> str:
+    """A path for the script's shell, quoted, with Slurm's %j standing for "$SLURM_JOB_ID"."""
+    parts = path.split(SLURM_JOB_ID)
+    return '"$SLURM_JOB_ID"'.join(shlex.quote(p) if p else "" for p in parts)
+
+
+def nccl_environment(cfg: PortalConfig) -> list[tuple[str, str]]:
+    settings = {"NCCL_DEBUG": cfg.jobs_nccl_debug, "NCCL_SOCKET_IFNAME": cfg.jobs_nccl_socket_ifname,
+                "NCCL_IB_DISABLE": cfg.jobs_nccl_ib_disable}
+    return [(name, value) for name, value in settings.items() if value]
+
+
+def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str = "") -> str:
+    """The batch script for `spec`. `job_dir` is where the job writes everything; `%j` in it stands for the Slurm
+    job id (as in sbatch's own --output patterns), which is how `submit` names a job's directory after its id."""
+    nccl = nccl_environment(cfg)
+    return template_environment().get_template(f"{spec.template}.sbatch").render(
+        spec=spec,
+        partition=partition,
+        output=f"{job_dir}/{OUTPUT_FILE}",
+        job_dir_sh=shell_path(job_dir),
+        venv_bin=str(cfg.venv / "bin"),
+        python=str(cfg.venv / "bin" / "python"),
+        nccl_env=nccl,
+        launcher=cfg.jobs_launcher,
+        map_by=cfg.jobs_mpi_map_by,
+        bind_to=cfg.jobs_mpi_bind_to,
+        mpirun_args=cfg.jobs_mpirun_args,
+        exported=(*MPI_EXPORTED, *(name for name, _ in nccl)),
+        srun_mpi=cfg.jobs_srun_mpi,
+    )
+
+
+class SlurmBackend:
+    """Submit, watch, cancel and read training jobs on Slurm, always as the job's user."""
+
+    name = "slurm"
+
+    def __init__(self, cfg: PortalConfig):
+        self.cfg = cfg
+
+    # --- Slurm commands ---
+
+    def _slurm(self, user: JobUser, *argv: str, input: str | None = None, check: bool = True) -> str:
+        command = [str(self.cfg.slurm_bin_dir / argv[0]), *argv[1:]]
+        try:
+            result = user.run(command, env={"SLURM_CONF": str(self.cfg.slurm_conf_path)}, input=input, check=False)
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"Slurm did not answer `{shlex.join(argv)}` in time") from None
+        if check and result.returncode != 0:
+            raise SlurmError(f"Slurm refused `{shlex.join(argv)}`: {result.stderr.strip()}")
+        return result.stdout
+
+    def limits(self, user: JobUser) -> JobLimits:
+        """What `user` may ask for now: the jobs partition's shape (all its nodes, busy or not: a job may wait)
+        and the user's group GPU quota."""
+        partitions = slurm_partitions(self._slurm(user, "scontrol", "show", "partition", "-o"),
+                                      self._slurm(user, "scontrol", "show", "node", "-d", "-o"))
+        if not partitions:
+            raise SlurmError("Slurm reports no partition that is up")
+        wanted = self.cfg.jobs_partition
+        partition = next((p for p in partitions if p.name == wanted), None) if wanted else next(
+            (p for p in partitions if p.default), partitions[0])
+        if partition is None:
+            raise SlurmError(f"jobs_partition {wanted!r} is not a partition that is up; up: "
+                             f"{', '.join(p.name for p in partitions)}")
+        return JobLimits(
+            partition=partition.name, nodes=len(partition.nodes), gpus_per_node=partition.gpus_per_node,
+            cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
+            max_minutes=partition.max_minutes, gpu_quota=self.cfg.gpu_quota_for(user.groups),
+            default_data_dir=str(self.cfg.default_data_path), groups=user.groups)
+
+    def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
+        return render_sbatch(spec, f"{user.jobs_dir}/{SLURM_JOB_ID}", self.cfg, partition)
+
+    def test_only(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
+        """`sbatch --test-only`: Slurm's own check that the script's request can ever run (nothing is queued)."""
+        result = user.run([str(self.cfg.slurm_bin_dir / "sbatch"), "--test-only"],
+                          env={"SLURM_CONF": str(self.cfg.slurm_conf_path)},
+                          input=self.render(spec, user, partition), check=False)
+        if result.returncode != 0:
+            raise SlurmError(f"sbatch --test-only refused the script: {result.stderr.strip()}")
+        return result.stderr.strip()  # "sbatch: Job 7 to start at ... using 8 processors on nodes localhost ..."
+
+    def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> JobRecord:
+        """Submit held, make ~/jobs/<id>/ with the script and job.json, then release.
+
+        The job's directory is named after its Slurm id, which exists only once sbatch answers, and the job
+        must not start before its directory (where Slurm opens its output file) exists. Submitting with --hold
+        makes that race-free: the id is known, nothing runs, the directory is made, and `scontrol release` lets
+        the job go. If any step fails the held job is cancelled, so nothing half-made ever runs.
+        """
+        user.make_dir(user.jobs_dir)
+        script = self.render(spec, user, partition)
+        answer = self._slurm(user, "sbatch", "--parsable", "--hold", input=script)
+        job_id = answer.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch answered {answer.strip()!r}, not a job id")
+        job_dir = user.jobs_dir / job_id
+        record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
+                           job_dir=job_dir)
+        try:
+            if user.exists(job_dir):
+                # Slurm counts ids again from 1 when its state is reset (a new cluster, the box rebuilt), so an
+                # old job may have this id's directory. It is kept, renamed; jobs() no longer lists it.
+                user.run(["mv", "-T", "--", str(job_dir), f"{job_dir}.replaced-{int(time.time())}"])
+            user.make_dir(job_dir, exclusive=True)
+            user.write_text(job_dir / SCRIPT_FILES[self.name], script, mode="700")
+            user.write_text(job_dir / RECORD_FILE, record.to_json())
+            self._slurm(user, "scontrol", "release", job_id)
+        except (subprocess.CalledProcessError, SlurmError) as err:
+            self._slurm(user, "scancel", job_id, check=False)
+            detail = err.stderr.strip() if isinstance(err, subprocess.CalledProcessError) else str(err)
+            raise SlurmError(f"job {job_id} was cancelled: preparing {job_dir} failed: {detail}") from err
+        return record
+
+    def _job_facts(self, user: JobUser, job_id: str) -> dict[str, str] | None:
+        """`scontrol show job`, while Slurm remembers the job (MinJobAge after it ends)."""
+        out = self._slurm(user, "scontrol", "show", "job", "-o", job_id, check=False)
+        facts = parse_key_values(out)
+        return facts if facts.get("JobId") == job_id else None
+
+    def _check_owner(self, user: JobUser, facts: dict[str, str] | None, job_id: str) -> None:
+        # UserId=alice(1001): the directory says whose job it claims to be; Slurm says whose it is.
+        if facts is not None and facts.get("UserId", "").split("(")[0] != user.name:
+            raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs")
+
+    def state(self, record: JobRecord, user: JobUser) -> str:
+        """Slurm's state: squeue while queued or running, then `scontrol show job`, then sacct (where
+        accounting runs), then what the job itself left (its exit status, or the ended state once seen)."""
+        facts = self._job_facts(user, record.id)
+        self._check_owner(user, facts, record.id)
+        state = facts.get("JobState") if facts else None
+        if state is None:
+            out = self._slurm(user, "sacct", "-n", "-X", "-P", "-j", record.id, "-u", user.name, "-o", "State",
+                              check=False)
+            state = out.split("\n")[0].split(" ")[0].strip() or None
+        if state is None:
+            state = _left_behind(record, user)
+        if state in ENDED_STATES:
+            _remember(record, user, state)
+        return state or UNKNOWN
+
+    def cancel(self, record: JobRecord, user: JobUser) -> None:
+        facts = self._job_facts(user, record.id)
+        self._check_owner(user, facts, record.id)
+        # As the user: Slurm itself refuses to cancel anyone else's job.
+        self._slurm(user, "scancel", record.id)
+
+    def output_path(self, record: JobRecord, user: JobUser) -> Path:
+        return record.job_dir / OUTPUT_FILE
+
+
+def _left_behind(record: JobRecord, user: JobUser) -> str | None:
+    """The state a job's own files tell, once the scheduler has forgotten it."""
+    final = user.read_text(record.job_dir / FINAL_STATE_FILE)
+    if final and final.strip():
+        return final.strip()
+    status = user.read_text(record.job_dir / EXIT_STATUS_FILE)
+    if status is not None and status.strip().isdigit():
+        return COMPLETED if int(status) == 0 else FAILED
+    return None
+
+
+def _remember(record: JobRecord, user: JobUser, state: str) -> None:
+    final = record.job_dir / FINAL_STATE_FILE
+    if user.read_text(final) is None:
+        try:
+            user.write_text(final, state + "\n")
+        except subprocess.CalledProcessError:
+            pass  # the directory is gone or read-only: the state is still reported, just not kept
+

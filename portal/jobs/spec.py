@@ -1,0 +1,237 @@
+"""A training job request: `JobSpec`, and the one validator every caller goes through.
+
+Pure: what the user sent and what the cluster allows (`JobLimits`, built from Slurm's facts or this machine's)
+go in, a validated `JobSpec` (or a `JobSpecError` naming the field and what is allowed) comes out. The only
+outside fact, whether the user can read `data_dir`, is asked through a function the caller passes, so the rules are
+unit-tested without Slurm or other users. The notebook API, the command line and the dashboard all parse here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+TEMPLATES = ("chexnet",)
+MODELS = ("densenet121", "resnet50")
+WALL_TIME = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
+WHOLE_NUMBER = re.compile(r"^[+-]?\d{1,9}$")
+TRUE_WORDS, FALSE_WORDS = ("true",), ("false",)
+
+# Bounds that do not depend on the cluster: wide enough for real training, narrow enough to catch typos.
+MAX_EPOCHS = 1000
+MAX_BATCH_SIZE = 1024  # per GPU (per worker)
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 32, 1024
+
+# What a job gets when it does not say, each lowered to what the partition and the quota allow.
+DEFAULT_GPUS_PER_NODE = 1
+DEFAULT_CPUS_PER_TASK = 4
+DEFAULT_MEMORY_GB = 16
+DEFAULT_TIME_LIMIT = "04:00:00"
+
+
+class JobSpecError(ValueError):
+    """A job field is not allowed. `field` names it; the message says what is allowed."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated request for one training job (build it with `parse_job_spec`, not directly)."""
+
+    template: str = "chexnet"
+    nodes: int = 1
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    cpus_per_task: int = DEFAULT_CPUS_PER_TASK  # per Horovod worker
+    memory_gb: int = DEFAULT_MEMORY_GB  # per node
+    time_limit: str = DEFAULT_TIME_LIMIT  # HH:MM:SS
+    epochs: int = 5
+    batch_size: int = 16  # per GPU (per worker)
+    image_size: int = 224
+    model: str = "densenet121"
+    fp16: bool = False
+    xla: bool = False
+    data_dir: str = ""  # empty only before parsing: parse_job_spec puts the configured default here
+
+    @property
+    def workers_per_node(self) -> int:
+        """One Horovod worker per GPU; a CPU-only job still needs one."""
+        return max(1, self.gpus_per_node)
+
+    @property
+    def workers(self) -> int:
+        return self.nodes * self.workers_per_node
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """What one user may ask for on one backend now: the partition's shape and the user's GPU quota."""
+
+    partition: str  # "" on the local backend
+    nodes: int
+    gpus_per_node: int
+    cpus_per_node: int
+    memory_gb_per_node: int
+    max_minutes: int | None  # None: no wall-time limit
+    gpu_quota: int  # the most GPUs (all nodes together) the user's groups allow
+    default_data_dir: str
+    groups: tuple[str, ...] = ()
+
+    @property
+    def max_gpus_per_node(self) -> int:
+        return max(0, min(self.gpus_per_node, self.gpu_quota))
+
+    def where(self) -> str:
+        return f"in partition {self.partition}" if self.partition else "on this machine"
+
+
+def minutes_of(time_limit: str) -> int:
+    hours, minutes, seconds = (int(part) for part in WALL_TIME.match(time_limit).groups())
+    return hours * 60 + minutes + (1 if seconds else 0)
+
+
+def format_minutes(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
+def _integer(raw: Mapping[str, Any], name: str, low: int, high: int, why: str = "") -> int:
+    """A whole number in [low, high]: ints, and strings of digits (command-line flags, form fields); never
+    bools (True is an int in Python) nor floats (2.5 GPUs is a mistake, not a rounding)."""
+    value = raw[name]
+    span = f"{low}-{high}" if low < high else str(low) if low == high else "none"
+    allowed = f"allowed: {span}{why}"
+    if isinstance(value, str) and WHOLE_NUMBER.match(value.strip()):
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobSpecError(name, f"{value!r} is not a whole number; {allowed}")
+    if not low <= value <= high:
+        raise JobSpecError(name, f"{value} is out of range; {allowed}")
+    return value
+
+
+def _boolean(raw: Mapping[str, Any], name: str) -> bool:
+    value = raw[name]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise JobSpecError(name, f"{value!r} is not a boolean; allowed: true, false")
+
+
+def _choice(raw: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> str:
+    value = raw[name]
+    if not isinstance(value, str) or value not in allowed:
+        raise JobSpecError(name, f"{value!r} is not offered; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _time_limit(raw: Mapping[str, Any], limits: JobLimits) -> str:
+    most = "no limit" if limits.max_minutes is None else format_minutes(limits.max_minutes)
+    allowed = f"allowed: HH:MM:SS from 00:00:01 up to {most} ({limits.where()})"
+    value = raw["time_limit"]
+    if not isinstance(value, str) or not WALL_TIME.match(value.strip()):
+        raise JobSpecError("time_limit", f"{value!r} is not a wall time; {allowed}")
+    value = value.strip()
+    if minutes_of(value) == 0:
+        raise JobSpecError("time_limit", f"must be longer than 00:00:00; {allowed}")
+    if limits.max_minutes is not None and minutes_of(value) > limits.max_minutes:
+        raise JobSpecError("time_limit", f"{value} exceeds the limit; {allowed}")
+    return value
+
+
+def _data_dir(raw: Mapping[str, Any], limits: JobLimits, user_can_read: Callable[[str], bool]) -> str:
+    value = raw["data_dir"] if "data_dir" in raw else limits.default_data_dir
+    allowed = "allowed: an absolute path of a directory you can read"
+    if not isinstance(value, str) or not value.strip():
+        raise JobSpecError("data_dir", f"{value!r} is not a path; {allowed}")
+    if any(ch in value for ch in "\0\n\r"):
+        raise JobSpecError("data_dir", f"{value!r} contains a control character; {allowed}")
+    if not os.path.isabs(value):
+        raise JobSpecError("data_dir", f"{value!r} is relative; {allowed}")
+    # normpath is lexical: "/data/../etc" becomes "/etc" before the check, so what is checked is what is used.
+    path = os.path.normpath(value)
+    if path.startswith("//"):  # POSIX keeps a leading "//"; one slash is the same directory
+        path = "/" + path.lstrip("/")
+    if not user_can_read(path):
+        raise JobSpecError("data_dir", f"{path} does not exist or you cannot read it; {allowed}")
+    return path
+
+
+def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
+                   user_can_read: Callable[[str], bool] = lambda path: os.path.isdir(path) and os.access(
+                       path, os.R_OK | os.X_OK)) -> JobSpec:
+    """Validate a notebook's dict, API JSON or command-line flags against what the user may ask for.
+
+    `user_can_read(path)` says whether the user who will run the job can list the directory; the default asks
+    for the calling process, which is right when the user calls (a notebook), wrong when root acts for them.
+    """
+    if not isinstance(raw, Mapping):
+        raise JobSpecError("spec", f"expected a mapping of fields; allowed fields: {', '.join(FIELDS)}")
+    unknown = sorted(str(k) for k in set(raw) - set(FIELDS))
+    if unknown:
+        raise JobSpecError(unknown[0], f"unknown field; allowed fields: {', '.join(FIELDS)}")
+    template = _choice(raw, "template", TEMPLATES) if "template" in raw else JobSpec.template
+
+    nodes = _integer(raw, "nodes", 1, limits.nodes, f" (nodes {limits.where()})") if "nodes" in raw else 1
+    quota_note = (f" (your GPU quota is {limits.gpu_quota} for all nodes together; your groups: "
+                  f"{', '.join(limits.groups) or 'none'})")
+    most_gpus = min(limits.gpus_per_node, limits.gpu_quota // nodes)
+    gpu_note = quota_note if most_gpus < limits.gpus_per_node else f" (GPUs per node {limits.where()})"
+    if "gpus_per_node" in raw:
+        gpus_per_node = _integer(raw, "gpus_per_node", 0, most_gpus, gpu_note)
+    else:  # one GPU when the user may have one, like the spawn form
+        gpus_per_node = max(0, min(DEFAULT_GPUS_PER_NODE, most_gpus))
+    workers = max(1, gpus_per_node)
+
+    most_cpus = limits.cpus_per_node // workers
+    cpu_note = f" ({limits.cpus_per_node} CPUs per node {limits.where()}, shared by {workers} worker(s))"
+    if "cpus_per_task" in raw:
+        cpus_per_task = _integer(raw, "cpus_per_task", 1, most_cpus, cpu_note)
+    else:
+        cpus_per_task = max(1, min(DEFAULT_CPUS_PER_TASK, most_cpus))
+    memory_note = f" (GB per node {limits.where()})"
+    if "memory_gb" in raw:
+        memory_gb = _integer(raw, "memory_gb", 1, limits.memory_gb_per_node, memory_note)
+    else:
+        memory_gb = max(1, min(DEFAULT_MEMORY_GB, limits.memory_gb_per_node))
+    if "time_limit" in raw:
+        time_limit = _time_limit(raw, limits)
+    elif limits.max_minutes is not None and minutes_of(DEFAULT_TIME_LIMIT) > limits.max_minutes:
+        time_limit = format_minutes(limits.max_minutes)
+    else:
+        time_limit = DEFAULT_TIME_LIMIT
+
+    defaults = JobSpec()
+    return JobSpec(
+        template=template,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        cpus_per_task=cpus_per_task,
+        memory_gb=memory_gb,
+        time_limit=time_limit,
+        epochs=_integer(raw, "epochs", 1, MAX_EPOCHS) if "epochs" in raw else defaults.epochs,
+        batch_size=_integer(raw, "batch_size", 1, MAX_BATCH_SIZE, " (images per GPU per step)")
+        if "batch_size" in raw else defaults.batch_size,
+        image_size=_integer(raw, "image_size", MIN_IMAGE_SIZE, MAX_IMAGE_SIZE, " (pixels, square)")
+        if "image_size" in raw else defaults.image_size,
+        model=_choice(raw, "model", MODELS) if "model" in raw else defaults.model,
+        fp16=_boolean(raw, "fp16") if "fp16" in raw else defaults.fp16,
+        xla=_boolean(raw, "xla") if "xla" in raw else defaults.xla,
+        data_dir=_data_dir(raw, limits, user_can_read),
+    )

@@ -1,0 +1,30 @@
+#!/bin/bash
+# CheXNet training with Horovod on this machine: {{ spec.workers }} worker(s) under horovodrun.
+# Rendered by portal.jobs from a validated JobSpec; every value below was checked, then shell-quoted.
+# Started detached in a session of its own (setsid), so cancelling signals its whole process group.
+set -uo pipefail
+job_dir={{ job_dir | q }}
+cd "$job_dir" || exit 1
+exec >>"$job_dir/{{ output }}" 2>&1
+echo "$$" > "$job_dir/pid"
+mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints"
+
+export PATH={{ venv_bin | q }}:"$PATH"
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+
+# --resume: a job started again in the same directory continues from its last checkpoint.
+train=({{ python | q }} -m chexnet.train
+    --data-dir {{ spec.data_dir | q }}
+    --logdir "$job_dir/tensorboard"
+    --checkpoint-dir "$job_dir/checkpoints"
+    --epochs {{ spec.epochs }} --batch-size {{ spec.batch_size }} --image-size {{ spec.image_size }}
+    --model {{ spec.model | q }} --pipeline new --resume{% if spec.fp16 %} --fp16{% endif %}{% if spec.xla %} --xla{% endif %})
+
+echo "chexnet: local job on $(hostname), {{ spec.workers }} worker(s), time limit {{ spec.time_limit }}"
+status=0
+# The wall-time limit, as Slurm would enforce it: TERM, then KILL a minute later. --foreground keeps timeout in
+# this process group, so a cancel reaches it too; it exits 124 when the limit struck.
+timeout --foreground --kill-after=60 {{ seconds }} \
+    {{ horovodrun | q }} -np {{ spec.workers }} -H localhost:{{ spec.workers }} "${train[@]}" || status=$?
+echo "$status" > "$job_dir/exit_status"
+exit "$status"

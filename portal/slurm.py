@@ -1,0 +1,120 @@
+"""Reading Slurm's own answers: `scontrol show partition -o`, `scontrol show node -d -o`, `scontrol show job -o`.
+
+Pure parsers shared by the spawner (spawners/slurm.py: what a JupyterLab server may ask for) and the training jobs
+(portal/jobs: what a multi-node job may ask for). Nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+RUNUSER = "/usr/sbin/runuser"  # util-linux; sudo is not installed on these nodes
+# A node in one of these states cannot run anything now (it may come back: it still counts as a member).
+UNUSABLE_NODE_STATE = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|FUTURE")
+
+
+def parse_key_values(line: str) -> dict[str, str]:
+    """One line of `scontrol show ... -o`: Key=Value pairs (values that contain spaces are cut, which the
+    fields we read never do)."""
+    return dict(re.findall(r"(\w+)=(\S*)", line))
+
+
+def wall_minutes(text: str) -> int | None:
+    """Slurm's time limit ("UNLIMITED", "1:00:00", "7-00:00:00", "30") in minutes."""
+    if text in ("UNLIMITED", "INFINITE", "NONE", ""):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # days-hours[:minutes[:seconds]]
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    else:  # minutes, minutes:seconds or hours:minutes:seconds
+        hours, minutes, seconds = ([0] + parts + [0])[:3] if len(parts) < 3 else parts
+    return int(days or 0) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+def gpu_count(tres: str) -> int:
+    """GPUs in a TRES or GRES string such as `cpu=2,mem=2G,gres/gpu=1` or `gpu:4` or `gpu:v100:2(S:0)`."""
+    match = re.search(r"gres/gpu(?::[\w-]+)?=(\d+)", tres) or re.search(r"\bgpu(?::[\w-]+)?:(\d+)", tres)
+    return int(match.group(1)) if match else 0
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    free_gpus: int  # 0 when the node cannot run anything now
+    usable: bool
+    partitions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SlurmPartition:
+    """A partition that is up, with its member nodes."""
+
+    name: str
+    nodes: tuple[SlurmNode, ...]
+    max_minutes: int | None  # None: no wall-time limit
+    default: bool
+
+    # A job's per-node request must fit the partition's largest node: Slurm places it there or nowhere.
+    @property
+    def cpus_per_node(self) -> int:
+        return max(n.cpus for n in self.nodes)
+
+    @property
+    def memory_mb_per_node(self) -> int:
+        return max(n.memory_mb for n in self.nodes)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return max(n.gpus for n in self.nodes)
+
+    @property
+    def free_gpus_per_node(self) -> int:
+        return max(n.free_gpus for n in self.nodes)
+
+
+def nodes_from_scontrol(node_lines: str) -> dict[str, SlurmNode]:
+    """`scontrol show node -d -o`, by node name."""
+    nodes = {}
+    for line in node_lines.splitlines():
+        node = parse_key_values(line)
+        if "NodeName" not in node:
+            continue
+        usable = not UNUSABLE_NODE_STATE.search(node.get("State", ""))
+        total = gpu_count(node.get("Gres", ""))
+        # GresUsed comes with `scontrol show node -d`; AllocTRES counts GPUs only where slurmdbd tracks them.
+        used = gpu_count(node.get("GresUsed") or node.get("AllocTRES", ""))
+        nodes[node["NodeName"]] = SlurmNode(
+            name=node["NodeName"],
+            cpus=int(node.get("CPUTot", 0) or 0),
+            memory_mb=int(node.get("RealMemory", 0) or 0),
+            gpus=total,
+            free_gpus=max(0, total - used) if usable else 0,
+            usable=usable,
+            partitions=tuple(node.get("Partitions", "").split(",")),
+        )
+    return nodes
+
+
+def slurm_partitions(partition_lines: str, node_lines: str) -> tuple[SlurmPartition, ...]:
+    """Partitions that are up and have nodes, from `scontrol show partition -o` and `scontrol show node -d -o`."""
+    nodes = nodes_from_scontrol(node_lines)
+    partitions = []
+    for line in partition_lines.splitlines():
+        part = parse_key_values(line)
+        if "PartitionName" not in part or part.get("State") != "UP":
+            continue
+        members = tuple(n for n in nodes.values() if part["PartitionName"] in n.partitions)
+        if not members:
+            continue
+        partitions.append(SlurmPartition(
+            name=part["PartitionName"],
+            nodes=members,
+            max_minutes=wall_minutes(part.get("MaxTime", "UNLIMITED")),
+            default=part.get("Default") == "YES",
+        ))
+    return tuple(partitions)

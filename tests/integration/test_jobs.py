@@ -1,0 +1,164 @@
+"""Training jobs for real: alice's 2-worker Horovod job through Slurm (fake GPUs, real mpirun and TensorFlow),
+bob kept out of it, quotas, the local backend. The API is called by root acting for the user, as the dashboard will.
+
+Sized for 2 CPU cores: the demo set (240 synthetic 64x64 images), 1 epoch, batch 8 per worker.
+"""
+
+from __future__ import annotations
+
+import pwd
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from portal import jobs
+from portal.config import load
+from portal.jobs.account import job_user
+from portal.jobs.demo_data import ensure_demo_data
+from portal.jobs.local import session_alive
+from portal.jobs.slurm import SlurmBackend
+from portal.jobs.spec import format_minutes
+from portal.slurm import RUNUSER
+from tests.conftest import jobs_of, slurm, wait_for
+
+pytestmark = pytest.mark.integration
+TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4}
+JOB_TIMEOUT_S = 600  # submit to COMPLETED; about 2.5 min alone on 2 cores, more when the machine is shared
+
+
+@pytest.fixture(scope="module")
+def demo_data(cluster) -> Path:
+    return ensure_demo_data(cluster)
+
+
+@pytest.fixture(scope="module")
+def alice_job(cluster, demo_data):
+    """alice's 2-worker job, submitted once for the tests that watch it; cancelled if a test leaves it behind."""
+    started = time.monotonic()
+    job = jobs.submit({**TINY, "nodes": 1, "gpus_per_node": 2}, backend="slurm", user="alice")
+    job.submitted_monotonic = started
+    yield job
+    if not job.done:
+        job.cancel()
+
+
+def as_user(user: str, *argv: str) -> subprocess.CompletedProcess:
+    env = f"SLURM_CONF={load().slurm_conf_path}"
+    return subprocess.run([RUNUSER, "-u", user, "--", "env", env, *argv], capture_output=True, text=True, timeout=30)
+
+
+def test_a_script_with_every_field_at_its_limits_passes_sbatch_test_only(cluster, demo_data):
+    limits = jobs.limits("slurm", user="alice")
+    assert (limits.partition, limits.nodes, limits.gpus_per_node, limits.gpu_quota) == ("gpu", 1, 4, 4)
+    spec = jobs.validate({
+        "template": "chexnet", "nodes": limits.nodes, "gpus_per_node": limits.max_gpus_per_node,
+        "cpus_per_task": limits.cpus_per_node // limits.max_gpus_per_node, "memory_gb": limits.memory_gb_per_node,
+        "time_limit": format_minutes(limits.max_minutes), "epochs": 1000, "batch_size": 1024, "image_size": 1024,
+        "model": "resnet50", "fp16": True, "xla": True, "data_dir": str(demo_data)}, "slurm", user="alice")
+    backend, alice = SlurmBackend(cluster), job_user("alice")
+    answer = backend.test_only(spec, alice, limits.partition)
+    assert "to start at" in answer, answer
+    assert jobs_of("alice") == []  # --test-only queues nothing
+
+
+def test_alice_sees_her_job_pending_or_running(alice_job):
+    assert alice_job.id.isdigit()
+    state = wait_for(lambda: alice_job.state == "RUNNING" and "RUNNING", 60, what="alice's job to run")
+    assert state == "RUNNING"
+    assert f"{alice_job.id} RUNNING" in jobs_of("alice")
+    details = slurm("scontrol", "show", "job", "-o", alice_job.id)
+    assert "UserId=alice(" in details and "NumTasks=2" in details and "gres:gpu:2" in details, details
+    home = Path(pwd.getpwnam("alice").pw_dir)
+    assert alice_job.job_dir == str(home / "jobs" / alice_job.id)
+    assert [j.id for j in jobs.jobs(user="alice")][0] == alice_job.id
+    assert jobs.get(alice_job.id, user="alice").spec.gpus_per_node == 2
+
+
+def test_bob_can_neither_see_nor_cancel_alices_job(alice_job):
+    with pytest.raises(jobs.JobNotFound):
+        jobs.get(alice_job.id, user="bob")
+    with pytest.raises(jobs.JobNotFound):
+        jobs.cancel(alice_job.id, user="bob")
+    assert alice_job.id not in [j.id for j in jobs.jobs(user="bob")]
+    # A job.json forged in bob's own ~/jobs that claims alice's job: Slurm says whose it is.
+    bob_home = Path(pwd.getpwnam("bob").pw_dir)
+    forged = alice_job.record.to_json().replace('"user": "alice"', '"user": "bob"').replace(
+        str(alice_job.record.job_dir), str(bob_home / "jobs" / alice_job.id))
+    bob = job_user("bob")
+    bob.make_dir(bob.jobs_dir)
+    bob.make_dir(bob.jobs_dir / alice_job.id)
+    bob.write_text(bob.jobs_dir / alice_job.id / "job.json", forged)
+    try:
+        with pytest.raises(jobs.JobNotFound):
+            jobs.cancel(alice_job.id, user="bob")
+    finally:
+        as_user("bob", "rm", "-rf", "--", str(bob.jobs_dir / alice_job.id))
+    # Slurm itself refuses bob's scancel of her job...
+    refused = as_user("bob", "scancel", alice_job.id)
+    assert refused.returncode != 0 and "denied" in refused.stderr.lower(), refused
+    # ...and her job runs on.
+    assert f"{alice_job.id} RUNNING" in jobs_of("alice")
+
+
+def test_alices_two_worker_job_completes_with_metrics_and_logs(alice_job):
+    state = alice_job.wait(timeout=JOB_TIMEOUT_S, poll=2)
+    seconds = time.monotonic() - alice_job.submitted_monotonic
+    print(f"\n2-worker synthetic job {alice_job.id}: submit to {state} in {seconds:.1f} s")
+    assert state == "COMPLETED", alice_job.logs(tail=40)
+    logs = alice_job.logs()
+    assert "2 worker(s), launched by mpirun" in logs and "epoch 1/1" in logs
+    assert alice_job.logs(tail=3).count("\n") <= 3
+    metrics = alice_job.metrics()
+    assert metrics.images_per_sec and metrics.images_per_sec > 0, metrics
+    assert metrics.best_mean_auroc is not None and 0.0 <= metrics.best_mean_auroc <= 1.0, metrics
+    assert metrics.per_class_auroc and metrics.epochs_done == 1, metrics
+    job_dir = Path(alice_job.job_dir)
+    for name in ("job.json", "job.sbatch", "output.log", "exit_status", "tensorboard", "checkpoints"):
+        assert (job_dir / name).exists(), name
+        assert (job_dir / name).stat().st_uid == pwd.getpwnam("alice").pw_uid, name
+    assert list((job_dir / "checkpoints").glob("ckpt-1*"))
+
+
+def test_bob_cannot_ask_for_gpus(cluster, demo_data):
+    with pytest.raises(jobs.JobSpecError) as err:
+        jobs.submit({**TINY, "gpus_per_node": 1}, backend="slurm", user="bob")
+    assert err.value.field == "gpus_per_node"
+    assert "allowed: 0 (your GPU quota is 0" in str(err.value)
+    assert jobs_of("bob") == []
+
+
+def test_data_dir_must_be_readable_by_the_user_herself(cluster, demo_data):
+    alice_home = pwd.getpwnam("alice").pw_dir
+    with pytest.raises(jobs.JobSpecError) as err:
+        jobs.validate({"data_dir": alice_home}, "slurm", user="bob")  # root could read it; bob cannot
+    assert err.value.field == "data_dir" and "cannot read it" in str(err.value)
+    assert jobs.validate({"data_dir": alice_home}, "slurm", user="alice").data_dir == alice_home
+
+
+def test_the_local_backend_runs_a_tiny_job_to_completed(cluster, demo_data):
+    started = time.monotonic()
+    job = jobs.submit({**TINY, "gpus_per_node": 0}, backend="local", user="alice")
+    assert job.id.startswith("local-") and job.backend == "local"
+    state = job.wait(timeout=JOB_TIMEOUT_S, poll=2)
+    print(f"\nlocal 1-worker job: submit to {state} in {time.monotonic() - started:.1f} s")
+    assert state == "COMPLETED", job.logs(tail=40)
+    assert "local job on" in job.logs() and job.metrics().images_per_sec
+    assert job.id in [j.id for j in jobs.jobs(user="alice")]
+    with pytest.raises(jobs.JobNotFound):
+        jobs.get(job.id, user="bob")
+
+
+def test_a_local_job_is_cancelled_with_its_whole_process_group(cluster, demo_data):
+    job = jobs.submit({**TINY, "gpus_per_node": 0, "epochs": 50}, backend="local", user="alice")
+    wait_for(lambda: job.state == "RUNNING", 30, what="the local job to run")
+    pid = int(Path(job.job_dir, "pid").read_text())
+    wait_for(lambda: "chexnet.train" in subprocess.run(["ps", "-o", "args=", "--sid", str(pid)],
+                                                       capture_output=True, text=True).stdout,
+             60, what="horovodrun to start the worker")
+    job.cancel()
+    assert job.state == "CANCELLED"
+    assert not session_alive(pid)
+    assert "chexnet.train" not in subprocess.run(["ps", "-u", "alice", "-o", "args="], capture_output=True,
+                                                 text=True).stdout

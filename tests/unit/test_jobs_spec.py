@@ -1,0 +1,173 @@
+"""JobSpec validation: every rule, and that each error names the field and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from portal.jobs.spec import FIELDS, JobLimits, JobSpec, JobSpecError, parse_job_spec
+
+DATA = "/data/chestxray14"
+LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
+                   max_minutes=7 * 1440, gpu_quota=4, default_data_dir=DATA, groups=("datascientists", "gpu-users"))
+NO_GPUS = JobLimits(**{**LIMITS.__dict__, "gpu_quota": 0, "groups": ("datascientists",)})
+
+
+def readable(path: str) -> bool:
+    return path in (DATA, "/scratch/set")
+
+
+def parse(limits: JobLimits = LIMITS, **raw) -> JobSpec:
+    return parse_job_spec({"template": "chexnet", **raw}, limits, readable)
+
+
+def refused(field: str, *allowed: str, limits: JobLimits = LIMITS, **raw) -> str:
+    with pytest.raises(JobSpecError) as err:
+        parse(limits, **raw)
+    assert err.value.field == field
+    message = str(err.value)
+    assert message.startswith(f"{field}: ")
+    for words in allowed:
+        assert words in message, message
+    return message
+
+
+def test_the_spec_has_exactly_the_designed_fields():
+    assert FIELDS == ("template", "nodes", "gpus_per_node", "cpus_per_task", "memory_gb", "time_limit", "epochs",
+                      "batch_size", "image_size", "model", "fp16", "xla", "data_dir")
+
+
+def test_template_alone_is_a_valid_job_with_sensible_defaults():
+    spec = parse()
+    assert spec == JobSpec(template="chexnet", nodes=1, gpus_per_node=1, cpus_per_task=4, memory_gb=16,
+                           time_limit="04:00:00", epochs=5, batch_size=16, image_size=224, model="densenet121",
+                           fp16=False, xla=False, data_dir=DATA)
+    assert parse_job_spec({}, LIMITS, readable) == spec
+
+
+def test_defaults_shrink_to_what_the_user_and_partition_allow():
+    spec = parse(NO_GPUS)  # bob: no GPU quota, so the default is a CPU-only job, not an error
+    assert (spec.gpus_per_node, spec.workers) == (0, 1)
+    small = JobLimits(**{**LIMITS.__dict__, "cpus_per_node": 2, "memory_gb_per_node": 3, "max_minutes": 60})
+    spec = parse(small, gpus_per_node=2)
+    assert (spec.cpus_per_task, spec.memory_gb, spec.time_limit) == (1, 3, "01:00:00")
+
+
+def test_every_field_at_its_limits():
+    spec = parse(nodes=1, gpus_per_node=4, cpus_per_task=2, memory_gb=19, time_limit="168:00:00", epochs=1000,
+                 batch_size=1024, image_size=1024, model="resnet50", fp16=True, xla=True, data_dir=DATA)
+    assert (spec.workers, spec.gpus) == (4, 4)
+    low = parse(gpus_per_node=0, cpus_per_task=8, memory_gb=1, time_limit="00:00:01", epochs=1, batch_size=1,
+                image_size=32)
+    assert low.workers == 1
+
+
+def test_unknown_fields_are_refused_with_the_list_of_fields():
+    refused("partition", "unknown field", "allowed fields: template, nodes, gpus_per_node", partition="gpu")
+
+
+def test_template_must_be_a_known_kind():
+    refused("template", "'pytorch' is not offered", "allowed: chexnet", template="pytorch")
+
+
+@pytest.mark.parametrize("value", [True, False, 2.0, 1.5, "2.0", "two", "", None, [1]])
+def test_integers_refuse_bools_floats_and_words(value):
+    refused("epochs", "is not a whole number", "allowed: 1-1000", epochs=value)
+
+
+def test_integers_accept_whole_numbers_as_text():
+    assert parse(epochs="7", nodes=" 2 ").epochs == 7
+
+
+@pytest.mark.parametrize(("field", "value", "allowed"), [
+    ("nodes", 0, "allowed: 1-2 (nodes in partition gpu)"),
+    ("nodes", 3, "allowed: 1-2 (nodes in partition gpu)"),
+    ("gpus_per_node", 5, "allowed: 0-4 (GPUs per node in partition gpu)"),
+    ("gpus_per_node", -1, "allowed: 0-4"),
+    ("cpus_per_task", 0, "allowed: 1-8 (8 CPUs per node in partition gpu, shared by 1 worker(s))"),
+    ("memory_gb", 20, "allowed: 1-19 (GB per node in partition gpu)"),
+    ("epochs", 0, "allowed: 1-1000"),
+    ("batch_size", 1025, "allowed: 1-1024 (images per GPU per step)"),
+    ("image_size", 31, "allowed: 32-1024 (pixels, square)"),
+])
+def test_integer_bounds(field, value, allowed):
+    refused(field, f"{value} is out of range", allowed, **{field: value})
+
+
+def test_cpus_are_shared_by_the_workers_of_a_node():
+    refused("cpus_per_task", "allowed: 1-2 (8 CPUs per node in partition gpu, shared by 4 worker(s))",
+            gpus_per_node=4, cpus_per_task=3)
+
+
+def test_the_gpu_quota_counts_every_node():
+    refused("gpus_per_node", "allowed: 0-2 (your GPU quota is 4 for all nodes together",
+            nodes=2, gpus_per_node=3)
+    assert parse(nodes=2, gpus_per_node=2).gpus == 4
+
+
+def test_no_quota_means_no_gpus_and_says_why():
+    message = refused("gpus_per_node", "1 is out of range", "allowed: 0 (your GPU quota is 0",
+                      "your groups: datascientists", limits=NO_GPUS, gpus_per_node=1)
+    assert "0-0" not in message
+
+
+@pytest.mark.parametrize("value", ["4:00", "04:00:60", "1-00:00:00", "abcd", 3600, "", "1000:00:00"])
+def test_time_limit_format(value):
+    refused("time_limit", "is not a wall time", "allowed: HH:MM:SS from 00:00:01 up to 168:00:00 (in partition gpu)",
+            time_limit=value)
+
+
+def test_time_limit_within_the_partition():
+    refused("time_limit", "168:00:01 exceeds the limit", "up to 168:00:00", time_limit="168:00:01")
+    refused("time_limit", "must be longer than 00:00:00", time_limit="00:00:00")
+    unlimited = JobLimits(**{**LIMITS.__dict__, "max_minutes": None})
+    assert parse(unlimited, time_limit="999:00:00").time_limit == "999:00:00"
+    refused("time_limit", "up to no limit", limits=unlimited, time_limit="x")
+
+
+def test_model_choices():
+    refused("model", "'vgg16' is not offered", "allowed: densenet121, resnet50", model="vgg16")
+
+
+@pytest.mark.parametrize(("value", "expected"), [(True, True), (False, False), ("true", True), ("False", False)])
+def test_booleans_accept_true_and_false(value, expected):
+    assert parse(fp16=value).fp16 is expected
+    assert parse(xla=value).xla is expected
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "1", None])
+def test_booleans_refuse_anything_else(value):
+    refused("xla", "is not a boolean", "allowed: true, false", xla=value)
+
+
+def test_data_dir_is_normalised_then_checked():
+    assert parse(data_dir="/scratch/./x/../set/").data_dir == "/scratch/set"
+    assert parse(data_dir="//scratch//set").data_dir == "/scratch/set"
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("data/chestxray14", "is relative"),
+    ("", "is not a path"),
+    (7, "is not a path"),
+    ("/data/x\n", "control character"),
+    ("/data/elsewhere", "does not exist or you cannot read it"),
+    ("/scratch/set/../../etc", "/etc does not exist or you cannot read it"),
+])
+def test_data_dir_refusals(value, why):
+    refused("data_dir", why, "allowed: an absolute path of a directory you can read", data_dir=value)
+
+
+def test_the_default_data_dir_is_checked_too():
+    missing = JobLimits(**{**LIMITS.__dict__, "default_data_dir": "/nowhere"})
+    refused("data_dir", "/nowhere does not exist", limits=missing)
+
+
+def test_the_default_readability_check_is_the_callers(tmp_path):
+    spec = parse_job_spec({"data_dir": str(tmp_path)}, LIMITS)
+    assert spec.data_dir == str(tmp_path)
+    with pytest.raises(JobSpecError, match="data_dir"):
+        parse_job_spec({"data_dir": str(tmp_path / "missing")}, LIMITS)
+
+
+def test_a_spec_that_is_not_a_mapping():
+    with pytest.raises(JobSpecError, match="^spec: expected a mapping"):
+        parse_job_spec(["template"], LIMITS, readable)
