@@ -1,9 +1,11 @@
 # JupyterHub configuration of the Data Scientist Portal: wiring only. Every value comes from portal.config
 # (defaults = the local demo; a site sets DSPORTAL_CONFIG=/path/to/portal.yaml or DSPORTAL_* variables).
+import os
 import sys
 
 from portal.auth import PortalLDAPAuthenticator
 from portal.config import load
+from portal.service import HUB_TEMPLATES
 
 portal = load()
 hub_dir = portal.state_dir / "hub"
@@ -28,13 +30,33 @@ c.JupyterHub.spawner_class = PortalSlurmSpawner
 c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 120
 
+# The dashboard (portal.service): runs as the hub's user (root) and acts for each user through portal.jobs.
+# It reads the settings the hub read: the hub passes services only the variables named here.
+c.JupyterHub.services = [{
+    "name": "portal",
+    "command": [sys.executable, "-m", "portal.service"],
+    "url": portal.dashboard_url,
+    "oauth_no_confirm": True,
+    "environment": {k: v for k, v in os.environ.items() if k.startswith("DSPORTAL_")},
+}]
+c.JupyterHub.load_roles = [
+    # Groups (GPU quota) and the admin flag decide what a user may do; read:servers says whether TensorBoard runs.
+    {"name": "portal-service", "scopes": ["list:users", "read:users", "read:users:groups", "read:servers"],
+     "services": ["portal"]},
+    # The default user role ("self") does not include any service: every user may open the dashboard.
+    {"name": "user", "scopes": ["self", "access:services!service=portal"]},
+]
+# The hub's page.html with a "Portal" item in the navigation bar.
+c.JupyterHub.template_paths = [str(HUB_TEMPLATES)]
+c.JupyterHub.template_vars = {"portal_url": "/services/portal/"}
+
 if portal.cull_idle_timeout:
-    c.JupyterHub.services = [{
+    c.JupyterHub.services.append({
         "name": "idle-culler",
         "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={portal.cull_idle_timeout}"],
-    }]
-    c.JupyterHub.load_roles = [{
+    })
+    c.JupyterHub.load_roles.append({
         "name": "idle-culler",
         "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
         "services": ["idle-culler"],
-    }]
+    })

@@ -10,6 +10,11 @@ HUB = [
     "jupyterlab==4.6.6",
     "jupyter_server==2.21.1",
     "pyyaml>=6",
+    # The template notebooks: TensorBoard behind the server's proxy, forms and progress bars, headless runs.
+    "jupyter-server-proxy==4.6.0",
+    "ipywidgets>=8.1",
+    "papermill>=2.6",
+    "nbclient>=0.10",
 ]
 
 TRAIN = [
@@ -31,5 +36,9 @@ setup(
         # --no-build-isolation and build flags); TF 2.16+ (Keras 3) breaks it. GPU images use tensorflow==2.15.1.
         "train": TRAIN,
         "test": ["pytest>=8", "requests>=2.31", "playwright>=1.45", "ruff>=0.6"],
+    },
+    entry_points={
+        # Every JupyterLab server runs TensorBoard over ~/jobs at <server>/tensorboard/, with a launcher icon.
+        "jupyter_serverproxy_servers": ["tensorboard = portal.notebook:tensorboard_proxy"],
     },
 )

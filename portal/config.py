@@ -112,6 +112,17 @@ class PortalConfig:
     # "1" where InfiniBand is absent or broken (NCCL then uses sockets), "0" to insist on it.
     jobs_nccl_ib_disable: str = ""
 
+    # The dashboard (portal.service): a JupyterHub managed service at /services/portal/ on 127.0.0.1.
+    # Its port; 0 means hub_port + 90 (8090 for the demo), so boxes with other hub ports never share it.
+    dashboard_port: int = 0
+    # Seconds one answer of Slurm's (squeue, scontrol) serves every request together: users refreshing the page
+    # must not each run squeue.
+    dashboard_refresh_s: int = 2
+    # Seconds a running job's metrics (read from its TensorBoard files, as the user: a Python process) are reused.
+    dashboard_metrics_refresh_s: int = 15
+    # Lines of a job's output shown on its page.
+    dashboard_log_lines: int = 40
+
     def __post_init__(self) -> None:
         if self.ldap_tls not in TLS_MODES:
             raise ConfigError(f"ldap_tls is {self.ldap_tls!r}; allowed: {', '.join(TLS_MODES)}")
@@ -134,6 +145,11 @@ class PortalConfig:
         for group, quota in self.gpu_quota.items():
             if quota < 0:
                 raise ConfigError(f"gpu_quota[{group}] is {quota}; allowed: 0 or more")
+        if not 0 <= self.dashboard_port <= 65535:
+            raise ConfigError(f"dashboard_port is {self.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
+        for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}; allowed: 1 or more")
 
     # Derived values: computed, never stored twice.
     @property
@@ -153,6 +169,15 @@ class PortalConfig:
     @property
     def hub_url(self) -> str:
         return f"http://{self.hub_ip}:{self.hub_port}"
+
+    @property
+    def dashboard_service_port(self) -> int:
+        return self.dashboard_port or self.hub_port + 90
+
+    @property
+    def dashboard_url(self) -> str:
+        """Where the hub's proxy reaches the dashboard service (not the public address)."""
+        return f"http://127.0.0.1:{self.dashboard_service_port}"
 
     @property
     def ldap_server_port(self) -> int:

@@ -71,6 +71,12 @@ async def accepts_connections(host: str, port: int) -> bool:
     return True
 
 
+def tensorboard_proxy_url(spawner) -> str:
+    """`<server URL>proxy/%PORT%/`: where `%tensorboard` (TensorBoard's notebook magic) finds the TensorBoard it
+    starts, through jupyter-server-proxy; TensorBoard puts its port in place of %PORT%."""
+    return f"{spawner.user.url}proxy/%PORT%/"
+
+
 class PortalSlurmSpawner(SlurmSpawner):
     """SlurmSpawner with a validated GPU form, Slurm's pending reason as progress, and fail-fast starts."""
 
@@ -101,10 +107,23 @@ class PortalSlurmSpawner(SlurmSpawner):
     @default("environment")
     def _environment_default(self) -> dict:
         venv_bin = str(self.portal.venv / "bin")
-        return {
+        environment = {
             "SLURM_CONF": str(self.portal.slurm_conf_path),
             "PATH": f"{venv_bin}:{self.portal.slurm_bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            # `%tensorboard` in a notebook: reach the TensorBoard it starts through the server's own proxy.
+            "TENSORBOARD_PROXY_URL": tensorboard_proxy_url,
         }
+        if os.environ.get("DSPORTAL_CONFIG"):  # notebooks submit jobs with the portal's settings
+            environment["DSPORTAL_CONFIG"] = os.environ["DSPORTAL_CONFIG"]
+        return environment
+
+    @default("req_prologue")
+    def _prologue_default(self) -> str:
+        # Run as the user before the server starts: copy the template notebooks they do not have yet into
+        # ~/notebooks (never over a file of theirs). A failure is reported and does not stop the server.
+        python = shlex.quote(str(self.portal.venv / "bin" / "python"))
+        return (f"{python} -m portal.notebook install-templates "
+                "|| echo 'template notebooks were not copied' >&2")
 
     @default("cmd")
     def _cmd_default(self) -> list[str]:

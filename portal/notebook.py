@@ -1,0 +1,280 @@
+"""Helpers for the template notebooks, and the TensorBoard every JupyterLab server runs.
+
+    from portal import jobs, notebook
+    notebook.submit_form()                   # a form (nodes, GPUs, epochs, model) that submits a training job
+    job = jobs.submit({...}); notebook.watch(job)        # state and epochs as the job runs, until it ends
+    notebook.tensorboard_panel(job)          # the user's TensorBoard, filtered to this run's charts
+    notebook.auroc_table(job.metrics())      # per-class AUROC beside the CheXNet paper's
+
+    python -m portal.notebook install-templates [--source DIR] [--dest DIR]   # copy missing templates to ~/notebooks
+
+`tensorboard_proxy` is a jupyter-server-proxy entry point (setup.py): each server starts TensorBoard over ~/jobs
+on first visit of `<server>/tensorboard/`, and JupyterLab's launcher shows it. Everything here runs as the user,
+in their kernel or their server's batch job; none of it runs in the hub.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from portal.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
+from portal.tensorboard import TENSORBOARD_PREFIX, panel_url
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "notebooks"  # the repository's (editable install)
+USER_NOTEBOOKS = "~/notebooks"
+INSTALLED_LIST = ".dsportal-templates"  # names copied once: a template the user deleted is not brought back
+TENSORBOARD_RELOAD_S = 5
+TENSORBOARD_START_TIMEOUT_S = 60
+PANEL_HEIGHT = 640
+PROXY_NAME = TENSORBOARD_PREFIX.strip("/")  # the entry point's name is the URL path: <server>/tensorboard/
+# The panel's charts: the throughput chart and every AUROC chart (mean and per class), in the time-series view.
+PANEL_TAG_FILTER = "throughput/images_per_sec|auroc/"
+WATCH_POLL_S = 5.0
+CLASS_ORDER = tuple(CHEXNET_PAPER_AUROC)  # the dataset's label order
+
+
+# --- TensorBoard behind jupyter-server-proxy ---
+
+def tensorboard_proxy() -> dict[str, Any]:
+    """jupyter-server-proxy's server process: TensorBoard over ~/jobs, served at `<server base URL>tensorboard/`.
+
+    TensorBoard is told its full path (`--path_prefix`) and gets the absolute URL, so its links survive the hub's
+    proxy; it listens on 127.0.0.1 only (the server's proxy is its one client)."""
+    tensorboard = str(Path(sys.executable).with_name("tensorboard"))
+    return {
+        "command": [tensorboard, "--logdir", str(Path.home() / "jobs"),
+                    "--port", "{port}", "--host", "127.0.0.1", "--path_prefix", "{base_url}" + PROXY_NAME,
+                    "--reload_interval", str(TENSORBOARD_RELOAD_S)],
+        "absolute_url": True,
+        "timeout": TENSORBOARD_START_TIMEOUT_S,
+        "launcher_entry": {"enabled": True, "title": "TensorBoard", "category": "Other"},
+        "new_browser_tab": False,
+    }
+
+
+def _hub_user_and_base(job: Any) -> tuple[str, str]:
+    user = os.environ.get("JUPYTERHUB_USER") or job.record.user
+    return user, os.environ.get("JUPYTERHUB_BASE_URL", "/")
+
+
+def tensorboard_panel_url(user: str, job_id: str, base_url: str = "/") -> str:
+    """portal.tensorboard's link to the job's runs, narrowed to its throughput and AUROC charts in the
+    time-series dashboard (which reads `tagFilter` from the query)."""
+    url = panel_url(user, job_id, base_url).split("#", 1)[0]
+    return f"{url}{'&' if '?' in url else '?'}{urlencode({'tagFilter': PANEL_TAG_FILTER})}#timeseries"
+
+
+def tensorboard_panel(job: Any, height: int = PANEL_HEIGHT):
+    """The user's TensorBoard in an IFrame, filtered to this job's throughput and AUROC charts."""
+    from IPython.display import IFrame
+
+    user, base_url = _hub_user_and_base(job)
+    return IFrame(tensorboard_panel_url(user, job.id, base_url), width="100%", height=height)
+
+
+# --- AUROC beside the paper ---
+
+@dataclass(frozen=True)
+class AurocRow:
+    name: str
+    ours: float | None
+    paper: float
+
+    @property
+    def difference(self) -> float | None:
+        return None if self.ours is None else self.ours - self.paper
+
+
+class AurocTable:
+    """Per-class AUROC of a run beside CheXNet's published test-set AUROC; HTML in a notebook, text elsewhere."""
+
+    def __init__(self, per_class: Mapping[str, float], title: str = "AUROC vs the CheXNet paper"):
+        self.title = title
+        self.rows = [AurocRow(name, per_class.get(name), paper) for name, paper in CHEXNET_PAPER_AUROC.items()]
+        defined = [row.ours for row in self.rows if row.ours is not None]
+        self.mean = AurocRow("mean", sum(defined) / len(defined) if defined else None, chexnet_paper_mean())
+
+    @staticmethod
+    def _cell(value: float | None, signed: bool = False) -> str:
+        if value is None:
+            return "undefined"
+        return f"{value:+.4f}" if signed else f"{value:.4f}"
+
+    def __str__(self) -> str:
+        lines = [self.title, f"{'class':<18}  {'ours':>9}  {'paper':>7}  {'difference':>10}"]
+        for row in [*self.rows, self.mean]:
+            lines.append(f"{row.name:<18}  {self._cell(row.ours):>9}  {row.paper:>7.4f}  "
+                         f"{self._cell(row.difference, signed=True) if row.ours is not None else '':>10}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        body = "".join(
+            f"<tr><td>{html.escape(row.name)}</td><td>{self._cell(row.ours)}</td><td>{row.paper:.4f}</td>"
+            f"<td>{self._cell(row.difference, signed=True) if row.ours is not None else ''}</td></tr>"
+            for row in [*self.rows, self.mean])
+        return (f'<table class="dsportal-auroc"><caption>{html.escape(self.title)}</caption>'
+                "<thead><tr><th>class</th><th>ours</th><th>paper</th><th>difference</th></tr></thead>"
+                f"<tbody>{body}</tbody></table>")
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def auroc_table(metrics: Any, title: str = "AUROC vs the CheXNet paper (Rajpurkar et al. 2017)") -> AurocTable:
+    """`metrics` is a RunMetrics (job.metrics()) or a mapping class -> AUROC (an evaluation's auroc.json)."""
+    per_class = metrics if isinstance(metrics, Mapping) else metrics.per_class_auroc
+    return AurocTable({k: v for k, v in per_class.items() if v is not None}, title)
+
+
+# --- submitting and watching jobs ---
+
+def submit_form(defaults: Mapping[str, Any] | None = None, submit=None):
+    """An ipywidgets form (nodes, GPUs per node, epochs, model) whose button submits a training job.
+
+    `defaults` fills the form and the fields it does not show (image_size, batch_size, data_dir); the job
+    submitted last is `form.job`."""
+    import ipywidgets as widgets
+
+    from portal import jobs
+    from portal.jobs.spec import MODELS
+
+    values = {"template": "chexnet", "nodes": 1, "gpus_per_node": 1, "epochs": 1, "model": "densenet121",
+              **(defaults or {})}
+    fields = {
+        "nodes": widgets.BoundedIntText(value=values["nodes"], min=1, max=64, description="Nodes"),
+        "gpus_per_node": widgets.BoundedIntText(value=values["gpus_per_node"], min=0, max=16,
+                                                description="GPUs/node"),
+        "epochs": widgets.BoundedIntText(value=values["epochs"], min=1, max=1000, description="Epochs"),
+        "model": widgets.Dropdown(options=list(MODELS), value=values["model"], description="Model"),
+    }
+    button = widgets.Button(description="Submit training", button_style="primary")
+    message = widgets.HTML()
+    form = widgets.VBox([*fields.values(), button, message])
+    form.job = None
+
+    def on_click(_button) -> None:
+        spec = {**values, **{name: field.value for name, field in fields.items()}}
+        try:
+            form.job = (submit or jobs.submit)(spec)
+        except ValueError as err:  # JobSpecError names the field and what is allowed
+            message.value = f'<span style="color:#b00">{html.escape(str(err))}</span>'
+            return
+        message.value = f"Submitted job <b>{html.escape(form.job.id)}</b>; watch it with <code>watch(form.job)</code>."
+
+    button.on_click(on_click)
+    form.fields, form.button, form.message = fields, button, message
+    return form
+
+
+def _in_widget_frontend() -> bool:
+    """True in a live kernel with a front end (JupyterLab); False headless (nbclient, papermill) and in scripts."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in shell.config and not os.environ.get("PAPERMILL_EXECUTION")
+
+
+def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) -> str:
+    """Follow a job until it ends: its state and epochs done, as a progress bar in JupyterLab and as printed lines
+    (one per change) everywhere, so a headless run leaves a record. Returns the final state."""
+    from portal.jobs.record import ENDED_STATES
+
+    bar = label = None
+    if _in_widget_frontend():
+        import ipywidgets as widgets
+        from IPython.display import display
+
+        bar = widgets.IntProgress(value=0, min=0, max=job.spec.epochs, description="epochs")
+        label = widgets.Label()
+        display(widgets.HBox([bar, label]))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    started, last = time.monotonic(), None
+    while True:
+        state = job.state
+        epochs = job.metrics().epochs_done if state != "PENDING" else 0
+        line = f"job {job.id}: {state}, epoch {epochs}/{job.spec.epochs}"
+        if line != last:
+            print(f"[{time.monotonic() - started:6.0f} s] {line}", flush=True)
+            last = line
+        if bar is not None:
+            bar.value, label.value = min(epochs, bar.max), line
+        if state in ENDED_STATES:
+            return state
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"job {job.id} is still {state} after {timeout} s")
+        time.sleep(poll)
+
+
+# --- data and checkpoints the notebooks read ---
+
+def demo_dataset(layout: bool = True) -> Path:
+    """The demo data set: its ChestX-ray14 layout (images and CSV) or, with layout=False, its TFRecords."""
+    from portal.config import load
+    from portal.jobs.demo_data import LAYOUT_NAME
+
+    tfrecords = load().default_data_path
+    return tfrecords.parent / LAYOUT_NAME if layout else tfrecords
+
+
+# --- template notebooks in the user's home ---
+
+def install_templates(source: str | Path = TEMPLATES_DIR, dest: str | Path = USER_NOTEBOOKS) -> list[str]:
+    """Copy each template notebook the user has not had yet into `dest`; returns the names copied.
+
+    A file that exists is never touched (it may be the user's edited copy), and a template copied once is not
+    copied again after the user deletes it: the names are kept in `dest/.dsportal-templates`."""
+    source, dest = Path(source), Path(dest).expanduser()
+    if not source.is_dir():
+        raise FileNotFoundError(f"no template directory at {source}")
+    dest.mkdir(parents=True, exist_ok=True)
+    record = dest / INSTALLED_LIST
+    installed = set(record.read_text().split()) if record.is_file() else set()
+    copied = []
+    for template in sorted(source.glob("*.ipynb")):
+        target = dest / template.name
+        if template.name in installed or target.exists():
+            installed.add(template.name)
+            continue
+        try:
+            with template.open("rb") as src, target.open("xb") as out:  # "x": never replaces a file
+                shutil.copyfileobj(src, out)
+        except FileExistsError:
+            pass  # created meanwhile (the user, or a second server starting): theirs wins
+        else:
+            copied.append(template.name)
+        installed.add(template.name)
+    record.write_text("".join(f"{name}\n" for name in sorted(installed)))
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m portal.notebook", description="Notebook helpers.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    install = commands.add_parser("install-templates", help="copy missing template notebooks to ~/notebooks")
+    install.add_argument("--source", default=str(TEMPLATES_DIR), help="the templates (default: %(default)s)")
+    install.add_argument("--dest", default=USER_NOTEBOOKS, help="where they go (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        copied = install_templates(args.source, args.dest)
+    except OSError as err:
+        print(f"install-templates: {err}", file=sys.stderr)
+        return 1
+    print(f"install-templates: copied {len(copied)} into {Path(args.dest).expanduser()}"
+          + (f": {', '.join(copied)}" if copied else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

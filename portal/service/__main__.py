@@ -1,0 +1,46 @@
+"""Run the dashboard (the hub starts it as a managed service): listen where the hub's service URL says."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from urllib.parse import urlparse
+
+from portal.config import ConfigError, load
+
+
+async def serve() -> None:
+    from portal.service.app import make_app
+
+    cfg = load()
+    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", cfg.dashboard_url))
+    app = make_app(cfg)
+    app.listen(url.port or cfg.dashboard_service_port, url.hostname or "127.0.0.1")
+    log = logging.getLogger("portal.service")
+    log.info("dashboard listening on %s", url.geturl())
+    # The hub stops its services with SIGINT (SIGTERM from an init system): both are a normal stop, not a crash.
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("dashboard stopped")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, format="[%(levelname)s %(asctime)s portal.service] %(message)s")
+    # Requests and our own messages; the libraries' start-up chatter (alembic plugins, ...) stays out.
+    for name in ("portal", "tornado.access"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    try:
+        asyncio.run(serve())
+    except ConfigError as err:
+        print(f"portal.service: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

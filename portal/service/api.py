@@ -1,0 +1,48 @@
+"""The JSON API under /services/portal/api/: the same jobs as the pages, for scripts (token) and the browser
+(cookie + X-XSRFToken). A JobSpec in, the job's dict out; errors are `{"error": ..., "field": ...}`."""
+
+from __future__ import annotations
+
+import json
+
+from portal.service.base import APIHandler, PortalError
+
+
+class JobsAPIHandler(APIHandler):
+    async def get(self) -> None:
+        everyone = await self.everyone()
+        self.write_json({"jobs": await self.blocking(self.board.list, self.hub_user, everyone)})
+
+    async def post(self) -> None:
+        try:
+            spec = json.loads(self.request.body or b"{}")
+        except ValueError as err:
+            raise PortalError(400, f"the body is not JSON: {err}", "spec") from None
+        if not isinstance(spec, dict):
+            raise PortalError(400, "expected a JSON object of JobSpec fields", "spec")
+        self.write_json(await self.blocking(self.board.submit, self.hub_user, spec), status=201)
+
+
+class JobAPIHandler(APIHandler):
+    async def get(self, job_id: str) -> None:
+        everyone = await self.everyone()
+        job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
+        summary = await self.blocking(self.board.summary, job)
+        detail = {"per_class_auroc": {}, "best_epoch": None}
+        if summary["state"] != "PENDING":  # nothing written yet; spares a process run as the user
+            metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
+            detail = {"per_class_auroc": metrics.per_class_auroc, "best_epoch": metrics.best_epoch}
+        self.write_json({**summary, **detail})
+
+    async def delete(self, job_id: str) -> None:
+        everyone = await self.everyone()
+        await self.blocking(self.board.cancel, self.hub_user, job_id, everyone)
+        self.set_status(204)
+        self.finish()
+
+
+class ClusterAPIHandler(APIHandler):
+    async def get(self) -> None:
+        snapshot = await self.blocking(self.cluster.snapshot)
+        self.write_json({**snapshot.to_dict(), "refresh_s": self.cluster.interval_s,
+                         "squeue_calls": self.cluster.squeue_calls})

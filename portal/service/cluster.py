@@ -1,0 +1,117 @@
+"""Slurm's view of the cluster, asked at most once per refresh interval for every request together.
+
+`parse_squeue` is pure; `ClusterCache` runs `squeue` and `scontrol` (read-only, as the service's own user) and
+keeps their answer for `dashboard_refresh_s`. A page refresh by every user at once still costs one squeue.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from portal.config import PortalConfig
+from portal.jobs import SlurmError
+from portal.slurm import SlurmNode, SlurmPartition, gpu_count, nodes_from_scontrol, slurm_partitions
+
+# id|user|state|elapsed|nodes|TRES per node|reason: '|' never occurs in these fields.
+SQUEUE_FORMAT = "%i|%u|%T|%M|%D|%b|%R"
+SLURM_TIMEOUT_S = 20
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """One line of squeue: a job that is pending or running now."""
+
+    id: str
+    user: str
+    state: str
+    elapsed: str  # Slurm's own format: "1:23", "1:02:03", "1-02:03:04"
+    nodes: int
+    gpus_per_node: int
+    reason: str  # the pending reason, or the node list while it runs
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    taken_at: float  # time.monotonic()
+    queue: dict[str, QueuedJob] = field(default_factory=dict)
+    partitions: tuple[SlurmPartition, ...] = ()
+    nodes: dict[str, SlurmNode] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "partitions": [{"name": p.name, "default": p.default, "max_minutes": p.max_minutes,
+                            "nodes": [n.name for n in p.nodes]} for p in self.partitions],
+            "nodes": [{"name": n.name, "cpus": n.cpus, "memory_mb": n.memory_mb, "gpus": n.gpus,
+                       "free_gpus": n.free_gpus, "used_gpus": n.gpus - n.free_gpus if n.usable else 0,
+                       "usable": n.usable, "partitions": list(n.partitions)} for n in self.nodes.values()],
+            "gpus": sum(n.gpus for n in self.nodes.values()),
+            "free_gpus": sum(n.free_gpus for n in self.nodes.values()),
+            "jobs_pending": sum(1 for j in self.queue.values() if j.state == "PENDING"),
+            "jobs_running": sum(1 for j in self.queue.values() if j.state == "RUNNING"),
+        }
+
+
+def parse_squeue(text: str) -> dict[str, QueuedJob]:
+    """`squeue -h -o SQUEUE_FORMAT`, by job id (lines that are not in that shape are skipped)."""
+    queue = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 7 or not parts[0].strip().isdigit():
+            continue
+        job_id, user, state, elapsed, nodes, tres, reason = (p.strip() for p in parts)
+        queue[job_id] = QueuedJob(id=job_id, user=user, state=state, elapsed=elapsed,
+                                  nodes=int(nodes) if nodes.isdigit() else 0, gpus_per_node=gpu_count(tres),
+                                  reason=reason)
+    return queue
+
+
+Runner = Callable[[Sequence[str]], str]
+
+
+class ClusterCache:
+    """The latest snapshot, refreshed by at most one thread at a time and at most once per interval."""
+
+    def __init__(self, cfg: PortalConfig, run: Runner | None = None, clock: Callable[[], float] = time.monotonic):
+        self.cfg = cfg
+        self.interval_s = float(cfg.dashboard_refresh_s)
+        self._run = run or self._slurm
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._snapshot: ClusterSnapshot | None = None
+        # How often Slurm was asked: the performance checks read these (GET api/cluster shows them).
+        self.squeue_calls = 0
+        self.scontrol_calls = 0
+
+    def _slurm(self, argv: Sequence[str]) -> str:
+        command = [str(self.cfg.slurm_bin_dir / argv[0]), *argv[1:]]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S,
+                                    env={"SLURM_CONF": str(self.cfg.slurm_conf_path), "PATH": "/usr/bin:/bin"})
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"Slurm did not answer `{' '.join(argv)}` in {SLURM_TIMEOUT_S} s") from None
+        except OSError as err:
+            raise SlurmError(f"cannot run {command[0]}: {err.strerror}") from None
+        if result.returncode != 0:
+            raise SlurmError(f"Slurm refused `{' '.join(argv)}`: {result.stderr.strip()}")
+        return result.stdout
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The cached answer while it is fresh; else ask Slurm (once, whoever else is waiting). SlurmError when
+        Slurm does not answer: the stale answer is not passed off as the current one."""
+        with self._lock:
+            now = self._clock()
+            if self._snapshot is not None and now - self._snapshot.taken_at < self.interval_s:
+                return self._snapshot
+            self.squeue_calls += 1
+            queue = parse_squeue(self._run(["squeue", "-a", "-h", "-o", SQUEUE_FORMAT]))
+            self.scontrol_calls += 2
+            partition_lines = self._run(["scontrol", "show", "partition", "-o"])
+            node_lines = self._run(["scontrol", "show", "node", "-d", "-o"])
+            self._snapshot = ClusterSnapshot(taken_at=self._clock(), queue=queue,
+                                             partitions=slurm_partitions(partition_lines, node_lines),
+                                             nodes=nodes_from_scontrol(node_lines))
+            return self._snapshot

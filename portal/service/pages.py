@@ -1,0 +1,135 @@
+"""The dashboard's HTML pages: templates, jobs, one job (log tail, TensorBoard), the submit form, the cluster.
+
+Forms post with `_xsrf`; errors in the submit form are shown beside the field they name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from portal.jobs.spec import (
+    FIELDS,
+    MAX_BATCH_SIZE,
+    MAX_EPOCHS,
+    MAX_IMAGE_SIZE,
+    MIN_IMAGE_SIZE,
+    MODELS,
+    TEMPLATES,
+    JobLimits,
+    format_minutes,
+)
+from portal.service.base import PageHandler, PortalError
+from portal.tensorboard import lab_url, panel_url
+
+BOOLEAN_FIELDS = ("fp16", "xla")
+
+
+def notebook_templates(directory: Path) -> list[str]:
+    """The template notebooks users open in JupyterLab, by file name."""
+    return sorted(p.name for p in directory.glob("*.ipynb")) if directory.is_dir() else []
+
+
+def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
+    """The JobSpec fields of a posted form: empty fields mean the default; checkboxes are present or not."""
+    spec: dict[str, object] = {}
+    for name in FIELDS:
+        if name in BOOLEAN_FIELDS:
+            spec[name] = name in arguments
+            continue
+        values = arguments.get(name)
+        if values and values[-1].decode().strip():
+            spec[name] = values[-1].decode().strip()
+    return spec
+
+
+def form_fields(limits: JobLimits) -> list[tuple[str, str, str]]:
+    """(field, input type, what is allowed) for the submit form, from the user's limits now."""
+    wall = "" if limits.max_minutes is None else f", at most {format_minutes(limits.max_minutes)}"
+    return [
+        ("template", "text", f"one of: {', '.join(TEMPLATES)}"),
+        ("nodes", "number", f"1-{limits.nodes}"),
+        ("gpus_per_node", "number", f"0-{limits.max_gpus_per_node}"),
+        ("cpus_per_task", "number", f"per worker; {limits.cpus_per_node} CPUs per node"),
+        ("memory_gb", "number", f"per node, 1-{limits.memory_gb_per_node}"),
+        ("time_limit", "text", f"HH:MM:SS{wall}"),
+        ("epochs", "number", f"1-{MAX_EPOCHS}"),
+        ("batch_size", "number", f"per GPU, 1-{MAX_BATCH_SIZE}"),
+        ("image_size", "number", f"{MIN_IMAGE_SIZE}-{MAX_IMAGE_SIZE} pixels"),
+        ("model", "text", f"one of: {', '.join(MODELS)}"),
+        ("data_dir", "text", f"empty: {limits.default_data_dir}"),
+    ]
+
+
+class HomeHandler(PageHandler):
+    async def get(self) -> None:
+        self.redirect(f"{self.settings['service_prefix']}jobs")
+
+
+class TemplatesHandler(PageHandler):
+    async def get(self) -> None:
+        base = self.settings["hub_base_url"]
+        notebooks = [(name, lab_url(self.hub_user.name, f"notebooks/{name}", base))
+                     for name in notebook_templates(self.settings["notebooks_dir"])]
+        self.render_page("templates.html", notebooks=notebooks)
+
+
+class JobsPageHandler(PageHandler):
+    async def get(self) -> None:
+        everyone = await self.everyone()
+        self.render_page("jobs.html", jobs=await self.blocking(self.board.list, self.hub_user, everyone))
+
+
+class JobPageHandler(PageHandler):
+    async def get(self, job_id: str) -> None:
+        everyone = await self.everyone()
+        job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
+        summary = await self.blocking(self.board.summary, job)
+        log = await self.blocking(self.board.log_tail, job)
+        owner = job.record.user
+        server_ready = self.hub_user.server_ready if owner == self.hub_user.name else False
+        self.render_page("job.html", job=summary, log=log, server_ready=server_ready,
+                         tensorboard=panel_url(owner, job.id, self.settings["hub_base_url"]),
+                         start_url=f"{self.settings['hub_base_url']}hub/spawn/{owner}")
+
+
+class JobLogHandler(PageHandler):
+    async def get(self, job_id: str) -> None:
+        everyone = await self.everyone()
+        job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(await self.blocking(job.logs))
+
+
+class CancelHandler(PageHandler):
+    async def post(self, job_id: str) -> None:
+        everyone = await self.everyone()
+        await self.blocking(self.board.cancel, self.hub_user, job_id, everyone)
+        self.redirect(f"{self.settings['service_prefix']}jobs")
+
+
+class SubmitPageHandler(PageHandler):
+    async def _show(self, values: dict, error: PortalError | None = None) -> None:
+        limits = await self.blocking(self.board.limits, self.hub_user)
+        if error is not None:
+            self.set_status(error.status_code)
+        self.render_page("submit.html", limits=limits, values=values, error=error, fields=form_fields(limits))
+
+    async def get(self) -> None:
+        await self._show({})
+
+    async def post(self) -> None:
+        spec = form_spec(self.request.body_arguments)
+        try:
+            job = await self.blocking(self.board.submit, self.hub_user, spec)
+        except PortalError as err:
+            if err.status_code != 400:
+                raise
+            await self._show(spec, err)
+            return
+        self.redirect(f"{self.settings['service_prefix']}jobs/{job['id']}")
+
+
+class ClusterPageHandler(PageHandler):
+    async def get(self) -> None:
+        snapshot = await self.blocking(self.cluster.snapshot)
+        self.render_page("cluster.html", cluster=snapshot.to_dict())

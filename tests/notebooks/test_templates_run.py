@@ -1,0 +1,125 @@
+"""Each template notebook, top to bottom, as alice, against the test box's real Slurm and the demo data set.
+
+The kernel runs as alice (papermill under runuser), so the jobs it submits are hers, exactly as from her
+JupyterLab. Sized for 2 CPU cores: 64x64 demo images, 1 epoch, batch 8; notebook 4 submits its 1-, 2- and 4-GPU
+jobs together (its `run_together` parameter) to stay within a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from portal.jobs.demo_data import ensure_demo_data
+from portal.slurm import RUNUSER
+from tests.conftest import REPO, TEST_CONFIG
+
+pytestmark = pytest.mark.integration
+USER = "alice"
+TINY = {"epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4}
+NOTEBOOK_TIMEOUT_S = 900
+DURATIONS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def workdir(cluster) -> Path:
+    """A directory in alice's home for the notebooks and their outputs, and the demo data set."""
+    ensure_demo_data(cluster)
+    account = pwd.getpwnam(USER)
+    work = Path(account.pw_dir) / "notebook-tests"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    os.chown(work, account.pw_uid, account.pw_gid)
+    yield work
+    print("\nnotebook durations: " + ", ".join(f"{name} {secs:.0f} s" for name, secs in DURATIONS.items()))
+
+
+def run_notebook(cluster, workdir: Path, name: str, parameters: dict) -> dict:
+    """Execute notebooks/<name> as alice with papermill; the executed notebook, as JSON."""
+    source, executed, params = workdir / name, workdir / f"out-{name}", workdir / f"{name}.params.yaml"
+    shutil.copy(REPO / "notebooks" / name, source)
+    params.write_text(yaml.safe_dump(parameters))
+    account = pwd.getpwnam(USER)
+    for path in (source, params):
+        os.chown(path, account.pw_uid, account.pw_gid)
+    env = [f"DSPORTAL_CONFIG={TEST_CONFIG}", f"SLURM_CONF={cluster.slurm_conf_path}", f"HOME={workdir.parent}",
+           f"PATH={cluster.venv / 'bin'}:/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL=2", f"JUPYTERHUB_USER={USER}"]
+    started = time.monotonic()
+    result = subprocess.run(
+        [RUNUSER, "-u", USER, "--", "/usr/bin/env", "-i", *env, str(cluster.venv / "bin" / "python"), "-m",
+         "papermill", str(source), str(executed), "-f", str(params), "--cwd", str(workdir), "--log-output",
+         "--kernel", "python3"],
+        capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT_S, cwd="/")
+    DURATIONS[name] = time.monotonic() - started
+    assert result.returncode == 0, f"{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return json.loads(executed.read_text())
+
+
+def texts(notebook: dict) -> str:
+    """Everything the cells printed or displayed as text or HTML, in order."""
+    parts = []
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            parts.append("".join(output.get("text", "")))
+            for kind in ("text/plain", "text/html"):
+                parts.append("".join(output.get("data", {}).get(kind, "")))
+    return "\n".join(parts)
+
+
+def images(notebook: dict) -> int:
+    return sum("image/png" in output.get("data", {}) for cell in notebook["cells"]
+               for output in cell.get("outputs", []))
+
+
+def test_01_explore_draws_frequencies_co_occurrence_and_samples(cluster, workdir):
+    notebook = run_notebook(cluster, workdir, "01-explore-chestxray14.ipynb", {"sample_images": 4})
+    out = texts(notebook)
+    assert re.search(r"train:\s+\d+ images from\s+\d+ patients", out)
+    assert "Cardiomegaly" in out and "findings per image:" in out
+    assert images(notebook) == 3  # frequencies, co-occurrence, sample grid
+
+
+@pytest.fixture(scope="module")
+def trained_job(cluster, workdir) -> str:
+    notebook = run_notebook(cluster, workdir, "02-train-chexnet-horovod.ipynb", {**TINY, "gpus_per_node": 2})
+    out = texts(notebook)
+    assert "final state: COMPLETED" in out, out[-3000:]
+    assert '<table class="dsportal-auroc">' in out and "Rajpurkar" in out
+    assert "epochs done: 1" in out
+    assert '<iframe' in out and "/user/alice/tensorboard/?runFilter=" in out
+    return re.search(r"job id for 03-evaluate: (\d+)", out).group(1)
+
+
+def test_02_train_ends_with_a_completed_job_and_an_auroc_table(trained_job):
+    assert trained_job.isdigit()
+
+
+def test_03_evaluate_shows_test_auroc_roc_curves_and_grad_cam(cluster, workdir, trained_job):
+    notebook = run_notebook(cluster, workdir, "03-evaluate.ipynb",
+                            {"job_id": trained_job, "batch_size": 8, "gradcam_images": 2})
+    out = texts(notebook)
+    assert f"job {trained_job}: test AUROC vs CheXNet" in out and "mean test AUROC:" in out
+    assert "Grad-CAM maps: 2" in out
+    assert images(notebook) == 2  # ROC curves, Grad-CAM row
+    report = json.loads((Path(pwd.getpwnam(USER).pw_dir) / "jobs" / trained_job / "evaluation" / "auroc.json")
+                        .read_text())
+    assert report["checkpoint"] and len(report["auroc"]) == 14
+
+
+def test_04_scaling_study_charts_1_2_and_4_gpus(cluster, workdir):
+    notebook = run_notebook(cluster, workdir, "04-scaling-study.ipynb",
+                            {**TINY, "gpu_counts": [1, 2, 4], "run_together": True})
+    out = texts(notebook)
+    assert "points on the chart: 3 (1 GPU, 2 GPU, 4 GPU)" in out, out[-3000:]
+    rows = re.findall(r"^\s+([124])\s+([\d.]+)\s+([\d.]+)\s+", out, re.MULTILINE)
+    assert [row[0] for row in rows] == ["1", "2", "4"] and all(float(row[1]) > 0 for row in rows)
+    assert images(notebook) == 1

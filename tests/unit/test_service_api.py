@@ -1,0 +1,278 @@
+"""The dashboard's handlers and job board, with portal.jobs, Slurm and the hub replaced by fakes: who sees which
+job, the shapes of the JSON API, and errors as users see them (status, message, field; never a traceback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tornado.testing import AsyncHTTPTestCase
+
+from portal.config import PortalConfig
+from portal.jobs import Job, JobNotFound, JobSpecError, SlurmError
+from portal.jobs.account import job_user
+from portal.jobs.record import JobRecord
+from portal.jobs.spec import JobLimits, JobSpec
+from portal.service.app import make_app
+from portal.service.base import PortalHandler
+from portal.service.board import HubUser, JobBoard, TimedCache
+from portal.service.cluster import ClusterCache
+from portal.service.pages import form_spec, notebook_templates
+
+LIMITS = JobLimits(partition="gpu", nodes=1, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
+                   max_minutes=240, gpu_quota=4, default_data_dir="/data")
+
+
+class FakeBackend:
+    name = "slurm"
+
+    def __init__(self):
+        self.states: dict[str, str] = {}
+        self.cancelled: list[str] = []
+        self.asked: list[str] = []
+
+    def state(self, record, user):
+        self.asked.append(record.id)
+        return self.states.get(record.id, "COMPLETED")
+
+    def cancel(self, record, user):
+        self.cancelled.append(record.id)
+        self.states[record.id] = "CANCELLED"
+
+    def output_path(self, record, user):
+        return record.job_dir / "output.log"
+
+
+class FakeJobsAPI:
+    """portal.jobs as the board calls it; every job belongs to an owner name, read as the caller."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.backend, self.owned = tmp, FakeBackend(), {}
+        self.slurm_down = False
+        self.calls = 0
+
+    def add(self, owner: str, job_id: str, state: str = "COMPLETED", second: int | None = None) -> Job:
+        job_dir = self.tmp / owner / job_id
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "output.log").write_text("".join(f"line {i}\n" for i in range(100)))
+        second = int(job_id) % 60 if second is None else second
+        record = JobRecord(id=job_id, backend="slurm", user=owner, spec=JobSpec(gpus_per_node=2, data_dir="/d"),
+                           submitted_at=f"2026-01-01T00:00:{second:02d}+00:00", job_dir=job_dir)
+        self.backend.states[job_id] = state
+        job = Job(record, self.backend, job_user())
+        self.owned.setdefault(owner, []).append(job)
+        return job
+
+    def _check(self):
+        self.calls += 1
+        if self.slurm_down:
+            raise SlurmError("Slurm refused `scontrol show job`: Unable to contact slurm controller")
+
+    def jobs(self, user, groups, cfg):
+        self._check()
+        return list(self.owned.get(user, []))
+
+    def get(self, job_id, user, groups, cfg):
+        self._check()
+        for job in self.owned.get(user, []):
+            if job.id == job_id:
+                return job
+        raise JobNotFound(f"job {job_id}: not found among {user}'s jobs")
+
+    def submit(self, spec, user, groups, cfg):
+        self._check()
+        quota = 4 if "gpu-users" in groups else 0
+        if int(spec.get("gpus_per_node", 1 if quota else 0)) > quota:
+            raise JobSpecError("gpus_per_node", f"{spec['gpus_per_node']} is out of range; allowed: 0-{quota}")
+        if "epochs" in spec and not str(spec["epochs"]).isdigit():
+            raise JobSpecError("epochs", f"{spec['epochs']!r} is not a whole number; allowed: 1-1000")
+        return self.add(user, str(100 + sum(len(v) for v in self.owned.values())), "PENDING")
+
+    def limits(self, user, groups, cfg):
+        return LIMITS
+
+
+class FakeDirectory:
+    USERS = {"alice": HubUser("alice", ("datascientists", "gpu-users")), "bob": HubUser("bob", ("datascientists",)),
+             "admin": HubUser("admin", ("portal-admins",), admin=True)}
+
+    async def user(self, name):
+        return self.USERS[name]
+
+    async def everyone(self):
+        return list(self.USERS.values())
+
+
+def squeue_free(argv):
+    if argv[0] == "squeue":
+        return "7|alice|RUNNING|2:05|1|gres/gpu:2|localhost\n"
+    if argv[2] == "partition":
+        return "PartitionName=gpu Default=YES MaxTime=04:00:00 Nodes=localhost State=UP\n"
+    return "NodeName=localhost CPUTot=8 RealMemory=20000 Gres=gpu:4 GresUsed=gpu:2 State=MIXED Partitions=gpu\n"
+
+
+class DashboardTest(AsyncHTTPTestCase):
+    """Requests name their user in X-Test-User, standing in for the hub's OAuth (tested in integration)."""
+
+    def get_app(self):
+        self.tmp = Path(self.tmp_dir)
+        self.api = FakeJobsAPI(self.tmp)
+        cfg = PortalConfig()
+        self.cluster = ClusterCache(cfg, run=squeue_free)
+        board = JobBoard(cfg, self.cluster, api=self.api)
+        notebooks = self.tmp / "notebooks"
+        notebooks.mkdir()
+        (notebooks / "01-explore.ipynb").write_text("{}")
+        return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=self.cluster, board=board,
+                        directory=FakeDirectory(), notebooks_dir=notebooks)
+
+    def setUp(self):
+        import tempfile
+        self.tmp_dir = tempfile.mkdtemp()
+        self._identity = PortalHandler.get_current_user
+        self._xsrf = PortalHandler.check_xsrf_cookie
+        PortalHandler.get_current_user = lambda handler: (
+            {"name": handler.request.headers["X-Test-User"]} if "X-Test-User" in handler.request.headers else None)
+        PortalHandler.check_xsrf_cookie = lambda handler: None
+        PortalHandler.get_login_url = lambda handler: "/hub/login"
+        super().setUp()
+
+    def tearDown(self):
+        PortalHandler.get_current_user = self._identity
+        PortalHandler.check_xsrf_cookie = self._xsrf
+        del PortalHandler.get_login_url
+        super().tearDown()
+
+    def call(self, method, path, user="alice", body=None):
+        headers = {"X-Test-User": user} if user else {}
+        response = self.fetch(f"/services/portal/{path}", method=method, headers=headers, follow_redirects=False,
+                              body=None if body is None else (body if isinstance(body, str) else json.dumps(body)),
+                              allow_nonstandard_methods=True)
+        return response
+
+    def test_post_a_spec_gives_201_and_the_job(self):
+        response = self.call("POST", "api/jobs", body={"template": "chexnet", "gpus_per_node": 2})
+        assert response.code == 201, response.body
+        job = json.loads(response.body)
+        assert (job["user"], job["state"], job["gpus_per_node"]) == ("alice", "PENDING", 2)
+        assert job["links"]["tensorboard"].startswith("/user/alice/tensorboard/?runFilter=")
+
+    def test_invalid_specs_are_400_naming_the_field(self):
+        response = self.call("POST", "api/jobs", user="bob", body={"gpus_per_node": 4})
+        assert response.code == 400
+        assert json.loads(response.body)["field"] == "gpus_per_node"
+        for body, field in (("not json", "spec"), ("[1]", "spec"), ({"epochs": "many"}, "epochs")):
+            response = self.call("POST", "api/jobs", body=body)
+            assert (response.code, json.loads(response.body)["field"]) == (400, field), response.body
+
+    def test_a_user_sees_only_their_own_jobs_and_anothers_id_is_404(self):
+        self.api.add("alice", "7", "RUNNING")
+        self.api.add("bob", "8")
+        mine = json.loads(self.call("GET", "api/jobs").body)["jobs"]
+        assert [(j["id"], j["state"], j["elapsed"]) for j in mine] == [("7", "RUNNING", "2:05")]
+        assert self.call("GET", "api/jobs/8").code == 404
+        assert self.call("DELETE", "api/jobs/8").code == 404
+        assert self.api.backend.cancelled == []
+        assert self.call("GET", "api/jobs/not-an-id").code == 404
+
+    def test_an_admin_sees_and_cancels_every_users_jobs(self):
+        self.api.add("alice", "7", "RUNNING")
+        self.api.add("bob", "8")
+        listed = json.loads(self.call("GET", "api/jobs", user="admin").body)["jobs"]
+        assert sorted((j["user"], j["id"]) for j in listed) == [("alice", "7"), ("bob", "8")]
+        assert json.loads(self.call("GET", "api/jobs/8", user="admin").body)["user"] == "bob"
+        assert self.call("DELETE", "api/jobs/7", user="admin").code == 204
+        assert self.api.backend.cancelled == ["7"]
+
+    def test_slurm_down_is_503_with_a_message_and_no_traceback(self):
+        self.api.slurm_down = True
+        response = self.call("GET", "api/jobs")
+        body = json.loads(response.body)
+        assert response.code == 503 and "Slurm is unavailable" in body["error"]
+        page = self.call("GET", "jobs")
+        assert page.code == 503 and b"Slurm is unavailable" in page.body and b"Traceback" not in page.body
+
+    def test_anonymous_pages_redirect_to_login_and_the_api_refuses(self):
+        assert self.call("GET", "jobs", user=None).code == 302
+        assert self.call("GET", "api/jobs", user=None).code == 403
+
+    def test_cluster_api_and_page(self):
+        data = json.loads(self.call("GET", "api/cluster").body)
+        assert (data["gpus"], data["free_gpus"], data["squeue_calls"]) == (4, 2, 1)
+        self.call("GET", "cluster")
+        self.call("GET", "api/jobs")
+        assert self.cluster.squeue_calls == 1  # every request within the interval shares one squeue
+
+    def test_an_ended_jobs_state_is_asked_once_and_a_queued_ones_comes_from_squeue(self):
+        self.api.add("alice", "7", "RUNNING")
+        self.api.add("alice", "9", "COMPLETED")
+        for _ in range(3):
+            self.call("GET", "api/jobs")
+        assert self.api.backend.asked == ["9"]
+
+    def test_a_reused_job_id_is_a_new_job_to_the_caches(self):
+        old = self.api.add("alice", "9", "COMPLETED")
+        assert json.loads(self.call("GET", "api/jobs/9").body)["state"] == "COMPLETED"
+        # Slurm's ids start again (a rebuilt cluster): job 9 is now another job, which runs.
+        self.api.owned["alice"].remove(old)
+        self.api.add("alice", "9", "RUNNING", second=30)
+        assert json.loads(self.call("GET", "api/jobs/9").body)["state"] == "RUNNING"
+
+    def test_pages_render(self):
+        self.api.add("alice", "7", "RUNNING")
+        jobs = self.call("GET", "jobs")
+        assert jobs.code == 200 and b'data-job="7"' in jobs.body and b"/jobs/7/cancel" in jobs.body
+        job = self.call("GET", "jobs/7")
+        assert job.code == 200 and b"line 99" in job.body and b"line 10\n" not in job.body
+        assert b"Start your server" in job.body  # the fake hub user has no server running
+        assert self.call("GET", "jobs/7/log").body.count(b"line") == 100
+        templates = self.call("GET", "templates")
+        assert b"/user/alice/lab/tree/notebooks/01-explore.ipynb" in templates.body
+        assert b"gpus_per_node" in self.call("GET", "submit").body
+
+    def test_the_submit_form_shows_the_field_in_error(self):
+        response = self.call("POST", "submit", user="bob", body="gpus_per_node=4&epochs=1")
+        assert response.code == 400
+        assert b'data-field="gpus_per_node"' in response.body and b"allowed: 0-0" in response.body
+        ok = self.call("POST", "submit", body="gpus_per_node=2&epochs=1&fp16=on")
+        assert ok.code == 302 and "/services/portal/jobs/" in ok.headers["Location"]
+
+    def test_the_cancel_form_cancels_and_returns_to_the_list(self):
+        self.api.add("alice", "7", "RUNNING")
+        response = self.call("POST", "jobs/7/cancel", body="")
+        assert response.code == 302 and self.api.backend.cancelled == ["7"]
+        assert self.call("POST", "jobs/7/cancel", user="bob", body="").code == 404
+
+
+def test_form_spec_keeps_given_fields_and_reads_checkboxes():
+    spec = form_spec({"nodes": [b"1"], "epochs": [b" "], "fp16": [b"on"], "_xsrf": [b"x"]})
+    assert spec == {"nodes": "1", "fp16": True, "xla": False}
+
+
+def test_notebook_templates_lists_ipynb_files(tmp_path):
+    (tmp_path / "b.ipynb").write_text("{}")
+    (tmp_path / "a.ipynb").write_text("{}")
+    (tmp_path / "notes.txt").write_text("")
+    assert notebook_templates(tmp_path) == ["a.ipynb", "b.ipynb"]
+    assert notebook_templates(tmp_path / "missing") == []
+
+
+def test_timed_cache_keeps_final_values_for_good():
+    now = [0.0]
+    cache = TimedCache(5, clock=lambda: now[0])
+    cache.put("running", 1)
+    cache.put("ended", 2, final=True)
+    now[0] = 10
+    assert (cache.get("running"), cache.get("ended")) == (None, 2)
+    cache.put("running", 1)
+    assert (cache.get("running"), cache.get("running", want_final=True)) == (1, None)
+
+
+@pytest.mark.parametrize("model, expected", [
+    ({"name": "alice", "groups": ["gpu-users", "datascientists"], "admin": False,
+      "servers": {"": {"ready": True}}}, HubUser("alice", ("datascientists", "gpu-users"), False, True)),
+    ({"name": "admin", "admin": True}, HubUser("admin", (), True, False)),
+])
+def test_hub_user_from_the_hubs_model(model, expected):
+    assert HubUser.from_model(model) == expected

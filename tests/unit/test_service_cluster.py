@@ -1,0 +1,94 @@
+"""The dashboard's shared Slurm snapshot: squeue parsing, and one squeue per refresh interval for everyone."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from portal.config import PortalConfig
+from portal.jobs import SlurmError
+from portal.service.cluster import SQUEUE_FORMAT, ClusterCache, parse_squeue
+
+SQUEUE = "\n".join([
+    "42|alice|RUNNING|1:23|1|gres/gpu:2|localhost",
+    "43|bob|PENDING|0:00|2|N/A|Resources",
+    "junk line",
+    "44|alice|PENDING|0:00|1|gres:gpu:1|(Priority)",
+]) + "\n"
+PARTITIONS = "PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=04:00:00 Nodes=localhost State=UP\n"
+NODES = ("NodeName=localhost CPUTot=8 RealMemory=20000 Gres=gpu:4 GresUsed=gpu:2(IDX:0-1) State=MIXED "
+         "Partitions=gpu\n")
+
+
+class FakeSlurm:
+    def __init__(self, fail: bool = False):
+        self.calls: list[list[str]] = []
+        self.fail = fail
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        if self.fail:
+            raise SlurmError("slurm_load_jobs error: Unable to contact slurm controller")
+        if argv[0] == "squeue":
+            return SQUEUE
+        return PARTITIONS if argv[2] == "partition" else NODES
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_parse_squeue_reads_state_elapsed_and_gpus_and_skips_other_lines():
+    queue = parse_squeue(SQUEUE)
+    assert list(queue) == ["42", "43", "44"]
+    assert (queue["42"].user, queue["42"].state, queue["42"].elapsed, queue["42"].gpus_per_node) == (
+        "alice", "RUNNING", "1:23", 2)
+    assert (queue["43"].nodes, queue["43"].gpus_per_node, queue["43"].reason) == (2, 0, "Resources")
+    assert queue["44"].gpus_per_node == 1
+    assert SQUEUE_FORMAT.count("|") == 6
+
+
+def test_snapshot_is_shared_within_the_interval_and_refreshed_after_it():
+    slurm, clock = FakeSlurm(), Clock()
+    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    first = cache.snapshot()
+    for _ in range(50):
+        assert cache.snapshot() is first
+    assert cache.squeue_calls == 1
+    clock.now += 2.5
+    assert cache.snapshot() is not first
+    assert cache.squeue_calls == 2
+    assert [c[0] for c in slurm.calls].count("squeue") == 2
+
+
+def test_concurrent_requests_cost_one_squeue():
+    slurm = FakeSlurm()
+    cache = ClusterCache(PortalConfig(dashboard_refresh_s=60), run=slurm)
+    threads = [threading.Thread(target=cache.snapshot) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert cache.squeue_calls == 1
+
+
+def test_snapshot_dict_counts_free_and_used_gpus():
+    cache = ClusterCache(PortalConfig(), run=FakeSlurm())
+    data = cache.snapshot().to_dict()
+    assert (data["gpus"], data["free_gpus"], data["jobs_running"], data["jobs_pending"]) == (4, 2, 1, 2)
+    assert data["nodes"][0]["used_gpus"] == 2
+    assert data["partitions"] == [{"name": "gpu", "default": True, "max_minutes": 240, "nodes": ["localhost"]}]
+
+
+def test_slurm_down_is_an_error_not_a_stale_answer():
+    slurm, clock = FakeSlurm(), Clock()
+    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    cache.snapshot()
+    slurm.fail, clock.now = True, clock.now + 3
+    with pytest.raises(SlurmError, match="Unable to contact"):
+        cache.snapshot()

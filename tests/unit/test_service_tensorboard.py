@@ -1,0 +1,34 @@
+"""The one TensorBoard URL builder (the dashboard's panel, the notebooks' later) and JupyterLab links."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote, urlsplit
+
+from portal.tensorboard import lab_url, panel_url, run_regex
+
+
+def test_panel_url_filters_to_the_job_both_ways_tensorboard_reads_a_filter():
+    url = panel_url("alice", "42")
+    parts = urlsplit(url)
+    assert parts.path == "/user/alice/tensorboard/"
+    assert unquote(parts.query) == "runFilter=^42/"
+    assert unquote(parts.fragment) == "scalars&regexInput=^42/"
+
+
+def test_panel_url_honours_the_hub_base_url_with_or_without_its_slash():
+    assert panel_url("bob", "7", "/jhub/").startswith("/jhub/user/bob/tensorboard/?")
+    assert panel_url("bob", "7", "/jhub") == panel_url("bob", "7", "/jhub/")
+
+
+def test_run_regex_matches_only_that_jobs_runs():
+    pattern = re.compile(run_regex("42"))
+    assert pattern.search("42/tensorboard")
+    assert not pattern.search("142/tensorboard") and not pattern.search("420/tensorboard")
+    local = re.compile(run_regex("local-20260101T000000-abcdef"))
+    assert local.search("local-20260101T000000-abcdef/tensorboard")
+
+
+def test_lab_url_opens_a_file_in_the_users_jupyterlab():
+    assert lab_url("alice", "notebooks/train horovod.ipynb") == (
+        "/user/alice/lab/tree/notebooks/train%20horovod.ipynb")
