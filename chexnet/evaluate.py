@@ -6,21 +6,20 @@ Exit codes: 0 done, 2 bad arguments, data or checkpoint (one line on stderr, no 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
+from chexnet.cli import EXIT_USAGE, OneLineParser, UsageError, require_data_dir, require_positive
 from chexnet.labels import CLASSES
 
 if TYPE_CHECKING:
     import numpy as np
 
 PROG = "chexnet.evaluate"
-EXIT_USAGE = 2
 MODELS = ("densenet121", "resnet50")
 SPLIT = "test"
 # Test-set AUROC per class published by Rajpurkar et al. 2017 (CheXNet, DenseNet-121), copied from the project's
@@ -34,9 +33,6 @@ FIGURE_INCHES = (8, 8)
 FIGURE_DPI = 110
 
 
-class UsageError(Exception):
-    """A bad argument, unusable data or a checkpoint that does not fit: one line and exit code 2."""
-
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -49,24 +45,17 @@ class EvalConfig:
     pipeline: str = "new"
 
     def validate(self) -> None:
-        for flag, value in {"--image-size": self.image_size, "--batch-size": self.batch_size}.items():
-            if value < 1:
-                raise UsageError(f"{flag} must be a positive integer (>= 1); got {value}")
+        require_positive({"--image-size": self.image_size, "--batch-size": self.batch_size})
         if self.model not in MODELS:
             raise UsageError(f"--model must be one of {', '.join(MODELS)}; got {self.model!r}")
-        if not self.data_dir.is_dir():
-            raise UsageError(f"--data-dir must be an existing directory with the dataset; {self.data_dir} is not")
+        require_data_dir(self.data_dir)
         if not self.checkpoint.exists() and not Path(f"{self.checkpoint}.index").is_file():
             raise UsageError(f"--checkpoint must be a checkpoint directory or prefix; {self.checkpoint} is neither")
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
 
 def parse_args(argv: list[str] | None = None) -> EvalConfig:
-    p = _OneLineParser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint directory (latest used) or prefix")
     p.add_argument("--data-dir", type=Path, required=True, help="ChestX-ray14 layout or TFRecords directory")
     p.add_argument("--out", type=Path, required=True, help="where auroc.json and roc.png go")

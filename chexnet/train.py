@@ -14,13 +14,14 @@ Two switches for tests and operators, outside the documented command line:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
+
+from chexnet.cli import EXIT_USAGE, OneLineParser, UsageError, require_data_dir, require_positive
 
 # TensorFlow and Horovod are imported inside the functions that use them: a bad flag is then reported in a
 # fraction of a second, before TensorFlow loads and prints its start-up chatter.
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 MODELS = ("densenet121", "resnet50")
 PIPELINES = ("new", "old")
-EXIT_USAGE = 2
 EXIT_NAN = 3
 CHECKPOINTS_KEPT = 3
 PLATEAU_FACTOR = 0.1  # the CheXNet paper: divide the rate by 10 when the validation loss plateaus
@@ -43,9 +43,6 @@ INJECT_NAN_RANK_ENV = "CHEXNET_INJECT_NAN_RANK"
 PROG = "chexnet.train"
 LABEL_READ_BATCH = 8192
 
-
-class UsageError(Exception):
-    """A bad argument or unusable data: reported as one line and exit code 2."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +68,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise UsageError naming the flag and what it allows, for the first bad value."""
-        positive = {"--epochs": self.epochs, "--batch-size": self.batch_size, "--image-size": self.image_size}
-        for flag, value in positive.items():
-            if value < 1:
-                raise UsageError(f"{flag} must be a positive integer (>= 1); got {value}")
+        require_positive({"--epochs": self.epochs, "--batch-size": self.batch_size, "--image-size": self.image_size})
         if self.model not in MODELS:
             raise UsageError(f"--model must be one of {', '.join(MODELS)}; got {self.model!r}")
         if self.pipeline not in PIPELINES:
@@ -85,21 +79,14 @@ class TrainConfig:
             raise UsageError(f"--warmup-epochs must be >= 0; got {self.warmup_epochs}")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads must be a positive integer (>= 1); got {self.threads}")
-        if not self.data_dir.is_dir():
-            raise UsageError(f"--data-dir must be an existing directory with the dataset; {self.data_dir} is not")
+        require_data_dir(self.data_dir)
         if self.weights is not None and not self.weights.is_file():
             raise UsageError(f"--weights must name an existing weights file; {self.weights} is not")
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse prints the whole usage block on an error; one line that names the flag is enough."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    p = _OneLineParser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", type=Path, required=True, help="ChestX-ray14 layout or TFRecords directory")
     p.add_argument("--logdir", type=Path, required=True, help="TensorBoard event files (rank 0 writes)")
     p.add_argument("--checkpoint-dir", type=Path, required=True, help="checkpoints (rank 0 writes, every epoch)")
