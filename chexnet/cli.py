@@ -27,6 +27,11 @@ def require_positive(flags: Mapping[str, int]) -> None:
             raise UsageError(f"{flag} must be a positive integer (>= 1); got {value}")
 
 
+def require_choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise UsageError(f"{flag} must be one of {', '.join(allowed)}; got {value!r}")
+
+
 def require_data_dir(data_dir: Path) -> None:
     if not data_dir.is_dir():
         raise UsageError(f"--data-dir must be an existing directory with the dataset; {data_dir} is not")

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexnet.cli import EXIT_USAGE, OneLineParser, UsageError, require_data_dir, require_positive
+from chexnet.cli import (
+    EXIT_USAGE,
+    OneLineParser,
+    UsageError,
+    require_choice,
+    require_data_dir,
+    require_positive,
+)
 from chexnet.labels import CLASSES
 
 if TYPE_CHECKING:
@@ -33,7 +40,6 @@ FIGURE_INCHES = (8, 8)
 FIGURE_DPI = 110
 
 
-
 @dataclass(frozen=True)
 class EvalConfig:
     checkpoint: Path
@@ -46,12 +52,10 @@ class EvalConfig:
 
     def validate(self) -> None:
         require_positive({"--image-size": self.image_size, "--batch-size": self.batch_size})
-        if self.model not in MODELS:
-            raise UsageError(f"--model must be one of {', '.join(MODELS)}; got {self.model!r}")
+        require_choice("--model", self.model, MODELS)
         require_data_dir(self.data_dir)
         if not self.checkpoint.exists() and not Path(f"{self.checkpoint}.index").is_file():
             raise UsageError(f"--checkpoint must be a checkpoint directory or prefix; {self.checkpoint} is neither")
-
 
 
 def parse_args(argv: list[str] | None = None) -> EvalConfig:

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexnet.cli import EXIT_USAGE, OneLineParser, UsageError, require_data_dir, require_positive
+from chexnet.cli import (
+    EXIT_USAGE,
+    OneLineParser,
+    UsageError,
+    require_choice,
+    require_data_dir,
+    require_positive,
+)
 
 # TensorFlow and Horovod are imported inside the functions that use them: a bad flag is then reported in a
 # fraction of a second, before TensorFlow loads and prints its start-up chatter.
@@ -42,7 +49,6 @@ INJECT_NAN_ENV = "CHEXNET_INJECT_NAN_AT_STEP"
 INJECT_NAN_RANK_ENV = "CHEXNET_INJECT_NAN_RANK"
 PROG = "chexnet.train"
 LABEL_READ_BATCH = 8192
-
 
 
 @dataclass(frozen=True)
@@ -69,10 +75,8 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise UsageError naming the flag and what it allows, for the first bad value."""
         require_positive({"--epochs": self.epochs, "--batch-size": self.batch_size, "--image-size": self.image_size})
-        if self.model not in MODELS:
-            raise UsageError(f"--model must be one of {', '.join(MODELS)}; got {self.model!r}")
-        if self.pipeline not in PIPELINES:
-            raise UsageError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
+        require_choice("--model", self.model, MODELS)
+        require_choice("--pipeline", self.pipeline, PIPELINES)
         if not self.lr > 0:
             raise UsageError(f"--lr must be a positive number; got {self.lr}")
         if self.warmup_epochs < 0:
@@ -82,7 +86,6 @@ class TrainConfig:
         require_data_dir(self.data_dir)
         if self.weights is not None and not self.weights.is_file():
             raise UsageError(f"--weights must name an existing weights file; {self.weights} is not")
-
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:

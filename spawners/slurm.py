@@ -23,15 +23,7 @@ from tornado import web
 from traitlets import Float, Instance, Integer, default
 
 from portal.config import PortalConfig, load
-
-# gpu_count and wall_minutes moved to portal.slurm (shared with the training jobs); still importable from here.
-from portal.slurm import (  # noqa: F401
-    RUNUSER,
-    gpu_count,
-    parse_key_values,
-    slurm_partitions,
-    wall_minutes,
-)
+from portal.slurm import RUNUSER, parse_key_values, slurm_partitions
 from spawners.forms import ClusterLimits, OptionsError, Partition, ServerOptions, parse_server_options, render_form
 
 # Slurm's pending reasons, in words a data scientist can act on.

@@ -1,6 +1,7 @@
 """Reading Slurm's answers: partitions, free GPUs, time limits."""
 
-from spawners.slurm import gpu_count, partitions_from_scontrol, wall_minutes
+from portal.slurm import gpu_count, wall_minutes
+from spawners.slurm import partitions_from_scontrol
 
 PARTITIONS = (
     "PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=7-00:00:00 Nodes=localhost State=UP TotalCPUs=8\n"
