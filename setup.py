@@ -1,5 +1,7 @@
 """The Data Scientist Portal: JupyterHub + LDAP + Slurm/Kubernetes spawners + Horovod CheXNet templates."""
 
+from glob import glob
+
 from setuptools import find_packages, setup
 
 HUB = [
@@ -30,6 +32,10 @@ setup(
     description="A JupyterHub portal for training medical-imaging models with Horovod on GPU clusters",
     python_requires=">=3.11",
     packages=find_packages(include=["portal", "portal.*", "spawners", "spawners.*", "chexnet", "chexnet.*"]),
+    # Job scripts and the dashboard's HTML travel inside the packages; the template notebooks users copy go to
+    # <prefix>/share/dsportal/notebooks (portal.notebook.templates_dir() finds them there or in a source tree).
+    package_data={"portal.jobs": ["templates/*"], "portal.service": ["templates/*.html", "hub_templates/*.html"]},
+    data_files=[("share/dsportal/notebooks", sorted(glob("notebooks/*.ipynb")))],
     install_requires=HUB,
     extras_require={
         # The training payload. Horovod 0.28.1 is built by deploy/local/install.sh after TensorFlow (it needs

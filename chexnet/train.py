@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 MODELS = ("densenet121", "resnet50")
 PIPELINES = ("new", "old")
+PROGRESS = ("auto", "bar", "epoch")
 EXIT_NAN = 3
 CHECKPOINTS_KEPT = 3
 PLATEAU_FACTOR = 0.1  # the CheXNet paper: divide the rate by 10 when the validation loss plateaus
@@ -71,12 +72,14 @@ class TrainConfig:
     threads: int | None = None
     seed: int = 0
     weights_digest_dir: Path | None = None
+    progress: str = "auto"
 
     def validate(self) -> None:
         """Raise UsageError naming the flag and what it allows, for the first bad value."""
         require_positive({"--epochs": self.epochs, "--batch-size": self.batch_size, "--image-size": self.image_size})
         require_choice("--model", self.model, MODELS)
         require_choice("--pipeline", self.pipeline, PIPELINES)
+        require_choice("--progress", self.progress, PROGRESS)
         if not self.lr > 0:
             raise UsageError(f"--lr must be a positive number; got {self.lr}")
         if self.warmup_epochs < 0:
@@ -111,12 +114,26 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--threads", type=int, help="input pipeline threads (default: tf.data's choice)")
     p.add_argument("--seed", type=int, default=TrainConfig.seed, help="initial weights and shuffling")
     p.add_argument("--weights-digest-dir", type=Path, help="each rank writes the SHA-256 of its final weights here")
+    p.add_argument("--progress", default=TrainConfig.progress,
+                   help="bar: Keras' step-by-step bar; epoch: one line per epoch (for log files); "
+                        "auto: bar on a terminal")
     a = p.parse_args(argv)
     return TrainConfig(
         data_dir=a.data_dir, logdir=a.logdir, checkpoint_dir=a.checkpoint_dir, epochs=a.epochs,
         batch_size=a.batch_size, image_size=a.image_size, model=a.model, pipeline=a.pipeline, fp16=a.fp16,
         xla=a.xla, resume=a.resume, weights=a.weights, lr=a.lr, warmup_epochs=a.warmup_epochs,
-        skip_bad=a.skip_bad, threads=a.threads, seed=a.seed, weights_digest_dir=a.weights_digest_dir)
+        skip_bad=a.skip_bad, threads=a.threads, seed=a.seed, weights_digest_dir=a.weights_digest_dir,
+        progress=a.progress)
+
+
+def _keras_verbosity(progress: str, chief: bool) -> int:
+    """model.fit's verbose: only rank 0 reports; a bar rewrites itself with backspaces, which a log file keeps
+    (and mpirun hands every rank a pseudo-terminal, so a batch job passes `--progress epoch`)."""
+    if not chief:
+        return 0
+    if progress == "auto":
+        progress = "bar" if sys.stdout.isatty() else "epoch"
+    return 1 if progress == "bar" else 2
 
 
 def _launcher_rank() -> int:
@@ -195,7 +212,7 @@ def run(cfg: TrainConfig) -> int:
     callbacks = _callbacks(cfg, hvd, model, eval_ds, loss, writer, guard, manager, epoch_done, saved_lr,
                            scaled_lr, steps_per_epoch, chief)
     model.fit(_maybe_poisoned(train_ds, hvd.rank()), epochs=cfg.epochs, initial_epoch=start_epoch,
-              steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=1 if chief else 0)
+              steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=_keras_verbosity(cfg.progress, chief))
     if writer is not None:
         writer.close()
     _report_skipped(chief)

@@ -25,20 +25,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from portal.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
 from portal.tensorboard import TENSORBOARD_PREFIX, panel_url
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "notebooks"  # the repository's (editable install)
+# Where the template notebooks are: installed with the package (setup.py's data_files), or a source tree's.
+TEMPLATE_DIRS = (Path(sys.prefix) / "share" / "dsportal" / "notebooks",
+                 Path(__file__).resolve().parent.parent / "notebooks")
 USER_NOTEBOOKS = "~/notebooks"
 INSTALLED_LIST = ".dsportal-templates"  # names copied once: a template the user deleted is not brought back
 TENSORBOARD_RELOAD_S = 5
 TENSORBOARD_START_TIMEOUT_S = 60
 PANEL_HEIGHT = 640
 PROXY_NAME = TENSORBOARD_PREFIX.strip("/")  # the entry point's name is the URL path: <server>/tensorboard/
-# The panel's charts: the throughput chart and every AUROC chart (mean and per class), in the time-series view.
-PANEL_TAG_FILTER = "throughput/images_per_sec|auroc/"
 WATCH_POLL_S = 5.0
 CLASS_ORDER = tuple(CHEXNET_PAPER_AUROC)  # the dataset's label order
 
@@ -67,19 +66,12 @@ def _hub_user_and_base(job: Any) -> tuple[str, str]:
     return user, os.environ.get("JUPYTERHUB_BASE_URL", "/")
 
 
-def tensorboard_panel_url(user: str, job_id: str, base_url: str = "/") -> str:
-    """portal.tensorboard's link to the job's runs, narrowed to its throughput and AUROC charts in the
-    time-series dashboard (which reads `tagFilter` from the query)."""
-    url = panel_url(user, job_id, base_url).split("#", 1)[0]
-    return f"{url}{'&' if '?' in url else '?'}{urlencode({'tagFilter': PANEL_TAG_FILTER})}#timeseries"
-
-
 def tensorboard_panel(job: Any, height: int = PANEL_HEIGHT):
     """The user's TensorBoard in an IFrame, filtered to this job's throughput and AUROC charts."""
     from IPython.display import IFrame
 
     user, base_url = _hub_user_and_base(job)
-    return IFrame(tensorboard_panel_url(user, job.id, base_url), width="100%", height=height)
+    return IFrame(panel_url(user, job.id, base_url), width="100%", height=height)
 
 
 # --- AUROC beside the paper ---
@@ -230,12 +222,20 @@ def demo_dataset(layout: bool = True) -> Path:
 
 # --- template notebooks in the user's home ---
 
-def install_templates(source: str | Path = TEMPLATES_DIR, dest: str | Path = USER_NOTEBOOKS) -> list[str]:
+def templates_dir() -> Path:
+    """The template notebooks of this installation: the installed copy, else the source tree's."""
+    for candidate in TEMPLATE_DIRS:
+        if any(candidate.glob("*.ipynb")):
+            return candidate
+    raise FileNotFoundError(f"no template notebooks in {' or '.join(map(str, TEMPLATE_DIRS))}; reinstall dsportal")
+
+
+def install_templates(source: str | Path | None = None, dest: str | Path = USER_NOTEBOOKS) -> list[str]:
     """Copy each template notebook the user has not had yet into `dest`; returns the names copied.
 
     A file that exists is never touched (it may be the user's edited copy), and a template copied once is not
     copied again after the user deletes it: the names are kept in `dest/.dsportal-templates`."""
-    source, dest = Path(source), Path(dest).expanduser()
+    source, dest = Path(source) if source else templates_dir(), Path(dest).expanduser()
     if not source.is_dir():
         raise FileNotFoundError(f"no template directory at {source}")
     dest.mkdir(parents=True, exist_ok=True)
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m portal.notebook", description="Notebook helpers.")
     commands = parser.add_subparsers(dest="command", required=True)
     install = commands.add_parser("install-templates", help="copy missing template notebooks to ~/notebooks")
-    install.add_argument("--source", default=str(TEMPLATES_DIR), help="the templates (default: %(default)s)")
+    install.add_argument("--source", help="the templates (default: the installed ones)")
     install.add_argument("--dest", default=USER_NOTEBOOKS, help="where they go (default: %(default)s)")
     args = parser.parse_args(argv)
     try:

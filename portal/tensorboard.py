@@ -1,17 +1,20 @@
 """Where a user's TensorBoard shows one training run: the one URL builder for the dashboard and the notebooks.
 
 The single-user server serves TensorBoard at `/user/<name>/tensorboard/` (jupyter-server-proxy) over the user's
-`~/jobs`, so a job's run is named `<job id>/tensorboard` there. The URL filters the runs to that job both ways
-TensorBoard 2.x reads a filter: `runFilter` (the time-series dashboard's query parameter) and the legacy scalars
-dashboard's `#scalars&regexInput=` fragment.
+`~/jobs`, so a job's run is named `<job id>/tensorboard` there. TensorBoard 2.15 opens on its time-series
+dashboard, which reads two filters from the URL's query: `runFilter` (a regex over run names) and `tagFilter`
+(a regex over tags). The panel uses both: that one job's runs, and only its images/sec and mean AUROC charts.
+(The legacy scalars dashboard's `#scalars&regexInput=` filters tags, not runs, so it cannot narrow to a job.)
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 TENSORBOARD_PREFIX = "tensorboard/"
+# The two charts to watch; the per-class AUROC charts are one click away (clear the filter).
+PANEL_TAG_FILTER = "^(throughput/images_per_sec|auroc/mean)$"
 
 
 def run_regex(job_id: str) -> str:
@@ -19,15 +22,17 @@ def run_regex(job_id: str) -> str:
     return f"^{re.escape(str(job_id))}/"
 
 
+def _base(base_url: str) -> str:
+    return base_url if base_url.endswith("/") else base_url + "/"
+
+
 def panel_url(user: str, job_id: str, base_url: str = "/") -> str:
-    """The user's TensorBoard filtered to one job, e.g. `/user/alice/tensorboard/?runFilter=%5E42%2F#scalars&...`."""
-    base = base_url if base_url.endswith("/") else base_url + "/"
-    regex = quote(run_regex(job_id), safe="")
-    return (f"{base}user/{quote(user, safe='')}/{TENSORBOARD_PREFIX}?runFilter={regex}"
-            f"#scalars&regexInput={regex}")
+    """The user's TensorBoard narrowed to one job's throughput and AUROC charts, e.g.
+    `/user/alice/tensorboard/?runFilter=%5E42%2F&tagFilter=...#timeseries`."""
+    query = urlencode({"runFilter": run_regex(job_id), "tagFilter": PANEL_TAG_FILTER}, quote_via=quote, safe="")
+    return f"{_base(base_url)}user/{quote(user, safe='')}/{TENSORBOARD_PREFIX}?{query}#timeseries"
 
 
 def lab_url(user: str, path: str, base_url: str = "/") -> str:
     """JupyterLab at a file of the user's home, e.g. `/user/alice/lab/tree/notebooks/train.ipynb`."""
-    base = base_url if base_url.endswith("/") else base_url + "/"
-    return f"{base}user/{quote(user, safe='')}/lab/tree/{quote(path.lstrip('/'))}"
+    return f"{_base(base_url)}user/{quote(user, safe='')}/lab/tree/{quote(path.lstrip('/'))}"

@@ -11,21 +11,22 @@ from jupyterhub.utils import url_path_join
 from tornado.web import Application
 
 from portal.config import PortalConfig
+from portal.notebook import templates_dir
 from portal.service import api, pages
 from portal.service.board import JobBoard
 from portal.service.cluster import ClusterCache
 from portal.service.hub import HubDirectory
 
 HERE = Path(__file__).resolve().parent
-REPO_NOTEBOOKS = HERE.parent.parent / "notebooks"
 JOB_ID = r"(\d{1,12}|local-[0-9T]{15}-[0-9a-f]{6})"  # portal.jobs.record.JOB_ID, without its anchors
 # Blocking work at once (each a runuser'd command): enough for a few users, few enough for a small hub host.
 WORKERS = 8
+MIN_POLL_S = 5  # the job page asks for its job's state at most this often
 
 
 def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str | None = None,
              cluster: ClusterCache | None = None, board: JobBoard | None = None,
-             directory: HubDirectory | None = None, notebooks_dir: Path = REPO_NOTEBOOKS) -> Application:
+             directory: HubDirectory | None = None, notebooks_dir: Path | None = None) -> Application:
     prefix = prefix or os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
     hub_base_url = hub_base_url or os.environ.get("JUPYTERHUB_BASE_URL", "/")
     cluster = cluster or ClusterCache(cfg)
@@ -51,5 +52,6 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         # The service's own cookie (the user's OAuth token) only needs to outlive this process.
         cookie_secret=os.urandom(32),
         board=board, cluster=cluster, directory=directory, executor=ThreadPoolExecutor(WORKERS),
-        service_prefix=prefix, hub_base_url=hub_base_url, notebooks_dir=notebooks_dir,
+        service_prefix=prefix, hub_base_url=hub_base_url, notebooks_dir=notebooks_dir or templates_dir(),
+        poll_s=max(MIN_POLL_S, cfg.dashboard_refresh_s), log_lines=cfg.dashboard_log_lines,
     )

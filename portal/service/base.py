@@ -127,7 +127,7 @@ class APIHandler(PortalHandler):
 class PageHandler(PortalHandler):
     def render_page(self, name: str, **values: Any) -> None:
         self.render(name, user=self.hub_user, base_url=self.settings["hub_base_url"],
-                    prefix=self.settings["service_prefix"], **values)
+                    prefix=self.settings["service_prefix"], poll_s=self.settings["poll_s"], **values)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         message, field = self.error_parts(kwargs)

@@ -22,6 +22,7 @@ from portal.service.base import PageHandler, PortalError
 from portal.tensorboard import lab_url, panel_url
 
 BOOLEAN_FIELDS = ("fp16", "xla")
+MAX_TAIL_LINES = 10_000
 
 
 def notebook_templates(directory: Path) -> list[str]:
@@ -88,16 +89,27 @@ class JobPageHandler(PageHandler):
         owner = job.record.user
         server_ready = self.hub_user.server_ready if owner == self.hub_user.name else False
         self.render_page("job.html", job=summary, log=log, server_ready=server_ready,
+                         owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
                          tensorboard=panel_url(owner, job.id, self.settings["hub_base_url"]),
                          start_url=f"{self.settings['hub_base_url']}hub/spawn/{owner}")
 
 
+def tail_lines(value: str | None) -> int | None:
+    """The `tail` argument of the log page: None for the whole log, else 1-MAX_TAIL_LINES lines."""
+    if value is None:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= MAX_TAIL_LINES:
+        raise PortalError(400, f"tail is {value!r}; allowed: a whole number of lines, 1-{MAX_TAIL_LINES}", "tail")
+    return int(value)
+
+
 class JobLogHandler(PageHandler):
     async def get(self, job_id: str) -> None:
+        lines = tail_lines(self.get_argument("tail", None))
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(await self.blocking(job.logs))
+        self.finish(await self.blocking(job.logs, lines))
 
 
 class CancelHandler(PageHandler):

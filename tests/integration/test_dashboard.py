@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from portal.jobs.demo_data import ensure_demo_data
+from portal.tensorboard import panel_url
 from tests.conftest import jobs_of, wait_for
 
 pytestmark = pytest.mark.integration
@@ -159,5 +160,4 @@ def test_the_job_completes_with_throughput_and_auroc(hub, clients, portal_api, a
     assert "Start your server" in page.text and 'href="/hub/spawn/alice"' in page.text
     listed = portal_api(clients["alice"], "GET", "jobs").json()["jobs"]
     links = next(j["links"] for j in listed if j["id"] == alice_job["id"])
-    assert links["tensorboard"] == f"/user/alice/tensorboard/?runFilter=%5E{alice_job['id']}%2F" \
-        f"#scalars&regexInput=%5E{alice_job['id']}%2F"
+    assert links["tensorboard"] == panel_url("alice", alice_job["id"])

@@ -196,7 +196,7 @@ def test_nan_loss_stops_every_worker_with_an_error(dataset, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["batch-size-0", "epochs-0", "empty-data-dir", "missing-data-dir",
-                                  "unknown-model"])
+                                  "unknown-model", "unknown-progress"])
 def test_bad_arguments_fail_in_one_line_with_exit_2(case, tmp_path, dataset):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -206,6 +206,7 @@ def test_bad_arguments_fail_in_one_line_with_exit_2(case, tmp_path, dataset):
         "empty-data-dir": (empty, [], str(empty)),
         "missing-data-dir": (tmp_path / "nope", [], "--data-dir"),
         "unknown-model": (dataset, ["--model", "vgg16"], "--model must be one of densenet121, resnet50"),
+        "unknown-progress": (dataset, ["--progress", "dots"], "--progress must be one of auto, bar, epoch"),
     }[case]
     proc = subprocess.run([PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(tmp_path / "l"),
                            "--checkpoint-dir", str(tmp_path / "c"), *flags], cwd=REPO, capture_output=True,

@@ -102,15 +102,6 @@ def test_the_proxy_entry_point_is_registered():
     assert found.get("tensorboard") == "portal.notebook:tensorboard_proxy"
 
 
-def test_the_panel_shows_the_runs_throughput_and_auroc_charts():
-    url = notebook.tensorboard_panel_url("alice", "42", "/")
-    assert url.startswith("/user/alice/tensorboard/?")
-    assert "runFilter=%5E42%2F" in url and "tagFilter=throughput%2Fimages_per_sec%7Cauroc%2F" in url
-    assert url.endswith("#timeseries") and url.count("#") == 1
-    assert notebook.tensorboard_panel_url("alice", "42", "/hub-prefix/").startswith(
-        "/hub-prefix/user/alice/tensorboard/")
-
-
 def test_tensorboard_panel_uses_the_servers_base_url(monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")
     monkeypatch.setenv("JUPYTERHUB_BASE_URL", "/")
@@ -167,3 +158,17 @@ def test_the_spawner_copies_templates_and_sets_the_tensorboard_proxy_url(monkeyp
     assert spawner.environment["DSPORTAL_CONFIG"] == os.environ["DSPORTAL_CONFIG"]
     fake = SimpleNamespace(user=SimpleNamespace(url="/user/alice/"))
     assert tensorboard_proxy_url(fake) == "/user/alice/proxy/%PORT%/"
+
+
+def test_templates_come_from_the_installed_copy_before_the_source_tree(tmp_path, monkeypatch):
+    installed, source = tmp_path / "share", tmp_path / "src"
+    source.mkdir()
+    (source / "01-a.ipynb").write_text("{}")
+    monkeypatch.setattr(notebook, "TEMPLATE_DIRS", (installed, source))
+    assert notebook.templates_dir() == source  # nothing installed: an editable install's source tree
+    installed.mkdir()
+    (installed / "01-a.ipynb").write_text("{}")
+    assert notebook.templates_dir() == installed
+    monkeypatch.setattr(notebook, "TEMPLATE_DIRS", (tmp_path / "none",))
+    with pytest.raises(FileNotFoundError, match="no template notebooks in .*none; reinstall dsportal"):
+        notebook.templates_dir()

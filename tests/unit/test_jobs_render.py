@@ -56,7 +56,7 @@ def test_every_field_at_its_limits_renders():
     assert (lines["ntasks-per-node"], lines["gres"], lines["mem"], lines["time"]) == ("4", "gpu:4", "19G",
                                                                                       "168:00:00")
     assert "--epochs 1000 --batch-size 1024 --image-size 1024" in script
-    assert "--model resnet50 --pipeline new --resume --fp16 --xla)" in script
+    assert "--model resnet50 --pipeline new --resume --progress epoch --fp16 --xla)" in script
     bash_syntax_ok(script)
 
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
-from portal.tensorboard import lab_url, panel_url, run_regex
+from portal.tensorboard import PANEL_TAG_FILTER, lab_url, panel_url, run_regex
 
 
-def test_panel_url_filters_to_the_job_both_ways_tensorboard_reads_a_filter():
-    url = panel_url("alice", "42")
-    parts = urlsplit(url)
-    assert parts.path == "/user/alice/tensorboard/"
-    assert unquote(parts.query) == "runFilter=^42/"
-    assert unquote(parts.fragment) == "scalars&regexInput=^42/"
+def test_panel_url_filters_the_time_series_to_the_jobs_runs_and_its_throughput_and_auroc_tags():
+    parts = urlsplit(panel_url("alice", "42"))
+    assert parts.path == "/user/alice/tensorboard/" and parts.fragment == "timeseries"
+    query = parse_qs(parts.query)
+    assert query == {"runFilter": ["^42/"], "tagFilter": [PANEL_TAG_FILTER]}
+    tags = re.compile(PANEL_TAG_FILTER)
+    assert all(tags.search(tag) for tag in ["throughput/images_per_sec", "auroc/mean"])
+    assert not any(tags.search(tag) for tag in ("auroc/Hernia", "auroc/mean_x", "loss/train", "learning_rate"))
+    assert "/" not in parts.query and "^" not in parts.query  # every regex character is escaped
 
 
 def test_panel_url_honours_the_hub_base_url_with_or_without_its_slash():

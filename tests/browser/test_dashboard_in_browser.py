@@ -1,0 +1,86 @@
+"""The user's day in headless Chromium: alice logs in, starts JupyterLab, opens the dashboard, submits a tiny
+training job from its form, watches it run on the job page, and sees its throughput and AUROC charts in the
+embedded TensorBoard. Screenshots go to tests/artifacts/dashboard-*.png.
+
+Sized for 2 CPU cores: the demo set (64x64 images), 1 epoch, batch 8, one worker on one (fake) GPU.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from portal.jobs.demo_data import ensure_demo_data
+from tests.browser.conftest import log_in
+from tests.conftest import jobs_of, slurm
+
+pytestmark = pytest.mark.integration
+FORM = {"gpus_per_node": "1", "cpus_per_task": "1", "memory_gb": "4", "epochs": "1", "batch_size": "8",
+        "image_size": "64", "time_limit": "00:20:00"}
+JOB_TIMEOUT_MS = 600_000  # submit to COMPLETED on 2 shared cores
+CHARTS = ("throughput/images_per_sec", "auroc/mean")
+
+
+@pytest.fixture
+def alice_in_lab(hub, admin, cluster, page):
+    """alice logged in, with her JupyterLab server running (no GPU): TensorBoard lives in it."""
+    ensure_demo_data(cluster)
+    log_in(page, hub, "alice", "wonderland")
+    page.wait_for_url("**/hub/spawn**")
+    page.fill("input[name=gpus]", "0")
+    page.click("form input[type=submit], form button[type=submit]")
+    page.wait_for_url("**/user/alice/lab**", timeout=120_000)
+    submitted = []
+    yield page, submitted
+    for job_id in submitted:
+        if any(line.startswith(f"{job_id} ") for line in jobs_of("alice")):
+            slurm("scancel", job_id)
+    if hub.server(admin, "alice") is not None:
+        hub.stop(admin, "alice")
+
+
+def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboard(hub, alice_in_lab, artifacts):
+    page, submitted = alice_in_lab
+    page.goto(f"{hub.url}/services/portal/")
+    page.wait_for_url("**/services/portal/jobs")
+    assert page.locator("nav").get_by_text("alice").count() == 1
+
+    page.click("nav >> text=Submit")
+    page.wait_for_selector("#submit_form")
+    for name, value in FORM.items():
+        page.fill(f"#submit_form input[name={name}]", value)
+    page.screenshot(path=str(artifacts / "dashboard-1-submit-form.png"), full_page=True)
+    page.click("#submit_form button[type=submit]")
+    page.wait_for_url(re.compile(r".*/services/portal/jobs/\d+$"))
+    job_id = page.url.rsplit("/", 1)[1]
+    submitted.append(job_id)
+    assert page.text_content("#state") in ("PENDING", "RUNNING")
+    page.screenshot(path=str(artifacts / "dashboard-2-job-submitted.png"), full_page=True)
+
+    # The page follows the job by itself (it reloads when the state changes); no clicks from here on.
+    page.wait_for_function("['RUNNING', 'COMPLETED'].includes(document.querySelector('#state').textContent)",
+                           timeout=120_000, polling=1000)
+    page.screenshot(path=str(artifacts / "dashboard-3-job-running.png"), full_page=True)
+    page.wait_for_function("document.querySelector('#state').textContent === 'COMPLETED'",
+                           timeout=JOB_TIMEOUT_MS, polling=2000)
+    assert page.text_content("#epochs_done") == "1"
+    assert float(page.text_content("#images_per_sec")) > 0
+    assert 0 <= float(page.text_content("#best_mean_auroc")) <= 1
+    assert "Start your server" not in page.content()
+
+    # TensorBoard's time-series view, narrowed by the panel's URL to this job's run and its two charts; each
+    # chart card is titled by its tag and lists the run's latest value.
+    frame = page.frame_locator("iframe.tensorboard")
+    try:
+        for tag in CHARTS:
+            frame.locator("card-view", has_text=tag).filter(has_text=f"{job_id}/tensorboard").wait_for(
+                timeout=90_000)
+    finally:
+        page.locator("iframe.tensorboard").scroll_into_view_if_needed()
+        page.screenshot(path=str(artifacts / "dashboard-4-tensorboard.png"))
+    # Not loss/*, not the per-class AUROC charts (TensorBoard keeps other groups' cards in the page, hidden).
+    assert frame.locator("card-view:visible").count() == len(CHARTS)
+    runs = frame.locator("tb-data-table-content-row[data-id]")
+    listed = [runs.nth(i).get_attribute("data-id") for i in range(runs.count())]
+    assert listed == [f"defaultExperimentId/{job_id}/tensorboard"], listed  # not alice's other jobs

@@ -1,0 +1,26 @@
+"""A non-editable install (the images in docker/ use one) carries every file the code opens, not only .py files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tracked(*patterns: str) -> set[str]:
+    out = subprocess.run(["git", "ls-files", *patterns], cwd=REPO, capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_the_wheel_has_the_job_scripts_the_dashboard_pages_and_the_notebooks(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=120)
+    (wheel,) = tmp_path.glob("dsportal-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert tracked("portal/jobs/templates", "portal/service/templates", "portal/service/hub_templates") <= names
+    notebooks = {name.split("/")[-1] for name in names if "/share/dsportal/notebooks/" in name}
+    assert notebooks == {Path(name).name for name in tracked("notebooks/*.ipynb")}
+    assert len(notebooks) == 4
