@@ -24,9 +24,16 @@ c.JupyterHub.cleanup_servers = False
 
 c.JupyterHub.authenticator_class = PortalLDAPAuthenticator
 
-from spawners.slurm import PortalSlurmSpawner  # noqa: E402  (portal.config allows only "slurm" so far)
+if portal.spawner_backend == "kubernetes":
+    from spawners.kubernetes import PortalKubeSpawner
 
-c.JupyterHub.spawner_class = PortalSlurmSpawner
+    if portal.k8s_kubeconfig:  # else the hub pod's service account (KubeSpawner's in-cluster config)
+        os.environ["KUBECONFIG"] = portal.k8s_kubeconfig
+    c.JupyterHub.spawner_class = PortalKubeSpawner
+else:
+    from spawners.slurm import PortalSlurmSpawner
+
+    c.JupyterHub.spawner_class = PortalSlurmSpawner
 c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 120
 

@@ -26,6 +26,11 @@ TRAIN = [
     "pillow>=10",
 ]
 
+K8S = [
+    "jupyterhub-kubespawner==7.1.0",
+    "kubernetes==37.0.2",
+]
+
 setup(
     name="dsportal",
     version="0.1.0",
@@ -41,7 +46,9 @@ setup(
         # The training payload. Horovod 0.28.1 is built by deploy/local/install.sh after TensorFlow (it needs
         # --no-build-isolation and build flags); TF 2.16+ (Keras 3) breaks it. GPU images use tensorflow==2.15.1.
         "train": TRAIN,
-        "test": ["pytest>=8", "requests>=2.31", "playwright>=1.45", "ruff>=0.6"],
+        # The Kubernetes path (spawner_backend: kubernetes): KubeSpawner for servers, the client for MPIJobs.
+        "k8s": K8S,
+        "test": ["pytest>=8", "requests>=2.31", "playwright>=1.45", "ruff>=0.6", "kubernetes-validate==1.37.0"],
     },
     entry_points={
         # Every JupyterLab server runs TensorBoard over ~/jobs at <server>/tensorboard/, with a launcher icon.

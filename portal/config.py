@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 import yaml
 
 TLS_MODES = ("starttls", "ldaps", "none")
-SPAWNER_BACKENDS = ("slurm",)  # "kubernetes" (KubeSpawner + MPIJobs) is planned, not built yet
+SPAWNER_BACKENDS = ("slurm", "kubernetes")
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
 JOB_LAUNCHERS = ("mpirun", "srun")
 MPI_BINDINGS = ("none", "socket", "core")
 
@@ -112,6 +114,37 @@ class PortalConfig:
     # "1" where InfiniBand is absent or broken (NCCL then uses sockets), "0" to insist on it.
     jobs_nccl_ib_disable: str = ""
 
+    # Kubernetes (spawner_backend: kubernetes): KubeSpawner for the servers, MPIJobs (kubeflow.org/v2beta1) for
+    # training. The credentials: a kubeconfig file, or empty for the pod's service account (in the cluster).
+    k8s_kubeconfig: str = ""
+    # The hub's namespace; every user gets their own, from this template, where their server and jobs run.
+    k8s_namespace: str = "dsportal"
+    k8s_user_namespace_template: str = "dsportal-u-{username}"
+    # The hub and the dashboard act for a user by impersonating "<prefix><name>" (group k8s_users_group), so the
+    # API server's RBAC (deploy/kubernetes/rbac.yaml) keeps every user to their own namespace.
+    k8s_user_prefix: str = "dsportal:"
+    k8s_users_group: str = "dsportal-users"
+    # The notebook + training image (docker/training) and when to pull it.
+    k8s_image: str = "localhost/dsportal-training:latest"
+    k8s_image_pull_policy: str = "IfNotPresent"
+    # GPU node pools: a node label whose value is the GPU type (the spawner's "partition"), e.g. nvidia=t4.
+    k8s_gpu_node_label: str = "nvidia"
+    k8s_gpu_types: tuple[str, ...] = ("t4", "v100")
+    # The GPU counts a server may ask for (profiles), within the user's group quota.
+    k8s_gpu_profiles: tuple[str, ...] = ("0", "1", "2", "4", "8")
+    # One GPU node's shape, and how many nodes one training job may span.
+    k8s_node_cpus: int = 32
+    k8s_node_memory_gb: int = 180
+    k8s_node_gpus: int = 8
+    k8s_max_nodes: int = 4
+    # Volumes: the data set (a ReadOnlyMany claim, mounted read-only) and each user's home (a claim per user).
+    k8s_data_claim: str = "chestxray14"
+    k8s_data_mount: str = "/data"
+    k8s_home_claim_template: str = "home-{username}"
+    k8s_home_mount: str = "/home/jovyan"
+    # /dev/shm as an in-memory emptyDir of this size (Horovod and tf.data use shared memory).
+    k8s_shm_gb: int = 8
+
     # The dashboard (portal.service): a JupyterHub managed service at /services/portal/ on 127.0.0.1.
     # Its port; 0 means hub_port + 90 (8090 for the demo), so boxes with other hub ports never share it.
     dashboard_port: int = 0
@@ -147,9 +180,44 @@ class PortalConfig:
                 raise ConfigError(f"gpu_quota[{group}] is {quota}; allowed: 0 or more")
         if not 0 <= self.dashboard_port <= 65535:
             raise ConfigError(f"dashboard_port is {self.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
+        self._check_kubernetes()
         for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} is {getattr(self, name)}; allowed: 1 or more")
+
+    def _check_kubernetes(self) -> None:
+        names = {"k8s_namespace": self.k8s_namespace, "k8s_data_claim": self.k8s_data_claim,
+                 **{f"k8s_gpu_types[{t}]": t for t in self.k8s_gpu_types}}
+        for name, value in names.items():
+            if not re.match(K8S_NAME, value) or len(value) > 63:
+                raise ConfigError(f"{name} is {value!r}; allowed: lower-case letters, digits and '-' (a DNS label)")
+        for name in ("k8s_user_namespace_template", "k8s_home_claim_template"):
+            if "{username}" not in getattr(self, name):
+                raise ConfigError(f"{name} must contain {{username}}; it is {getattr(self, name)!r}")
+        if not self.k8s_gpu_types:
+            raise ConfigError("k8s_gpu_types is empty; allowed: one or more GPU types (node label values)")
+        if not all(p.isdigit() for p in self.k8s_gpu_profiles) or "0" not in self.k8s_gpu_profiles:
+            raise ConfigError(f"k8s_gpu_profiles is {self.k8s_gpu_profiles}; allowed: whole numbers, 0 among them")
+        if self.k8s_image_pull_policy not in ("Always", "IfNotPresent", "Never"):
+            raise ConfigError(f"k8s_image_pull_policy is {self.k8s_image_pull_policy!r}; "
+                              "allowed: Always, IfNotPresent, Never")
+        for name in ("k8s_node_cpus", "k8s_node_memory_gb", "k8s_max_nodes", "k8s_shm_gb"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}; allowed: 1 or more")
+        if self.k8s_node_gpus < 0:
+            raise ConfigError(f"k8s_node_gpus is {self.k8s_node_gpus}; allowed: 0 or more")
+        for name in ("k8s_data_mount", "k8s_home_mount"):
+            if not getattr(self, name).startswith("/"):
+                raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: an absolute path")
+
+    def gpu_profiles(self) -> tuple[int, ...]:
+        return tuple(sorted({int(p) for p in self.k8s_gpu_profiles}))
+
+    def user_namespace(self, username: str) -> str:
+        return self.k8s_user_namespace_template.format(username=username)
+
+    def home_claim(self, username: str) -> str:
+        return self.k8s_home_claim_template.format(username=username)
 
     # Derived values: computed, never stored twice.
     @property

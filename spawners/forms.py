@@ -46,6 +46,13 @@ class ClusterLimits:
     partitions: tuple[Partition, ...]
     gpu_quota: int  # the most GPUs this user's groups allow
     groups: tuple[str, ...] = ()
+    gpu_choices: tuple[int, ...] | None = None  # GPU profiles (Kubernetes: 0/1/2/4/8); None: any count
+
+    def gpu_counts(self, partition: Partition) -> tuple[int, ...] | None:
+        """The GPU counts the user may pick on this partition now, when only some counts are offered."""
+        if self.gpu_choices is None:
+            return None
+        return tuple(n for n in self.gpu_choices if n <= self.max_gpus(partition))
 
     def partition(self, name: str) -> Partition | None:
         return next((p for p in self.partitions if p.name == name), None)
@@ -138,6 +145,10 @@ def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> Serve
     defaults = ServerOptions(partition=name)
     max_gpus = limits.max_gpus(partition)
     gpus = _integer(raw, "gpus", 0, max_gpus, _gpu_note(limits, partition)) if "gpus" in raw else 0
+    counts = limits.gpu_counts(partition)
+    if counts is not None and gpus not in counts:
+        raise OptionsError("gpus", f"{gpus} is not a GPU profile; allowed: {', '.join(map(str, counts))}"
+                           f"{_gpu_note(limits, partition)}")
     cpus = _integer(raw, "cpus", 1, partition.cpus_per_node) if "cpus" in raw else min(
         defaults.cpus, partition.cpus_per_node)
     max_gb = max(1, partition.memory_mb_per_node // 1024)
@@ -157,10 +168,21 @@ def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> Serve
 def default_options(limits: ClusterLimits) -> ServerOptions:
     """What the form shows first: the default partition, one GPU if the user may have one."""
     partition = limits.default_partition
-    return parse_server_options({"gpus": min(1, limits.max_gpus(partition))}, limits)
+    counts = limits.gpu_counts(partition) or (0, *range(1, limits.max_gpus(partition) + 1))
+    return parse_server_options({"gpus": min(counts, key=lambda n: abs(n - 1))}, limits)
 
 
-def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None) -> str:
+def _gpu_input(limits: ClusterLimits, partition: Partition, chosen: int) -> str:
+    max_gpus = limits.max_gpus(partition)
+    counts = limits.gpu_counts(partition)
+    if counts is None:
+        return (f'<input id="ds-gpus" name="gpus" type="number" min="0" max="{max_gpus}" '
+                f'value="{min(chosen, max_gpus)}" class="form-control">')
+    options = "".join(f'<option value="{n}"{" selected" if n == chosen else ""}>{n}</option>' for n in counts)
+    return f'<select id="ds-gpus" name="gpus" class="form-select form-control">{options}</select>'
+
+
+def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None, pool_label: str = "Partition") -> str:
     """The HTML inside JupyterHub's spawn form (the hub adds the <form> and the submit button)."""
     chosen = chosen or default_options(limits)
     esc = html.escape
@@ -174,13 +196,12 @@ def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None) -> s
     max_gpus = limits.max_gpus(partition)
     return f"""
 <div class="form-group mb-3">
-  <label for="ds-partition" class="form-label">Partition</label>
+  <label for="ds-partition" class="form-label">{esc(pool_label)}</label>
   <select id="ds-partition" name="partition" class="form-select form-control">{options}</select>
 </div>
 <div class="form-group mb-3">
   <label for="ds-gpus" class="form-label">GPUs</label>
-  <input id="ds-gpus" name="gpus" type="number" min="0" max="{max_gpus}" value="{min(chosen.gpus, max_gpus)}"
-         class="form-control">
+  {_gpu_input(limits, partition, chosen.gpus)}
   <small class="form-text text-muted">0 to {max_gpus}: your quota is {limits.gpu_quota},
     {partition.free_gpus_per_node} free on a node now.</small>
 </div>

@@ -38,7 +38,7 @@ chmod 755 "$(dirname "$VENV")"
 inputs=$(cat "$REPO/setup.py" | sha256sum | cut -c1-16)
 if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
     say "python: installing the dsportal distribution and its dependencies into $VENV"
-    "$VENV/bin/pip" install -q -e "$REPO[test,train]"
+    "$VENV/bin/pip" install -q -e "$REPO[test,train,k8s]"
     echo "$inputs" > "$STAMPS/pip"
 elif [ "$(cd / && "$VENV/bin/python" -c 'import portal, os; print(os.path.dirname(os.path.dirname(portal.__file__)))' 2>/dev/null)" != "$REPO" ]; then
     # Same dependencies, another checkout (CI clones afresh): point the editable install here.

@@ -9,9 +9,11 @@
     jobs.jobs(); jobs.get("42"); job.cancel()
 
 A job lives in `~/jobs/<id>/` (script, output.log, tensorboard/, checkpoints/, job.json). The backend is config's
-`spawner_backend` unless given: "slurm" (the cluster) or "local" (horovodrun on this machine). Callers that act for
-a user (the dashboard runs as root) pass `user=`: every file and scheduler command is then run as that user,
-who only ever reaches their own ~/jobs and their own jobs; anyone else's job is "not found".
+`spawner_backend` unless given: "slurm" (the cluster), "local" (horovodrun on this machine) or "kubernetes" (an
+MPIJob in the user's namespace, which is also the job's record: see portal.jobs.kubernetes). Callers that act for
+a user (the dashboard runs as root, or as the hub's service account) pass `user=`: every file and scheduler
+command is then run as that user (runuser, or Kubernetes impersonation), who only ever reaches their own jobs;
+anyone else's job is "not found".
 """
 
 from __future__ import annotations
@@ -23,38 +25,45 @@ from typing import Any
 
 from portal.config import PortalConfig, load
 from portal.jobs.account import JobAccessError, JobUser, job_user
+from portal.jobs.kubernetes import K8S_ID, KubernetesBackend, KubernetesError, KubeUser, kube_user
 from portal.jobs.local import LocalBackend
 from portal.jobs.record import ENDED_STATES, JOB_ID, RECORD_FILE, JobRecord
 from portal.jobs.slurm import JobNotFound, SlurmBackend, SlurmError
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
 from portal.metrics import RunMetrics, read_run_metrics
 
-BACKENDS = ("slurm", "local")
-PLANNED_BACKENDS = ("kubernetes",)  # MPIJob manifests come in a later issue
+BACKENDS = ("slurm", "local", "kubernetes")
 DEFAULT_POLL_S = 5.0
 
 __all__ = ["BACKENDS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
-           "RunMetrics", "SlurmError", "cancel", "get", "jobs", "limits", "render", "submit", "validate"]
+           "KubernetesError", "RunMetrics", "SlurmError", "cancel", "get", "jobs", "limits", "render", "submit",
+           "validate"]
+Backend = SlurmBackend | LocalBackend | KubernetesBackend
+Who = JobUser | KubeUser
 
 
 class BackendError(ValueError):
     """The backend named is not one this portal has."""
 
 
-def backend_for(name: str | None, cfg: PortalConfig) -> SlurmBackend | LocalBackend:
+def backend_for(name: str | None, cfg: PortalConfig) -> Backend:
     name = name or cfg.spawner_backend
-    if name in PLANNED_BACKENDS:
-        raise BackendError(f"backend: {name!r} is not built yet (MPIJobs on Kubernetes come in a later issue); "
-                           f"allowed: {', '.join(BACKENDS)}")
     if name not in BACKENDS:
         raise BackendError(f"backend: {name!r} is not a backend; allowed: {', '.join(BACKENDS)}")
-    return SlurmBackend(cfg) if name == "slurm" else LocalBackend(cfg)
+    return {"slurm": SlurmBackend, "local": LocalBackend, "kubernetes": KubernetesBackend}[name](cfg)
+
+
+def _who(backend: Backend, user: str | None, groups: Sequence[str] | None, cfg: PortalConfig) -> Who:
+    """The user as the backend knows them: a Unix account (Slurm, local) or a Kubernetes identity."""
+    if isinstance(backend, KubernetesBackend):
+        return kube_user(user, groups, cfg)
+    return job_user(user, groups)
 
 
 class Job:
     """One training job of one user, as its backend sees it now (every property asks afresh)."""
 
-    def __init__(self, record: JobRecord, backend: SlurmBackend | LocalBackend, user: JobUser):
+    def __init__(self, record: JobRecord, backend: Backend, user: Who):
         self.record, self._backend, self._user = record, backend, user
 
     @property
@@ -98,6 +107,8 @@ class Job:
 
     def logs(self, tail: int | None = None) -> str:
         """The job's output (stdout and stderr of every worker); "" before it starts."""
+        if isinstance(self._backend, KubernetesBackend):
+            return self._backend.logs(self.record, self._user, tail)
         path = self._backend.output_path(self.record, self._user)
         text = self._user.read_text(path) if tail is None else self._user.tail(path, tail)
         return text or ""
@@ -107,6 +118,8 @@ class Job:
 
     def metrics(self) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
+        if isinstance(self._backend, KubernetesBackend):
+            return self._backend.metrics(self.record, self._user)
         if self._user.is_caller:
             return read_run_metrics(self.record.logdir)
         # Acting for the user: read their files as them, in a process of theirs.
@@ -126,40 +139,41 @@ def limits(backend: str | None = None, user: str | None = None, groups: Sequence
            cfg: PortalConfig | None = None) -> JobLimits:
     """What the user may ask for on this backend now."""
     cfg = cfg or load()
-    return backend_for(backend, cfg).limits(job_user(user, groups))
-
-
-def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, who: JobUser,
-             cfg: PortalConfig) -> tuple[SlurmBackend | LocalBackend, JobSpec, JobLimits]:
     chosen = backend_for(backend, cfg)
+    return chosen.limits(_who(chosen, user, groups, cfg))
+
+
+def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str | None,
+             groups: Sequence[str] | None, cfg: PortalConfig) -> tuple[Backend, Who, JobSpec, JobLimits]:
+    chosen = backend_for(backend, cfg)
+    who = _who(chosen, user, groups, cfg)
     raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
     job_limits = chosen.limits(who)
-    return chosen, parse_job_spec(raw, job_limits, who.can_read_dir), job_limits
+    return chosen, who, parse_job_spec(raw, job_limits, who.can_read_dir), job_limits
 
 
 def validate(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
              groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> JobSpec:
     """The validated spec, with every default filled in; JobSpecError naming the field otherwise."""
-    return _checked(spec, backend, job_user(user, groups), cfg or load())[1]
+    return _checked(spec, backend, user, groups, cfg or load())[2]
 
 
 def render(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> str:
-    """What `submit` would submit: the batch script (slurm) or shell script (local)."""
-    who = job_user(user, groups)
-    chosen, checked, job_limits = _checked(spec, backend, who, cfg or load())
+    """What `submit` would submit: the batch script (slurm), shell script (local) or MPIJob (kubernetes)."""
+    chosen, who, checked, job_limits = _checked(spec, backend, user, groups, cfg or load())
     return chosen.render(checked, who, job_limits.partition)
 
 
 def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> Job:
     """Validate and submit a training job; returns at once (the job may still be pending)."""
-    who = job_user(user, groups)
-    chosen, checked, job_limits = _checked(spec, backend, who, cfg or load())
+    chosen, who, checked, job_limits = _checked(spec, backend, user, groups, cfg or load())
     return Job(chosen.submit(checked, who, job_limits.partition), chosen, who)
 
 
 def _load(who: JobUser, job_id: str, cfg: PortalConfig) -> Job:
+    """A Slurm or local job, from its ~/jobs/<id>/job.json, checked with its scheduler."""
     missing = JobNotFound(f"job {job_id}: not found among {who.name}'s jobs")
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):  # ids become paths: nothing like "../bob"
         raise missing
@@ -172,6 +186,8 @@ def _load(who: JobUser, job_id: str, cfg: PortalConfig) -> Job:
         raise missing from None
     if record.id != job_id or record.user != who.name or record.job_dir != who.jobs_dir / job_id:
         raise missing  # a job.json copied from elsewhere, or edited to claim another job
+    if record.backend not in ("slurm", "local"):
+        raise missing
     job = Job(record, backend_for(record.backend, cfg), who)
     job._backend.state(record, who)  # the scheduler's own check that the job is the user's
     return job
@@ -181,23 +197,35 @@ def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = Non
         cfg: PortalConfig | None = None) -> Job:
     """The user's job with this id; JobNotFound for an unknown id and for anyone else's job."""
     cfg = cfg or load()
-    return _load(job_user(user, groups), str(job_id), cfg)
+    job_id = str(job_id)
+    if K8S_ID.match(job_id):
+        backend = KubernetesBackend(cfg)
+        who = kube_user(user, groups, cfg)
+        return Job(backend.load(who, job_id), backend, who)
+    return _load(job_user(user, groups), job_id, cfg)
 
 
-def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> list[Job]:
-    """The user's jobs, newest first, from ~/jobs/*/job.json (each checked with its scheduler)."""
+def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
+         backend: str | None = None) -> list[Job]:
+    """The user's jobs, newest first: on Kubernetes the MPIJobs in their namespace, else ~/jobs/*/job.json
+    (each checked with its scheduler)."""
     cfg = cfg or load()
-    who = job_user(user, groups)
-    found = []
-    for name in who.list_dir(who.jobs_dir):
-        try:
-            found.append(_load(who, name, cfg))
-        except (JobNotFound, BackendError):
-            continue  # not a job directory of this user's (or of a backend this portal no longer has)
+    chosen = backend_for(backend, cfg)
+    if isinstance(chosen, KubernetesBackend):
+        who = kube_user(user, groups, cfg)
+        found = [Job(record, chosen, who) for record in chosen.records(who)]
+    else:
+        unix = job_user(user, groups)
+        found = []
+        for name in unix.list_dir(unix.jobs_dir):
+            try:
+                found.append(_load(unix, name, cfg))
+            except (JobNotFound, BackendError):
+                continue  # not a job directory of this user's (or of a backend this portal no longer has)
     return sorted(found, key=lambda job: job.submitted_at, reverse=True)
 
 
 def cancel(job_id: str, user: str | None = None, groups: Sequence[str] | None = None,
            cfg: PortalConfig | None = None) -> None:
-    """Cancel the user's job; JobNotFound for anyone else's (and Slurm refuses that too)."""
+    """Cancel the user's job; JobNotFound for anyone else's (Slurm and the API server refuse that too)."""
     get(job_id, user, groups, cfg).cancel()

@@ -1,7 +1,7 @@
-"""`python -m portal.jobs render --backend slurm|local [--template chexnet] [--nodes N] [--gpus-per-node N] ...`
+"""`python -m portal.jobs render --backend slurm|local|kubernetes [--template chexnet] [--nodes N] ...`
 
-Prints what would be submitted (the batch script) without submitting it. Every JobSpec field is a flag; a bad
-value is one line naming the field and what is allowed, exit status 2.
+Prints what would be submitted (the batch script, or the MPIJob manifest) without submitting it. Every JobSpec
+field is a flag; a bad value is one line naming the field and what is allowed, exit status 2.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn
 
 from portal.config import ConfigError
-from portal.jobs import BACKENDS, PLANNED_BACKENDS, BackendError, JobAccessError, SlurmError, render
+from portal.jobs import BACKENDS, BackendError, JobAccessError, KubernetesError, SlurmError, render
 from portal.jobs.spec import FIELDS, JobSpecError
 
 EXIT_USAGE = 2
@@ -33,9 +33,10 @@ def parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog=PROG, description="Training jobs of the Data Scientist Portal.")
     commands = p.add_subparsers(dest="command", required=True)
     r = commands.add_parser("render", help="print the script a job would run, without submitting it")
-    r.add_argument("--backend", help=f"one of {', '.join(BACKENDS + PLANNED_BACKENDS)} (default: config's "
-                   "spawner_backend)")
+    r.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: config's spawner_backend)")
     r.add_argument("--user", help="render for this user (root only); default: you")
+    r.add_argument("--groups", help="the user's groups, comma-separated (their GPU quota); default: their Unix "
+                   "groups, or DSPORTAL_GROUPS on Kubernetes")
     for name in FIELDS:
         if name in ("fp16", "xla"):  # --fp16 alone means true; --fp16 false is allowed too
             r.add_argument(f"--{name.replace('_', '-')}", dest=name, nargs="?", const="true", metavar="true|false")
@@ -52,11 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     spec = {name: getattr(args, name) for name in FIELDS if getattr(args, name) is not None}
     try:
-        print(render(spec, backend=args.backend, user=args.user), end="")
+        groups = None if args.groups is None else [g for g in args.groups.split(",") if g]
+        print(render(spec, backend=args.backend, user=args.user, groups=groups), end="")
     except (JobSpecError, BackendError, JobAccessError, ConfigError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except SlurmError as err:
+    except (SlurmError, KubernetesError) as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 1
     return 0

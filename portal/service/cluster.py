@@ -106,6 +106,13 @@ class ClusterCache:
             now = self._clock()
             if self._snapshot is not None and now - self._snapshot.taken_at < self.interval_s:
                 return self._snapshot
+            if self.cfg.spawner_backend == "kubernetes":
+                # No Slurm: the GPU pools as configured (the hub does not list nodes); each job's state comes
+                # from its MPIJob.
+                pools = tuple(SlurmPartition(name=t, nodes=(), max_minutes=None, default=i == 0)
+                              for i, t in enumerate(self.cfg.k8s_gpu_types))
+                self._snapshot = ClusterSnapshot(taken_at=now, partitions=pools)
+                return self._snapshot
             self.squeue_calls += 1
             queue = parse_squeue(self._run(["squeue", "-a", "-h", "-o", SQUEUE_FORMAT]))
             self.scontrol_calls += 2

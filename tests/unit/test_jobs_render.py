@@ -161,8 +161,9 @@ def test_render_cli_refuses_bad_flags_in_one_line(tmp_path):
     assert result.returncode == 2 and "epochs: 'two' is not a whole number" in result.stderr
     result = cli("--backend", "local", "--gpu", "1")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
-    result = cli("--backend", "kubernetes")
-    assert result.returncode == 2 and "backend: 'kubernetes' is not built yet" in result.stderr
+    result = cli("--backend", "slurmish")
+    assert result.returncode == 2 and "backend: 'slurmish' is not a backend; allowed: slurm, local, kubernetes" \
+        in result.stderr
     result = cli("--backend", "local", "--image-size", "64", "--fp16", "--data-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "--image-size 64" in result.stdout and "--fp16" in result.stdout

@@ -92,3 +92,13 @@ def test_slurm_down_is_an_error_not_a_stale_answer():
     slurm.fail, clock.now = True, clock.now + 3
     with pytest.raises(SlurmError, match="Unable to contact"):
         cache.snapshot()
+
+
+def test_on_kubernetes_the_pools_come_from_the_settings_and_slurm_is_never_asked():
+    def no_slurm(argv):
+        raise AssertionError(f"Slurm asked: {argv}")
+    cache = ClusterCache(PortalConfig(spawner_backend="kubernetes", k8s_gpu_types=("t4", "a100")), run=no_slurm)
+    snapshot = cache.snapshot().to_dict()
+    assert [p["name"] for p in snapshot["partitions"]] == ["t4", "a100"]
+    assert snapshot["partitions"][0]["default"] and snapshot["jobs_running"] == 0
+    assert cache.squeue_calls == 0

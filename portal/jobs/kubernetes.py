@@ -1,0 +1,427 @@
+"""Training jobs on Kubernetes: a Horovod job as an MPIJob (kubeflow.org/v2beta1) in the user's own namespace.
+
+Pure builders first (a validated spec in, a manifest out; an MPIJob in, a state or a record out), unit-tested
+without a cluster; `KubernetesBackend` then makes the calls with the `kubernetes` client. The dashboard (the
+hub's service account) acts for a user by impersonating `<k8s_user_prefix><name>`, so the API server's RBAC
+(deploy/kubernetes/rbac.yaml) keeps each user to their namespace, as `runuser` + Slurm do on the Slurm path. A
+notebook in the user's own pod uses that pod's service account, which is bound to the same role in the same
+namespace.
+
+The MPIJob is the job's record: its name is the job id, its labels say whose it is, its annotations carry the
+spec and the submit time. Cancelling deletes it (a deleted or deleting MPIJob reads as CANCELLED). The
+launcher pod's log is the job's output (mpirun gathers every worker's); the launcher also tees it to
+`~/jobs/<id>/output.log` on the user's home volume, beside the TensorBoard logdir and the checkpoints.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import posixpath
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from portal.config import PortalConfig
+from portal.jobs.record import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    JobRecord,
+    now_utc,
+)
+from portal.jobs.slurm import MPI_EXPORTED, JobNotFound, nccl_environment
+from portal.jobs.spec import FIELDS, JobLimits, JobSpec, minutes_of
+from portal.jobs.templating import template_environment
+from portal.metrics import RunMetrics
+
+GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
+API_VERSION = f"{GROUP}/{VERSION}"
+LABEL_USER, LABEL_JOB = "dsportal/user", "dsportal/job-id"
+ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
+# The MPI operator's labels on the pods it makes (mpi-operator v2: training.kubeflow.org/*).
+OPERATOR_JOB_LABEL, OPERATOR_ROLE_LABEL = "training.kubeflow.org/job-name", "training.kubeflow.org/job-role"
+GPU_RESOURCE = "nvidia.com/gpu"
+LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}  # mpirun and its ssh sessions; the work is in the workers
+K8S_ID = re.compile(r"^k8s-\d{8}-\d{6}-[0-9a-f]{6}$")  # also a valid MPIJob name (a DNS-1123 label)
+HOME, DATA, SHM = "home", "data", "dshm"  # volume names
+EPOCH_LINE = re.compile(r"chexnet\.train: epoch (\d+)/\d+: .*?auroc/mean=([0-9.]+|n/a).*?images/sec=([0-9.]+|n/a)")
+
+
+class KubernetesError(RuntimeError):
+    """The API server refused or did not answer; the message has its words, `status` its HTTP status (0: none)."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
+
+
+def new_k8s_id() -> str:
+    """Sortable by time, random enough that two submits in one second differ, and a valid MPIJob name."""
+    return f"k8s-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class KubeUser:
+    """A user as the Kubernetes path knows them: a name, their groups (from LDAP, via the hub), the home their
+    pods mount, and whether this process is theirs (a notebook in their pod) or acts for them (the dashboard)."""
+
+    name: str
+    groups: tuple[str, ...]
+    home: Path
+    data_root: Path
+    is_caller: bool
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.home / "jobs"
+
+    def can_read_dir(self, path: str) -> bool:
+        """A job's data_dir: the data set volume or the user's home, as mounted in every job pod."""
+        normal = posixpath.normpath(path)
+        return path.startswith("/") and ".." not in path.split("/") and any(
+            normal == str(root) or normal.startswith(f"{root}/") for root in (self.data_root, self.home))
+
+
+def kube_user(user: str | None, groups: Sequence[str] | None, cfg: PortalConfig) -> KubeUser:
+    """`user` when acting for them (the dashboard), else the caller: the notebook's own user (JUPYTERHUB_USER,
+    with the groups the spawner put in DSPORTAL_GROUPS), or whoever runs this with their own credentials."""
+    own = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+    is_caller = user is None or user == own
+    if groups is None:
+        groups = os.environ.get("DSPORTAL_GROUPS", "").split(",") if is_caller else ()
+    return KubeUser(name=user or own, groups=tuple(sorted({g.strip() for g in groups if g.strip()})),
+                    home=Path(cfg.k8s_home_mount), data_root=Path(cfg.k8s_data_mount), is_caller=is_caller)
+
+
+# --- pure builders ---
+
+def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "") -> JobLimits:
+    """What a user may ask of one GPU type's node pool (no nodes are read: the pool's shape is configured)."""
+    gpu_type = partition or (cfg.jobs_partition if cfg.jobs_partition in cfg.k8s_gpu_types else cfg.k8s_gpu_types[0])
+    return JobLimits(partition=gpu_type, nodes=cfg.k8s_max_nodes, gpus_per_node=cfg.k8s_node_gpus,
+                     cpus_per_node=cfg.k8s_node_cpus, memory_gb_per_node=cfg.k8s_node_memory_gb, max_minutes=None,
+                     gpu_quota=cfg.gpu_quota_for(list(groups)),
+                     default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"),
+                     groups=tuple(groups))
+
+
+def user_namespace_manifest(cfg: PortalConfig, user: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": cfg.user_namespace(user),
+                         "labels": {"app.kubernetes.io/part-of": "dsportal", LABEL_USER: user}}}
+
+
+def user_namespace_objects(cfg: PortalConfig, user: str, gpu_quota: int) -> list[dict]:
+    """What makes a user's namespace theirs (the spawner applies these after KubeSpawner creates it): the
+    role `dsportal-user` (deploy/kubernetes/rbac.yaml) for the user as the portal impersonates them and for
+    their pods' service account (notebooks submit jobs with it), and their group GPU quota as a ResourceQuota,
+    so the API server refuses more GPUs than the quota even to a request that never went through the portal."""
+    namespace = cfg.user_namespace(user)
+    labels = {"app.kubernetes.io/part-of": "dsportal", LABEL_USER: user}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "dsportal-user", "namespace": namespace, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "dsportal-user"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{cfg.k8s_user_prefix}{user}"},
+                     {"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+    }
+    quota = {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "dsportal-gpus", "namespace": namespace, "labels": labels},
+        "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(gpu_quota)}},
+    }
+    return [binding, quota]
+
+
+def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig) -> str:
+    nccl = nccl_environment(cfg)
+    return template_environment().get_template(f"{spec.template}.mpijob.sh").render(
+        spec=spec, job_id=job_id, job_dir=job_dir, venv_bin=str(cfg.venv / "bin"),
+        python=str(cfg.venv / "bin" / "python"), nccl_env=nccl, map_by=cfg.jobs_mpi_map_by,
+        bind_to=cfg.jobs_mpi_bind_to, mpirun_args=cfg.jobs_mpirun_args,
+        exported=(*MPI_EXPORTED, *(name for name, _ in nccl)))
+
+
+def _pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict],
+                  node_selector: Mapping[str, str] | None = None) -> dict:
+    spec: dict[str, Any] = {"containers": [container], "volumes": volumes,
+                            # The image's notebook user; the home volume is theirs.
+                            "securityContext": {"runAsUser": 1000, "runAsGroup": 100, "fsGroup": 100}}
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    return {"metadata": {"labels": dict(labels), "annotations": {"sidecar.istio.io/inject": "false"}}, "spec": spec}
+
+
+def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str,
+                    submitted_at: str = "") -> dict:
+    """The MPIJob for a validated spec: a launcher running mpirun, `spec.nodes` workers with
+    `slotsPerWorker` = GPUs per worker pod, the data set (read-only), the user's home and /dev/shm in memory."""
+    job_dir = posixpath.join(cfg.k8s_home_mount, "jobs", job_id)
+    labels = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "training",
+              LABEL_USER: user, LABEL_JOB: job_id}
+    mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}]
+    home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
+    worker_resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),
+                                        "memory": f"{spec.memory_gb}Gi"}
+    if spec.gpus_per_node:
+        worker_resources[GPU_RESOURCE] = str(spec.gpus_per_node)
+    launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
+                "command": ["/bin/bash", "-c", launcher_script(spec, job_id, job_dir, cfg)],
+                "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
+                "volumeMounts": mounts}
+    worker = {"name": "worker", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
+              "resources": {"requests": dict(worker_resources), "limits": dict(worker_resources)},
+              "volumeMounts": [*mounts, {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
+                               {"name": SHM, "mountPath": "/dev/shm"}]}
+    worker_volumes = [home, {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim,
+                                                                     "readOnly": True}},
+                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+    selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
+    return {
+        "apiVersion": API_VERSION, "kind": KIND,
+        "metadata": {"name": job_id, "namespace": cfg.user_namespace(user), "labels": labels,
+                     "annotations": {ANNOTATION_SPEC: json.dumps(spec.to_dict(), sort_keys=True),
+                                     ANNOTATION_SUBMITTED: submitted_at or now_utc()}},
+        "spec": {
+            "slotsPerWorker": spec.workers_per_node,
+            "mpiImplementation": "OpenMPI",
+            # No retries (a failed training is a result to read, not to repeat); the wall time as a deadline;
+            # finished pods are removed but the MPIJob (the record) is kept.
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0,
+                          "activeDeadlineSeconds": minutes_of(spec.time_limit) * 60},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "Never",
+                             "template": _pod_template(labels, launcher, [home])},
+                "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
+                           "template": _pod_template(labels, worker, worker_volumes, selector)},
+            },
+        },
+    }
+
+
+def mpijob_state(mpijob: Mapping[str, Any]) -> str:
+    """The job's state from the MPIJob's conditions (the operator's Created/Running/Succeeded/Failed/Suspended)."""
+    if mpijob.get("metadata", {}).get("deletionTimestamp"):
+        return CANCELLED
+    conditions = {c.get("type"): c for c in (mpijob.get("status") or {}).get("conditions") or []
+                  if c.get("status") == "True"}
+    if "Succeeded" in conditions:
+        return COMPLETED
+    if "Failed" in conditions:
+        return TIMEOUT if conditions["Failed"].get("reason") == "DeadlineExceeded" else FAILED
+    if "Running" in conditions and "Suspended" not in conditions:
+        return RUNNING
+    return PENDING
+
+
+def mpijob_record(mpijob: Mapping[str, Any], cfg: PortalConfig) -> JobRecord:
+    """The job record an MPIJob carries; ValueError when it is not one of ours (or was edited to claim so)."""
+    meta = mpijob.get("metadata") or {}
+    name, labels, notes = meta.get("name", ""), meta.get("labels") or {}, meta.get("annotations") or {}
+    if not K8S_ID.match(name) or labels.get(LABEL_JOB) != name or not labels.get(LABEL_USER):
+        raise ValueError(f"MPIJob {name!r} is not a portal job")
+    raw = json.loads(notes[ANNOTATION_SPEC])
+    spec = JobSpec(**{k: v for k, v in raw.items() if k in FIELDS})
+    return JobRecord(id=name, backend="kubernetes", user=labels[LABEL_USER], spec=spec,
+                     submitted_at=notes.get(ANNOTATION_SUBMITTED, meta.get("creationTimestamp", "")),
+                     job_dir=Path(cfg.k8s_home_mount) / "jobs" / name)
+
+
+def log_metrics(text: str) -> RunMetrics:
+    """Images/sec and mean AUROC from the launcher's log (chexnet.train's line per epoch), for a reader who
+    cannot open the TensorBoard files on the user's volume (the dashboard). Per-class AUROC needs the files."""
+    best, best_epoch, rate, epochs = None, None, None, 0
+    for match in EPOCH_LINE.finditer(text):
+        epoch, auroc, images = int(match.group(1)), match.group(2), match.group(3)
+        epochs = max(epochs, epoch)
+        if images != "n/a":
+            rate = float(images)
+        if auroc != "n/a" and (best is None or float(auroc) > best):
+            best, best_epoch = float(auroc), epoch
+    return RunMetrics(images_per_sec=rate, best_mean_auroc=best, best_epoch=best_epoch, epochs_done=epochs)
+
+
+def manifest_yaml(manifest: Mapping[str, Any]) -> str:
+    """A manifest as people read it: keys in the order built, scripts as literal blocks, no YAML anchors."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    def text(dumper: yaml.SafeDumper, value: str):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(manifest, Dumper=Dumper, sort_keys=False, width=120)
+
+
+# --- the calls ---
+
+def api_client(cfg: PortalConfig, user: KubeUser | None = None):
+    """A client with the portal's credentials (a kubeconfig, else the pod's service account); acting for a user
+    who is not the caller, it impersonates them."""
+    from kubernetes import client, config
+
+    if cfg.k8s_kubeconfig:
+        api = config.new_client_from_config(config_file=cfg.k8s_kubeconfig)
+    else:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        api = client.ApiClient(configuration)
+    if user is not None and not user.is_caller:
+        api.set_default_header("Impersonate-User", f"{cfg.k8s_user_prefix}{user.name}")
+        api.set_default_header("Impersonate-Group", cfg.k8s_users_group)
+    return api
+
+
+class KubernetesBackend:
+    """Submit, watch, cancel and read MPIJobs, always as the job's user (impersonated or their own pod)."""
+
+    name = "kubernetes"
+
+    def __init__(self, cfg: PortalConfig, client_for=api_client):
+        self.cfg = cfg
+        self._client_for = client_for
+
+    def _apis(self, user: KubeUser):
+        from kubernetes import client
+
+        api = self._client_for(self.cfg, user)
+        return client.CustomObjectsApi(api), client.CoreV1Api(api)
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, **kwargs)
+        except ApiException as err:
+            if err.status == 404:
+                raise JobNotFound(f"{what}: not found") from None
+            raise KubernetesError(f"the Kubernetes API refused {what}: {err.status} {_reason(err)}",
+                                  err.status) from None
+        except (HTTPError, OSError) as err:
+            raise KubernetesError(f"the Kubernetes API did not answer ({what}): {err}") from None
+
+    def limits(self, user: KubeUser) -> JobLimits:
+        return limits_for(self.cfg, user.groups)
+
+    def render(self, spec: JobSpec, user: KubeUser, partition: str = "") -> str:
+        manifest = mpijob_manifest(spec, "k8s-<date>-<time>-<random>", user.name, self.cfg, partition,
+                                   submitted_at="<submit time>")
+        return manifest_yaml(manifest)
+
+    def ensure_namespace(self, user: KubeUser) -> None:
+        """Make the user's namespace theirs, as the portal itself (the spawner does the same on a server's
+        start): a user may submit from the dashboard before ever starting a server. Idempotent."""
+        from kubernetes import client
+
+        api = self._client_for(self.cfg, None)
+        core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+        namespace = self.cfg.user_namespace(user.name)
+        binding, quota = user_namespace_objects(self.cfg, user.name, self.cfg.gpu_quota_for(list(user.groups)))
+        steps = [(core.create_namespace, None, (user_namespace_manifest(self.cfg, user.name),)),
+                 (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, (namespace, binding)),
+                 (core.create_namespaced_resource_quota, core.replace_namespaced_resource_quota, (namespace, quota))]
+        for create, replace, args in steps:
+            try:
+                self._call(f"preparing namespace {namespace}", create, *args)
+            except KubernetesError as err:
+                if err.status != 409:
+                    raise
+                if replace is not None:  # the quota (the user's groups) may have changed
+                    self._call(f"preparing namespace {namespace}", replace, args[1]["metadata"]["name"], *args)
+
+    def submit(self, spec: JobSpec, user: KubeUser, partition: str = "") -> JobRecord:
+        if not user.is_caller:
+            self.ensure_namespace(user)
+        custom, _ = self._apis(user)
+        namespace = self.cfg.user_namespace(user.name)
+        manifest = mpijob_manifest(spec, new_k8s_id(), user.name, self.cfg, partition)
+        created = self._call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
+                             GROUP, VERSION, namespace, PLURAL, manifest)
+        return mpijob_record(created, self.cfg)
+
+    def _get(self, user: KubeUser, job_id: str) -> dict:
+        if not K8S_ID.match(job_id):
+            raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs")
+        custom, _ = self._apis(user)
+        namespace = self.cfg.user_namespace(user.name)
+        try:
+            mpijob = self._call(f"job {job_id}", custom.get_namespaced_custom_object, GROUP, VERSION, namespace,
+                                PLURAL, job_id)
+        except JobNotFound:
+            raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs") from None
+        if (mpijob.get("metadata", {}).get("labels") or {}).get(LABEL_USER) != user.name:
+            raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs")
+        return mpijob
+
+    def load(self, user: KubeUser, job_id: str) -> JobRecord:
+        return mpijob_record(self._get(user, job_id), self.cfg)
+
+    def records(self, user: KubeUser) -> list[JobRecord]:
+        custom, _ = self._apis(user)
+        namespace = self.cfg.user_namespace(user.name)
+        listed = self._call(f"listing MPIJobs in {namespace}", custom.list_namespaced_custom_object, GROUP,
+                            VERSION, namespace, PLURAL, label_selector=f"{LABEL_USER}={user.name}")
+        found = []
+        for item in listed.get("items", []):
+            try:
+                found.append(mpijob_record(item, self.cfg))
+            except (ValueError, KeyError, TypeError):
+                continue  # an MPIJob that is not the portal's
+        return found
+
+    def state(self, record: JobRecord, user: KubeUser) -> str:
+        try:
+            return mpijob_state(self._get(user, record.id))
+        except JobNotFound:
+            return CANCELLED  # deleted: cancelling is the only way the portal deletes a job
+
+    def cancel(self, record: JobRecord, user: KubeUser) -> None:
+        custom, _ = self._apis(user)
+        self._get(user, record.id)
+        self._call(f"deleting job {record.id}", custom.delete_namespaced_custom_object, GROUP, VERSION,
+                   self.cfg.user_namespace(user.name), PLURAL, record.id, propagation_policy="Foreground")
+
+    def logs(self, record: JobRecord, user: KubeUser, tail: int | None = None) -> str:
+        """The launcher pod's log; "" before it starts (or once its pod is gone)."""
+        _, core = self._apis(user)
+        namespace = self.cfg.user_namespace(user.name)
+        pods = self._call(f"the pods of job {record.id}", core.list_namespaced_pod, namespace,
+                          label_selector=f"{OPERATOR_JOB_LABEL}={record.id},{OPERATOR_ROLE_LABEL}=launcher")
+        running = [p for p in pods.items if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
+        if not running:
+            return ""
+        kwargs = {"tail_lines": tail} if tail else {}
+        try:
+            return self._call(f"the log of job {record.id}", core.read_namespaced_pod_log,
+                              running[0].metadata.name, namespace, **kwargs)
+        except KubernetesError:
+            return ""  # the container has not started yet
+
+    def metrics(self, record: JobRecord, user: KubeUser) -> RunMetrics:
+        """From the TensorBoard files where this process can read them (a notebook in the user's pod), else
+        from the launcher's log."""
+        from portal.metrics import read_run_metrics
+
+        if user.is_caller and record.logdir.is_dir():
+            return read_run_metrics(record.logdir)
+        return log_metrics(self.logs(record, user))
+
+
+def _reason(err) -> str:
+    try:
+        return json.loads(err.body).get("message", err.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(err.reason)

@@ -1,0 +1,30 @@
+# CheXNet training with Horovod, an MPIJob's launcher: {{ spec.nodes }} worker pod(s) x {{ spec.workers_per_node }} worker(s), one per GPU.
+# Rendered by portal.jobs.kubernetes from a validated JobSpec; every value below was checked, then shell-quoted.
+# The MPI operator writes the hostfile and starts the workers' sshd.
+set -uo pipefail
+job_dir={{ job_dir | q }}
+mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints" || exit 1
+cd "$job_dir" || exit 1
+
+export PATH={{ venv_bin | q }}:"$PATH"
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+{% for name, value in nccl_env %}export {{ name }}={{ value | q }}
+{% endfor %}
+# --resume: a restarted launcher continues from the last checkpoint (a fresh job starts at epoch 1).
+train=({{ python | q }} -m chexnet.train
+    --data-dir {{ spec.data_dir | q }}
+    --logdir "$job_dir/tensorboard"
+    --checkpoint-dir "$job_dir/checkpoints"
+    --epochs {{ spec.epochs }} --batch-size {{ spec.batch_size }} --image-size {{ spec.image_size }}
+    --model {{ spec.model | q }} --pipeline new --resume --progress epoch{% if spec.fp16 %} --fp16{% endif %}{% if spec.xla %} --xla{% endif %})
+
+echo "chexnet: MPIJob {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun"
+status=0
+# -np is every worker on every pod; the operator's hostfile gives each pod slotsPerWorker slots.
+mpirun -np {{ spec.workers }} --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \
+    {% for arg in mpirun_args %}{{ arg | q }} {% endfor %}\
+    {% for name in exported %}-x {{ name }} {% endfor %}\
+    "${train[@]}" 2>&1 | tee "$job_dir/output.log"
+status=${PIPESTATUS[0]}
+echo "$status" > "$job_dir/exit_status"
+exit "$status"

@@ -1,0 +1,213 @@
+"""A KubeSpawner for GPU node pools, sharing the options form with the Slurm spawner (`spawners.forms`).
+
+What it adds to `kubespawner.KubeSpawner` (7.x), each through the Spawner's named extension points:
+- `options_form` / `options_from_form` / `apply_user_options`: the GPU type (a node pool, chosen by node
+  selector, e.g. `nvidia: v100`), a GPU profile (0/1/2/4/8, within the user's group quota), CPUs, memory and
+  wall time, validated by `spawners.forms` for the form and the REST API alike; the pod then gets
+  `nvidia.com/gpu` limits, the node selector, CPU/memory guarantees = limits and the wall time as its
+  activeDeadlineSeconds.
+- Every server in the user's own namespace (`k8s_user_namespace_template`), which `_ensure_namespace` makes
+  theirs: the role `dsportal-user` for them and their pods, and their GPU quota as a ResourceQuota
+  (`portal.jobs.kubernetes.user_namespace_objects`).
+- Volumes: the user's home claim (KubeSpawner makes it), the data set's claim read-only, /dev/shm in memory.
+- The template notebooks are copied into the home by a postStart hook (never over the user's files).
+- Progress: KubeSpawner's own, from the pod's events.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kubespawner import KubeSpawner
+from tornado import web
+from traitlets import Instance, default
+
+from portal.config import PortalConfig, load
+from portal.jobs.kubernetes import GPU_RESOURCE, user_namespace_objects
+from spawners.forms import ClusterLimits, OptionsError, Partition, ServerOptions, parse_server_options, render_form
+from spawners.slurm import tensorboard_proxy_url
+
+HOME, DATA, SHM = "home", "data", "dshm"  # volume names, as in the MPIJobs
+
+
+def node_pools(cfg: PortalConfig) -> tuple[Partition, ...]:
+    """The GPU types as the form's partitions. Nodes are not read (the hub would need cluster-wide rights to
+    list them): each pool's shape is configured; the scheduler and the ResourceQuota have the last word."""
+    return tuple(Partition(name=gpu_type, cpus_per_node=cfg.k8s_node_cpus,
+                           memory_mb_per_node=cfg.k8s_node_memory_gb * 1024, gpus_per_node=cfg.k8s_node_gpus,
+                           free_gpus_per_node=cfg.k8s_node_gpus, default=index == 0)
+                 for index, gpu_type in enumerate(cfg.k8s_gpu_types))
+
+
+def cluster_limits(cfg: PortalConfig, groups: tuple[str, ...]) -> ClusterLimits:
+    return ClusterLimits(partitions=node_pools(cfg), gpu_quota=cfg.gpu_quota_for(groups), groups=groups,
+                         gpu_choices=cfg.gpu_profiles())
+
+
+def pod_settings(cfg: PortalConfig, options: ServerOptions) -> dict:
+    """The KubeSpawner traits for validated options (pure: unit-tested without a cluster)."""
+    hours, minutes, seconds = (int(p) for p in options.runtime.split(":"))
+    gpus = {GPU_RESOURCE: str(options.gpus)} if options.gpus else {}
+    return {
+        "node_selector": {cfg.k8s_gpu_node_label: options.partition} if options.gpus else {},
+        "extra_resource_limits": dict(gpus),
+        "extra_resource_guarantees": dict(gpus),
+        "cpu_limit": float(options.cpus), "cpu_guarantee": float(options.cpus),
+        "mem_limit": f"{options.memory_gb}G", "mem_guarantee": f"{options.memory_gb}G",
+        "extra_pod_config": {"activeDeadlineSeconds": hours * 3600 + minutes * 60 + seconds},
+        "extra_labels": {"dsportal/gpus": str(options.gpus), "dsportal/gpu-type": options.partition},
+    }
+
+
+class PortalKubeSpawner(KubeSpawner):
+    """KubeSpawner with the portal's validated GPU form, per-user namespaces and the portal's volumes."""
+
+    portal = Instance(PortalConfig, help="The portal's settings (portal.config).")
+
+    @default("portal")
+    def _portal_default(self) -> PortalConfig:
+        return load()
+
+    @default("image")
+    def _image_default(self) -> str:
+        return self.portal.k8s_image
+
+    @default("image_pull_policy")
+    def _pull_default(self) -> str:
+        return self.portal.k8s_image_pull_policy
+
+    @default("namespace")
+    def _namespace_default(self) -> str:
+        return self.portal.k8s_namespace
+
+    @default("enable_user_namespaces")
+    def _user_namespaces_default(self) -> bool:
+        return True
+
+    @default("user_namespace_template")
+    def _user_namespace_template_default(self) -> str:
+        return self.portal.k8s_user_namespace_template
+
+    @default("user_namespace_labels")
+    def _user_namespace_labels_default(self) -> dict:
+        return {"app.kubernetes.io/part-of": "dsportal", "dsportal/user": "{username}"}
+
+    @default("storage_pvc_ensure")
+    def _pvc_ensure_default(self) -> bool:
+        return True
+
+    @default("pvc_name_template")
+    def _pvc_name_default(self) -> str:
+        return self.portal.k8s_home_claim_template
+
+    @default("storage_capacity")
+    def _capacity_default(self) -> str:
+        return "20Gi"
+
+    @default("volumes")
+    def _volumes_default(self) -> list:
+        return [{"name": HOME, "persistentVolumeClaim": {"claimName": "{pvc_name}"}},
+                {"name": DATA, "persistentVolumeClaim": {"claimName": self.portal.k8s_data_claim, "readOnly": True}},
+                {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{self.portal.k8s_shm_gb}Gi"}}]
+
+    @default("volume_mounts")
+    def _mounts_default(self) -> list:
+        return [{"name": HOME, "mountPath": self.portal.k8s_home_mount},
+                {"name": DATA, "mountPath": self.portal.k8s_data_mount, "readOnly": True},
+                {"name": SHM, "mountPath": "/dev/shm"}]
+
+    @default("working_dir")
+    def _working_dir_default(self) -> str:
+        return self.portal.k8s_home_mount
+
+    @default("uid")
+    def _uid_default(self) -> int:
+        return 1000  # the image's notebook user
+
+    @default("fs_gid")
+    def _fs_gid_default(self) -> int:
+        return 100
+
+    @default("cmd")
+    def _cmd_default(self) -> list[str]:
+        return [str(self.portal.venv / "bin" / "jupyterhub-singleuser")]
+
+    @default("lifecycle_hooks")
+    def _hooks_default(self) -> dict:
+        # Copy the template notebooks the user does not have yet into ~/notebooks (never over their files).
+        python = str(self.portal.venv / "bin" / "python")
+        return {"postStart": {"exec": {"command": [
+            "/bin/sh", "-c", f"{python} -m portal.notebook install-templates || true"]}}}
+
+    @default("environment")
+    def _environment_default(self) -> dict:
+        environment = {
+            "TENSORBOARD_PROXY_URL": tensorboard_proxy_url,
+            # Notebooks submit MPIJobs with the pod's own service account, in their own namespace.
+            "DSPORTAL_SPAWNER_BACKEND": "kubernetes",
+            "DSPORTAL_K8S_USER_NAMESPACE_TEMPLATE": self.portal.k8s_user_namespace_template,
+            "DSPORTAL_K8S_IMAGE": self.portal.k8s_image,
+            "DSPORTAL_GROUPS": lambda spawner: ",".join(sorted(g.name for g in spawner.user.groups)),
+        }
+        for name, value in os.environ.items():  # the site's other portal settings travel with the user
+            if name.startswith("DSPORTAL_K8S_") and name not in environment and name != "DSPORTAL_K8S_KUBECONFIG":
+                environment[name] = value
+        return environment
+
+    @default("start_timeout")
+    def _start_timeout_default(self) -> int:
+        return self.portal.start_timeout
+
+    @default("options_form")
+    def _options_form_default(self):
+        return PortalKubeSpawner._render_options_form
+
+    @default("apply_user_options")
+    def _apply_user_options_default(self):
+        return PortalKubeSpawner._apply_server_options
+
+    # --- the form (shared with the Slurm spawner) ---
+
+    def cluster_limits(self) -> ClusterLimits:
+        return cluster_limits(self.portal, tuple(sorted(g.name for g in self.user.groups)))
+
+    async def _render_options_form(self) -> str:
+        limits = self.cluster_limits()
+        try:  # offer the user's last choices again where they still fit
+            previous = parse_server_options(self.user_options, limits) if self.user_options else None
+        except OptionsError:
+            previous = None
+        return render_form(limits, previous, pool_label="GPU type")
+
+    async def options_from_form(self, formdata: dict) -> dict:
+        return parse_server_options(formdata, self.cluster_limits()).to_dict()
+
+    async def _apply_server_options(self, user_options: dict) -> None:
+        """Validate (again: the REST API skips the form) and set only checked values on the pod."""
+        try:
+            options = parse_server_options(user_options or {}, self.cluster_limits())
+        except OptionsError as err:
+            raise web.HTTPError(400, str(err)) from None
+        self.user_options = options.to_dict()
+        for name, value in pod_settings(self.portal, options).items():
+            setattr(self, name, value)
+
+    # --- the user's namespace: theirs, with their GPU quota ---
+
+    async def _ensure_namespace(self):
+        await super()._ensure_namespace()
+        from kubernetes_asyncio.client.exceptions import ApiException
+        from kubespawner.clients import shared_client
+
+        rbac = shared_client("RbacAuthorizationV1Api")
+        groups = tuple(g.name for g in self.user.groups)
+        binding, quota = user_namespace_objects(self.portal, self.user.name, self.portal.gpu_quota_for(groups))
+        for create, replace, body in (
+                (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, binding),
+                (self.api.create_namespaced_resource_quota, self.api.replace_namespaced_resource_quota, quota)):
+            try:
+                await create(self.namespace, body)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                await replace(body["metadata"]["name"], self.namespace, body)  # the quota may have changed

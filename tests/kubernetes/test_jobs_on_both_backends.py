@@ -1,0 +1,107 @@
+"""The notebook API (`portal.jobs`: submit, state, jobs, get, cancel) behaves the same on Slurm and on Kubernetes.
+
+Slurm: the test box's real slurmctld/slurmd run the job. Kubernetes: the test session's real kube-apiserver
+stores and validates the MPIJob, RBAC keeps users apart; no nodes and no MPI operator run here, so the test
+moves the job along by patching its status as the operator would (the conditions it writes), and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from portal import jobs
+from portal.config import PortalConfig, load
+from portal.jobs import JobNotFound, JobSpecError
+from portal.jobs.demo_data import ensure_demo_data
+from portal.jobs.kubernetes import GROUP, PLURAL, VERSION
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+ALICE, BOB = ("alice", ["datascientists", "gpu-users"]), ("bob", ["datascientists"])
+TINY = {"epochs": 1, "batch_size": 8, "image_size": 64, "gpus_per_node": 1, "cpus_per_task": 1, "memory_gb": 4,
+        "time_limit": "00:10:00"}
+
+
+@dataclass
+class Backend:
+    name: str
+    cfg: PortalConfig
+    start: Callable[[jobs.Job], None]  # until the scheduler runs it (Kubernetes: as the operator would say)
+
+
+def operator_says(kube, job: jobs.Job, *conditions: tuple[str, str]) -> None:
+    """Patch the MPIJob's status subresource the way the MPI operator does: conditions of (type, reason)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {"conditions": [{"type": kind, "status": "True", "reason": reason, "message": reason,
+                              "lastTransitionTime": now, "lastUpdateTime": now} for kind, reason in conditions],
+              "startTime": now}
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/dsportal-u-{job.record.user}/{PLURAL}/{job.id}/status"
+    kube.admin.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
+
+
+@pytest.fixture(params=["slurm", "kubernetes"])
+def backend(request) -> Backend:
+    if request.param == "slurm":
+        cluster = request.getfixturevalue("cluster")
+        ensure_demo_data(cluster)
+        return Backend("slurm", cluster, lambda job: wait_for(lambda: job.state == "RUNNING", 120, interval=1,
+                                                                what=f"Slurm job {job.id} to run"))
+    kube = request.getfixturevalue("kube")
+    cfg = dataclasses.replace(load(), spawner_backend="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]))
+    return Backend("kubernetes", cfg, lambda job: operator_says(kube, job, ("Created", "MPIJobCreated"),
+                                                                 ("Running", "MPIJobRunning")))
+
+
+@pytest.fixture
+def submitted(backend):
+    """Jobs a test submits as alice; whatever is still queued or running is cancelled afterwards."""
+    made: list[jobs.Job] = []
+
+    def submit(**spec) -> jobs.Job:
+        job = jobs.submit({**TINY, **spec}, user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)
+        made.append(job)
+        return job
+    yield submit
+    for job in made:
+        if job.state in ("PENDING", "RUNNING"):
+            job.cancel()
+
+
+def test_submit_lists_runs_and_cancels(backend, submitted):
+    job = submitted()
+    assert job.backend == backend.name and job.state in ("PENDING", "RUNNING")
+    assert job.id in [j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)]
+    assert jobs.get(job.id, user=ALICE[0], groups=ALICE[1], cfg=backend.cfg).spec == job.spec
+    backend.start(job)
+    assert job.state == "RUNNING"
+    job.cancel()
+    assert wait_for(lambda: job.state == "CANCELLED", 60, interval=1, what=f"job {job.id} to be cancelled")
+    assert job.done
+
+
+def test_another_user_can_neither_see_nor_cancel_it(backend, submitted):
+    job = submitted()
+    with pytest.raises(JobNotFound):
+        jobs.get(job.id, user=BOB[0], groups=BOB[1], cfg=backend.cfg)
+    with pytest.raises(JobNotFound):
+        jobs.cancel(job.id, user=BOB[0], groups=BOB[1], cfg=backend.cfg)
+    assert job.id not in [j.id for j in jobs.jobs(user=BOB[0], groups=BOB[1], cfg=backend.cfg)]
+    assert job.state in ("PENDING", "RUNNING")  # untouched
+
+
+def test_a_bad_spec_names_the_field_and_submits_nothing(backend):
+    before = {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)}
+    for spec, field in (({"gpus_per_node": 99}, "gpus_per_node"), ({"epochs": "two"}, "epochs"),
+                        ({"data_dir": "/nonexistent/set"}, "data_dir"), ({"gpu": 1}, "gpu")):
+        with pytest.raises(JobSpecError) as err:
+            jobs.submit({**TINY, **spec}, user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)
+        assert err.value.field == field
+    with pytest.raises(JobSpecError) as err:  # bob's groups carry no GPU quota
+        jobs.submit({**TINY, "gpus_per_node": 1}, user=BOB[0], groups=BOB[1], cfg=backend.cfg)
+    assert err.value.field == "gpus_per_node" and "quota" in str(err.value)
+    assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)} == before

@@ -1,0 +1,78 @@
+"""MPIJobs on the real kube-apiserver: what the server stores (validated by the CRD's schema), states read from
+the conditions the MPI operator would write (no operator and no nodes run here: the test patches the status as
+the operator would), cancel deletes, a notebook's own credentials reach only its own namespace."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from portal import jobs
+from portal.config import load
+from portal.jobs.kubernetes import GROUP, PLURAL, VERSION, KubernetesError
+from tests.kubernetes.test_jobs_on_both_backends import ALICE, TINY, operator_says
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cfg(kube):
+    return dataclasses.replace(load(), spawner_backend="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]))
+
+
+def stored(kube, job) -> dict:
+    return kube.admin.get(f"/apis/{GROUP}/{VERSION}/namespaces/dsportal-u-{job.record.user}/{PLURAL}/{job.id}")
+
+
+def test_the_server_stores_the_mpijob_as_rendered(kube, cfg):
+    job = jobs.submit({**TINY, "nodes": 2, "gpus_per_node": 2}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    try:
+        mpijob = stored(kube, job)
+        assert mpijob["spec"]["slotsPerWorker"] == 2
+        worker = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]
+        assert worker["replicas"] == 2
+        limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "2"
+        assert worker["template"]["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+        assert job.logs() == ""  # no launcher pod: no operator runs here
+        assert job.metrics().images_per_sec is None
+    finally:
+        job.cancel()
+
+
+@pytest.mark.parametrize(("conditions", "state"), [
+    ((("Created", "MPIJobCreated"), ("Succeeded", "MPIJobSucceeded")), "COMPLETED"),
+    ((("Created", "MPIJobCreated"), ("Failed", "MPIJobFailed")), "FAILED"),
+    ((("Created", "MPIJobCreated"), ("Failed", "DeadlineExceeded")), "TIMEOUT"),
+])
+def test_states_follow_the_operators_conditions(kube, cfg, conditions, state):
+    job = jobs.submit(TINY, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    assert job.state == "PENDING"
+    operator_says(kube, job, *conditions)
+    assert job.state == state and job.done
+    job.cancel()  # removes the finished job's record
+
+
+def test_cancel_deletes_the_mpijob(kube, cfg):
+    job = jobs.submit(TINY, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    job.cancel()
+    assert job.state == "CANCELLED"
+    with pytest.raises(Exception) as gone:
+        stored(kube, job)
+    assert getattr(gone.value, "status", None) == 404
+    assert job.id not in [j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=cfg)]
+
+
+def test_a_notebook_with_its_own_credentials_reaches_only_its_own_namespace(kube, monkeypatch):
+    own = dataclasses.replace(load(), spawner_backend="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["alice"]))
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    monkeypatch.setenv("DSPORTAL_GROUPS", "datascientists,gpu-users")
+    job = jobs.submit(TINY, cfg=own)  # as alice herself: no impersonation
+    try:
+        assert job.record.user == "alice" and job.state == "PENDING"
+        with pytest.raises(KubernetesError) as refused:  # she may not act as bob
+            jobs.jobs(user="bob", groups=["datascientists"], cfg=own)
+        assert refused.value.status == 403
+    finally:
+        job.cancel()

@@ -1,0 +1,208 @@
+"""The Kubernetes backend's pure half: a spec in, an MPIJob out; an MPIJob in, a state or a record out. No
+cluster here (tests/kubernetes/ has the real API server); the pod templates are checked offline against the
+Kubernetes schemas with kubernetes-validate --strict, for the versions the README claims."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from portal.config import PortalConfig
+from portal.jobs.kubernetes import (
+    ANNOTATION_SPEC,
+    K8S_ID,
+    KubeUser,
+    limits_for,
+    log_metrics,
+    manifest_yaml,
+    mpijob_manifest,
+    mpijob_record,
+    mpijob_state,
+    new_k8s_id,
+)
+from portal.jobs.spec import JobSpecError, parse_job_spec
+from tests.unit.test_jobs_render import bash_syntax_ok
+
+CFG = PortalConfig(gpu_quota={"gpu-users": 8})
+KUBERNETES_VERSIONS = ("1.25.0", "1.29.0", "1.33.0", "1.37.0")  # what the README claims: 1.25 and later
+ALICE = KubeUser(name="alice", groups=("gpu-users",), home=Path("/home/jovyan"), data_root=Path("/data"),
+                 is_caller=False)
+JOB_ID = "k8s-20261121-101500-a1b2c3"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def spec(**raw):
+    limits = limits_for(CFG, ALICE.groups)
+    return parse_job_spec({"template": "chexnet", **raw}, limits, ALICE.can_read_dir)
+
+
+def manifest(**raw) -> dict:
+    return mpijob_manifest(spec(**raw), JOB_ID, "alice", CFG, "v100", submitted_at="2026-11-21T10:15:00+00:00")
+
+
+def replica(m: dict, role: str) -> dict:
+    return m["spec"]["mpiReplicaSpecs"][role]["template"]
+
+
+def as_pod(template: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check", **template["metadata"]},
+            "spec": template["spec"]}
+
+
+def test_two_nodes_of_four_gpus_is_a_launcher_and_two_workers_with_four_slots_each():
+    m = manifest(nodes=2, gpus_per_node=4, cpus_per_task=4, memory_gb=64, time_limit="02:00:00")
+    assert (m["apiVersion"], m["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
+    assert m["metadata"]["name"] == JOB_ID and m["metadata"]["namespace"] == "dsportal-u-alice"
+    assert m["metadata"]["labels"]["dsportal/user"] == "alice"
+    assert m["spec"]["slotsPerWorker"] == 4
+    assert m["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 0, "activeDeadlineSeconds": 7200}
+    replicas = m["spec"]["mpiReplicaSpecs"]
+    assert (replicas["Launcher"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+    worker = replica(m, "Worker")
+    (container,) = worker["spec"]["containers"]
+    assert container["resources"]["limits"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert worker["spec"]["nodeSelector"] == {"nvidia": "v100"}
+    for template in (worker, replica(m, "Launcher")):
+        assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+        assert template["metadata"]["labels"]["dsportal/job-id"] == JOB_ID
+    assert "nvidia.com/gpu" not in json.dumps(replica(m, "Launcher"))  # mpirun needs no GPU
+
+
+def test_workers_mount_the_data_read_only_the_home_and_shm_in_memory():
+    worker = replica(manifest(gpus_per_node=1), "Worker")
+    volumes = {v["name"]: v for v in worker["spec"]["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "chestxray14", "readOnly": True}
+    assert volumes["home"]["persistentVolumeClaim"] == {"claimName": "home-alice"}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    mounts = {m["name"]: m for m in worker["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["data"] == {"name": "data", "mountPath": "/data", "readOnly": True}
+    assert mounts["dshm"]["mountPath"] == "/dev/shm" and mounts["home"]["mountPath"] == "/home/jovyan"
+
+
+def test_a_cpu_job_asks_for_no_gpu_and_no_gpu_node():
+    m = manifest(gpus_per_node=0)
+    worker = replica(m, "Worker")
+    assert m["spec"]["slotsPerWorker"] == 1
+    assert "nvidia.com/gpu" not in worker["spec"]["containers"][0]["resources"]["limits"]
+    assert "nodeSelector" not in worker["spec"]
+
+
+def test_the_launcher_runs_mpirun_over_every_worker_with_quoted_values():
+    m = manifest(nodes=2, gpus_per_node=2, data_dir="/data/set with 'quotes' $(id)")
+    command = replica(m, "Launcher")["spec"]["containers"][0]["command"]
+    assert command[:2] == ["/bin/bash", "-c"]
+    script = command[2]
+    bash_syntax_ok(script)
+    assert "mpirun -np 4 --map-by socket --bind-to none" in script
+    assert "--data-dir '/data/set with '\"'\"'quotes'\"'\"' $(id)'" in script
+    assert f"job_dir=/home/jovyan/jobs/{JOB_ID}" in script and "--progress epoch" in script
+
+
+def test_data_dir_must_be_on_the_data_or_home_volume():
+    for outside in ("/etc", "/data/../etc", "relative/path", "/datasets"):
+        with pytest.raises(JobSpecError) as err:
+            spec(data_dir=outside)
+        assert err.value.field == "data_dir"
+    assert spec(data_dir="/home/jovyan/my-set").data_dir == "/home/jovyan/my-set"
+
+
+def test_the_group_quota_bounds_the_gpus():
+    limits = limits_for(CFG, ("datascientists",))
+    with pytest.raises(JobSpecError) as err:
+        parse_job_spec({"gpus_per_node": 4}, limits, ALICE.can_read_dir)
+    assert err.value.field == "gpus_per_node"
+    assert limits_for(CFG, ("gpu-users",)).max_gpus_per_node == 8
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_pod_templates_validate_strictly(version):
+    m = manifest(nodes=2, gpus_per_node=2)
+    for role in ("Launcher", "Worker"):
+        kubernetes_validate.validate(as_pod(replica(m, role)), version, strict=True)
+
+
+def test_a_pod_template_with_a_typo_is_caught_by_the_validation():
+    pod = as_pod(replica(manifest(), "Worker"))
+    pod["spec"]["containers"][0]["volumeMount"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize(("conditions", "deleting", "state"), [
+    ([], False, "PENDING"),
+    ([("Created", "True", "")], False, "PENDING"),
+    ([("Created", "True", ""), ("Running", "True", "")], False, "RUNNING"),
+    ([("Running", "False", ""), ("Succeeded", "True", "")], False, "COMPLETED"),
+    ([("Running", "False", ""), ("Failed", "True", "BackoffLimitExceeded")], False, "FAILED"),
+    ([("Failed", "True", "DeadlineExceeded")], False, "TIMEOUT"),
+    ([("Running", "True", ""), ("Suspended", "True", "")], False, "PENDING"),
+    ([("Running", "True", "")], True, "CANCELLED"),
+])
+def test_the_state_comes_from_the_conditions(conditions, deleting, state):
+    mpijob = {"metadata": {"deletionTimestamp": "2026-11-21T10:00:00Z"} if deleting else {},
+              "status": {"conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conditions]}}
+    assert mpijob_state(mpijob) == state
+
+
+def test_the_mpijob_is_the_record():
+    m = manifest(epochs=3)
+    record = mpijob_record(m, CFG)
+    assert (record.id, record.backend, record.user) == (JOB_ID, "kubernetes", "alice")
+    assert record.spec == spec(epochs=3) and record.submitted_at == "2026-11-21T10:15:00+00:00"
+    assert record.logdir == Path(f"/home/jovyan/jobs/{JOB_ID}/tensorboard")
+
+
+def test_an_mpijob_that_is_not_the_portals_is_not_a_record():
+    m = manifest()
+    foreign = {**m, "metadata": {**m["metadata"], "labels": {"dsportal/user": "alice"}}}
+    with pytest.raises(ValueError):
+        mpijob_record(foreign, CFG)
+    with pytest.raises(ValueError):
+        mpijob_record({**m, "metadata": {**m["metadata"], "name": "someone-elses"}}, CFG)
+    broken = {**m, "metadata": {**m["metadata"], "annotations": {ANNOTATION_SPEC: "{"}}}
+    with pytest.raises(ValueError):
+        mpijob_record(broken, CFG)
+
+
+def test_ids_are_mpijob_names_and_unique():
+    ids = {new_k8s_id() for _ in range(50)}
+    assert len(ids) == 50 and all(K8S_ID.match(i) and len(i) <= 63 and i == i.lower() for i in ids)
+
+
+def test_metrics_from_the_launchers_log():
+    log = ("chexnet.train: epoch 1/2: loss/train=0.1 loss/val=0.2 auroc/mean=0.7000 on 17 validation images, "
+           "lr=0.001, images/sec=40.5 (all workers); AUROC undefined for Hernia\n"
+           "chexnet.train: epoch 2/2: loss/train=0.1 loss/val=0.2 auroc/mean=0.6500 on 17 validation images, "
+           "lr=0.001, images/sec=48.0 (all workers)\n")
+    metrics = log_metrics(log)
+    assert (metrics.images_per_sec, metrics.best_mean_auroc, metrics.best_epoch, metrics.epochs_done) == (
+        48.0, 0.7, 1, 2)
+    assert log_metrics("") == dataclasses.replace(metrics, images_per_sec=None, best_mean_auroc=None,
+                                                  best_epoch=None, epochs_done=0)
+
+
+def test_the_rendered_manifest_reads_back_and_keeps_the_script_readable():
+    text = manifest_yaml(manifest())
+    assert yaml.safe_load(text) == manifest() and "&id" not in text
+    assert "command:\n" in text and "- |\n" in text  # the launcher script as a literal block
+
+
+def test_render_prints_an_mpijob(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "portal.jobs", "render", "--backend", "kubernetes", "--user",
+                             "alice", "--groups", "gpu-users", "--nodes", "2", "--gpus-per-node", "2"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    rendered = yaml.safe_load(result.stdout)
+    assert rendered["kind"] == "MPIJob" and rendered["metadata"]["namespace"] == "dsportal-u-alice"
+    assert rendered["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    refused = subprocess.run([sys.executable, "-m", "portal.jobs", "render", "--backend", "kubernetes", "--user",
+                              "bob", "--gpus-per-node", "2"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "gpus_per_node" in refused.stderr

@@ -1,0 +1,65 @@
+"""The Kubernetes spawner's pure half: the shared form with GPU profiles, and the pod settings it makes."""
+
+from __future__ import annotations
+
+import pytest
+
+from portal.config import PortalConfig
+from portal.jobs.kubernetes import user_namespace_objects
+from spawners.forms import OptionsError, parse_server_options, render_form
+from spawners.kubernetes import cluster_limits, pod_settings
+
+CFG = PortalConfig(gpu_quota={"gpu-users": 4, "gpu-power": 8})
+
+
+def test_the_gpu_types_are_the_forms_pools_and_the_profiles_are_bounded_by_the_quota():
+    limits = cluster_limits(CFG, ("gpu-users",))
+    assert [p.name for p in limits.partitions] == ["t4", "v100"]
+    assert limits.gpu_counts(limits.partitions[0]) == (0, 1, 2, 4)
+    assert cluster_limits(CFG, ("gpu-power",)).gpu_counts(limits.partitions[0]) == (0, 1, 2, 4, 8)
+    assert cluster_limits(CFG, ("datascientists",)).gpu_counts(limits.partitions[0]) == (0,)
+
+
+def test_a_count_that_is_not_a_profile_is_refused_naming_the_field():
+    limits = cluster_limits(CFG, ("gpu-users",))
+    with pytest.raises(OptionsError) as err:
+        parse_server_options({"gpus": "3"}, limits)
+    assert err.value.field == "gpus" and "allowed: 0, 1, 2, 4" in str(err.value)
+    with pytest.raises(OptionsError) as err:
+        parse_server_options({"gpus": "8"}, limits)
+    assert err.value.field == "gpus" and "quota is 4" in str(err.value)
+    with pytest.raises(OptionsError) as err:
+        parse_server_options({"partition": "a100"}, limits)
+    assert err.value.field == "partition" and "allowed: t4, v100" in str(err.value)
+
+
+def test_the_form_offers_the_profiles_as_a_choice():
+    html = render_form(cluster_limits(CFG, ("gpu-users",)), pool_label="GPU type")
+    assert '<select id="ds-gpus" name="gpus"' in html and 'value="4"' in html and 'value="8"' not in html
+    assert ">GPU type<" in html and '<option value="v100"' in html
+
+
+def test_two_v100s_become_a_gpu_limit_a_node_selector_and_a_deadline():
+    options = parse_server_options({"partition": "v100", "gpus": "2", "cpus": "4", "memory_gb": "16",
+                                    "runtime": "02:00:00"}, cluster_limits(CFG, ("gpu-users",)))
+    settings = pod_settings(CFG, options)
+    assert settings["extra_resource_limits"] == {"nvidia.com/gpu": "2"}
+    assert settings["extra_resource_guarantees"] == {"nvidia.com/gpu": "2"}
+    assert settings["node_selector"] == {"nvidia": "v100"}
+    assert (settings["cpu_limit"], settings["mem_limit"]) == (4.0, "16G")
+    assert settings["extra_pod_config"] == {"activeDeadlineSeconds": 7200}
+
+
+def test_no_gpu_means_no_limit_and_any_node():
+    options = parse_server_options({"gpus": "0"}, cluster_limits(CFG, ("gpu-users",)))
+    settings = pod_settings(CFG, options)
+    assert settings["extra_resource_limits"] == {} and settings["node_selector"] == {}
+
+
+def test_a_users_namespace_binds_the_user_and_their_pods_and_caps_their_gpus():
+    binding, quota = user_namespace_objects(CFG, "alice", 4)
+    assert binding["metadata"]["namespace"] == "dsportal-u-alice"
+    assert binding["roleRef"]["name"] == "dsportal-user"
+    assert {(s["kind"], s["name"]) for s in binding["subjects"]} == {("User", "dsportal:alice"),
+                                                                     ("ServiceAccount", "default")}
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
