@@ -12,8 +12,9 @@ import pytest
 from tests.conftest import box, jobs_of, slurm, wait_for
 
 
-def singleuser_environ(user: str) -> dict[str, str]:
-    """The environment of the user's running jupyterhub-singleuser process, read from /proc."""
+def singleuser_environ(user: str, job_id: str) -> dict[str, str]:
+    """The environment of the user's jupyterhub-singleuser process in Slurm job `job_id`, read from /proc (a
+    server of an earlier test may still be exiting beside it)."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -21,10 +22,12 @@ def singleuser_environ(user: str) -> dict[str, str]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             if "jupyterhub-singleuser" in cmdline and proc.stat().st_uid == user_uid(user):
                 pairs = (proc / "environ").read_bytes().split(b"\0")
-                return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+                environ = dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+                if environ.get("SLURM_JOB_ID") == job_id:
+                    return environ
         except OSError:
             continue
-    raise AssertionError(f"no jupyterhub-singleuser process of {user} found")
+    raise AssertionError(f"no jupyterhub-singleuser process of {user} in Slurm job {job_id} found")
 
 
 def user_uid(user: str) -> int:
@@ -43,7 +46,7 @@ def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(hub, admin, alice):
     details = slurm("scontrol", "show", "job", "-o", job_id)
     assert "UserId=alice(10001)" in details
     assert "TresPerNode=gres:gpu:1" in details, details
-    environ = singleuser_environ("alice")
+    environ = singleuser_environ("alice", job_id)
     assert environ["CUDA_VISIBLE_DEVICES"] == "0"
     assert environ["USER"] == "alice"
 
