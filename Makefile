@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 BOX := $(PY) deploy/local/box.py
 PYTEST_ARGS ?=
 
-.PHONY: install up down status test unit lint bench
+.PHONY: install up down status test unit lint bench kube-build images
 
 install:
 	@deploy/local/install.sh
@@ -33,3 +33,12 @@ lint: install
 bench: install
 	$(PY) -m chexnet.bench.pipeline
 	$(PY) -m chexnet.bench.scaling
+
+# The hub and training images, built with podman from a local Debian base (CPU defaults; docker/build.sh --help).
+images:
+	@docker/build.sh
+
+# kube-apiserver and kube-controller-manager v1.20.2 for deploy/kubernetes/kubebox.py: built from Debian's source
+# package once per machine (about 6.5 min on 2 cores), then a no-op.
+kube-build:
+	@deploy/kubernetes/build-apiserver.sh

@@ -25,10 +25,12 @@ c.JupyterHub.cleanup_servers = False
 c.JupyterHub.authenticator_class = PortalLDAPAuthenticator
 
 if portal.spawner_backend == "kubernetes":
+    # Before the import: kubernetes_asyncio reads KUBECONFIG once, when it loads. Without a kubeconfig, KubeSpawner
+    # uses the hub pod's service account (in the cluster).
+    if portal.k8s_kubeconfig:
+        os.environ["KUBECONFIG"] = portal.k8s_kubeconfig
     from spawners.kubernetes import PortalKubeSpawner
 
-    if portal.k8s_kubeconfig:  # else the hub pod's service account (KubeSpawner's in-cluster config)
-        os.environ["KUBECONFIG"] = portal.k8s_kubeconfig
     c.JupyterHub.spawner_class = PortalKubeSpawner
 else:
     from spawners.slurm import PortalSlurmSpawner

@@ -39,7 +39,7 @@ ARTIFACTS = REPO / "tests" / "artifacts"
 TEST_CONFIG.write_text("".join(f"{k}: {v}\n" for k, v in TEST_SETTINGS.items()))
 os.environ["DSPORTAL_CONFIG"] = str(TEST_CONFIG)
 for name in list(os.environ):
-    if name.startswith("DSPORTAL_") and name != "DSPORTAL_CONFIG":
+    if name.startswith("DSPORTAL_") and name != "DSPORTAL_CONFIG" and not name.startswith("DSPORTAL_TEST_"):
         del os.environ[name]  # the YAML file is the one source for the test box
 
 from portal.config import load  # noqa: E402  (after DSPORTAL_CONFIG is set)

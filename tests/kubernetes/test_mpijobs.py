@@ -11,6 +11,7 @@ import pytest
 from portal import jobs
 from portal.config import load
 from portal.jobs.kubernetes import GROUP, PLURAL, VERSION, KubernetesError
+from tests.conftest import wait_for
 from tests.kubernetes.test_jobs_on_both_backends import ALICE, TINY, operator_says
 
 pytestmark = pytest.mark.integration
@@ -57,10 +58,16 @@ def test_states_follow_the_operators_conditions(kube, cfg, conditions, state):
 def test_cancel_deletes_the_mpijob(kube, cfg):
     job = jobs.submit(TINY, user=ALICE[0], groups=ALICE[1], cfg=cfg)
     job.cancel()
+    assert job.state == "CANCELLED"  # at once: deleting (foreground: its pods first), then gone
+
+    def gone() -> bool:
+        try:
+            stored(kube, job)
+        except Exception as err:  # kubebox.ApiError
+            return getattr(err, "status", None) == 404
+        return False
+    wait_for(gone, 30, what=f"MPIJob {job.id} to be deleted")
     assert job.state == "CANCELLED"
-    with pytest.raises(Exception) as gone:
-        stored(kube, job)
-    assert getattr(gone.value, "status", None) == 404
     assert job.id not in [j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=cfg)]
 
 

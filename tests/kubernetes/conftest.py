@@ -1,0 +1,89 @@
+"""Test session set-up for the Kubernetes path: a private kubebox (real etcd, kube-apiserver, controller-manager).
+
+The binaries are built once per machine by deploy/kubernetes/build-apiserver.sh (a no-op when cached; about
+6.5 minutes the first time). The box gets its own state dir and ports, apart from the Slurm test box
+(13389, 16636, 16817, 16818, 18000, 18001, 18081, 18090) and from a user's `kubebox.py up` (16443-16445).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "deploy" / "kubernetes"))
+
+import kubebox  # noqa: E402  (deploy/kubernetes is not a package)
+
+# Two sessions at once need their own state dir and ports: set both variables (as for the Slurm test box).
+KUBE_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_STATE", "/var/tmp/dsportal-test-kube"))
+KUBE_API_PORT = 26443 + int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))  # etcd: the next two ports
+BUILD_TIMEOUT = 1800  # seconds; the first build takes about 6.5 minutes on 2 cores
+
+
+@dataclass(frozen=True)
+class Kube:
+    """The running test box: where it lives, and a client per identity."""
+
+    box: kubebox.KubeBox
+    cluster: kubebox.Cluster
+    admin: kubebox.Api
+    hub: kubebox.Api  # ServiceAccount dsportal/dsportal-hub
+    alice: kubebox.Api  # her own static token (as `kubectl --kubeconfig alice.kubeconfig` would be)
+    bob: kubebox.Api
+
+    @property
+    def state_dir(self) -> Path:
+        return self.cluster.state_dir
+
+    @property
+    def api_url(self) -> str:
+        return self.cluster.api_url
+
+    @property
+    def kubeconfigs(self) -> dict[str, Path]:
+        return self.cluster.kubeconfigs
+
+
+def build_binaries() -> None:
+    """Build (or find cached) kube-apiserver and kube-controller-manager; fail the session, never skip."""
+    script = REPO / "deploy" / "kubernetes" / "build-apiserver.sh"
+    try:
+        result = subprocess.run([str(script)], capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{script} did not finish within {BUILD_TIMEOUT} s", pytrace=False)
+    if result.returncode != 0:
+        pytest.fail(f"{script} failed (it needs root, apt and a Debian bookworm mirror):\n"
+                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}", pytrace=False)
+    print(result.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def kube():
+    """Build if needed, start a kubebox from nothing, give alice and bob their namespaces; stop it afterwards."""
+    build_binaries()
+    box = kubebox.KubeBox(KUBE_STATE, api_port=KUBE_API_PORT)
+    if KUBE_STATE.exists():
+        kubebox.down(box)  # a box left by an interrupted session
+    shutil.rmtree(KUBE_STATE, ignore_errors=True)
+    lines: list[str] = []
+    started = time.monotonic()
+    try:
+        cluster = kubebox.up(box, report=lines.append)
+    except kubebox.KubeBoxError as err:
+        kubebox.down(box)
+        log = f"\n--- last lines of {err.log}:\n{kubebox.tail(err.log)}" if err.log else ""
+        pytest.fail(f"the kubebox did not start: {err}\n" + "\n".join(lines) + log, pytrace=False)
+    print(f"\nkubebox up in {time.monotonic() - started:.1f} s at {cluster.api_url}")
+    clients = {name: kubebox.Api.from_kubeconfig(path) for name, path in cluster.kubeconfigs.items()}
+    for user in kubebox.DEMO_USERS:
+        kubebox.ensure_user_namespace(clients["hub"], user)  # as the hub does before a user's first job
+    yield Kube(box, cluster, clients["admin"], clients["hub"], clients["alice"], clients["bob"])
+    kubebox.down(box)

@@ -1,0 +1,277 @@
+"""The Kubernetes path against a real kube-apiserver (v1.20.2, etcd, controller-manager; no nodes).
+
+What the API server itself must enforce for the portal: the MPIJob CRD's schema, and RBAC with impersonation
+keeping each user in their own namespace.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+import uuid
+
+import kubebox
+import pytest
+from kubebox import Api, ApiError, resource_path
+
+MPIJOB = ("kubeflow.org/v2beta1", "MPIJob")
+ALICE_NS, BOB_NS = kubebox.user_namespace("alice"), kubebox.user_namespace("bob")
+
+
+def pod_template(name: str, gpus: int) -> dict:
+    container = {"name": name, "image": "dsportal/training:latest", "command": ["sleep", "infinity"]}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    return {"metadata": {"labels": {"app": "chexnet"}}, "spec": {"containers": [container]}}
+
+
+def mpijob(name: str | None = None, **spec: object) -> dict:
+    """A 2-worker, 2-GPU-per-worker CheXNet MPIJob, with `spec` fields replaced."""
+    body = {
+        "apiVersion": MPIJOB[0], "kind": MPIJOB[1],
+        "metadata": {"name": name or f"chexnet-{uuid.uuid4().hex[:8]}"},
+        "spec": {
+            "slotsPerWorker": 2,
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": pod_template("launcher", 0)},
+                "Worker": {"replicas": 2, "restartPolicy": "Never", "template": pod_template("worker", 2)},
+            },
+        },
+    }
+    body["spec"].update(copy.deepcopy(spec))
+    return body
+
+
+def jobs_path(namespace: str, name: str | None = None) -> str:
+    return resource_path(*MPIJOB, namespace, name)
+
+
+def refused(api: Api, namespace: str, body: dict) -> ApiError:
+    with pytest.raises(ApiError) as caught:
+        api.create(jobs_path(namespace), body)
+    return caught.value
+
+
+# --- the CRD's schema ------------------------------------------------------------------------------
+
+
+def test_valid_mpijob_is_accepted_with_defaults(kube):
+    created = kube.admin.create(jobs_path(ALICE_NS), mpijob("valid"))
+    try:
+        spec = created["spec"]
+        assert spec["slotsPerWorker"] == 2
+        assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        # Defaults from the schema, filled in by the server.
+        assert spec["mpiImplementation"] == "OpenMPI"
+        assert spec["sshAuthMountPath"] == "/root/.ssh"
+        # The pod template is kept as written (preserved, not pruned).
+        worker = spec["mpiReplicaSpecs"]["Worker"]["template"]
+        assert worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+        assert worker["metadata"]["labels"] == {"app": "chexnet"}
+    finally:
+        kube.admin.delete(jobs_path(ALICE_NS, "valid"))
+
+
+def test_slots_per_worker_as_a_string_is_refused(kube):
+    err = refused(kube.admin, ALICE_NS, mpijob(slotsPerWorker="2"))
+    assert err.status == 422, err
+    assert "spec.slotsPerWorker" in str(err)
+
+
+@pytest.mark.parametrize("keys", [("Launcher", "Trainer"), ("Launcher", "Worker", "Evaluator"), ("Worker",),
+                                  ("Launcher", "worker")])
+def test_replica_keys_other_than_launcher_and_worker_are_refused(kube, keys):
+    replica = {"replicas": 1, "template": pod_template("x", 0)}
+    err = refused(kube.admin, ALICE_NS, mpijob(mpiReplicaSpecs={key: replica for key in keys}))
+    assert err.status == 422, err
+    assert "spec.mpiReplicaSpecs" in str(err)
+
+
+@pytest.mark.parametrize("field, value", [("mpiImplementation", "LAM"), ("slotsPerWorker", 0)])
+def test_values_outside_the_schema_are_refused(kube, field, value):
+    err = refused(kube.admin, ALICE_NS, mpijob(**{field: value}))
+    assert err.status == 422 and f"spec.{field}" in str(err), err
+
+
+def test_restart_policy_outside_the_enum_is_refused(kube):
+    body = mpijob()
+    body["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"
+    err = refused(kube.admin, ALICE_NS, body)
+    assert err.status == 422 and "restartPolicy" in str(err), err
+
+
+def test_unknown_spec_fields_are_pruned_by_the_structural_schema(kube):
+    # v1.20 drops fields the schema does not name, silently (newer servers can refuse them instead).
+    created = kube.admin.create(jobs_path(ALICE_NS), mpijob("pruned", gpusPerWorker=8))
+    try:
+        assert "gpusPerWorker" not in created["spec"]
+        assert "gpusPerWorker" not in kube.admin.get(jobs_path(ALICE_NS, "pruned"))["spec"]
+    finally:
+        kube.admin.delete(jobs_path(ALICE_NS, "pruned"))
+
+
+# --- RBAC: each user in their own namespace, whether acting with a token or impersonated by the hub --------
+
+
+@pytest.fixture(params=["own-token", "impersonated-by-hub"])
+def as_user(kube, request):
+    """A function: user name -> Api acting as that user, one way or the other."""
+    if request.param == "own-token":
+        return {"alice": kube.alice, "bob": kube.bob}.__getitem__
+    return kube.hub.as_user
+
+
+def test_user_creates_lists_and_deletes_jobs_in_own_namespace(kube, as_user):
+    alice = as_user("alice")
+    name = alice.create(jobs_path(ALICE_NS), mpijob())["metadata"]["name"]
+    assert name in [job["metadata"]["name"] for job in alice.get(jobs_path(ALICE_NS))["items"]]
+    assert alice.get(jobs_path(ALICE_NS, name))["spec"]["slotsPerWorker"] == 2
+    alice.delete(jobs_path(ALICE_NS, name))
+    assert name not in [job["metadata"]["name"] for job in alice.get(jobs_path(ALICE_NS))["items"]]
+
+
+def test_user_cannot_touch_another_users_namespace(kube, as_user):
+    theirs = kube.admin.create(jobs_path(BOB_NS), mpijob())["metadata"]["name"]
+    alice = as_user("alice")
+    try:
+        for attempt in (lambda: alice.get(jobs_path(BOB_NS)),
+                        lambda: alice.get(jobs_path(BOB_NS, theirs)),
+                        lambda: alice.create(jobs_path(BOB_NS), mpijob()),
+                        lambda: alice.delete(jobs_path(BOB_NS, theirs)),
+                        lambda: alice.get(resource_path("v1", "Pod", BOB_NS))):
+            with pytest.raises(ApiError) as caught:
+                attempt()
+            assert caught.value.status == 403, caught.value
+        assert theirs in [job["metadata"]["name"] for job in as_user("bob").get(jobs_path(BOB_NS))["items"]]
+    finally:
+        kube.admin.delete(jobs_path(BOB_NS, theirs))
+
+
+def test_user_cannot_create_pods_or_see_the_hub_namespace(kube, as_user):
+    alice = as_user("alice")
+    for attempt in (lambda: alice.create(resource_path("v1", "Pod", ALICE_NS), pod("direct")),
+                    lambda: alice.get(resource_path("v1", "Pod", kubebox.HUB_NAMESPACE)),
+                    lambda: alice.get(resource_path("v1", "Secret", ALICE_NS))):
+        with pytest.raises(ApiError) as caught:
+            attempt()
+        assert caught.value.status == 403, caught.value
+
+
+def test_hub_cannot_impersonate_the_masters_group(kube):
+    # The hub may impersonate users but only the group dsportal-users: never system:masters.
+    masters = Api(kube.hub.server, kube.hub.ca_file, kube.hub.token, "kube-admin", "system:masters")
+    with pytest.raises(ApiError) as caught:
+        masters.get(resource_path("v1", "Secret", "kube-system"))
+    assert caught.value.status == 403 and "impersonate" in str(caught.value), caught.value
+
+
+def test_users_cannot_impersonate(kube):
+    bob_as_alice = Api(kube.bob.server, kube.bob.ca_file, kube.bob.token, kubebox.user_principal("alice"))
+    with pytest.raises(ApiError) as caught:
+        bob_as_alice.get(jobs_path(ALICE_NS))
+    assert caught.value.status == 403, caught.value
+
+
+def test_ensure_user_namespace_is_idempotent_and_checks_names(kube):
+    assert kubebox.ensure_user_namespace(kube.hub, "alice") == ALICE_NS
+    namespace = kube.admin.get(resource_path("v1", "Namespace", name=ALICE_NS))
+    assert namespace["metadata"]["labels"][kubebox.USER_LABEL] == "alice"
+    binding = kube.admin.get(resource_path("rbac.authorization.k8s.io/v1", "RoleBinding", ALICE_NS,
+                                           kubebox.USER_ROLE))
+    assert binding["roleRef"]["name"] == "dsportal-user"
+    assert {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dsportal:alice"} in binding["subjects"]
+    for bad in ("Alice", "al_ice", "-alice", "a" * 60, ""):
+        with pytest.raises(ValueError, match="user name"):
+            kubebox.ensure_user_namespace(kube.hub, bad)
+
+
+# --- Pods: admitted with their ServiceAccount, and Pending for want of nodes -----------------------------
+
+
+def pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "lab", "image": "dsportal/notebook:latest",
+                                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+
+
+def create_when_admitted(api: Api, namespace: str, body: dict, timeout: float = 30) -> dict:
+    """Create a Pod, retrying while its namespace's `default` ServiceAccount (or its token) is still being made
+    by the controller-manager: the ServiceAccount admission plugin refuses pods until both exist."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return api.create(resource_path("v1", "Pod", namespace), body)
+        except ApiError as err:
+            if "service account" not in str(err).lower() or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
+def test_pod_in_user_namespace_gets_default_service_account_and_stays_pending(kube):
+    created = create_when_admitted(kube.admin, ALICE_NS, pod("pending"))
+    try:
+        assert created["spec"]["serviceAccountName"] == "default"
+        volumes = [v for v in created["spec"]["volumes"] if v.get("secret", {}).get("secretName", "")
+                   .startswith("default-token-")]
+        assert volumes, f"no ServiceAccount token volume in {created['spec']['volumes']}"
+        time.sleep(2)
+        # This box has no nodes (and no scheduler): nothing can ever run the pod, so it stays Pending.
+        current = kube.admin.get(resource_path("v1", "Pod", ALICE_NS, "pending"))
+        assert current["status"]["phase"] == "Pending"
+        assert not current["spec"].get("nodeName")
+    finally:
+        kube.admin.delete(resource_path("v1", "Pod", ALICE_NS, "pending"))
+
+
+def test_hub_creates_a_pod_in_its_namespace(kube):
+    created = create_when_admitted(kube.hub, kubebox.HUB_NAMESPACE, pod("jupyter-alice"))
+    try:
+        assert created["metadata"]["namespace"] == kubebox.HUB_NAMESPACE
+        assert created["status"]["phase"] == "Pending"  # no nodes here
+        names = [p["metadata"]["name"] for p in kube.hub.get(resource_path("v1", "Pod", "dsportal"))["items"]]
+        assert "jupyter-alice" in names
+    finally:
+        kube.hub.delete(resource_path("v1", "Pod", kubebox.HUB_NAMESPACE, "jupyter-alice"))
+
+
+def test_hub_cannot_read_secrets_or_bind_other_roles_outside_its_namespace(kube):
+    with pytest.raises(ApiError) as caught:  # kube-system's ServiceAccount tokens would make it an admin
+        kube.hub.get(resource_path("v1", "Secret", "kube-system"))
+    assert caught.value.status == 403
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "escalate", "namespace": ALICE_NS},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+               "subjects": [{"kind": "ServiceAccount", "name": "dsportal-hub", "namespace": "dsportal"}]}
+    with pytest.raises(ApiError) as caught:  # `bind` only on dsportal-user and dsportal-hub-in-user-namespace
+        kube.hub.create(resource_path(binding["apiVersion"], "RoleBinding", ALICE_NS), binding)
+    assert caught.value.status == 403
+
+
+def test_foreground_delete_of_an_mpijob_completes(kube):
+    # The portal cancels with propagationPolicy=Foreground: the garbage collector must finish it.
+    alice = kube.hub.as_user("alice")
+    name = alice.create(jobs_path(ALICE_NS), mpijob())["metadata"]["name"]
+    alice.request("DELETE", jobs_path(ALICE_NS, name), {"propagationPolicy": "Foreground"})
+    deadline = time.monotonic() + 20
+    while name in [job["metadata"]["name"] for job in alice.get(jobs_path(ALICE_NS))["items"]]:
+        assert time.monotonic() < deadline, f"MPIJob {name} still there 20 s after a foreground delete"
+        time.sleep(0.3)
+
+
+# --- the box itself -------------------------------------------------------------------------------------
+
+
+def test_second_up_reuses_state_and_keeps_running(kube):
+    def digest() -> dict:
+        return {name: hashlib.sha256(kube.box.path(*name.split("/")).read_bytes()).hexdigest()
+                for name in ("tls/ca.pem", "tls/apiserver.pem", "tls/sa.key", "auth/tokens.json")}
+    before, pids = digest(), kubebox.status(kube.box)
+    assert all(pids.values()), pids
+    lines: list[str] = []
+    cluster = kubebox.up(kube.box, report=lines.append)
+    assert digest() == before
+    assert kubebox.status(kube.box) == pids
+    assert any("already running" in line for line in lines), lines
+    assert Api.from_kubeconfig(cluster.kubeconfigs["alice"]).get(jobs_path(ALICE_NS))["items"] is not None
