@@ -13,7 +13,9 @@ c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
 
 c.JupyterHub.ip = portal.hub_ip
 c.JupyterHub.port = portal.hub_port
-c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_ip = portal.hub_api_ip
+if portal.hub_connect_ip:
+    c.JupyterHub.hub_connect_ip = portal.hub_connect_ip
 c.JupyterHub.hub_port = portal.hub_api_port
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{portal.proxy_api_port}"
 c.ConfigurableHTTPProxy.command = [str(portal.node_prefix / "node_modules" / ".bin" / "configurable-http-proxy")]

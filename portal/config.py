@@ -45,6 +45,10 @@ class PortalConfig:
     hub_ip: str = "127.0.0.1"
     hub_port: int = 8000
     hub_api_port: int = 8081
+    # Where the hub's own API listens, and the address servers and services use to reach it when that is not
+    # the listening one (in a cluster: listen on 0.0.0.0, connect through the hub's Service name).
+    hub_api_ip: str = "127.0.0.1"
+    hub_connect_ip: str = ""
     proxy_api_port: int = 8001
     # Seconds a spawn may take before the hub gives up.
     start_timeout: int = 300

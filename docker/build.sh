@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Build the portal's images with podman (what `make images` runs):
+#   localhost/dsportal-training:latest   JupyterLab + TensorFlow + Horovod + dsportal (docker/training/Dockerfile)
+#   localhost/dsportal-hub:latest        JupyterHub + the portal's hub side + KubeSpawner (docker/hub/Dockerfile)
+# First it runs docker/podman-setup.sh (packages, containers.conf, the local Debian base image). Layers are
+# cached by podman on this machine: a second run with nothing changed takes seconds, and a change to the
+# project's code rebuilds only the last layer of each image.
+#
+# Defaults are the CPU build that the tests use. Environment (or flags) to change them:
+#   BASE_IMAGE              base of both images          (default localhost/debian:bookworm)
+#   HUB_BASE_IMAGE          base of the hub image        (default BASE_IMAGE; needs Node.js >= 18 from apt)
+#   TF_PACKAGE              TensorFlow requirement       (default tensorflow-cpu==2.15.1)
+#   HOROVOD_GPU_OPERATIONS  NCCL for GPU builds          (default empty: CPU only)
+#   CA_BUNDLE               CA bundle pip/npm trust      (default pip's `cert`, else the system bundle)
+#   --gpu                   = BASE_IMAGE=nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04 (training image only; the
+#                             hub keeps its base) TF_PACKAGE=tensorflow==2.15.1 HOROVOD_GPU_OPERATIONS=NCCL
+#   --only training|hub     build one image;  --no-cache  rebuild every layer
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+export CONTAINERS_CONF=${DSPORTAL_CONTAINERS_CONF:-/etc/dsportal/containers.conf}
+LOCAL_BASE=localhost/debian:bookworm
+BASE_IMAGE=${BASE_IMAGE:-$LOCAL_BASE}
+HUB_BASE_IMAGE=${HUB_BASE_IMAGE:-$BASE_IMAGE}
+TF_PACKAGE=${TF_PACKAGE:-tensorflow-cpu==2.15.1}
+HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-}
+TRAINING_TAG=${TRAINING_TAG:-localhost/dsportal-training:latest}
+HUB_TAG=${HUB_TAG:-localhost/dsportal-hub:latest}
+ONLY=
+EXTRA=()
+
+usage() { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+    case $1 in
+        --gpu) BASE_IMAGE=nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04 TF_PACKAGE=tensorflow==2.15.1
+               HOROVOD_GPU_OPERATIONS=NCCL ;;
+        --only) ONLY=${2:?--only needs training or hub}; shift
+                case $ONLY in training|hub) ;; *) echo "build.sh: --only must be training or hub" >&2; exit 2;; esac ;;
+        --no-cache) EXTRA+=(--no-cache) ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "build.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+    shift
+done
+
+say() { printf '==> %s\n' "$*"; }
+
+started=$SECONDS
+"$REPO/docker/podman-setup.sh"
+say "podman ready in $((SECONDS - started)) s"
+
+# pip behind this machine's HTTPS proxy needs the CA that re-signs; a site without one passes the system bundle.
+if [ -z "${CA_BUNDLE:-}" ]; then
+    CA_BUNDLE=${PIP_CERT:-$(python3 -m pip config get global.cert 2>/dev/null || true)}
+    CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+fi
+[ -r "$CA_BUNDLE" ] || { echo "build.sh: CA bundle $CA_BUNDLE is not readable; set CA_BUNDLE" >&2; exit 1; }
+
+build() {  # build NAME TAG BASE [--build-arg ...]
+    local name=$1 tag=$2 base=$3; shift 3
+    local t0=$SECONDS
+    if [ "$base" = "$LOCAL_BASE" ]; then :; elif ! podman image exists "$base"; then
+        say "$name: pulling $base"; podman pull -q "$base" > /dev/null
+    fi
+    say "$name: building $tag from $base"
+    # --network=host: RUN steps use the host's resolver and routes (apt's mirror, PyPI through the proxy).
+    podman build --layers --network=host --ignorefile "$REPO/docker/.dockerignore" \
+        --secret "id=ca-bundle,src=$CA_BUNDLE" --build-arg "BASE_IMAGE=$base" "$@" "${EXTRA[@]}" \
+        -f "$REPO/docker/$name/Dockerfile" -t "$tag" "$REPO"
+    say "$name: $tag built in $((SECONDS - t0)) s ($(podman image inspect --format '{{.Size}}' "$tag" \
+        | awk '{printf "%.2f GB", $1 / 1e9}'))"
+}
+
+if [ "$ONLY" != hub ]; then
+    build training "$TRAINING_TAG" "$BASE_IMAGE" --build-arg "TF_PACKAGE=$TF_PACKAGE" \
+        --build-arg "HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS"
+fi
+if [ "$ONLY" != training ]; then
+    # The hub needs no CUDA: with --gpu it keeps the base it had (HUB_BASE_IMAGE).
+    build hub "$HUB_TAG" "$HUB_BASE_IMAGE"
+fi
+say "images built in $((SECONDS - started)) s"
