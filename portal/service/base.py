@@ -13,7 +13,7 @@ from jupyterhub.services.auth import HubOAuthenticated
 from tornado.ioloop import IOLoop
 from tornado.web import HTTPError, RequestHandler
 
-from portal.jobs import BackendError, JobAccessError, JobNotFound, JobSpecError, SlurmError
+from portal.jobs import BackendError, JobAccessError, JobNotFound, JobSpecError, KubernetesError, SlurmError
 from portal.service.board import HubUser, JobBoard
 from portal.service.cluster import ClusterCache
 from portal.service.hub import HubDirectory, HubUnavailable
@@ -42,6 +42,9 @@ def as_portal_error(err: Exception) -> PortalError | None:
         return PortalError(403, str(err))
     if isinstance(err, SlurmError):
         return PortalError(503, f"Slurm is unavailable: {err}")
+    if isinstance(err, KubernetesError):
+        # Refused (a quota, an admission rule): the user's request; anything else: the API server is not there.
+        return PortalError(400 if err.status in (403, 409, 422) else 503, str(err))
     if isinstance(err, subprocess.TimeoutExpired):
         return PortalError(503, "Slurm or the file system did not answer in time; try again shortly")
     if isinstance(err, HubUnavailable):
@@ -94,7 +97,7 @@ class PortalHandler(HubOAuthenticated, RequestHandler):
         """Run a blocking call (Slurm, files read as the user) in the pool; map its errors to what users see."""
         try:
             return await IOLoop.current().run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
-        except (JobSpecError, BackendError, JobNotFound, JobAccessError, SlurmError,
+        except (JobSpecError, BackendError, JobNotFound, JobAccessError, SlurmError, KubernetesError,
                 subprocess.TimeoutExpired) as err:
             raise as_portal_error(err) from None
 

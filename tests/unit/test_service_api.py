@@ -276,3 +276,14 @@ def test_timed_cache_keeps_final_values_for_good():
 ])
 def test_hub_user_from_the_hubs_model(model, expected):
     assert HubUser.from_model(model) == expected
+
+
+def test_kubernetes_refusals_are_the_users_and_an_absent_api_server_is_503():
+    from portal.jobs import KubernetesError
+    from portal.service.base import as_portal_error
+
+    quota = as_portal_error(KubernetesError("the Kubernetes API refused creating an MPIJob: 403 exceeded quota", 403))
+    assert (quota.status_code, quota.message) == (400, "the Kubernetes API refused creating an MPIJob: 403 exceeded "
+                                                       "quota")
+    assert as_portal_error(KubernetesError("the Kubernetes API did not answer: timed out")).status_code == 503
+    assert as_portal_error(KubernetesError("refused: 500 etcd is down", 500)).status_code == 503
