@@ -12,10 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import requests
 
 from tests.conftest import PORT_OFFSET, REPO, TEST_STATE, Hub, wait_for
+from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 
 pytestmark = pytest.mark.integration
 HUB_STATE = Path(os.environ.get("DSPORTAL_TEST_K8S_HUB_STATE", "/var/tmp/dsportal-test-k8s-hub"))
@@ -93,6 +95,11 @@ def test_alices_spawn_is_a_pod_with_two_v100s_her_volumes_and_her_namespace(k8s_
         assert env["DSPORTAL_GROUPS"] == "datascientists,gpu-users"
         assert env["DSPORTAL_SPAWNER_BACKEND"] == "kubernetes"
         assert pod["status"]["phase"] == "Pending"  # no nodes here
+        rendered = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
+                    "metadata": {k: pod["metadata"][k] for k in ("name", "namespace", "labels", "annotations")
+                                 if k in pod["metadata"]}}
+        for version in KUBERNETES_VERSIONS:  # what KubeSpawner rendered, checked offline as well
+            kubernetes_validate.validate(rendered, version, strict=True)
         claim = kube.admin.get("/api/v1/namespaces/dsportal-u-alice/persistentvolumeclaims/home-alice")
         assert claim["metadata"]["name"] == "home-alice"
         quota = kube.admin.get("/api/v1/namespaces/dsportal-u-alice/resourcequotas/dsportal-gpus")
