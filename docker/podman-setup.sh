@@ -7,26 +7,16 @@
 #      imported with `podman import` (no registry is reachable here). Made once per machine.
 # Idempotent: every step is skipped when its result is already there, so a second run takes a second or two.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../deploy/lib.sh"  # say, apt_install_missing
 
 CONTAINERS_CONF_FILE=${DSPORTAL_CONTAINERS_CONF:-/etc/dsportal/containers.conf}
 BASE_IMAGE=${DSPORTAL_BASE_IMAGE:-localhost/debian:bookworm}
 SUITE=bookworm
 APT_PACKAGES=(podman buildah runc debootstrap fuse-overlayfs slirp4netns uidmap)
 
-say() { printf '==> %s\n' "$*"; }
-
 [ "$(id -u)" = 0 ] || { echo "podman-setup.sh: run as root (it installs packages and uses rootful podman)" >&2; exit 1; }
 
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-    say "apt: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+apt_install_missing "${APT_PACKAGES[@]}"
 
 wanted_conf='# Written by docker/podman-setup.sh; podman and buildah read it through CONTAINERS_CONF.
 [containers]

@@ -16,6 +16,7 @@
 #     runtime.mapiterinit on the first custom resource. Debian's golang-github-modern-go-reflect2-dev 1.0.2
 #     is swapped in for it (its API is the same; vendor/modules.txt keeps naming 1.0.1, which Go accepts).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # apt_missing (its `say` is replaced below)
 
 KUBE_VERSION=v1.20.2
 PREFIX=${PREFIX:-/opt/dsportal/kubernetes}
@@ -71,10 +72,8 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
     need_update=1
 fi
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
+# Not apt_install_missing: apt-get update is also needed for the deb-src line, and the output here is terse.
+mapfile -t missing < <(apt_missing "${PACKAGES[@]}")
 if ((need_update)) || ((${#missing[@]})) || ! apt-cache showsrc kubernetes >/dev/null 2>&1; then
     say "apt-get update"
     apt-get update -qq || die "apt-get update failed"

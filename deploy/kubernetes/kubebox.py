@@ -49,7 +49,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -64,6 +63,11 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # daemons.py and selfsigned.py, shared with deploy/local/box.py
+
+from daemons import SurvivedKill, port_in_use, running_pid, tail, terminate  # noqa: E402
+from selfsigned import ensure_ca_and_server_cert  # noqa: E402
+
 CRD_FILE = HERE / "mpijob-crd.yaml"
 RBAC_FILE = HERE / "rbac.yaml"
 BUILD_SCRIPT = HERE / "build-apiserver.sh"
@@ -205,23 +209,6 @@ def write_private(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} cannot be read)"
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOCALHOST, port))
-        except OSError:
-            return True
-    return False
-
-
 def wait_until(check: Callable[[], str | None], timeout: float, what: str, log: Path | None,
                alive: Callable[[], bool] = lambda: True, interval: float = 0.3) -> None:
     """Poll `check` (None when done, else why not yet) until done; KubeBoxError naming `what` and `log`."""
@@ -244,29 +231,12 @@ def ensure_tls(box: KubeBox) -> None:
     """A CA, the API server's certificate and the ServiceAccount signing key, each made once."""
     tls = box.path("tls")
     tls.mkdir(parents=True, exist_ok=True)
-    ca_pem, ca_key = tls / "ca.pem", tls / "ca.key"
-    server_pem, server_key = tls / "apiserver.pem", tls / "apiserver.key"
-    if not ca_pem.exists():
-        run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
-             "-keyout", str(ca_key), "-out", str(ca_pem), "-subj", "/O=dsportal/CN=dsportal kubebox CA",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign"], "TLS: creating the CA")
-        server_pem.unlink(missing_ok=True)  # a new CA invalidates the old server certificate
-    if not server_pem.exists():
-        csr, ext = tls / "apiserver.csr", tls / "apiserver.ext"
-        # The names a client in or out of the (absent) cluster would use, and the Service IP of `kubernetes`.
-        names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                 "kubernetes.default.svc.cluster.local"]
-        alt_names = ",".join(["IP:127.0.0.1", "IP:10.0.0.1", *(f"DNS:{name}" for name in names)])
-        ext.write_text(f"subjectAltName={alt_names}\nbasicConstraints=CA:FALSE\n"
-                       "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
-        run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(server_key),
-             "-out", str(csr), "-subj", "/O=dsportal/CN=kube-apiserver"], "TLS: creating the API server key")
-        run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_pem), "-CAkey", str(ca_key),
-             "-set_serial", f"0x{secrets.token_hex(16)}", "-days", "825", "-extfile", str(ext),
-             "-out", str(server_pem)], "TLS: signing the API server certificate")
-        csr.unlink()
-        ext.unlink()
+    # The names a client in or out of the (absent) cluster would use, and the Service IP of `kubernetes`.
+    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+             "kubernetes.default.svc.cluster.local"]
+    ensure_ca_and_server_cert(tls, "apiserver", ca_cn="dsportal kubebox CA", server_cn="kube-apiserver",
+                              alt_names=["IP:127.0.0.1", "IP:10.0.0.1", *(f"DNS:{name}" for name in names)],
+                              what="API server", run=run)
     sa_key, sa_pub = tls / "sa.key", tls / "sa.pub"
     if not sa_key.exists():
         run(["openssl", "genrsa", "-out", str(sa_key), "2048"], "TLS: creating the ServiceAccount signing key")
@@ -274,10 +244,8 @@ def ensure_tls(box: KubeBox) -> None:
     if not sa_pub.exists():
         run(["openssl", "rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub)],
             "TLS: extracting the ServiceAccount public key")
-    for key in (ca_key, server_key, sa_key):
-        os.chmod(key, 0o600)
-    for public in (ca_pem, server_pem, sa_pub):
-        os.chmod(public, 0o644)
+    os.chmod(sa_key, 0o600)
+    os.chmod(sa_pub, 0o644)
 
 
 def static_identities() -> dict[str, tuple[str, list[str]]]:
@@ -563,23 +531,9 @@ PROCESSES = [
 BY_NAME = {p.name: p for p in PROCESSES}
 
 
-def running_pid(process: Process, box: KubeBox) -> int | None:
-    """The process's PID if its PID file names a live (not zombie) process running its program."""
-    try:
-        pid = int(box.pid_file(process.name).read_text().strip())
-        stat_fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError, IndexError):
-        return None
-    if stat_fields[0] == "Z" or not any(os.path.basename(a.decode(errors="replace")) == process.program
-                                        for a in argv):
-        return None
-    return pid
-
-
 def start(process: Process, box: KubeBox) -> str:
     """Start one process unless it runs already, and wait until it is ready."""
-    pid = running_pid(process, box)
+    pid = running_pid(box.pid_file(process.name), process.program)
     log = box.log_file(process.name)
     if pid:
         wait_until(lambda: process.ready(box), process.timeout, f"{process.name} (pid {pid}) ready", log)
@@ -589,7 +543,7 @@ def start(process: Process, box: KubeBox) -> str:
         raise KubeBoxError(f"{process.name}: {program} is missing; build and install it with `make kube-build` "
                            f"({BUILD_SCRIPT})")
     for port in process.ports(box):
-        if port_in_use(port):
+        if port_in_use(LOCALHOST, port):
             raise KubeBoxError(f"{process.name}: port {LOCALHOST}:{port} is already in use by another process")
     began = time.monotonic()
     with open(log, "ab") as out:
@@ -607,51 +561,26 @@ def start(process: Process, box: KubeBox) -> str:
         if child.poll() is not None:
             raise KubeBoxError(f"{process.name}: exited with status {child.returncode} at start", log)
     except KubeBoxError:
-        terminate(child.pid)
+        stop_pid(child.pid)
         box.pid_file(process.name).unlink(missing_ok=True)
         raise
     return f"{process.name}: started (pid {child.pid}) in {time.monotonic() - began:.1f} s"
 
 
-def terminate(pid: int) -> bool:
+def stop_pid(pid: int) -> bool:
     """SIGTERM, then SIGKILL after STOP_TIMEOUT; True when it had to be killed."""
     try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    if wait_gone(pid, STOP_TIMEOUT):
-        return False
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return False
-    if not wait_gone(pid, 5):
-        raise KubeBoxError(f"pid {pid} survived SIGKILL")
-    return True
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)  # our own child (started in this process): reap it
-        except ChildProcessError:
-            pass
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return True
-        except OSError:
-            return True
-        time.sleep(0.1)
-    return False
+        return terminate(pid, STOP_TIMEOUT)
+    except SurvivedKill as err:
+        raise KubeBoxError(str(err)) from err
 
 
 def stop(process: Process, box: KubeBox) -> str:
-    pid = running_pid(process, box)
+    pid = running_pid(box.pid_file(process.name), process.program)
     if pid is None:
         box.pid_file(process.name).unlink(missing_ok=True)
         return f"{process.name}: not running"
-    killed = terminate(pid)
+    killed = stop_pid(pid)
     box.pid_file(process.name).unlink(missing_ok=True)
     return f"{process.name}: {'killed after SIGTERM timed out' if killed else 'stopped'} (pid {pid})"
 
@@ -747,7 +676,7 @@ def down(box: KubeBox) -> list[str]:
 
 def status(box: KubeBox) -> dict[str, int | None]:
     """process name -> PID, or None when it is not running."""
-    return {process.name: running_pid(process, box) for process in PROCESSES}
+    return {process.name: running_pid(box.pid_file(process.name), process.program) for process in PROCESSES}
 
 
 class _lock:
@@ -800,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kubebox.py {args.command}: {err}", file=sys.stderr)
         log = getattr(err, "log", None)
         if log is not None and log.exists():
-            print(f"--- last lines of {log}:\n{tail(log)}", file=sys.stderr)
+            print(f"--- last lines of {log}:\n{tail(log, 20)}", file=sys.stderr)
         return 1
     print(f"\nkubebox is up ({time.monotonic() - began:.1f} s): {cluster.api_url}, CA {cluster.ca_file}")
     for identity, path in cluster.kubeconfigs.items():

@@ -58,6 +58,10 @@ from ldap3.core.exceptions import LDAPException
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "deploy"))  # daemons.py and selfsigned.py, shared with kubebox.py
+
+from daemons import SurvivedKill, port_in_use, running_pid, tail, terminate  # noqa: E402
+from selfsigned import ensure_ca_and_server_cert  # noqa: E402
 
 from portal.config import PortalConfig, load  # noqa: E402  (needs the repo root on sys.path)
 
@@ -181,24 +185,6 @@ def render(template: str, **values: object) -> str:
     return Template((TEMPLATES / template).read_text()).substitute({k: str(v) for k, v in values.items()})
 
 
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} cannot be read)"
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """Whether something already listens there (SO_REUSEADDR so that TIME_WAIT leftovers do not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 def check_traversable(path: Path) -> None:
     """Job users and the munge user must reach files under the state dir: every ancestor needs o+x."""
     for parent in [path, *path.parents]:
@@ -214,33 +200,11 @@ def check_traversable(path: Path) -> None:
 
 def ensure_tls(lay: Layout) -> None:
     """A self-signed CA and a server certificate for 127.0.0.1 / localhost, made once."""
-    tls = make_dir(lay.tls)
-    ca_pem, ca_key = tls / "ca.pem", tls / "ca.key"
-    server_pem, server_key = tls / "server.pem", tls / "server.key"
-    if not ca_pem.exists():
-        run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
-             "-keyout", str(ca_key), "-out", str(ca_pem), "-subj", "/O=dsportal/CN=dsportal demo CA",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign"], "TLS: creating the CA")
-        server_pem.unlink(missing_ok=True)  # a new CA invalidates the old server certificate
-    if not server_pem.exists():
-        csr, ext = tls / "server.csr", tls / "server.ext"
-        # OpenLDAP's client tools check "localhost" against this machine's own name, so carry it too.
-        names = sorted({"localhost", socket.gethostname(), socket.getfqdn()})
-        alt_names = ",".join(["IP:127.0.0.1", *(f"DNS:{name}" for name in names)])
-        ext.write_text(f"subjectAltName={alt_names}\nbasicConstraints=CA:FALSE\n"
-                       "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
-        run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(server_key),
-             "-out", str(csr), "-subj", "/O=dsportal/CN=localhost"], "TLS: creating the server key")
-        run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_pem), "-CAkey", str(ca_key),
-             "-set_serial", f"0x{secrets.token_hex(16)}", "-days", "825", "-extfile", str(ext),
-             "-out", str(server_pem)], "TLS: signing the server certificate")
-        csr.unlink()
-        ext.unlink()
-    for key in (ca_key, server_key):
-        os.chmod(key, 0o600)  # slapd runs as root here, so root-only keys are readable by it
-    for cert in (ca_pem, server_pem):
-        os.chmod(cert, 0o644)
+    # OpenLDAP's client tools check "localhost" against this machine's own name, so carry it too.
+    names = sorted({"localhost", socket.gethostname(), socket.getfqdn()})
+    # slapd runs as root here, so root-only keys are readable by it.
+    ensure_ca_and_server_cert(make_dir(lay.tls), "server", ca_cn="dsportal demo CA", server_cn="localhost",
+                              alt_names=["IP:127.0.0.1", *(f"DNS:{name}" for name in names)], what="server", run=run)
 
 
 # --- slapd ------------------------------------------------------------------------------------------
@@ -536,24 +500,10 @@ SERVICES = [
 BY_NAME = {s.name: s for s in SERVICES}
 
 
-def running_pid(svc: Service, lay: Layout) -> int | None:
-    """The service's PID if its PID file names a live (not zombie) process running its program."""
-    try:
-        pid = int(lay.pid_file(svc.name).read_text().strip())
-        stat_fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError, IndexError):
-        return None
-    if stat_fields[0] == "Z" or not any(os.path.basename(a.decode(errors="replace")) == svc.program
-                                        for a in argv):
-        return None
-    return pid
-
-
 def start_service(svc: Service, lay: Layout) -> str:
     """Start one service unless it runs already, and wait until it is ready."""
     svc.prepare(lay)
-    pid = running_pid(svc, lay)
+    pid = running_pid(lay.pid_file(svc.name), svc.program)
     if pid:
         wait_ready(svc, lay, None)
         return f"{svc.name}: already running (pid {pid})"
@@ -566,7 +516,8 @@ def start_service(svc: Service, lay: Layout) -> str:
     try:
         wait_ready(svc, lay, proc)
     except BoxError:
-        terminate_child(proc)
+        if proc.poll() is None:  # once reaped, its PID may already be another process's
+            stop_pid(svc, proc.pid)
         lay.pid_file(svc.name).unlink(missing_ok=True)
         raise
     return f"{svc.name}: started (pid {proc.pid}) in {time.monotonic() - started:.1f} s"
@@ -606,72 +557,30 @@ def wait_ready(svc: Service, lay: Layout, proc: subprocess.Popen[bytes] | None) 
 
 def failure(svc: Service, lay: Layout, what: str) -> str:
     logs = [lay.log_file(svc.name), *svc.extra_logs(lay)]
-    tails = "\n".join(f"--- last lines of {log}:\n{tail(log)}" for log in logs if log.exists())
+    tails = "\n".join(f"--- last lines of {log}:\n{tail(log, 30)}" for log in logs if log.exists())
     return f"{svc.name} {what}; read {', '.join(map(str, logs))}\n{tails}"
 
 
-def terminate_child(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
+def stop_pid(svc: Service, pid: int, with_descendants: bool = False) -> bool:
+    """SIGTERM, SIGKILL after STOP_TIMEOUT; True when it had to be killed."""
     try:
-        proc.wait(STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        return terminate(pid, STOP_TIMEOUT, with_descendants=with_descendants)
+    except SurvivedKill as err:
+        raise BoxError(f"{svc.name}: {err}") from err
 
 
 def stop_service(svc: Service, lay: Layout) -> str:
     """SIGTERM the recorded PID; after STOP_TIMEOUT, SIGKILL it and every process it started."""
-    pid = running_pid(svc, lay)
     pid_file = lay.pid_file(svc.name)
+    pid = running_pid(pid_file, svc.program)
     if pid is None:
         pid_file.unlink(missing_ok=True)
         return f"{svc.name}: not running"
-    os.kill(pid, signal.SIGTERM)
-    outcome = "stopped"
-    if not wait_gone(pid, STOP_TIMEOUT):
-        # Children first collected: the hub's proxy and culler run in sessions of their own, and would
-        # outlive a killed hub.
-        for victim in [pid, *descendants(pid)]:
-            try:
-                os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if not wait_gone(pid, 5):
-            raise BoxError(f"{svc.name}: pid {pid} survived SIGKILL")
-        outcome = f"killed after {STOP_TIMEOUT:.0f} s"
+    # Its descendants too: the hub's proxy and culler run in sessions of their own, and would outlive a killed hub.
+    killed = stop_pid(svc, pid, with_descendants=True)
     pid_file.unlink(missing_ok=True)
+    outcome = f"killed after {STOP_TIMEOUT:.0f} s" if killed else "stopped"
     return f"{svc.name}: {outcome} (pid {pid})"
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc's parent links."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # not a process, or one that just ended
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo.extend(children.get(child, []))
-    return found
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return True  # exited; its parent (init) has yet to reap it
-        except OSError:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 # --- commands ---------------------------------------------------------------------------------------
@@ -734,7 +643,7 @@ def cmd_down(lay: Layout) -> None:
 
 def cmd_status(lay: Layout) -> None:
     for svc in SERVICES:
-        pid = running_pid(svc, lay)
+        pid = running_pid(lay.pid_file(svc.name), svc.program)
         print(f"{svc.name}: {f'running ({pid})' if pid else 'stopped'}")
 
 

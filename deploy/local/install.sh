@@ -3,6 +3,7 @@
 # the hub and the users' jobs run (Debian's python3, in a place job users can read), and
 # configurable-http-proxy from npm. Each step is skipped when its stamp says it is done with the same inputs.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # say, apt_install_missing
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${DSPORTAL_VENV:-/opt/dsportal/venv}
@@ -12,19 +13,9 @@ APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client munge openssl pytho
               chromium chromium-driver procps psmisc curl
               cmake g++ libopenmpi-dev openmpi-bin)  # the last four build and run Horovod
 
-say() { printf '==> %s\n' "$*"; }
 mkdir -p "$STAMPS"
 
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-    say "apt: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+apt_install_missing "${APT_PACKAGES[@]}"
 # Debian's packages start nothing here (policy-rc.d); the box runs its own private daemons.
 
 if [ ! -x "$VENV/bin/python" ]; then

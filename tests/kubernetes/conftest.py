@@ -79,7 +79,7 @@ def kube():
         cluster = kubebox.up(box, report=lines.append)
     except kubebox.KubeBoxError as err:
         kubebox.down(box)
-        log = f"\n--- last lines of {err.log}:\n{kubebox.tail(err.log)}" if err.log else ""
+        log = f"\n--- last lines of {err.log}:\n{kubebox.tail(err.log, 20)}" if err.log else ""
         pytest.fail(f"the kubebox did not start: {err}\n" + "\n".join(lines) + log, pytrace=False)
     print(f"\nkubebox up in {time.monotonic() - started:.1f} s at {cluster.api_url}")
     clients = {name: kubebox.Api.from_kubeconfig(path) for name, path in cluster.kubeconfigs.items()}

@@ -1,0 +1,120 @@
+"""Supervising daemons by their recorded PIDs: the part that deploy/local/box.py and deploy/kubernetes/kubebox.py share.
+
+Stdlib only, and no messages of its own beyond SurvivedKill: each script words its own lines and errors. Both
+scripts run as files, not as a package, so they put this directory on sys.path and `import daemons`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+KILL_TIMEOUT = 5.0  # seconds a SIGKILLed process gets to disappear before it counts as unkillable
+
+
+class SurvivedKill(RuntimeError):
+    """A process was still there after SIGKILL (stuck in the kernel): the caller says which service it was."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(f"pid {pid} survived SIGKILL")
+        self.pid = pid
+
+
+def _proc_state(pid: int) -> str:
+    """The one-letter state of /proc/PID/stat (after the command name, which may hold spaces and parentheses)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def running_pid(pid_file: Path, program: str) -> int | None:
+    """The PID in `pid_file` if it names a live (not zombie) process with `program` as the basename of an argument.
+
+    Checking the program means a PID recycled by an unrelated process is not mistaken for the daemon."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        state = _proc_state(pid)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return None
+    if state == "Z" or not any(os.path.basename(a.decode(errors="replace")) == program for a in argv):
+        return None
+    return pid
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens there (SO_REUSEADDR so that TIME_WAIT leftovers do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def tail(path: Path, lines: int) -> str:
+    """The last `lines` lines of a log, or a line saying it cannot be read."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} cannot be read)"
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for `pid` to end; True when it has (a zombie counts as ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # a child of this very process (a failed start): reap it
+        except ChildProcessError:
+            pass
+        try:
+            if _proc_state(pid) == "Z":
+                return True  # exited; its parent has yet to reap it
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or one that just ended
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
+
+
+def terminate(pid: int, grace_s: float, *, with_descendants: bool = False) -> bool:
+    """SIGTERM `pid`; after `grace_s` seconds SIGKILL it, and with `with_descendants` every process below it.
+
+    Returns True when it had to be killed, False when SIGTERM was enough or it was already gone; raises
+    SurvivedKill when it is still there KILL_TIMEOUT seconds after SIGKILL. The descendants are listed before
+    anything is killed: a daemon's helpers in sessions of their own would otherwise outlive it, reparented."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    if wait_gone(pid, grace_s):
+        return False
+    for victim in [pid, *(descendants(pid) if with_descendants else [])]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if not wait_gone(pid, KILL_TIMEOUT):
+        raise SurvivedKill(pid)
+    return True

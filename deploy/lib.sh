@@ -1,0 +1,26 @@
+# Shell functions shared by the set-up scripts (deploy/local/install.sh, docker/podman-setup.sh,
+# deploy/kubernetes/build-apiserver.sh). Source it, relative to the script:
+#     . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# A script that words its lines differently defines its own `say` after sourcing this file.
+
+say() { printf '==> %s\n' "$*"; }
+
+# apt_missing PKG...: print, one per line, the packages dpkg does not have installed.
+apt_missing() {
+    local pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || printf '%s\n' "$pkg"
+    done
+}
+
+# apt_install_missing PKG...: install those of the packages that are missing (none: nothing runs, not even
+# apt-get update), without recommends and without questions, with one `say` line naming them.
+apt_install_missing() {
+    local missing
+    mapfile -t missing < <(apt_missing "$@")
+    ((${#missing[@]})) || return 0
+    say "apt: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive  # as the scripts did before: also for what they run afterwards
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+}

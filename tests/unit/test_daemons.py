@@ -1,0 +1,69 @@
+"""deploy/daemons.py against real processes: what box.py and kubebox.py rely on to find and stop their daemons."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))
+
+import daemons  # noqa: E402  (deploy/ is not a package)
+
+# A daemon that ignores SIGTERM and has a child in a session of its own, as the hub's proxy is.
+STUBBORN = ("import os, signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+            "print(child.pid, flush=True); time.sleep(60)")
+
+
+def test_running_pid_names_a_live_process_running_the_program(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    pid_file = tmp_path / "sleep.pid"
+    try:
+        pid_file.write_text(f"{sleeper.pid}\n")
+        assert daemons.running_pid(pid_file, "sleep") == sleeper.pid
+        assert daemons.running_pid(pid_file, "slapd") is None  # a recycled PID is not the daemon
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert daemons.running_pid(pid_file, "sleep") is None
+    assert daemons.running_pid(tmp_path / "absent.pid", "sleep") is None
+
+
+def test_port_in_use_sees_a_listener() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert daemons.port_in_use("127.0.0.1", port)
+    assert not daemons.port_in_use("127.0.0.1", port)
+
+
+def test_tail(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("".join(f"line {i}\n" for i in range(50)))
+    assert daemons.tail(log, 2) == "line 48\nline 49"
+    assert daemons.tail(tmp_path / "absent.log", 2) == f"({tmp_path / 'absent.log'} cannot be read)"
+
+
+def test_terminate_stops_with_sigterm() -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    assert daemons.terminate(sleeper.pid, 5) is False
+    assert daemons.terminate(sleeper.pid, 5) is False  # already gone
+
+
+def test_terminate_kills_a_stubborn_process_and_its_descendants() -> None:
+    stubborn = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True)
+    with stubborn.stdout:
+        child = int(stubborn.stdout.readline())
+    try:
+        assert daemons.terminate(stubborn.pid, 0.5, with_descendants=True) is True
+        assert daemons.wait_gone(child, 5)
+    finally:
+        for pid in (stubborn.pid, child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
