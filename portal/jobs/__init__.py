@@ -34,10 +34,13 @@ from portal.metrics import RunMetrics, read_run_metrics
 
 BACKENDS = ("slurm", "local", "kubernetes")
 DEFAULT_POLL_S = 5.0
+# $1 the logdir, $2 the venv's python: portal.metrics's own early answer, without Python, when there is no events file.
+METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exec "$2" -m portal.metrics "$1"; done; '
+                     'echo "{}"')
 
 __all__ = ["BACKENDS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
-           "KubernetesError", "RunMetrics", "SlurmError", "cancel", "get", "jobs", "limits", "render", "submit",
-           "validate"]
+           "KubernetesError", "RunMetrics", "SlurmError", "cancel", "get", "job_entries", "jobs", "limits", "render",
+           "submit", "validate"]
 Backend = SlurmBackend | LocalBackend | KubernetesBackend
 Who = JobUser | KubeUser
 
@@ -122,9 +125,11 @@ class Job:
             return self._backend.metrics(self.record, self._user)
         if self._user.is_caller:
             return read_run_metrics(self.record.logdir)
-        # Acting for the user: read their files as them, in a process of theirs.
+        # Acting for the user: read their files as them, in a process of theirs. A run that never started (say,
+        # cancelled while pending) has no event file: the shell answers for it without starting Python.
         python = str(self._backend.cfg.venv / "bin" / "python")
-        out = self._user.run([python, "-m", "portal.metrics", str(self.record.logdir)], timeout=120).stdout
+        out = self._user.run(["/bin/sh", "-c", METRICS_IF_EVENTS, "sh", str(self.record.logdir), python],
+                             timeout=120).stdout
         return RunMetrics.from_dict(json.loads(out))
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,8 +177,9 @@ def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: 
     return Job(chosen.submit(checked, who, job_limits.partition), chosen, who)
 
 
-def _load(who: JobUser, job_id: str, cfg: PortalConfig) -> Job:
-    """A Slurm or local job, from its ~/jobs/<id>/job.json, checked with its scheduler."""
+def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> Job:
+    """A Slurm or local job, from its ~/jobs/<id>/job.json, checked with its scheduler (unless `check` is False:
+    then the caller must ask the scheduler for the job's state, which makes the same check, before showing it)."""
     missing = JobNotFound(f"job {job_id}: not found among {who.name}'s jobs")
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):  # ids become paths: nothing like "../bob"
         raise missing
@@ -189,20 +195,32 @@ def _load(who: JobUser, job_id: str, cfg: PortalConfig) -> Job:
     if record.backend not in ("slurm", "local"):
         raise missing
     job = Job(record, backend_for(record.backend, cfg), who)
-    job._backend.state(record, who)  # the scheduler's own check that the job is the user's
+    if check:
+        job._backend.state(record, who)  # the scheduler's own check that the job is the user's
     return job
 
 
 def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = None,
-        cfg: PortalConfig | None = None) -> Job:
-    """The user's job with this id; JobNotFound for an unknown id and for anyone else's job."""
+        cfg: PortalConfig | None = None, check: bool = True) -> Job:
+    """The user's job with this id; JobNotFound for an unknown id and for anyone else's job. `check=False` skips
+    the scheduler's word on a Slurm or local job's owner (one command): for callers that take the job's state
+    from the scheduler afterwards anyway (the dashboard's board), which raises JobNotFound the same way."""
     cfg = cfg or load()
     job_id = str(job_id)
     if K8S_ID.match(job_id):
         backend = KubernetesBackend(cfg)
         who = kube_user(user, groups, cfg)
         return Job(backend.load(who, job_id), backend, who)
-    return _load(job_user(user, groups), job_id, cfg)
+    return _load(job_user(user, groups), job_id, cfg, check)
+
+
+def job_entries(user: str | None = None, groups: Sequence[str] | None = None,
+                cfg: PortalConfig | None = None) -> list[tuple[str, str]]:
+    """(job id, stamp) of each directory in the user's ~/jobs named like a job, listed as the user, nothing read
+    or checked: the stamp (the directory's inode) changes when a directory is replaced, so a caller that keeps
+    records reads job.json again only for new stamps. Not for Kubernetes, whose records are MPIJobs."""
+    unix = job_user(user, groups)
+    return [(name, inode) for name, inode in unix.list_dir_inodes(unix.jobs_dir) if JOB_ID.match(name)]
 
 
 def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,

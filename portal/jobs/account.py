@@ -12,6 +12,8 @@ import grp
 import os
 import pwd
 import subprocess
+import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,26 @@ from pathlib import Path
 from portal.slurm import RUNUSER
 
 COMMAND_TIMEOUT_S = 60
+
+
+class CallCounts:
+    """How often each command was run, by name (thread-safe): the dashboard's performance checks read these."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return dict(sorted(self._counts.items()))
+
+
+# Commands run as another user (runuser), by the command's file name: each is a fork + exec + PAM session.
+RUNUSER_CALLS = CallCounts()
 
 
 class JobAccessError(PermissionError):
@@ -52,6 +74,8 @@ class JobUser:
 
     def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, input: str | None = None,
             check: bool = True, timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+        if not self.is_caller:
+            RUNUSER_CALLS.add(os.path.basename(argv[0]))
         # Bytes, decoded here: text mode would turn the \r of progress bars in a job's output into line breaks.
         raw = subprocess.run(self.command(argv, env), input=None if input is None else input.encode(),
                              capture_output=True, timeout=timeout, cwd=self.home if self.home.is_dir() else "/")
@@ -83,6 +107,18 @@ class JobUser:
     def list_dir(self, path: Path) -> list[str]:
         result = self.run(["ls", "-1A", "--", str(path)], check=False)
         return result.stdout.split("\n")[:-1] if result.returncode == 0 else []
+
+    def list_dir_inodes(self, path: Path) -> list[tuple[str, str]]:
+        """(name, inode) of each entry: a directory removed and made again under the same name is a new inode."""
+        result = self.run(["ls", "-1Ai", "--", str(path)], check=False)
+        if result.returncode != 0:
+            return []
+        entries = []
+        for line in result.stdout.split("\n"):
+            inode, _, name = line.strip().partition(" ")
+            if name:
+                entries.append((name, inode))
+        return entries
 
     def exists(self, path: Path) -> bool:
         return self.run(["test", "-e", str(path), "-o", "-L", str(path)], check=False).returncode == 0

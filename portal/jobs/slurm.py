@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from portal.config import PortalConfig
-from portal.jobs.account import JobUser
+from portal.jobs.account import CallCounts, JobUser
 from portal.jobs.record import (
     COMPLETED,
     ENDED_STATES,
@@ -34,6 +34,8 @@ from portal.slurm import parse_key_values, slurm_partitions
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
 MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
+# Slurm commands run as a job's user (sbatch, scontrol, sacct, scancel), by name: the dashboard shows them.
+USER_SLURM_CALLS = CallCounts()
 
 
 class SlurmError(RuntimeError):
@@ -89,6 +91,7 @@ class SlurmBackend:
 
     def _slurm(self, user: JobUser, *argv: str, input: str | None = None, check: bool = True) -> str:
         command = [str(self.cfg.slurm_bin_dir / argv[0]), *argv[1:]]
+        USER_SLURM_CALLS.add(argv[0])
         try:
             result = user.run(command, env={"SLURM_CONF": str(self.cfg.slurm_conf_path)}, input=input, check=False)
         except subprocess.TimeoutExpired:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from portal.jobs.account import RUNUSER_CALLS
+from portal.jobs.slurm import USER_SLURM_CALLS
 from portal.service.base import APIHandler, PortalError
 
 
@@ -44,5 +46,9 @@ class JobAPIHandler(APIHandler):
 class ClusterAPIHandler(APIHandler):
     async def get(self) -> None:
         snapshot = await self.blocking(self.cluster.snapshot)
+        # What this process has asked so far (the load benchmark reads the difference over its run): the shared
+        # snapshot's squeue/scontrol, the Slurm commands run as users, every command run as a user, hub requests.
         self.write_json({**snapshot.to_dict(), "refresh_s": self.cluster.interval_s,
-                         "squeue_calls": self.cluster.squeue_calls})
+                         "squeue_calls": self.cluster.squeue_calls, "scontrol_calls": self.cluster.scontrol_calls,
+                         "user_slurm_calls": USER_SLURM_CALLS.as_dict(), "runuser_calls": RUNUSER_CALLS.as_dict(),
+                         "hub_calls": getattr(self.directory, "calls", 0)})

@@ -1,18 +1,27 @@
 """The dashboard's view of training jobs: whose they are, what state they are in, what they have reached.
 
-Every call here blocks (Slurm commands, files read as the user): the handlers run them in a thread pool. Jobs are
-read through `portal.jobs` acting for the user (`user=`, `groups=` from the hub), so a user reaches only their
-own jobs; an admin's request is run as the job's owner. States and elapsed times of queued and running jobs come
-from the shared cluster snapshot (one squeue for everyone); only jobs that left the queue ask Slurm themselves.
+Every call here may block (Slurm commands, files read as the user): the handlers run them in a thread pool. Jobs
+are read through `portal.jobs` acting for the user (`user=`, `groups=` from the hub), so a user reaches only their
+own jobs; an admin's request is run as the job's owner. What a request costs, once a user's jobs are known:
+- records: kept; job.json never changes after submit. ~/jobs is listed again (as the user) at most every
+  `rescan_s`, in the background, and only new directories' job.json are read; a submit through the dashboard adds
+  its job at once. Concurrent first loads of the same user share one scan.
+- states: a queued or running job's from the shared cluster snapshot (one squeue for everyone, whose user field is
+  Slurm's word on the owner); a job that left the queue asks Slurm itself (as the user, which checks the owner),
+  at most once per refresh interval, and once for good when it has ended.
+- metrics: read as the user (a process of theirs); an ended job's once for good, a running one's at most every
+  `dashboard_metrics_refresh_s`. The list never waits for them: it shows what is known and reads in the background.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
@@ -20,6 +29,11 @@ from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics
 from portal.jobs.record import ENDED_STATES
 from portal.service.cluster import ClusterCache, ClusterSnapshot
 from portal.tensorboard import panel_url
+
+T = TypeVar("T")
+RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
+REFRESH_WORKERS = 2  # background rescans and metrics reads at once: each is a process run as a user
+log = logging.getLogger("portal.service")
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,12 @@ class TimedCache:
             self._items[key] = (self._clock(), final, value)
         return value
 
+    def get_any(self, key: Any) -> Any | None:
+        """The value, however old."""
+        with self._lock:
+            item = self._items.get(key)
+        return None if item is None else item[2]
+
     def drop(self, key: Any) -> None:
         with self._lock:
             self._items.pop(key, None)
@@ -90,39 +110,155 @@ def job_key(job: Job) -> tuple[str, str, str]:
     return job.record.user, job.id, job.submitted_at
 
 
+class Coalescer:
+    """Concurrent calls for the same key share one run: the first caller runs it, the others wait for its answer
+    (or its exception)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[Hashable, Future] = {}
+        self.runs = 0  # how many times a function actually ran (the tests read it)
+
+    def run(self, key: Hashable, fn: Callable[[], T]) -> T:
+        with self._lock:
+            running = self._running.get(key)
+            if running is None:
+                running = self._running[key] = Future()
+                mine = True
+                self.runs += 1
+            else:
+                mine = False
+        if not mine:
+            return running.result()
+        try:
+            value = fn()
+        except BaseException as err:
+            running.set_exception(err)
+            raise
+        else:
+            running.set_result(value)
+            return value
+        finally:
+            with self._lock:
+                del self._running[key]
+
+
+class Refresher:
+    """Work off the request path: at most one task per key at once (asking again while it runs does nothing),
+    run by `execute` (a small pool of its own by default, so requests never queue behind it)."""
+
+    def __init__(self, execute: Callable[[Callable[[], None]], Any] | None = None):
+        self._execute = execute or ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="portal-refresh").submit
+        self._lock = threading.Lock()
+        self._running: set[Hashable] = set()
+
+    def start(self, key: Hashable, fn: Callable[[], Any]) -> bool:
+        """Start `fn` unless the key's task runs already; whether it was started."""
+        with self._lock:
+            if key in self._running:
+                return False
+            self._running.add(key)
+
+        def task() -> None:
+            try:
+                fn()
+            except Exception:  # a background task has no one to answer to: log it, the next ask tries again
+                log.warning("background refresh %s failed", key, exc_info=True)
+            finally:
+                with self._lock:
+                    self._running.discard(key)
+
+        self._execute(task)
+        return True
+
+
+@dataclass
+class UserRecords:
+    """One user's jobs as last scanned: job id -> (directory stamp, Job)."""
+
+    scanned_at: float
+    jobs: dict[str, tuple[str | None, Job]] = field(default_factory=dict)
+
+
 class JobBoard:
     def __init__(self, cfg: PortalConfig, cluster: ClusterCache, base_url: str = "/",
-                 service_prefix: str = "/services/portal/", api: Any = jobs_api):
+                 service_prefix: str = "/services/portal/", api: Any = jobs_api, rescan_s: float = RESCAN_S,
+                 refresher: Refresher | None = None, clock: Callable[[], float] = time.monotonic):
         self.cfg, self.cluster, self.api = cfg, cluster, api
         self.base_url, self.service_prefix = base_url, service_prefix
-        self._listings = TimedCache(cfg.dashboard_refresh_s)
-        self._metrics = TimedCache(cfg.dashboard_metrics_refresh_s)
+        self.rescan_s, self._clock = rescan_s, clock
+        self._refresher = refresher or Refresher()
+        self._scans = Coalescer()
+        self._records: dict[str, UserRecords] = {}
+        self._records_lock = threading.Lock()
+        self._states = TimedCache(cfg.dashboard_refresh_s, clock)  # jobs that left the queue and have not ended
+        self._metrics = TimedCache(cfg.dashboard_metrics_refresh_s, clock)
         self._elapsed: dict[tuple[str, str, str], str] = {}  # last elapsed seen in squeue, for jobs that left it
         self._ended: dict[tuple[str, str, str], str] = {}  # an ended job's state never changes: ask Slurm once
 
     # --- reading ---
 
+    def _scan(self, user: HubUser) -> UserRecords:
+        """List the user's ~/jobs (as them) and read the job.json of directories not seen before."""
+        scanned_at = self._clock()
+        with self._records_lock:
+            known = dict(self._records[user.name].jobs) if user.name in self._records else {}
+        if self.cfg.spawner_backend == "kubernetes":  # the records are MPIJobs: one API call lists them all
+            found = {job.id: (None, job) for job in self.api.jobs(user=user.name, groups=user.groups, cfg=self.cfg)}
+        else:
+            found = {}
+            for job_id, stamp in self.api.job_entries(user=user.name, groups=user.groups, cfg=self.cfg):
+                if job_id in known and known[job_id][0] == stamp:
+                    found[job_id] = known[job_id]
+                    continue
+                try:  # the owner is checked with the scheduler when the job's state is asked (state_of)
+                    found[job_id] = (stamp, self.api.get(job_id, user=user.name, groups=user.groups, cfg=self.cfg,
+                                                         check=False))
+                except (JobNotFound, jobs_api.BackendError):
+                    continue  # not a job directory of this user's (or mid-submit: job.json not written yet)
+        records = UserRecords(scanned_at, found)
+        with self._records_lock:
+            self._records[user.name] = records
+        return records
+
     def _jobs_of(self, user: HubUser) -> list[Job]:
-        cached = self._listings.get(user.name)
-        if cached is None:
-            cached = self._listings.put(user.name, self.api.jobs(user=user.name, groups=user.groups, cfg=self.cfg))
-        return cached
+        """The user's jobs as known; the first time scanned now (shared with concurrent requests), later rescanned
+        in the background once `rescan_s` has passed."""
+        with self._records_lock:
+            records = self._records.get(user.name)
+        if records is None:
+            records = self._scans.run(user.name, lambda: self._scan(user))
+        elif self._clock() - records.scanned_at >= self.rescan_s:
+            self._refresher.start(("scan", user.name), lambda: self._scans.run(user.name, lambda: self._scan(user)))
+        return [job for _, job in records.jobs.values()]
+
+    def _remember_job(self, job: Job) -> None:
+        """A job just submitted through the dashboard: listed at once (its stamp is learnt at the next rescan)."""
+        with self._records_lock:
+            records = self._records.get(job.record.user)
+            if records is not None:
+                records.jobs[job.id] = (None, job)
 
     def state_of(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, str]:
-        """(state, elapsed): from the shared squeue answer while the job is queued, else from the job itself."""
+        """(state, elapsed): from the shared squeue answer while the job is queued, else from the job itself (which
+        checks with the scheduler that the job is its user's: JobNotFound otherwise)."""
         queued = snapshot.queue.get(job.id) if job.backend == "slurm" else None
         key = job_key(job)
         if queued is not None and queued.user == job.record.user:
             self._elapsed[key] = queued.elapsed
             return queued.state, queued.elapsed
         if key not in self._ended:
-            state = job.state
+            state = self._states.get(key)
+            if state is None:
+                state = self._states.put(key, job.state)
             if state not in ENDED_STATES:
                 return state, self._elapsed.get(key, "")
             self._ended[key] = state
+            self._states.drop(key)
         return self._ended[key], self._elapsed.get(key, "")
 
     def metrics_of(self, job: Job, state: str) -> RunMetrics:
+        """The job's metrics, read now unless known (for good once it has ended)."""
         key = job_key(job)
         ended = state in ENDED_STATES
         cached = self._metrics.get(key, want_final=ended)
@@ -130,10 +266,25 @@ class JobBoard:
             cached = self._metrics.put(key, job.metrics(), final=ended)
         return cached
 
-    def summary(self, job: Job, snapshot: ClusterSnapshot | None = None) -> dict[str, Any]:
+    def known_metrics(self, job: Job, state: str) -> RunMetrics | None:
+        """The job's metrics as known now, never waiting: a missing or stale value is read in the background
+        (what was known meanwhile is shown; nothing from a run for a job that has just ended)."""
+        key = job_key(job)
+        ended = state in ENDED_STATES
+        cached = self._metrics.get(key, want_final=ended)
+        if cached is None:
+            self._refresher.start(("metrics", key), lambda: self.metrics_of(job, state))
+            if not ended:
+                cached = self._metrics.get_any(key)
+        return cached
+
+    def summary(self, job: Job, snapshot: ClusterSnapshot | None = None, wait: bool = True) -> dict[str, Any]:
+        """What the list and the API show of the job; `wait=False`: with the metrics known now (see known_metrics)."""
         snapshot = snapshot or self.cluster.snapshot()
         state, elapsed = self.state_of(job, snapshot)
-        metrics = self.metrics_of(job, state) if state != "PENDING" else None
+        metrics = None
+        if state != "PENDING":  # nothing written yet; spares a process run as the user
+            metrics = self.metrics_of(job, state) if wait else self.known_metrics(job, state)
         return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix)
 
     def list(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
@@ -147,7 +298,13 @@ class JobBoard:
             except JobAccessError:
                 continue  # a hub user with no account on this machine has no jobs here
         found.sort(key=lambda job: job.submitted_at, reverse=True)
-        return [self.summary(job, snapshot) for job in found]
+        listed = []
+        for job in found:
+            try:
+                listed.append(self.summary(job, snapshot, wait=False))
+            except JobNotFound:
+                continue  # a job.json that claims a job Slurm says is someone else's
+        return listed
 
     def get(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
         """The job, if it is the user's (or the user is an admin); JobNotFound otherwise, for either reason."""
@@ -174,13 +331,13 @@ class JobBoard:
 
     def submit(self, user: HubUser, spec: Mapping[str, Any]) -> dict[str, Any]:
         job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg)
-        self._listings.drop(user.name)
+        self._remember_job(job)
         return job_summary(job, job.state, "", None, self.base_url, self.service_prefix)
 
     def cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
         job = self.get(user, job_id, everyone)
         job.cancel()
-        self._listings.drop(job.record.user)
+        self._states.drop(job_key(job))  # the snapshot shows the cancel at its next refresh
         return job
 
     def limits(self, user: HubUser):

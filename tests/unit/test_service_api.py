@@ -73,7 +73,11 @@ class FakeJobsAPI:
         self._check()
         return list(self.owned.get(user, []))
 
-    def get(self, job_id, user, groups, cfg):
+    def job_entries(self, user, groups, cfg):
+        self._check()
+        return [(job.id, job.submitted_at) for job in self.owned.get(user, [])]
+
+    def get(self, job_id, user, groups, cfg, check=True):
         self._check()
         for job in self.owned.get(user, []):
             if job.id == job_id:

@@ -1,0 +1,164 @@
+"""How live TensorBoard is: (a) submit -> the first images/sec point served by alice's embedded TensorBoard,
+(b) a scalar written to an event file -> served there.
+
+    python -m portal.bench.liveness [--runs 3] [--timeout 600]
+
+Against the running box (`make up`, or DSPORTAL_CONFIG's), as root. alice logs in through the hub's form, her
+server is started when it is not running (no GPU), and her TensorBoard is asked through the hub's proxy with her
+API token: `<server>/tensorboard/data/plugin/scalars/scalars?run=<run>&tag=<tag>` (TensorBoard 2.15's scalars
+plugin; the run is the event directory relative to ~/jobs). (a) submits the tiny 1-worker CPU training of
+tests/integration/test_dashboard.py (64 px, batch 8, 1 epoch) through the dashboard's API. (b) appends a scalar
+with tf.summary, as alice, to a run directory of her own under ~/jobs and polls. Targets: (a) <= 60 s,
+(b) <= 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import subprocess
+import sys
+import time
+from urllib.parse import quote
+
+import requests
+
+from portal.bench.dashboard import percentile, table
+from portal.config import PortalConfig, load
+from portal.metrics import TAG_THROUGHPUT
+
+USER, PASSWORD = "alice", "wonderland"
+TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
+        "gpus_per_node": 0}
+TARGET_FIRST_POINT_S, TARGET_EVENT_S = 60.0, 10.0
+POLL_S = 0.5
+PROBE_TAG = "bench/liveness"
+# Run as alice: write one scalar at step argv[2] to the run dir argv[1], flush, print the wall time it was flushed.
+WRITE_SCALAR = """
+import sys, time
+import tensorflow as tf
+writer = tf.summary.create_file_writer(sys.argv[1])
+for line in sys.stdin:
+    with writer.as_default():
+        tf.summary.scalar("bench/liveness", 1.0, step=int(line))
+    writer.flush()
+    print(time.time(), flush=True)
+"""
+
+
+def login(hub_url: str) -> requests.Session:
+    session = requests.Session()
+    page = session.get(f"{hub_url}/hub/login", timeout=30)
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text).group(1)
+    response = session.post(f"{hub_url}/hub/login?next=", allow_redirects=False, timeout=30,
+                            data={"username": USER, "password": PASSWORD, "_xsrf": xsrf})
+    if response.status_code != 302:
+        raise SystemExit(f"{USER} could not log in: {response.status_code}")
+    session.headers["X-XSRFToken"] = session.cookies.get("_xsrf", path="/hub/")
+    return session
+
+
+def token_client(hub_url: str, session: requests.Session) -> requests.Session:
+    made = session.post(f"{hub_url}/hub/api/users/{USER}/tokens", json={"note": "liveness bench"}, timeout=30)
+    made.raise_for_status()
+    client = requests.Session()
+    client.headers["Authorization"] = f"token {made.json()['token']}"
+    return client
+
+
+def ensure_server(hub_url: str, session: requests.Session, client: requests.Session) -> float:
+    """alice's server, started (no GPU) unless it runs; seconds it took (0 when it ran already)."""
+    def server() -> dict | None:
+        return client.get(f"{hub_url}/hub/api/users/{USER}", timeout=30).json().get("servers", {}).get("")
+    if (found := server()) and found.get("ready"):
+        return 0.0
+    started = time.monotonic()
+    page = session.get(f"{hub_url}/hub/spawn", timeout=30)
+    action = re.search(r'<form[^>]*id="spawn_form"[^>]*action="([^"]+)"', page.text)
+    if action:
+        fields = {"partition": "gpu", "gpus": 0, "cpus": 1, "memory_gb": 4, "runtime": "01:00:00"}
+        session.post(f"{hub_url}{html.unescape(action.group(1))}", allow_redirects=False, timeout=60,
+                     files={k: (None, str(v)) for k, v in fields.items()})
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if (found := server()) and found.get("ready"):
+            return time.monotonic() - started
+        time.sleep(1)
+    raise SystemExit(f"{USER}'s server did not become ready in 180 s")
+
+
+def points(hub_url: str, client: requests.Session, run: str, tag: str) -> list:
+    url = (f"{hub_url}/user/{USER}/tensorboard/data/plugin/scalars/scalars?run={quote(run, safe='')}"
+           f"&tag={quote(tag, safe='')}")
+    response = client.get(url, timeout=30)
+    return response.json() if response.status_code == 200 else []
+
+
+def wait_for_points(hub_url: str, client: requests.Session, run: str, tag: str, count: int, timeout: float) -> float:
+    """The wall time at which the run's tag has `count` points, polled every POLL_S; inf when it never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(points(hub_url, client, run, tag)) >= count:
+            return time.time()
+        time.sleep(POLL_S)
+    return float("inf")
+
+
+def first_point(cfg: PortalConfig, client: requests.Session, timeout: float) -> float:
+    started = time.time()
+    job = client.post(f"{cfg.hub_url}/services/portal/api/jobs", json=TINY, timeout=120)
+    if job.status_code != 201:
+        raise SystemExit(f"submit: {job.status_code} {job.text}")
+    job_id = job.json()["id"]
+    seen = wait_for_points(cfg.hub_url, client, f"{job_id}/tensorboard", TAG_THROUGHPUT, 1, timeout)
+    client.delete(f"{cfg.hub_url}/services/portal/api/jobs/{job_id}", timeout=60)
+    return seen - started
+
+
+def event_delays(cfg: PortalConfig, client: requests.Session, runs: int) -> list[float]:
+    name = f"liveness-probe-{int(time.time())}"
+    writer = subprocess.Popen(["runuser", "-u", USER, "--", str(cfg.venv / "bin" / "python"), "-c", WRITE_SCALAR,
+                               f"/home/{USER}/jobs/{name}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, cwd="/")
+    delays = []
+    try:
+        for step in range(runs):
+            writer.stdin.write(f"{step}\n")
+            writer.stdin.flush()
+            flushed = float(writer.stdout.readline())
+            seen = wait_for_points(cfg.hub_url, client, name, PROBE_TAG, step + 1, 60)
+            delays.append(seen - flushed)
+            time.sleep(1.3)  # the next write lands at another point of TensorBoard's reload cycle
+    finally:
+        writer.stdin.close()
+        writer.wait(30)
+        subprocess.run(["runuser", "-u", USER, "--", "rm", "-rf", "--", f"/home/{USER}/jobs/{name}"], check=False)
+    return delays
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="training jobs for (a); scalar writes for (b) are x5")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for a job's first point")
+    args = parser.parse_args(argv)
+    cfg = load()
+    session = login(cfg.hub_url)
+    client = token_client(cfg.hub_url, session)
+    spawn_s = ensure_server(cfg.hub_url, session, client)
+    print(f"{USER}'s server ready ({spawn_s:.1f} s to start)" if spawn_s else f"{USER}'s server was running")
+    points(cfg.hub_url, client, "none", TAG_THROUGHPUT)  # TensorBoard starts on its first request
+    event = event_delays(cfg, client, args.runs * 5)
+    first = [first_point(cfg, client, args.timeout) for _ in range(args.runs)]
+    rows = [["submit -> first images/sec in TensorBoard", len(first), f"{percentile(first, 50):.1f}",
+             f"{max(first):.1f}", f"<= {TARGET_FIRST_POINT_S:.0f}"],
+            ["event file -> TensorBoard", len(event), f"{percentile(event, 50):.1f}", f"{max(event):.1f}",
+             f"<= {TARGET_EVENT_S:.0f}"]]
+    print(table(["measured (s)", "runs", "median", "max", "target"], rows))
+    print(f"(a) {'met' if max(first) <= TARGET_FIRST_POINT_S else 'NOT met'}; "
+          f"(b) {'met' if max(event) <= TARGET_EVENT_S else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

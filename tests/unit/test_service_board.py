@@ -1,0 +1,139 @@
+"""The board's caches with fakes: records kept and rescanned in the background, concurrent first loads
+coalesced, states and metrics asked once, a job Slurm says is someone else's left out."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from portal.config import PortalConfig
+from portal.jobs import JobNotFound
+from portal.service.board import Coalescer, HubUser, JobBoard, Refresher
+from portal.service.cluster import ClusterCache
+from tests.unit import test_service_api as fakes
+
+ALICE = HubUser("alice", ("datascientists",))
+
+
+class CountingAPI(fakes.FakeJobsAPI):
+    def __init__(self, tmp):
+        super().__init__(tmp)
+        self.entries_asked = 0
+        self.loaded: list[str] = []
+
+    def job_entries(self, user, groups, cfg):
+        self.entries_asked += 1
+        return super().job_entries(user, groups, cfg)
+
+    def get(self, job_id, user, groups, cfg, check=True):
+        self.loaded.append(job_id)
+        return super().get(job_id, user, groups, cfg, check)
+
+
+def make_board(tmp_path, now):
+    api = CountingAPI(tmp_path)
+    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=fakes.squeue_free, clock=lambda: now[0]),
+                     api=api, rescan_s=10, refresher=Refresher(execute=lambda task: task()), clock=lambda: now[0])
+    return api, board
+
+
+def test_records_are_read_once_and_rescanned_only_after_the_interval(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    api.add("alice", "7", "RUNNING")
+    api.add("alice", "9", "COMPLETED")
+    for _ in range(5):
+        assert [j["id"] for j in board.list(ALICE)] == ["9", "7"]
+    assert (api.entries_asked, sorted(api.loaded)) == (1, ["7", "9"])
+    api.add("alice", "11", "PENDING", second=59)  # submitted from a notebook
+    now[0] = 11
+    board.list(ALICE)  # due: rescanned (inline here; in the service, in the background)
+    assert [j["id"] for j in board.list(ALICE)] == ["11", "9", "7"]
+    assert (api.entries_asked, sorted(api.loaded)) == (2, ["11", "7", "9"])  # only the new job.json read
+
+
+def test_an_ended_jobs_state_is_asked_once_a_queued_ones_never(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    api.add("alice", "7", "RUNNING")  # in the fake squeue
+    api.add("alice", "9", "COMPLETED")
+    for step in range(5):
+        now[0] = step * 3.0
+        board.list(ALICE)
+    assert api.backend.asked == ["9"]
+
+
+def test_a_job_slurm_says_is_someone_elses_is_left_out(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    api.add("alice", "9", "COMPLETED")
+    api.add("alice", "12", "COMPLETED")
+
+    def state(record, user):
+        if record.id == "12":
+            raise JobNotFound("job 12: not found among alice's jobs")
+        return "COMPLETED"
+    api.backend.state = state
+    assert [j["id"] for j in board.list(ALICE)] == ["9"]
+
+
+def test_a_submitted_job_is_listed_at_once(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    board.list(ALICE)
+    job = board.submit(ALICE, {"gpus_per_node": 0})
+    assert job["id"] in [j["id"] for j in board.list(ALICE)] and api.entries_asked == 1
+
+
+def test_the_list_never_waits_for_metrics(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    api.add("alice", "9", "COMPLETED")
+    later: list = []
+    board._refresher = Refresher(execute=later.append)  # background work held back
+    assert board.list(ALICE)[0]["best_mean_auroc"] is None and len(later) == 1
+    board.list(ALICE)
+    assert len(later) == 1  # one read per job in flight, however many requests ask
+
+
+def test_concurrent_calls_for_one_key_share_one_run():
+    coalescer = Coalescer()
+    release = threading.Event()
+    results = []
+
+    def slow():
+        release.wait(5)
+        return "scanned"
+
+    threads = [threading.Thread(target=lambda: results.append(coalescer.run("alice", slow))) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert results == ["scanned"] * 8 and coalescer.runs == 1
+    assert coalescer.run("alice", lambda: "again") == "again" and coalescer.runs == 2
+
+
+def test_an_error_reaches_every_waiter_and_is_not_kept():
+    coalescer = Coalescer()
+
+    def broken():
+        raise JobNotFound("gone")
+    for _ in range(2):
+        try:
+            coalescer.run("k", broken)
+        except JobNotFound:
+            pass
+        else:
+            raise AssertionError("the error was swallowed")
+    assert coalescer.run("k", lambda: 1) == 1
+
+
+def test_the_refresher_runs_one_task_per_key_at_once():
+    held: list = []
+    refresher = Refresher(execute=held.append)
+    assert refresher.start("k", lambda: None) and not refresher.start("k", lambda: None)
+    held.pop()()  # the task ends
+    assert refresher.start("k", lambda: None)
