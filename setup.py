@@ -51,6 +51,8 @@ setup(
         "test": ["pytest>=8", "requests>=2.31", "playwright>=1.45", "ruff>=0.6", "kubernetes-validate==1.37.0"],
     },
     entry_points={
+        # The Slurm spawner's server launcher: batchspawner-singleuser after a start-time fix (spawners/slurm.py).
+        "console_scripts": ["dsportal-singleuser = spawners.slurm:singleuser_main"],
         # Every JupyterLab server runs TensorBoard over ~/jobs at <server>/tensorboard/, with a launcher icon.
         "jupyter_serverproxy_servers": ["tensorboard = portal.notebook:tensorboard_proxy"],
     },

@@ -25,6 +25,7 @@ from chexnet.labels import CLASSES
 
 if TYPE_CHECKING:
     import numpy as np
+    import tensorflow as tf
 
 PROG = "chexnet.evaluate"
 MODELS = ("densenet121", "resnet50")
@@ -49,6 +50,7 @@ class EvalConfig:
     model: str = "densenet121"
     batch_size: int = 32
     pipeline: str = "new"
+    ten_crop: bool = False
 
     def validate(self) -> None:
         require_positive({"--image-size": self.image_size, "--batch-size": self.batch_size})
@@ -67,9 +69,12 @@ def parse_args(argv: list[str] | None = None) -> EvalConfig:
     p.add_argument("--model", default=EvalConfig.model, help=f"one of {', '.join(MODELS)}")
     p.add_argument("--batch-size", type=int, default=EvalConfig.batch_size, help="images per prediction step")
     p.add_argument("--pipeline", default=EvalConfig.pipeline, help="input pipeline: new or old")
+    p.add_argument("--ten-crop", action="store_true",
+                   help="average the predictions of 10 crops per image (corners, centre, mirrored), as CheXNet did; "
+                        "needs resized records (python -m chexnet.data.tfrecords --encoding jpeg)")
     a = p.parse_args(argv)
     return EvalConfig(checkpoint=a.checkpoint, data_dir=a.data_dir, out=a.out, image_size=a.image_size,
-                      model=a.model, batch_size=a.batch_size, pipeline=a.pipeline)
+                      model=a.model, batch_size=a.batch_size, pipeline=a.pipeline, ten_crop=a.ten_crop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,8 +112,9 @@ def predict_test_split(cfg: EvalConfig) -> tuple[np.ndarray, np.ndarray, str]:
     try:
         source = pipeline.source_of(cfg.data_dir)
         pipeline_cfg = pipeline.PipelineConfig(pipeline=cfg.pipeline, batch_size=cfg.batch_size,
-                                               image_size=cfg.image_size)
+                                               image_size=cfg.image_size, ten_crop=cfg.ten_crop)
         model = build_model(cfg.model, cfg.image_size)
+        batches = pipeline.eval_dataset(source, SPLIT, pipeline_cfg, 0, 1)
     except (DataError, ValueError) as error:
         raise UsageError(str(error)) from None
     if source.count(SPLIT) < 1:
@@ -116,10 +122,19 @@ def predict_test_split(cfg: EvalConfig) -> tuple[np.ndarray, np.ndarray, str]:
     checkpoint = _restore(model, cfg)
     predict = tf.function(lambda images: model(images, training=False), reduce_retracing=True)
     labels, scores = [], []
-    for images, batch_labels in pipeline.eval_dataset(source, SPLIT, pipeline_cfg, 0, 1):
-        scores.append(predict(images).numpy())
+    for images, batch_labels in batches:
+        scores.append((average_over_crops(predict, images) if cfg.ten_crop else predict(images)).numpy())
         labels.append(batch_labels.numpy())
     return np.concatenate(labels), np.concatenate(scores), checkpoint
+
+
+def average_over_crops(predict, images: tf.Tensor) -> tf.Tensor:
+    """images [B, K, S, S, C] (K crops of each image) -> the mean of the K predictions of each image, [B, classes]."""
+    import tensorflow as tf
+
+    shape = tf.shape(images)
+    scores = predict(tf.reshape(images, tf.concat([[shape[0] * shape[1]], shape[2:]], axis=0)))
+    return tf.reduce_mean(tf.reshape(scores, [shape[0], shape[1], -1]), axis=1)
 
 
 def _restore(model, cfg: EvalConfig) -> str:

@@ -275,8 +275,11 @@ def _datasets(cfg: TrainConfig, rank: int, size: int) -> tuple[DataSource, tf.da
                          f"training images in {cfg.data_dir}: lower --batch-size or use fewer workers")
     if source.count("val") < 1:
         raise UsageError(f"--data-dir {cfg.data_dir} has no validation images: AUROC cannot be measured")
-    train = pipeline.train_dataset(source, pipeline_cfg, rank, size)
-    evaluation = pipeline.eval_dataset(source, "val", pipeline_cfg, rank, size)
+    try:
+        train = pipeline.train_dataset(source, pipeline_cfg, rank, size)
+        evaluation = pipeline.eval_dataset(source, "val", pipeline_cfg, rank, size)
+    except DataError as error:  # e.g. --image-size larger than the records' short side
+        raise UsageError(str(error)) from None
     return source, train, evaluation, steps_per_epoch
 
 

@@ -23,6 +23,7 @@ import yaml
 
 TLS_MODES = ("starttls", "ldaps", "none")
 SPAWNER_BACKENDS = ("slurm", "kubernetes")
+SLURM_SPAWNERS = ("portal", "batchspawner")
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
 JOB_LAUNCHERS = ("mpirun", "srun")
 MPI_BINDINGS = ("none", "socket", "core")
@@ -82,6 +83,10 @@ class PortalConfig:
 
     # Which scheduler runs the users' servers and jobs.
     spawner_backend: str = "slurm"
+    # The Slurm spawner: "portal" (spawners.slurm.PortalSlurmSpawner). "batchspawner" is stock
+    # batchspawner.SlurmSpawner as its README configures it, for the spawn benchmark (portal.bench.spawn) only:
+    # no form, no validation, no fail-fast.
+    slurm_spawner: str = "portal"
 
     # Slurm: the client configuration, and the shape of the local demo node.
     slurm_conf: str = ""  # empty means <state_dir>/slurm/slurm.conf
@@ -167,7 +172,7 @@ class PortalConfig:
             raise ConfigError(
                 f"spawner_backend is {self.spawner_backend!r}; allowed: {', '.join(SPAWNER_BACKENDS)}"
             )
-        choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS,
+        choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS, "slurm_spawner": SLURM_SPAWNERS,
                    "jobs_nccl_ib_disable": ("", "0", "1")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

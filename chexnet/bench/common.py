@@ -35,13 +35,16 @@ def synthetic_set(images: int, size: int, root: Path = BENCH_DIR) -> Path:
     return out
 
 
-def records_of(source: Path, shards: int) -> Path:
-    """TFRecords of a data set, converted once and reused."""
-    from chexnet.data.tfrecords import convert
+def records_of(source: Path, shards: int, storage=None) -> Path:
+    """TFRecords of a data set, converted once and reused; `storage` (a chexnet.data.tfrecords.Storage) None keeps
+    the original PNGs."""
+    from chexnet.data.tfrecords import PNG, Storage, convert
 
-    out = source.with_name(source.name + f"-tfrecords{shards}")
+    storage = storage or Storage.of(PNG)
+    stored = "" if storage.encoding == PNG else f"-{storage.encoding}{storage.short_side}q{storage.quality or 0}"
+    out = source.with_name(source.name + f"{stored}-tfrecords{shards}")
     if not (out / "manifest.json").exists():
-        convert(source, out, shards=shards)
+        convert(source, out, shards=shards, storage=storage)
     return out
 
 
@@ -52,4 +55,17 @@ def table(title: str, rows: list[Measurement], reference: Measurement, reference
     for row in rows:
         ratio = row.median / reference.median if reference.median else float("nan")
         lines.append(f"{row.name:{width}}{row.median:>18,.0f}{row.spread:>16}{ratio:>22.2f}")
+    return "\n".join(lines)
+
+
+def table_with_limits(title: str, rows: list[Measurement], limit_of: dict[str, str]) -> str:
+    """Like `table`, but each row has its own reference (`limit_of`: row name -> the name of its limit's row),
+    named in a last column; a limit's own row has the ratio 1.00."""
+    by_name = {r.name: r for r in rows}
+    width = max(len(r.name) for r in rows) + 2
+    lines = [title, f"{'':{width}}{'images/s (median)':>18}{'spread':>16}{'ratio to limit':>16}  limit used"]
+    for row in rows:
+        limit = by_name[limit_of.get(row.name, row.name)]
+        ratio = row.median / limit.median if limit.median else float("nan")
+        lines.append(f"{row.name:{width}}{row.median:>18,.0f}{row.spread:>16}{ratio:>16.2f}  {limit.name}")
     return "\n".join(lines)

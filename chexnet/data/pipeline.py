@@ -3,8 +3,15 @@
 Either reads a TFRecord directory (`python -m chexnet.data.tfrecords`, found by its manifest.json) or a ChestX-ray14
 layout directory of PNG files. In pipeline order:
 
-    list files -> shard the files by rank -> interleave reads -> shuffle -> decode + resize -> augment + normalise
-    -> batch -> prefetch
+    list files -> shard the files by rank -> interleave reads -> shuffle -> decode -> crop or resize -> flip
+    -> batch -> normalise -> prefetch
+
+What is decoded depends on how the images are stored:
+- resized JPEG or raw records (the converter's default): CheXNet's preprocessing. Training takes a random
+  `image_size` crop of the stored short-side image (for JPEG only the crop window is decoded,
+  `tf.io.decode_and_crop_jpeg`) and flips it; evaluation takes the centre crop, or with `ten_crop` the four corner
+  crops, the centre crop and their mirror images (the model's 10 predictions are then averaged, as in CheXNet).
+- original PNGs (PNG records, or the image directory): the whole image is decoded and resized to `image_size`.
 
 Bad data never stops a run. An image that cannot be read or decoded is dropped (`ignore_errors`), and a damaged
 TFRecord shard is read up to the damage. Both are counted in tf.Variables that the pipeline's own ops update, so the
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -25,7 +33,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from chexnet.data.chestxray14 import IMAGES_DIR, SPLITS, DataError, Index, labels_matrix, load_index
-from chexnet.data.tfrecords import FORMAT, MANIFEST, parse_example
+from chexnet.data.tfrecords import JPEG, MANIFEST, PNG, RAW, Storage, parse_example, storage_of
 from chexnet.labels import CLASSES, NUM_CLASSES
 
 log = logging.getLogger(__name__)
@@ -36,6 +44,8 @@ TFRECORD, IMAGES = "tfrecord", "images"
 READ_CYCLE = 8  # shards read at once: enough to hide one file's latency, few enough to keep reads sequential
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # DenseNet-121 conventions, applied to the grey image copied to 3 channels
 IMAGENET_STD = (0.229, 0.224, 0.225)
+TEN_CROPS = 10
+ORIGINAL_PNG = Storage(PNG, None, None)
 SOURCE_HELP = (f"expected a ChestX-ray14 layout ({IMAGES_DIR}/, Data_Entry_2017.csv, train_val_list.txt, "
                f"test_list.txt) or a TFRecord directory with {MANIFEST} (python -m chexnet.data.tfrecords)")
 
@@ -51,6 +61,7 @@ class PipelineConfig:
     threads: int | None = None  # a private thread pool of this size for the new pipeline; None: TF's shared pool
     shuffle_buffer: int = 1024
     seed: int = 0
+    ten_crop: bool = False  # evaluation: 10 crops per image, batches [B, 10, S, S, 3] (resized records only)
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINES:
@@ -73,6 +84,12 @@ class DataSource:
     root: Path
     shards: dict[str, list[tuple[str, int]]] | None = None  # TFRECORD: split -> [(path, records)]
     index: Index | None = None  # IMAGES
+    storage: Storage = ORIGINAL_PNG  # how the images are stored (an image directory: original PNGs)
+
+    @property
+    def resized(self) -> bool:
+        """Whether the images are stored resized (JPEG or raw), to be cropped, rather than as original PNGs."""
+        return self.storage.encoding != PNG
 
     def count(self, split: str) -> int:
         """How many examples the split has (before any corrupt one is dropped while reading)."""
@@ -112,8 +129,7 @@ def _tfrecord_source(root: Path) -> DataSource:
     except json.JSONDecodeError as error:
         raise DataError(f"{root / MANIFEST} is not valid JSON ({error}); rerun python -m chexnet.data.tfrecords") \
             from None
-    if manifest.get("format") != FORMAT:
-        raise DataError(f"{root / MANIFEST}: format {manifest.get('format')!r}; this reader knows {FORMAT!r}")
+    storage = storage_of(manifest, root)
     if manifest.get("classes") != list(CLASSES):
         raise DataError(f"{root / MANIFEST}: classes {manifest.get('classes')}; expected {', '.join(CLASSES)}")
     shards = {split: [(str(root / s["file"]), int(s["records"])) for s in manifest["shards"][split]]
@@ -121,7 +137,18 @@ def _tfrecord_source(root: Path) -> DataSource:
     missing = [path for split in SPLITS for path, _ in shards[split] if not Path(path).is_file()]
     if missing:
         raise DataError(f"{root}: {len(missing)} shards named in {MANIFEST} are missing, e.g. {missing[:5]}")
-    return DataSource(kind=TFRECORD, root=root, shards=shards)
+    return DataSource(kind=TFRECORD, root=root, shards=shards, storage=storage)
+
+
+def _check_fits(source: DataSource, cfg: PipelineConfig, ten_crop: bool = False) -> None:
+    """A crop cannot be larger than the stored image, and ten crops need a stored image to crop from."""
+    if ten_crop and not source.resized:
+        raise DataError(f"ten_crop needs resized records to crop from; {source.root} holds original PNGs: convert "
+                        "them with python -m chexnet.data.tfrecords --encoding jpeg --short-side 256")
+    if source.resized and source.storage.short_side < cfg.image_size:
+        raise DataError(f"image_size {cfg.image_size} is larger than the short side {source.storage.short_side} of "
+                        f"the {source.storage.encoding} records in {source.root}: lower the image size or convert "
+                        f"again with --short-side {cfg.image_size} or more")
 
 
 # --- counting what was skipped -------------------------------------------------------------------------------
@@ -187,6 +214,13 @@ def _parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return example["image"], example["labels"]
 
 
+def _parse_resized(serialized: tf.Tensor) -> tuple[tuple[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """-> ((stored bytes, int32 [height, width]), labels)."""
+    example = parse_example(serialized)
+    shape = tf.cast(tf.stack([example["height"], example["width"]]), tf.int32)
+    return (example["image"], shape), example["labels"]
+
+
 def _rank_files(source: DataSource, split: str, rank: int, size: int) -> tuple[list, list, bool]:
     """This rank's files and what to expect of each; if there are fewer files than ranks, all files and
     element_sharding=True (each rank then keeps every size-th example, so reads are repeated)."""
@@ -229,7 +263,8 @@ def _encoded_examples(source: DataSource, split: str, cfg: PipelineConfig, rank:
         records = files.flat_map(_read_shard)
     if element_sharding:
         records = records.shard(size, rank)
-    return records.map(_parse, num_parallel_calls=AUTOTUNE if parallel else None)
+    parse = _parse_resized if source.resized else _parse
+    return records.map(parse, num_parallel_calls=AUTOTUNE if parallel else None)
 
 
 # --- decoding (the decoder) and preparing for the model (the parser) --------------------------------------------
@@ -241,26 +276,97 @@ def decode_resize(encoded: tf.Tensor, size: int) -> tf.Tensor:
     return tf.ensure_shape(tf.saturate_cast(tf.round(image), tf.uint8), [size, size, 1])
 
 
-def _decode_counted(encoded: tf.Tensor, labels: tf.Tensor, size: int, from_path: bool) -> tuple:
-    """`decode_resize` between two counters: a decode that fails leaves `attempted` one ahead of `decoded`."""
+def random_window(shape: tf.Tensor, size: int) -> tf.Tensor:
+    """[top, left, size, size] of a random size x size window inside an image of int32 `shape` [height, width]."""
+    top = tf.random.uniform([], 0, shape[0] - size + 1, dtype=tf.int32)
+    left = tf.random.uniform([], 0, shape[1] - size + 1, dtype=tf.int32)
+    return tf.stack([top, left, size, size])
+
+
+def centre_window(shape: tf.Tensor, size: int) -> tf.Tensor:
+    """[top, left, size, size] of the centred size x size window."""
+    return tf.stack([(shape[0] - size) // 2, (shape[1] - size) // 2, size, size])
+
+
+def decode_stored(stored: tf.Tensor, shape: tf.Tensor, encoding: str) -> tf.Tensor:
+    """A resized record's whole image: uint8 [height, width, 1]."""
+    if encoding == JPEG:
+        return tf.io.decode_jpeg(stored, channels=1)
+    return tf.reshape(tf.io.decode_raw(stored, tf.uint8), [shape[0], shape[1], 1])
+
+
+def decode_window(stored: tf.Tensor, shape: tf.Tensor, window: tf.Tensor, encoding: str) -> tf.Tensor:
+    """Only the pixels of `window` ([top, left, height, width]) of a resized record: uint8 [height, width, 1].
+    A JPEG decodes just the blocks the window touches, which is most of the speed of resized records."""
+    if encoding == JPEG:
+        return tf.io.decode_and_crop_jpeg(stored, window, channels=1)
+    return crop(decode_stored(stored, shape, RAW), window)
+
+
+def crop(image: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
+    return tf.slice(image, tf.stack([window[0], window[1], 0]), tf.stack([window[2], window[3], -1]))
+
+
+def ten_crop(image: tf.Tensor, size: int) -> tf.Tensor:
+    """[H, W, C] -> [10, size, size, C]: the four corner crops and the centre crop (torchvision's TenCrop order),
+    then the same five of the mirrored image."""
+    shape = tf.shape(image)[:2]
+    bottom, right = shape[0] - size, shape[1] - size
+    corners = [(0, 0), (0, right), (bottom, 0), (bottom, right), (bottom // 2, right // 2)]
+    crops = tf.stack([image[top:top + size, left:left + size] for top, left in corners])
+    return tf.concat([crops, tf.reverse(crops, axis=[2])], axis=0)
+
+
+def _decode_counted(decode: Callable[..., tf.Tensor], encoded, labels: tf.Tensor) -> tuple:
+    """`decode(encoded)` between two counters: a decode that fails leaves `attempted` one ahead of `decoded`."""
     counters = _counters()
     with tf.control_dependencies([counters.attempted.assign_add(1)]):
-        data = tf.io.read_file(encoded) if from_path else tf.identity(encoded)
-        image = decode_resize(data, size)
+        image = decode(*encoded) if isinstance(encoded, tuple) else decode(encoded)
     with tf.control_dependencies([image]):
         done = counters.decoded.assign_add(1)
     with tf.control_dependencies([done]):
         return tf.identity(image), labels
 
 
+def _png_decoder(source: DataSource, size: int) -> Callable[[tf.Tensor], tf.Tensor]:
+    if source.kind == IMAGES:
+        return lambda path: decode_resize(tf.io.read_file(path), size)
+    return lambda encoded: decode_resize(encoded, size)
+
+
+def _resized_decoder(source: DataSource, size: int, how: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """how: "random" (training) or "centre" crop, or "ten" crops [10, size, size, 1], or "whole" (to cache)."""
+    encoding = source.storage.encoding
+
+    def decode(stored: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
+        if how == "whole":
+            return decode_stored(stored, shape, encoding)
+        if how == "ten":
+            return tf.ensure_shape(ten_crop(decode_stored(stored, shape, encoding), size), [TEN_CROPS, size, size, 1])
+        window = random_window(shape, size) if how == "random" else centre_window(shape, size)
+        return tf.ensure_shape(decode_window(stored, shape, window, encoding), [size, size, 1])
+
+    return decode
+
+
 def augment(image: tf.Tensor) -> tf.Tensor:
     return tf.image.random_flip_left_right(image)
 
 
+def _random_crop_flip(image: tf.Tensor, labels: tf.Tensor, size: int) -> tuple:
+    """A cached whole image -> a random size x size crop, flipped half the time."""
+    window = random_window(tf.shape(image)[:2], size)
+    return augment(tf.ensure_shape(crop(image, window), [size, size, 1])), labels
+
+
 def normalise(image: tf.Tensor) -> tf.Tensor:
-    """uint8 grey [S, S, 1] -> float32 [S, S, 3] with ImageNet mean and std."""
-    image = tf.image.grayscale_to_rgb(tf.cast(image, tf.float32) / 255.0)
-    return (image - IMAGENET_MEAN) / IMAGENET_STD
+    """uint8 grey [..., S, S, 1] -> float32 [..., S, S, 3] with ImageNet mean and std (one image or a batch).
+
+    A uint8 has 256 values: (x / 255 - mean) / std is looked up in a 256 x 3 table, one gather that writes each
+    output value once. Arithmetic on the pixels took twice as long, as much CPU as decoding a JPEG crop does."""
+    levels = tf.range(256, dtype=tf.float32)[:, None] / 255.0
+    table = (levels - IMAGENET_MEAN) / IMAGENET_STD
+    return tf.gather(table, tf.cast(tf.squeeze(image, axis=-1), tf.int32))
 
 
 def _for_training(image: tf.Tensor, labels: tf.Tensor) -> tuple:
@@ -271,51 +377,84 @@ def _for_evaluation(image: tf.Tensor, labels: tf.Tensor) -> tuple:
     return normalise(image), labels
 
 
-def _decoded(examples: tf.data.Dataset, source: DataSource, cfg: PipelineConfig, parallel: bool,
+def _normalised_batch(images: tf.Tensor, labels: tf.Tensor) -> tuple:
+    return normalise(images), labels
+
+
+def _decoded(examples: tf.data.Dataset, decode: Callable, parallel: bool,
              deterministic: bool = False) -> tf.data.Dataset:
-    decode = partial(_decode_counted, size=cfg.image_size, from_path=source.kind == IMAGES)
+    counted = partial(_decode_counted, decode)
     if not parallel:
-        return examples.map(decode).ignore_errors()
-    return examples.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic).ignore_errors()
+        return examples.map(counted).ignore_errors()
+    return examples.map(counted, num_parallel_calls=AUTOTUNE, deterministic=deterministic).ignore_errors()
 
 
 # --- the datasets --------------------------------------------------------------------------------------------------
 
 def train_dataset(source: DataSource, cfg: PipelineConfig, rank: int = 0, size: int = 1) -> tf.data.Dataset:
     """Endless batches (images float32 [B, S, S, 3], labels float32 [B, 14]) of this rank's part of train."""
+    _check_fits(source, cfg)
     parallel = cfg.pipeline == "new"
     calls = AUTOTUNE if parallel else None
     examples = _encoded_examples(source, "train", cfg, rank, size, parallel, shuffle_files=True)
-    if cfg.cache:  # decode once, then shuffle the decoded images every epoch
-        images = _decoded(examples, source, cfg, parallel).cache().repeat()
-        images = images.shuffle(cfg.shuffle_buffer, seed=cfg.seed)
-    else:  # shuffle the small encoded images, decode after
+    if not source.resized:
+        decode = _png_decoder(source, cfg.image_size)
+        if cfg.cache:  # decode once, then shuffle the decoded images every epoch
+            images = _decoded(examples, decode, parallel).cache().repeat()
+            images = images.shuffle(cfg.shuffle_buffer, seed=cfg.seed)
+        else:  # shuffle the small encoded images, decode after
+            encoded = examples.repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed)
+            images = _decoded(encoded, decode, parallel)
+        if not parallel:  # the old pipeline as first written: flip and normalise image by image
+            batches = images.map(_for_training).batch(cfg.batch_size, drop_remainder=True)
+            return _finish(batches, cfg)
+        images = images.map(lambda image, labels: (augment(image), labels), num_parallel_calls=calls)
+    elif cfg.cache:  # cache the whole stored images, crop afresh every epoch
+        whole = _decoded(examples, _resized_decoder(source, cfg.image_size, "whole"), parallel).cache().repeat()
+        images = whole.shuffle(cfg.shuffle_buffer, seed=cfg.seed).map(
+            partial(_random_crop_flip, size=cfg.image_size), num_parallel_calls=calls)
+    else:
         encoded = examples.repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed)
-        images = _decoded(encoded, source, cfg, parallel)
-    batches = images.map(_for_training, num_parallel_calls=calls).batch(cfg.batch_size, drop_remainder=True)
-    return _finish(batches, cfg)
+        decode = _resized_decoder(source, cfg.image_size, "random")
+        images = _decoded(encoded, lambda stored, shape: augment(decode(stored, shape)), parallel)
+    # uint8 batches are 4x smaller to copy; normalising a whole batch is one vectorised op instead of B small ones.
+    batches = images.batch(cfg.batch_size, drop_remainder=True, num_parallel_calls=calls)
+    return _finish(batches.map(_normalised_batch, num_parallel_calls=calls), cfg)
 
 
 def eval_dataset(source: DataSource, split: str, cfg: PipelineConfig, rank: int = 0,
                  size: int = 1) -> tf.data.Dataset:
-    """One pass over rank's share of `split` (every size-th example), in order, no augmentation, last batch short."""
+    """One pass over rank's share of `split` (every size-th example), in order, no augmentation, last batch short.
+
+    Images float32 [B, S, S, 3]; with `cfg.ten_crop`, [B, 10, S, S, 3] (see `ten_crop`)."""
     _check_split(split)
     _check_rank(rank, size)
+    _check_fits(source, cfg, ten_crop=cfg.ten_crop)
     parallel = cfg.pipeline == "new"
+    calls = AUTOTUNE if parallel else None
     examples = _encoded_examples(source, split, cfg, 0, 1, parallel=False, shuffle_files=False).shard(size, rank)
-    images = _decoded(examples, source, cfg, parallel, deterministic=True)
-    batches = images.map(_for_evaluation, num_parallel_calls=AUTOTUNE if parallel else None).batch(cfg.batch_size)
-    return _finish(batches, cfg)
+    if not source.resized:
+        images = _decoded(examples, _png_decoder(source, cfg.image_size), parallel, deterministic=True)
+        batches = images.map(_for_evaluation, num_parallel_calls=calls).batch(cfg.batch_size)
+        return _finish(batches, cfg)
+    decode = _resized_decoder(source, cfg.image_size, "ten" if cfg.ten_crop else "centre")
+    images = _decoded(examples, decode, parallel, deterministic=True)
+    batches = images.batch(cfg.batch_size, num_parallel_calls=calls, deterministic=True if parallel else None)
+    return _finish(batches.map(_normalised_batch, num_parallel_calls=calls), cfg)
 
 
 def decode_only_dataset(source: DataSource, split: str, cfg: PipelineConfig) -> tf.data.Dataset:
-    """The machine's decode limit: one pass of read + decode + resize on all cores, batched, nothing else.
+    """The machine's decode limit: one pass of read + the decode that training does (decode + resize for original
+    PNGs, decode of the crop window for resized records) on all cores, batched, nothing else.
 
     Yields (images uint8 [B, S, S, 1], labels [B, 14]); the last batch may be short."""
     _check_split(split)
+    _check_fits(source, cfg)
     examples = _encoded_examples(source, split, cfg, 0, 1, parallel=True, shuffle_files=False)
-    decoded = _decoded(examples, source, cfg, parallel=True)
-    return decoded.batch(cfg.batch_size, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+    decode = _resized_decoder(source, cfg.image_size, "centre") if source.resized else \
+        _png_decoder(source, cfg.image_size)
+    decoded = _decoded(examples, decode, parallel=True)
+    return _finish(decoded.batch(cfg.batch_size, num_parallel_calls=AUTOTUNE), PipelineConfig(threads=cfg.threads))
 
 
 def _finish(batches: tf.data.Dataset, cfg: PipelineConfig) -> tf.data.Dataset:
@@ -332,6 +471,6 @@ def _finish(batches: tf.data.Dataset, cfg: PipelineConfig) -> tf.data.Dataset:
 
 
 __all__ = [
-    "AUTOTUNE", "DataError", "DataSource", "NUM_CLASSES", "PipelineConfig", "decode_only_dataset", "eval_dataset",
-    "reset_skipped_count", "skipped_count", "source_of", "train_dataset",
+    "AUTOTUNE", "DataError", "DataSource", "NUM_CLASSES", "PipelineConfig", "TEN_CROPS", "decode_only_dataset",
+    "eval_dataset", "reset_skipped_count", "skipped_count", "source_of", "ten_crop", "train_dataset",
 ]

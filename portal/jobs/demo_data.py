@@ -65,8 +65,10 @@ def ensure_demo_data(cfg: PortalConfig) -> Path:
     layout, tfrecords = datasets / LAYOUT_NAME, datasets / TFRECORDS_NAME
     _build(layout, [python, "-m", "chexnet.data.synthetic", "--out", "{out}", "--images", str(DEMO_IMAGES),
                     "--size", str(DEMO_SIZE), "--seed", str(DEMO_SEED)])
+    # The original PNGs, as ChestX-ray14 ships them: a job resizes them to any image_size it asks for (records
+    # resized to a short side could only be cropped smaller, and the demo images are 64 px).
     _build(tfrecords, [python, "-m", "chexnet.data.tfrecords", "--source", str(layout), "--out", "{out}",
-                       "--shards", str(DEMO_SHARDS)])
+                       "--shards", str(DEMO_SHARDS), "--encoding", "png"])
     return tfrecords
 
 

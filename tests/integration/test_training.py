@@ -41,6 +41,13 @@ EPOCHS = 2
 LR = "1e-3"
 TARGET_MEAN_AUROC = 0.85
 RUN_TIMEOUT_S = 420
+# AUROC parity of resized JPEG records with the original PNGs: one worker each, same seed, same images. The
+# originals are larger than the model's input, as in ChestX-ray14 (1024 -> 224): the PNG path resizes 96 -> 64,
+# the records hold 96 -> 72 and training crops 64 (CheXNet's 256 / 224 ratio, near enough).
+PARITY_ORIGINAL_SIZE = 96
+PARITY_SHORT_SIDE = 72
+PARITY_EPOCHS = 3
+PARITY_TOLERANCE = 0.01
 
 pytestmark = pytest.mark.skipif(not Path(HOROVODRUN).exists(), reason="Horovod is not installed in this venv")
 
@@ -215,6 +222,31 @@ def test_bad_arguments_fail_in_one_line_with_exit_2(case, tmp_path, dataset):
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("chexnet.train: error:")]
     assert len(errors) == 1 and needle in errors[0], proc.stderr
+
+
+@pytest.fixture(scope="module")
+def parity_data(tmp_path_factory) -> tuple[Path, Path]:
+    """(layout of PARITY_ORIGINAL_SIZE PNGs, the same converted to JPEG records with PARITY_SHORT_SIDE)."""
+    root = tmp_path_factory.mktemp("parity")
+    subprocess.run([PYTHON, "-m", "chexnet.data.synthetic", "--out", str(root / "png"), "--images", str(IMAGES),
+                    "--size", str(PARITY_ORIGINAL_SIZE), "--seed", str(DATA_SEED)],
+                   cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run([PYTHON, "-m", "chexnet.data.tfrecords", "--source", str(root / "png"), "--out",
+                    str(root / "jpeg"), "--shards", "4", "--encoding", "jpeg",
+                    "--short-side", str(PARITY_SHORT_SIDE)],
+                   cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
+    return root / "png", root / "jpeg"
+
+
+def test_jpeg_records_train_as_well_as_the_original_pngs(parity_data, tmp_path):
+    finals = {}
+    for name, data in zip(("png", "jpeg"), parity_data, strict=True):
+        run = train(tmp_path / name, "--epochs", str(PARITY_EPOCHS), "--seed", "0", workers=1, data=data)
+        assert run.proc.returncode == 0, run.output[-3000:]
+        finals[name] = scalars(run.logdir)[TAG_AUROC_MEAN][-1][1]
+    print(f"mean validation AUROC after {PARITY_EPOCHS} epochs: original PNGs {finals['png']:.4f}, "
+          f"JPEG records {finals['jpeg']:.4f}")
+    assert abs(finals["jpeg"] - finals["png"]) <= PARITY_TOLERANCE, finals
 
 
 def test_evaluate_writes_the_table_the_json_and_the_curves(two_workers, dataset, tmp_path):

@@ -1,4 +1,5 @@
-"""chexnet.data.pipeline: shapes, labels, sharding across ranks, and bad data skipped and counted."""
+"""chexnet.data.pipeline: shapes, labels, sharding across ranks, and bad data skipped and counted, for the image
+directory, original-PNG records and resized JPEG and raw records."""
 
 import csv
 
@@ -18,11 +19,12 @@ from chexnet.data.pipeline import (
     train_dataset,
 )
 from chexnet.data.synthetic import write_synthetic
-from chexnet.data.tfrecords import convert
+from chexnet.data.tfrecords import JPEG, PNG, RAW, Storage, convert
 from chexnet.labels import NUM_CLASSES, encode
 
 SIZE = 16  # images on disk
 IMAGE_SIZE = 24  # what the pipeline resizes to: not the stored size, so resizing is exercised
+SHORT_SIDE = 28  # resized records: crops of 24 out of 28
 BATCH = 4
 
 
@@ -33,14 +35,25 @@ def layout(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def records(layout, tmp_path_factory):
+    """Original PNGs in TFRecords: every image decodes to the same pixels every time, as the sharding tests need."""
     out = tmp_path_factory.mktemp("tfrecords")
-    convert(layout, out, shards=4)
+    convert(layout, out, shards=4, storage=Storage.of(PNG))
     return out
 
 
-@pytest.fixture(params=["images", "tfrecord"])
-def source(request, layout, records) -> DataSource:
-    return source_of(layout if request.param == "images" else records)
+@pytest.fixture(scope="module")
+def resized(layout, tmp_path_factory):
+    """{encoding: directory} of records resized to SHORT_SIDE."""
+    found = {}
+    for encoding in (JPEG, RAW):
+        found[encoding] = tmp_path_factory.mktemp(encoding)
+        convert(layout, found[encoding], shards=4, storage=Storage.of(encoding, SHORT_SIDE), workers=1)
+    return found
+
+
+@pytest.fixture(params=["images", "tfrecord", JPEG, RAW])
+def source(request, layout, records, resized) -> DataSource:
+    return source_of({"images": layout, "tfrecord": records}.get(request.param) or resized.get(request.param))
 
 
 def _cfg(**overrides) -> PipelineConfig:
@@ -115,6 +128,48 @@ def test_ranks_get_disjoint_parts_that_make_up_the_whole_train_split(records, si
     assert sorted(sum(parts, [])) == _all_train_images(source)
     assert all(len(set(p)) == len(p) for p in parts)
     assert ("sharding by element" in caplog.text) == (size > len(source.files("train")))
+
+
+def test_crops_of_resized_records(resized):
+    """Training images are random crops of the stored image, maybe flipped; evaluation takes the centre crop."""
+    source = source_of(resized[RAW])
+    stored = {}
+    for path in source.files("train") + source.files("val"):
+        for record in tf.data.TFRecordDataset(path):
+            example = tf.io.parse_single_example(record, {"image": tf.io.FixedLenFeature([], tf.string)})
+            pixels = np.frombuffer(example["image"].numpy(), np.uint8).reshape(SHORT_SIDE, SHORT_SIDE)
+            stored[pixels.tobytes()] = pixels
+    offsets = range(SHORT_SIDE - IMAGE_SIZE + 1)
+    windows = {image[top:top + IMAGE_SIZE, left:left + IMAGE_SIZE][:, ::flip].tobytes(): (top, left)
+               for image in stored.values() for top in offsets for left in offsets for flip in (1, -1)}
+    seen = set()
+    for images, _ in train_dataset(source, _cfg(batch_size=8)).take(6):
+        for image in _unnormalised(images):
+            assert image.tobytes() in windows  # inside the stored image, the crop's size
+            seen.add(windows[image.tobytes()])
+    assert len(seen) > 3  # and not always the same window
+    centre = (SHORT_SIDE - IMAGE_SIZE) // 2
+    centres = {image[centre:centre + IMAGE_SIZE, centre:centre + IMAGE_SIZE].tobytes() for image in stored.values()}
+    for images, _ in eval_dataset(source, "val", _cfg()):
+        assert all(image.tobytes() in centres for image in _unnormalised(images))
+
+
+def _unnormalised(images: tf.Tensor) -> np.ndarray:
+    """float32 [B, S, S, 3] ImageNet-normalised -> the uint8 grey [B, S, S] it was made of."""
+    grey = images.numpy()[..., 0] * 0.229 + 0.485
+    return np.round(grey * 255).astype(np.uint8)
+
+
+def test_ten_crop_batches_and_what_they_need(resized, records, layout):
+    source = source_of(resized[JPEG])
+    images, labels = next(iter(eval_dataset(source, "test", _cfg(ten_crop=True))))
+    assert images.shape == (BATCH, 10, IMAGE_SIZE, IMAGE_SIZE, 3) and labels.shape == (BATCH, NUM_CLASSES)
+    np.testing.assert_allclose(images[:, 5].numpy(), images[:, 0].numpy()[:, :, ::-1], atol=1e-6)  # mirrored
+    for original in (records, layout):
+        with pytest.raises(DataError, match="ten_crop needs resized records"):
+            eval_dataset(source_of(original), "test", _cfg(ten_crop=True))
+    with pytest.raises(DataError, match=f"image_size {SHORT_SIDE + 1} is larger than the short side {SHORT_SIDE}"):
+        train_dataset(source, _cfg(image_size=SHORT_SIDE + 1))
 
 
 def test_decode_only_yields_every_image_once(source):

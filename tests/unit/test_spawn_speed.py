@@ -1,0 +1,228 @@
+"""The faster start of the Slurm spawner (no cluster: Slurm's answers are faked) and the spawn benchmark's pure
+parts: log timestamps, the breakdown, the statistics, the stock hub's settings."""
+
+import asyncio
+import time
+from datetime import datetime
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from batchspawner.batchspawner import JobStatus
+from traitlets.config import Config
+
+from portal.bench.spawn import (
+    Run,
+    configure_stock_slurm_spawner,
+    first_time,
+    job_id_submitted,
+    log_time,
+    p90,
+    stock_hub_settings,
+    summary,
+    table,
+)
+from portal.config import ConfigError, PortalConfig, load
+from spawners.slurm import SINGLEUSER_FAST_START, PortalSlurmSpawner
+
+
+def fake_slurm(spawner: PortalSlurmSpawner, states: list[JobStatus]) -> list[float]:
+    """Replace sbatch and squeue: the job gets id 42 and goes through `states`; returns when each query ran."""
+    queried, remaining = [], iter(states)
+
+    async def submit():
+        spawner.job_id = "42"
+        return "42"
+
+    async def query():
+        queried.append(time.monotonic())
+        state = next(remaining, states[-1])
+        spawner.job_status = {JobStatus.RUNNING: "RUNNING localhost None"}.get(state, "PENDING n/a None")
+        return state
+
+    spawner.submit_batch_script, spawner.query_job_status = submit, query
+    spawner.db = mock.Mock()
+    return queried
+
+
+async def listening_port() -> tuple[asyncio.base_events.Server, int]:
+    server = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_a_port_report_ends_the_wait_at_once_not_at_the_next_poll():
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), startup_poll_interval=5.0)
+    queried = fake_slurm(spawner, [JobStatus.PENDING, JobStatus.RUNNING])
+
+    async def scenario():
+        server, port = await listening_port()
+        asyncio.get_running_loop().call_later(0.2, setattr, spawner, "port", port)
+        began = time.monotonic()
+        async with server:
+            result = await spawner._start_until_server_listens()
+        return result, time.monotonic() - began, port
+
+    (ip, port), took, expected = asyncio.run(scenario())
+    assert (ip, port) == ("localhost", expected)  # the host from squeue, the port from the report
+    assert took < 1.0  # stock batchspawner sleeps startup_poll_interval (here 5 s) before looking again
+    assert len(queried) == 2  # the job's state was still checked after the report
+
+
+def test_the_server_must_accept_connections_before_the_start_ends():
+    spawner = PortalSlurmSpawner(portal=PortalConfig())
+    fake_slurm(spawner, [JobStatus.RUNNING])
+
+    async def scenario():
+        server, port = await listening_port()
+        server.close()
+        await server.wait_closed()  # the port is reported, nothing listens yet
+        spawner.port = 0
+        starting = asyncio.ensure_future(spawner._start_until_server_listens())
+        await asyncio.sleep(0.1)
+        spawner.port = port
+        await asyncio.sleep(0.5)
+        assert not starting.done()
+        late = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", port)
+        async with late:
+            return await asyncio.wait_for(starting, 2)
+
+    assert asyncio.run(scenario())[0] == "localhost"
+
+
+def test_a_job_that_disappears_while_pending_fails_the_start():
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), startup_poll_interval=0.01)
+    fake_slurm(spawner, [JobStatus.PENDING, JobStatus.NOTFOUND])
+    with pytest.raises(RuntimeError, match="has disappeared"):
+        asyncio.run(spawner._start_until_server_listens())
+
+
+def test_the_servers_skip_the_language_server_scan_and_the_pypi_manager_but_keep_the_proxy():
+    args = PortalSlurmSpawner(portal=PortalConfig()).args
+    assert args == list(SINGLEUSER_FAST_START)
+    assert "--ServerApp.jpserver_extensions=jupyter_lsp=False" in args
+    assert not any("server_proxy" in arg or "terminals" in arg for arg in args)
+    assert all(" " not in arg and ";" not in arg for arg in args)  # they go into the batch script unquoted
+
+
+def hub_line(when: str, text: str) -> str:
+    return f"[I {when} JupyterHub batchspawner:287] {text}"
+
+
+def test_log_times_of_the_hub_jupyter_server_and_slurm():
+    expected = datetime(2026, 11, 21, 4, 2, 44, 978000).timestamp()
+    assert log_time(hub_line("2026-11-21 04:02:44.978", "Job submitted. output: 1")) == expected
+    assert log_time("[I 2026-11-21 04:02:44.978 ServerApp] Jupyter Server 2.21.1 is running at:") == expected
+    assert log_time("[2026-11-21T04:02:44.978] sched: Allocate JobId=1 NodeList=localhost") == expected
+    assert log_time("2026-11-21T04:02:48.025Z [ConfigProxy] info: Adding route") is None
+
+
+def test_the_job_id_and_the_first_matching_line():
+    lines = [hub_line("2026-11-21 04:02:44.968", "Spawner submitting command: sbatch"),
+             hub_line("2026-11-21 04:02:44.978", "Job submitted. output: 17"),
+             hub_line("2026-11-21 04:02:45.978", "Job submitted. output: 18")]
+    assert job_id_submitted(lines) == "17"
+    assert first_time(lines, "Job submitted") == log_time(lines[1])
+    assert first_time(lines, "User alice took") is None
+    assert job_id_submitted(["[I x] Job submitted. output: "]) is None
+
+
+def test_segments_run_from_each_milestone_to_the_next_and_skip_what_a_log_did_not_say():
+    run = Run("portal", started=100.0, lab=106.0, submitted=100.5, allocated=101.0, step=101.5, listening=104.0,
+              ready=105.0)
+    assert run.total == 6.0
+    assert run.segments() == {"submit": 0.5, "queue": 0.5, "job_launch": 0.5, "server_start": 2.5,
+                              "hub_ready": 1.0, "first_page": 1.0}
+    assert sum(run.segments().values()) == run.total
+    partial = Run("stock", started=100.0, lab=107.0, submitted=100.5)
+    assert partial.segments()["queue"] is None and partial.segments()["submit"] == 0.5
+
+
+def test_p90_interpolates_and_summary_has_the_spread():
+    assert p90([1.0]) == 1.0
+    assert p90([float(i) for i in range(1, 11)]) == pytest.approx(9.1)
+    assert summary([3.0, 1.0, 2.0]) == {"median": 2.0, "p90": pytest.approx(2.8), "min": 1.0, "max": 3.0}
+
+
+def test_the_table_has_both_spawners_the_ratio_and_the_breakdown():
+    runs = [Run("portal", 0.0, 4.0, submitted=0.1), Run("stock", 0.0, 5.0, submitted=0.2),
+            Run("portal", 0.0, 4.0, submitted=0.1), Run("stock", 0.0, 5.0, submitted=0.2)]
+    text = table(runs, "python -m portal.bench.spawn --runs 2")
+    assert "python -m portal.bench.spawn --runs 2" in text
+    assert "total, median" in text and "    4.00     5.00    0.80" in text
+    assert "submit: form submit -> sbatch done" in text and "n/a" in text  # queue: no slurmctld line
+
+
+def test_the_stock_hub_shares_the_boxs_slurm_and_ldap_on_its_own_ports(tmp_path):
+    cfg = PortalConfig(state_dir=tmp_path / "box", hub_port=19100)
+    settings = stock_hub_settings(cfg, tmp_path / "stock")
+    assert settings["slurm_conf"] == str(tmp_path / "box" / "slurm" / "slurm.conf")
+    assert settings["ldap_ca_file"] == str(tmp_path / "box" / "tls" / "ca.pem")
+    assert (settings["hub_port"], settings["proxy_api_port"], settings["hub_api_port"],
+            settings["dashboard_port"]) == (19140, 19141, 19142, 19143)
+    (tmp_path / "stock.yaml").write_text("".join(f"{k}: {v!r}\n" if isinstance(v, str) else f"{k}: {v}\n"
+                                                 for k, v in settings.items() if not isinstance(v, (list, dict))))
+    stock = load({"DSPORTAL_CONFIG": str(tmp_path / "stock.yaml")})
+    assert stock.slurm_spawner == "batchspawner" and stock.ldap_port == cfg.ldap_port
+
+
+def test_stock_batchspawner_gets_the_same_job_and_only_what_the_box_needs():
+    c = Config()
+    configure_stock_slurm_spawner(c, PortalConfig())
+    assert c.JupyterHub.spawner_class == "batchspawner.SlurmSpawner"
+    assert (c.BatchSpawnerBase.req_partition, c.BatchSpawnerBase.req_nprocs, c.BatchSpawnerBase.req_memory,
+            c.BatchSpawnerBase.req_runtime, c.SlurmSpawner.req_gres) == ("gpu", "2", "4G", "01:00:00", "gpu:1")
+    assert c.BatchSpawnerBase.exec_prefix.startswith("/usr/sbin/runuser -u {username} -- /usr/bin/env SLURM_CONF=")
+    assert "startup_poll_interval" not in c.BatchSpawnerBase and "args" not in c.Spawner  # stock's own timing
+
+
+def test_slurm_spawner_is_portal_or_batchspawner():
+    assert PortalConfig().slurm_spawner == "portal"
+    with pytest.raises(ConfigError, match="slurm_spawner is 'stock'; allowed: 'portal', 'batchspawner'"):
+        PortalConfig(slurm_spawner="stock")
+
+
+def test_the_breakdown_reads_the_hub_slurm_and_either_scheduler(tmp_path, monkeypatch):
+    from portal.bench import spawn
+
+    monkeypatch.setattr(spawn.pwd, "getpwnam", lambda name: mock.Mock(pw_dir=str(tmp_path)))
+    (tmp_path / "jupyterhub_slurmspawner_7.log").write_text(
+        "install-templates: copied 0\n[I 2026-11-21 04:10:15.500 ServerApp] Jupyter Server 2.21.1 is running at:\n")
+    run = Run("stock", started=0.0, lab=1.0)
+    spawn.read_breakdown(run, {
+        "hub": [hub_line("2026-11-21 04:10:12.740", "Job submitted. output: 7"),
+                hub_line("2026-11-21 04:10:15.790", "User alice took 3.1 seconds to start")],
+        "ctld": ["[2026-11-21T04:10:13.006] sched/backfill: _start_job: Started JobId=7 in gpu on localhost"],
+        "slurmd": ["[2026-11-21T04:10:13.081] launch task StepId=7.0 request from UID:10001"],
+    })
+    assert run.job_id == "7"
+    assert run.allocated - run.submitted == pytest.approx(0.266, abs=1e-6)
+    assert run.step - run.allocated == pytest.approx(0.075, abs=1e-6)
+    assert run.ready - run.listening == pytest.approx(0.29, abs=1e-6)
+
+
+def test_the_servers_launcher_is_the_installed_console_script():
+    from importlib.metadata import entry_points
+
+    cmd = PortalSlurmSpawner(portal=PortalConfig()).batchspawner_singleuser_cmd
+    assert cmd == "/opt/dsportal/venv/bin/dsportal-singleuser"
+    found = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+    assert found.get("dsportal-singleuser") == "spawners.slurm:singleuser_main"
+
+
+def test_the_iri_parsers_are_built_at_the_first_check_and_the_check_still_works():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from spawners.slurm import defer_iri_syntax_parsers\n"
+        "assert defer_iri_syntax_parsers()\n"
+        "from jsonschema import Draft7Validator\n"
+        "assert 'lark' not in sys.modules  # imported jsonschema's format checks, built no parser\n"
+        "v = Draft7Validator({'format': 'iri'}, format_checker=Draft7Validator.FORMAT_CHECKER)\n"
+        "assert v.is_valid('https://example.org/r%C3%A9sum%C3%A9') and not v.is_valid('not an iri')\n"
+        "assert 'lark' in sys.modules and not defer_iri_syntax_parsers()\n"
+    )
+    pytest.importorskip("rfc3987_syntax")
+    repo = Path(__file__).resolve().parents[2]  # this checkout's spawners, whatever the venv installed
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60, cwd=repo)
