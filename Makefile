@@ -29,10 +29,14 @@ unit: install
 lint: install
 	$(PY) -m ruff check .
 
-# Benchmarks print tables of medians and ratios measured side by side in one run (not timed tests).
+# Benchmarks print tables of medians and ratios measured side by side in one run (not timed tests). The hub-side
+# ones run against the box that `make up` started (as root); docs/benchmarks.md has the results.
 bench: install
 	$(PY) -m chexnet.bench.pipeline
 	$(PY) -m chexnet.bench.scaling
+	$(PY) -m portal.bench.spawn --runs 10
+	$(PY) -m portal.bench.dashboard
+	$(PY) -m portal.bench.liveness
 
 # The hub and training images, built with podman from a local Debian base (CPU defaults; docker/build.sh --help).
 images:
