@@ -13,13 +13,7 @@ export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 
 # --resume: a job started again in the same directory continues from its last checkpoint.
-train=({{ python | q }} -m chexnet.train
-    --data-dir {{ spec.data_dir | q }}
-    --logdir "$job_dir/tensorboard"
-    --checkpoint-dir "$job_dir/checkpoints"
-    --epochs {{ spec.epochs }} --batch-size {{ spec.batch_size }} --image-size {{ spec.image_size }}
-    --model {{ spec.model | q }} --pipeline new --resume --progress epoch{% if spec.fp16 %} --fp16{% endif %}{% if spec.xla %} --xla{% endif %})
-
+{% include "chexnet.train.sh" %}
 echo "chexnet: local job on $(hostname), {{ spec.workers }} worker(s), time limit {{ spec.time_limit }}"
 status=0
 # The wall-time limit, as Slurm would enforce it: TERM, then KILL a minute later. --foreground keeps timeout in

@@ -11,13 +11,7 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 {% for name, value in nccl_env %}export {{ name }}={{ value | q }}
 {% endfor %}
 # --resume: a restarted launcher continues from the last checkpoint (a fresh job starts at epoch 1).
-train=({{ python | q }} -m chexnet.train
-    --data-dir {{ spec.data_dir | q }}
-    --logdir "$job_dir/tensorboard"
-    --checkpoint-dir "$job_dir/checkpoints"
-    --epochs {{ spec.epochs }} --batch-size {{ spec.batch_size }} --image-size {{ spec.image_size }}
-    --model {{ spec.model | q }} --pipeline new --resume --progress epoch{% if spec.fp16 %} --fp16{% endif %}{% if spec.xla %} --xla{% endif %})
-
+{% include "chexnet.train.sh" %}
 echo "chexnet: MPIJob {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun"
 status=0
 # -np is every worker on every pod; the operator's hostfile gives each pod slotsPerWorker slots.

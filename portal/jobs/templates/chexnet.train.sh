@@ -1,0 +1,8 @@
+{#- The training command of every chexnet job script (sbatch, local, MPIJob launcher): a bash array, each value
+    shell-quoted; --progress epoch: one line per epoch in the log (mpirun gives ranks a pseudo-terminal). -#}
+train=({{ python | q }} -m chexnet.train
+    --data-dir {{ spec.data_dir | q }}
+    --logdir "$job_dir/tensorboard"
+    --checkpoint-dir "$job_dir/checkpoints"
+    --epochs {{ spec.epochs }} --batch-size {{ spec.batch_size }} --image-size {{ spec.image_size }}
+    --model {{ spec.model | q }} --pipeline new --resume --progress epoch{% if spec.fp16 %} --fp16{% endif %}{% if spec.xla %} --xla{% endif %})
