@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))
@@ -25,6 +26,9 @@ def test_running_pid_names_a_live_process_running_the_program(tmp_path: Path) ->
     pid_file = tmp_path / "sleep.pid"
     try:
         pid_file.write_text(f"{sleeper.pid}\n")
+        deadline = time.monotonic() + 5  # a loaded machine may show the child's new command line a moment late
+        while daemons.running_pid(pid_file, "sleep") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert daemons.running_pid(pid_file, "sleep") == sleeper.pid
         assert daemons.running_pid(pid_file, "slapd") is None  # a recycled PID is not the daemon
     finally:
