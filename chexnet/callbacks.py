@@ -12,6 +12,11 @@ TensorBoard tags (an interface: the portal's dashboard and the checks read them)
   is left out of `auroc/mean`.
 - a custom-scalars layout (throughput on one chart, the AUROCs on another, the losses on a third) and an hparams
   summary (model, batch, workers, image size, fp16, xla, pipeline), both at the start of a run.
+
+A job killed at any moment and re-run with `--resume` in the same logdir still holds every epoch of every
+per-epoch tag exactly once, and no throughput step twice: `CheckpointSaver` records an epoch's scalars before the
+checkpoint and writes them to TensorBoard after it, `EpochLog` writes what a kill left out, and `ThroughputLogger`
+skips the steps the logdir already holds (`chexnet.tblog` has the whole argument).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -28,6 +34,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.custom_scalar import summary as custom_scalar_summary
 from tensorboard.plugins.hparams import api as hp
 
+from chexnet import tblog
 from chexnet.labels import CLASSES, NUM_CLASSES
 from chexnet.metrics import auroc_per_class, mean_auroc
 
@@ -38,7 +45,8 @@ TAG_LR = "lr"
 TAG_AUROC_MEAN = "auroc/mean"
 AUROC_TAG_PREFIX = "auroc/"
 AUROC_TAGS = tuple(f"{AUROC_TAG_PREFIX}{name}" for name in CLASSES)
-ALL_TAGS = (TAG_THROUGHPUT, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_AUROC_MEAN, *AUROC_TAGS)
+EPOCH_TAGS = (TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_AUROC_MEAN, *AUROC_TAGS)
+ALL_TAGS = (TAG_THROUGHPUT, *EPOCH_TAGS)
 THROUGHPUT_EVERY_STEPS = 10
 LOG_PREFIX = "chexnet.train:"
 
@@ -84,15 +92,18 @@ class ThroughputLogger(tf.keras.callbacks.Callback):
 
     Measured end-of-step to end-of-step, so data waits and callback overheads count; the first step of each
     epoch is skipped because it carries the graph compile (first epoch) or follows validation (later ones).
+    Points at or below `logged_through` are not written: a resumed run re-trains the epoch that a kill cut short,
+    and the logdir may already hold that epoch's first points.
     """
 
     def __init__(self, writer: tf.summary.SummaryWriter | None, images_per_step: int, steps_per_epoch: int,
-                 every_steps: int = THROUGHPUT_EVERY_STEPS) -> None:
+                 every_steps: int = THROUGHPUT_EVERY_STEPS, logged_through: int = 0) -> None:
         super().__init__()
         self.writer = writer
         self.images_per_step = images_per_step
         self.steps_per_epoch = steps_per_epoch
         self.every_steps = every_steps
+        self.logged_through = logged_through
         self.epoch_images_per_sec: float | None = None
         self._epoch = 0
         self._last_end: float | None = None
@@ -128,7 +139,7 @@ class ThroughputLogger(tf.keras.callbacks.Callback):
         return steps * self.images_per_step / seconds if seconds > 0 else math.nan
 
     def _write(self, images_per_sec: float, step: int) -> None:
-        if self.writer is not None:
+        if self.writer is not None and step > self.logged_through:
             with self.writer.as_default():
                 tf.summary.scalar(TAG_THROUGHPUT, images_per_sec, step=step)
 
@@ -145,17 +156,18 @@ def average_across_ranks(variables: list[tf.Variable]) -> None:
 
 class WholeSetValidation(tf.keras.callbacks.Callback):
     """At each epoch's end: sync batch-norm statistics, predict this rank's validation shard, allgather, and
-    compute loss/val and exact per-class AUROC on the whole split; rank 0 writes the epoch's scalars.
+    compute loss/val and exact per-class AUROC on the whole split; rank 0 (`announce`) prints the epoch's line.
 
-    Puts `val_loss` and `val_auroc` into the epoch logs, so callbacks after it (ReduceLROnPlateau) see them.
+    Puts `val_loss` and `val_auroc` into the epoch logs, so callbacks after it (ReduceLROnPlateau) see them, and
+    the epoch's scalars into `history`; `CheckpointSaver` writes them to TensorBoard once the checkpoint is saved.
     """
 
-    def __init__(self, eval_dataset: tf.data.Dataset, loss: Callable, writer: tf.summary.SummaryWriter | None,
-                 guard: NanGuard, throughput: ThroughputLogger, epochs: int, jit_compile: bool = False) -> None:
+    def __init__(self, eval_dataset: tf.data.Dataset, loss: Callable, guard: NanGuard, throughput: ThroughputLogger,
+                 epochs: int, announce: bool, jit_compile: bool = False) -> None:
         super().__init__()
         self.eval_dataset = eval_dataset
         self.loss = loss
-        self.writer = writer
+        self.announce = announce
         self.guard = guard
         self.throughput = throughput
         self.epochs = epochs
@@ -184,8 +196,7 @@ class WholeSetValidation(tf.keras.callbacks.Callback):
                   TAG_LR: current_lr(self.model), TAG_AUROC_MEAN: mean,
                   **{f"{AUROC_TAG_PREFIX}{name}": value for name, value in per_class.items()}}
         self.history.append(record)
-        if self.writer is not None:
-            self._write(record, step=epoch + 1)
+        if self.announce:
             self._announce(record, len(labels))
 
     def _gather_predictions(self) -> tuple[np.ndarray, np.ndarray]:
@@ -199,14 +210,6 @@ class WholeSetValidation(tf.keras.callbacks.Callback):
         # allgather takes shards of different lengths: the eval split is not padded or dropped to divide evenly.
         return hvd.allgather(local_labels).numpy(), hvd.allgather(local_scores).numpy()
 
-    def _write(self, record: dict, step: int) -> None:
-        with self.writer.as_default():
-            for tag in (TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_AUROC_MEAN, *AUROC_TAGS):
-                value = record[tag]
-                if value is not None:
-                    tf.summary.scalar(tag, value, step=step)
-        self.writer.flush()
-
     def _announce(self, record: dict, n_images: int) -> None:
         mean = record[TAG_AUROC_MEAN]
         undefined = [name for name in CLASSES if record[f"{AUROC_TAG_PREFIX}{name}"] is None]
@@ -218,27 +221,95 @@ class WholeSetValidation(tf.keras.callbacks.Callback):
             + (f"; AUROC undefined (one label value only) for {', '.join(undefined)}" if undefined else ""))
 
 
+class EpochLog:
+    """Rank 0's per-epoch TensorBoard scalars, each (tag, epoch) written once across kills and resumes.
+
+    `record` appends an epoch to `<checkpoint-dir>/epochs.jsonl` (before its checkpoint is saved), `publish`
+    writes it to TensorBoard (after), `catch_up` writes what a kill between the two left out. Every write skips
+    what `logged` (the logdir's event files, read when resuming) already holds. The writer is made on first use,
+    so a resumed run with nothing to train and nothing to catch up adds no event file.
+    """
+
+    def __init__(self, logdir: Path, record_path: Path, logged: tblog.LoggedSteps) -> None:
+        self.logdir = logdir
+        self.record_path = record_path
+        self.logged = logged
+        self._writer: tf.summary.SummaryWriter | None = None
+
+    @property
+    def writer(self) -> tf.summary.SummaryWriter:
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(str(self.logdir))
+        return self._writer
+
+    def record(self, values: Mapping[str, object]) -> tblog.EpochScalars:
+        """Appends one `WholeSetValidation.history` entry to the durable record; returns it as recorded."""
+        # Plain floats: they go to JSON, and the live and the re-written values must be the same numbers.
+        scalars = {tag: None if values[tag] is None else float(values[tag]) for tag in EPOCH_TAGS}
+        entry = tblog.EpochScalars(epoch=int(values["epoch"]), scalars=scalars, logdir=tblog.logdir_key(self.logdir))
+        tblog.append_record(self.record_path, entry)
+        return entry
+
+    def publish(self, entry: tblog.EpochScalars) -> int:
+        """Writes the epoch's scalars that the logdir lacks, then flushes; returns how many it wrote."""
+        tags = tblog.missing_tags(entry, self.logged)
+        with self.writer.as_default():
+            for tag in tags:
+                tf.summary.scalar(tag, entry.scalars[tag], step=entry.epoch)
+                self.logged.add(tag, entry.epoch)
+        self.writer.flush()
+        return len(tags)
+
+    def catch_up(self, checkpoint_epoch: int) -> list[int]:
+        """Writes, from the record, the epochs up to the checkpoint's that the logdir lacks; returns them."""
+        entries = tblog.epochs_to_rewrite(tblog.read_record(self.record_path), self.logged, checkpoint_epoch,
+                                          tblog.logdir_key(self.logdir))
+        for entry in entries:
+            self.publish(entry)
+            say(f"wrote epoch {entry.epoch} to TensorBoard from the checkpoint's record (the run before was "
+                "stopped between saving and logging it)")
+        return [entry.epoch for entry in entries]
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
 class CheckpointSaver(tf.keras.callbacks.Callback):
     """Rank 0 saves weights, optimizer state, the finished epoch and the learning rate after every epoch.
 
-    Runs after ReduceLROnPlateau, so the saved rate is the one the next epoch would use.
+    Runs after ReduceLROnPlateau, so the saved rate is the one the next epoch would use. With an `epoch_log`, the
+    epoch's scalars (from `validation`, with the rate the epoch trained with) are recorded BEFORE the save and
+    written to TensorBoard only AFTER it: a kill before the save re-trains an epoch that TensorBoard does not
+    hold yet, a kill after it leaves the scalars in the record for the resumed run's `EpochLog.catch_up`.
     """
 
-    def __init__(self, manager: tf.train.CheckpointManager, epoch: tf.Variable, lr: tf.Variable,
-                 guard: NanGuard) -> None:
+    def __init__(self, manager: tf.train.CheckpointManager, epoch: tf.Variable, lr: tf.Variable, guard: NanGuard,
+                 validation: WholeSetValidation | None = None, epoch_log: EpochLog | None = None) -> None:
         super().__init__()
         self.manager = manager
         self.epoch = epoch
         self.lr = lr
         self.guard = guard
+        self.validation = validation
+        self.epoch_log = epoch_log
 
     def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:
         if self.guard.tripped:
             return  # never replace a good checkpoint with NaN weights
+        entry = self._record(epoch + 1)
         self.epoch.assign(epoch + 1)
         self.lr.assign(current_lr(self.model))
         path = self.manager.save(checkpoint_number=epoch + 1)
         say(f"saved checkpoint {path} (epoch {epoch + 1}, lr {current_lr(self.model):.3g})")
+        if entry is not None:
+            self.epoch_log.publish(entry)
+
+    def _record(self, epoch: int) -> tblog.EpochScalars | None:
+        if self.epoch_log is None or self.validation is None or not self.validation.history:
+            return None
+        values = self.validation.history[-1]
+        return self.epoch_log.record(values) if values["epoch"] == epoch else None
 
 
 def write_layout(writer: tf.summary.SummaryWriter) -> None:

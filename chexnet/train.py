@@ -10,12 +10,19 @@ Two switches for tests and operators, outside the documented command line:
 - environment `CHEXNET_INJECT_NAN_AT_STEP=K`: from the K-th batch (counting from 1) on, the labels are NaN,
   the way a corrupt record would poison training; it exercises the NaN guard end to end. With
   `CHEXNET_INJECT_NAN_RANK=R` only rank R is poisoned (the others must still stop, not hang).
+
+Killed and re-run: Slurm's `--requeue` SIGKILLs a job whose node died and re-runs the same command with `--resume`
+in the same logdir and checkpoint directory. TensorBoard then still holds every epoch of every per-epoch tag
+exactly once and no throughput step twice: rank 0 keeps `<checkpoint-dir>/epochs.jsonl`, a record of each finished
+epoch's scalars written before its checkpoint, writes an epoch to TensorBoard only after its checkpoint, and on
+`--resume` writes from the record what a kill left out and skips what the logdir already holds (`chexnet.tblog`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +43,7 @@ if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
+    from chexnet import callbacks as cb
     from chexnet.data.pipeline import DataSource
 
 MODELS = ("densenet121", "resnet50")
@@ -171,6 +179,9 @@ def run(cfg: TrainConfig) -> int:
     from chexnet.model import build_model, class_weights, weighted_bce
 
     hvd.init()
+    # Every rank, so that a multi-node job's log tells which host each rank ran on.
+    cb.say(f"rank {hvd.rank()} of {hvd.size()} on {socket.gethostname()} "
+           f"(local rank {hvd.local_rank()} of {hvd.local_size()})")
     _place_on_devices()
     tf.keras.utils.set_random_seed(cfg.seed)  # the same seed everywhere: all ranks start from the same weights
     if cfg.fp16:
@@ -195,12 +206,16 @@ def run(cfg: TrainConfig) -> int:
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=epoch_done, lr=saved_lr)
     manager = tf.train.CheckpointManager(checkpoint, str(cfg.checkpoint_dir), max_to_keep=CHECKPOINTS_KEPT)
     start_epoch = _restore_or_start(cfg, model, checkpoint, manager, epoch_done, saved_lr, chief)
+    # Before the early return below: a run killed after its last checkpoint but before logging that epoch is
+    # re-run with nothing left to train, and must still write the epoch.
+    epoch_log = _epoch_log(cfg, start_epoch) if chief else None
     if start_epoch >= cfg.epochs:
-        if chief:
+        if epoch_log is not None:
             cb.say(f"the checkpoint has finished {start_epoch} epochs, --epochs is {cfg.epochs}: nothing to do")
+            epoch_log.close()
         return 0
 
-    writer = tf.summary.create_file_writer(str(cfg.logdir)) if chief else None
+    writer = epoch_log.writer if epoch_log is not None else None
     if writer is not None:
         cb.write_layout(writer)
         cb.write_hparams(writer, _hparams(cfg, hvd.size()), trial_id=cfg.logdir.name)
@@ -209,12 +224,12 @@ def run(cfg: TrainConfig) -> int:
                f"images; epochs {start_epoch + 1}..{cfg.epochs} at lr {cb.current_lr(model):.3g} "
                f"(--lr {cfg.lr:g} x {hvd.size()} workers, then plateau cuts)")
     guard = cb.NanGuard()
-    callbacks = _callbacks(cfg, hvd, model, eval_ds, loss, writer, guard, manager, epoch_done, saved_lr,
+    callbacks = _callbacks(cfg, hvd, model, eval_ds, loss, epoch_log, guard, manager, epoch_done, saved_lr,
                            scaled_lr, steps_per_epoch, chief)
     model.fit(_maybe_poisoned(train_ds, hvd.rank()), epochs=cfg.epochs, initial_epoch=start_epoch,
               steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=_keras_verbosity(cfg.progress, chief))
-    if writer is not None:
-        writer.close()
+    if epoch_log is not None:
+        epoch_log.close()
     _report_skipped(chief)
     if guard.tripped:
         if chief:
@@ -353,14 +368,34 @@ def _restore_or_start(cfg: TrainConfig, model: tf.keras.Model, checkpoint: tf.tr
     return start_epoch
 
 
-def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, writer, guard, manager, epoch_done, saved_lr,
+def _epoch_log(cfg: TrainConfig, start_epoch: int) -> cb.EpochLog:
+    """Rank 0's TensorBoard scalars: on --resume it learns what the logdir holds and writes from the record the
+    epochs that a kill left out (see chexnet.tblog)."""
+    from chexnet import callbacks as cb
+    from chexnet import tblog
+
+    logged = tblog.read_logdir(cfg.logdir) if cfg.resume else tblog.LoggedSteps()
+    record = tblog.record_path(cfg.checkpoint_dir)
+    if start_epoch == 0:
+        tblog.reset_record(record)  # a fresh start: the record describes checkpoints that will be replaced
+    epoch_log = cb.EpochLog(cfg.logdir, record, logged)
+    epoch_log.catch_up(start_epoch)
+    return epoch_log
+
+
+def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, epoch_log, guard, manager, epoch_done, saved_lr,
                scaled_lr: float, steps_per_epoch: int, chief: bool) -> list[tf.keras.callbacks.Callback]:
     """Order matters: Keras calls them in this order with one shared logs dict."""
     import tensorflow as tf
 
     from chexnet import callbacks as cb
 
-    throughput = cb.ThroughputLogger(writer, cfg.batch_size * hvd.size(), steps_per_epoch)
+    writer = epoch_log.writer if epoch_log is not None else None
+    logged_through = epoch_log.logged.last_step(cb.TAG_THROUGHPUT) if epoch_log is not None else 0
+    throughput = cb.ThroughputLogger(writer, cfg.batch_size * hvd.size(), steps_per_epoch,
+                                     logged_through=logged_through)
+    validation = cb.WholeSetValidation(eval_ds, loss, guard, throughput, cfg.epochs, announce=chief,
+                                       jit_compile=cfg.xla)
     callbacks = [
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # optimizer slots too, once the first step made them
         hvd.callbacks.MetricAverageCallback(),  # loss/train = the mean over ranks, before anyone logs it
@@ -371,12 +406,12 @@ def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, writer, guard, manag
     callbacks += [
         guard,
         throughput,
-        cb.WholeSetValidation(eval_ds, loss, writer, guard, throughput, cfg.epochs, jit_compile=cfg.xla),
+        validation,
         tf.keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=PLATEAU_FACTOR, patience=PLATEAU_PATIENCE,
                                              min_lr=MIN_LR, verbose=1 if chief else 0),
     ]
     if chief:
-        callbacks.append(cb.CheckpointSaver(manager, epoch_done, saved_lr, guard))
+        callbacks.append(cb.CheckpointSaver(manager, epoch_done, saved_lr, guard, validation, epoch_log))
     return callbacks
 
 

@@ -2,7 +2,8 @@
 identical, writes every TensorBoard tag, resumes at the next epoch, fails loudly on NaN and on bad arguments.
 
 Sized for 2 CPU cores: 64x64 images, DenseNet-121, a few epochs. One two-worker run is shared by the tests
-that read its results (module-scoped fixture); the resume test continues from a copy of its checkpoints.
+that read its results (module-scoped fixture); the resume tests continue from copies of its checkpoints (and, for
+the kill test, of its logdir, cut the way kills cut it).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.custom_scalar import metadata as custom_scalar_metadata
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.util import tensor_util
 
-from chexnet.callbacks import ALL_TAGS, TAG_AUROC_MEAN, TAG_LR, TAG_THROUGHPUT
+from chexnet import tblog
+from chexnet.callbacks import ALL_TAGS, EPOCH_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LR, TAG_THROUGHPUT
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -192,6 +195,78 @@ def test_resume_continues_at_the_next_epoch_with_the_saved_rate(two_workers, dat
     steps_per_epoch = int(re.search(r"(\d+) steps/epoch", resumed.output).group(1))
     assert min(step for step, _ in found[TAG_THROUGHPUT]) > EPOCHS * steps_per_epoch  # global steps go on
     assert (checkpoints / "checkpoint").read_text().count(f"ckpt-{EPOCHS + 1}") >= 1
+
+
+def event_records(path: Path) -> list[tuple[bytes, event_pb2.Event]]:
+    """An event file's records: each one's framed bytes (length, CRC, event, CRC) and its event."""
+    data, pos, records = path.read_bytes(), 0, []
+    while pos < len(data):
+        length = int.from_bytes(data[pos:pos + 8], "little")
+        framed = data[pos:pos + 16 + length]
+        records.append((framed, event_pb2.Event.FromString(framed[12:12 + length])))
+        pos += len(framed)
+    return records
+
+
+def tag_of(event: event_pb2.Event) -> str | None:
+    return event.summary.value[0].tag if event.summary.value else None
+
+
+def killed_copy_of(run: Run, logdir: Path, checkpoints: Path, steps_per_epoch: int) -> None:
+    """What two kills leave of `run`'s logdir and checkpoints (window 1 and window 2 of the resume test below)."""
+    (source,) = run.logdir.glob("*tfevents*")
+    records = event_records(source)
+    epoch_1 = [i for i, (_, e) in enumerate(records) if tag_of(e) in EPOCH_TAGS and e.step == 1]
+    first_point = next(i for i, (_, e) in enumerate(records) if tag_of(e) == TAG_THROUGHPUT)
+    epoch_2_points = [i for i, (_, e) in enumerate(records)
+                      if tag_of(e) == TAG_THROUGHPUT and e.step > steps_per_epoch]
+    logdir.mkdir()
+    # Killed after checkpoint 1 while its scalars were being written: 3 of them made it, and part of a 4th.
+    kept = [framed for framed, _ in records[:epoch_1[3]]]
+    (logdir / source.name).write_bytes(b"".join(kept) + records[epoch_1[3]][0][:20])
+    # Epoch 2 trained, its first throughput point flushed, its scalars recorded, killed before checkpoint 2.
+    header = [framed for framed, _ in records[:first_point]]  # file version, layout, hparams
+    stamp = source.name.split(".")[3]
+    later = source.name.replace(f".{stamp}.", f".{int(stamp) + 1}.")
+    cut = records[epoch_2_points[0] + 1][0][:20]
+    (logdir / later).write_bytes(b"".join(header) + records[epoch_2_points[0]][0] + cut)
+    shutil.copytree(run.checkpoints, checkpoints)
+    for path in checkpoints.glob("ckpt-2.*"):
+        path.unlink()
+    (checkpoints / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\nall_model_checkpoint_paths: "ckpt-1"\n')
+    # The record names the logdir it was logged to: this copy's.
+    record = tblog.record_path(checkpoints)
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    record.write_text("".join(json.dumps({**line, "logdir": str(logdir)}) + "\n" for line in lines))
+
+
+def test_resume_after_kills_logs_every_epoch_exactly_once(two_workers, dataset, tmp_path):
+    """Slurm's --requeue re-runs a killed job with --resume in the same logdir. The two windows a kill can hit,
+    made deterministic by cutting a copy of the two-worker run's files (no single kill leaves both at once; one
+    resumed run proves both, re-training epoch 2 of 2):
+    1. after checkpoint 1 was saved, before all of epoch 1's scalars were written: they come from the record;
+    2. in epoch 2, after its first throughput point was flushed and its scalars recorded but before checkpoint 2:
+       the re-trained epoch writes its scalars once (not the stale record line) and no throughput step again.
+    """
+    assert two_workers.proc.returncode == 0
+    steps_per_epoch = int(re.search(r"(\d+) steps/epoch", two_workers.output).group(1))
+    logdir, checkpoints = tmp_path / "logs", tmp_path / "checkpoints"
+    killed_copy_of(two_workers, logdir, checkpoints, steps_per_epoch)
+    resumed = train(tmp_path, "--epochs", str(EPOCHS), "--resume", checkpoints=checkpoints, data=dataset)
+    assert resumed.proc.returncode == 0, resumed.output[-3000:]
+    assert "1 epochs done, continuing with epoch 2 of 2" in resumed.output
+    assert "wrote epoch 1 to TensorBoard from the checkpoint's record" in resumed.output
+    assert "wrote epoch 2 " not in resumed.output
+    original, found = scalars(two_workers.logdir), scalars(logdir)
+    for tag in EPOCH_TAGS:
+        assert [step for step, _ in found[tag]] == [1, 2], tag
+        assert found[tag][0] == original[tag][0], tag  # epoch 1: the very values the killed run would have written
+    points = [step for step, _ in found[TAG_THROUGHPUT]]
+    assert len(points) == len(set(points)) and sorted(points) == sorted(s for s, _ in original[TAG_THROUGHPUT])
+    lines = [json.loads(line) for line in tblog.record_path(checkpoints).read_text().splitlines()]
+    epoch_2 = [line["scalars"] for line in lines if line["epoch"] == 2]
+    assert len(epoch_2) == 2  # the stale line of the killed epoch 2, then the re-trained one's, which wins
+    assert found[TAG_LOSS_TRAIN][1][1] == pytest.approx(epoch_2[-1][TAG_LOSS_TRAIN], rel=1e-6)
 
 
 def test_nan_loss_stops_every_worker_with_an_error(dataset, tmp_path):
