@@ -37,6 +37,7 @@ bench: install
 	$(PY) -m portal.bench.spawn --runs 10
 	$(PY) -m portal.bench.dashboard
 	$(PY) -m portal.bench.liveness
+	$(PY) -m portal.bench.nodes
 
 # The hub and training images, built with podman from a local Debian base (CPU defaults; docker/build.sh --help).
 images:

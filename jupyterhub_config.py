@@ -13,7 +13,7 @@ c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
 
 c.JupyterHub.ip = portal.hub_ip
 c.JupyterHub.port = portal.hub_port
-c.JupyterHub.hub_ip = portal.hub_api_ip
+c.JupyterHub.hub_ip = portal.hub_api_address
 if portal.hub_connect_ip:
     c.JupyterHub.hub_connect_ip = portal.hub_connect_ip
 c.JupyterHub.hub_port = portal.hub_api_port

@@ -52,7 +52,7 @@ setup(
     },
     entry_points={
         # The Slurm spawner's server launcher: batchspawner-singleuser after a start-time fix (spawners/slurm.py).
-        "console_scripts": ["dsportal-singleuser = spawners.slurm:singleuser_main"],
+        "console_scripts": ["dsportal-singleuser = spawners.singleuser:singleuser_main"],
         # Every JupyterLab server runs TensorBoard over ~/jobs at <server>/tensorboard/, with a launcher icon.
         "jupyter_serverproxy_servers": ["tensorboard = portal.notebook:tensorboard_proxy"],
     },

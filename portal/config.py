@@ -12,6 +12,7 @@ environment winning. Lists are comma-separated in the environment; the GPU quota
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -26,6 +27,10 @@ SPAWNER_BACKENDS = ("slurm", "kubernetes")
 SLURM_SPAWNERS = ("portal", "batchspawner")
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
 JOB_LAUNCHERS = ("mpirun", "srun")
+# The cluster in a box's own hosts live here: 198.18.0.0/15 is reserved for benchmarking (RFC 2544), so no real
+# network uses it, and the box never routes it anywhere.
+BOX_NETWORK = ipaddress.ip_network("198.18.0.0/24")
+BOX_NODE_PREFIX = r"^[a-z][a-z0-9]{0,7}$"  # interface names are at most 15 characters: "ve-" + prefix + number
 MPI_BINDINGS = ("none", "socket", "core")
 
 
@@ -47,8 +52,10 @@ class PortalConfig:
     hub_port: int = 8000
     hub_api_port: int = 8081
     # Where the hub's own API listens, and the address servers and services use to reach it when that is not
-    # the listening one (in a cluster: listen on 0.0.0.0, connect through the hub's Service name).
-    hub_api_ip: str = "127.0.0.1"
+    # the listening one (in a cluster: listen on 0.0.0.0, connect through the hub's Service name). Empty means the
+    # box's bridge address (box_subnet's first host, where its compute nodes reach the hub) with Slurm, and
+    # 127.0.0.1 with Kubernetes.
+    hub_api_ip: str = ""
     hub_connect_ip: str = ""
     proxy_api_port: int = 8001
     # Seconds a spawn may take before the hub gives up.
@@ -96,6 +103,17 @@ class PortalConfig:
     slurm_node_cpus: int = 8
     slurm_node_memory_mb: int = 20000
     slurm_node_gpus: int = 4
+    # Slurm accounting: slurmdbd's port, and the port of the box's private MariaDB (which only slurmdbd uses).
+    slurmdbd_port: int = 6819
+    accounting_db_port: int = 6820
+
+    # The cluster in a box's compute nodes: each a host of its own on this machine (a network and UTS namespace
+    # named like its hostname, <prefix>1, <prefix>2, ...), on a bridge the box makes for box_subnet, with its own
+    # slurmd and fake GPUs. The bridge takes the subnet's first address; node N the address N after it. The
+    # subnet must lie in 198.18.0.0/24, so two boxes (say, `make up` and the tests) use two parts of it.
+    box_nodes: int = 2
+    box_node_prefix: str = "node"
+    box_subnet: str = "198.18.0.0/27"
 
     # Training jobs (portal.jobs).
     # The data set a job reads when its spec names none; empty means the demo set that
@@ -178,7 +196,7 @@ class PortalConfig:
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: {', '.join(map(repr, allowed))}")
         for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port",
-                     "slurmctld_port", "slurmd_port"):
+                     "slurmctld_port", "slurmd_port", "slurmdbd_port", "accounting_db_port"):
             port = getattr(self, name)
             if not 1 <= port <= 65535:
                 raise ConfigError(f"{name} is {port}; allowed: 1-65535")
@@ -190,6 +208,7 @@ class PortalConfig:
         if not 0 <= self.dashboard_port <= 65535:
             raise ConfigError(f"dashboard_port is {self.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
         self._check_kubernetes()
+        self._check_box()
         for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} is {getattr(self, name)}; allowed: 1 or more")
@@ -219,6 +238,21 @@ class PortalConfig:
             if not getattr(self, name).startswith("/"):
                 raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: an absolute path")
 
+    def _check_box(self) -> None:
+        try:
+            subnet = ipaddress.ip_network(self.box_subnet)
+        except ValueError:
+            raise ConfigError(f"box_subnet is {self.box_subnet!r}; allowed: a network such as 198.18.0.0/27 "
+                              f"inside {BOX_NETWORK}") from None
+        if not subnet.subnet_of(BOX_NETWORK):  # never 10/8, 172.16/12, 192.168/16 or anything routed
+            raise ConfigError(f"box_subnet is {subnet}; allowed: a network inside {BOX_NETWORK}")
+        most = subnet.num_addresses - 3  # less the network, broadcast and bridge addresses
+        if not 1 <= self.box_nodes <= min(most, 99):
+            raise ConfigError(f"box_nodes is {self.box_nodes}; allowed: 1-{min(most, 99)} (box_subnet {subnet})")
+        if not re.match(BOX_NODE_PREFIX, self.box_node_prefix):
+            raise ConfigError(f"box_node_prefix is {self.box_node_prefix!r}; allowed: a lower-case letter, then up "
+                              "to 7 lower-case letters or digits")
+
     def gpu_profiles(self) -> tuple[int, ...]:
         return tuple(sorted({int(p) for p in self.k8s_gpu_profiles}))
 
@@ -242,6 +276,24 @@ class PortalConfig:
         if self.default_data_dir:
             return Path(self.default_data_dir)
         return self.state_dir / "datasets" / "chestxray14-demo-tfrecords"
+
+    @property
+    def box_gateway(self) -> str:
+        """The address of the box's bridge on this machine: where its compute nodes reach the hub and Slurm."""
+        return str(ipaddress.ip_network(self.box_subnet)[1])
+
+    def box_node_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.box_node_prefix}{i}" for i in range(1, self.box_nodes + 1))
+
+    def box_node_address(self, index: int) -> str:
+        """The address of compute node `index` (1-based)."""
+        return str(ipaddress.ip_network(self.box_subnet)[1 + index])
+
+    @property
+    def hub_api_address(self) -> str:
+        if self.hub_api_ip:
+            return self.hub_api_ip
+        return self.box_gateway if self.spawner_backend == "slurm" else "127.0.0.1"
 
     @property
     def hub_url(self) -> str:

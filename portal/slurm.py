@@ -1,7 +1,8 @@
-"""Reading Slurm's own answers: `scontrol show partition -o`, `scontrol show node -d -o`, `scontrol show job -o`.
+"""Reading Slurm's own answers: `scontrol show partition -o`, `scontrol show node -d -o`, `scontrol show job -o`,
+a user's `squeue`, and Slurm's pending reasons in words.
 
-Pure parsers shared by the spawner (spawners/slurm.py: what a JupyterLab server may ask for) and the training jobs
-(portal/jobs: what a multi-node job may ask for). Nothing here runs a command.
+Pure parsers shared by the spawner (spawners/slurm.py: what a JupyterLab server may ask for), the training jobs
+(portal/jobs: what a multi-node job may ask for) and the dashboard. Nothing here runs a command.
 """
 
 from __future__ import annotations
@@ -12,6 +13,33 @@ from dataclasses import dataclass
 RUNUSER = "/usr/sbin/runuser"  # util-linux; sudo is not installed on these nodes
 # A node in one of these states cannot run anything now (it may come back: it still counts as a member).
 UNUSABLE_NODE_STATE = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|FUTURE")
+SERVER_JOB_NAME = "spawner-jupyterhub"  # batchspawner's --job-name for a JupyterLab server
+# A user's jobs and what they hold or wait for: id, nodes, TRES per node and per job, then the name (last: it is the
+# only field that may hold a "|"). The ":|" suffix makes `squeue -O` print each field unpadded, then a "|".
+USER_SQUEUE_FORMAT = "JobID:|,NumNodes:|,tres-per-node:|,tres-per-job:|,Name:|"
+
+# Slurm's pending reasons, in words a data scientist can act on.
+PENDING_REASONS = {
+    "Resources": "waiting for GPUs, CPUs or memory to free up",
+    "Priority": "other jobs are ahead in the queue",
+    "ReqNodeNotAvail": "a node it needs is not available",
+    "NodeDown": "a node it needs is down",
+    "PartitionTimeLimit": "the wall time exceeds the partition's limit",
+    "PartitionNodeLimit": "it asks for more nodes than the partition has usable",
+    "QOSMaxGRESPerUser": "you are using your whole GPU allowance",
+    "AssocGrpGRES": "your other jobs and servers hold your whole GPU quota; it starts when they end",
+    "AssocGrpGRESLimit": "your other jobs and servers hold your whole GPU quota; it starts when they end",
+    "JobHeldUser": "the job is held",
+    "JobHeldAdmin": "the job is held by an administrator",
+    "BeginTime": "the job's start time has not come (Slurm waits a while before restarting a requeued job)",
+    "None": "the scheduler has not looked at it yet",
+}
+
+
+def pending_reason(reason: str) -> str:
+    """Slurm's reason with its meaning: "Resources (waiting for GPUs, CPUs or memory to free up)"."""
+    words = PENDING_REASONS.get(reason.strip("()").split(",")[0])
+    return f"{reason} ({words})" if words else reason
 
 
 def parse_key_values(line: str) -> dict[str, str]:
@@ -48,6 +76,8 @@ class SlurmNode:
     free_gpus: int  # 0 when the node cannot run anything now
     usable: bool
     partitions: tuple[str, ...]
+    state: str = ""  # Slurm's, e.g. "IDLE", "MIXED", "IDLE+DRAIN", "DOWN+NOT_RESPONDING"
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -59,22 +89,35 @@ class SlurmPartition:
     max_minutes: int | None  # None: no wall-time limit
     default: bool
 
-    # A job's per-node request must fit the partition's largest node: Slurm places it there or nowhere.
+    @property
+    def usable_nodes(self) -> tuple[SlurmNode, ...]:
+        """The nodes that can run something now (not down, drained or failing)."""
+        return tuple(n for n in self.nodes if n.usable)
+
+    # A job's per-node request must fit the partition's largest usable node: Slurm places it there or nowhere
+    # (a drained node offers nothing, however large).
     @property
     def cpus_per_node(self) -> int:
-        return max(n.cpus for n in self.nodes)
+        return max((n.cpus for n in self.usable_nodes), default=0)
 
     @property
     def memory_mb_per_node(self) -> int:
-        return max(n.memory_mb for n in self.nodes)
+        return max((n.memory_mb for n in self.usable_nodes), default=0)
 
     @property
     def gpus_per_node(self) -> int:
-        return max(n.gpus for n in self.nodes)
+        return max((n.gpus for n in self.usable_nodes), default=0)
 
     @property
     def free_gpus_per_node(self) -> int:
-        return max(n.free_gpus for n in self.nodes)
+        return max((n.free_gpus for n in self.usable_nodes), default=0)
+
+    def unusable_note(self) -> str:
+        """" (node2 is drained)"-style words for the nodes that cannot take work now, or ""."""
+        down = [n for n in self.nodes if not n.usable]
+        if not down:
+            return ""
+        return f"; not usable now: {', '.join(f'{n.name} ({n.state.lower()})' for n in down)}"
 
 
 def nodes_from_scontrol(node_lines: str) -> dict[str, SlurmNode]:
@@ -96,6 +139,8 @@ def nodes_from_scontrol(node_lines: str) -> dict[str, SlurmNode]:
             free_gpus=max(0, total - used) if usable else 0,
             usable=usable,
             partitions=tuple(node.get("Partitions", "").split(",")),
+            state=node.get("State", ""),
+            address=node.get("NodeAddr", ""),
         )
     return nodes
 
@@ -118,3 +163,31 @@ def slurm_partitions(partition_lines: str, node_lines: str) -> tuple[SlurmPartit
             default=part.get("Default") == "YES",
         ))
     return tuple(partitions)
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    """One of a user's jobs that holds (or waits for) GPUs."""
+
+    job_id: str
+    gpus: int  # all nodes together
+    server: bool  # their JupyterLab server
+
+    def describe(self) -> str:
+        return "your server" if self.server else f"job {self.job_id}"
+
+
+def gpu_holders(squeue_out: str) -> tuple[GpuHolder, ...]:
+    """The jobs with GPUs in `squeue -h -u USER -O USER_SQUEUE_FORMAT` (every job squeue lists: pending ones
+    count too, they are a claim on the quota), in squeue's order."""
+    holders = []
+    for line in squeue_out.splitlines():
+        fields = line.split("|", 4)
+        if len(fields) < 5 or not fields[0].isdigit():
+            continue
+        job_id, nodes, per_node, per_job, name = fields[0], fields[1], fields[2], fields[3], fields[4][:-1]
+        count = int(nodes) if nodes.isdigit() else 1
+        gpus = gpu_count(per_node) * count + gpu_count(per_job)
+        if gpus:
+            holders.append(GpuHolder(job_id=job_id, gpus=gpus, server=name == SERVER_JOB_NAME))
+    return tuple(holders)

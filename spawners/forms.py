@@ -47,6 +47,13 @@ class ClusterLimits:
     gpu_quota: int  # the most GPUs this user's groups allow
     groups: tuple[str, ...] = ()
     gpu_choices: tuple[int, ...] | None = None  # GPU profiles (Kubernetes: 0/1/2/4/8); None: any count
+    # What the user's jobs hold or wait for now ("job 12"): the quota is for their server and jobs together.
+    gpus_in_use: int = 0
+    gpu_holders: tuple[str, ...] = ()
+
+    @property
+    def gpus_left(self) -> int:
+        return max(0, self.gpu_quota - self.gpus_in_use)
 
     def gpu_counts(self, partition: Partition) -> tuple[int, ...] | None:
         """The GPU counts the user may pick on this partition now, when only some counts are offered."""
@@ -62,7 +69,7 @@ class ClusterLimits:
         return next((p for p in self.partitions if p.default), self.partitions[0])
 
     def max_gpus(self, partition: Partition) -> int:
-        return max(0, min(partition.free_gpus_per_node, self.gpu_quota))
+        return max(0, min(partition.free_gpus_per_node, self.gpus_left))
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,10 @@ def _integer(raw: Mapping[str, Any], name: str, low: int, high: int, why: str = 
 
 
 def _gpu_note(limits: ClusterLimits, partition: Partition) -> str:
-    if limits.gpu_quota < partition.free_gpus_per_node:
+    if limits.gpus_left < partition.free_gpus_per_node:
+        if limits.gpus_in_use:
+            return (f" (you use {limits.gpus_in_use} of your {limits.gpu_quota} GPUs: "
+                    f"{', '.join(limits.gpu_holders)})")
         groups = ", ".join(limits.groups) or "none"
         return f" (your GPU quota is {limits.gpu_quota}; your groups: {groups})"
     return f" ({partition.free_gpus_per_node} free on a node of partition {partition.name} now)"
@@ -194,6 +204,7 @@ def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None, pool
     )
     partition = limits.partition(chosen.partition) or limits.default_partition
     max_gpus = limits.max_gpus(partition)
+    in_use = f", {limits.gpus_in_use} in use ({esc(', '.join(limits.gpu_holders))})" if limits.gpus_in_use else ""
     return f"""
 <div class="form-group mb-3">
   <label for="ds-partition" class="form-label">{esc(pool_label)}</label>
@@ -202,7 +213,7 @@ def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None, pool
 <div class="form-group mb-3">
   <label for="ds-gpus" class="form-label">GPUs</label>
   {_gpu_input(limits, partition, chosen.gpus)}
-  <small class="form-text text-muted">0 to {max_gpus}: your quota is {limits.gpu_quota},
+  <small class="form-text text-muted">0 to {max_gpus}: your quota is {limits.gpu_quota}{in_use},
     {partition.free_gpus_per_node} free on a node now.</small>
 </div>
 <div class="form-group mb-3">

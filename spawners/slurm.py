@@ -13,19 +13,15 @@ What it adds to `batchspawner.SlurmSpawner`, each through the Spawner's named ex
 - a faster start, with the same checks: the port that batchspawner-singleuser reports wakes the start at once
   (batchspawner sleeps `startup_poll_interval` between looks), the server is handed to the hub the moment it
   accepts connections (the hub's own check backs off exponentially: 0.2, 0.4, 0.8 ... s), and JupyterLab skips
-  what costs start time and serves nothing here (`SINGLEUSER_FAST_START`, `defer_iri_syntax_parsers`: the
-  server's launcher in the job is `dsportal-singleuser`, `singleuser_main` here). docs/benchmarks.md has the figures.
+  what costs start time and serves nothing here (`SINGLEUSER_FAST_START`; the server's launcher in the job is
+  `dsportal-singleuser`, spawners/singleuser.py). docs/benchmarks.md has the figures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import os
 import shlex
-import sys
-import types
 
 from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import JobStatus
@@ -33,22 +29,17 @@ from tornado import web
 from traitlets import Float, Instance, Integer, default, observe
 
 from portal.config import PortalConfig, load
-from portal.slurm import RUNUSER, parse_key_values, slurm_partitions
+from portal.slurm import (
+    RUNUSER,
+    USER_SQUEUE_FORMAT,
+    gpu_holders,
+    nodes_from_scontrol,
+    parse_key_values,
+    pending_reason,
+    slurm_partitions,
+)
 from spawners.forms import ClusterLimits, OptionsError, Partition, ServerOptions, parse_server_options, render_form
 
-# Slurm's pending reasons, in words a data scientist can act on.
-PENDING_REASONS = {
-    "Resources": "waiting for GPUs, CPUs or memory to free up",
-    "Priority": "other jobs are ahead in the queue",
-    "ReqNodeNotAvail": "the requested node is not available",
-    "PartitionTimeLimit": "the wall time exceeds the partition's limit",
-    "QOSMaxGRESPerUser": "you are using your whole GPU allowance",
-    "AssocGrpGRES": "your group is using its whole GPU allowance",
-    "JobHeldUser": "the job is held",
-    "JobHeldAdmin": "the job is held by an administrator",
-    "BeginTime": "the job's start time has not come",
-    "None": "the scheduler has not looked at it yet",
-}
 # jupyterhub-singleuser options that shorten the server's start and first page, for every server of the portal:
 # - jupyter_lsp: scans for ~20 language servers at every start; none is installed on the nodes.
 # - the PyPI extension manager: imports an HTTP client and would query pypi.org, unreachable from compute nodes;
@@ -66,13 +57,14 @@ ENDED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NO
 
 
 def partitions_from_scontrol(partition_lines: str, node_lines: str) -> tuple[Partition, ...]:
-    """Partitions that are up, with the resources of their best node, from `scontrol show partition -o` and
-    `scontrol show node -d -o` (read by portal.slurm, shared with the training jobs)."""
+    """Partitions that are up and have a usable node, with the resources of their best usable node, from
+    `scontrol show partition -o` and `scontrol show node -d -o` (read by portal.slurm, shared with the training
+    jobs): a drained or down node offers nothing."""
     return tuple(
         Partition(name=p.name, cpus_per_node=p.cpus_per_node, memory_mb_per_node=p.memory_mb_per_node,
                   gpus_per_node=p.gpus_per_node, free_gpus_per_node=p.free_gpus_per_node,
                   max_minutes=p.max_minutes, default=p.default)
-        for p in slurm_partitions(partition_lines, node_lines)
+        for p in slurm_partitions(partition_lines, node_lines) if p.usable_nodes
     )
 
 
@@ -83,41 +75,6 @@ async def accepts_connections(host: str, port: int) -> bool:
         return False
     writer.close()
     return True
-
-
-def defer_iri_syntax_parsers() -> bool:
-    """Make `import rfc3987_syntax` cheap in this process: the real module is loaded at its first use.
-
-    jupyter_events (imported by jupyter_server) builds jsonschema's format checker, and jsonschema imports
-    rfc3987_syntax for the "iri" formats, which compiles ~35 Earley parsers on import: 0.8 s of the server's
-    2.1 s start here (jupyter_server#1559, jsonschema#1428). No Jupyter schema uses those formats; a check that
-    does still gets the real module. Returns whether the stand-in was put in place."""
-    name = "rfc3987_syntax"
-    if name in sys.modules or importlib.util.find_spec(name) is None:
-        return False
-    real: list[types.ModuleType] = []
-
-    def is_valid_syntax(term: str, value: str) -> bool:
-        if not real:
-            if sys.modules.get(name) is stand_in:
-                del sys.modules[name]
-            real.append(importlib.import_module(name))
-        return real[0].is_valid_syntax(term, value)
-
-    stand_in = types.ModuleType(name, "rfc3987_syntax, loaded at the first check (spawners.slurm)")
-    stand_in.is_valid_syntax = is_valid_syntax
-    sys.modules[name] = stand_in
-    return True
-
-
-def singleuser_main() -> None:
-    """The server's launcher in the job (`batchspawner_singleuser_cmd`): batchspawner-singleuser, which reports
-    the server's port to the hub and runs jupyterhub-singleuser in this process, after
-    `defer_iri_syntax_parsers`."""
-    defer_iri_syntax_parsers()
-    from batchspawner.singleuser import main
-
-    main()
 
 
 def tensorboard_proxy_url(spawner) -> str:
@@ -192,6 +149,12 @@ class PortalSlurmSpawner(SlurmSpawner):
     def _args_default(self) -> list[str]:
         return list(SINGLEUSER_FAST_START)
 
+    @default("req_options")
+    def _options_default(self) -> str:
+        # A server whose node fails is gone (the hub stops it); run again by Slurm elsewhere, it would be a server
+        # nobody waits for. Training jobs are the ones that requeue and resume.
+        return "--no-requeue"
+
     @default("start_timeout")
     def _start_timeout_default(self) -> int:
         return self.portal.start_timeout
@@ -221,13 +184,17 @@ class PortalSlurmSpawner(SlurmSpawner):
         return out.decode()
 
     async def cluster_limits(self) -> ClusterLimits:
-        """What this user may ask for now: the partitions that are up, free GPUs, and the group quota."""
+        """What this user may ask for now: the partitions that are up, free GPUs, the group quota and what the
+        user's jobs hold of it (the quota is for their server and jobs together)."""
         partitions = partitions_from_scontrol(
             await self._slurm("scontrol", "show", "partition", "-o"),
             await self._slurm("scontrol", "show", "node", "-d", "-o"),
         )
+        holders = gpu_holders(await self._slurm("squeue", "-h", "-u", self.user.name, "-O", USER_SQUEUE_FORMAT))
         groups = tuple(sorted(g.name for g in self.user.groups))
-        return ClusterLimits(partitions=partitions, gpu_quota=self.portal.gpu_quota_for(groups), groups=groups)
+        return ClusterLimits(partitions=partitions, gpu_quota=self.portal.gpu_quota_for(groups), groups=groups,
+                             gpus_in_use=sum(h.gpus for h in holders),
+                             gpu_holders=tuple(h.describe() for h in holders))
 
     # --- the form (Spawner.options_form / options_from_form / apply_user_options) ---
 
@@ -310,7 +277,7 @@ class PortalSlurmSpawner(SlurmSpawner):
         if not self.job_id:
             raise RuntimeError("Jupyter batch job submission failure (no jobid in output)")
         await self._wait_until_running()
-        self.ip = self.state_gethost()
+        self.ip = await self.node_address(self.state_gethost())
         await self._port_reported.wait()
         self.db.commit()
         self.log.info("Notebook server job %s started at %s:%s", self.job_id, self.ip, self.port)
@@ -338,11 +305,24 @@ class PortalSlurmSpawner(SlurmSpawner):
             except TimeoutError:
                 pass
 
+    async def node_address(self, node: str) -> str:
+        """Where the hub reaches a server on `node`: the node's NodeAddr (Slurm's node names need not resolve on
+        the hub host); the name itself when Slurm does not say."""
+        try:
+            found = nodes_from_scontrol(await self._slurm("scontrol", "show", "node", "-o", node)).get(node)
+        except web.HTTPError:
+            return node
+        return found.address if found and found.address else node
+
     async def _job_record(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job`; {} when Slurm does not answer now (a controller restarting is not a job that
+        ended); "COMPLETED" only when Slurm says it no longer knows the job."""
         try:
             return parse_key_values(await self._slurm("scontrol", "show", "job", "-o", job_id))
-        except web.HTTPError:
-            return {"JobState": "COMPLETED"}  # Slurm no longer knows it: long gone
+        except web.HTTPError as err:
+            if "Invalid job id" in str(err.log_message):
+                return {"JobState": "COMPLETED"}  # Slurm no longer knows it: long gone
+            return {}
 
     async def describe_ended_job(self, job_id: str) -> str:
         job = await self._job_record(job_id)
@@ -374,15 +354,18 @@ class PortalSlurmSpawner(SlurmSpawner):
             if not self.job_id:
                 message = "Submitting the server job to Slurm"
             elif self.state_ispending():
-                message = f"Slurm job {self.job_id} pending: {reason}"
-                if reason.split(",")[0] in PENDING_REASONS:
-                    message += f" ({PENDING_REASONS[reason.split(',')[0]]})"
+                message = f"Slurm job {self.job_id} pending: {pending_reason(reason)}"
             elif self.state_isrunning():
-                message = f"Slurm job {self.job_id} running on {self.state_gethost()}; JupyterLab is starting"
+                message = self._running_message()
             else:
                 message = f"Slurm job {self.job_id}: {state or 'waiting for Slurm'}"
             if message != last:
                 yield {"message": message}
                 last = message
             await asyncio.sleep(1)
+        if self.state_isrunning() and last != self._running_message():
+            yield {"message": self._running_message()}  # it started between two looks: say where, all the same
+
+    def _running_message(self) -> str:
+        return f"Slurm job {self.job_id} running on {self.state_gethost()}; JupyterLab is starting"
 

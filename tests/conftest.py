@@ -19,9 +19,12 @@ import pytest
 import requests
 
 REPO = Path(__file__).resolve().parent.parent
-# Two test sessions at once (say, two checkouts) need their own state dir and ports: set both variables.
+# Two test sessions at once (say, two checkouts) need their own state dir, ports and nodes: set the variables.
 TEST_STATE = Path(os.environ.get("DSPORTAL_TEST_STATE", "/var/tmp/dsportal-test"))
 PORT_OFFSET = int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))
+# The test box's compute nodes (tnode1, tnode2) and their part of 198.18.0.0/24, apart from `make up`'s.
+NODE_PREFIX = os.environ.get("DSPORTAL_TEST_NODE_PREFIX", "tnode")
+BOX_SUBNET = os.environ.get("DSPORTAL_TEST_BOX_SUBNET", "198.18.0.32/27")
 TEST_CONFIG = TEST_STATE.with_suffix(".yaml")
 TEST_SETTINGS = {
     "state_dir": str(TEST_STATE),
@@ -32,8 +35,14 @@ TEST_SETTINGS = {
     "ldaps_port": 16636 + PORT_OFFSET,
     "slurmctld_port": 16817 + PORT_OFFSET,
     "slurmd_port": 16818 + PORT_OFFSET,
+    "slurmdbd_port": 16819 + PORT_OFFSET,
+    "accounting_db_port": 16820 + PORT_OFFSET,
+    "box_nodes": 2,
+    "box_node_prefix": NODE_PREFIX,
+    "box_subnet": BOX_SUBNET,
     "start_timeout": 120,
 }
+NODES = tuple(f"{NODE_PREFIX}{i}" for i in (1, 2))
 ARTIFACTS = REPO / "tests" / "artifacts"
 
 TEST_CONFIG.write_text("".join(f"{k}: {v}\n" for k, v in TEST_SETTINGS.items()))
@@ -127,6 +136,17 @@ class Hub:
         response = self.api(session, "DELETE", f"users/{user}/server")
         assert response.status_code in (202, 204, 400), response.text
         wait_for(lambda: self.server(session, user) is None, 60, what=f"{user}'s server to stop")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The images tests run last, and their build starts now in the background (tests/images/build.py): on a fresh
+    machine it waits on downloads for minutes, beside the CPU-bound suites instead of before them."""
+    images = [item for item in items if "tests/images/" in item.nodeid]
+    if images:
+        items[:] = [item for item in items if item not in images] + images
+        if not config.option.collectonly:
+            from tests.images import build
+            build.start()
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${DSPORTAL_VENV:-/opt/dsportal/venv}
 NODE_PREFIX=${DSPORTAL_NODE_PREFIX:-/opt/dsportal/node}
 STAMPS=$(dirname "$VENV")/stamps
-APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client munge openssl python3-venv python3-dev
+APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client slurmdbd mariadb-server munge openssl iproute2
+              python3-venv python3-dev
               chromium chromium-driver procps psmisc curl
               cmake g++ libopenmpi-dev openmpi-bin)  # the last four build and run Horovod
 

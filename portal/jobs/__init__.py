@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from portal.config import PortalConfig, load
@@ -31,6 +32,7 @@ from portal.jobs.record import ENDED_STATES, JOB_ID, RECORD_FILE, JobRecord
 from portal.jobs.slurm import JobNotFound, SlurmBackend, SlurmError
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
 from portal.metrics import RunMetrics, read_run_metrics
+from portal.usage import UsageReport
 
 BACKENDS = ("slurm", "local", "kubernetes")
 DEFAULT_POLL_S = 5.0
@@ -39,8 +41,8 @@ METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exe
                      'echo "{}"')
 
 __all__ = ["BACKENDS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
-           "KubernetesError", "RunMetrics", "SlurmError", "cancel", "get", "job_entries", "jobs", "limits", "render",
-           "submit", "validate"]
+           "KubernetesError", "RunMetrics", "SlurmError", "UsageReport", "cancel", "get", "job_entries", "jobs",
+           "limits", "render", "submit", "usage", "validate"]
 Backend = SlurmBackend | LocalBackend | KubernetesBackend
 Who = JobUser | KubeUser
 
@@ -118,6 +120,11 @@ class Job:
 
     def cancel(self) -> None:
         self._backend.cancel(self.record, self._user)
+
+    def history(self) -> list[str]:
+        """What happened across the job's runs ("requeued after node2 failed ...; resumed at epoch 3"); only Slurm
+        runs a job again."""
+        return self._backend.history(self.record, self._user) if isinstance(self._backend, SlurmBackend) else []
 
     def metrics(self) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
@@ -241,6 +248,23 @@ def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: Port
             except (JobNotFound, BackendError):
                 continue  # not a job directory of this user's (or of a backend this portal no longer has)
     return sorted(found, key=lambda job: job.submitted_at, reverse=True)
+
+
+def usage(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
+          everyone: bool = False, now: datetime | None = None) -> UsageReport:
+    """This week's jobs and GPU-hours from Slurm's accounting: the user's, or with `everyone` every user's (root
+    only: admins see everyone). SlurmError when accounting does not answer; BackendError where there is none."""
+    cfg = cfg or load()
+    if cfg.spawner_backend != "slurm":
+        raise BackendError(f"usage: GPU-hours come from Slurm's accounting; this portal's backend is "
+                           f"{cfg.spawner_backend}")
+    if everyone:
+        who = job_user()
+        if who.uid != 0:
+            raise JobAccessError("only root (the dashboard acting for an admin) may read every user's usage")
+    else:
+        who = job_user(user, groups)
+    return SlurmBackend(cfg).usage(who, everyone, now or datetime.now())
 
 
 def cancel(job_id: str, user: str | None = None, groups: Sequence[str] | None = None,

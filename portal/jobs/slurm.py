@@ -10,9 +10,11 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 from portal.config import PortalConfig
+from portal.jobs import history
 from portal.jobs.account import CallCounts, JobUser
 from portal.jobs.record import (
     COMPLETED,
@@ -29,7 +31,8 @@ from portal.jobs.record import (
 )
 from portal.jobs.spec import JobLimits, JobSpec
 from portal.jobs.templating import template_environment
-from portal.slurm import parse_key_values, slurm_partitions
+from portal.slurm import USER_SQUEUE_FORMAT, gpu_holders, parse_key_values, slurm_partitions
+from portal.usage import SACCT_FIELDS, UsageReport, parse_usage, week_start
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
@@ -101,8 +104,9 @@ class SlurmBackend:
         return result.stdout
 
     def limits(self, user: JobUser) -> JobLimits:
-        """What `user` may ask for now: the jobs partition's shape (all its nodes, busy or not: a job may wait)
-        and the user's group GPU quota."""
+        """What `user` may ask for now: the jobs partition's shape (its usable nodes, busy or not: a job may
+        wait; drained or down ones are left out), the user's group GPU quota and what their jobs and server hold
+        of it (Slurm holds the same limit for whatever does not come through the portal)."""
         partitions = slurm_partitions(self._slurm(user, "scontrol", "show", "partition", "-o"),
                                       self._slurm(user, "scontrol", "show", "node", "-d", "-o"))
         if not partitions:
@@ -113,11 +117,17 @@ class SlurmBackend:
         if partition is None:
             raise SlurmError(f"jobs_partition {wanted!r} is not a partition that is up; up: "
                              f"{', '.join(p.name for p in partitions)}")
+        if not partition.usable_nodes:
+            raise SlurmError(f"partition {partition.name} has no node that can run a job now"
+                             f"{partition.unusable_note()}")
+        holders = gpu_holders(self._slurm(user, "squeue", "-h", "-u", user.name, "-O", USER_SQUEUE_FORMAT))
         return JobLimits(
-            partition=partition.name, nodes=len(partition.nodes), gpus_per_node=partition.gpus_per_node,
+            partition=partition.name, nodes=len(partition.usable_nodes), gpus_per_node=partition.gpus_per_node,
             cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
             max_minutes=partition.max_minutes, gpu_quota=self.cfg.gpu_quota_for(user.groups),
-            default_data_dir=str(self.cfg.default_data_path), groups=user.groups)
+            default_data_dir=str(self.cfg.default_data_path), groups=user.groups,
+            gpus_in_use=sum(h.gpus for h in holders), gpu_holders=tuple(h.describe() for h in holders),
+            unusable_note=partition.unusable_note())
 
     def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         return render_sbatch(spec, f"{user.jobs_dir}/{SLURM_JOB_ID}", self.cfg, partition)
@@ -192,12 +202,45 @@ class SlurmBackend:
 
     def cancel(self, record: JobRecord, user: JobUser) -> None:
         facts = self._job_facts(user, record.id)
+        if facts is None:
+            # Slurm shows a user only their own jobs (PrivateData=jobs), and forgets ended ones: either way there is
+            # nothing of theirs to cancel, and a refusal by scancel would only tell them that the job exists.
+            raise JobNotFound(f"job {record.id}: not in Slurm's queue for {user.name} (it has ended, or it is not "
+                              f"{user.name}'s)")
         self._check_owner(user, facts, record.id)
         # As the user: Slurm itself refuses to cancel anyone else's job.
         self._slurm(user, "scancel", record.id)
 
     def output_path(self, record: JobRecord, user: JobUser) -> Path:
         return record.job_dir / OUTPUT_FILE
+
+    def usage(self, user: JobUser, everyone: bool, now: datetime) -> UsageReport:
+        """This week's jobs and GPU-hours from Slurm's accounting: the user's (sacct as them), or with `everyone`
+        every user's (sacct -a, as the caller, who must be root: Slurm shows others' jobs to admins only).
+        SlurmError when accounting (slurmdbd) does not answer."""
+        query = ["sacct", "-X", "-P", "-n", "--duplicates", "-S", f"{week_start(now):%Y-%m-%dT%H:%M:%S}",
+                 "-E", f"{now:%Y-%m-%dT%H:%M:%S}", "-o", SACCT_FIELDS]
+        return parse_usage(self._slurm(user, *query, *(["-a"] if everyone else ["-u", user.name])), now)
+
+    def history(self, record: JobRecord, user: JobUser) -> list[str]:
+        """Lines for the runs Slurm ended and ran again (a node failed, the job was requeued, it resumed), from
+        Slurm's accounting and the job's log, read as the user. [] for a job that ran once."""
+        try:
+            runs = history.parse_runs(self._slurm(user, "sacct", "-D", "-X", "-P", "-n", "-j", record.id,
+                                                  "-o", history.RUNS_FORMAT))
+        except SlurmError as err:  # accounting is down: Slurm's controller still counts the restarts
+            facts = self._job_facts(user, record.id) or {}
+            restarts = int(facts.get("Restarts", "0") or 0)
+            return [f"requeued {restarts} time(s); the details need Slurm's accounting, which does not answer "
+                    f"now ({err})"] if restarts else []
+        if len(runs) < 2:
+            return []
+        starts = [run.start for run in runs if run.start]
+        events = history.parse_events(self._slurm(
+            user, "sacctmgr", "-nP", "show", "event", f"start={min(starts):%Y-%m-%dT%H:%M:%S}",
+            f"format={history.EVENTS_FORMAT}", check=False)) if starts else []
+        marks = user.run(["grep", "-E", history.LOG_LINES, "--", str(record.output_path)], check=False).stdout
+        return history.history_lines(runs, events, history.resumed_epochs(marks))
 
 
 def _left_behind(record: JobRecord, user: JobUser) -> str | None:

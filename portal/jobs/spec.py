@@ -92,10 +92,19 @@ class JobLimits:
     gpu_quota: int  # the most GPUs (all nodes together) the user's groups allow
     default_data_dir: str
     groups: tuple[str, ...] = ()
+    # What the user's jobs and server hold or wait for now ("job 12", "your server"): the quota is for all of
+    # them together.
+    gpus_in_use: int = 0
+    gpu_holders: tuple[str, ...] = ()
+    unusable_note: str = ""  # "; not usable now: node2 (idle+drain)": why `nodes` is fewer than the partition's
+
+    @property
+    def gpus_left(self) -> int:
+        return max(0, self.gpu_quota - self.gpus_in_use)
 
     @property
     def max_gpus_per_node(self) -> int:
-        return max(0, min(self.gpus_per_node, self.gpu_quota))
+        return max(0, min(self.gpus_per_node, self.gpus_left))
 
     def where(self) -> str:
         return f"in partition {self.partition}" if self.partition else "on this machine"
@@ -173,6 +182,26 @@ def _data_dir(raw: Mapping[str, Any], limits: JobLimits, user_can_read: Callable
     return path
 
 
+def _gpus_per_node(raw: Mapping[str, Any], limits: JobLimits, nodes: int, most: int) -> int:
+    """GPUs per node within what a node has and what is left of the quota, counting what the user holds now."""
+    if most >= limits.gpus_per_node:
+        return _integer(raw, "gpus_per_node", 0, most, f" (GPUs per node {limits.where()})")
+    if not limits.gpus_in_use:
+        note = (f" (your GPU quota is {limits.gpu_quota} for all nodes together; your groups: "
+                f"{', '.join(limits.groups) or 'none'})")
+        return _integer(raw, "gpus_per_node", 0, most, note)
+    value = _integer(raw, "gpus_per_node", 0, limits.gpus_per_node, f" (GPUs per node {limits.where()})")
+    if value > most:
+        per_node = f" per node on {nodes} nodes" if nodes > 1 else ""
+        held = (f"you use {limits.gpus_in_use} of your {limits.gpu_quota} GPUs"
+                if limits.gpus_in_use <= limits.gpu_quota else  # jobs waiting in the queue can ask for more
+                f"your jobs and server hold or wait for {limits.gpus_in_use} GPUs, more than your quota of "
+                f"{limits.gpu_quota}")
+        raise JobSpecError("gpus_per_node", f"{held} ({', '.join(limits.gpu_holders)}); ask for at most "
+                                            f"{most}{per_node}")
+    return value
+
+
 def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
                    user_can_read: Callable[[str], bool] = lambda path: os.path.isdir(path) and os.access(
                        path, os.R_OK | os.X_OK)) -> JobSpec:
@@ -188,13 +217,11 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
         raise JobSpecError(unknown[0], f"unknown field; allowed fields: {', '.join(FIELDS)}")
     template = _choice(raw, "template", TEMPLATES) if "template" in raw else JobSpec.template
 
-    nodes = _integer(raw, "nodes", 1, limits.nodes, f" (nodes {limits.where()})") if "nodes" in raw else 1
-    quota_note = (f" (your GPU quota is {limits.gpu_quota} for all nodes together; your groups: "
-                  f"{', '.join(limits.groups) or 'none'})")
-    most_gpus = min(limits.gpus_per_node, limits.gpu_quota // nodes)
-    gpu_note = quota_note if most_gpus < limits.gpus_per_node else f" (GPUs per node {limits.where()})"
+    nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"
+    nodes = _integer(raw, "nodes", 1, limits.nodes, nodes_note) if "nodes" in raw else 1
+    most_gpus = min(limits.gpus_per_node, limits.gpus_left // nodes)
     if "gpus_per_node" in raw:
-        gpus_per_node = _integer(raw, "gpus_per_node", 0, most_gpus, gpu_note)
+        gpus_per_node = _gpus_per_node(raw, limits, nodes, most_gpus)
     else:  # one GPU when the user may have one, like the spawn form
         gpus_per_node = max(0, min(DEFAULT_GPUS_PER_NODE, most_gpus))
     workers = max(1, gpus_per_node)

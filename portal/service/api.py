@@ -34,13 +34,20 @@ class JobAPIHandler(APIHandler):
         if summary["state"] != "PENDING":  # nothing written yet; spares a process run as the user
             metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
             detail = {"per_class_auroc": metrics.per_class_auroc, "best_epoch": metrics.best_epoch}
-        self.write_json({**summary, **detail})
+        history = await self.blocking(self.board.history, job)
+        self.write_json({**summary, **detail, "history": history})
 
     async def delete(self, job_id: str) -> None:
         everyone = await self.everyone()
         await self.blocking(self.board.cancel, self.hub_user, job_id, everyone)
         self.set_status(204)
         self.finish()
+
+
+class UsageAPIHandler(APIHandler):
+    async def get(self) -> None:
+        everyone = await self.everyone()
+        self.write_json(await self.blocking(self.board.usage, self.hub_user, everyone))
 
 
 class ClusterAPIHandler(APIHandler):

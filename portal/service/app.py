@@ -37,6 +37,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         ("api/jobs", api.JobsAPIHandler),
         (f"api/jobs/{JOB_ID}", api.JobAPIHandler),
         ("api/cluster", api.ClusterAPIHandler),
+        ("api/usage", api.UsageAPIHandler),
         ("", pages.HomeHandler),
         ("templates", pages.TemplatesHandler),
         ("jobs", pages.JobsPageHandler),
@@ -45,6 +46,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         (f"jobs/{JOB_ID}/cancel", pages.CancelHandler),
         ("submit", pages.SubmitPageHandler),
         ("cluster", pages.ClusterPageHandler),
+        ("usage", pages.UsagePageHandler),
     ]
     return Application(
         [(url_path_join(prefix, path), handler) for path, handler in routes],

@@ -25,13 +25,15 @@ from typing import Any, TypeVar
 
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
-from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics
+from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SlurmError
 from portal.jobs.record import ENDED_STATES
 from portal.service.cluster import ClusterCache, ClusterSnapshot
+from portal.slurm import pending_reason
 from portal.tensorboard import panel_url
 
 T = TypeVar("T")
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
+USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
 REFRESH_WORKERS = 2  # background rescans and metrics reads at once: each is a process run as a user
 log = logging.getLogger("portal.service")
 
@@ -89,11 +91,13 @@ class TimedCache:
 
 
 def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, base_url: str = "/",
-                service_prefix: str = "/services/portal/") -> dict[str, Any]:
-    """What the jobs list and the API show of one job (pure: everything it needs is passed in)."""
+                service_prefix: str = "/services/portal/", reason: str = "") -> dict[str, Any]:
+    """What the jobs list and the API show of one job (pure: everything it needs is passed in). `reason`: why a
+    pending job waits, in Slurm's word and ours."""
     spec = job.spec
     return {
         "id": job.id, "user": job.record.user, "backend": job.backend, "state": state,
+        "reason": pending_reason(reason) if state == "PENDING" and reason else "",
         "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node, "elapsed": elapsed,
         "submitted_at": job.submitted_at, "job_dir": job.job_dir, "spec": spec.to_dict(),
         "images_per_sec": metrics.images_per_sec if metrics else None,
@@ -102,6 +106,16 @@ def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, 
         "links": {"page": f"{service_prefix}jobs/{job.id}", "log": f"{service_prefix}jobs/{job.id}/log",
                   "tensorboard": panel_url(job.record.user, job.id, base_url)},
     }
+
+
+def quota_of(user: str, gpu_quota: int, snapshot: ClusterSnapshot) -> dict[str, Any]:
+    """A user's GPUs held or waited for now against their quota, with the jobs that hold them (servers, portal
+    jobs and anything sbatch'ed from a terminal alike), each with Slurm's reason in words when it waits."""
+    holders = [{"job_id": q.id, "name": q.name, "state": q.state, "gpus": q.nodes * q.gpus_per_node,
+                "reason": pending_reason(q.reason) if q.state == "PENDING" else ""}
+               for q in snapshot.queue.values() if q.user == user and q.nodes * q.gpus_per_node]
+    return {"user": user, "gpu_quota": gpu_quota, "gpus_in_use": sum(h["gpus"] for h in holders),
+            "holders": holders}
 
 
 def job_key(job: Job) -> tuple[str, str, str]:
@@ -193,6 +207,8 @@ class JobBoard:
         self._records_lock = threading.Lock()
         self._states = TimedCache(cfg.dashboard_refresh_s, clock)  # jobs that left the queue and have not ended
         self._metrics = TimedCache(cfg.dashboard_metrics_refresh_s, clock)
+        self._history = TimedCache(cfg.dashboard_metrics_refresh_s, clock)
+        self._usage = TimedCache(USAGE_REFRESH_S, clock)
         self._elapsed: dict[tuple[str, str, str], str] = {}  # last elapsed seen in squeue, for jobs that left it
         self._ended: dict[tuple[str, str, str], str] = {}  # an ended job's state never changes: ask Slurm once
 
@@ -285,7 +301,9 @@ class JobBoard:
         metrics = None
         if state != "PENDING":  # nothing written yet; spares a process run as the user
             metrics = self.metrics_of(job, state) if wait else self.known_metrics(job, state)
-        return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix)
+        queued = snapshot.queue.get(job.id) if job.backend == "slurm" else None
+        reason = queued.reason if queued is not None and queued.user == job.record.user else ""
+        return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix, reason)
 
     def list(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
         """The user's jobs, newest first; an admin's list has every user in `everyone` too."""
@@ -323,6 +341,34 @@ class JobBoard:
             except (JobNotFound, JobAccessError):
                 continue
         raise JobNotFound(f"job {job_id}: not found")
+
+    def history(self, job: Job) -> list[str]:
+        """What happened across the job's runs (requeues after node failures), re-read at most every
+        `dashboard_metrics_refresh_s`, for good once the job has ended."""
+        key = job_key(job)
+        cached = self._history.get(key)
+        if cached is None:
+            cached = self._history.put(key, job.history(), final=job.done)
+        return cached
+
+    def usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
+        """GPUs held now against each quota (from the shared squeue answer) and this week's GPU-hours per job
+        (Slurm accounting): the user's own, or everyone's for an admin. When accounting does not answer, the
+        quotas are still shown and `history_unavailable` says why."""
+        snapshot = self.cluster.snapshot()
+        people = [user, *(u for u in everyone if u.name != user.name)] if user.admin else [user]
+        quotas = [quota_of(u.name, self.cfg.gpu_quota_for(u.groups), snapshot) for u in people]
+        key = ("everyone",) if user.admin else ("user", user.name)
+        report = self._usage.get(key)
+        if report is None:
+            try:
+                found = self.api.usage(user=user.name, groups=user.groups, cfg=self.cfg, everyone=user.admin)
+            except (SlurmError, jobs_api.BackendError) as err:
+                return {"user": user.name, "quotas": quotas, "history_unavailable":
+                        f"GPU-hours are unavailable: they come from Slurm's accounting (slurmdbd), which does not "
+                        f"answer now ({err}). Jobs and servers run as usual; nothing is lost."}
+            report = self._usage.put(key, found.to_dict())
+        return {"user": user.name, "quotas": quotas, "history_unavailable": "", **report}
 
     def log_tail(self, job: Job, lines: int | None = None) -> str:
         return job.logs(tail=lines or self.cfg.dashboard_log_lines)

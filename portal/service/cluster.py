@@ -16,8 +16,8 @@ from portal.config import PortalConfig
 from portal.jobs import SlurmError
 from portal.slurm import SlurmNode, SlurmPartition, gpu_count, nodes_from_scontrol, slurm_partitions
 
-# id|user|state|elapsed|nodes|TRES per node|reason: '|' never occurs in these fields.
-SQUEUE_FORMAT = "%i|%u|%T|%M|%D|%b|%R"
+# id|user|state|elapsed|nodes|TRES per node|reason|name: '|' never occurs in the first seven; the name is last.
+SQUEUE_FORMAT = "%i|%u|%T|%M|%D|%b|%R|%j"
 SLURM_TIMEOUT_S = 20
 
 
@@ -32,6 +32,7 @@ class QueuedJob:
     nodes: int
     gpus_per_node: int
     reason: str  # the pending reason, or the node list while it runs
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class ClusterSnapshot:
                             "nodes": [n.name for n in p.nodes]} for p in self.partitions],
             "nodes": [{"name": n.name, "cpus": n.cpus, "memory_mb": n.memory_mb, "gpus": n.gpus,
                        "free_gpus": n.free_gpus, "used_gpus": n.gpus - n.free_gpus if n.usable else 0,
-                       "usable": n.usable, "partitions": list(n.partitions)} for n in self.nodes.values()],
+                       "usable": n.usable, "state": n.state, "address": n.address,
+                       "partitions": list(n.partitions)} for n in self.nodes.values()],
             "gpus": sum(n.gpus for n in self.nodes.values()),
             "free_gpus": sum(n.free_gpus for n in self.nodes.values()),
             "jobs_pending": sum(1 for j in self.queue.values() if j.state == "PENDING"),
@@ -59,13 +61,13 @@ def parse_squeue(text: str) -> dict[str, QueuedJob]:
     """`squeue -h -o SQUEUE_FORMAT`, by job id (lines that are not in that shape are skipped)."""
     queue = {}
     for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) != 7 or not parts[0].strip().isdigit():
+        parts = line.split("|", 7)
+        if len(parts) != 8 or not parts[0].strip().isdigit():
             continue
-        job_id, user, state, elapsed, nodes, tres, reason = (p.strip() for p in parts)
+        job_id, user, state, elapsed, nodes, tres, reason, name = (p.strip() for p in parts)
         queue[job_id] = QueuedJob(id=job_id, user=user, state=state, elapsed=elapsed,
                                   nodes=int(nodes) if nodes.isdigit() else 0, gpus_per_node=gpu_count(tres),
-                                  reason=reason)
+                                  reason=reason, name=name)
     return queue
 
 

@@ -85,10 +85,11 @@ class JobPageHandler(PageHandler):
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
         summary = await self.blocking(self.board.summary, job)
+        history = await self.blocking(self.board.history, job)
         log = await self.blocking(self.board.log_tail, job)
         owner = job.record.user
         server_ready = self.hub_user.server_ready if owner == self.hub_user.name else False
-        self.render_page("job.html", job=summary, log=log, server_ready=server_ready,
+        self.render_page("job.html", job=summary, history=history, log=log, server_ready=server_ready,
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
                          tensorboard=panel_url(owner, job.id, self.settings["hub_base_url"]),
                          start_url=f"{self.settings['hub_base_url']}hub/spawn/{owner}")
@@ -139,6 +140,12 @@ class SubmitPageHandler(PageHandler):
             await self._show(spec, err)
             return
         self.redirect(f"{self.settings['service_prefix']}jobs/{job['id']}")
+
+
+class UsagePageHandler(PageHandler):
+    async def get(self) -> None:
+        everyone = await self.everyone()
+        self.render_page("usage.html", usage=await self.blocking(self.board.usage, self.hub_user, everyone))
 
 
 class ClusterPageHandler(PageHandler):

@@ -1,4 +1,5 @@
-"""The images, built for real with podman: one session fixture runs docker/build.sh (what `make images` runs).
+"""The images, built for real with podman by docker/build.sh (what `make images` runs), which tests/conftest.py
+starts in the background when the session starts (tests/images/build.py); these tests run last and wait for it.
 
 The first build on a machine takes minutes (Horovod compiles from source); podman caches the layers, so later
 sessions rebuild only what changed (the project's code: the last layer, seconds). Everything runs through the
@@ -10,15 +11,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD = REPO / "docker" / "build.sh"
-CONTAINERS_CONF = os.environ.get("DSPORTAL_CONTAINERS_CONF", "/etc/dsportal/containers.conf")
+from tests.images import build
+
+REPO = build.REPO
 TRAINING_IMAGE = "localhost/dsportal-training:latest"
 HUB_IMAGE = "localhost/dsportal-hub:latest"
 BUILD_TIMEOUT_S = 3600
@@ -33,7 +32,7 @@ class Images:
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     """One podman command with the project's containers.conf; a failure shows podman's own words."""
     proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "CONTAINERS_CONF": CONTAINERS_CONF})
+                          env={**os.environ, "CONTAINERS_CONF": build.CONTAINERS_CONF})
     if check and proc.returncode != 0:
         pytest.fail(f"podman {' '.join(args[:3])}... exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}")
     return proc
@@ -45,17 +44,13 @@ def images(artifacts) -> Images:
     if shutil.which("podman") is None and os.geteuid() != 0:
         pytest.fail("podman is not installed, and docker/build.sh can install it only as root: "
                     "run docker/podman-setup.sh as root (Debian 12), then the tests again")
-    log = artifacts / "images-build.log"
-    started = time.monotonic()
-    with log.open("w") as out:
-        proc = subprocess.run([str(BUILD)], cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True,
-                              timeout=BUILD_TIMEOUT_S, env={**os.environ, "DSPORTAL_CONTAINERS_CONF": CONTAINERS_CONF})
-    output = log.read_text()
-    if proc.returncode != 0:
-        pytest.fail(f"docker/build.sh exited {proc.returncode} (whole log: {log}):\n{output[-5000:]}")
+    status, took, waited = build.wait(BUILD_TIMEOUT_S)
+    output = build.LOG.read_text()
+    if status != 0:
+        pytest.fail(f"docker/build.sh exited {status} (whole log: {build.LOG}):\n{output[-5000:]}")
     if shutil.which("podman") is None:  # build.sh installs it (root, apt); never go on quietly without it
         pytest.fail("podman is not installed: run docker/podman-setup.sh as root (Debian 12), then the tests again")
-    print(f"\nimages ready in {time.monotonic() - started:.0f} s:\n"
+    print(f"\nimages ready {took:.0f} s after the build started in the background ({waited:.0f} s waited here):\n"
           + "\n".join(line for line in output.splitlines() if line.startswith("==>")))
     for image in (TRAINING_IMAGE, HUB_IMAGE):
         assert podman("image", "exists", image, check=False).returncode == 0, f"{image} is missing after the build"

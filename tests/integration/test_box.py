@@ -1,13 +1,15 @@
-"""The cluster in a box itself: `down` stops everything by PID, `up` brings back the same state; the culler."""
+"""The cluster in a box itself: `down` stops everything by PID and leaves nothing behind (processes, namespaces,
+links, host entries, mounts), `up` brings back the same state; the nodes are hosts of their own; the culler."""
 
 import hashlib
 import os
 import socket
 import subprocess
+from pathlib import Path
 
-from tests.conftest import PASSWORDS, box, slurm
+from tests.conftest import NODES, PASSWORDS, box, slurm, wait_for
 
-SERVICES = ("slapd", "munged", "slurmctld", "slurmd", "hub")
+SERVICES = ("slapd", "munged", "mariadb", "slurmdbd", "slurmctld", *NODES, "hub")
 
 
 def listening(port: int) -> bool:
@@ -24,12 +26,37 @@ def fingerprint(cfg) -> dict:
          "-b", "uid=alice,ou=people,dc=dsportal,dc=local", "entryUUID", "createTimestamp"],
         env={**os.environ, "LDAPTLS_CACERT": str(cfg.ca_file)}, capture_output=True, text=True, check=True).stdout
     digest = {name: hashlib.sha256((cfg.state_dir / name).read_bytes()).hexdigest()
-              for name in ("munge/munge.key", "tls/ca.pem", "tls/server.pem", "hub/jupyterhub_cookie_secret")}
+              for name in ("munge/munge.key", "tls/ca.pem", "tls/server.pem", "hub/jupyterhub_cookie_secret",
+                           "accounting/slurmdbd.pass")}
     return {"alice": entry, **digest}
 
 
 def pids() -> dict[str, str]:
     return dict(line.split(": ", 1) for line in box("status").stdout.splitlines())
+
+
+def leftovers(cfg) -> list[str]:
+    """Anything of the box still there: its processes (by state dir or user), namespaces, links, hosts entries."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            uid = proc.stat().st_uid
+        except OSError:
+            continue
+        if state != "Z" and (str(cfg.state_dir) in cmdline or (uid in (10001, 10002) and cmdline)):
+            found.append(f"process {proc.name}: {cmdline[:120]}")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"namespace {name}" for name in NODES if name in netns.split()]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    found += [f"link {name}" for name in (f"br-{cfg.box_node_prefix}", *(f"ve-{n}" for n in NODES))
+              if f" {name}:" in links or f" {name}@" in links]
+    hosts = Path("/etc/hosts").read_text().splitlines()
+    found += [f"hosts entry {line}" for line in hosts if str(cfg.state_dir) in line]
+    return found
 
 
 def test_up_again_is_idempotent(cluster):
@@ -40,21 +67,57 @@ def test_up_again_is_idempotent(cluster):
     assert pids() == before
 
 
-def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub):
+def test_status_lists_the_nodes_with_their_address_and_slurm_state(cluster):
+    status = pids()
+    for index, node in enumerate(NODES, start=1):
+        assert f", {cluster.box_node_address(index)}, slurm: " in status[node], status[node]
+        assert status[node].split("slurm: ")[1] in ("idle", "mixed", "allocated", "completing"), status[node]
+
+
+def test_each_node_is_a_host_of_its_own(cluster):
+    """Its own hostname, its own address on the box's bridge, and nothing else but loopback: no route off the
+    machine."""
+    pid = int(pids()[NODES[1]].split("(")[1].split(")")[0])
+    assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")  # not the login host's network
+    uts = subprocess.run(["nsenter", "-t", str(pid), "-u", "hostname"], capture_output=True, text=True, check=True)
+    assert uts.stdout.strip() == NODES[1]
+    inside = subprocess.run(["ip", "netns", "exec", NODES[1], "ip", "-o", "-4", "addr"], capture_output=True,
+                            text=True, check=True).stdout
+    assert f"inet {cluster.box_node_address(2)}/27" in inside and "127.0.0.1/8" in inside, inside
+    routes = subprocess.run(["ip", "netns", "exec", NODES[1], "ip", "route"], capture_output=True, text=True,
+                            check=True).stdout
+    assert "default" not in routes, routes
+    assert f"{cluster.box_node_address(2)}\t{NODES[1]}" in Path("/etc/hosts").read_text()
+
+
+def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, admin):
     before = fingerprint(cluster)
     last_job = slurm("sbatch", "--parsable", "-o", "/dev/null", "--wrap=true").strip()
+    # A user's running server and a job of theirs must not outlive `down` either (slurmstepd is not below slurmd).
+    alice = hub.login("alice")
+    assert hub.spawn_form(alice, gpus=0).status_code == 302
+    hub.wait_ready(admin, "alice")
+    subprocess.run(["/usr/sbin/runuser", "-u", "bob", "--", "env", f"SLURM_CONF={cluster.slurm_conf_path}",
+                    "sbatch", "--no-requeue", "-o", "/dev/null", "--wrap=sleep 600"], cwd="/tmp", check=True,
+                   capture_output=True)
+    wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-u", "bob", "-o", "%T"), 30, what="bob's job to run")
 
     box("down")
-    assert all(state == "stopped" for state in pids().values()), pids()
-    ports = (cluster.ldap_port, cluster.ldaps_port, cluster.slurmctld_port, cluster.slurmd_port, cluster.hub_port,
-             cluster.hub_api_port, cluster.proxy_api_port)
+    assert all(state.startswith("stopped") for state in pids().values()), pids()
+    ports = (cluster.ldap_port, cluster.ldaps_port, cluster.slurmctld_port, cluster.slurmdbd_port,
+             cluster.accounting_db_port, cluster.hub_port, cluster.proxy_api_port)
     assert not [port for port in ports if listening(port)]
+    assert leftovers(cluster) == []
 
     shown = box("up").stdout
     assert f"{cluster.hub_url}/" in shown and "alice / wonderland" in shown and "mallory" in shown
+    assert f"{NODES[0]} ({cluster.box_node_address(1)})" in shown
     assert fingerprint(cluster) == before
     next_job = slurm("sbatch", "--parsable", "-o", "/dev/null", "--wrap=true").strip()
     assert int(next_job) > int(last_job)  # Slurm's saved state came back
+    # The jobs that `down` ended are not running again: they are gone from the nodes and from the queue.
+    wait_for(lambda: not slurm("squeue", "-h", "-u", "bob,alice", "-t", "RUNNING", "-o", "%i").strip(), 60,
+             what="the jobs `down` killed to leave the queue")
     hub.login("alice")
 
 

@@ -1,7 +1,8 @@
 """The dashboard for real: the portal service behind the test box's hub (OAuth, tokens, XSRF), alice's tiny
-training job through its API and pages, bob kept out of it, admins seeing everyone's jobs.
+2-node training job through its API and pages (Horovod across two hosts), bob kept out of it, admins seeing
+everyone's jobs.
 
-Sized for 2 CPU cores: the demo set (64x64 images), 1 epoch, batch 8, one worker.
+Sized for 2 CPU cores: the demo set (64x64 images), 1 epoch, batch 8, one worker on each of the two nodes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import requests
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.tensorboard import panel_url
-from tests.conftest import jobs_of, wait_for
+from tests.conftest import NODES, jobs_of, wait_for
 
 pytestmark = pytest.mark.integration
 TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
@@ -54,7 +55,7 @@ def portal_api(hub):
 @pytest.fixture(scope="module")
 def alice_job(clients, portal_api):
     started = time.monotonic()
-    response = portal_api(clients["alice"], "POST", "jobs", json=TINY)
+    response = portal_api(clients["alice"], "POST", "jobs", json={**TINY, "nodes": 2})
     assert response.status_code == 201, response.text
     job = response.json()
     job["submitted_monotonic"] = started
@@ -86,11 +87,12 @@ def test_the_hub_navigation_links_the_portal(hub):
     assert re.search(r'<a class="nav-link" id="portal-nav" href="/services/portal/">Portal</a>', home.text)
 
 
-def test_the_cluster_shows_four_gpus(clients, portal_api):
+def test_the_cluster_shows_both_nodes_and_their_gpus(clients, portal_api):
     response = portal_api(clients["alice"], "GET", "cluster")
     assert response.status_code == 200, response.text
     data = response.json()
-    assert data["gpus"] == 4 and data["partitions"][0]["name"] == "gpu", data
+    assert data["gpus"] == 8 and data["partitions"][0]["name"] == "gpu", data
+    assert [n["name"] for n in data["nodes"]] == list(NODES) and all(n["address"] for n in data["nodes"]), data
 
 
 def test_invalid_specs_are_refused_naming_the_field(clients, portal_api):
@@ -153,6 +155,11 @@ def test_the_job_completes_with_throughput_and_auroc(hub, clients, portal_api, a
                    ["best_mean_auroc"] is not None and j, 60, interval=3, what="the job's final metrics")
     assert job["images_per_sec"] > 0 and 0.0 <= job["best_mean_auroc"] <= 1.0, job
     assert job["epochs_done"] == 1 and len(job["per_class_auroc"]) >= 1
+    assert (job["nodes"], job["history"]) == (2, []), job
+    # Horovod across hosts: one rank on each node, launched by mpirun through Slurm, and the log says where.
+    text = clients["alice"].get(f"{hub.url}{PORTAL}jobs/{alice_job['id']}/log", timeout=60).text
+    hosts = set(re.findall(r"rank \d of 2 on (\S+) ", text))
+    assert hosts == set(NODES), text[-3000:]
     session = browser(hub, "alice")
     page = session.get(f"{hub.url}{PORTAL}jobs/{alice_job['id']}", timeout=60)
     assert page.status_code == 200 and "COMPLETED" in page.text

@@ -51,10 +51,11 @@ def as_user(user: str, *argv: str) -> subprocess.CompletedProcess:
 
 def test_a_script_with_every_field_at_its_limits_passes_sbatch_test_only(cluster, demo_data):
     limits = jobs.limits("slurm", user="alice")
-    assert (limits.partition, limits.nodes, limits.gpus_per_node, limits.gpu_quota) == ("gpu", 1, 4, 4)
+    assert (limits.partition, limits.nodes, limits.gpus_per_node, limits.gpu_quota) == ("gpu", 2, 4, 4)
     spec = jobs.validate({
-        "template": "chexnet", "nodes": limits.nodes, "gpus_per_node": limits.max_gpus_per_node,
-        "cpus_per_task": limits.cpus_per_node // limits.max_gpus_per_node, "memory_gb": limits.memory_gb_per_node,
+        "template": "chexnet", "nodes": limits.nodes, "gpus_per_node": limits.gpu_quota // limits.nodes,
+        "cpus_per_task": limits.cpus_per_node // (limits.gpu_quota // limits.nodes),
+        "memory_gb": limits.memory_gb_per_node,
         "time_limit": format_minutes(limits.max_minutes), "epochs": 1000, "batch_size": 1024, "image_size": 1024,
         "model": "resnet50", "fp16": True, "xla": True, "data_dir": str(demo_data)}, "slurm", user="alice")
     backend, alice = SlurmBackend(cluster), job_user("alice")

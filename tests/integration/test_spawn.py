@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import box, jobs_of, slurm, wait_for
+from tests.conftest import NODES, box, jobs_of, slurm, wait_for
 
 
 def singleuser_environ(user: str, job_id: str) -> dict[str, str]:
@@ -35,7 +35,7 @@ def user_uid(user: str) -> int:
     return pwd.getpwnam(user).pw_uid
 
 
-def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(hub, admin, alice):
+def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(cluster, hub, admin, alice):
     response = hub.spawn_form(alice, partition="gpu", gpus=1, cpus=2, memory_gb=4, runtime="01:00:00")
     assert response.status_code == 302, response.text[-2000:]
     hub.wait_ready(admin, "alice")
@@ -49,6 +49,14 @@ def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(hub, admin, alice):
     environ = singleuser_environ("alice", job_id)
     assert environ["CUDA_VISIBLE_DEVICES"] == "0"
     assert environ["USER"] == "alice"
+    # It runs on a compute node, a host of its own, and the hub's proxy reaches it at that node's address.
+    node = environ["SLURMD_NODENAME"]
+    assert node in NODES and f"NodeName={node} " in slurm("scontrol", "show", "node", "-o", node)
+    address = slurm("scontrol", "show", "node", "-o", node).split("NodeAddr=")[1].split()[0]
+    state = hub.api(admin, "GET", "users/alice").json()["servers"][""]["state"]
+    assert state["job_status"].split()[1] == node, state
+    hub_log = (cluster.state_dir / "log" / "hub.log").read_text()
+    assert re.search(rf"Adding route /user/alice -> http://{re.escape(address)}:\d+", hub_log)
 
     lab = alice.get(f"{hub.url}/user/alice/lab", timeout=30)
     assert lab.status_code == 200 and "JupyterLab" in lab.text
@@ -76,7 +84,9 @@ def test_bad_choices_are_refused_before_anything_is_submitted(hub, admin, user, 
 
 
 def test_gpus_beyond_what_is_free_are_refused(hub, admin):
-    holder = slurm("sbatch", "--parsable", "--gres=gpu:3", "--wrap=sleep 300", "-o", "/dev/null").strip()
+    # 3 of the 4 GPUs of every node (root's job: no quota), so 1 is the most free on any node.
+    holder = slurm("sbatch", "--parsable", f"--nodes={len(NODES)}", "--ntasks-per-node=1", "--gres=gpu:3",
+                   "--wrap=sleep 300", "-o", "/dev/null").strip()
     try:
         wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
         session = hub.login("alice")
@@ -122,8 +132,8 @@ def start_in_background(hub, admin, user: str, options: dict) -> tuple[list, thr
 
 @pytest.fixture
 def all_cpus_busy(cluster):
-    """Another job holds every CPU of the node, so the next job has to wait in the queue."""
-    holder = slurm("sbatch", "--parsable", f"--cpus-per-task={cluster.slurm_node_cpus}", "--mem=1G",
+    """Another job holds every node whole, so the next job has to wait in the queue."""
+    holder = slurm("sbatch", "--parsable", f"--nodes={len(NODES)}", "--exclusive", "--mem=1G",
                    "--wrap=sleep 300", "-o", "/dev/null").strip()
     wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
     yield holder
@@ -139,7 +149,7 @@ def test_progress_shows_the_job_and_slurms_pending_reason(hub, admin, alice, all
 
     slurm("scancel", all_cpus_busy)
     assert done.wait(60) and events[-1][1].get("ready"), events
-    assert any("running on localhost" in e[1].get("message", "") for e in events)
+    assert any(re.search(rf"running on ({'|'.join(NODES)})", e[1].get("message", "")) for e in events), events
 
 
 def test_a_job_killed_right_after_submission_fails_the_spawn_with_the_reason(hub, admin, alice, all_cpus_busy):

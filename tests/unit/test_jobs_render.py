@@ -38,7 +38,9 @@ def test_every_sbatch_line_from_the_spec():
     assert script.startswith("#!/bin/bash\n")
     assert sbatch_lines(script) == {
         "job-name": "chexnet", "partition": "gpu", "nodes": "2", "ntasks-per-node": "2", "cpus-per-task": "3",
-        "mem": "12G", "time": "01:30:00", "gres": "gpu:2", "output": "/home/alice/jobs/%j/output.log"}
+        "mem": "12G", "time": "01:30:00", "gres": "gpu:2", "output": "/home/alice/jobs/%j/output.log",
+        "open-mode": "append"}
+    assert "\n#SBATCH --requeue\n" in script  # a failed node requeues it; the log keeps both runs
     bash_syntax_ok(script)
 
 
@@ -115,7 +117,7 @@ def test_values_that_reach_the_shell_are_quoted(tmp_path):
     script = render_sbatch(spec, JOB_DIR, CFG)
     assert f"--data-dir {shlex.quote(str(odd))}\n" in script
     # The script's own train=( ... ) array holds the path as one word, untouched.
-    prefix = script[:script.index('echo "chexnet')]
+    prefix = script[:script.index('if [ "${SLURM_RESTART_COUNT')]
     check = prefix.replace("cd \"$job_dir\" || exit 1\n", "").replace('mkdir -p "$job_dir/tensorboard"', "true")
     out = subprocess.run(["bash", "-c", check + 'printf "%s\\n" "${train[4]}"'], capture_output=True, text=True,
                          env={"SLURM_JOB_ID": "7", "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
@@ -156,7 +158,7 @@ def test_render_cli_refuses_bad_flags_in_one_line(tmp_path):
     result = cli("--backend", "local", "--nodes", "2", "--data-dir", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "python -m portal.jobs: error: nodes: 2 is out of range; allowed: 1 (nodes on this machine)"]
+        "python -m portal.jobs: error: nodes: 2 is out of range; allowed: 1 (usable nodes on this machine)"]
     result = cli("--backend", "local", "--epochs", "two")
     assert result.returncode == 2 and "epochs: 'two' is not a whole number" in result.stderr
     result = cli("--backend", "local", "--gpu", "1")

@@ -79,8 +79,8 @@ def test_integers_accept_whole_numbers_as_text():
 
 
 @pytest.mark.parametrize(("field", "value", "allowed"), [
-    ("nodes", 0, "allowed: 1-2 (nodes in partition gpu)"),
-    ("nodes", 3, "allowed: 1-2 (nodes in partition gpu)"),
+    ("nodes", 0, "allowed: 1-2 (usable nodes in partition gpu)"),
+    ("nodes", 3, "allowed: 1-2 (usable nodes in partition gpu)"),
     ("gpus_per_node", 5, "allowed: 0-4 (GPUs per node in partition gpu)"),
     ("gpus_per_node", -1, "allowed: 0-4"),
     ("cpus_per_task", 0, "allowed: 1-8 (8 CPUs per node in partition gpu, shared by 1 worker(s))"),
@@ -102,6 +102,37 @@ def test_the_gpu_quota_counts_every_node():
     refused("gpus_per_node", "allowed: 0-2 (your GPU quota is 4 for all nodes together",
             nodes=2, gpus_per_node=3)
     assert parse(nodes=2, gpus_per_node=2).gpus == 4
+
+
+BUSY = JobLimits(**{**LIMITS.__dict__, "gpus_in_use": 2, "gpu_holders": ("job 12", "your server")})
+
+
+def test_the_quota_counts_what_the_user_holds_and_shows_the_arithmetic():
+    message = refused("gpus_per_node", limits=BUSY, gpus_per_node=4)
+    assert message == "gpus_per_node: you use 2 of your 4 GPUs (job 12, your server); ask for at most 2"
+    assert refused("gpus_per_node", limits=BUSY, nodes=2, gpus_per_node=2).endswith(
+        "ask for at most 1 per node on 2 nodes")
+    assert parse(BUSY, gpus_per_node=2).gpus == 2
+    assert parse(BUSY, nodes=2, gpus_per_node=1).gpus == 2
+    # what a node has is still its own error, whatever the quota
+    refused("gpus_per_node", "5 is out of range; allowed: 0-4 (GPUs per node in partition gpu)",
+            limits=BUSY, gpus_per_node=5)
+
+
+def test_a_used_up_quota_lowers_the_default_job_to_cpu_only():
+    full = JobLimits(**{**LIMITS.__dict__, "gpus_in_use": 4, "gpu_holders": ("job 7",)})
+    assert parse(full).gpus_per_node == 0
+    assert refused("gpus_per_node", limits=full, gpus_per_node=1).endswith("(job 7); ask for at most 0")
+    over = JobLimits(**{**LIMITS.__dict__, "gpus_in_use": 5, "gpu_holders": ("job 7", "job 8")})
+    assert refused("gpus_per_node", limits=over, gpus_per_node=1) == (
+        "gpus_per_node: your jobs and server hold or wait for 5 GPUs, more than your quota of 4 (job 7, job 8); "
+        "ask for at most 0")
+
+
+def test_drained_nodes_are_named_when_nodes_are_refused():
+    drained = JobLimits(**{**LIMITS.__dict__, "nodes": 1, "unusable_note": "; not usable now: node2 (idle+drain)"})
+    refused("nodes", "2 is out of range; allowed: 1 (usable nodes in partition gpu; not usable now: node2 "
+                     "(idle+drain))", limits=drained, nodes=2)
 
 
 def test_no_quota_means_no_gpus_and_says_why():

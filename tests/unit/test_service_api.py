@@ -110,7 +110,7 @@ class FakeDirectory:
 
 def squeue_free(argv):
     if argv[0] == "squeue":
-        return "7|alice|RUNNING|2:05|1|gres/gpu:2|localhost\n"
+        return "7|alice|RUNNING|2:05|1|gres/gpu:2|localhost|chexnet\n"
     if argv[2] == "partition":
         return "PartitionName=gpu Default=YES MaxTime=04:00:00 Nodes=localhost State=UP\n"
     return "NodeName=localhost CPUTot=8 RealMemory=20000 Gres=gpu:4 GresUsed=gpu:2 State=MIXED Partitions=gpu\n"

@@ -137,3 +137,48 @@ def test_the_refresher_runs_one_task_per_key_at_once():
     assert refresher.start("k", lambda: None) and not refresher.start("k", lambda: None)
     held.pop()()  # the task ends
     assert refresher.start("k", lambda: None)
+
+
+class UsageAPI(CountingAPI):
+    def __init__(self, tmp, down: bool = False):
+        super().__init__(tmp)
+        self.down, self.usage_asked = down, []
+
+    def usage(self, user, groups, cfg, everyone):
+        from datetime import datetime
+
+        from portal.jobs import SlurmError
+        from portal.usage import parse_usage
+        self.usage_asked.append((user, everyone))
+        if self.down:
+            raise SlurmError("sacct: error: Problem talking to the database: Connection refused")
+        return parse_usage("7|alice|RUNNING|2026-11-22T19:00:00|Unknown|cpu=2,gres/gpu=2|node1|chexnet\n",
+                           datetime(2026, 11, 22, 20, 0))
+
+
+def test_usage_shows_what_holds_the_quota_and_this_weeks_gpu_hours_once_per_interval(tmp_path):
+    now = [0.0]
+    api = UsageAPI(tmp_path)
+    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=fakes.squeue_free, clock=lambda: now[0]),
+                     api=api, clock=lambda: now[0])
+    alice = HubUser("alice", ("gpu-users",))
+    usage = board.usage(alice)
+    assert usage["quotas"] == [{"user": "alice", "gpu_quota": 4, "gpus_in_use": 2, "holders": [
+        {"job_id": "7", "name": "chexnet", "state": "RUNNING", "gpus": 2, "reason": ""}]}]
+    assert (usage["history_unavailable"], usage["gpu_hours"]) == ("", 2.0)
+    board.usage(alice)
+    now[0] = 31
+    board.usage(alice)
+    assert api.usage_asked == [("alice", False), ("alice", False)]  # sacct at most once per 30 s
+    admin = HubUser("admin", ("portal-admins",), admin=True)
+    everyone = board.usage(admin, [admin, alice, HubUser("bob", ("datascientists",))])
+    assert [q["user"] for q in everyone["quotas"]] == ["admin", "alice", "bob"] and api.usage_asked[-1][1]
+
+
+def test_usage_says_history_is_unavailable_when_accounting_is_down(tmp_path):
+    api = UsageAPI(tmp_path, down=True)
+    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=fakes.squeue_free), api=api)
+    usage = board.usage(HubUser("alice", ("gpu-users",)))
+    assert usage["quotas"][0]["gpus_in_use"] == 2  # from squeue: slurmctld still answers
+    assert usage["history_unavailable"].startswith("GPU-hours are unavailable: they come from Slurm's accounting")
+    assert "Connection refused" in usage["history_unavailable"] and "jobs" not in usage

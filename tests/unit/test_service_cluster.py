@@ -11,10 +11,10 @@ from portal.jobs import SlurmError
 from portal.service.cluster import SQUEUE_FORMAT, ClusterCache, parse_squeue
 
 SQUEUE = "\n".join([
-    "42|alice|RUNNING|1:23|1|gres/gpu:2|localhost",
-    "43|bob|PENDING|0:00|2|N/A|Resources",
+    "42|alice|RUNNING|1:23|1|gres/gpu:2|localhost|chexnet",
+    "43|bob|PENDING|0:00|2|N/A|Resources|spawner-jupyterhub",
     "junk line",
-    "44|alice|PENDING|0:00|1|gres:gpu:1|(Priority)",
+    "44|alice|PENDING|0:00|1|gres:gpu:1|(Priority)|my|job",
 ]) + "\n"
 PARTITIONS = "PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=04:00:00 Nodes=localhost State=UP\n"
 NODES = ("NodeName=localhost CPUTot=8 RealMemory=20000 Gres=gpu:4 GresUsed=gpu:2(IDX:0-1) State=MIXED "
@@ -49,8 +49,8 @@ def test_parse_squeue_reads_state_elapsed_and_gpus_and_skips_other_lines():
     assert (queue["42"].user, queue["42"].state, queue["42"].elapsed, queue["42"].gpus_per_node) == (
         "alice", "RUNNING", "1:23", 2)
     assert (queue["43"].nodes, queue["43"].gpus_per_node, queue["43"].reason) == (2, 0, "Resources")
-    assert queue["44"].gpus_per_node == 1
-    assert SQUEUE_FORMAT.count("|") == 6
+    assert (queue["44"].gpus_per_node, queue["44"].name) == (1, "my|job")  # a name may hold the separator
+    assert SQUEUE_FORMAT.count("|") == 7 and SQUEUE_FORMAT.endswith("|%j")
 
 
 def test_snapshot_is_shared_within_the_interval_and_refreshed_after_it():

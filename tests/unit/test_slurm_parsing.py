@@ -1,6 +1,6 @@
-"""Reading Slurm's answers: partitions, free GPUs, time limits."""
+"""Reading Slurm's answers: partitions, free GPUs, time limits, a user's GPUs, pending reasons."""
 
-from portal.slurm import gpu_count, wall_minutes
+from portal.slurm import gpu_count, gpu_holders, pending_reason, slurm_partitions, wall_minutes
 from spawners.slurm import partitions_from_scontrol
 
 PARTITIONS = (
@@ -27,9 +27,28 @@ def test_allocated_gpus_from_tres_where_slurmdbd_tracks_them():
     assert gpu.free_gpus_per_node == 2
 
 
-def test_a_drained_node_has_no_free_gpus():
-    gpu, _ = partitions_from_scontrol(PARTITIONS, NODE.format(state="IDLE+DRAIN"))
-    assert gpu.free_gpus_per_node == 0
+def test_a_drained_node_offers_nothing():
+    assert partitions_from_scontrol(PARTITIONS, NODE.format(state="IDLE+DRAIN")) == ()  # none usable: not offered
+    small = NODE.replace("localhost", "node2").replace("CPUTot=8", "CPUTot=16").replace("gpu:1(", "gpu:0(")
+    partitions = PARTITIONS.replace("Nodes=localhost", "Nodes=localhost,node2")
+    gpu, _ = partitions_from_scontrol(partitions, NODE.format(state="MIXED") + small.format(state="IDLE+DRAIN"))
+    assert (gpu.cpus_per_node, gpu.free_gpus_per_node) == (8, 3)  # the drained node's 16 CPUs and 4 GPUs do not count
+    (both, _) = slurm_partitions(partitions, NODE.format(state="MIXED") + small.format(state="DOWN+NOT_RESPONDING"))
+    assert [n.name for n in both.usable_nodes] == ["localhost"]
+    assert both.unusable_note() == "; not usable now: node2 (down+not_responding)"
+
+
+def test_a_users_gpus_count_every_node_and_pending_jobs():
+    out = ("12|2|gres:gpu:2|N/A|chexnet|\n15|1|gres:gpu:1|N/A|spawner-jupyterhub|\n"
+           "16|1|N/A|gres:gpu:3|a | b|\n17|1|N/A|N/A|cpu-only|\n")  # squeue -O USER_SQUEUE_FORMAT, as printed
+    holders = gpu_holders(out)
+    assert [(h.describe(), h.gpus) for h in holders] == [("job 12", 4), ("your server", 1), ("job 16", 3)]
+
+
+def test_pending_reasons_in_words():
+    assert pending_reason("Resources") == "Resources (waiting for GPUs, CPUs or memory to free up)"
+    assert pending_reason("AssocGrpGRES").startswith("AssocGrpGRES (your other jobs and servers hold your whole")
+    assert pending_reason("SomethingNew") == "SomethingNew"
 
 
 def test_time_limits():

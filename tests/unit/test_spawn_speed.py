@@ -40,7 +40,10 @@ def fake_slurm(spawner: PortalSlurmSpawner, states: list[JobStatus]) -> list[flo
         spawner.job_status = {JobStatus.RUNNING: "RUNNING localhost None"}.get(state, "PENDING n/a None")
         return state
 
-    spawner.submit_batch_script, spawner.query_job_status = submit, query
+    async def node_address(node: str) -> str:
+        return node  # scontrol's NodeAddr, were there a Slurm
+
+    spawner.submit_batch_script, spawner.query_job_status, spawner.node_address = submit, query, node_address
     spawner.db = mock.Mock()
     return queried
 
@@ -206,7 +209,7 @@ def test_the_servers_launcher_is_the_installed_console_script():
     cmd = PortalSlurmSpawner(portal=PortalConfig()).batchspawner_singleuser_cmd
     assert cmd == "/opt/dsportal/venv/bin/dsportal-singleuser"
     found = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert found.get("dsportal-singleuser") == "spawners.slurm:singleuser_main"
+    assert found.get("dsportal-singleuser") == "spawners.singleuser:singleuser_main"
 
 
 def test_the_iri_parsers_are_built_at_the_first_check_and_the_check_still_works():
@@ -215,7 +218,7 @@ def test_the_iri_parsers_are_built_at_the_first_check_and_the_check_still_works(
 
     script = (
         "import sys\n"
-        "from spawners.slurm import defer_iri_syntax_parsers\n"
+        "from spawners.singleuser import defer_iri_syntax_parsers\n"
         "assert defer_iri_syntax_parsers()\n"
         "from jsonschema import Draft7Validator\n"
         "assert 'lark' not in sys.modules  # imported jsonschema's format checks, built no parser\n"

@@ -1,0 +1,464 @@
+"""Slurm associations from the directory: the planning rules, the sacctmgr parsers, and the command line's exit codes.
+
+Slurm's answers are literal `sacctmgr -nP` output as Slurm 22.05 prints it; the directory and the command runner are
+fakes passed in, as the box passes the real ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import stat
+
+import ldap3
+import pytest
+from ldap3.core.exceptions import LDAPSocketOpenError
+
+from portal.accounts import (
+    Accounting,
+    DirectoryError,
+    Group,
+    cluster_name,
+    desired_state,
+    directory_from_entries,
+    gpu_limit,
+    gpu_limits,
+    ldap_connection,
+    main,
+    parse_associations,
+    parse_default_accounts,
+    parse_qos_flags,
+    plan,
+    read_directory,
+    read_slurm,
+    show_lines,
+    slurm_runner,
+    sync,
+)
+from portal.config import PortalConfig
+from portal.jobs import SlurmError
+
+CFG = PortalConfig()  # allowed: datascientists, portal-admins; gpu_quota: gpu-users=4; default_gpu_quota: 0
+BASE = CFG.ldap_group_search_base
+CONFIG = """Configuration data as of 2026-11-22T10:00:00
+AccountingStorageEnforce = associations,limits,qos,safe
+AccountingStorageType   = accounting_storage/slurmdbd
+ClusterName             = dsportal
+CompleteWait            = 0 sec
+"""
+READ_ASSOC = ("sacctmgr", "-nP", "show", "assoc", "Cluster=dsportal", "format=Cluster,Account,User,GrpTRES")
+READ_USERS = ("sacctmgr", "-nP", "show", "user", "Cluster=dsportal", "format=User,DefaultAccount")
+READ_QOS = ("sacctmgr", "-nP", "show", "qos", "normal", "format=Name,Flags")
+NEW_CLUSTER = "dsportal|root||\ndsportal|root|root|\n"
+NEW_USERS = "root|root\n"
+IN_SYNC = """dsportal|root||
+dsportal|root|root|
+dsportal|datascientists||
+dsportal|datascientists|bob|gres/gpu=0
+dsportal|gpu-users||
+dsportal|gpu-users|alice|gres/gpu=4
+dsportal|portal-admins||
+dsportal|portal-admins|admin|gres/gpu=0
+"""
+IN_SYNC_USERS = "admin|portal-admins\nalice|gpu-users\nbob|datascientists\nroot|root\n"
+
+
+def group(name: str, *members: str) -> Group:
+    return Group(name, f"cn={name},{BASE}", frozenset(members))
+
+
+# The demo directory: mallory is in no group; admin only in portal-admins.
+DEMO = (group("datascientists", "alice", "bob"), group("gpu-users", "alice"), group("portal-admins", "admin"))
+
+
+def slurm_state(assoc: str, users: str, flags: str = "DenyOnLimit") -> Accounting:
+    run = FakeSlurm(assoc, users, f"normal|{flags}\n")
+    return read_slurm(CFG, run)
+
+
+def lines(directory=DEMO, assoc: str = IN_SYNC, users: str = IN_SYNC_USERS, cfg: PortalConfig = CFG) -> list[str]:
+    return [c.line for c in plan(desired_state(directory, cfg), slurm_state(assoc, users))]
+
+
+class FakeSlurm:
+    """Answers the four reads with literal sacctmgr output; records every command; refuses `refuse` if given."""
+
+    def __init__(self, assoc: str = IN_SYNC, users: str = IN_SYNC_USERS, qos: str = "normal|DenyOnLimit\n",
+                 refuse: str = ""):
+        self.answers = {("scontrol", "show", "config"): CONFIG, READ_ASSOC: assoc, READ_USERS: users, READ_QOS: qos}
+        self.refuse = refuse
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv) -> str:
+        self.calls.append(tuple(argv))
+        if self.refuse and self.refuse in " ".join(argv):
+            raise SlurmError(f"Slurm refused `{' '.join(argv)}`: Error with request: Job(s) active, cancel job(s) "
+                             "before remove; C = dsportal A = datascientists U = bob")
+        return self.answers.get(tuple(argv), "")
+
+    @property
+    def writes(self) -> list[tuple[str, ...]]:
+        return [c for c in self.calls if c[:2] == ("sacctmgr", "-i")]
+
+
+# --- Parsing Slurm's answers ---------------------------------------------------------------------------------
+
+
+def test_associations_as_sacctmgr_prints_them():
+    text = IN_SYNC + ("dsportal|datascientists|carol|\n"  # no GrpTRES at all: no GPU limit
+                      "dsportal|gpu-users|dave|cpu=8,gres/gpu=2,mem=16G\n"
+                      "dsportal|root|||\n"  # with -p instead of -P: one '|' more at the end
+                      "other|gpu-users|erin|gres/gpu=9\n"  # another cluster in the same slurmdbd
+                      "\n")
+    accounts, associations = parse_associations(text, "dsportal")
+    assert accounts == {"root", "datascientists", "gpu-users", "portal-admins"}
+    assert [(a.user, a.account, a.gpus) for a in associations] == [
+        ("admin", "portal-admins", 0), ("alice", "gpu-users", 4), ("bob", "datascientists", 0),
+        ("carol", "datascientists", None), ("dave", "gpu-users", 2), ("root", "root", None)]
+
+
+def test_gpu_limits_in_grp_tres():
+    assert gpu_limit("gres/gpu=4") == 4
+    assert gpu_limit("cpu=8,gres/gpu=0,mem=16G") == 0
+    assert gpu_limit("") is None
+    assert gpu_limit("cpu=8") is None
+    assert gpu_limit("gres/gpu:v100=2") is None  # a typed GPU is another TRES
+
+
+def test_default_accounts_qos_flags_and_cluster_name():
+    assert parse_default_accounts("alice|gpu-users\nroot|root\ncarol|\n") == {"alice": "gpu-users", "root": "root"}
+    assert parse_qos_flags("normal|\n") == ()
+    assert parse_qos_flags("normal|DenyOnLimit,NoReserve\n") == ("DenyOnLimit", "NoReserve")
+    assert parse_qos_flags("") is None
+    assert cluster_name(CONFIG) == "dsportal"
+    assert cluster_name("ClusterName = DSPortal\n") == "dsportal"
+    with pytest.raises(SlurmError, match="ClusterName"):
+        cluster_name("AccountingStorageType = accounting_storage/slurmdbd\n")
+
+
+def test_a_missing_normal_qos_is_an_error_that_says_so():
+    with pytest.raises(SlurmError, match="no QOS normal"):
+        read_slurm(CFG, FakeSlurm(qos=""))
+
+
+# --- Reading the directory -----------------------------------------------------------------------------------
+
+
+def entry(dn: str, **attributes) -> dict:
+    return {"type": "searchResEntry", "dn": dn, "attributes": attributes}
+
+
+def test_posix_groups_and_groups_of_names():
+    groups = directory_from_entries([
+        entry(f"cn=gpu-users,{BASE}", cn=["gpu-users"], memberUid=["alice", " Bob "], member=[], uniqueMember=[]),
+        entry(f"cn=team,{BASE}", cn=["team"], member=["uid=carol,ou=people,dc=dsportal,dc=local",
+                                                      "UID = Dave , ou=people,dc=dsportal,dc=local"]),
+        entry(f"cn=auditors,{BASE}", cn=["auditors"], uniqueMember=["uid=erin,ou=people,dc=dsportal,dc=local"]),
+        entry(f"cn=all,{BASE}", cn=["all"], member=[f"cn=team,{BASE}", "not a dn", "uid=frank,ou=people"]),
+        {"type": "searchResRef", "uri": ["ldap://elsewhere/"]},
+    ])
+    assert {g.name: g.members for g in groups} == {
+        "all": {"frank"}, "auditors": {"erin"}, "gpu-users": {"alice", "bob"}, "team": {"carol", "dave"}}
+    assert {g.name: g.skipped for g in groups if g.skipped} == {"all": (f"cn=team,{BASE}", "not a dn")}
+    warnings = desired_state(groups, CFG).warnings
+    assert any("group all: members" in w and "nested groups are not followed" in w for w in warnings)
+
+
+def mock_connection(*entries: tuple[str, dict]) -> ldap3.Connection:
+    conn = ldap3.Connection(ldap3.Server("mock", get_info=ldap3.NONE), user="cn=reader,dc=dsportal,dc=local",
+                            password="secret", client_strategy=ldap3.MOCK_SYNC, raise_exceptions=True)
+    conn.strategy.add_entry("cn=reader,dc=dsportal,dc=local", {"userPassword": "secret", "sn": "reader"})
+    conn.strategy.add_entry(BASE, {"objectClass": ["organizationalUnit"], "ou": "groups"})
+    for dn, attributes in entries:
+        conn.strategy.add_entry(dn, attributes)
+    conn.bind()
+    return conn
+
+
+def test_read_directory_searches_the_group_base():
+    conn = mock_connection((f"cn=gpu-users,{BASE}", {"objectClass": ["posixGroup"], "cn": "gpu-users",
+                                                     "gidNumber": 10101, "memberUid": ["alice"]}),
+                           (f"cn=team,{BASE}", {"objectClass": ["groupOfNames"], "cn": "team",
+                                                "member": ["uid=bob,ou=people,dc=dsportal,dc=local"]}),
+                           ("cn=elsewhere,dc=dsportal,dc=local", {"objectClass": ["posixGroup"], "cn": "elsewhere",
+                                                                  "memberUid": ["mallory"]}))
+    groups = read_directory(CFG, connect=lambda cfg: conn)
+    assert [(g.name, sorted(g.members)) for g in groups] == [("gpu-users", ["alice"]), ("team", ["bob"])]
+
+
+def test_a_directory_that_shows_no_group_changes_nothing():
+    # An anonymous bind that the ACLs keep from the groups would otherwise remove every association.
+    with pytest.raises(DirectoryError, match="no group under ou=groups"):
+        read_directory(CFG, connect=lambda cfg: mock_connection())
+
+
+def test_a_directory_that_does_not_answer_is_one_line_with_its_own_words():
+    def refused(cfg):
+        raise LDAPSocketOpenError("socket connection error while opening: [Errno 111] Connection refused")
+
+    with pytest.raises(DirectoryError) as err:
+        read_directory(CFG, connect=refused)
+    assert str(err.value) == "LDAP at ldap://127.0.0.1:3389: socket connection error while opening: [Errno 111] " \
+                             "Connection refused"
+
+
+def test_tls_needs_a_readable_ca_file(tmp_path):
+    with pytest.raises(DirectoryError, match=r"ldap_tls is ldaps, but its CA file .*ca\.pem \(ldap_ca_file\)"):
+        ldap_connection(PortalConfig(state_dir=tmp_path, ldap_tls="ldaps"))
+
+
+# --- The rules -------------------------------------------------------------------------------------------------
+
+
+def test_a_new_cluster_from_scratch():
+    changes = plan(desired_state(DEMO, CFG), slurm_state(NEW_CLUSTER, NEW_USERS, flags=""))
+    assert [c.line for c in changes] == [
+        "add account datascientists", "add account gpu-users", "add account portal-admins",
+        "set DenyOnLimit on QOS normal",
+        "add admin to account portal-admins with no GPUs",
+        "add alice to account gpu-users with at most 4 GPUs",
+        "add bob to account datascientists with no GPUs"]
+    gpu_users, qos, alice = (changes[i].commands for i in (1, 3, 5))
+    assert gpu_users == (("sacctmgr", "-i", "add", "account", "Name=gpu-users", "Cluster=dsportal"),)
+    assert qos == (("sacctmgr", "-i", "modify", "qos", "where", "Name=normal", "set", "Flags+=DenyOnLimit"),)
+    assert alice == (("sacctmgr", "-i", "add", "user", "Name=alice", "Cluster=dsportal", "Account=gpu-users",
+                      "DefaultAccount=gpu-users", "GrpTRES=gres/gpu=4"),)
+
+
+def test_in_sync_gives_no_changes():
+    assert lines() == []
+
+
+def test_quota_raised():
+    changes = plan(desired_state(DEMO, dataclasses.replace(CFG, gpu_quota={"gpu-users": 8})),
+                   slurm_state(IN_SYNC, IN_SYNC_USERS))
+    assert [(c.line, c.commands) for c in changes] == [("alice: GPU limit 4 -> 8", (
+        ("sacctmgr", "-i", "modify", "user", "where", "Name=alice", "Account=gpu-users", "Cluster=dsportal", "set",
+         "GrpTRES=gres/gpu=8"),))]
+
+
+def test_an_association_without_a_gpu_limit_gets_one():
+    assoc = IN_SYNC.replace("dsportal|datascientists|bob|gres/gpu=0", "dsportal|datascientists|bob|")
+    assert lines(assoc=assoc) == ["bob: GPU limit none -> 0"]
+
+
+def test_a_user_moved_to_the_group_that_gives_them_a_quota():
+    directory = (group("datascientists", "alice", "bob"), group("gpu-users", "alice", "bob"), DEMO[2])
+    [change] = plan(desired_state(directory, CFG), slurm_state(IN_SYNC, IN_SYNC_USERS))
+    assert change.line == "move bob from datascientists to gpu-users with at most 4 GPUs"
+    # The new association and default come first: Slurm refuses to remove a user's default while another remains.
+    assert change.commands == (
+        ("sacctmgr", "-i", "add", "user", "Name=bob", "Cluster=dsportal", "Account=gpu-users",
+         "DefaultAccount=gpu-users", "GrpTRES=gres/gpu=4"),
+        ("sacctmgr", "-i", "modify", "user", "where", "Name=bob", "Cluster=dsportal", "set",
+         "DefaultAccount=gpu-users"),
+        ("sacctmgr", "-i", "delete", "user", "where", "Name=bob", "Account=datascientists", "Cluster=dsportal"))
+
+
+def test_a_user_who_left_loses_their_association():
+    directory = (group("datascientists", "alice"), *DEMO[1:])
+    [change] = plan(desired_state(directory, CFG), slurm_state(IN_SYNC, IN_SYNC_USERS))
+    assert change.line == "remove bob's association (account datascientists)"
+    assert change.commands == (
+        ("sacctmgr", "-i", "delete", "user", "where", "Name=bob", "Account=datascientists", "Cluster=dsportal"),)
+
+
+def test_a_group_removed_from_the_directory():
+    directory = DEMO[:2]  # portal-admins is gone, and admin with it
+    changes = plan(desired_state(directory, CFG), slurm_state(IN_SYNC, IN_SYNC_USERS))
+    assert [c.line for c in changes] == ["remove admin's association (account portal-admins)",
+                                         "remove account portal-admins"]
+    assert changes[1].commands == (
+        ("sacctmgr", "-i", "delete", "account", "where", "Name=portal-admins", "Cluster=dsportal"),)
+    assert "allowed group portal-admins is not under ou=groups" in desired_state(directory, CFG).warnings[0]
+
+
+def test_an_account_of_the_directory_that_has_no_users_stays():
+    assert lines(directory=(*DEMO, group("interns"))) == ["add account interns"]
+    assoc = IN_SYNC + "dsportal|interns||\n"
+    assert lines(directory=(*DEMO, group("interns")), assoc=assoc) == []
+
+
+def test_root_is_never_touched():
+    directory = (group("datascientists", "alice", "bob", "root"), *DEMO[1:], group("root", "alice"))
+    assoc = IN_SYNC + "dsportal|old-team||\ndsportal|old-team|root|\ndsportal|root|mallory|gres/gpu=1\n"
+    desired = desired_state(directory, CFG)
+    assert "root" not in desired.accounts and "root" not in desired.default_accounts
+    assert any("user 'root' in datascientists gets no association" in w for w in desired.warnings)
+    assert any("group 'root' cannot be a Slurm account" in w for w in desired.warnings)
+    # old-team is gone from the directory, but root's association there keeps it; mallory's root-account one stays.
+    assert lines(directory, assoc=assoc) == []
+
+
+def test_a_member_of_no_allowed_group_gets_nothing():
+    directory = (*DEMO[:1], group("gpu-users", "alice", "mallory"), DEMO[2])  # a quota group, but not allowed
+    assert "mallory" not in desired_state(directory, CFG).default_accounts
+    assert lines(directory) == []
+    stale = IN_SYNC + "dsportal|gpu-users|mallory|gres/gpu=4\n"
+    assert lines(directory, assoc=stale) == ["remove mallory's association (account gpu-users)"]
+
+
+def test_the_largest_quota_gives_the_account_and_ties_go_alphabetically():
+    cfg = dataclasses.replace(CFG, gpu_quota={"gpu-b": 4, "gpu-a": 4, "gpu-power": 8})
+    directory = (group("datascientists", "carol", "dave", "erin"), group("portal-admins", "erin"),
+                 group("gpu-b", "carol", "dave"), group("gpu-a", "carol"), group("gpu-power", "dave"))
+    users = {a.user: (a.account, a.gpus) for a in desired_state(directory, cfg).associations}
+    assert users == {"carol": ("gpu-a", 4), "dave": ("gpu-power", 8), "erin": ("datascientists", 0)}
+
+
+def test_groups_that_cannot_be_accounts_are_left_out_with_a_warning():
+    cfg = dataclasses.replace(CFG, gpu_quota={"GPU Users": 4})
+    directory = (group("datascientists", "erin"), group("GPU Users", "erin"), group("a,b", "erin"))
+    desired = desired_state(directory, cfg)
+    assert desired.accounts == {"datascientists"}
+    for name in ("'GPU Users'", "'a,b'"):
+        assert any(w.startswith(f"group {name} cannot be a Slurm account (left out); allowed: lower-case letters")
+                   for w in desired.warnings), desired.warnings
+    # erin's quota still counts; her account is the group that can be one.
+    assert [(a.user, a.account, a.gpus) for a in desired.associations] == [("erin", "datascientists", 4)]
+
+
+def test_names_that_cannot_be_slurm_users_are_left_out_with_a_warning():
+    desired = desired_state((group("datascientists", "alice", "bad.name", "x" * 33),), CFG)
+    assert [a.user for a in desired.associations] == ["alice"]
+    assert sum("gets no association; allowed: a lower-case letter" in w for w in desired.warnings) == 2
+
+
+def test_an_allowed_group_named_by_its_dn():
+    cfg = dataclasses.replace(CFG, allowed_groups=(f"CN=GPU-Users, {BASE.upper()}",))
+    assert [a.user for a in desired_state(DEMO, cfg).associations] == ["alice"]
+
+
+def test_a_second_association_goes_so_the_limit_cannot_double():
+    assoc = IN_SYNC + "dsportal|datascientists|alice|gres/gpu=0\n"
+    users = IN_SYNC_USERS.replace("alice|gpu-users", "alice|datascientists")
+    changes = plan(desired_state(DEMO, CFG), slurm_state(assoc, users))
+    assert [c.line for c in changes] == ["alice: default account datascientists -> gpu-users",
+                                         "remove alice's association (account datascientists)"]
+    assert changes[0].commands == (("sacctmgr", "-i", "modify", "user", "where", "Name=alice", "Cluster=dsportal",
+                                    "set", "DefaultAccount=gpu-users"),)
+
+
+def test_a_leaver_with_several_associations_loses_the_default_last():
+    assoc = IN_SYNC + "dsportal|gpu-users|mallory|gres/gpu=4\ndsportal|portal-admins|mallory|gres/gpu=0\n"
+    users = IN_SYNC_USERS + "mallory|gpu-users\n"
+    assert lines(assoc=assoc, users=users) == ["remove mallory's association (account portal-admins)",
+                                               "remove mallory's association (account gpu-users)"]
+
+
+# --- sync, gpu_limits and the command line -------------------------------------------------------------------
+
+
+def run_main(capsys, *argv: str, directory=DEMO, slurm: FakeSlurm | None = None, euid: int = 0,
+             cfg: PortalConfig | None = CFG) -> tuple[int, list[str], list[str]]:
+    code = main(list(argv), read_dir=lambda cfg: directory, run=slurm or FakeSlurm(), euid=euid, cfg=cfg)
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err.splitlines()
+
+
+def test_sync_applies_the_plan_in_order_and_reports_each_change(capsys):
+    slurm = FakeSlurm(NEW_CLUSTER, NEW_USERS, "normal|\n")
+    code, out, err = run_main(capsys, "sync", slurm=slurm)
+    assert (code, err) == (0, [])
+    assert out[0] == "add account datascientists" and out[-2:] == ["add bob to account datascientists with no GPUs",
+                                                                   "7 changes"]
+    assert slurm.writes == [cmd for c in plan(desired_state(DEMO, CFG), slurm_state(NEW_CLUSTER, NEW_USERS, ""))
+                            for cmd in c.commands]
+
+
+def test_in_sync(capsys):
+    slurm = FakeSlurm()
+    assert run_main(capsys, "sync", slurm=slurm) == (0, ["in sync"], [])
+    assert slurm.writes == []
+
+
+def test_a_dry_run_changes_nothing(capsys):
+    slurm = FakeSlurm(IN_SYNC.replace("gres/gpu=4", "gres/gpu=2"))
+    code, out, _ = run_main(capsys, "sync", "--dry-run", slurm=slurm)
+    assert (code, out) == (0, ["alice: GPU limit 2 -> 4", "1 change (dry run: nothing changed)"])
+    assert slurm.writes == []
+
+
+def test_only_root_may_run_it(capsys):
+    slurm = FakeSlurm()
+    code, out, err = run_main(capsys, "sync", slurm=slurm, euid=1000)
+    assert (code, out, len(err)) == (2, [], 1)
+    assert "must run as root" in err[0]
+    assert slurm.calls == []
+
+
+@pytest.mark.parametrize("argv", [(), ("sync", "--force"), ("delete",), ("show", "alice")])
+def test_usage_errors(capsys, argv):
+    code, _, err = run_main(capsys, *argv)
+    assert (code, len(err)) == (2, 1)
+    assert "usage: python -m portal.accounts sync [--dry-run] | show" in err[0]
+
+
+def test_a_bad_setting_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.setenv("DSPORTAL_LDAP_TLS", "sometimes")
+    code, _, err = run_main(capsys, "sync", cfg=None)
+    assert (code, len(err)) == (2, 1)
+    assert "ldap_tls is 'sometimes'; allowed: starttls, ldaps, none" in err[0]
+
+
+def test_a_failing_directory_is_one_line_and_exit_1(capsys):
+    def down(cfg):
+        raise DirectoryError("LDAP at ldap://127.0.0.1:3389: socket connection error while opening: [Errno 111]")
+
+    slurm = FakeSlurm()
+    code = main(["sync"], read_dir=down, run=slurm, euid=0, cfg=CFG)
+    out, err = capsys.readouterr()
+    assert (code, out, err.count("\n")) == (1, "", 1)
+    assert err.startswith("python -m portal.accounts: LDAP at ldap://127.0.0.1:3389: socket connection error")
+    assert slurm.writes == []
+
+
+def test_slurm_refusing_stops_the_sync_with_its_own_words(capsys):
+    directory = (group("datascientists", "alice"), *DEMO[1:])  # bob leaves, but has a job running
+    code, out, err = run_main(capsys, "sync", directory=directory, slurm=FakeSlurm(refuse="Name=bob"))
+    assert (code, out, len(err)) == (1, [], 1)
+    assert "Slurm refused `sacctmgr -i delete user where Name=bob" in err[0]
+    assert "Job(s) active, cancel job(s) before remove" in err[0]
+
+
+def test_show_and_gpu_limits(capsys):
+    slurm = FakeSlurm(IN_SYNC + "dsportal|datascientists|carol|\n")
+    code, out, _ = run_main(capsys, "show", slurm=slurm)
+    assert code == 0
+    assert out == ["USER   ACCOUNT         GPUS", "admin  portal-admins   0", "alice  gpu-users       4",
+                   "bob    datascientists  0", "carol  datascientists  none", "root   root            none"]
+    assert gpu_limits(CFG, slurm) == {"admin": 0, "alice": 4, "bob": 0}
+    assert show_lines(()) == ["USER  ACCOUNT  GPUS"]
+
+
+def test_sync_reports_and_warns_through_what_it_is_given():
+    reported, warned = [], []
+    directory = (*DEMO, group("Bad Name", "alice"))
+    changes = sync(CFG, dry_run=True, read_dir=lambda cfg: directory, run=FakeSlurm(NEW_CLUSTER, NEW_USERS),
+                   report=reported.append, warn=warned.append)
+    assert reported == changes and len(changes) == 6
+    assert warned == list(desired_state(directory, CFG).warnings) and len(warned) == 1
+
+
+# --- The real command runner, with stand-ins for Slurm's programs ----------------------------------------------
+
+
+def stand_in(tmp_path, name: str, script: str) -> PortalConfig:
+    program = tmp_path / name
+    program.write_text(f"#!/bin/sh\n{script}\n")
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    return PortalConfig(state_dir=tmp_path, slurm_bin_dir=tmp_path)
+
+
+def test_the_runner_passes_slurm_conf_and_returns_stdout(tmp_path):
+    cfg = stand_in(tmp_path, "sacctmgr", 'echo "$SLURM_CONF $*"')
+    assert slurm_runner(cfg)(["sacctmgr", "-nP", "show", "qos"]) == f"{tmp_path}/slurm/slurm.conf -nP show qos\n"
+
+
+def test_the_runner_turns_a_refusal_into_one_line(tmp_path):
+    cfg = stand_in(tmp_path, "sacctmgr", "echo ' Error with request: Job(s) active' >&2; echo '  C = x' >&2; exit 1")
+    with pytest.raises(SlurmError) as err:
+        slurm_runner(cfg)(["sacctmgr", "-i", "delete", "user", "where", "Name=bob"])
+    assert str(err.value) == ("Slurm refused `sacctmgr -i delete user where Name=bob`: "
+                              "Error with request: Job(s) active; C = x")
+    with pytest.raises(SlurmError, match="cannot run .*/scontrol: No such file"):
+        slurm_runner(cfg)(["scontrol", "show", "config"])
