@@ -57,9 +57,12 @@ PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "adm
 
 
 def box(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the cluster-in-a-box command line against the test state dir."""
-    return subprocess.run([sys.executable, str(REPO / "deploy" / "local" / "box.py"), *args],
-                          cwd=REPO, capture_output=True, text=True, check=check, timeout=300)
+    """Run the cluster-in-a-box command line against the test state dir; with `check`, a failure shows its output."""
+    result = subprocess.run([sys.executable, str(REPO / "deploy" / "local" / "box.py"), *args],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"box.py {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
 
 
 def slurm(*args: str) -> str:

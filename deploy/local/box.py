@@ -85,10 +85,21 @@ def cmd_up(lay: Layout, no_hub: bool) -> None:
 
 
 def cmd_down(lay: Layout) -> None:
+    """Stop everything and remove the network; a step that fails does not keep the others from running, and the
+    failures are reported together at the end."""
+    failed = []
     for svc in reversed(services(lay.cfg)):
-        print(stop_service(svc, lay), flush=True)
-    for line in nodes.teardown(lay):
-        print(line, flush=True)
+        try:
+            print(stop_service(svc, lay), flush=True)
+        except BoxError as err:
+            failed.append(str(err))
+    try:
+        for line in nodes.teardown(lay):
+            print(line, flush=True)
+    except BoxError as err:
+        failed.append(str(err))
+    if failed:
+        raise BoxError("\n".join(failed))
 
 
 def cmd_status(lay: Layout) -> None:

@@ -31,6 +31,8 @@ NETNS_DIR = Path("/run/netns")
 # Machine-wide (not per box): a box made /run/netns a mount point, so the last box to leave unmounts it.
 NETNS_MOUNT_MARK = Path("/run/dsportal-netns-mount")
 NODE_STOP_GRACE_S = 5.0
+NETNS_DEL_TRIES = 3
+KILLED_GONE_S = 30.0  # a killed process with gigabytes mapped can take seconds to go when the disk is busy
 
 
 @dataclass(frozen=True)
@@ -183,18 +185,29 @@ def namespace_pids(name: str) -> list[int]:
 def kill_namespace(name: str, grace_s: float = NODE_STOP_GRACE_S) -> None:
     """TERM every process on the node, KILL what is left after `grace_s` (0: KILL at once, a power cut)."""
     pids = namespace_pids(name)
-    for sig in ((signal.SIGTERM, signal.SIGKILL) if grace_s else (signal.SIGKILL,)):
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILLED_GONE_S)):
+        if sig == signal.SIGTERM and not grace_s:
+            continue
         for pid in pids:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + (grace_s or 5.0)
+        deadline = time.monotonic() + wait_s
         pids = [pid for pid in pids if not wait_gone(pid, max(0.0, deadline - time.monotonic()))]
         if not pids:
-            break
-    if pids:
-        raise BoxError(f"{name}: processes {', '.join(map(str, pids))} survived SIGKILL")
+            return
+    raise BoxError(f"{name}: still there {KILLED_GONE_S:.0f} s after SIGKILL: "
+                   + "; ".join(describe_process(pid) for pid in pids))
+
+
+def describe_process(pid: int) -> str:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return f"pid {pid} (gone now)"
+    return f"pid {pid} state {state}: {command[:120]}"
 
 
 def crash(lay: Layout, node: Node) -> str:
@@ -214,29 +227,66 @@ def crash(lay: Layout, node: Node) -> str:
 
 def teardown(lay: Layout) -> list[str]:
     """Remove what the box made: namespaces (and with them their veth pairs), the bridge, the hosts entries,
-    and /run/netns's mount when a box made it and no namespace is left in it."""
+    and /run/netns's mount when a box made it and no namespace is left in it. Every step is tried whatever failed
+    before it; BoxError at the end names what is left and why (the record is kept, so `down` again retries)."""
     net = recorded(lay)
-    done = []
-    for node in (net.nodes if net else ()):
-        kill_namespace(node.name)
-        if (NETNS_DIR / node.name).exists():
-            _ip("netns", "del", node.name)
-            done.append(f"namespace {node.name}")
-        if _link_exists(node.host_link):
-            _ip("link", "del", node.host_link)
-    if net and _link_exists(net.bridge):
-        _ip("link", "del", net.bridge)
-        done.append(f"bridge {net.bridge}")
+    steps = [(f"namespace {node.name}", lambda node=node: _remove_node(node)) for node in (net.nodes if net else ())]
+    if net:
+        steps.append((f"bridge {net.bridge}", lambda: _remove_link(net.bridge)))
+    steps += [("/etc/hosts entries", lambda: _remove_hosts(lay)), ("the /run/netns mount", _remove_netns_mount)]
+    done, failed = [], []
+    for what, step in steps:
+        try:
+            if step():
+                done.append(what)
+        except BoxError as err:
+            failed.append(f"{what}: {err}")
+    lines = [f"network: removed {', '.join(done)}"] if done else []
+    if failed:
+        raise BoxError("\n".join([*lines, "network: could not remove:", *failed]))
+    _record_path(lay).unlink(missing_ok=True)
+    return lines
+
+
+def _remove_node(node: Node) -> bool:
+    """Its processes, then its namespace, which takes its veth pair along (the kernel frees a namespace's links
+    a moment after its last user, so the host end may vanish on its own)."""
+    kill_namespace(node.name)
+    present = (NETNS_DIR / node.name).exists()
+    for attempt in range(NETNS_DEL_TRIES):
+        if not (NETNS_DIR / node.name).exists():
+            break
+        deleted = _ip("netns", "del", node.name, check=False)
+        if deleted.returncode != 0 and attempt + 1 == NETNS_DEL_TRIES:
+            raise BoxError(f"ip netns del {node.name}: {deleted.stderr.strip()}")
+        time.sleep(1.0 if deleted.returncode else 0)  # busy while another tool (podman) remounts /run/netns
+    _remove_link(node.host_link)
+    return present
+
+
+def _remove_link(name: str) -> bool:
+    """Whether the link was there to remove (one that vanishes meanwhile is as good as removed)."""
+    if not _link_exists(name):
+        return False
+    gone = _ip("link", "del", name, check=False)
+    if gone.returncode != 0 and _link_exists(name):
+        raise BoxError(f"ip link del {name}: {gone.stderr.strip()}")
+    return True
+
+
+def _remove_netns_mount() -> bool:
+    """/run/netns's mount, when a box made it (`ip netns add` does) and no namespace is left in it."""
+    if not (NETNS_MOUNT_MARK.exists() and is_mount_point(NETNS_DIR) and not any(NETNS_DIR.iterdir())):
+        return False
+    run(["umount", str(NETNS_DIR)], "network: unmounting /run/netns")
+    NETNS_MOUNT_MARK.unlink()
+    return True
+
+
+def _remove_hosts(lay: Layout) -> bool:
     before = HOSTS_FILE.read_text()
     _rewrite_hosts(hosts_without(before, hosts_marker(lay)))
-    if HOSTS_FILE.read_text() != before:
-        done.append("/etc/hosts entries")
-    if NETNS_MOUNT_MARK.exists() and is_mount_point(NETNS_DIR) and not any(NETNS_DIR.iterdir()):
-        run(["umount", str(NETNS_DIR)], "network: unmounting /run/netns")
-        NETNS_MOUNT_MARK.unlink()
-        done.append("the /run/netns mount")
-    _record_path(lay).unlink(missing_ok=True)
-    return [f"network: removed {', '.join(done)}"] if done else []
+    return HOSTS_FILE.read_text() != before
 
 
 # --- the node's slurmd ------------------------------------------------------------------------------------
