@@ -19,6 +19,7 @@ numbers that matter.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -31,6 +32,7 @@ from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
 from portal.metrics import TAG_LOSS_VAL, TAG_THROUGHPUT
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorBoard's event reader loads TensorFlow: no start-up chatter
 LAYOUTS = ((1, 1), (1, 2), (2, 1))  # (nodes, workers per node): one worker per (fake) GPU
 BASE = {"template": "chexnet", "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4}
 JOB_TIMEOUT_S = 1800

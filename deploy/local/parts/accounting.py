@@ -23,10 +23,13 @@ def db_socket(lay: Layout) -> Path:
     return db_dir(lay) / "mariadbd.sock"  # in its own directory: mariadbd runs as mysql, which may write only there
 
 
+def client(lay: Layout, statement: str) -> list[str]:
+    """The mariadb client running SQL as MariaDB's root, who logs in over the socket as the Unix root user."""
+    return ["mariadb", "--no-defaults", "-S", str(db_socket(lay)), "-u", "root", "-N", "-e", statement]
+
+
 def sql(lay: Layout, statement: str, what: str) -> str:
-    """Run SQL as MariaDB's root, which logs in over the socket as the Unix root user (no password)."""
-    return run(["mariadb", "--no-defaults", "-S", str(db_socket(lay)), "-u", "root", "-N", "-e", statement],
-               f"accounting database: {what}").stdout
+    return run(client(lay, statement), f"accounting database: {what}").stdout
 
 
 # --- MariaDB ----------------------------------------------------------------------------------------------
@@ -47,8 +50,7 @@ def ensure_database_files(lay: Layout) -> None:
 
 
 def mariadb_ready(lay: Layout) -> str | None:
-    probe = subprocess.run(["mariadb", "--no-defaults", "-S", str(db_socket(lay)), "-u", "root", "-N", "-e",
-                            "SELECT 1"], text=True, capture_output=True)
+    probe = subprocess.run(client(lay, "SELECT 1"), text=True, capture_output=True)
     return None if probe.returncode == 0 else probe.stderr.strip()
 
 

@@ -183,22 +183,30 @@ def namespace_pids(name: str) -> list[int]:
 
 
 def kill_namespace(name: str, grace_s: float = NODE_STOP_GRACE_S) -> None:
-    """TERM every process on the node, KILL what is left after `grace_s` (0: KILL at once, a power cut)."""
-    pids = namespace_pids(name)
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILLED_GONE_S)):
-        if sig == signal.SIGTERM and not grace_s:
-            continue
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait_s
-        pids = [pid for pid in pids if not wait_gone(pid, max(0.0, deadline - time.monotonic()))]
+    """TERM every process on the node, KILL what is left after `grace_s` (0: KILL at once, a power cut). The
+    namespace is listed again after each round, so what was forked meanwhile goes too."""
+    if grace_s:
+        _signal(namespace_pids(name), signal.SIGTERM, grace_s)
+    for _ in range(3):
+        pids = namespace_pids(name)
         if not pids:
             return
-    raise BoxError(f"{name}: still there {KILLED_GONE_S:.0f} s after SIGKILL: "
-                   + "; ".join(describe_process(pid) for pid in pids))
+        left = _signal(pids, signal.SIGKILL, KILLED_GONE_S)
+        if left:
+            raise BoxError(f"{name}: still there {KILLED_GONE_S:.0f} s after SIGKILL: "
+                           + "; ".join(describe_process(pid) for pid in left))
+    raise BoxError(f"{name}: processes keep appearing: " + "; ".join(map(describe_process, namespace_pids(name))))
+
+
+def _signal(pids: list[int], sig: signal.Signals, wait_s: float) -> list[int]:
+    """Send `sig` to each; the ones still there after `wait_s` seconds."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + wait_s
+    return [pid for pid in pids if not wait_gone(pid, max(0.0, deadline - time.monotonic()))]
 
 
 def describe_process(pid: int) -> str:
