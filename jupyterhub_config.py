@@ -6,6 +6,7 @@ import sys
 from portal.auth import PortalLDAPAuthenticator
 from portal.config import load
 from portal.service import HUB_TEMPLATES
+from portal.service.base import COOKIE_SAMESITE, SECURITY_HEADERS
 
 portal = load()
 hub_dir = portal.state_dir / "hub"
@@ -23,6 +24,13 @@ c.JupyterHub.db_url = f"sqlite:///{hub_dir / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(hub_dir / "jupyterhub_cookie_secret")
 # A hub restart re-attaches to running servers instead of cancelling every user's job.
 c.JupyterHub.cleanup_servers = False
+# The dashboard's policy (portal.service.base) on the hub's pages too. The hub keeps its own Content-Security-Policy
+# (frame-ancestors 'none'); its cookie_options reach its login and _xsrf cookies and, through the spawner, the
+# servers' OAuth cookies. Lax, not Strict: the OAuth redirects back from the hub's login must carry the cookies.
+c.JupyterHub.tornado_settings = {
+    "headers": dict(SECURITY_HEADERS),
+    "cookie_options": {"samesite": COOKIE_SAMESITE},
+}
 
 c.JupyterHub.authenticator_class = PortalLDAPAuthenticator
 

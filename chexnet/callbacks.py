@@ -10,6 +10,9 @@ TensorBoard tags (an interface: the portal's dashboard and the checks read them)
   and labels are allgathered, every rank computes the same numbers and rank 0 writes them. A class whose
   validation labels are all one value has no AUROC: its `auroc/<Class>` is NOT written for that epoch, and it
   is left out of `auroc/mean`.
+- `data/skipped_records`: the training and validation records that the input pipelines of all workers could not
+  read, parse or decode in the epoch (0 when none); step = the epoch number. `SkippedRecords` also logs a line
+  naming the files, and stops training when more than a set share of a split was unreadable.
 - a custom-scalars layout (throughput on one chart, the AUROCs on another, the losses on a third) and an hparams
   summary (model, batch, workers, image size, fp16, xla, pipeline), both at the start of a run.
 
@@ -35,6 +38,7 @@ from tensorboard.plugins.custom_scalar import summary as custom_scalar_summary
 from tensorboard.plugins.hparams import api as hp
 
 from chexnet import tblog
+from chexnet.data import integrity
 from chexnet.labels import CLASSES, NUM_CLASSES
 from chexnet.metrics import auroc_per_class, mean_auroc
 
@@ -43,9 +47,10 @@ TAG_LOSS_TRAIN = "loss/train"
 TAG_LOSS_VAL = "loss/val"
 TAG_LR = "lr"
 TAG_AUROC_MEAN = "auroc/mean"
+TAG_SKIPPED = "data/skipped_records"
 AUROC_TAG_PREFIX = "auroc/"
 AUROC_TAGS = tuple(f"{AUROC_TAG_PREFIX}{name}" for name in CLASSES)
-EPOCH_TAGS = (TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_AUROC_MEAN, *AUROC_TAGS)
+EPOCH_TAGS = (TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_AUROC_MEAN, *AUROC_TAGS, TAG_SKIPPED)
 ALL_TAGS = (TAG_THROUGHPUT, *EPOCH_TAGS)
 THROUGHPUT_EVERY_STEPS = 10
 LOG_PREFIX = "chexnet.train:"
@@ -221,6 +226,59 @@ class WholeSetValidation(tf.keras.callbacks.Callback):
             + (f"; AUROC undefined (one label value only) for {', '.join(undefined)}" if undefined else ""))
 
 
+class SkippedRecords(tf.keras.callbacks.Callback):
+    """At each epoch's end, after validation: what the pipelines of all workers skipped in the epoch, per split.
+
+    Rank 0 (`announce`) logs a line naming the files when anything was skipped; the epoch's total goes into its
+    scalars as `data/skipped_records` (through `validation.history`, so it is logged exactly once like the others).
+    When more than `max_fraction` of a split's records were unreadable, every rank stops after this epoch (the
+    decision is made from the same allreduced numbers everywhere) and `failure` holds the message.
+    """
+
+    def __init__(self, counters: list[integrity.SkipCounter], max_fraction: float,
+                 validation: WholeSetValidation | None, announce: bool) -> None:
+        super().__init__()
+        self.counters = counters
+        self.max_fraction = max_fraction
+        self.validation = validation
+        self.announce = announce
+        self.failure: str | None = None
+        self._last = [counter.snapshot() for counter in counters]
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        found = []
+        for i, counter in enumerate(self.counters):
+            now = counter.snapshot()
+            found.append(all_workers(now - self._last[i], counter.shared_reads))
+            self._last[i] = now
+        total = sum(counts.skipped for counts in found)
+        if logs is not None:
+            logs[TAG_SKIPPED] = total
+        history = self.validation.history if self.validation is not None else []
+        if history and history[-1]["epoch"] == epoch + 1:
+            history[-1][TAG_SKIPPED] = total
+        if self.announce and total:
+            say(f"epoch {epoch + 1}: skipped unreadable records (all workers): "
+                + "; ".join(counts.describe() for counts in found if counts.skipped))
+        too_many = [counts for counts in found if counts.exceeds(self.max_fraction)]
+        if too_many:
+            self.failure = integrity.too_many_message(too_many, self.max_fraction)
+            self.model.stop_training = True
+
+
+def all_workers(counts: integrity.Counts, shared_reads: bool) -> integrity.Counts:
+    """The sum over workers; what every worker reads (element sharding) is counted once: the maximum."""
+    if hvd.size() == 1:
+        return counts
+    summed = hvd.allreduce(tf.constant(np.stack(counts.arrays())), op=hvd.Sum, name=f"skipped_{counts.split}")
+    good, bad, lost, damaged, read = summed.numpy()
+    if shared_reads:
+        shared = hvd.allreduce(tf.constant(np.stack([counts.lost, counts.damaged, counts.read])), op=hvd.Max,
+                               name=f"skipped_{counts.split}_shared")
+        lost, damaged, read = shared.numpy()
+    return counts.replace(good, bad, lost, damaged, read)
+
+
 class EpochLog:
     """Rank 0's per-epoch TensorBoard scalars, each (tag, epoch) written once across kills and resumes.
 
@@ -245,7 +303,8 @@ class EpochLog:
     def record(self, values: Mapping[str, object]) -> tblog.EpochScalars:
         """Appends one `WholeSetValidation.history` entry to the durable record; returns it as recorded."""
         # Plain floats: they go to JSON, and the live and the re-written values must be the same numbers.
-        scalars = {tag: None if values[tag] is None else float(values[tag]) for tag in EPOCH_TAGS}
+        # .get: a history entry without a tag (no SkippedRecords in the run) has nothing to write for it.
+        scalars = {tag: None if values.get(tag) is None else float(values[tag]) for tag in EPOCH_TAGS}
         entry = tblog.EpochScalars(epoch=int(values["epoch"]), scalars=scalars, logdir=tblog.logdir_key(self.logdir))
         tblog.append_record(self.record_path, entry)
         return entry

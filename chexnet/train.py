@@ -57,7 +57,6 @@ MIN_LR = 1e-6
 INJECT_NAN_ENV = "CHEXNET_INJECT_NAN_AT_STEP"
 INJECT_NAN_RANK_ENV = "CHEXNET_INJECT_NAN_RANK"
 PROG = "chexnet.train"
-LABEL_READ_BATCH = 8192
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,7 @@ class TrainConfig:
     seed: int = 0
     weights_digest_dir: Path | None = None
     progress: str = "auto"
+    max_skipped_fraction: float = 0.1  # chexnet.data.integrity.DEFAULT_MAX_SKIPPED_FRACTION, without importing TF
 
     def validate(self) -> None:
         """Raise UsageError naming the flag and what it allows, for the first bad value."""
@@ -94,6 +94,8 @@ class TrainConfig:
             raise UsageError(f"--warmup-epochs must be >= 0; got {self.warmup_epochs}")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads must be a positive integer (>= 1); got {self.threads}")
+        if not 0 <= self.max_skipped_fraction <= 1:
+            raise UsageError(f"--max-skipped-fraction must be a number from 0 to 1; got {self.max_skipped_fraction}")
         require_data_dir(self.data_dir)
         if self.weights is not None and not self.weights.is_file():
             raise UsageError(f"--weights must name an existing weights file; {self.weights} is not")
@@ -125,13 +127,15 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--progress", default=TrainConfig.progress,
                    help="bar: Keras' step-by-step bar; epoch: one line per epoch (for log files); "
                         "auto: bar on a terminal")
+    p.add_argument("--max-skipped-fraction", type=float, default=TrainConfig.max_skipped_fraction,
+                   help="stop when more than this share of a split's records is unreadable in an epoch (0..1)")
     a = p.parse_args(argv)
     return TrainConfig(
         data_dir=a.data_dir, logdir=a.logdir, checkpoint_dir=a.checkpoint_dir, epochs=a.epochs,
         batch_size=a.batch_size, image_size=a.image_size, model=a.model, pipeline=a.pipeline, fp16=a.fp16,
         xla=a.xla, resume=a.resume, weights=a.weights, lr=a.lr, warmup_epochs=a.warmup_epochs,
         skip_bad=a.skip_bad, threads=a.threads, seed=a.seed, weights_digest_dir=a.weights_digest_dir,
-        progress=a.progress)
+        progress=a.progress, max_skipped_fraction=a.max_skipped_fraction)
 
 
 def _keras_verbosity(progress: str, chief: bool) -> int:
@@ -176,6 +180,8 @@ def run(cfg: TrainConfig) -> int:
     import tensorflow as tf
 
     from chexnet import callbacks as cb
+    from chexnet.data import pipeline
+    from chexnet.data.integrity import unreadable_message
     from chexnet.model import build_model, class_weights, weighted_bce
 
     hvd.init()
@@ -192,7 +198,10 @@ def run(cfg: TrainConfig) -> int:
         model = build_model(cfg.model, cfg.image_size, cfg.weights)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    loss = weighted_bce(*class_weights(_train_labels(source)))
+    try:
+        loss = weighted_bce(*class_weights(pipeline.train_labels(source)))
+    except pipeline.DataError as error:  # nothing in the training split could be read
+        raise UsageError(str(error)) from None
     scaled_lr = cfg.lr * hvd.size()  # Horovod's rule: the global batch grew by size, so does the step
     optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.Adam(learning_rate=scaled_lr))
     if cfg.xla:
@@ -224,13 +233,22 @@ def run(cfg: TrainConfig) -> int:
                f"images; epochs {start_epoch + 1}..{cfg.epochs} at lr {cb.current_lr(model):.3g} "
                f"(--lr {cfg.lr:g} x {hvd.size()} workers, then plateau cuts)")
     guard = cb.NanGuard()
+    skipped = cb.SkippedRecords(pipeline.skip_counters("train", "val"), cfg.max_skipped_fraction, None, chief)
     callbacks = _callbacks(cfg, hvd, model, eval_ds, loss, epoch_log, guard, manager, epoch_done, saved_lr,
-                           scaled_lr, steps_per_epoch, chief)
-    model.fit(_maybe_poisoned(train_ds, hvd.rank()), epochs=cfg.epochs, initial_epoch=start_epoch,
-              steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=_keras_verbosity(cfg.progress, chief))
+                           scaled_lr, steps_per_epoch, chief, skipped)
+    try:
+        model.fit(_maybe_poisoned(train_ds, hvd.rank()), epochs=cfg.epochs, initial_epoch=start_epoch,
+                  steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=_keras_verbosity(cfg.progress, chief))
+    except tf.errors.InvalidArgumentError as error:  # a stream with nothing readable (chexnet.data.integrity)
+        skipped.failure = unreadable_message(error, pipeline.skip_counters("train"))
+        if skipped.failure is None:
+            raise
     if epoch_log is not None:
         epoch_log.close()
     _report_skipped(chief)
+    if skipped.failure is not None:  # every rank that met it says so: it may be a rank other than 0 alone
+        print(f"{PROG}: error: rank {hvd.rank()}: {skipped.failure}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     if guard.tripped:
         if chief:
             print(f"{PROG}: error: the training loss became NaN at {guard.where}; stopped on all workers. "
@@ -296,22 +314,6 @@ def _datasets(cfg: TrainConfig, rank: int, size: int) -> tuple[DataSource, tf.da
     except DataError as error:  # e.g. --image-size larger than the records' short side
         raise UsageError(str(error)) from None
     return source, train, evaluation, steps_per_epoch
-
-
-def _train_labels(source: DataSource) -> np.ndarray:
-    """The training split's labels, for the loss weights: from the index, or read from the TFRecord shards."""
-    import numpy as np
-    import tensorflow as tf
-
-    from chexnet.data.chestxray14 import labels_matrix
-    from chexnet.data.tfrecords import parse_example
-
-    if source.index is not None:
-        return labels_matrix(source.index.train)
-    # The labels are a few floats per record; reading them skips the image decode, so this takes seconds.
-    records = tf.data.TFRecordDataset(source.files("train")).ignore_errors()
-    labels = records.map(lambda record: parse_example(record)["labels"], num_parallel_calls=tf.data.AUTOTUNE)
-    return np.concatenate([batch.numpy() for batch in labels.batch(LABEL_READ_BATCH)])
 
 
 def _maybe_poisoned(dataset: tf.data.Dataset, rank: int) -> tf.data.Dataset:
@@ -384,7 +386,8 @@ def _epoch_log(cfg: TrainConfig, start_epoch: int) -> cb.EpochLog:
 
 
 def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, epoch_log, guard, manager, epoch_done, saved_lr,
-               scaled_lr: float, steps_per_epoch: int, chief: bool) -> list[tf.keras.callbacks.Callback]:
+               scaled_lr: float, steps_per_epoch: int, chief: bool,
+               skipped: cb.SkippedRecords) -> list[tf.keras.callbacks.Callback]:
     """Order matters: Keras calls them in this order with one shared logs dict."""
     import tensorflow as tf
 
@@ -396,6 +399,7 @@ def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, epoch_log, guard, ma
                                      logged_through=logged_through)
     validation = cb.WholeSetValidation(eval_ds, loss, guard, throughput, cfg.epochs, announce=chief,
                                        jit_compile=cfg.xla)
+    skipped.validation = validation
     callbacks = [
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # optimizer slots too, once the first step made them
         hvd.callbacks.MetricAverageCallback(),  # loss/train = the mean over ranks, before anyone logs it
@@ -407,6 +411,7 @@ def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, epoch_log, guard, ma
         guard,
         throughput,
         validation,
+        skipped,  # after validation: it counts this epoch's validation reads and adds its tag to the epoch's record
         tf.keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=PLATEAU_FACTOR, patience=PLATEAU_PATIENCE,
                                              min_lr=MIN_LR, verbose=1 if chief else 0),
     ]

@@ -3,33 +3,61 @@
 - The directory's certificate is verified against the configured CA (the upstream default does not verify).
 - `allowed_groups` always applies: `allow_all`, which silently disables it, is refused.
 - Usernames are normalised (trimmed, lower case) and must be safe Unix names before anything reaches LDAP, so
-  filter or DN injection (`*)(uid=*`, `alice,ou=x`) never gets that far; empty passwords never bind.
+  filter or DN injection (`*)(uid=*`, `alice,ou=x`) never gets that far; empty passwords never bind, and a
+  password longer than `max_password_bytes` (UTF-8) is refused with its own message without reaching LDAP.
 - All of the user's groups (not only the allowed ones) become JupyterHub groups, which drive the admin flag
   and the GPU quota.
-- A directory that is down or untrusted gives the login page a message instead of a traceback, and a slow
-  directory cannot stall the hub: LDAP runs in a worker thread with a time limit.
+- Logins that hold (portal.login_limits): at most `ldap_concurrency` directory operations at once and
+  `ldap_concurrency_per_address` for one client, in a pool of their own; a login that waits longer than
+  `ldap_queue_timeout` for a slot is told "busy, try again" (429). ldap3's own connect and receive timeouts end the
+  worker thread itself; the slot is freed only when it has ended, so abandoned work cannot pile up.
+- Failed logins are throttled per (user, client), per address and per user (429 with the time to wait). A client
+  is a browser holding a signed login-device cookie for that user, else its address; the loose per-address and
+  per-user rules never hold back a browser the user has logged in from before, so a flood cannot lock them out.
+  The address is the proxy's X-Forwarded-For entry when the connection comes from `trusted_proxies`.
+- A directory that is down or untrusted gives the login page a message (503) instead of a traceback. A dropped
+  connection is told apart: the directory is probed with an anonymous bind, and if it answers, the request
+  itself was refused (a failed login, 403), not the directory down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
+import secrets
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 
 import ldap3
-from ldap3.core.exceptions import LDAPException
+from ldap3 import Tls
+from ldap3.core.exceptions import LDAPBindError, LDAPException
 from ldap3.utils.conv import escape_filter_chars
 from ldapauthenticator import LDAPAuthenticator
 from ldapauthenticator.ldapauthenticator import TlsStrategy
 from tornado import web
-from traitlets import Instance, TraitError, Unicode, default, validate
+from traitlets import Float, Instance, Integer, List, TraitError, Unicode, default, validate
 
 from portal.config import PortalConfig, load
+from portal.hub_pages import spawn_handlers
+from portal.login_limits import Attempt, LdapBusy, LdapSlots, LoginThrottle, Policy, client_address
 
 DIRECTORY_UNAVAILABLE = (
     "The directory service (LDAP) is unavailable, so nobody can log in right now. "
     "Try again in a few minutes; if it lasts, tell your administrator."
 )
+LOGIN_BUSY = "The login service is busy (too many logins at once). Try again in a few seconds."
+PASSWORD_TOO_LONG = ("password: at most {limit} bytes (UTF-8) are allowed, and this one is longer, so it was not "
+                     "checked. Enter your directory password.")
+REQUEST_REFUSED = ("The directory refused this login request (it closed the connection while checking it); the "
+                   "directory itself is up. Check the user name and password and try again.")
+DEVICE_COOKIE = "dsportal-login-device"
+# ldap3's connection modes for each upstream TLS strategy: (use_ssl, auto_bind).
+CONNECT_MODES = {
+    TlsStrategy.on_connect: (True, ldap3.AUTO_BIND_NO_TLS),
+    TlsStrategy.before_bind: (False, ldap3.AUTO_BIND_TLS_BEFORE_BIND),
+    TlsStrategy.insecure: (False, ldap3.AUTO_BIND_NO_TLS),
+}
 TLS_STRATEGIES = {"starttls": TlsStrategy.before_bind, "ldaps": TlsStrategy.on_connect, "none": TlsStrategy.insecure}
 
 
@@ -46,6 +74,72 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         r"^[a-z_][a-z0-9_-]{0,31}$", config=True,
         help="Login names must match this after trimming and lower-casing: a safe Unix user name.",
     )
+
+    max_password_bytes = Integer(
+        1024, config=True,
+        help="Longest password (bytes of UTF-8) sent to the directory; a longer one is a failed login with its own "
+             "message. slapd drops the connection on very large binds (256 KiB for anonymous sessions).",
+    )
+    ldap_concurrency = Integer(4, config=True, help="Directory operations (logins) running at once, at most.")
+    ldap_concurrency_per_address = Integer(
+        2, config=True, help="Directory operations at once for one client address, at most, so that one client "
+                             "cannot take every slot.")
+    ldap_queue_timeout = Float(
+        5.0, config=True, help="Seconds a login waits for a free directory slot before it is told 'busy, try again'.")
+    ldap_connect_timeout = Float(
+        config=True, help="Seconds to open a connection to the directory (ldap3 Server connect_timeout); "
+                          "default: portal.config's ldap_timeout.")
+    ldap_receive_timeout = Integer(
+        config=True, help="Whole seconds to wait for each answer of the directory (ldap3 Connection "
+                          "receive_timeout, which takes only integers), so that the worker thread itself ends; "
+                          "default: portal.config's ldap_timeout.")
+    failed_login_limit_per_user_client = Integer(
+        5, config=True, help="Failed logins for one user from one client (a browser with that user's login-device "
+                             "cookie, else an address) before that pair is held back.")
+    failed_login_limit_per_address = Integer(
+        50, config=True, help="Failed logins from one address (any user, browsers with a device cookie excepted) "
+                              "before that address is held back.")
+    failed_login_limit_per_user = Integer(
+        50, config=True, help="Failed logins for one user from all clients without that user's device cookie "
+                              "before such clients are held back; browsers the user logged in from before are not.")
+    failed_login_delay = Float(
+        10.0, config=True, help="Seconds a client is held back at the limit; doubles with each further failure.")
+    failed_login_max_delay = Float(900.0, config=True, help="The longest a client is held back, in seconds.")
+    failed_login_forget_after = Float(
+        900.0, config=True, help="Seconds without a failure (after the hold ends) before failures are forgotten.")
+    login_device_days = Integer(
+        30, config=True, help="Days a login-device cookie (set on a successful login, path /hub/login only) is "
+                              "valid; 0 turns device cookies off.")
+    trusted_proxies = List(
+        Unicode(), config=True,
+        help="Networks whose connections may carry X-Forwarded-For (the configurable-http-proxy in front of the "
+             "hub); default: loopback and the hub's own API address. X-Real-Ip is never trusted.")
+    proxy_hops = Integer(
+        1, config=True, help="Proxies in front of the hub that each append to X-Forwarded-For (1: only CHP).")
+
+    @default("ldap_connect_timeout")
+    def _connect_timeout_default(self) -> float:
+        return float(self.portal.ldap_timeout)
+
+    @default("ldap_receive_timeout")
+    def _receive_timeout_default(self) -> int:
+        return max(1, int(self.portal.ldap_timeout))
+
+    @default("trusted_proxies")
+    def _trusted_proxies_default(self) -> list[str]:
+        # The proxy reaches the hub on its API address (the box's bridge) or on loopback.
+        return ["127.0.0.1/32", "::1/128", *([self.portal.hub_api_address] if _is_ip(self.portal.hub_api_address)
+                                             else [])]
+
+    @validate("trusted_proxies")
+    def _check_trusted_proxies(self, proposal):
+        for network in proposal["value"]:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise TraitError(f"trusted_proxies: {network[:64]!r} is not an IP address or network "
+                                 "(allowed: e.g. 127.0.0.1, 10.0.0.0/8, ::1)") from None
+        return proposal["value"]
 
     @default("valid_username_regex")
     def _valid_username_regex_default(self) -> str:
@@ -113,35 +207,145 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
                              "set ldap_tls=none to talk to a directory without TLS at all")
         return proposal["value"]
 
+    def get_handlers(self, app) -> list:
+        """The login page, and the spawn page decoding its input strictly (portal.hub_pages): the hub adds the
+        authenticator's routes before its own, so these take the place of its SpawnHandler."""
+        return [*super().get_handlers(app), *spawn_handlers()]
+
     def normalize_username(self, username: str) -> str:
         return username.strip().lower()
+
+    def _limits(self) -> tuple[LoginThrottle, LdapSlots, ThreadPoolExecutor]:
+        if not hasattr(self, "_login_limits"):
+            policy = {"base_delay": self.failed_login_delay, "max_delay": self.failed_login_max_delay,
+                      "forget_after": self.failed_login_forget_after}
+            throttle = LoginThrottle(pair=Policy(self.failed_login_limit_per_user_client, **policy),
+                                     address=Policy(self.failed_login_limit_per_address, **policy),
+                                     user=Policy(self.failed_login_limit_per_user, **policy))
+            slots = LdapSlots(self.ldap_concurrency, self.ldap_concurrency_per_address, self.ldap_queue_timeout)
+            # A pool of its own: LDAP threads never take the hub's default executor from everything else.
+            pool = ThreadPoolExecutor(self.ldap_concurrency, thread_name_prefix="ldap")
+            self._login_limits = (throttle, slots, pool)
+        return self._login_limits
 
     async def authenticate(self, handler, data):
         username = self.normalize_username(data.get("username") or "")
         password = data.get("password") or ""
-        if not re.match(self.username_pattern, username):
-            self.log.warning("Login refused: the name %r is not a valid user name", username[:64])
-            return None
-        if not password.strip():
-            self.log.warning("Login refused for %s: empty password", username)
-            return None
-        parent = super().authenticate
+        valid_name = bool(re.match(self.username_pattern, username))
+        attempt = Attempt(username if valid_name else None, self._address(handler),
+                          self._device(handler, username) if valid_name else None)
+        throttle, _, _ = self._limits()
+        refusal = throttle.check(attempt)
+        if refusal:
+            self.log.warning("Login refused for %s from %s: held back by the %s rule for %d s", username[:64],
+                             attempt.address, refusal.rule, refusal.retry_after)
+            raise web.HTTPError(429, refusal.message)
         try:
-            # ldap3 blocks: run it beside the hub's event loop, and give up on a directory that does not answer.
-            result = await asyncio.wait_for(
-                asyncio.to_thread(asyncio.run, parent(handler, {"username": username, "password": password})),
-                timeout=self.portal.ldap_timeout,
-            )
-        except (TimeoutError, LDAPException, OSError) as err:
-            self.log.error("LDAP at %s:%s failed for %s: %s: %s", self.server_address, self.server_port,
-                           username, type(err).__name__, err)
-            raise web.HTTPError(503, DIRECTORY_UNAVAILABLE) from None
+            result = await self._check_password(attempt, password)
+        except web.HTTPError as err:
+            if err.status_code == 403:
+                throttle.failed(attempt)
+            raise
         if result is None:
+            throttle.failed(attempt)
             return None
+        throttle.succeeded(attempt)
+        self._issue_device(handler, username)
         groups = result["auth_state"]["user_attributes"].pop("portal_groups", [])
         result["groups"] = groups
         result["admin"] = self.portal.is_admin(groups)
         return result
+
+    async def _check_password(self, attempt: Attempt, password: str) -> dict | None:
+        """The caps, then the directory: None for a failed login; HTTPError for one with a message of its own."""
+        if attempt.user is None:
+            self.log.warning("Login refused from %s: not a valid user name", attempt.address)
+            return None
+        if not password.strip():
+            self.log.warning("Login refused for %s: empty password", attempt.user)
+            return None
+        if len(password.encode("utf-8", "surrogatepass")) > self.max_password_bytes:
+            self.log.warning("Login refused for %s from %s: password of %d characters", attempt.user,
+                             attempt.address, len(password))
+            raise web.HTTPError(403, PASSWORD_TOO_LONG.format(limit=self.max_password_bytes))
+        return await self._in_worker(attempt, password)
+
+    async def _in_worker(self, attempt: Attempt, password: str) -> dict | None:
+        """Upstream's (blocking) bind and searches in the LDAP pool, holding a slot until the thread has ended."""
+        _, slots, pool = self._limits()
+        try:
+            await slots.acquire(attempt.address)
+        except LdapBusy as err:
+            self.log.warning("Login of %s from %s refused: %s", attempt.user, attempt.address, err)
+            raise web.HTTPError(429, LOGIN_BUSY) from None
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(pool, self._bind_and_read, attempt.user, password)
+        # The thread may outlive the deadline below (up to a few receive timeouts): its slot waits for it.
+        work.add_done_callback(lambda done: (slots.release(attempt.address), done.cancelled() or done.exception()))
+        try:
+            return await asyncio.wait_for(asyncio.shield(work), timeout=self.portal.ldap_timeout)
+        except _RequestDropped as err:
+            self.log.warning("LDAP dropped the login of %s from %s, but answers a probe: %s", attempt.user,
+                             attempt.address, err)
+            raise web.HTTPError(403, REQUEST_REFUSED) from None
+        except (TimeoutError, LDAPException, OSError) as err:
+            self.log.error("LDAP at %s:%s failed for %s: %s: %s", self.server_address, self.server_port,
+                           attempt.user, type(err).__name__, err)
+            raise web.HTTPError(503, DIRECTORY_UNAVAILABLE) from None
+
+    def _bind_and_read(self, username: str, password: str) -> dict | None:
+        """In a worker thread: upstream's authenticate (synchronous inside); a failure of the connection is the
+        request's own fault when the directory still answers an anonymous bind."""
+        try:
+            return asyncio.run(super().authenticate(None, {"username": username, "password": password}))
+        except (LDAPException, OSError) as err:
+            if self._directory_answers():
+                raise _RequestDropped(f"{type(err).__name__}: {err}") from err
+            raise
+
+    def _directory_answers(self) -> bool:
+        try:
+            conn = self.get_connection(None, None)  # anonymous, over the same TLS
+        except (LDAPException, OSError):
+            return False
+        if conn:
+            conn.unbind()
+        return True  # a refused anonymous bind is an answer too
+
+    def get_connection(self, userdn: str | None, password: str | None) -> ldap3.Connection | None:
+        """Upstream's, with ldap3's own timeouts, so that a worker thread ends instead of waiting forever."""
+        use_ssl, auto_bind = CONNECT_MODES[self.tls_strategy]
+        server = ldap3.Server(self.server_address, port=self.server_port, use_ssl=use_ssl,
+                              tls=Tls(**self.tls_kwargs), connect_timeout=self.ldap_connect_timeout)
+        try:
+            return ldap3.Connection(server, user=userdn, password=password, auto_bind=auto_bind,
+                                    receive_timeout=self.ldap_receive_timeout)
+        except LDAPBindError:
+            return None
+
+    def _address(self, handler) -> str:
+        if handler is None:
+            return "local"
+        peer = getattr(getattr(handler.request.connection, "context", None), "address", None)
+        peer_ip = peer[0] if isinstance(peer, tuple) and peer else None
+        trusted = [ipaddress.ip_network(net, strict=False) for net in self.trusted_proxies]
+        return client_address(peer_ip, handler.request.headers.get("X-Forwarded-For"), trusted, self.proxy_hops)
+
+    def _device(self, handler, username: str) -> str | None:
+        """The id of this browser's login-device cookie if it was issued to this user (signed with the hub's
+        cookie secret), else None."""
+        if handler is None or not self.login_device_days:
+            return None
+        value = handler.get_signed_cookie(DEVICE_COOKIE, max_age_days=self.login_device_days)
+        user, _, device = (value or b"").decode("ascii", "replace").partition(":")
+        return device if user == username and device else None
+
+    def _issue_device(self, handler, username: str) -> None:
+        if handler is None or not self.login_device_days:
+            return
+        handler.set_signed_cookie(DEVICE_COOKIE, f"{username}:{secrets.token_urlsafe(12)}",
+                                  expires_days=self.login_device_days, path=handler.settings["login_url"],
+                                  httponly=True, samesite="Strict", secure=handler.request.protocol == "https")
 
     def get_user_attributes(self, conn: ldap3.Connection, userdn: str) -> dict:
         """The upstream hook, bound as the user: add the names of every group the user is in."""
@@ -156,3 +360,15 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         )
         attributes["portal_groups"] = sorted(str(entry.cn) for entry in conn.entries)
         return attributes
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _RequestDropped(Exception):
+    """The directory closed the connection on one request but answers others: the request's fault."""

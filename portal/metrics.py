@@ -6,11 +6,15 @@ them as tensors, TF1-style writers as scalars: both are read. A logdir that is m
 empty metrics, not an error: a job that has not started yet has none.
 
     python -m portal.metrics LOGDIR      # the same as JSON (how the jobs API reads a run as its user)
+
+That JSON comes from a process of the user's, reading files of the user's: the dashboard (root) checks it like
+any input (`RunMetrics.from_json`: types, finite numbers, bounded sizes) and shows a bad answer as unreadable.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,6 +23,16 @@ TAG_THROUGHPUT = "throughput/images_per_sec"
 TAG_AUROC_MEAN = "auroc/mean"
 TAG_LOSS_VAL = "loss/val"  # written every epoch, even when no class has a defined AUROC
 AUROC_PREFIX = "auroc/"
+# Bounds on what a run can report: 14 classes (and room for other datasets), names as short as tags are.
+MAX_OUTPUT_BYTES = 64 * 1024
+MAX_CLASSES = 256
+MAX_CLASS_NAME = 128
+MAX_EPOCHS = 1_000_000
+MAX_NOTE = 500
+
+
+class MetricsError(ValueError):
+    """What `python -m portal.metrics` answered is not metrics (the message says what is wrong)."""
 
 
 @dataclass(frozen=True)
@@ -28,13 +42,75 @@ class RunMetrics:
     best_epoch: int | None = None  # 1-based; the epoch of best_mean_auroc
     per_class_auroc: dict[str, float] = field(default_factory=dict)  # at best_epoch
     epochs_done: int = 0
+    unreadable: str = ""  # why the metrics could not be read; the fields above are then empty
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> RunMetrics:
-        return cls(**data)
+    def from_dict(cls, data: object) -> RunMetrics:
+        """Checked field by field; MetricsError for anything that is not what `to_dict` writes."""
+        if not isinstance(data, dict):
+            raise MetricsError(f"a JSON {type(data).__name__}, not an object")
+        unknown = sorted(str(k)[:40] for k in set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise MetricsError(f"unknown field {unknown[0]!r}")
+        note = data.get("unreadable", "")
+        if not isinstance(note, str) or len(note) > MAX_NOTE:
+            raise MetricsError(f"unreadable: not a string of at most {MAX_NOTE} characters")
+        return cls(images_per_sec=_number(data, "images_per_sec", 0.0, math.inf),
+                   best_mean_auroc=_number(data, "best_mean_auroc", 0.0, 1.0),
+                   best_epoch=_whole(data, "best_epoch", optional=True),
+                   per_class_auroc=_per_class(data.get("per_class_auroc", {})),
+                   epochs_done=_whole(data, "epochs_done", optional=True) or 0, unreadable=note)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunMetrics:
+        if len(text) > MAX_OUTPUT_BYTES:
+            raise MetricsError(f"{len(text)} bytes of output, more than {MAX_OUTPUT_BYTES}")
+        try:
+            data = json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as err:
+            raise MetricsError(f"not JSON ({str(err)[:80]})") from None
+        return cls.from_dict(data)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
+
+
+def _number(data: dict, name: str, low: float, high: float) -> float | None:
+    """A finite number in [low, high], or None (absent or null: not reached yet)."""
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MetricsError(f"{name}: a {type(value).__name__}, not a number")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise MetricsError(f"{name}: {str(value)[:20]} is not a finite number in [{low}, {high}]")
+    return float(value)
+
+
+def _whole(data: dict, name: str, optional: bool = False) -> int | None:
+    value = data.get(name)
+    if value is None and optional:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_EPOCHS:
+        raise MetricsError(f"{name}: {str(value)[:20]!r} is not a whole number in 0-{MAX_EPOCHS}")
+    return value
+
+
+def _per_class(raw: object) -> dict[str, float]:
+    if not isinstance(raw, dict) or len(raw) > MAX_CLASSES:
+        raise MetricsError(f"per_class_auroc: not an object of at most {MAX_CLASSES} classes")
+    found = {}
+    for name in raw:
+        if len(name) > MAX_CLASS_NAME or not name.isprintable():
+            raise MetricsError(f"per_class_auroc: class name {name[:20]!r}... is not a short printable name")
+        found[name] = _number(raw, name, 0.0, 1.0)
+    if None in found.values():
+        raise MetricsError("per_class_auroc: a class without a value")
+    return found
 
 
 def _series(accumulator, tag: str) -> list[tuple[int, float]]:
@@ -48,7 +124,8 @@ def _series(accumulator, tag: str) -> list[tuple[int, float]]:
         points = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto).item())) for e in accumulator.Tensors(tag)]
     else:
         return []
-    return sorted(dict(points).items())
+    # A class without positives in the validation set has no AUROC: such a point (NaN) is not a value.
+    return sorted((step, value) for step, value in dict(points).items() if math.isfinite(value))
 
 
 def read_run_metrics(logdir: str | Path) -> RunMetrics:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RUNUSER = "/usr/sbin/runuser"  # util-linux; sudo is not installed on these nodes
+from portal.runas import RUNUSER as RUNUSER  # where it lived before portal.runas
+
 # A node in one of these states cannot run anything now (it may come back: it still counts as a member).
 UNUSABLE_NODE_STATE = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|FUTURE")
 SERVER_JOB_NAME = "spawner-jupyterhub"  # batchspawner's --job-name for a JupyterLab server
@@ -40,6 +41,25 @@ def pending_reason(reason: str) -> str:
     """Slurm's reason with its meaning: "Resources (waiting for GPUs, CPUs or memory to free up)"."""
     words = PENDING_REASONS.get(reason.strip("()").split(",")[0])
     return f"{reason} ({words})" if words else reason
+
+
+# What Slurm answers for a job it does not know: ended and forgotten (MinJobAge), or hidden from this user
+# (PrivateData=jobs). Every other failure of squeue/scontrol means Slurm did not answer, which is no job state.
+JOB_UNKNOWN = "Invalid job id specified"
+
+
+def job_unknown(message: str) -> bool:
+    """Whether a failed squeue/scontrol's message says the job is not known (rather than Slurm not answering)."""
+    return JOB_UNKNOWN in message
+
+
+def squeue_outcome(answer: str, error: str | None) -> str:
+    """What `squeue -h -j ID` says of a job: "state" (its line is in `answer`), "gone" (Slurm does not know it, or
+    lists nothing: it has ended), or "unavailable" (squeue failed otherwise: Slurm did not answer, which says
+    nothing of the job). `error` is the failed command's message, None when it succeeded."""
+    if error is not None:
+        return "gone" if job_unknown(error) else "unavailable"
+    return "state" if answer.strip() else "gone"
 
 
 def parse_key_values(line: str) -> dict[str, str]:

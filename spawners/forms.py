@@ -9,23 +9,33 @@ to a scheduler, so every rule is unit-tested without one. The form and the REST 
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from portal.inputs import (
+    MAX_FORM_VALUES,
+    MAX_NAME,
+    WALL_TIME_HTML_PATTERN,
+    InputError,
+    check_fields,
+    format_minutes,
+    minutes_of,
+    shown,
+    text,
+    wall_time,
+    whole_number,
+)
+
 FIELDS = ("partition", "gpus", "cpus", "memory_gb", "runtime")
-WALL_TIME = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
-INTEGER = re.compile(r"^-?\d{1,9}$")
-PARTITION_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+WHOLE = "options"  # what an error about the request as a whole names (a key that is no field name, a non-mapping)
+
+__all__ = ["FIELDS", "ClusterLimits", "OptionsError", "Partition", "ServerOptions", "default_options",
+           "describe_minutes", "format_minutes", "minutes_of", "parse_server_options", "render_form"]
 
 
-class OptionsError(ValueError):
+class OptionsError(InputError):
     """A server option is not allowed. `field` names it; the message says what is allowed."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -86,17 +96,6 @@ class ServerOptions:
         return asdict(self)
 
 
-def minutes_of(runtime: str) -> int:
-    hours, minutes, seconds = (int(part) for part in WALL_TIME.match(runtime).groups())
-    return hours * 60 + minutes + (1 if seconds else 0)
-
-
-def format_minutes(minutes: int | None) -> str:
-    if minutes is None:
-        return "unlimited"
-    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
-
-
 def describe_minutes(minutes: int | None) -> str:
     """A wall-time limit as people say it: "7 days", "1 hour", "90 minutes"."""
     if minutes is None:
@@ -113,19 +112,10 @@ def _single(raw: Mapping[str, Any], name: str) -> Any:
     value = raw[name]
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
-            raise OptionsError(name, f"expected one value, got {len(value)}")
+            count = len(value) if len(value) <= MAX_FORM_VALUES else f"{MAX_FORM_VALUES}+"
+            raise OptionsError(name, f"expected one value, got {count}")
         value = value[0]
-    return value.strip() if isinstance(value, str) else value
-
-
-def _integer(raw: Mapping[str, Any], name: str, low: int, high: int, why: str = "") -> int:
-    value = _single(raw, name)
-    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and INTEGER.match(value))):
-        raise OptionsError(name, f"{value!r} is not a whole number; allowed: {low}-{high}{why}")
-    number = int(value)
-    if not low <= number <= high:
-        raise OptionsError(name, f"{number} is out of range; allowed: {low}-{high}{why}")
-    return number
+    return value
 
 
 def _gpu_note(limits: ClusterLimits, partition: Partition) -> str:
@@ -140,38 +130,42 @@ def _gpu_note(limits: ClusterLimits, partition: Partition) -> str:
 
 def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
     """Validate form or API input against what the cluster offers and the user may use."""
-    unknown = sorted(set(raw) - set(FIELDS))
-    if unknown:
-        raise OptionsError(unknown[0], f"unknown field; allowed fields: {', '.join(FIELDS)}")
+    try:
+        return _parse(raw, limits)
+    except OptionsError:
+        raise
+    except InputError as err:  # portal.inputs' grammar names the field; this surface's error type carries it
+        raise OptionsError(err.field, err.message) from None
+
+
+def _parse(raw: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
+    if not isinstance(raw, Mapping):
+        raise OptionsError(WHOLE, f"{shown(raw)} is not a mapping of options; allowed fields: {', '.join(FIELDS)}")
+    check_fields(raw, FIELDS, WHOLE)
     if not limits.partitions:
         raise OptionsError("partition", "the cluster reports no partitions that are up")
 
     names = ", ".join(p.name for p in limits.partitions)
     name = _single(raw, "partition") if "partition" in raw else limits.default_partition.name
-    if not isinstance(name, str) or not PARTITION_NAME.match(name) or limits.partition(name) is None:
-        raise OptionsError("partition", f"{name!r} is not a partition of this cluster; allowed: {names}")
-    partition = limits.partition(name)
+    partition = limits.partition(text(name, "partition", MAX_NAME, f"allowed: {names}").strip())
+    if partition is None:
+        raise OptionsError("partition", f"{shown(name)} is not a partition of this cluster; allowed: {names}")
+    name = partition.name
 
     defaults = ServerOptions(partition=name)
-    max_gpus = limits.max_gpus(partition)
-    gpus = _integer(raw, "gpus", 0, max_gpus, _gpu_note(limits, partition)) if "gpus" in raw else 0
+    gpus = whole_number(_single(raw, "gpus"), "gpus", 0, limits.max_gpus(partition),
+                        _gpu_note(limits, partition)) if "gpus" in raw else 0
     counts = limits.gpu_counts(partition)
     if counts is not None and gpus not in counts:
         raise OptionsError("gpus", f"{gpus} is not a GPU profile; allowed: {', '.join(map(str, counts))}"
-                           f"{_gpu_note(limits, partition)}")
-    cpus = _integer(raw, "cpus", 1, partition.cpus_per_node) if "cpus" in raw else min(
+                                   f"{_gpu_note(limits, partition)}")
+    cpus = whole_number(_single(raw, "cpus"), "cpus", 1, partition.cpus_per_node) if "cpus" in raw else min(
         defaults.cpus, partition.cpus_per_node)
     max_gb = max(1, partition.memory_mb_per_node // 1024)
-    memory_gb = _integer(raw, "memory_gb", 1, max_gb) if "memory_gb" in raw else min(defaults.memory_gb, max_gb)
-
-    limit = format_minutes(partition.max_minutes)
+    memory_gb = whole_number(_single(raw, "memory_gb"), "memory_gb", 1, max_gb) if "memory_gb" in raw else min(
+        defaults.memory_gb, max_gb)
     runtime = _single(raw, "runtime") if "runtime" in raw else defaults.runtime
-    if not isinstance(runtime, str) or not WALL_TIME.match(runtime):
-        raise OptionsError("runtime", f"{runtime!r} is not a wall time; allowed: HH:MM:SS up to {limit}")
-    if minutes_of(runtime) == 0:
-        raise OptionsError("runtime", f"must be longer than 00:00:00; allowed: up to {limit}")
-    if partition.max_minutes is not None and minutes_of(runtime) > partition.max_minutes:
-        raise OptionsError("runtime", f"{runtime} exceeds partition {name}'s limit; allowed: up to {limit}")
+    runtime = wall_time(runtime, "runtime", partition.max_minutes, f" (partition {name}'s limit)")
     return ServerOptions(partition=name, gpus=gpus, cpus=cpus, memory_gb=memory_gb, runtime=runtime)
 
 
@@ -229,6 +223,6 @@ def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None, pool
 <div class="form-group mb-3">
   <label for="ds-runtime" class="form-label">Wall time (HH:MM:SS)</label>
   <input id="ds-runtime" name="runtime" type="text" value="{esc(chosen.runtime)}" class="form-control"
-         pattern="\\d{{1,3}}:[0-5]\\d:[0-5]\\d">
+         pattern="{WALL_TIME_HTML_PATTERN}">
 </div>
 """

@@ -19,12 +19,13 @@ from __future__ import annotations
 import os
 
 from kubespawner import KubeSpawner
-from tornado import web
 from traitlets import Instance, default
 
 from portal.config import PortalConfig, load
+from portal.inputs import seconds_of
 from portal.jobs.kubernetes import GPU_RESOURCE, user_namespace_objects
-from spawners.forms import ClusterLimits, OptionsError, Partition, ServerOptions, parse_server_options, render_form
+from spawners.forms import ClusterLimits, Partition, ServerOptions
+from spawners.options import ServerOptionsMixin
 from spawners.slurm import tensorboard_proxy_url
 
 HOME, DATA, SHM = "home", "data", "dshm"  # volume names, as in the MPIJobs
@@ -46,7 +47,6 @@ def cluster_limits(cfg: PortalConfig, groups: tuple[str, ...]) -> ClusterLimits:
 
 def pod_settings(cfg: PortalConfig, options: ServerOptions) -> dict:
     """The KubeSpawner traits for validated options (pure: unit-tested without a cluster)."""
-    hours, minutes, seconds = (int(p) for p in options.runtime.split(":"))
     gpus = {GPU_RESOURCE: str(options.gpus)} if options.gpus else {}
     return {
         "node_selector": {cfg.k8s_gpu_node_label: options.partition} if options.gpus else {},
@@ -54,15 +54,16 @@ def pod_settings(cfg: PortalConfig, options: ServerOptions) -> dict:
         "extra_resource_guarantees": dict(gpus),
         "cpu_limit": float(options.cpus), "cpu_guarantee": float(options.cpus),
         "mem_limit": f"{options.memory_gb}G", "mem_guarantee": f"{options.memory_gb}G",
-        "extra_pod_config": {"activeDeadlineSeconds": hours * 3600 + minutes * 60 + seconds},
+        "extra_pod_config": {"activeDeadlineSeconds": seconds_of(options.runtime)},
         "extra_labels": {"dsportal/gpus": str(options.gpus), "dsportal/gpu-type": options.partition},
     }
 
 
-class PortalKubeSpawner(KubeSpawner):
+class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     """KubeSpawner with the portal's validated GPU form, per-user namespaces and the portal's volumes."""
 
     portal = Instance(PortalConfig, help="The portal's settings (portal.config).")
+    pool_label = "GPU type"
 
     @default("portal")
     def _portal_default(self) -> PortalConfig:
@@ -166,28 +167,16 @@ class PortalKubeSpawner(KubeSpawner):
     def _apply_user_options_default(self):
         return PortalKubeSpawner._apply_server_options
 
-    # --- the form (shared with the Slurm spawner) ---
+    # --- the form (shared with the Slurm spawner: spawners.options) ---
 
     def cluster_limits(self) -> ClusterLimits:
         return cluster_limits(self.portal, tuple(sorted(g.name for g in self.user.groups)))
 
-    async def _render_options_form(self) -> str:
-        limits = self.cluster_limits()
-        try:  # offer the user's last choices again where they still fit
-            previous = parse_server_options(self.user_options, limits) if self.user_options else None
-        except OptionsError:
-            previous = None
-        return render_form(limits, previous, pool_label="GPU type")
+    async def limits(self) -> ClusterLimits:
+        return self.cluster_limits()
 
-    async def options_from_form(self, formdata: dict) -> dict:
-        return parse_server_options(formdata, self.cluster_limits()).to_dict()
-
-    async def _apply_server_options(self, user_options: dict) -> None:
-        """Validate (again: the REST API skips the form) and set only checked values on the pod."""
-        try:
-            options = parse_server_options(user_options or {}, self.cluster_limits())
-        except OptionsError as err:
-            raise web.HTTPError(400, str(err)) from None
+    def apply_server_options(self, options: ServerOptions) -> None:
+        """Set only checked values on the pod."""
         self.user_options = options.to_dict()
         for name, value in pod_settings(self.portal, options).items():
             setattr(self, name, value)

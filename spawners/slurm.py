@@ -23,12 +23,12 @@ import asyncio
 import os
 import shlex
 
-from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import JobStatus
 from tornado import web
 from traitlets import Float, Instance, Integer, default, observe
 
 from portal.config import PortalConfig, load
+from portal.runas import ISOLATED_CWD, launcher_env, runuser_argv
 from portal.slurm import (
     RUNUSER,
     USER_SQUEUE_FORMAT,
@@ -38,7 +38,9 @@ from portal.slurm import (
     pending_reason,
     slurm_partitions,
 )
-from spawners.forms import ClusterLimits, OptionsError, Partition, ServerOptions, parse_server_options, render_form
+from spawners.forms import ClusterLimits, Partition, ServerOptions
+from spawners.options import ServerOptionsMixin
+from spawners.slurm_state import SlurmStateSpawner, SlurmUnavailable
 
 # jupyterhub-singleuser options that shorten the server's start and first page, for every server of the portal:
 # - jupyter_lsp: scans for ~20 language servers at every start; none is installed on the nodes.
@@ -83,7 +85,7 @@ def tensorboard_proxy_url(spawner) -> str:
     return f"{spawner.user.url}proxy/%PORT%/"
 
 
-class PortalSlurmSpawner(SlurmSpawner):
+class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     """SlurmSpawner with a validated GPU form, Slurm's pending reason as progress, and fail-fast starts."""
 
     portal = Instance(PortalConfig, help="The portal's settings (portal.config).")
@@ -133,7 +135,7 @@ class PortalSlurmSpawner(SlurmSpawner):
         # Run as the user before the server starts: copy the template notebooks they do not have yet into
         # ~/notebooks (never over a file of theirs). A failure is reported and does not stop the server.
         python = shlex.quote(str(self.portal.venv / "bin" / "python"))
-        return (f"{python} -m portal.notebook install-templates "
+        return (f"{python} -I -m portal.notebook install-templates "
                 "|| echo 'template notebooks were not copied' >&2")
 
     @default("cmd")
@@ -196,27 +198,10 @@ class PortalSlurmSpawner(SlurmSpawner):
                              gpus_in_use=sum(h.gpus for h in holders),
                              gpu_holders=tuple(h.describe() for h in holders))
 
-    # --- the form (Spawner.options_form / options_from_form / apply_user_options) ---
+    # --- the form (Spawner.options_form / options_from_form / apply_user_options: spawners.options) ---
 
-    async def _render_options_form(self) -> str:
-        limits = await self.cluster_limits()
-        try:  # offer the user's last choices again where they still fit
-            previous = parse_server_options(self.user_options, limits) if self.user_options else None
-        except OptionsError:
-            previous = None
-        return render_form(limits, previous)
-
-    async def options_from_form(self, formdata: dict) -> dict:
-        """Validate the form; an error re-renders it with the message naming the field."""
-        return parse_server_options(formdata, await self.cluster_limits()).to_dict()
-
-    async def _apply_server_options(self, user_options: dict) -> None:
-        """Validate (again: the REST API skips the form) and put only checked values into the batch script."""
-        try:
-            options = parse_server_options(user_options or {}, await self.cluster_limits())
-        except OptionsError as err:
-            raise web.HTTPError(400, str(err)) from None
-        self.apply_server_options(options)
+    async def limits(self) -> ClusterLimits:
+        return await self.cluster_limits()
 
     def apply_server_options(self, options: ServerOptions) -> None:
         self.user_options = options.to_dict()
@@ -247,7 +232,7 @@ class PortalSlurmSpawner(SlurmSpawner):
                     raise RuntimeError(await self.describe_ended_job(job_id))
         except RuntimeError as err:
             job_id = self.submitted_job_id
-            if not job_id or "before JupyterLab" in str(err):
+            if not job_id or "before JupyterLab" in str(err) or isinstance(err, SlurmUnavailable):
                 raise
             # batchspawner's own "job has disappeared": say why it did
             raise RuntimeError(await self.describe_ended_job(job_id)) from err
@@ -276,14 +261,53 @@ class PortalSlurmSpawner(SlurmSpawner):
         await self.submit_batch_script()
         if not self.job_id:
             raise RuntimeError("Jupyter batch job submission failure (no jobid in output)")
+        self._record_unfinished_start()
         await self._wait_until_running()
         self.ip = await self.node_address(self.state_gethost())
         await self._port_reported.wait()
+        self.start_unfinished = False  # the hub saves the state (now without it) once the start returns
         self.db.commit()
         self.log.info("Notebook server job %s started at %s:%s", self.job_id, self.ip, self.port)
         while not await accepts_connections(self.ip, self.port):
             await asyncio.sleep(self.readiness_poll_interval)
         return self.ip, self.port
+
+    # --- a hub restarted in the middle of a start (Spawner.get_state / load_state / clear_state / poll) ---
+
+    start_unfinished = False  # in the saved state from sbatch until the server is up
+
+    def _record_unfinished_start(self) -> None:
+        """Save the job id now: the hub saves state only once `start` returns; a hub stopped before lost the job."""
+        self.start_unfinished = True
+        if self.orm_spawner is not None:  # None only for a spawner made outside a hub
+            self.orm_spawner.state = self.get_state()
+            self.db.commit()
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        if self.start_unfinished:
+            state["start_unfinished"] = True
+        return state
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.start_unfinished = bool(state.get("start_unfinished"))
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self.start_unfinished = False
+
+    async def poll(self):
+        """A start that a previous hub process began cannot be resumed (the hub that waited for its port is
+        gone): cancel its job and report the server stopped; the user starts again."""
+        if self.start_unfinished and not self._start_pending:
+            job_id = self.job_id
+            await self.cancel_batch_job()
+            self.log.warning("%s: Slurm job %s was still starting when the hub restarted; cancelled it, as a start "
+                             "cannot be resumed (the user starts the server again)", self._log_name, job_id)
+            self.clear_state()
+            return 1
+        return await super().poll()
 
     async def _wait_until_running(self) -> None:
         """Query the job's state every startup_poll_interval until it runs, as batchspawner does; a port report
@@ -292,6 +316,8 @@ class PortalSlurmSpawner(SlurmSpawner):
             status = await self.query_job_status()
             if status == JobStatus.RUNNING:
                 return
+            if status == JobStatus.UNKNOWN:  # Slurm did not answer (spawners.slurm_state): wait, within bounds
+                self.check_slurm_answers()
             if status not in (JobStatus.PENDING, JobStatus.UNKNOWN):
                 self.log.warning("Job %s neither pending nor running.\n%s", self.job_id, self.job_status)
                 self.clear_state()
@@ -338,9 +364,9 @@ class PortalSlurmSpawner(SlurmSpawner):
 
     async def _output_tail(self, path: str) -> str:
         """The end of the job's output, read as the user (it is their file)."""
-        proc = await asyncio.create_subprocess_exec(
-            RUNUSER, "-u", self.user.name, "--", "tail", "-n", str(self.output_tail_lines), path,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        argv = runuser_argv(self.user.name, "/", ["tail", "-n", str(self.output_tail_lines), "--", path])
+        proc = await asyncio.create_subprocess_exec(*argv, env=launcher_env(), cwd=ISOLATED_CWD,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await proc.communicate()
         return out.decode(errors="replace").strip()
 
@@ -353,6 +379,8 @@ class PortalSlurmSpawner(SlurmSpawner):
             reason = reason.split(" ", 1)[1] if " " in reason else ""
             if not self.job_id:
                 message = "Submitting the server job to Slurm"
+            elif self.slurm_unavailable:
+                message = self.unavailable_message()
             elif self.state_ispending():
                 message = f"Slurm job {self.job_id} pending: {pending_reason(reason)}"
             elif self.state_isrunning():

@@ -13,12 +13,12 @@ What is decoded depends on how the images are stored:
   crops, the centre crop and their mirror images (the model's 10 predictions are then averaged, as in CheXNet).
 - original PNGs (PNG records, or the image directory): the whole image is decoded and resized to `image_size`.
 
-Bad data never stops a run. An image that cannot be read or decoded is dropped (`ignore_errors`), and a damaged
-TFRecord shard is read up to the damage. Both are counted in tf.Variables that the pipeline's own ops update, so the
-count is right whichever thread met the problem: `skipped_count()` is the number of examples this process has
-dropped since it started (or since `reset_skipped_count()`), counted again in every epoch that meets them.
-While a pipeline is running, an image whose decode is under way at that very instant is counted as skipped until it
-finishes; the number is exact once the pipeline has stopped, and at most `num_parallel_calls` high before that.
+Bad data never stops a run by itself (`chexnet.data.integrity`). A damaged TFRecord shard is read up to the damage
+and the records it lost are counted (the manifest says how many each shard holds); a record that does not parse or
+whose image does not decode is left out and counted exactly, by file. Each pipeline has its own `SkipCounter`
+(`skip_counters`), which training reads every epoch; `skipped_count()` is everything this process's pipelines
+have dropped since they started (or since `reset_skipped_count()`), counted again in every pass that meets it.
+An endless training stream that finds nothing readable in a whole pass over its files fails instead of looping.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from chexnet.data.chestxray14 import IMAGES_DIR, SPLITS, DataError, Index, labels_matrix, load_index
+from chexnet.data.integrity import GUARDED_CHUNK, SkipCounter, guarded, guarded_chunks
 from chexnet.data.tfrecords import JPEG, MANIFEST, PNG, RAW, Storage, parse_example, storage_of
 from chexnet.labels import CLASSES, NUM_CLASSES
 
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 AUTOTUNE = tf.data.AUTOTUNE
 PIPELINES = ("new", "old")
 TFRECORD, IMAGES = "tfrecord", "images"
+LABEL_READ_BATCH = 8192  # labels read at once for the class weights: a few floats each
 READ_CYCLE = 8  # shards read at once: enough to hide one file's latency, few enough to keep reads sequential
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # DenseNet-121 conventions, applied to the grey image copied to 3 channels
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -151,50 +154,47 @@ def _check_fits(source: DataSource, cfg: PipelineConfig, ten_crop: bool = False)
                         f"again with --short-side {cfg.image_size} or more")
 
 
-# --- counting what was skipped -------------------------------------------------------------------------------
+# --- counting what was skipped (chexnet.data.integrity) ------------------------------------------------------
 
-class _Counters:
-    """Decodes begun and finished, and records lost from damaged shards; int64 variables the pipelines update."""
-
-    def __init__(self) -> None:
-        with tf.init_scope():  # plain process-wide variables, even if the first pipeline is built in a tf.function
-            self.attempted = tf.Variable(0, dtype=tf.int64, trainable=False, name="decodes_attempted")
-            self.decoded = tf.Variable(0, dtype=tf.int64, trainable=False, name="decodes_done")
-            self.lost = tf.Variable(0, dtype=tf.int64, trainable=False, name="records_lost")
+_COUNTERS: list[SkipCounter] = []  # every counter of this process's pipelines, newest last
 
 
-_COUNTERS: _Counters | None = None
-
-
-def _counters() -> _Counters:
-    global _COUNTERS
-    if _COUNTERS is None:
-        _COUNTERS = _Counters()
-    return _COUNTERS
+def skip_counters(*splits: str) -> list[SkipCounter]:
+    """The newest counter of each split named (all counters when none is named), for per-epoch reports."""
+    if not splits:
+        return list(_COUNTERS)
+    newest = {counter.split: counter for counter in _COUNTERS}
+    return [newest[split] for split in splits if split in newest]
 
 
 def skipped_count() -> int:
     """Examples dropped by this process's pipelines: undecodable or unreadable images plus records of damaged shards."""
-    counters = _counters()
-    return int(counters.attempted.numpy() - counters.decoded.numpy() + counters.lost.numpy())
+    return sum(counter.snapshot().skipped for counter in _COUNTERS)
 
 
 def reset_skipped_count() -> None:
-    counters = _counters()
-    for variable in (counters.attempted, counters.decoded, counters.lost):
-        variable.assign(0)
+    for counter in _COUNTERS:
+        counter.reset()
+
+
+def _new_counter(split: str, files: list[str], shared_reads: bool, limit: int | None,
+                 register: bool = True) -> SkipCounter:
+    counter = SkipCounter(split, files, shared_reads, limit)
+    if register:
+        _COUNTERS.append(counter)
+    return counter
 
 
 # --- reading --------------------------------------------------------------------------------------------------
 
-def _read_shard(path: tf.Tensor, expected: tf.Tensor) -> tf.data.Dataset:
-    """The records of one shard; a damaged shard ends at the damage and the records it lost are counted."""
+def _read_shard(path: tf.Tensor, expected: tf.Tensor, file: tf.Tensor, counter: SkipCounter) -> tf.data.Dataset:
+    """(record, file) of one shard; a damaged shard ends at the damage and the records it lost are counted."""
     records = tf.data.TFRecordDataset(path).ignore_errors()  # DataLossError ends this file, not the run
     end = tf.data.Dataset.from_tensors((tf.constant(b""), tf.constant(True)))
     marked = records.map(lambda record: (record, tf.constant(False))).concatenate(end)
     numbered = marked.scan(tf.constant(0, tf.int64), _number_records)
-    counted = numbered.map(partial(_count_lost, expected=expected))
-    return counted.filter(lambda _, is_end: not is_end).map(lambda record, _: record)
+    counted = numbered.map(partial(_count_lost, expected=expected, file=file, counter=counter))
+    return counted.filter(lambda _, is_end: not is_end).map(lambda record, _: (record, file))
 
 
 def _number_records(read: tf.Tensor, element: tuple) -> tuple:
@@ -203,10 +203,24 @@ def _number_records(read: tf.Tensor, element: tuple) -> tuple:
     return read, (record, is_end, read)
 
 
-def _count_lost(record: tf.Tensor, is_end: tf.Tensor, read: tf.Tensor, expected: tf.Tensor) -> tuple:
-    lost = tf.where(is_end, tf.maximum(expected - read, 0), tf.constant(0, tf.int64))
-    with tf.control_dependencies([_counters().lost.assign_add(lost)]):
+def _count_lost(record: tf.Tensor, is_end: tf.Tensor, read: tf.Tensor, expected: tf.Tensor, file: tf.Tensor,
+                counter: SkipCounter) -> tuple:
+    # A record counts as read; the end marker counts what the file lost (`read`: how many records it yielded).
+    counted = tf.cond(is_end, lambda: _after(counter.count_read(file, read, expected)),
+                      lambda: _after(counter.count_record(file)))
+    with tf.control_dependencies([counted]):
         return tf.identity(record), is_end
+
+
+def _after(ops: list[tf.Operation]) -> tf.Tensor:
+    with tf.control_dependencies(ops):
+        return tf.constant(True)
+
+
+def _count_listed(path: tf.Tensor, labels: tf.Tensor, file: tf.Tensor, counter: SkipCounter) -> tuple:
+    """An image file of a layout directory, about to be read: counted as read (its decode counts the rest)."""
+    with tf.control_dependencies(counter.count_record(file)):
+        return tf.identity(path), labels, file
 
 
 def _parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -221,9 +235,9 @@ def _parse_resized(serialized: tf.Tensor) -> tuple[tuple[tf.Tensor, tf.Tensor], 
     return (example["image"], shape), example["labels"]
 
 
-def _rank_files(source: DataSource, split: str, rank: int, size: int) -> tuple[list, list, bool]:
-    """This rank's files and what to expect of each; if there are fewer files than ranks, all files and
-    element_sharding=True (each rank then keeps every size-th example, so reads are repeated)."""
+def _rank_files(source: DataSource, split: str, rank: int, size: int) -> tuple[list, list, list, bool]:
+    """This rank's files, what to expect of each and their positions in the split; if there are fewer files than
+    ranks, all files and element_sharding=True (each rank then keeps every size-th example, so reads are repeated)."""
     _check_rank(rank, size)
     if source.kind == TFRECORD:
         files = source.shards[split]
@@ -231,11 +245,12 @@ def _rank_files(source: DataSource, split: str, rank: int, size: int) -> tuple[l
     else:
         records = source.index.split(split)
         paths, payload = [str(r.path) for r in records], labels_matrix(records)
+    positions = list(range(len(paths)))
     if len(paths) >= size:
-        return paths[rank::size], payload[rank::size], False
+        return paths[rank::size], payload[rank::size], positions[rank::size], False
     log.warning("%s: %d %s files for %d workers; sharding by element, every worker reads all files",
                 split, len(paths), source.kind, size)
-    return paths, payload, True
+    return paths, payload, positions, True
 
 
 def _check_rank(rank: int, size: int) -> None:
@@ -243,28 +258,70 @@ def _check_rank(rank: int, size: int) -> None:
         raise ValueError(f"rank must be in [0, size) and size at least 1; got rank {rank}, size {size}")
 
 
-def _encoded_examples(source: DataSource, split: str, cfg: PipelineConfig, rank: int, size: int,
-                      parallel: bool, shuffle_files: bool) -> tf.data.Dataset:
-    """One pass over this rank's (encoded image, labels): PNG bytes from shards, or PNG paths from the layout."""
-    paths, payload, element_sharding = _rank_files(source, split, rank, size)
+def _examples(source: DataSource, split: str, cfg: PipelineConfig, rank: int, size: int, parallel: bool,
+              shuffle_files: bool, stream: bool = False, shared_reads: bool = False,
+              register: bool = True) -> tuple[tf.data.Dataset, SkipCounter]:
+    """One pass over this rank's undecoded examples, each with its file's position in the split: (serialized
+    record, file) from shards, or (PNG path, labels, file) from the layout; and the counter their decode must use.
+    `stream`: an endless training stream, which fails after a whole pass of unreadable records instead of looping.
+    `shared_reads`: the caller shards the elements, so every rank reads every file."""
+    paths, payload, positions, element_sharding = _rank_files(source, split, rank, size)
+    records = sum(payload) if source.kind == TFRECORD else len(paths)
+    limit = max(1, records // size if element_sharding else records) if stream else None
+    counter = _new_counter(split, source.files(split), element_sharding or shared_reads, limit, register)
     if source.kind == IMAGES:
-        files = tf.data.Dataset.from_tensor_slices((paths, payload))
+        files = tf.data.Dataset.from_tensor_slices((paths, payload, tf.constant(positions, tf.int32)))
         if shuffle_files:  # file names and labels are tiny: shuffle all of them, not a buffer
             files = files.shuffle(len(paths), seed=cfg.seed, reshuffle_each_iteration=True)
-        return files.shard(size, rank) if element_sharding else files
-    files = tf.data.Dataset.from_tensor_slices((paths, tf.constant(payload, tf.int64)))
+        files = files.map(partial(_count_listed, counter=counter))
+        return (files.shard(size, rank) if element_sharding else files), counter
+    files = tf.data.Dataset.from_tensor_slices((paths, tf.constant(payload, tf.int64),
+                                                tf.constant(positions, tf.int32)))
     if shuffle_files:  # the same seed on every rank, so element sharding below still splits one common order
         files = files.shuffle(len(paths), seed=cfg.seed, reshuffle_each_iteration=True)
+    read = partial(_read_shard, counter=counter)
     if parallel:
         # Element sharding needs the same order on every rank: then the interleave must be deterministic.
-        records = files.interleave(_read_shard, cycle_length=min(READ_CYCLE, len(paths)),
-                                   num_parallel_calls=AUTOTUNE, deterministic=element_sharding)
+        examples = files.interleave(read, cycle_length=min(READ_CYCLE, len(paths)), num_parallel_calls=AUTOTUNE,
+                                    deterministic=element_sharding)
     else:
-        records = files.flat_map(_read_shard)
-    if element_sharding:
-        records = records.shard(size, rank)
-    parse = _parse_resized if source.resized else _parse
-    return records.map(parse, num_parallel_calls=AUTOTUNE if parallel else None)
+        examples = files.flat_map(read)
+    return (examples.shard(size, rank) if element_sharding else examples), counter
+
+
+def _example_decoder(source: DataSource, decode_image: Callable[..., tf.Tensor]) -> Callable[..., tuple]:
+    """`decode_image(encoded)` (original PNGs) or `decode_image(stored, shape)` (resized records) -> a decoder of
+    whole examples to (image, labels): a serialized record, parsed first, or a layout's (path, labels)."""
+    if source.kind == IMAGES:
+        return lambda path, labels: (decode_image(tf.io.read_file(path)), labels)
+
+    def decode(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        if source.resized:
+            (stored, shape), labels = _parse_resized(serialized)
+            return decode_image(stored, shape), labels
+        encoded, labels = _parse(serialized)
+        return decode_image(encoded), labels
+
+    return decode
+
+
+def train_labels(source: DataSource) -> np.ndarray:
+    """The training split's labels, for the loss weights: from the index, or parsed from the shards (no image is
+    decoded, so this takes seconds). Records that do not parse, or a damaged shard's lost ones, are left out."""
+    if source.index is not None:
+        return labels_matrix(source.index.train)
+    examples, counter = _examples(source, "train", PipelineConfig(), 0, 1, parallel=True, shuffle_files=False,
+                                  register=False)
+    labels = _decoded(examples, counter, lambda serialized: parse_example(serialized)["labels"], parallel=True)
+    found = np.concatenate([batch.numpy() for batch in labels.batch(LABEL_READ_BATCH)] or
+                           [np.zeros((0, NUM_CLASSES), np.float32)])
+    counts = counter.snapshot()
+    if counts.skipped and not len(found):
+        raise DataError(f"{source.root}: no readable training record: {counts.describe()}; check the named files or "
+                        "convert the data again (python -m chexnet.data.tfrecords)")
+    if counts.skipped:
+        log.warning("class weights from the readable records only: %s", counts.describe())
+    return found
 
 
 # --- decoding (the decoder) and preparing for the model (the parser) --------------------------------------------
@@ -317,23 +374,6 @@ def ten_crop(image: tf.Tensor, size: int) -> tf.Tensor:
     return tf.concat([crops, tf.reverse(crops, axis=[2])], axis=0)
 
 
-def _decode_counted(decode: Callable[..., tf.Tensor], encoded, labels: tf.Tensor) -> tuple:
-    """`decode(encoded)` between two counters: a decode that fails leaves `attempted` one ahead of `decoded`."""
-    counters = _counters()
-    with tf.control_dependencies([counters.attempted.assign_add(1)]):
-        image = decode(*encoded) if isinstance(encoded, tuple) else decode(encoded)
-    with tf.control_dependencies([image]):
-        done = counters.decoded.assign_add(1)
-    with tf.control_dependencies([done]):
-        return tf.identity(image), labels
-
-
-def _png_decoder(source: DataSource, size: int) -> Callable[[tf.Tensor], tf.Tensor]:
-    if source.kind == IMAGES:
-        return lambda path: decode_resize(tf.io.read_file(path), size)
-    return lambda encoded: decode_resize(encoded, size)
-
-
 def _resized_decoder(source: DataSource, size: int, how: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     """how: "random" (training) or "centre" crop, or "ten" crops [10, size, size, 1], or "whole" (to cache)."""
     encoding = source.storage.encoding
@@ -381,12 +421,26 @@ def _normalised_batch(images: tf.Tensor, labels: tf.Tensor) -> tuple:
     return normalise(images), labels
 
 
-def _decoded(examples: tf.data.Dataset, decode: Callable, parallel: bool,
+def _decoded(examples: tf.data.Dataset, counter: SkipCounter, decode: Callable[..., tuple], parallel: bool,
              deterministic: bool = False) -> tf.data.Dataset:
-    counted = partial(_decode_counted, decode)
-    if not parallel:
-        return examples.map(counted).ignore_errors()
-    return examples.map(counted, num_parallel_calls=AUTOTUNE, deterministic=deterministic).ignore_errors()
+    """Decoded examples; what does not parse or decode is left out and counted in `counter` (exactly, by file)."""
+    one = guarded(decode)
+    fixed = all(spec.shape.is_fully_defined() for spec in tf.nest.flatten(examples.take(0).flat_map(one).element_spec))
+    if fixed:  # guard chunks, not single records: the guard's own datasets cost as much as a decode
+        one, examples = guarded_chunks(decode, one, GUARDED_CHUNK), examples.batch(GUARDED_CHUNK)
+    if parallel:
+        decoded = examples.interleave(one, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    else:
+        decoded = examples.flat_map(one)
+    return decoded.map(counter.count_outcome).filter(_is_valid).map(_example_only)
+
+
+def _is_valid(example: tuple, valid: tf.Tensor) -> tf.Tensor:
+    return valid
+
+
+def _example_only(example: tuple, valid: tf.Tensor) -> tuple:
+    return example
 
 
 # --- the datasets --------------------------------------------------------------------------------------------------
@@ -396,27 +450,29 @@ def train_dataset(source: DataSource, cfg: PipelineConfig, rank: int = 0, size: 
     _check_fits(source, cfg)
     parallel = cfg.pipeline == "new"
     calls = AUTOTUNE if parallel else None
-    examples = _encoded_examples(source, "train", cfg, rank, size, parallel, shuffle_files=True)
+    examples, counter = _examples(source, "train", cfg, rank, size, parallel, shuffle_files=True, stream=True)
     if not source.resized:
-        decode = _png_decoder(source, cfg.image_size)
+        decode = _example_decoder(source, partial(decode_resize, size=cfg.image_size))
         if cfg.cache:  # decode once, then shuffle the decoded images every epoch
-            images = _decoded(examples, decode, parallel).cache().repeat()
+            images = _decoded(examples, counter, decode, parallel).cache().repeat()
             images = images.shuffle(cfg.shuffle_buffer, seed=cfg.seed)
         else:  # shuffle the small encoded images, decode after
             encoded = examples.repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed)
-            images = _decoded(encoded, decode, parallel)
+            images = _decoded(encoded, counter, decode, parallel)
         if not parallel:  # the old pipeline as first written: flip and normalise image by image
             batches = images.map(_for_training).batch(cfg.batch_size, drop_remainder=True)
             return _finish(batches, cfg)
         images = images.map(lambda image, labels: (augment(image), labels), num_parallel_calls=calls)
     elif cfg.cache:  # cache the whole stored images, crop afresh every epoch
-        whole = _decoded(examples, _resized_decoder(source, cfg.image_size, "whole"), parallel).cache().repeat()
+        decode = _example_decoder(source, _resized_decoder(source, cfg.image_size, "whole"))
+        whole = _decoded(examples, counter, decode, parallel).cache().repeat()
         images = whole.shuffle(cfg.shuffle_buffer, seed=cfg.seed).map(
             partial(_random_crop_flip, size=cfg.image_size), num_parallel_calls=calls)
     else:
         encoded = examples.repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed)
         decode = _resized_decoder(source, cfg.image_size, "random")
-        images = _decoded(encoded, lambda stored, shape: augment(decode(stored, shape)), parallel)
+        flipped = _example_decoder(source, lambda stored, shape: augment(decode(stored, shape)))
+        images = _decoded(encoded, counter, flipped, parallel)
     # uint8 batches are 4x smaller to copy; normalising a whole batch is one vectorised op instead of B small ones.
     batches = images.batch(cfg.batch_size, drop_remainder=True, num_parallel_calls=calls)
     return _finish(batches.map(_normalised_batch, num_parallel_calls=calls), cfg)
@@ -432,13 +488,16 @@ def eval_dataset(source: DataSource, split: str, cfg: PipelineConfig, rank: int 
     _check_fits(source, cfg, ten_crop=cfg.ten_crop)
     parallel = cfg.pipeline == "new"
     calls = AUTOTUNE if parallel else None
-    examples = _encoded_examples(source, split, cfg, 0, 1, parallel=False, shuffle_files=False).shard(size, rank)
+    examples, counter = _examples(source, split, cfg, 0, 1, parallel=False, shuffle_files=False,
+                                  shared_reads=size > 1)
+    examples = examples.shard(size, rank)
     if not source.resized:
-        images = _decoded(examples, _png_decoder(source, cfg.image_size), parallel, deterministic=True)
+        decode = _example_decoder(source, partial(decode_resize, size=cfg.image_size))
+        images = _decoded(examples, counter, decode, parallel, deterministic=True)
         batches = images.map(_for_evaluation, num_parallel_calls=calls).batch(cfg.batch_size)
         return _finish(batches, cfg)
-    decode = _resized_decoder(source, cfg.image_size, "ten" if cfg.ten_crop else "centre")
-    images = _decoded(examples, decode, parallel, deterministic=True)
+    decode = _example_decoder(source, _resized_decoder(source, cfg.image_size, "ten" if cfg.ten_crop else "centre"))
+    images = _decoded(examples, counter, decode, parallel, deterministic=True)
     batches = images.batch(cfg.batch_size, num_parallel_calls=calls, deterministic=True if parallel else None)
     return _finish(batches.map(_normalised_batch, num_parallel_calls=calls), cfg)
 
@@ -450,10 +509,10 @@ def decode_only_dataset(source: DataSource, split: str, cfg: PipelineConfig) -> 
     Yields (images uint8 [B, S, S, 1], labels [B, 14]); the last batch may be short."""
     _check_split(split)
     _check_fits(source, cfg)
-    examples = _encoded_examples(source, split, cfg, 0, 1, parallel=True, shuffle_files=False)
+    examples, counter = _examples(source, split, cfg, 0, 1, parallel=True, shuffle_files=False)
     decode = _resized_decoder(source, cfg.image_size, "centre") if source.resized else \
-        _png_decoder(source, cfg.image_size)
-    decoded = _decoded(examples, decode, parallel=True)
+        partial(decode_resize, size=cfg.image_size)
+    decoded = _decoded(examples, counter, _example_decoder(source, decode), parallel=True)
     return _finish(decoded.batch(cfg.batch_size, num_parallel_calls=AUTOTUNE), PipelineConfig(threads=cfg.threads))
 
 
@@ -472,5 +531,6 @@ def _finish(batches: tf.data.Dataset, cfg: PipelineConfig) -> tf.data.Dataset:
 
 __all__ = [
     "AUTOTUNE", "DataError", "DataSource", "NUM_CLASSES", "PipelineConfig", "TEN_CROPS", "decode_only_dataset",
-    "eval_dataset", "reset_skipped_count", "skipped_count", "source_of", "ten_crop", "train_dataset",
+    "eval_dataset", "reset_skipped_count", "skip_counters", "skipped_count", "source_of", "ten_crop", "train_dataset",
+    "train_labels",
 ]

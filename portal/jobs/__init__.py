@@ -18,7 +18,6 @@ anyone else's job is "not found".
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -28,20 +27,31 @@ from portal.config import PortalConfig, load
 from portal.jobs.account import JobAccessError, JobUser, job_user
 from portal.jobs.kubernetes import K8S_ID, KubernetesBackend, KubernetesError, KubeUser, kube_user
 from portal.jobs.local import LocalBackend
-from portal.jobs.record import ENDED_STATES, JOB_ID, RECORD_FILE, JobRecord
+from portal.jobs.record import (
+    ENDED_STATES,
+    JOB_ID,
+    MAX_RECORD_BYTES,
+    RECORD_FILE,
+    UNREADABLE,
+    JobRecord,
+    RecordError,
+    RecordPlace,
+)
 from portal.jobs.slurm import JobNotFound, SlurmBackend, SlurmError
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
-from portal.metrics import RunMetrics, read_run_metrics
+from portal.metrics import MetricsError, RunMetrics, read_run_metrics
 from portal.usage import UsageReport
 
 BACKENDS = ("slurm", "local", "kubernetes")
 DEFAULT_POLL_S = 5.0
 # $1 the logdir, $2 the venv's python: portal.metrics's own early answer, without Python, when there is no events file.
-METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exec "$2" -m portal.metrics "$1"; done; '
-                     'echo "{}"')
+# -I and the working directory "/" (JobUser.run): the user's own files never shadow portal.metrics (portal.runas).
+METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exec "$2" -I -m portal.metrics "$1"; '
+                     'done; echo "{}"')
 
 __all__ = ["BACKENDS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
-           "KubernetesError", "RunMetrics", "SlurmError", "UsageReport", "cancel", "get", "job_entries", "jobs",
+           "KubernetesError", "RunMetrics", "SlurmError", "UnreadableJob", "UnreadableRecord", "UsageReport",
+           "cancel", "get", "job_entries", "jobs",
            "limits", "render", "submit", "usage", "validate"]
 Backend = SlurmBackend | LocalBackend | KubernetesBackend
 Who = JobUser | KubeUser
@@ -49,6 +59,39 @@ Who = JobUser | KubeUser
 
 class BackendError(ValueError):
     """The backend named is not one this portal has."""
+
+
+class UnreadableRecord(LookupError):
+    """The user's ~/jobs/<id>/job.json is not a record of theirs for that job; `job` stands for it."""
+
+    def __init__(self, job: UnreadableJob):
+        super().__init__(f"job {job.id}: unreadable record {job.job_dir}/{RECORD_FILE}: {job.reason}")
+        self.job = job
+
+
+class UnreadableJob:
+    """A job directory whose record is not one (see portal.jobs.record): shown with its id, its directory's owner
+    and the reason; nothing is done with it, since nothing it says can be trusted."""
+
+    backend = ""
+    state = UNREADABLE
+    done = True
+    submitted_at = ""
+
+    def __init__(self, job_id: str, owner: str, job_dir: str, reason: str):
+        self.id, self.owner, self.job_dir, self.reason = job_id, owner, job_dir, reason
+
+    def refuse(self, *_: Any, **__: Any) -> Any:
+        raise UnreadableRecord(self)
+
+    logs = cancel = metrics = refuse
+
+    def history(self) -> list[str]:
+        return []
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "user": self.owner, "state": UNREADABLE, "job_dir": self.job_dir,
+                "unreadable": self.reason}
 
 
 def backend_for(name: str | None, cfg: PortalConfig) -> Backend:
@@ -78,6 +121,10 @@ class Job:
     @property
     def backend(self) -> str:
         return self.record.backend
+
+    @property
+    def owner(self) -> str:
+        return self.record.user
 
     @property
     def spec(self) -> JobSpec:
@@ -114,9 +161,7 @@ class Job:
         """The job's output (stdout and stderr of every worker); "" before it starts."""
         if isinstance(self._backend, KubernetesBackend):
             return self._backend.logs(self.record, self._user, tail)
-        path = self._backend.output_path(self.record, self._user)
-        text = self._user.read_text(path) if tail is None else self._user.tail(path, tail)
-        return text or ""
+        return self._user.tail(self._backend.output_path(self.record, self._user), tail) or ""
 
     def cancel(self) -> None:
         self._backend.cancel(self.record, self._user)
@@ -134,10 +179,17 @@ class Job:
             return read_run_metrics(self.record.logdir)
         # Acting for the user: read their files as them, in a process of theirs. A run that never started (say,
         # cancelled while pending) has no event file: the shell answers for it without starting Python.
+        # Its answer is checked like any input (RunMetrics.from_json); a bad one is shown as unreadable.
         python = str(self._backend.cfg.venv / "bin" / "python")
-        out = self._user.run(["/bin/sh", "-c", METRICS_IF_EVENTS, "sh", str(self.record.logdir), python],
-                             timeout=120).stdout
-        return RunMetrics.from_dict(json.loads(out))
+        result = self._user.run(["/bin/sh", "-c", METRICS_IF_EVENTS, "sh", str(self.record.logdir), python],
+                                timeout=120, check=False)
+        try:
+            if result.returncode != 0:
+                last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+                raise MetricsError(f"reading the TensorBoard files failed: {last[:200]}")
+            return RunMetrics.from_json(result.stdout)
+        except MetricsError as err:
+            return RunMetrics(unreadable=str(err))
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "backend": self.backend, "user": self.record.user, "state": self.state,
@@ -186,21 +238,19 @@ def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: 
 
 def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> Job:
     """A Slurm or local job, from its ~/jobs/<id>/job.json, checked with its scheduler (unless `check` is False:
-    then the caller must ask the scheduler for the job's state, which makes the same check, before showing it)."""
-    missing = JobNotFound(f"job {job_id}: not found among {who.name}'s jobs")
+    then the caller must ask the scheduler for the job's state, which makes the same check, before showing it).
+    JobNotFound without a record; UnreadableRecord for one that is not a record of this user's job."""
+    missing = JobNotFound(f"job {str(job_id)[:40]}: not found among {who.name}'s jobs")
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):  # ids become paths: nothing like "../bob"
         raise missing
-    text = who.read_text(who.jobs_dir / job_id / RECORD_FILE)
+    place = RecordPlace(job_id=job_id, user=who.name, job_dir=who.jobs_dir / job_id)
+    text = who.read_text(place.job_dir / RECORD_FILE, MAX_RECORD_BYTES)
     if text is None:
         raise missing
-    try:
-        record = JobRecord.from_json(text)
-    except (ValueError, KeyError, TypeError):
-        raise missing from None
-    if record.id != job_id or record.user != who.name or record.job_dir != who.jobs_dir / job_id:
-        raise missing  # a job.json copied from elsewhere, or edited to claim another job
-    if record.backend not in ("slurm", "local"):
-        raise missing
+    try:  # a record copied from elsewhere, or edited to claim another job or user, is refused here
+        record = JobRecord.from_json(text, expect=place)
+    except RecordError as err:
+        raise UnreadableRecord(UnreadableJob(job_id, who.name, str(place.job_dir), str(err))) from None
     job = Job(record, backend_for(record.backend, cfg), who)
     if check:
         job._backend.state(record, who)  # the scheduler's own check that the job is the user's
@@ -217,7 +267,10 @@ def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = Non
     if K8S_ID.match(job_id):
         backend = KubernetesBackend(cfg)
         who = kube_user(user, groups, cfg)
-        return Job(backend.load(who, job_id), backend, who)
+        try:
+            return Job(backend.load(who, job_id), backend, who)
+        except RecordError as err:  # an MPIJob of the user's whose annotations were edited
+            raise UnreadableRecord(UnreadableJob(job_id, who.name, f"MPIJob {job_id}", str(err))) from None
     return _load(job_user(user, groups), job_id, cfg, check)
 
 
@@ -245,8 +298,8 @@ def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: Port
         for name in unix.list_dir(unix.jobs_dir):
             try:
                 found.append(_load(unix, name, cfg))
-            except (JobNotFound, BackendError):
-                continue  # not a job directory of this user's (or of a backend this portal no longer has)
+            except (JobNotFound, BackendError, UnreadableRecord):
+                continue  # not a job directory of this user's, or not a record (get() says what is wrong)
     return sorted(found, key=lambda job: job.submitted_at, reverse=True)
 
 

@@ -18,9 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from portal.slurm import RUNUSER
+from portal.runas import ENV, ISOLATED_CWD, launcher_env, runuser_argv
 
 COMMAND_TIMEOUT_S = 60
+READ_LIMIT_BYTES = 1024 * 1024  # the small files of a job (job.json, pid, exit_status): far more than they hold
+READ_TIMEOUT_S = 10
+TAIL_LIMIT_BYTES = 16 * 1024 * 1024  # of a log, what a page or the API returns at most
 
 
 class CallCounts:
@@ -64,26 +67,38 @@ class JobUser:
         return os.geteuid() == self.uid
 
     def command(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
-        """argv as this user: plain when the caller is the user, through runuser when root acts for them."""
-        assignments = [f"{k}={v}" for k, v in (env or {}).items()]
+        """argv as this user: plain when the caller is the user (a notebook: their own environment, their own
+        code), through runuser with only `isolated_env` when root acts for them (see portal.runas)."""
         if self.is_caller:
-            return ["/usr/bin/env", *assignments, *argv] if assignments else list(argv)
+            assignments = [f"{k}={v}" for k, v in (env or {}).items()]
+            return [ENV, *assignments, *argv] if assignments else list(argv)
         if os.geteuid() != 0:
             raise JobAccessError(f"only root may act for another user; you are uid {os.geteuid()}, not {self.name}")
-        return [RUNUSER, "-u", self.name, "--", "/usr/bin/env", *assignments, *argv]
+        return runuser_argv(self.name, self.home, argv, env)
 
     def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, input: str | None = None,
             check: bool = True, timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
         if not self.is_caller:
             RUNUSER_CALLS.add(os.path.basename(argv[0]))
         # Bytes, decoded here: text mode would turn the \r of progress bars in a job's output into line breaks.
+        # The working directory is "/", never the home: a program of ours must not find the user's files first.
         raw = subprocess.run(self.command(argv, env), input=None if input is None else input.encode(),
-                             capture_output=True, timeout=timeout, cwd=self.home if self.home.is_dir() else "/")
+                             capture_output=True, timeout=timeout, cwd=ISOLATED_CWD, env=self._launcher_env())
         result = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode(errors="replace"),
                                              raw.stderr.decode(errors="replace"))
         if check and result.returncode != 0:
             raise subprocess.CalledProcessError(result.returncode, list(argv), result.stdout, result.stderr)
         return result
+
+    def _launcher_env(self) -> dict[str, str] | None:
+        return None if self.is_caller else launcher_env()  # the caller's own environment is theirs to pass on
+
+    def start_detached(self, argv: Sequence[str], timeout: float = 30) -> None:
+        """Start argv (which detaches itself, e.g. `setsid --fork`) as the user, isolated like `run`, with no
+        pipe held open: the caller does not wait for what it started."""
+        subprocess.run(self.command(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=True, timeout=timeout, cwd=ISOLATED_CWD,
+                       env=self._launcher_env())
 
     # Files in the user's home, touched as the user (see the module's docstring for why not as root).
 
@@ -95,13 +110,21 @@ class JobUser:
         # install(1) would need a source file; sh writes stdin to the path the user could write anyway.
         self.run(["/bin/sh", "-c", 'umask 077 && cat > "$1" && chmod "$2" "$1"', "sh", str(path), mode], input=text)
 
-    def read_text(self, path: Path) -> str | None:
-        """The file's text, or None when it is missing or unreadable for the user."""
-        result = self.run(["cat", "--", str(path)], check=False)
+    def read_text(self, path: Path, limit: int = READ_LIMIT_BYTES) -> str | None:
+        """The file's text (its first `limit` + 1 bytes: a caller that gets more than `limit` knows the file is
+        too large), or None when it is missing or unreadable for the user. A FIFO does not hold it up for long."""
+        try:
+            result = self.run(["head", "-c", str(limit + 1), "--", str(path)], check=False, timeout=READ_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None
         return result.stdout if result.returncode == 0 else None
 
-    def tail(self, path: Path, lines: int) -> str | None:
-        result = self.run(["tail", "-n", str(lines), "--", str(path)], check=False)
+    def tail(self, path: Path, lines: int | None, max_bytes: int = TAIL_LIMIT_BYTES) -> str | None:
+        """The last `lines` lines (None: all), and of those at most the last `max_bytes`: a log is the user's to
+        write, one line of it may be gigabytes."""
+        script = 'tail -n "$1" -- "$3" | tail -c "$2"' if lines is not None else 'tail -c "$2" -- "$3"'
+        result = self.run(["/bin/bash", "-c", f"set -o pipefail; {script}", "tail", str(lines or 0),
+                           str(max_bytes), str(path)], check=False)
         return result.stdout if result.returncode == 0 else None
 
     def list_dir(self, path: Path) -> list[str]:

@@ -21,9 +21,11 @@ from portal.usage import sacct_time
 RUNS_FORMAT = "State,Start,End,NodeList"
 EVENTS_FORMAT = "NodeName,TimeStart,State,Reason"
 REQUEUED_BY = ("NODE_FAIL", "REQUEUED", "PREEMPTED", "BOOT_FAIL")  # a run that ended so and was run again
-RESTART_LINE = re.compile(r"^chexnet: Slurm job \d+ restarted \(restart (\d+)\)", re.M)
-RESUME_LINE = re.compile(r"chexnet\.train: (?:resuming from .*continuing with epoch (\d+) of|--resume: no "
+# The job's log is the user's to write: ASCII digits only, and few of them (int() of 5,000 digits raises).
+RESTART_LINE = re.compile(r"^chexnet: Slurm job [0-9]{1,12} restarted \(restart ([0-9]{1,6})\)", re.M)
+RESUME_LINE = re.compile(r"chexnet\.train: (?:resuming from .*continuing with epoch ([0-9]{1,6}) of|--resume: no "
                          r"checkpoint in .*starting fresh at (epoch) 1)")
+MAX_MARKS, MAX_MARKS_BYTES = 1000, 256 * 1024  # of the log's lines that history reads: more than any job has
 # What of a job's log history reads (grep -E: the lines the two patterns above can match), so a long log is not copied.
 LOG_LINES = r"^chexnet: Slurm job [0-9]+ restarted|chexnet\.train: (resuming from|--resume: no checkpoint)"
 EVENT_SLACK = timedelta(seconds=60)  # a node is marked down when its jobs are killed, give or take Slurm's ping

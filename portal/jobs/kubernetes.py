@@ -32,14 +32,17 @@ from portal.jobs.record import (
     CANCELLED,
     COMPLETED,
     FAILED,
+    MAX_RECORD_BYTES,
     PENDING,
     RUNNING,
     TIMEOUT,
     JobRecord,
+    RecordError,
     now_utc,
+    recorded_spec,
 )
 from portal.jobs.slurm import MPI_EXPORTED, JobNotFound, nccl_environment
-from portal.jobs.spec import FIELDS, JobLimits, JobSpec, minutes_of
+from portal.jobs.spec import JobLimits, JobSpec, minutes_of
 from portal.jobs.templating import template_environment
 from portal.metrics import RunMetrics
 
@@ -51,7 +54,7 @@ ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
 OPERATOR_JOB_LABEL, OPERATOR_ROLE_LABEL = "training.kubeflow.org/job-name", "training.kubeflow.org/job-role"
 GPU_RESOURCE = "nvidia.com/gpu"
 LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}  # mpirun and its ssh sessions; the work is in the workers
-K8S_ID = re.compile(r"^k8s-\d{8}-\d{6}-[0-9a-f]{6}$")  # also a valid MPIJob name (a DNS-1123 label)
+K8S_ID = re.compile(r"^k8s-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}\Z")  # also a valid MPIJob name (a DNS-1123 label)
 HOME, DATA, SHM = "home", "data", "dshm"  # volume names
 EPOCH_LINE = re.compile(r"chexnet\.train: epoch (\d+)/\d+: .*?auroc/mean=([0-9.]+|n/a).*?images/sec=([0-9.]+|n/a)")
 
@@ -229,8 +232,14 @@ def mpijob_record(mpijob: Mapping[str, Any], cfg: PortalConfig) -> JobRecord:
     name, labels, notes = meta.get("name", ""), meta.get("labels") or {}, meta.get("annotations") or {}
     if not K8S_ID.match(name) or labels.get(LABEL_JOB) != name or not labels.get(LABEL_USER):
         raise ValueError(f"MPIJob {name!r} is not a portal job")
-    raw = json.loads(notes[ANNOTATION_SPEC])
-    spec = JobSpec(**{k: v for k, v in raw.items() if k in FIELDS})
+    # The annotation is the user's to edit (their namespace): a record from an adversary, checked like a job.json.
+    text = notes.get(ANNOTATION_SPEC)
+    if not isinstance(text, str) or len(text) > MAX_RECORD_BYTES:
+        raise RecordError(f"annotation {ANNOTATION_SPEC}: missing, or longer than {MAX_RECORD_BYTES} bytes")
+    try:
+        spec = recorded_spec(json.loads(text))
+    except (ValueError, RecursionError) as err:
+        raise RecordError(f"annotation {ANNOTATION_SPEC}: {str(err)[:120]}") from None
     return JobRecord(id=name, backend="kubernetes", user=labels[LABEL_USER], spec=spec,
                      submitted_at=notes.get(ANNOTATION_SUBMITTED, meta.get("creationTimestamp", "")),
                      job_dir=Path(cfg.k8s_home_mount) / "jobs" / name)

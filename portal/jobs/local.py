@@ -8,6 +8,7 @@ and signals its process group.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from portal.jobs.record import (
     SCRIPT_FILES,
     TIMEOUT,
     JobRecord,
+    exit_code,
     now_utc,
 )
 from portal.jobs.slurm import JobNotFound
@@ -38,6 +40,7 @@ from portal.jobs.templating import template_environment
 PID_FILE = "pid"
 CANCELLED_FILE = "cancelled"
 TIMEOUT_EXIT = 124  # timeout(1)'s exit status when the limit struck
+PID = re.compile(r"^[1-9][0-9]{0,9}\Z")
 CANCEL_GRACE_S = 10  # TERM first, so Horovod stops its workers; KILL what is left after this
 
 
@@ -89,23 +92,20 @@ class LocalBackend:
         user.write_text(job_dir / RECORD_FILE, record.to_json())
         # setsid --fork: the script leads a new session (its PID is its process group id, which cancel signals)
         # and is not our child, so it never lingers as a zombie of a long-lived caller (a notebook kernel).
-        subprocess.run(user.command([shutil.which("setsid") or "/usr/bin/setsid", "--fork", "/bin/bash",
-                                     str(script)]),
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                       timeout=30)
+        user.start_detached([shutil.which("setsid") or "/usr/bin/setsid", "--fork", "/bin/bash", str(script)])
         return record
 
     def _pid(self, record: JobRecord, user: JobUser) -> int | None:
-        text = user.read_text(record.job_dir / PID_FILE)
-        return int(text) if text and text.strip().isdigit() else None
+        # The file is the user's: a PID is a few ASCII digits, anything else is no PID.
+        text = (user.read_text(record.job_dir / PID_FILE, 64) or "").strip()
+        return int(text) if PID.match(text) else None
 
     def state(self, record: JobRecord, user: JobUser) -> str:
         if record.user != user.name:
             raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
-        status = user.read_text(record.job_dir / EXIT_STATUS_FILE)
-        cancelled = user.read_text(record.job_dir / CANCELLED_FILE) is not None
-        if status is not None and status.strip().lstrip("-").isdigit():
-            code = int(status)
+        code = exit_code(user.read_text(record.job_dir / EXIT_STATUS_FILE, 64))
+        cancelled = user.read_text(record.job_dir / CANCELLED_FILE, 64) is not None
+        if code is not None:
             if code == 0:
                 return COMPLETED
             return CANCELLED if cancelled else TIMEOUT if code == TIMEOUT_EXIT else FAILED

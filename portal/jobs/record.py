@@ -1,23 +1,40 @@
-"""What a job leaves in its directory (`~/jobs/<id>/job.json`) and the states a job can be in."""
+"""What a job leaves in its directory (`~/jobs/<id>/job.json`) and the states a job can be in.
+
+job.json is in the user's home: they can write anything there. So it is read as untrusted input: size-capped,
+every field of the right type and size, and it must name the directory it is in and the user whose home that is
+(`JobRecord.from_json(text, expect=...)`); anything else is a `RecordError` that says what is wrong, which the
+dashboard shows as "unreadable record" for that one job.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from portal.jobs.spec import FIELDS, JobSpec
+from portal.jobs.spec import JobSpec
 
 # The states the API reports: Slurm's own names, which the local backend uses too.
 PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, UNKNOWN = (
     "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN")
 ENDED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, "BOOT_FAIL", "DEADLINE", "NODE_FAIL",
                           "OUT_OF_MEMORY", "PREEMPTED"})
-# Job ids become directory names: Slurm's are digits, the local backend's "local-<time>-<random>".
-JOB_ID = re.compile(r"^(\d{1,12}|local-[0-9T]{15}-[0-9a-f]{6})$")
+# Job ids become directory names: Slurm's are digits, the local backend's "local-<time>-<random>". One spelling
+# per job: ASCII digits without leading zeros ("0002" and "2" would name the same Slurm job, and an owner check
+# that compares strings would take them for two).
+SLURM_JOB_ID = r"[1-9][0-9]{0,11}"
+LOCAL_JOB_ID = r"local-[0-9]{8}T[0-9]{6}-[0-9a-f]{6}"
+JOB_ID = re.compile(rf"^(?:{SLURM_JOB_ID}|{LOCAL_JOB_ID})\Z")
+UNREADABLE = "UNREADABLE"  # the state shown for a job whose record is not one
+MAX_RECORD_BYTES = 64 * 1024  # a real job.json is under 1 KiB
+MAX_TEXT = 4096  # any one string in a record (a data_dir path is the longest)
+MAX_NUMBER = 1_000_000  # any whole number in a spec; the validator's bounds are far lower
+BACKEND_NAMES = ("slurm", "local")
+EXIT_CODE = re.compile(r"^-?[0-9]{1,3}\Z")
 
 RECORD_FILE = "job.json"
 OUTPUT_FILE = "output.log"  # the Slurm job's or the local run's stdout and stderr
@@ -40,11 +57,27 @@ class JobRecord:
                            "submitted_at": self.submitted_at, "job_dir": str(self.job_dir)}, indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> JobRecord:
-        data: dict[str, Any] = json.loads(text)
-        spec = {k: v for k, v in data["spec"].items() if k in FIELDS}  # a record from a newer version still loads
-        return cls(id=str(data["id"]), backend=str(data["backend"]), user=str(data["user"]), spec=JobSpec(**spec),
-                   submitted_at=str(data["submitted_at"]), job_dir=Path(data["job_dir"]))
+    def from_json(cls, text: str, expect: RecordPlace | None = None) -> JobRecord:
+        """The record in `text`; RecordError naming what is wrong. `expect`: where it was read from, which it must
+        name (its id, its user, its directory)."""
+        if len(text) > MAX_RECORD_BYTES:
+            raise RecordError(f"{len(text)} bytes, more than a record's {MAX_RECORD_BYTES}")
+        try:
+            data = json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as err:
+            raise RecordError(f"not JSON ({str(err)[:80]})") from None
+        if not isinstance(data, dict):
+            raise RecordError(f"a JSON {type(data).__name__}, not an object")
+        record = cls(id=_text(data, "id"), backend=_text(data, "backend"), user=_text(data, "user"),
+                     spec=recorded_spec(data.get("spec")), submitted_at=_timestamp(data),
+                     job_dir=Path(_text(data, "job_dir")))
+        if not JOB_ID.match(record.id):
+            raise RecordError(f"id: {record.id[:20]!r} is not a job id")
+        if record.backend not in BACKEND_NAMES:
+            raise RecordError(f"backend: {record.backend[:20]!r}; allowed: {', '.join(BACKEND_NAMES)}")
+        if expect is not None:
+            expect.check(record)
+        return record
 
     @property
     def output_path(self) -> Path:
@@ -59,5 +92,77 @@ class JobRecord:
         return self.job_dir / "checkpoints"
 
 
+def exit_code(text: str | None) -> int | None:
+    """An exit status a job's script wrote ("0", "1", "-9"): ASCII digits, small; None for anything else."""
+    value = (text or "").strip()
+    return int(value) if EXIT_CODE.match(value) else None
+
+
 def now_utc() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+class RecordError(ValueError):
+    """A job.json that is not a record of this portal's (the message says what is wrong with it)."""
+
+
+@dataclass(frozen=True)
+class RecordPlace:
+    """Where a record was read: ~<user>/jobs/<job_id>/job.json. The record must say the same."""
+
+    job_id: str
+    user: str
+    job_dir: Path
+
+    def check(self, record: JobRecord) -> None:
+        if record.id != self.job_id:
+            raise RecordError(f"id: says {record.id!r}, but the record is in the directory of job {self.job_id}")
+        if record.user != self.user:
+            raise RecordError(f"user: says {record.user[:32]!r}, but the record is in {self.user}'s home")
+        if record.job_dir != self.job_dir:
+            raise RecordError(f"job_dir: says {str(record.job_dir)[:80]!r}, but the record is in {self.job_dir}")
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")  # json accepts NaN and Infinity, which no record holds
+
+
+def _text(data: dict[str, Any], name: str, limit: int = MAX_TEXT) -> str:
+    value = data.get(name)
+    if not isinstance(value, str):
+        raise RecordError(f"{name}: {'missing' if value is None else f'a {type(value).__name__}, not a string'}")
+    if len(value) > limit or any(ord(ch) < 32 for ch in value):
+        raise RecordError(f"{name}: longer than {limit} characters or with control characters")
+    return value
+
+
+def _timestamp(data: dict[str, Any]) -> str:
+    value = _text(data, "submitted_at", 64)
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise RecordError(f"submitted_at: {value[:32]!r} is not an ISO 8601 time") from None
+    return value
+
+
+def recorded_spec(raw: Any) -> JobSpec:
+    """The spec as recorded at submit (validated then): here only each field's type and size are checked, since
+    the record is shown, never submitted again. Unknown fields (a newer version's) are left out."""
+    if not isinstance(raw, dict):
+        raise RecordError("spec: missing" if raw is None else f"spec: a {type(raw).__name__}, not an object")
+    values: dict[str, Any] = {}
+    for spec_field in fields(JobSpec):
+        if spec_field.name not in raw:
+            continue  # an older version's record: the default
+        value, kind = raw[spec_field.name], type(getattr(JobSpec(), spec_field.name))
+        where = f"spec.{spec_field.name}"
+        if type(value) is not kind:  # exact: True is an int to isinstance
+            raise RecordError(f"{where}: a {type(value).__name__}, not a {kind.__name__}")
+        if kind is int and not 0 <= value <= MAX_NUMBER:
+            raise RecordError(f"{where}: {value} is out of range 0-{MAX_NUMBER}")
+        if kind is float and not math.isfinite(value):
+            raise RecordError(f"{where}: not a finite number")
+        if kind is str:
+            _text(raw, spec_field.name)
+        values[spec_field.name] = value
+    return JobSpec(**values)

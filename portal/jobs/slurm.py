@@ -27,11 +27,12 @@ from portal.jobs.record import (
     SCRIPT_FILES,
     UNKNOWN,
     JobRecord,
+    exit_code,
     now_utc,
 )
 from portal.jobs.spec import JobLimits, JobSpec
 from portal.jobs.templating import template_environment
-from portal.slurm import USER_SQUEUE_FORMAT, gpu_holders, parse_key_values, slurm_partitions
+from portal.slurm import USER_SQUEUE_FORMAT, gpu_holders, job_unknown, parse_key_values, slurm_partitions
 from portal.usage import SACCT_FIELDS, UsageReport, parse_usage, week_start
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
@@ -43,6 +44,11 @@ USER_SLURM_CALLS = CallCounts()
 
 class SlurmError(RuntimeError):
     """Slurm refused or did not answer; the message has Slurm's own words."""
+
+
+class JobDirError(SlurmError):
+    """The job was cancelled because its ~/jobs/<id>/ could not be made: the user's file system (full, over
+    quota, not writable), not Slurm. A SlurmError still, for every caller that handles a failed submit."""
 
 
 class JobNotFound(LookupError):
@@ -158,26 +164,43 @@ class SlurmBackend:
         job_dir = user.jobs_dir / job_id
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)
+        made = False
         try:
             if user.exists(job_dir):
                 # Slurm counts ids again from 1 when its state is reset (a new cluster, the box rebuilt), so an
                 # old job may have this id's directory. It is kept, renamed; jobs() no longer lists it.
                 user.run(["mv", "-T", "--", str(job_dir), f"{job_dir}.replaced-{int(time.time())}"])
             user.make_dir(job_dir, exclusive=True)
+            made = True
             user.write_text(job_dir / SCRIPT_FILES[self.name], script, mode="700")
             user.write_text(job_dir / RECORD_FILE, record.to_json())
             self._slurm(user, "scontrol", "release", job_id)
         except (subprocess.CalledProcessError, SlurmError) as err:
             self._slurm(user, "scancel", job_id, check=False)
-            detail = err.stderr.strip() if isinstance(err, subprocess.CalledProcessError) else str(err)
-            raise SlurmError(f"job {job_id} was cancelled: preparing {job_dir} failed: {detail}") from err
+            if made:  # no directory without its job (a full disk leaves a truncated script or record)
+                user.run(["rm", "-rf", "--", str(job_dir)], check=False)
+            if isinstance(err, SlurmError):
+                raise SlurmError(f"job {job_id} was cancelled: preparing {job_dir} failed: {err}") from err
+            raise JobDirError(f"job {job_id} was cancelled: preparing {job_dir} failed: {err.stderr.strip()}") \
+                from err
         return record
 
     def _job_facts(self, user: JobUser, job_id: str) -> dict[str, str] | None:
-        """`scontrol show job`, while Slurm remembers the job (MinJobAge after it ends)."""
-        out = self._slurm(user, "scontrol", "show", "job", "-o", job_id, check=False)
-        facts = parse_key_values(out)
+        """`scontrol show job`, while Slurm remembers the job (MinJobAge after it ends); None once it does not
+        (or, with PrivateData=jobs, when it is not the user's). SlurmError when Slurm does not answer: a
+        controller that is down is not a job that has ended."""
+        out, error = self._slurm_answer(user, "scontrol", "show", "job", "-o", job_id)
+        if error is not None and not job_unknown(error):
+            raise SlurmError(f"`scontrol show job {job_id}` failed: {error}")
+        facts = parse_key_values(out) if error is None else {}
         return facts if facts.get("JobId") == job_id else None
+
+    def _slurm_answer(self, user: JobUser, *argv: str) -> tuple[str, str | None]:
+        """(stdout, None) when the command succeeded, else ("", Slurm's message)."""
+        try:
+            return self._slurm(user, *argv), None
+        except SlurmError as err:
+            return "", str(err)
 
     def _check_owner(self, user: JobUser, facts: dict[str, str] | None, job_id: str) -> None:
         # UserId=alice(1001): the directory says whose job it claims to be; Slurm says whose it is.
@@ -190,12 +213,17 @@ class SlurmBackend:
         facts = self._job_facts(user, record.id)
         self._check_owner(user, facts, record.id)
         state = facts.get("JobState") if facts else None
+        accounting_error = None
         if state is None:
-            out = self._slurm(user, "sacct", "-n", "-X", "-P", "-j", record.id, "-u", user.name, "-o", "State",
-                              check=False)
+            out, accounting_error = self._slurm_answer(user, "sacct", "-n", "-X", "-P", "-j", record.id, "-u",
+                                                       user.name, "-o", "State")
             state = out.split("\n")[0].split(" ")[0].strip() or None
         if state is None:
             state = _left_behind(record, user)
+        if state is None and accounting_error is not None:
+            # Slurm's controller has forgotten the job and its accounting does not answer: not known, not ended.
+            raise SlurmError(f"job {record.id} has left the queue and Slurm's accounting does not answer "
+                             f"({accounting_error})")
         if state in ENDED_STATES:
             _remember(record, user, state)
         return state or UNKNOWN
@@ -229,7 +257,10 @@ class SlurmBackend:
             runs = history.parse_runs(self._slurm(user, "sacct", "-D", "-X", "-P", "-n", "-j", record.id,
                                                   "-o", history.RUNS_FORMAT))
         except SlurmError as err:  # accounting is down: Slurm's controller still counts the restarts
-            facts = self._job_facts(user, record.id) or {}
+            try:
+                facts = self._job_facts(user, record.id) or {}
+            except SlurmError:
+                facts = {}  # the controller is down too: the history is told once Slurm answers again
             restarts = int(facts.get("Restarts", "0") or 0)
             return [f"requeued {restarts} time(s); the details need Slurm's accounting, which does not answer "
                     f"now ({err})"] if restarts else []
@@ -239,18 +270,22 @@ class SlurmBackend:
         events = history.parse_events(self._slurm(
             user, "sacctmgr", "-nP", "show", "event", f"start={min(starts):%Y-%m-%dT%H:%M:%S}",
             f"format={history.EVENTS_FORMAT}", check=False)) if starts else []
-        marks = user.run(["grep", "-E", history.LOG_LINES, "--", str(record.output_path)], check=False).stdout
+        # The log is the user's: only its first matching lines, bounded in size, are read.
+        marks = user.run(["/bin/bash", "-c", 'grep -E -m "$1" -- "$2" "$3" | head -c "$4"', "grep",
+                          str(history.MAX_MARKS), history.LOG_LINES, str(record.output_path),
+                          str(history.MAX_MARKS_BYTES)], check=False).stdout
         return history.history_lines(runs, events, history.resumed_epochs(marks))
 
 
 def _left_behind(record: JobRecord, user: JobUser) -> str | None:
     """The state a job's own files tell, once the scheduler has forgotten it."""
-    final = user.read_text(record.job_dir / FINAL_STATE_FILE)
-    if final and final.strip():
-        return final.strip()
-    status = user.read_text(record.job_dir / EXIT_STATUS_FILE)
-    if status is not None and status.strip().isdigit():
-        return COMPLETED if int(status) == 0 else FAILED
+    # Both files are the user's to write: only an ended state or a small exit code is taken from them.
+    final = (user.read_text(record.job_dir / FINAL_STATE_FILE, 64) or "").strip()
+    if final in ENDED_STATES:
+        return final
+    status = exit_code(user.read_text(record.job_dir / EXIT_STATUS_FILE, 64))
+    if status is not None:
+        return COMPLETED if status == 0 else FAILED
     return None
 
 

@@ -9,16 +9,29 @@ unit-tested without Slurm or other users. The notebook API, the command line and
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from portal.inputs import (
+    MAX_PATH,
+    InputError,
+    boolean,
+    check_fields,
+    choice,
+    format_minutes,
+    minutes_of,
+    shown,
+    text,
+    wall_time,
+    whole_number,
+)
+
 TEMPLATES = ("chexnet",)
 MODELS = ("densenet121", "resnet50")
-WALL_TIME = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
-WHOLE_NUMBER = re.compile(r"^[+-]?\d{1,9}$")
-TRUE_WORDS, FALSE_WORDS = ("true",), ("false",)
+WHOLE = "spec"  # what an error about the request as a whole names (not a mapping, a key that is no field name)
+__all__ = ["FIELDS", "MODELS", "TEMPLATES", "JobLimits", "JobSpec", "JobSpecError", "format_minutes", "minutes_of",
+           "parse_job_spec"]
 
 # Bounds that do not depend on the cluster: wide enough for real training, narrow enough to catch typos.
 MAX_EPOCHS = 1000
@@ -32,13 +45,8 @@ DEFAULT_MEMORY_GB = 16
 DEFAULT_TIME_LIMIT = "04:00:00"
 
 
-class JobSpecError(ValueError):
+class JobSpecError(InputError):
     """A job field is not allowed. `field` names it; the message says what is allowed."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -110,75 +118,30 @@ class JobLimits:
         return f"in partition {self.partition}" if self.partition else "on this machine"
 
 
-def minutes_of(time_limit: str) -> int:
-    hours, minutes, seconds = (int(part) for part in WALL_TIME.match(time_limit).groups())
-    return hours * 60 + minutes + (1 if seconds else 0)
-
-
-def format_minutes(minutes: int) -> str:
-    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
-
-
 def _integer(raw: Mapping[str, Any], name: str, low: int, high: int, why: str = "") -> int:
-    """A whole number in [low, high]: ints, and strings of digits (command-line flags, form fields); never
-    bools (True is an int in Python) nor floats (2.5 GPUs is a mistake, not a rounding)."""
-    value = raw[name]
-    span = f"{low}-{high}" if low < high else str(low) if low == high else "none"
-    allowed = f"allowed: {span}{why}"
-    if isinstance(value, str) and WHOLE_NUMBER.match(value.strip()):
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise JobSpecError(name, f"{value!r} is not a whole number; {allowed}")
-    if not low <= value <= high:
-        raise JobSpecError(name, f"{value} is out of range; {allowed}")
-    return value
-
-
-def _boolean(raw: Mapping[str, Any], name: str) -> bool:
-    value = raw[name]
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
-        return value.strip().lower() in TRUE_WORDS
-    raise JobSpecError(name, f"{value!r} is not a boolean; allowed: true, false")
-
-
-def _choice(raw: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> str:
-    value = raw[name]
-    if not isinstance(value, str) or value not in allowed:
-        raise JobSpecError(name, f"{value!r} is not offered; allowed: {', '.join(allowed)}")
-    return value
+    return whole_number(raw[name], name, low, high, why)
 
 
 def _time_limit(raw: Mapping[str, Any], limits: JobLimits) -> str:
-    most = "no limit" if limits.max_minutes is None else format_minutes(limits.max_minutes)
-    allowed = f"allowed: HH:MM:SS from 00:00:01 up to {most} ({limits.where()})"
-    value = raw["time_limit"]
-    if not isinstance(value, str) or not WALL_TIME.match(value.strip()):
-        raise JobSpecError("time_limit", f"{value!r} is not a wall time; {allowed}")
-    value = value.strip()
-    if minutes_of(value) == 0:
-        raise JobSpecError("time_limit", f"must be longer than 00:00:00; {allowed}")
-    if limits.max_minutes is not None and minutes_of(value) > limits.max_minutes:
-        raise JobSpecError("time_limit", f"{value} exceeds the limit; {allowed}")
-    return value
+    return wall_time(raw["time_limit"], "time_limit", limits.max_minutes, f" ({limits.where()})")
 
 
 def _data_dir(raw: Mapping[str, Any], limits: JobLimits, user_can_read: Callable[[str], bool]) -> str:
     value = raw["data_dir"] if "data_dir" in raw else limits.default_data_dir
-    allowed = "allowed: an absolute path of a directory you can read"
+    allowed = f"allowed: an absolute path of a directory you can read, at most {MAX_PATH} characters"
     if not isinstance(value, str) or not value.strip():
-        raise JobSpecError("data_dir", f"{value!r} is not a path; {allowed}")
+        raise JobSpecError("data_dir", f"{shown(value)} is not a path; {allowed}")
+    text(value, "data_dir", MAX_PATH, allowed)  # the cap first: a longer path only comes back from the OS as E2BIG
     if any(ch in value for ch in "\0\n\r"):
-        raise JobSpecError("data_dir", f"{value!r} contains a control character; {allowed}")
+        raise JobSpecError("data_dir", f"{shown(value)} contains a control character; {allowed}")
     if not os.path.isabs(value):
-        raise JobSpecError("data_dir", f"{value!r} is relative; {allowed}")
+        raise JobSpecError("data_dir", f"{shown(value)} is relative; {allowed}")
     # normpath is lexical: "/data/../etc" becomes "/etc" before the check, so what is checked is what is used.
     path = os.path.normpath(value)
     if path.startswith("//"):  # POSIX keeps a leading "//"; one slash is the same directory
         path = "/" + path.lstrip("/")
     if not user_can_read(path):
-        raise JobSpecError("data_dir", f"{path} does not exist or you cannot read it; {allowed}")
+        raise JobSpecError("data_dir", f"{shown(path)} does not exist or you cannot read it; {allowed}")
     return path
 
 
@@ -210,12 +173,19 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
     `user_can_read(path)` says whether the user who will run the job can list the directory; the default asks
     for the calling process, which is right when the user calls (a notebook), wrong when root acts for them.
     """
+    try:
+        return _parse(raw, limits, user_can_read)
+    except JobSpecError:
+        raise
+    except InputError as err:  # portal.inputs' grammar names the field; this surface's error type carries it
+        raise JobSpecError(err.field, err.message) from None
+
+
+def _parse(raw: Mapping[str, Any], limits: JobLimits, user_can_read: Callable[[str], bool]) -> JobSpec:
     if not isinstance(raw, Mapping):
-        raise JobSpecError("spec", f"expected a mapping of fields; allowed fields: {', '.join(FIELDS)}")
-    unknown = sorted(str(k) for k in set(raw) - set(FIELDS))
-    if unknown:
-        raise JobSpecError(unknown[0], f"unknown field; allowed fields: {', '.join(FIELDS)}")
-    template = _choice(raw, "template", TEMPLATES) if "template" in raw else JobSpec.template
+        raise JobSpecError(WHOLE, f"expected a mapping of fields; allowed fields: {', '.join(FIELDS)}")
+    check_fields(raw, FIELDS, WHOLE)
+    template = choice(raw["template"], "template", TEMPLATES) if "template" in raw else JobSpec.template
 
     nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"
     nodes = _integer(raw, "nodes", 1, limits.nodes, nodes_note) if "nodes" in raw else 1
@@ -257,8 +227,8 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
         if "batch_size" in raw else defaults.batch_size,
         image_size=_integer(raw, "image_size", MIN_IMAGE_SIZE, MAX_IMAGE_SIZE, " (pixels, square)")
         if "image_size" in raw else defaults.image_size,
-        model=_choice(raw, "model", MODELS) if "model" in raw else defaults.model,
-        fp16=_boolean(raw, "fp16") if "fp16" in raw else defaults.fp16,
-        xla=_boolean(raw, "xla") if "xla" in raw else defaults.xla,
+        model=choice(raw["model"], "model", MODELS) if "model" in raw else defaults.model,
+        fp16=boolean(raw["fp16"], "fp16") if "fp16" in raw else defaults.fp16,
+        xla=boolean(raw["xla"], "xla") if "xla" in raw else defaults.xla,
         data_dir=_data_dir(raw, limits, user_can_read),
     )

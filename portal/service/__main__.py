@@ -18,7 +18,8 @@ async def serve() -> None:
     cfg = load()
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", cfg.dashboard_url))
     app = make_app(cfg)
-    app.listen(url.port or cfg.dashboard_service_port, url.hostname or "127.0.0.1")
+    app.listen(url.port or cfg.dashboard_service_port, url.hostname or "127.0.0.1",
+               max_body_size=app.settings["max_body_size"])
     log = logging.getLogger("portal.service")
     log.info("dashboard listening on %s", url.geturl())
     # The hub stops its services with SIGINT (SIGTERM from an init system): both are a normal stop, not a crash.

@@ -3,11 +3,22 @@
 
 from __future__ import annotations
 
-import json
-
+from portal.inputs import InputError, read_json_object
 from portal.jobs.account import RUNUSER_CALLS
 from portal.jobs.slurm import USER_SLURM_CALLS
+from portal.jobs.spec import FIELDS, WHOLE
 from portal.service.base import APIHandler, PortalError
+
+
+def posted_spec(body: bytes | None) -> dict:
+    """The JobSpec fields of a POST to api/jobs: one JSON object (size, encoding and depth capped by
+    portal.inputs) with at least one field. An empty body or `{}` submits nothing: a job with every default is
+    asked for explicitly, `{"template": "chexnet"}`."""
+    spec = read_json_object(body, WHOLE)
+    if not spec:
+        raise InputError("template", 'required when no other field is sent; allowed: {"template": "chexnet"} '
+                                     f"for a job with every default, or any of: {', '.join(FIELDS)}")
+    return spec
 
 
 class JobsAPIHandler(APIHandler):
@@ -17,11 +28,9 @@ class JobsAPIHandler(APIHandler):
 
     async def post(self) -> None:
         try:
-            spec = json.loads(self.request.body or b"{}")
-        except ValueError as err:
-            raise PortalError(400, f"the body is not JSON: {err}", "spec") from None
-        if not isinstance(spec, dict):
-            raise PortalError(400, "expected a JSON object of JobSpec fields", "spec")
+            spec = posted_spec(self.request.body)
+        except InputError as err:
+            raise PortalError(400, str(err), err.field) from None
         self.write_json(await self.blocking(self.board.submit, self.hub_user, spec), status=201)
 
 

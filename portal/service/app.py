@@ -6,22 +6,28 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from jupyterhub.services.auth import HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado.web import Application
 
 from portal.config import PortalConfig
+from portal.jobs.record import LOCAL_JOB_ID, SLURM_JOB_ID
 from portal.notebook import templates_dir
 from portal.service import api, pages
+from portal.service.base import NotFoundHandler, OAuthCallbackHandler
 from portal.service.board import JobBoard
 from portal.service.cluster import ClusterCache
 from portal.service.hub import HubDirectory
 
 HERE = Path(__file__).resolve().parent
-JOB_ID = r"(\d{1,12}|local-[0-9T]{15}-[0-9a-f]{6})"  # portal.jobs.record.JOB_ID, without its anchors
+# portal.jobs.record.JOB_ID without its anchors: one spelling per job (ASCII digits, no leading zero), so "0002"
+# is no route at all rather than a second name for job 2.
+JOB_ID = rf"({SLURM_JOB_ID}|{LOCAL_JOB_ID})"
 # Blocking work at once (each a runuser'd command): enough for a few users, few enough for a small hub host.
 WORKERS = 8
 MIN_POLL_S = 5  # the job page asks for its job's state at most this often
+# The most a request body may be before tornado stops reading it (answering 400 and closing the connection). Above
+# portal.inputs.MAX_BODY_BYTES, so that bodies between the two get a 400 naming the field from the handlers.
+MAX_BODY_SIZE = 1024 * 1024
 
 
 def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str | None = None,
@@ -33,7 +39,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
     board = board or JobBoard(cfg, cluster, base_url=hub_base_url, service_prefix=prefix)
     directory = directory or HubDirectory(ttl_s=cfg.dashboard_refresh_s)
     routes = [
-        ("oauth_callback", HubOAuthCallbackHandler),
+        ("oauth_callback", OAuthCallbackHandler),
         ("api/jobs", api.JobsAPIHandler),
         (f"api/jobs/{JOB_ID}", api.JobAPIHandler),
         ("api/cluster", api.ClusterAPIHandler),
@@ -51,8 +57,11 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
     return Application(
         [(url_path_join(prefix, path), handler) for path, handler in routes],
         template_path=str(HERE / "templates"),
+        # Unknown paths get a 404 with the security headers too (base.SecurityHeaders sets them and the cookies').
+        default_handler_class=NotFoundHandler, default_handler_args={"status_code": 404},
         # The service's own cookie (the user's OAuth token) only needs to outlive this process.
         cookie_secret=os.urandom(32),
+        max_body_size=MAX_BODY_SIZE,  # read by portal.service.__main__ for the HTTP server (an HTTPServer setting)
         board=board, cluster=cluster, directory=directory, executor=ThreadPoolExecutor(WORKERS),
         service_prefix=prefix, hub_base_url=hub_base_url, notebooks_dir=notebooks_dir or templates_dir(),
         poll_s=max(MIN_POLL_S, cfg.dashboard_refresh_s), log_lines=cfg.dashboard_log_lines,

@@ -9,17 +9,75 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from jupyterhub.services.auth import HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.utils import get_browser_protocol, url_path_join
 from tornado.ioloop import IOLoop
-from tornado.web import HTTPError, RequestHandler
+from tornado.web import ErrorHandler, HTTPError, RequestHandler
 
-from portal.jobs import BackendError, JobAccessError, JobNotFound, JobSpecError, KubernetesError, SlurmError
+from portal.jobs import (
+    BackendError,
+    JobAccessError,
+    JobNotFound,
+    JobSpecError,
+    KubernetesError,
+    SlurmError,
+    UnreadableRecord,
+)
+from portal.jobs.slurm import JobDirError
 from portal.service.board import HubUser, JobBoard
 from portal.service.cluster import ClusterCache
 from portal.service.hub import HubDirectory, HubUnavailable
 
 T = TypeVar("T")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# What JupyterHub 6 sends on its own pages (frame-ancestors 'none', CSP reports to the hub) and what it leaves out:
+# nothing of the portal is meant to be framed (the dashboard frames TensorBoard, never the other way round).
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",  # frame-ancestors for browsers that ignore CSP
+    "X-Content-Type-Options": "nosniff",  # a job's log is text/plain, never a script or a page
+    "Referrer-Policy": "same-origin",  # job ids and paths in URLs stay on this site
+}
+COOKIE_SAMESITE = "Lax"  # Strict would drop the OAuth cookies on the redirect back from the hub's login
+LOGIN_REFUSED = "log in to JupyterHub, or send Authorization: token <your API token>"
+XSRF_REFUSED_PAGE = "the form's XSRF token (_xsrf) is missing or does not match your session; reload the page " \
+                    "and submit again"
+XSRF_REFUSED_API = "the request's XSRF token (the _xsrf argument or the X-XSRFToken header) is missing or does not " \
+                   "match the _xsrf cookie; send it with cookie requests, or use Authorization: token <API token>"
+
+
+def content_security_policy(hub_base_url: str, is_api: bool) -> str:
+    """The hub's policy: no framing, violations reported to the hub; JSON loads nothing at all."""
+    policy = ["frame-ancestors 'none'", f"report-uri {url_path_join(hub_base_url, 'hub/security/csp-report')}"]
+    return "; ".join(policy + (["default-src 'none'"] if is_api else []))
+
+
+class SecurityHeaders(RequestHandler):
+    """Security headers on every response (tornado sets default headers again for errors) and SameSite, HttpOnly
+    and, behind https, Secure on every cookie this service sets (OAuth state and token, _xsrf)."""
+
+    is_api = False
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        hub_base_url = self.settings.get("hub_base_url", "/")
+        self.set_header("Content-Security-Policy", content_security_policy(hub_base_url, self.is_api))
+        for name, value in SECURITY_HEADERS.items():
+            self.set_header(name, value)
+
+    def set_cookie(self, name: str, value: str | bytes, **kwargs: Any) -> None:
+        kwargs.setdefault("samesite", COOKIE_SAMESITE)
+        kwargs.setdefault("httponly", True)  # pages take the XSRF token from the page, never from the cookie
+        if get_browser_protocol(self.request) == "https":  # as the proxy saw it (X-Forwarded-Proto)
+            kwargs.setdefault("secure", True)
+        super().set_cookie(name, value, **kwargs)
+
+
+class NotFoundHandler(SecurityHeaders, ErrorHandler):
+    """Paths under the service prefix that name no page: tornado's 404, with the headers."""
+
+
+class OAuthCallbackHandler(HubOAuthCallbackHandler, SecurityHeaders):
+    """The end of the hub's OAuth login, which sets the login cookie: with the headers and the cookie policy."""
 
 
 class PortalError(HTTPError):
@@ -38,8 +96,12 @@ def as_portal_error(err: Exception) -> PortalError | None:
         return PortalError(400, str(err), "backend")
     if isinstance(err, JobNotFound):
         return PortalError(404, str(err))
+    if isinstance(err, UnreadableRecord):  # the user's own job.json is broken: shown, never acted on
+        return PortalError(409, f"{err}; nothing is done with a job whose record cannot be trusted")
     if isinstance(err, JobAccessError):
         return PortalError(403, str(err))
+    if isinstance(err, JobDirError):  # the user's own storage: full or over quota; Slurm is fine
+        return PortalError(507, f"your job directory could not be prepared: {err}")
     if isinstance(err, SlurmError):
         return PortalError(503, f"Slurm is unavailable: {err}")
     if isinstance(err, KubernetesError):
@@ -52,11 +114,10 @@ def as_portal_error(err: Exception) -> PortalError | None:
     return None
 
 
-class PortalHandler(HubOAuthenticated, RequestHandler):
+class PortalHandler(HubOAuthenticated, SecurityHeaders):
     """Base of pages and API: the hub user (with groups and admin flag) is `self.hub_user` after `prepare`."""
 
     hub_user: HubUser
-    is_api = False
 
     @property
     def board(self) -> JobBoard:
@@ -77,17 +138,45 @@ class PortalHandler(HubOAuthenticated, RequestHandler):
     async def prepare(self) -> None:
         identity = self.current_user  # the cookie or the token, checked with the hub
         if not identity:
+            if self.request.method not in SAFE_METHODS and self.login_cookie_sent():
+                self.check_form_token()  # HubOAuth ignores a login cookie without its token: say that, not "log in"
             if self.is_api or self.request.method not in SAFE_METHODS:
-                raise PortalError(403, "log in to JupyterHub, or send Authorization: token <your API token>")
+                raise PortalError(403, LOGIN_REFUSED)
             self.redirect(self.get_login_url())
             return
         # After identifying: token requests are exempt (HubOAuth marks them), cookie requests need _xsrf.
         if self.request.method not in SAFE_METHODS:
-            self.check_xsrf_cookie()
+            self.check_form_token()
         try:
             self.hub_user = await self.directory.user(identity["name"])
         except HubUnavailable as err:
             raise as_portal_error(err) from None
+
+    _identifying = False
+
+    def get_current_user(self) -> dict | None:
+        """HubOAuth's identity, made safe to re-enter: for a cookie POST whose _xsrf does not match, its XSRF
+        check sets a fresh _xsrf cookie, which asks `current_user` again from inside the first lookup, on the
+        one thread HubAuth runs lookups on: the service hung for good (JupyterHub 6.1.1). The inner question is
+        answered "nobody yet", which only shortens that cookie's life; the request is refused all the same."""
+        if self._identifying:
+            return None
+        self._identifying = True
+        try:
+            return super().get_current_user()
+        finally:
+            self._identifying = False
+
+    def login_cookie_sent(self) -> bool:
+        """Whether the request carries this service's login cookie (valid or not: the hub decides that)."""
+        return bool(self.hub_auth._get_token_cookie(self))
+
+    def check_form_token(self) -> None:
+        """The XSRF check of a cookie request (token requests pass), refused with what to do about it."""
+        try:
+            self.check_xsrf_cookie()
+        except HTTPError:
+            raise PortalError(403, XSRF_REFUSED_API if self.is_api else XSRF_REFUSED_PAGE, "_xsrf") from None
 
     async def everyone(self) -> list[HubUser]:
         """Every hub user, only for an admin (whose lists and lookups span users)."""
@@ -98,7 +187,7 @@ class PortalHandler(HubOAuthenticated, RequestHandler):
         try:
             return await IOLoop.current().run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
         except (JobSpecError, BackendError, JobNotFound, JobAccessError, SlurmError, KubernetesError,
-                subprocess.TimeoutExpired) as err:
+                UnreadableRecord, subprocess.TimeoutExpired) as err:
             raise as_portal_error(err) from None
 
     def error_parts(self, kwargs: dict) -> tuple[str, str | None]:

@@ -11,31 +11,31 @@ own jobs; an admin's request is run as the job's owner. What a request costs, on
   at most once per refresh interval, and once for good when it has ended.
 - metrics: read as the user (a process of theirs); an ended job's once for good, a running one's at most every
   `dashboard_metrics_refresh_s`. The list never waits for them: it shows what is known and reads in the background.
+What is read from a user's home is checked (portal.jobs.record, portal.metrics): a job whose record is not one
+is listed as "unreadable record" with the reason, and every other job, list and page carries on.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
-from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SlurmError
-from portal.jobs.record import ENDED_STATES
+from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SlurmError, UnreadableJob, UnreadableRecord
+from portal.jobs.record import ENDED_STATES, UNKNOWN, UNREADABLE
+from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.cluster import ClusterCache, ClusterSnapshot
 from portal.slurm import pending_reason
 from portal.tensorboard import panel_url
 
 T = TypeVar("T")
+AnyJob = Job | UnreadableJob
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
 USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
-REFRESH_WORKERS = 2  # background rescans and metrics reads at once: each is a process run as a user
-log = logging.getLogger("portal.service")
 
 
 @dataclass(frozen=True)
@@ -54,42 +54,6 @@ class HubUser:
                    admin=bool(model.get("admin")), server_ready=bool(server.get("ready")))
 
 
-class TimedCache:
-    """Values kept for a time; a value marked `final` is kept for good (an ended job's metrics never change)."""
-
-    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic):
-        self.ttl_s, self._clock = ttl_s, clock
-        self._items: dict[Any, tuple[float, bool, Any]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: Any, want_final: bool = False) -> Any | None:
-        """The value while fresh (or final); with `want_final`, only a final value (a job that just ended must
-        not keep showing what it had reached while it ran)."""
-        with self._lock:
-            item = self._items.get(key)
-        if item is None:
-            return None
-        stored_at, final, value = item
-        if want_final:
-            return value if final else None
-        return value if final or self._clock() - stored_at < self.ttl_s else None
-
-    def put(self, key: Any, value: Any, final: bool = False) -> Any:
-        with self._lock:
-            self._items[key] = (self._clock(), final, value)
-        return value
-
-    def get_any(self, key: Any) -> Any | None:
-        """The value, however old."""
-        with self._lock:
-            item = self._items.get(key)
-        return None if item is None else item[2]
-
-    def drop(self, key: Any) -> None:
-        with self._lock:
-            self._items.pop(key, None)
-
-
 def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, base_url: str = "/",
                 service_prefix: str = "/services/portal/", reason: str = "") -> dict[str, Any]:
     """What the jobs list and the API show of one job (pure: everything it needs is passed in). `reason`: why a
@@ -103,9 +67,19 @@ def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, 
         "images_per_sec": metrics.images_per_sec if metrics else None,
         "best_mean_auroc": metrics.best_mean_auroc if metrics else None,
         "epochs_done": metrics.epochs_done if metrics else 0,
+        "metrics_unreadable": metrics.unreadable if metrics else "", "unreadable": "",
         "links": {"page": f"{service_prefix}jobs/{job.id}", "log": f"{service_prefix}jobs/{job.id}/log",
                   "tensorboard": panel_url(job.record.user, job.id, base_url)},
     }
+
+
+def unreadable_summary(job: UnreadableJob, service_prefix: str = "/services/portal/") -> dict[str, Any]:
+    """The list's row and the API's answer for a job whose record is not one: its id, whose home it is in, why."""
+    return {"id": job.id, "user": job.owner, "backend": "", "state": UNREADABLE, "reason": "",
+            "unreadable": f"unreadable record: {job.reason}", "nodes": "-", "gpus_per_node": "-", "elapsed": "",
+            "submitted_at": "", "job_dir": job.job_dir, "spec": {}, "images_per_sec": None, "best_mean_auroc": None,
+            "epochs_done": 0, "metrics_unreadable": "",
+            "links": {"page": f"{service_prefix}jobs/{job.id}", "log": "", "tensorboard": ""}}
 
 
 def quota_of(user: str, gpu_quota: int, snapshot: ClusterSnapshot) -> dict[str, Any]:
@@ -124,74 +98,12 @@ def job_key(job: Job) -> tuple[str, str, str]:
     return job.record.user, job.id, job.submitted_at
 
 
-class Coalescer:
-    """Concurrent calls for the same key share one run: the first caller runs it, the others wait for its answer
-    (or its exception)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[Hashable, Future] = {}
-        self.runs = 0  # how many times a function actually ran (the tests read it)
-
-    def run(self, key: Hashable, fn: Callable[[], T]) -> T:
-        with self._lock:
-            running = self._running.get(key)
-            if running is None:
-                running = self._running[key] = Future()
-                mine = True
-                self.runs += 1
-            else:
-                mine = False
-        if not mine:
-            return running.result()
-        try:
-            value = fn()
-        except BaseException as err:
-            running.set_exception(err)
-            raise
-        else:
-            running.set_result(value)
-            return value
-        finally:
-            with self._lock:
-                del self._running[key]
-
-
-class Refresher:
-    """Work off the request path: at most one task per key at once (asking again while it runs does nothing),
-    run by `execute` (a small pool of its own by default, so requests never queue behind it)."""
-
-    def __init__(self, execute: Callable[[Callable[[], None]], Any] | None = None):
-        self._execute = execute or ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="portal-refresh").submit
-        self._lock = threading.Lock()
-        self._running: set[Hashable] = set()
-
-    def start(self, key: Hashable, fn: Callable[[], Any]) -> bool:
-        """Start `fn` unless the key's task runs already; whether it was started."""
-        with self._lock:
-            if key in self._running:
-                return False
-            self._running.add(key)
-
-        def task() -> None:
-            try:
-                fn()
-            except Exception:  # a background task has no one to answer to: log it, the next ask tries again
-                log.warning("background refresh %s failed", key, exc_info=True)
-            finally:
-                with self._lock:
-                    self._running.discard(key)
-
-        self._execute(task)
-        return True
-
-
 @dataclass
 class UserRecords:
     """One user's jobs as last scanned: job id -> (directory stamp, Job)."""
 
     scanned_at: float
-    jobs: dict[str, tuple[str | None, Job]] = field(default_factory=dict)
+    jobs: dict[str, tuple[str | None, AnyJob]] = field(default_factory=dict)
 
 
 class JobBoard:
@@ -232,12 +144,15 @@ class JobBoard:
                                                          check=False))
                 except (JobNotFound, jobs_api.BackendError):
                     continue  # not a job directory of this user's (or mid-submit: job.json not written yet)
+                except UnreadableRecord as err:
+                    # No stamp: read again at the next scan (a record being written may just be incomplete).
+                    found[job_id] = (None, err.job)
         records = UserRecords(scanned_at, found)
         with self._records_lock:
             self._records[user.name] = records
         return records
 
-    def _jobs_of(self, user: HubUser) -> list[Job]:
+    def _jobs_of(self, user: HubUser) -> list[AnyJob]:
         """The user's jobs as known; the first time scanned now (shared with concurrent requests), later rescanned
         in the background once `rescan_s` has passed."""
         with self._records_lock:
@@ -273,8 +188,10 @@ class JobBoard:
             self._states.drop(key)
         return self._ended[key], self._elapsed.get(key, "")
 
-    def metrics_of(self, job: Job, state: str) -> RunMetrics:
+    def metrics_of(self, job: AnyJob, state: str) -> RunMetrics:
         """The job's metrics, read now unless known (for good once it has ended)."""
+        if isinstance(job, UnreadableJob):
+            return RunMetrics()
         key = job_key(job)
         ended = state in ENDED_STATES
         cached = self._metrics.get(key, want_final=ended)
@@ -294,8 +211,10 @@ class JobBoard:
                 cached = self._metrics.get_any(key)
         return cached
 
-    def summary(self, job: Job, snapshot: ClusterSnapshot | None = None, wait: bool = True) -> dict[str, Any]:
+    def summary(self, job: AnyJob, snapshot: ClusterSnapshot | None = None, wait: bool = True) -> dict[str, Any]:
         """What the list and the API show of the job; `wait=False`: with the metrics known now (see known_metrics)."""
+        if isinstance(job, UnreadableJob):
+            return unreadable_summary(job, self.service_prefix)
         snapshot = snapshot or self.cluster.snapshot()
         state, elapsed = self.state_of(job, snapshot)
         metrics = None
@@ -309,7 +228,7 @@ class JobBoard:
         """The user's jobs, newest first; an admin's list has every user in `everyone` too."""
         snapshot = self.cluster.snapshot()
         owners = [user, *(u for u in everyone if u.name != user.name)] if user.admin else [user]
-        found: list[Job] = []
+        found: list[AnyJob] = []
         for owner in owners:
             try:
                 found.extend(self._jobs_of(owner))
@@ -322,12 +241,18 @@ class JobBoard:
                 listed.append(self.summary(job, snapshot, wait=False))
             except JobNotFound:
                 continue  # a job.json that claims a job Slurm says is someone else's
+            except SlurmError as err:  # this job's own question failed (say, accounting is down): not a state
+                listed.append({**job_summary(job, UNKNOWN, "", None, self.base_url, self.service_prefix),
+                               "reason": str(err)[:300]})
         return listed
 
-    def get(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
-        """The job, if it is the user's (or the user is an admin); JobNotFound otherwise, for either reason."""
+    def get(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> AnyJob:
+        """The job, if it is the user's (or the user is an admin); JobNotFound otherwise, for either reason. A job
+        directory of theirs whose record is not one is an UnreadableJob (shown, never acted on)."""
         try:
             return self.api.get(job_id, user=user.name, groups=user.groups, cfg=self.cfg)
+        except UnreadableRecord as err:
+            return err.job
         except JobNotFound:
             if not user.admin:
                 raise
@@ -338,13 +263,17 @@ class JobBoard:
                 continue
             try:
                 return self.api.get(job_id, user=owner.name, groups=owner.groups, cfg=self.cfg)
+            except UnreadableRecord as err:
+                return err.job
             except (JobNotFound, JobAccessError):
                 continue
         raise JobNotFound(f"job {job_id}: not found")
 
-    def history(self, job: Job) -> list[str]:
+    def history(self, job: AnyJob) -> list[str]:
         """What happened across the job's runs (requeues after node failures), re-read at most every
         `dashboard_metrics_refresh_s`, for good once the job has ended."""
+        if isinstance(job, UnreadableJob):
+            return []
         key = job_key(job)
         cached = self._history.get(key)
         if cached is None:
@@ -370,7 +299,9 @@ class JobBoard:
             report = self._usage.put(key, found.to_dict())
         return {"user": user.name, "quotas": quotas, "history_unavailable": "", **report}
 
-    def log_tail(self, job: Job, lines: int | None = None) -> str:
+    def log_tail(self, job: AnyJob, lines: int | None = None) -> str:
+        if isinstance(job, UnreadableJob):
+            return ""  # its page says why; its directory is not read on the word of a broken record
         return job.logs(tail=lines or self.cfg.dashboard_log_lines)
 
     # --- acting ---
@@ -382,6 +313,8 @@ class JobBoard:
 
     def cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
         job = self.get(user, job_id, everyone)
+        if isinstance(job, UnreadableJob):
+            raise UnreadableRecord(job)  # nothing a broken record says is acted on
         job.cancel()
         self._states.drop(job_key(job))  # the snapshot shows the cancel at its next refresh
         return job

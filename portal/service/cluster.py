@@ -84,6 +84,7 @@ class ClusterCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._snapshot: ClusterSnapshot | None = None
+        self._failure: tuple[float, SlurmError] | None = None  # Slurm's last failure, told again for an interval
         # How often Slurm was asked: the performance checks read these (GET api/cluster shows them).
         self.squeue_calls = 0
         self.scontrol_calls = 0
@@ -98,16 +99,19 @@ class ClusterCache:
         except OSError as err:
             raise SlurmError(f"cannot run {command[0]}: {err.strerror}") from None
         if result.returncode != 0:
-            raise SlurmError(f"Slurm refused `{' '.join(argv)}`: {result.stderr.strip()}")
+            raise SlurmError(f"`{' '.join(argv)}` failed: {result.stderr.strip()[:300]}")
         return result.stdout
 
     def snapshot(self) -> ClusterSnapshot:
         """The cached answer while it is fresh; else ask Slurm (once, whoever else is waiting). SlurmError when
-        Slurm does not answer: the stale answer is not passed off as the current one."""
+        Slurm does not answer: the stale answer is not passed off as the current one, and for an interval the same
+        failure is told again at once (every page would otherwise wait on the controller's timeout in turn)."""
         with self._lock:
             now = self._clock()
             if self._snapshot is not None and now - self._snapshot.taken_at < self.interval_s:
                 return self._snapshot
+            if self._failure is not None and now - self._failure[0] < self.interval_s:
+                raise self._failure[1]
             if self.cfg.spawner_backend == "kubernetes":
                 # No Slurm: the GPU pools as configured (the hub does not list nodes); each job's state comes
                 # from its MPIJob.
@@ -115,12 +119,20 @@ class ClusterCache:
                               for i, t in enumerate(self.cfg.k8s_gpu_types))
                 self._snapshot = ClusterSnapshot(taken_at=now, partitions=pools)
                 return self._snapshot
-            self.squeue_calls += 1
-            queue = parse_squeue(self._run(["squeue", "-a", "-h", "-o", SQUEUE_FORMAT]))
-            self.scontrol_calls += 2
-            partition_lines = self._run(["scontrol", "show", "partition", "-o"])
-            node_lines = self._run(["scontrol", "show", "node", "-d", "-o"])
-            self._snapshot = ClusterSnapshot(taken_at=self._clock(), queue=queue,
-                                             partitions=slurm_partitions(partition_lines, node_lines),
-                                             nodes=nodes_from_scontrol(node_lines))
+            try:
+                self._snapshot = self._ask_slurm()
+            except SlurmError as err:
+                self._failure = (self._clock(), err)
+                raise
+            self._failure = None
             return self._snapshot
+
+    def _ask_slurm(self) -> ClusterSnapshot:
+        self.squeue_calls += 1
+        queue = parse_squeue(self._run(["squeue", "-a", "-h", "-o", SQUEUE_FORMAT]))
+        self.scontrol_calls += 2
+        partition_lines = self._run(["scontrol", "show", "partition", "-o"])
+        node_lines = self._run(["scontrol", "show", "node", "-d", "-o"])
+        return ClusterSnapshot(taken_at=self._clock(), queue=queue,
+                               partitions=slurm_partitions(partition_lines, node_lines),
+                               nodes=nodes_from_scontrol(node_lines))

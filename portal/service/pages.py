@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
 from portal.jobs.spec import (
     FIELDS,
     MAX_BATCH_SIZE,
@@ -15,6 +16,7 @@ from portal.jobs.spec import (
     MIN_IMAGE_SIZE,
     MODELS,
     TEMPLATES,
+    WHOLE,
     JobLimits,
     format_minutes,
 )
@@ -22,6 +24,7 @@ from portal.service.base import PageHandler, PortalError
 from portal.tensorboard import lab_url, panel_url
 
 BOOLEAN_FIELDS = ("fp16", "xla")
+CHECKED = "on"  # what a browser sends for a checked checkbox without a value attribute
 MAX_TAIL_LINES = 10_000
 
 
@@ -31,15 +34,26 @@ def notebook_templates(directory: Path) -> list[str]:
 
 
 def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
-    """The JobSpec fields of a posted form: empty fields mean the default; checkboxes are present or not."""
+    """The JobSpec fields of a posted form: empty fields mean the default; checkboxes are present or not.
+
+    Refused (InputError, naming the field): a field the form does not have, a value that is not UTF-8 or longer
+    than a path may be, a field sent twice, and a post with no field at all (a browser sends every input of the
+    form, empty or not: nothing at all is not a person submitting the form)."""
+    decoded = decode_form(arguments, FIELDS, WHOLE, cap=MAX_PATH)
+    if not decoded:
+        raise InputError("template", f"no field was sent; allowed: the form's fields ({', '.join(FIELDS)})")
     spec: dict[str, object] = {}
     for name in FIELDS:
+        values = decoded.get(name)
+        if values and len(values) > 1:
+            raise InputError(name, f"sent {len(values)} times; allowed: once")
         if name in BOOLEAN_FIELDS:
-            spec[name] = name in arguments
+            if values and values[0] != CHECKED:
+                raise InputError(name, f"{shown(values[0])} is not a checkbox's value; allowed: {CHECKED} or absent")
+            spec[name] = bool(values)
             continue
-        values = arguments.get(name)
-        if values and values[-1].decode().strip():
-            spec[name] = values[-1].decode().strip()
+        if values and values[0].strip():
+            spec[name] = values[0].strip()
     return spec
 
 
@@ -87,7 +101,7 @@ class JobPageHandler(PageHandler):
         summary = await self.blocking(self.board.summary, job)
         history = await self.blocking(self.board.history, job)
         log = await self.blocking(self.board.log_tail, job)
-        owner = job.record.user
+        owner = job.owner
         server_ready = self.hub_user.server_ready if owner == self.hub_user.name else False
         self.render_page("job.html", job=summary, history=history, log=log, server_ready=server_ready,
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
@@ -99,9 +113,10 @@ def tail_lines(value: str | None) -> int | None:
     """The `tail` argument of the log page: None for the whole log, else 1-MAX_TAIL_LINES lines."""
     if value is None:
         return None
-    if not value.isdigit() or not 1 <= int(value) <= MAX_TAIL_LINES:
-        raise PortalError(400, f"tail is {value!r}; allowed: a whole number of lines, 1-{MAX_TAIL_LINES}", "tail")
-    return int(value)
+    try:
+        return whole_number(value, "tail", 1, MAX_TAIL_LINES, " (lines)")
+    except InputError as err:
+        raise PortalError(400, str(err), err.field) from None
 
 
 class JobLogHandler(PageHandler):
@@ -131,7 +146,11 @@ class SubmitPageHandler(PageHandler):
         await self._show({})
 
     async def post(self) -> None:
-        spec = form_spec(self.request.body_arguments)
+        try:
+            spec = self._posted_spec()
+        except InputError as err:  # shown beside an empty form: what was sent is not worth showing again
+            await self._show({}, PortalError(400, str(err), err.field))
+            return
         try:
             job = await self.blocking(self.board.submit, self.hub_user, spec)
         except PortalError as err:
@@ -140,6 +159,12 @@ class SubmitPageHandler(PageHandler):
             await self._show(spec, err)
             return
         self.redirect(f"{self.settings['service_prefix']}jobs/{job['id']}")
+
+
+    def _posted_spec(self) -> dict[str, object]:
+        if len(self.request.body) > MAX_BODY_BYTES:
+            raise InputError(WHOLE, f"the form is {len(self.request.body)} bytes; allowed: at most {MAX_BODY_BYTES}")
+        return form_spec(self.request.body_arguments)
 
 
 class UsagePageHandler(PageHandler):

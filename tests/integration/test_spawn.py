@@ -66,7 +66,7 @@ def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(cluster, hub, admin, al
 
 
 @pytest.mark.parametrize(("user", "fields", "message"), [
-    ("bob", {"gpus": 1}, "gpus: 1 is out of range; allowed: 0-0 (your GPU quota is 0"),
+    ("bob", {"gpus": 1}, "gpus: 1 is out of range; allowed: 0 (your GPU quota is 0"),
     ("alice", {"gpus": 5}, "gpus: 5 is out of range; allowed: 0-4"),
     ("alice", {"gpus": -1}, "gpus: -1 is out of range"),
     ("alice", {"gpus": "lots"}, "gpus: &#39;lots&#39; is not a whole number"),
@@ -76,7 +76,7 @@ def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(cluster, hub, admin, al
 def test_bad_choices_are_refused_before_anything_is_submitted(hub, admin, user, fields, message):
     session = hub.login(user)
     response = hub.spawn_form(session, **fields)
-    assert response.status_code == 200  # the form again, with the error
+    assert response.status_code == 400  # the form again, with the error
     assert message in response.text, response.text[-3000:]
     assert 'name="gpus"' in response.text
     assert hub.server(admin, user) is None

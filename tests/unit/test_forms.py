@@ -1,16 +1,26 @@
 """The server options model: every rule of the spawn form, without a scheduler."""
 
+import asyncio
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jupyterhub.spawner import LocalProcessSpawner
+from tornado import web
 
 from spawners.forms import (
+    FIELDS,
     ClusterLimits,
     OptionsError,
     Partition,
+    ServerOptions,
     default_options,
     describe_minutes,
+    minutes_of,
     parse_server_options,
     render_form,
 )
+from spawners.options import ServerOptionsMixin
 
 GPU = Partition("gpu", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=4, free_gpus_per_node=3,
                 max_minutes=7 * 1440, default=True)
@@ -80,3 +90,107 @@ def test_time_limits_read_as_people_say_them():
     assert [describe_minutes(m) for m in (None, 7 * 1440, 60, 90, 1)] == [
         "no time limit", "7 days", "1 hour", "90 minutes", "1 minute"]
     assert "up to 7 days" in render_form(ALICE)
+
+
+# --- hostile input (issue 11): ASCII grammar, length caps, short echoes; generated options ---
+
+@pytest.mark.parametrize(("field", "value"), [("gpus", "١"), ("cpus", "２"), ("memory_gb", "٤"),
+                                              ("runtime", "٠١:00:00"), ("runtime", "01:００:00")])
+def test_non_ascii_digits_are_refused(field, value):
+    with pytest.raises(OptionsError) as err:
+        parse_server_options({field: value}, ALICE)
+    assert err.value.field == field
+
+
+def test_huge_values_and_keys_are_refused_with_a_short_echo():
+    for raw, field in (({"partition": "g" * 140_000}, "partition"), ({"runtime": "1" * 10**6}, "runtime"),
+                       ({"k" * 10**6: 1}, "options"), ({"gpus": [[[[1]]]]}, "gpus"), ({"gpus": 10**400}, "gpus")):
+        with pytest.raises(OptionsError) as err:
+            parse_server_options(raw, ALICE)
+        assert err.value.field == field and len(str(err.value)) < 600
+
+
+VALID_LOOKING = {  # per field: mostly allowed, some just outside the bounds
+    "partition": st.sampled_from(["gpu", "debug", " gpu ", ["debug"]]),
+    "gpus": st.integers(0, 4) | st.sampled_from(["1", " 2 ", "+1", ["0"]]),
+    "cpus": st.integers(0, 9) | st.sampled_from(["2", ["4"]]),
+    "memory_gb": st.integers(0, 20) | st.sampled_from(["4", ["8"]]),
+    "runtime": st.sampled_from(["01:00:00", "00:30:00", " 00:10:00 ", "02:00:00", "168:00:00", ["00:20:00"]]),
+}
+HOSTILE = (st.integers() | st.text(max_size=20) | st.sampled_from(["٣", "３", "٠١:00:00", "x" * 5000, "1" * 10**5])
+           | st.lists(st.text(max_size=5) | st.integers(), max_size=3) | st.none() | st.booleans() | st.floats()
+           | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+def mostly(valid: st.SearchStrategy) -> st.SearchStrategy:
+    """One value in five hostile: enough requests get through every check to test the accepted side too."""
+    return st.integers(0, 4).flatmap(lambda n: HOSTILE if n == 0 else valid)
+
+
+KNOWN_FIELDS = st.fixed_dictionaries({}, optional={name: mostly(valid) for name, valid in VALID_LOOKING.items()})
+OPTIONS = st.one_of(KNOWN_FIELDS, KNOWN_FIELDS, KNOWN_FIELDS,
+                    st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=70), HOSTILE, max_size=6))
+
+
+@settings(max_examples=500, deadline=None)
+@given(OPTIONS, st.sampled_from([ALICE, BOB]))
+def test_generated_options_are_valid_within_bounds_or_refused_naming_a_field(raw, limits):
+    try:
+        options = parse_server_options(raw, limits)
+    except OptionsError as err:
+        assert err.field in (*FIELDS, "options") or (err.field in raw and "unknown field" in err.message), str(err)
+        assert len(str(err)) < 600
+        return
+    partition = limits.partition(options.partition)
+    assert 0 <= options.gpus <= limits.max_gpus(partition) and 1 <= options.cpus <= partition.cpus_per_node
+    assert 1 <= options.memory_gb <= partition.memory_mb_per_node // 1024
+    assert options.runtime.isascii() and 0 < minutes_of(options.runtime) <= partition.max_minutes
+
+
+# --- the hub's side (spawners.options): a refusal is a 400 naming the field and keeps the stored options ---
+
+class StoredOptions:
+    """What the hub's database row holds for a server (orm.Spawner.user_options)."""
+
+    server = None
+
+    def __init__(self, user_options: dict):
+        self.user_options = user_options
+
+
+class FormSpawner(ServerOptionsMixin, LocalProcessSpawner):
+    applied: ServerOptions | None = None
+
+    async def limits(self):
+        return ALICE
+
+    def apply_server_options(self, options):
+        self.user_options = options.to_dict()
+        self.applied = options
+
+
+def spawn_as_the_hub_does(spawner: FormSpawner, options: dict):
+    """jupyterhub.user.User.spawn (6.1): store the request's options, hand them over, then apply them."""
+    spawner.orm_spawner.user_options = options
+    spawner.user_options = options
+    asyncio.run(spawner._apply_server_options(spawner.user_options))
+
+
+def test_refused_options_are_a_400_and_the_options_stored_before_stay():
+    stored = {"partition": "debug", "gpus": 1, "cpus": 2, "memory_gb": 4, "runtime": "00:30:00"}
+    spawner = FormSpawner(user_options=stored, orm_spawner=StoredOptions(stored))
+    with pytest.raises(web.HTTPError) as err:
+        spawn_as_the_hub_does(spawner, {"gpus": "٣"})
+    assert err.value.status_code == 400 and err.value.jupyterhub_message.startswith("gpus: '٣' is not a whole")
+    assert spawner.orm_spawner.user_options == stored and spawner.user_options == stored
+    spawn_as_the_hub_does(spawner, spawner.orm_spawner.user_options)  # a start without options: the stored ones
+    assert spawner.applied == ServerOptions(**stored)
+
+
+def test_the_form_is_refused_with_a_400_before_the_hub_stores_anything():
+    spawner = FormSpawner()
+    with pytest.raises(web.HTTPError) as err:
+        asyncio.run(spawner.options_from_form({"runtime": ["99:00:00 %d %s"], "_xsrf": ["t"]}))
+    assert err.value.status_code == 400 and "runtime:" in err.value.jupyterhub_message
+    assert "99:00:00 %d %s" in str(err.value)  # a % in the input is text, not a format
+    assert asyncio.run(spawner.options_from_form({"gpus": ["2"], "_xsrf": ["t"]}))["gpus"] == 2

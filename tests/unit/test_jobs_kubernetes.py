@@ -27,6 +27,7 @@ from portal.jobs.kubernetes import (
     mpijob_state,
     new_k8s_id,
 )
+from portal.jobs.record import RecordError
 from portal.jobs.spec import JobSpecError, parse_job_spec
 from tests.unit.test_jobs_render import bash_syntax_ok
 
@@ -170,6 +171,18 @@ def test_an_mpijob_that_is_not_the_portals_is_not_a_record():
     broken = {**m, "metadata": {**m["metadata"], "annotations": {ANNOTATION_SPEC: "{"}}}
     with pytest.raises(ValueError):
         mpijob_record(broken, CFG)
+
+
+@pytest.mark.parametrize("annotation", [None, 7, "[1, 2]", '"spec"', '{"epochs": "5"}', '{"epochs": true}',
+                                        '{"epochs": NaN}', '{"model": "' + "x" * 70000 + '"}', "[" * 100000])
+def test_an_edited_spec_annotation_is_a_record_error_never_a_crash(annotation):
+    """The user may edit their MPIJob's annotations: whatever is there is refused as a record, never trusted."""
+    m = manifest()
+    notes = {} if annotation is None else {ANNOTATION_SPEC: annotation}
+    edited = {**m, "metadata": {**m["metadata"], "annotations": notes}}
+    with pytest.raises(RecordError) as refused:
+        mpijob_record(edited, CFG)
+    assert "annotation" in str(refused.value) and len(str(refused.value)) < 300
 
 
 def test_ids_are_mpijob_names_and_unique():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from portal.jobs.spec import FIELDS, JobLimits, JobSpec, JobSpecError, parse_job_spec
 
@@ -181,7 +183,7 @@ def test_data_dir_is_normalised_then_checked():
     (7, "is not a path"),
     ("/data/x\n", "control character"),
     ("/data/elsewhere", "does not exist or you cannot read it"),
-    ("/scratch/set/../../etc", "/etc does not exist or you cannot read it"),
+    ("/scratch/set/../../etc", "'/etc' does not exist or you cannot read it"),
 ])
 def test_data_dir_refusals(value, why):
     refused("data_dir", why, "allowed: an absolute path of a directory you can read", data_dir=value)
@@ -189,7 +191,7 @@ def test_data_dir_refusals(value, why):
 
 def test_the_default_data_dir_is_checked_too():
     missing = JobLimits(**{**LIMITS.__dict__, "default_data_dir": "/nowhere"})
-    refused("data_dir", "/nowhere does not exist", limits=missing)
+    refused("data_dir", "'/nowhere' does not exist", limits=missing)
 
 
 def test_the_default_readability_check_is_the_callers(tmp_path):
@@ -202,3 +204,71 @@ def test_the_default_readability_check_is_the_callers(tmp_path):
 def test_a_spec_that_is_not_a_mapping():
     with pytest.raises(JobSpecError, match="^spec: expected a mapping"):
         parse_job_spec(["template"], LIMITS, readable)
+
+
+# --- hostile input (issue 11): ASCII grammar, length caps, short echoes; generated specs ---
+
+@pytest.mark.parametrize(("field", "value"), [("epochs", "٣"), ("nodes", "１"), ("batch_size", "1٦"),
+                                              ("time_limit", "٠٤:00:00"), ("time_limit", "04:０0:00")])
+def test_non_ascii_digits_are_refused(field, value):
+    refused(field, "allowed:", **{field: value})
+
+
+def test_a_140000_character_path_is_refused_by_its_length_before_the_os_sees_it():
+    seen = []
+    with pytest.raises(JobSpecError) as err:
+        parse_job_spec({"data_dir": "/" + "a" * 140_000}, LIMITS, lambda path: seen.append(path) or True)
+    assert err.value.field == "data_dir" and "at most 4096 characters" in str(err.value) and seen == []
+    assert len(str(err.value)) < 600
+
+
+def test_an_unknown_key_that_is_no_field_name_is_named_as_the_spec():
+    for key in ("x" * 100_000, "a b", "\udcff"):
+        with pytest.raises(JobSpecError) as err:
+            parse_job_spec({key: 1}, LIMITS, readable)
+        assert err.value.field == "spec" and "unknown field" in str(err.value) and len(str(err.value)) < 600
+
+
+SPEC_VALID = {  # per field: mostly allowed, some just outside the bounds
+    "template": st.sampled_from(["chexnet", "pytorch"]),
+    "nodes": st.integers(0, 3) | st.sampled_from(["1", " 2 "]),
+    "gpus_per_node": st.integers(0, 5) | st.sampled_from(["0", "1"]),
+    "cpus_per_task": st.integers(0, 9) | st.just("2"),
+    "memory_gb": st.integers(0, 20) | st.just("8"),
+    "time_limit": st.sampled_from(["00:10:00", "04:00:00", "168:00:01", "1:00"]),
+    "epochs": st.integers(0, 1001) | st.just("5"),
+    "batch_size": st.integers(0, 1025),
+    "image_size": st.integers(31, 1025),
+    "model": st.sampled_from(["densenet121", "resnet50", "vgg"]),
+    "fp16": st.booleans() | st.sampled_from(["true", "False"]),
+    "xla": st.booleans() | st.sampled_from(["true", "no"]),
+    "data_dir": st.sampled_from([DATA, "/scratch/./set", "relative", "/nowhere", "/" + "d" * 5000]),
+}
+SPEC_HOSTILE = (st.integers() | st.text(max_size=20) | st.sampled_from(["٣", "３", "٠٤:00:00", "x" * 5000])
+                | st.lists(st.integers(), max_size=3) | st.none() | st.floats()
+                | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+def mostly(valid):
+    return st.integers(0, 7).flatmap(lambda n: SPEC_HOSTILE if n == 0 else valid)
+
+
+SPECS = st.one_of(
+    st.fixed_dictionaries({}, optional={name: mostly(valid) for name, valid in SPEC_VALID.items()}),
+    st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=70), SPEC_HOSTILE, max_size=5),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(SPECS, st.sampled_from([LIMITS, NO_GPUS]))
+def test_generated_specs_are_valid_within_bounds_or_refused_naming_a_field(raw, limits):
+    try:
+        spec = parse_job_spec(raw, limits, readable)
+    except JobSpecError as err:
+        assert err.field in (*FIELDS, "spec") or (err.field in raw and "unknown field" in err.message), str(err)
+        assert len(str(err)) < 600
+        return
+    assert 1 <= spec.nodes <= limits.nodes and 0 <= spec.gpus <= limits.gpu_quota
+    assert 1 <= spec.cpus_per_task * spec.workers_per_node <= limits.cpus_per_node
+    assert 1 <= spec.memory_gb <= limits.memory_gb_per_node and 1 <= spec.epochs <= 1000
+    assert spec.time_limit.isascii() and spec.data_dir in (DATA, "/scratch/set")

@@ -1,0 +1,88 @@
+"""The spawn options part both portal spawners share: the form, its REST twin, and what a refusal leaves behind.
+
+JupyterHub (6.1, `User.spawn`) stores a request's options in its database *before* `apply_user_options` checks
+them. Refused options would then stay stored, and every later start without options (the REST API with no
+body, a restart from the admin page) would be refused again until someone sent valid ones. So a refusal puts back
+the options that were stored before the request: a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado import web
+
+from spawners.forms import ClusterLimits, OptionsError, ServerOptions, parse_server_options, render_form
+
+HUB_FORM_FIELDS = ("_xsrf",)  # the hub's own, never an option
+
+
+def refusal(err: OptionsError) -> web.HTTPError:
+    """A 400 whose message is exactly the field and what is allowed: the hub shows `jupyterhub_message` on the
+    re-rendered form and in the REST API's JSON, instead of "HTTP 400: Bad Request (...)"."""
+    error = web.HTTPError(400, "%s", str(err))
+    error.jupyterhub_message = str(err)
+    return error
+
+
+class ServerOptionsMixin:
+    """`options_form`, `options_from_form` and `apply_user_options` through `spawners.forms`, for a spawner that
+    provides `limits()` (what the user may ask for now) and `apply_server_options(options)`. Put it before the
+    Spawner class in the bases."""
+
+    pool_label = "Partition"
+    _options_change: tuple[Any, Any] | None = None
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        # Observed from here on: the options loaded from the hub's database at construction are no request.
+        self.observe(self._remember_stored_options, names="user_options")
+
+    async def limits(self) -> ClusterLimits:
+        raise NotImplementedError
+
+    def apply_server_options(self, options: ServerOptions) -> None:
+        raise NotImplementedError
+
+    def _remember_stored_options(self, change: dict) -> None:
+        # User.spawn sets the request's options here right after storing them: `old` is what was stored before.
+        self._options_change = (change["old"], change["new"])
+
+    async def _render_options_form(self) -> str:
+        limits = await self.limits()
+        try:  # offer the user's last choices again where they still fit
+            previous = parse_server_options(self.user_options, limits) if self.user_options else None
+        except OptionsError:
+            previous = None
+        return render_form(limits, previous, pool_label=self.pool_label)
+
+    async def options_from_form(self, formdata: dict) -> dict:
+        """Validate the form before the hub stores anything; a 400 re-renders it with the field in error."""
+        fields = {k: v for k, v in formdata.items() if k not in HUB_FORM_FIELDS}
+        try:
+            return parse_server_options(fields, await self.limits()).to_dict()
+        except OptionsError as err:
+            raise refusal(err) from None
+
+    async def _apply_server_options(self, user_options: dict) -> None:
+        """Validate (again: the REST API skips the form) and put only checked values into the job or pod."""
+        try:
+            options = parse_server_options(user_options if user_options is not None else {}, await self.limits())
+        except OptionsError as err:
+            self._restore_stored_options(user_options)
+            raise refusal(err) from None
+        self.apply_server_options(options)
+        self._options_change = None
+
+    def _restore_stored_options(self, refused: Any) -> None:
+        change, self._options_change = self._options_change, None
+        if change is None or change[1] != refused:
+            return  # the refused options are the ones stored already: nothing new to take back
+        previous = change[0] or {}
+        self.user_options = previous
+        self._options_change = None
+        if self.orm_spawner is not None:
+            self.orm_spawner.user_options = previous
+            if self.db is not None:
+                self.db.commit()
+        self.log.info("Refused server options; the options stored before the request stay")

@@ -1,0 +1,98 @@
+"""A Slurm job's state as the spawner reads it: a failed `squeue` is Slurm not answering, never a state.
+
+batchspawner 1.3.0 turns a failed squeue into the job's state: its stderr becomes `job_status`, and unless it
+matches `state_unknown_re` exactly at its start, the job reads as gone. Then a start in progress aborts ("has
+disappeared", explained as an ended job) and `poll()` reports a running server dead. Here:
+- Slurm's own "Invalid job id specified" (it has forgotten the job, which ended) is the only failure that means
+  gone (portal.slurm.squeue_outcome);
+- any other failure is UNKNOWN: the start keeps waiting, `poll()` keeps the server, the last known `job_status`
+  is kept, and `slurm_unavailable` holds Slurm's message for the progress page;
+- a start that hears nothing from Slurm for `slurm_unavailable_timeout` fails with "Slurm unavailable: ...".
+Commands run as the user get no environment of the hub's (its secrets) unless batchspawner passes one (sbatch: the
+server's own environment); see portal.runas.
+"""
+
+from __future__ import annotations
+
+import time
+
+from batchspawner import SlurmSpawner
+from batchspawner.batchspawner import JobStatus, format_template
+from traitlets import Float, default
+
+from portal.runas import ISOLATED_PATH, LOCALE
+from portal.slurm import squeue_outcome
+
+UNAVAILABLE_PREFIX = "Slurm unavailable"
+
+
+class SlurmUnavailable(RuntimeError):
+    """Slurm has not answered for longer than a start may wait for it."""
+
+
+class SlurmStateSpawner(SlurmSpawner):
+    """SlurmSpawner whose job state never comes from a failed Slurm command."""
+
+    slurm_unavailable_timeout = Float(
+        config=True,
+        help="Seconds a start waits for Slurm to answer again (controller restarting, unreachable) before it fails "
+             "with 'Slurm unavailable'. Default: the start timeout less 15 s, so this message comes before the "
+             "hub's own timeout.",
+    )
+
+    @default("slurm_unavailable_timeout")
+    def _unavailable_timeout_default(self) -> float:
+        return max(10.0, float(self.start_timeout) - 15.0)
+
+    slurm_unavailable = ""  # Slurm's message while it does not answer; "" once it does
+    _unavailable_since: float | None = None
+
+    async def run_command(self, cmd, input=None, env=None):
+        # batchspawner passes no environment for squeue and scancel: they would inherit the hub's, secrets and
+        # all, in a process the user owns (and can read /proc/PID/environ of).
+        return await super().run_command(cmd, input=input, env=self.query_env() if env is None else env)
+
+    def query_env(self) -> dict[str, str]:
+        """squeue's and scancel's environment: a fixed PATH (with the portal's Slurm commands first, where the
+        subclass has its settings) and a locale; SLURM_CONF comes with exec_prefix."""
+        portal = getattr(self, "portal", None)
+        path = f"{portal.slurm_bin_dir}:{ISOLATED_PATH}" if portal is not None else ISOLATED_PATH
+        return {"PATH": path, "LANG": LOCALE}
+
+    async def query_job_status(self) -> JobStatus:
+        """batchspawner's, with Slurm's failures kept apart from the job's states (see the module's docstring)."""
+        if not self.job_id:
+            self.job_status = ""
+            return JobStatus.NOTFOUND
+        subvars = {**self.get_req_subvars(), "job_id": self.job_id}
+        cmd = " ".join(format_template(part, **subvars) for part in (self.exec_prefix, self.batch_query_cmd))
+        try:
+            answer, error = await self.run_command(cmd), None
+        except RuntimeError as err:
+            answer, error = "", (str(err).strip() or "squeue failed without a message")
+        outcome = squeue_outcome(answer, error)
+        if outcome == "unavailable":
+            self._note_unavailable(error or "")
+            return JobStatus.UNKNOWN
+        self.slurm_unavailable, self._unavailable_since = "", None
+        self.job_status = answer if outcome == "state" else ""
+        if self.state_isrunning():
+            return JobStatus.RUNNING
+        return JobStatus.PENDING if self.state_ispending() else JobStatus.NOTFOUND
+
+    def _note_unavailable(self, message: str) -> None:
+        self.slurm_unavailable = message.splitlines()[-1][:300] if message else "no answer"
+        if self._unavailable_since is None:
+            self._unavailable_since = time.monotonic()
+        self.log.warning("Slurm did not answer about job %s: %s", self.job_id, self.slurm_unavailable)
+
+    def check_slurm_answers(self) -> None:
+        """SlurmUnavailable once Slurm has not answered for `slurm_unavailable_timeout` seconds in a row."""
+        since = self._unavailable_since
+        if since is not None and time.monotonic() - since >= self.slurm_unavailable_timeout:
+            raise SlurmUnavailable(f"{UNAVAILABLE_PREFIX}: no answer about Slurm job {self.job_id} for "
+                                   f"{time.monotonic() - since:.0f} s ({self.slurm_unavailable})")
+
+    def unavailable_message(self) -> str:
+        return (f"Slurm job {self.job_id}: {UNAVAILABLE_PREFIX} ({self.slurm_unavailable}); waiting for it to "
+                f"answer again")

@@ -1,0 +1,141 @@
+"""A hostile user's home against the real dashboard (root, behind the test box's hub): broken job records, a
+forged `portal` package and sitecustomize files beside the metrics helper, and another user's Slurm job named
+by id. Nothing breaks a page (the admin's included), nothing is attributed to another user, and another user's
+job answers exactly as a job that does not exist."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import jobs_of, slurm, wait_for
+from tests.integration.test_dashboard import PORTAL, browser, token_session
+
+pytestmark = pytest.mark.integration
+HOME = Path("/home/alice")
+LOCAL_ID = "local-20261122T101010-abcdef"  # a job of the local backend: its state is its exit_status file
+FORGED = '{"images_per_sec": 1e9, "best_mean_auroc": 1.0, "epochs_done": 999}'
+SITE = Path(".local") / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+# Removed again after the module: left behind, usercustomize.py would end every Python alice starts.
+MADE = ("portal", "sitecustomize.py", SITE / "sitecustomize.py", SITE / "usercustomize.py", "jobs/7001", "jobs/7002",
+        "jobs/0002", f"jobs/{LOCAL_ID}")
+
+
+def give_to_alice(path: Path) -> None:
+    subprocess.run(["chown", "-R", "alice:users", str(path)], check=True)
+
+
+def write_events(logdir: Path, images_per_sec: float) -> None:
+    """A TensorBoard event file with the throughput tag, as the training's rank 0 writes it."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(logdir))
+    value = summary_pb2.Summary.Value(tag="throughput/images_per_sec", simple_value=images_per_sec)
+    writer.add_event(event_pb2.Event(wall_time=time.time(), step=1, summary=summary_pb2.Summary(value=[value])))
+    writer.close()
+
+
+def job_dir(job_id: str, record: str | dict) -> Path:
+    path = HOME / "jobs" / job_id
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "job.json").write_text(record if isinstance(record, str) else json.dumps(record))
+    (path / "exit_status").write_text("0\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def hostile_home(cluster):
+    """alice's home as a hostile alice leaves it."""
+    (HOME / "portal").mkdir(parents=True, exist_ok=True)
+    (HOME / "portal" / "__init__.py").write_text("")
+    (HOME / "portal" / "metrics.py").write_text(f"print({FORGED!r})\n")
+    (HOME / "sitecustomize.py").write_text(f"print({FORGED!r}); raise SystemExit(0)\n")
+    site = HOME / SITE
+    site.mkdir(parents=True, exist_ok=True)
+    for name in ("sitecustomize.py", "usercustomize.py"):
+        (site / name).write_text(f"print({FORGED!r}); raise SystemExit(0)\n")
+    good = {"id": LOCAL_ID, "backend": "local", "user": "alice", "spec": {"epochs": 1, "data_dir": "/data"},
+            "submitted_at": "2026-11-22T10:10:10+00:00", "job_dir": str(HOME / "jobs" / LOCAL_ID)}
+    write_events(job_dir(LOCAL_ID, good) / "tensorboard", 12.5)
+    job_dir("7001", "[1, 2]")
+    job_dir("7002", {**good, "id": "7002", "backend": "slurm", "user": "bob", "job_dir": str(HOME / "jobs/7002")})
+    job_dir("0002", {**good, "id": "0002", "backend": "slurm", "job_dir": str(HOME / "jobs/0002")})
+    for name in ("portal", "sitecustomize.py", ".local", "jobs"):
+        give_to_alice(HOME / name)
+    yield HOME
+    for name in MADE:
+        target = HOME / name
+        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def bobs_job(cluster):
+    """A Slurm job of bob's, submitted from his terminal."""
+    job_id = subprocess.run(["runuser", "-u", "bob", "--", "env", f"SLURM_CONF={cluster.slurm_conf_path}", "sbatch",
+                             "--parsable", "--mem=100M", "-o", "/dev/null", "--wrap=sleep 300"],
+                            capture_output=True, text=True, check=True, cwd="/").stdout.strip()
+    # Slurm counts ids from 1 again in each test box, alice's home keeps its old job directories: one of hers
+    # with this id is moved aside (not listed: not a job id) and put back, so the comparison is about bob's job.
+    mine = HOME / "jobs" / job_id
+    aside = mine.with_name(f"{job_id}.aside-for-test")
+    if mine.exists():
+        mine.rename(aside)
+    yield job_id
+    slurm("scancel", job_id)
+    if aside.exists():
+        aside.rename(mine)
+
+
+def test_a_hostile_home_breaks_nothing_and_shows_only_its_own_real_metrics(hub, hostile_home):
+    alice, bob, admin = (token_session(hub, user) for user in ("alice", "bob", "admin"))
+    api = f"{hub.url}{PORTAL}api/"
+    detail = alice.get(f"{api}jobs/{LOCAL_ID}", timeout=60)
+    assert detail.status_code == 200, detail.text
+    job = detail.json()
+    assert (job["state"], job["images_per_sec"], job["epochs_done"]) == ("COMPLETED", 12.5, 0), job
+
+    def listed() -> dict | None:  # the board rescans a home in the background: up to a refresh period late
+        rows = {row["id"]: row for row in alice.get(f"{api}jobs", timeout=60).json()["jobs"]}
+        return rows if "7001" in rows and "7002" in rows else None
+    rows = wait_for(listed, 30, interval=1, what="alice's job list to show the records made for the test")
+    assert rows["7001"]["state"] == "UNREADABLE" and "not an object" in rows["7001"]["unreadable"]
+    assert rows["7002"]["user"] == "alice" and "says 'bob'" in rows["7002"]["unreadable"]
+    assert "0002" not in rows  # not a job id at all
+    assert alice.delete(f"{api}jobs/7002", timeout=30).status_code == 409  # nothing is done on its word
+    assert "7002" not in {row["id"] for row in bob.get(f"{api}jobs", timeout=60).json()["jobs"]}
+    assert bob.get(f"{api}jobs/7002", timeout=30).status_code == 404
+
+    pages = browser(hub, "alice")
+    for path, text in (("jobs", "unreadable record"), ("jobs/7001", "unreadable record: a JSON list"),
+                       (f"jobs/{LOCAL_ID}", "12.5")):
+        page = pages.get(f"{hub.url}{PORTAL}{path}", timeout=60)
+        assert page.status_code == 200 and text in page.text, (path, page.status_code, page.text[-1500:])
+    everyone = browser(hub, "admin")
+    page = everyone.get(f"{hub.url}{PORTAL}jobs", timeout=60)
+    assert page.status_code == 200 and "All jobs" in page.text and "7001" in page.text
+    assert admin.get(f"{api}jobs", timeout=60).status_code == 200
+    assert everyone.get(f"{hub.url}{PORTAL}jobs/7002", timeout=60).status_code == 200
+
+
+def test_another_users_job_answers_exactly_as_a_job_that_does_not_exist(hub, bobs_job):
+    alice = token_session(hub, "alice")
+    missing = "999999"
+    assert missing not in slurm("squeue", "-h", "-a", "-o", "%i").split()
+    for method, path in (("GET", "api/jobs/{}"), ("DELETE", "api/jobs/{}"), ("GET", "jobs/{}"),
+                         ("GET", "jobs/{}/log"), ("POST", "jobs/{}/cancel")):
+        answers = [alice.request(method, f"{hub.url}{PORTAL}{path.format(job_id)}", timeout=60,
+                                 allow_redirects=False) for job_id in (bobs_job, missing)]
+        assert [a.status_code for a in answers] == [404, 404], (method, path, [a.text[-300:] for a in answers])
+        said = [a.text.replace(f"job {job_id}:", "job ID:")
+                for a, job_id in zip(answers, (bobs_job, missing), strict=True)]
+        assert said[0] == said[1] and "job ID: not found among alice" in said[0], (method, path, said)
+        leading_zero = alice.request(method, f"{hub.url}{PORTAL}{path.format('0' + bobs_job)}", timeout=60)
+        assert leading_zero.status_code == 404, (method, path)
+    wait_for(lambda: any(line.startswith(f"{bobs_job} ") for line in jobs_of("bob")), 5, what="bob's job, intact")

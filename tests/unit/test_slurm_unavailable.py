@@ -1,0 +1,167 @@
+"""A failed squeue/scontrol/sacct is Slurm not answering, never a job state: the decision functions, the spawner's
+job state and poll (batchspawner's own reading shown beside it), the jobs backend and the dashboard's cluster cache.
+Slurm's answers are the real messages of Slurm 22.05 with slurmctld stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pytest
+from batchspawner import SlurmSpawner
+from batchspawner.batchspawner import JobStatus
+
+from portal.config import PortalConfig
+from portal.jobs.account import JobUser
+from portal.jobs.record import JobRecord
+from portal.jobs.slurm import SlurmBackend, SlurmError
+from portal.jobs.spec import JobSpec
+from portal.service.cluster import ClusterCache
+from portal.slurm import job_unknown, squeue_outcome
+from spawners.slurm import PortalSlurmSpawner
+from spawners.slurm_state import SlurmUnavailable
+
+DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+# What a client prints when the controller accepts but does not answer: a line before the one batchspawner knows.
+TIMED_OUT = "squeue: error: slurm_receive_msg: Socket timed out on send/recv operation\n" \
+            "slurm_load_jobs error: Socket timed out on send/recv operation"
+FORGOTTEN = "slurm_load_jobs error: Invalid job id specified"
+
+
+@pytest.mark.parametrize(("answer", "error", "outcome"), [
+    ("RUNNING node1 None", None, "state"),
+    ("PENDING n/a Resources", None, "state"),
+    ("", None, "gone"),
+    ("", FORGOTTEN, "gone"),
+    ("", DOWN, "unavailable"),
+    ("", TIMED_OUT, "unavailable"),
+    ("", "runuser: cannot set groups: Connection refused", "unavailable"),
+    ("", "", "unavailable"),
+])
+def test_squeue_outcome(answer, error, outcome):
+    assert squeue_outcome(answer, error) == outcome
+    assert job_unknown(error or "") == (error == FORGOTTEN)
+
+
+def spawner_answering(spawner_class, answers: list[str | Exception]):
+    # The batch variables set here need no hub user (batchspawner asks pwd and the environment otherwise).
+    subvars = {"req_username": "alice", "req_homedir": "/nonexistent/alice", "req_keepvars": ""}
+    extra = {"portal": PortalConfig()} if spawner_class is PortalSlurmSpawner else {}
+    spawner = spawner_class(**subvars, **extra)
+    spawner.job_id = "42"
+    spawner.job_status = "RUNNING node1 None"  # as last seen
+
+    async def run_command(cmd, input=None, env=None):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    spawner.run_command = run_command
+    return spawner
+
+
+@pytest.mark.parametrize("error", [DOWN, TIMED_OUT, "squeue: error: Invalid user for SlurmUser, ignored\n" + DOWN])
+def test_a_running_server_is_not_dead_because_squeue_failed(error):
+    spawner = spawner_answering(PortalSlurmSpawner, [RuntimeError(error), "RUNNING node1 None"])
+    assert asyncio.run(spawner.poll()) is None  # alive: the hub keeps the server
+    assert spawner.job_status == "RUNNING node1 None" and spawner.slurm_unavailable
+    assert asyncio.run(spawner.query_job_status()) == JobStatus.RUNNING and spawner.slurm_unavailable == ""
+
+
+def test_stock_batchspawner_reads_a_slurm_failure_as_a_dead_server():
+    """Why the override exists: the same answer makes batchspawner 1.3.0 drop a running server."""
+    spawner = spawner_answering(SlurmSpawner, [RuntimeError(TIMED_OUT)])
+    assert asyncio.run(spawner.poll()) == 1
+
+
+def test_a_job_slurm_has_forgotten_is_gone():
+    spawner = spawner_answering(PortalSlurmSpawner, [RuntimeError(FORGOTTEN)])
+    assert asyncio.run(spawner.query_job_status()) == JobStatus.NOTFOUND
+
+
+def test_a_start_waits_for_slurm_then_goes_on():
+    spawner = spawner_answering(PortalSlurmSpawner, [RuntimeError(DOWN)] * 3 + ["PENDING n/a None",
+                                                                                  "RUNNING node1 None"])
+    spawner.startup_poll_interval = 0.01
+
+    async def scenario():
+        spawner._port_reported = asyncio.Event()
+        await spawner._wait_until_running()
+
+    asyncio.run(scenario())
+    assert spawner.state_gethost() == "node1"
+
+
+def test_a_start_that_hears_nothing_from_slurm_fails_saying_so():
+    spawner = spawner_answering(PortalSlurmSpawner, [RuntimeError(DOWN)] * 100)
+    spawner.startup_poll_interval, spawner.slurm_unavailable_timeout = 0.01, 0.05
+
+    async def scenario():
+        spawner._port_reported = asyncio.Event()
+        await spawner._wait_until_running()
+
+    with pytest.raises(SlurmUnavailable, match=r"^Slurm unavailable: no answer about Slurm job 42 .*connect failure"):
+        asyncio.run(scenario())
+
+
+def test_the_unavailable_timeout_comes_before_the_hubs():
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), start_timeout=120)
+    assert spawner.slurm_unavailable_timeout == 105
+
+
+class AnsweringUser(JobUser):
+    """A job user whose commands get canned answers: (returncode, stdout, stderr) by command name."""
+
+    answers: dict[str, tuple[int, str, str]] = {}
+
+    def run(self, argv, *, env=None, input=None, check=True, timeout=60):
+        code, out, err = self.answers.get(Path(argv[0]).name, (1, "", "No such file"))
+        return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def record_of(user: JobUser) -> JobRecord:
+    return JobRecord(id="42", backend="slurm", user=user.name, spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
+                     job_dir=user.jobs_dir / "42")
+
+
+def answering(answers) -> AnsweringUser:
+    user = AnsweringUser(name="alice", uid=10_001, gid=100, home=Path("/nonexistent/alice"), groups=())
+    object.__setattr__(user, "answers", answers)
+    return user
+
+
+def test_the_jobs_backend_raises_when_the_controller_is_down():
+    user = answering({"scontrol": (1, "", DOWN)})
+    with pytest.raises(SlurmError, match="connect failure"):
+        SlurmBackend(PortalConfig()).state(record_of(user), user)
+
+
+def test_a_forgotten_job_without_accounting_or_files_is_an_error_not_a_state():
+    user = answering({"scontrol": (1, "", FORGOTTEN), "sacct": (1, "", "sacct: error: slurmdbd: Connection refused")})
+    with pytest.raises(SlurmError, match="accounting does not answer"):
+        SlurmBackend(PortalConfig()).state(record_of(user), user)
+
+
+def test_a_forgotten_job_takes_its_state_from_accounting():
+    user = answering({"scontrol": (1, "", FORGOTTEN), "sacct": (0, "COMPLETED\n", ""), "head": (0, "", "")})
+    assert SlurmBackend(PortalConfig()).state(record_of(user), user) == "COMPLETED"
+
+
+def test_the_cluster_cache_tells_a_failure_again_without_asking_until_the_interval_is_over():
+    now, asked = [0.0], []
+
+    def run(argv):
+        asked.append(argv[0])
+        raise SlurmError(f"`{argv[0]}` failed: {DOWN}")
+
+    cache = ClusterCache(PortalConfig(), run=run, clock=lambda: now[0])
+    for _ in range(3):
+        with pytest.raises(SlurmError, match="connect failure"):
+            cache.snapshot()
+    assert asked == ["squeue"]
+    now[0] = cache.interval_s
+    with pytest.raises(SlurmError):
+        cache.snapshot()
+    assert asked == ["squeue", "squeue"]
