@@ -160,7 +160,6 @@ class SubmitPageHandler(PageHandler):
             return
         self.redirect(f"{self.settings['service_prefix']}jobs/{job['id']}")
 
-
     def _posted_spec(self) -> dict[str, object]:
         if len(self.request.body) > MAX_BODY_BYTES:
             raise InputError(WHOLE, f"the form is {len(self.request.body)} bytes; allowed: at most {MAX_BODY_BYTES}")
