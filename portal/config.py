@@ -3,6 +3,7 @@
 The defaults are the local demo's (the cluster in a box on 127.0.0.1). A site overrides them with a YAML
 file named by ``DSPORTAL_CONFIG`` and/or environment variables ``DSPORTAL_<FIELD>`` (upper case), the
 environment winning. Lists are comma-separated in the environment; the GPU quota is ``group=N,group=N``.
+Each setting carries its help text: ``python -m portal.config`` lists them all, and where each value came from.
 
     from portal.config import load
     cfg = load()
@@ -18,9 +19,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-import yaml
+from portal.config_values import ConfigError, coerce, read_yaml
 
 TLS_MODES = ("starttls", "ldaps", "none")
 SPAWNER_BACKENDS = ("slurm", "kubernetes")
@@ -34,154 +36,163 @@ BOX_NODE_PREFIX = r"^[a-z][a-z0-9]{0,7}$"  # interface names are at most 15 char
 MPI_BINDINGS = ("none", "socket", "core")
 
 
-class ConfigError(ValueError):
-    """A setting has a value that is not allowed; the message names the setting."""
+def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
+    """A field that carries its help text (and whether its value is a secret, never to be shown) as data."""
+    meta = {"help": doc, "secret": secret}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class PortalConfig:
-    # Where everything the cluster in a box writes lives: keys, databases, logs, PIDs.
-    state_dir: Path = Path("/var/lib/dsportal")
-    # The Python environment that the hub and the users' jobs run (readable by every user).
-    venv: Path = Path("/opt/dsportal/venv")
-    # Where `npm install --prefix` put configurable-http-proxy.
-    node_prefix: Path = Path("/opt/dsportal/node")
+    """Every setting, with its help text as data: ``python -m portal.config`` lists them, the README tables them."""
 
-    # JupyterHub: the public (proxy) address, the hub's own API port and the proxy's API port.
-    hub_ip: str = "127.0.0.1"
-    hub_port: int = 8000
-    hub_api_port: int = 8081
-    # Where the hub's own API listens, and the address servers and services use to reach it when that is not
-    # the listening one (in a cluster: listen on 0.0.0.0, connect through the hub's Service name). Empty means the
-    # box's bridge address (box_subnet's first host, where its compute nodes reach the hub) with Slurm, and
-    # 127.0.0.1 with Kubernetes.
-    hub_api_ip: str = ""
-    hub_connect_ip: str = ""
-    proxy_api_port: int = 8001
-    # Seconds a spawn may take before the hub gives up.
-    start_timeout: int = 300
-    # Stop servers idle for this many seconds (jupyterhub-idle-culler); 0 disables culling.
-    cull_idle_timeout: int = 3600
+    state_dir: Path = setting(Path("/var/lib/dsportal"),
+                              "Where everything the cluster in a box writes lives: keys, databases, logs, PIDs.")
+    venv: Path = setting(Path("/opt/dsportal/venv"),
+                         "The Python environment that the hub and the users' jobs run (readable by every user).")
+    node_prefix: Path = setting(Path("/opt/dsportal/node"), "Where `npm install --prefix` put configurable-http-proxy.")
+
+    # JupyterHub.
+    hub_ip: str = setting("127.0.0.1", "JupyterHub's public (proxy) address.")
+    hub_port: int = setting(8000, "JupyterHub's public (proxy) port.")
+    hub_api_port: int = setting(8081, "The hub's own API port.")
+    hub_api_ip: str = setting("", "Where the hub's own API listens (in a cluster: 0.0.0.0). Empty means the box's "
+                              "bridge address (box_subnet's first host, where its compute nodes reach the hub) with "
+                              "Slurm, and 127.0.0.1 with Kubernetes.")
+    hub_connect_ip: str = setting("", "The address servers and services use to reach the hub's API when that is not "
+                                  "the listening one (in a cluster: the hub's Service name). Empty means not set "
+                                  "(JupyterHub's own default: the listening address).")
+    proxy_api_port: int = setting(8001, "The proxy's API port.")
+    start_timeout: int = setting(300, "Seconds a spawn may take before the hub gives up.")
+    cull_idle_timeout: int = setting(3600, "Stop servers idle for this many seconds (jupyterhub-idle-culler); "
+                                     "0 disables culling.")
 
     # LDAP: where the directory is and how to talk to it.
-    ldap_host: str = "127.0.0.1"
-    ldap_port: int = 3389
-    ldaps_port: int = 6636
-    ldap_tls: str = "starttls"
-    # CA bundle that signs the directory's certificate; empty means <state_dir>/tls/ca.pem.
-    ldap_ca_file: str = ""
-    ldap_base_dn: str = "dc=dsportal,dc=local"
-    # How a login name becomes a DN. With ldap_lookup_dn the DN is searched for instead (e.g. Active Directory).
-    ldap_bind_dn_template: str = "uid={username},ou=people,dc=dsportal,dc=local"
-    ldap_lookup_dn: bool = False
-    ldap_user_search_base: str = "ou=people,dc=dsportal,dc=local"
-    ldap_user_attribute: str = "uid"
-    ldap_search_user: str = ""
-    ldap_search_password: str = ""
-    ldap_group_search_base: str = "ou=groups,dc=dsportal,dc=local"
-    # Seconds to wait for the directory before telling the user it is unavailable.
-    ldap_timeout: int = 5
+    ldap_host: str = setting("127.0.0.1", "The LDAP directory's host.")
+    ldap_port: int = setting(3389, "The directory's port for plain LDAP and StartTLS.")
+    ldaps_port: int = setting(6636, "The directory's port for LDAPS (ldap_tls: ldaps).")
+    ldap_tls: str = setting("starttls", "How to talk to the directory: starttls, ldaps (on ldaps_port), or none "
+                            "(no TLS at all: not advised).")
+    ldap_ca_file: str = setting("", "CA bundle that signs the directory's certificate; empty means "
+                                "<state_dir>/tls/ca.pem.")
+    ldap_base_dn: str = setting("dc=dsportal,dc=local",
+                                "The directory's base DN (the cluster in a box's slapd serves it).")
+    ldap_bind_dn_template: str = setting("uid={username},ou=people,dc=dsportal,dc=local",
+                                         "How a login name becomes a DN (must contain {username} unless "
+                                         "ldap_lookup_dn is set).")
+    ldap_lookup_dn: bool = setting(False, "Search for the user's DN instead of using ldap_bind_dn_template "
+                                   "(e.g. Active Directory).")
+    ldap_user_search_base: str = setting("ou=people,dc=dsportal,dc=local",
+                                         "Where users are searched for (with ldap_lookup_dn).")
+    ldap_user_attribute: str = setting("uid", "The attribute that holds the login name (with ldap_lookup_dn; "
+                                       "e.g. sAMAccountName).")
+    ldap_search_user: str = setting("", "The DN the portal binds as to search the directory (with ldap_lookup_dn); "
+                                    "empty means an anonymous search.")
+    ldap_search_password: str = setting("", "ldap_search_user's password.", secret=True)
+    ldap_group_search_base: str = setting("ou=groups,dc=dsportal,dc=local",
+                                          "Where groups named by cn (not a full DN) are looked up.")
+    ldap_timeout: int = setting(5, "Seconds to wait for the directory before telling the user it is unavailable.")
 
     # Authorisation, by LDAP group name (cn) or full DN.
-    allowed_groups: tuple[str, ...] = ("datascientists", "portal-admins")
-    admin_groups: tuple[str, ...] = ("portal-admins",)
-    gpu_quota: Mapping[str, int] = field(default_factory=lambda: {"gpu-users": 4})
-    default_gpu_quota: int = 0
+    allowed_groups: tuple[str, ...] = setting(("datascientists", "portal-admins"),
+                                              "The groups (cn or full DN) whose members may log in.")
+    admin_groups: tuple[str, ...] = setting(("portal-admins",), "The groups (cn or full DN) whose members are "
+                                            "hub admins.")
+    gpu_quota: Mapping[str, int] = setting({"gpu-users": 4}, "The most GPUs per server for each group's members "
+                                           "(the largest quota among a user's groups applies).")
+    default_gpu_quota: int = setting(0, "The GPU quota of users in none of gpu_quota's groups.")
 
-    # Which scheduler runs the users' servers and jobs.
-    spawner_backend: str = "slurm"
-    # The Slurm spawner: "portal" (spawners.slurm.PortalSlurmSpawner). "batchspawner" is stock
-    # batchspawner.SlurmSpawner as its README configures it, for the spawn benchmark (portal.bench.spawn) only:
-    # no form, no validation, no fail-fast.
-    slurm_spawner: str = "portal"
+    spawner_backend: str = setting("slurm", "Which scheduler runs the users' servers and jobs: slurm or kubernetes.")
+    slurm_spawner: str = setting("portal", 'The Slurm spawner: "portal" (spawners.slurm.PortalSlurmSpawner). '
+                                 '"batchspawner" is stock batchspawner.SlurmSpawner as its README configures it, '
+                                 "for the spawn benchmark (portal.bench.spawn) only: no form, no validation, "
+                                 "no fail-fast.")
 
     # Slurm: the client configuration, and the shape of the local demo node.
-    slurm_conf: str = ""  # empty means <state_dir>/slurm/slurm.conf
-    slurm_bin_dir: Path = Path("/usr/bin")
-    slurmctld_port: int = 6817
-    slurmd_port: int = 6818
-    slurm_node_cpus: int = 8
-    slurm_node_memory_mb: int = 20000
-    slurm_node_gpus: int = 4
-    # Slurm accounting: slurmdbd's port, and the port of the box's private MariaDB (which only slurmdbd uses).
-    slurmdbd_port: int = 6819
-    accounting_db_port: int = 6820
+    slurm_conf: str = setting("", "Slurm's client configuration; empty means <state_dir>/slurm/slurm.conf.")
+    slurm_bin_dir: Path = setting(Path("/usr/bin"), "Where Slurm's commands (sbatch, squeue, sacctmgr, ...) are.")
+    slurmctld_port: int = setting(6817, "slurmctld's port (the cluster in a box).")
+    slurmd_port: int = setting(6818, "slurmd's port (the cluster in a box).")
+    slurm_node_cpus: int = setting(8, "CPUs of each demo compute node (the cluster in a box).")
+    slurm_node_memory_mb: int = setting(20000, "Memory (MB) of each demo compute node (the cluster in a box).")
+    slurm_node_gpus: int = setting(4, "Fake GPUs of each demo compute node (the cluster in a box).")
+    slurmdbd_port: int = setting(6819, "Slurm accounting: slurmdbd's port.")
+    accounting_db_port: int = setting(6820, "The port of the box's private MariaDB (which only slurmdbd uses).")
 
     # The cluster in a box's compute nodes: each a host of its own on this machine (a network and UTS namespace
-    # named like its hostname, <prefix>1, <prefix>2, ...), on a bridge the box makes for box_subnet, with its own
-    # slurmd and fake GPUs. The bridge takes the subnet's first address; node N the address N after it. The
-    # subnet must lie in 198.18.0.0/24, so two boxes (say, `make up` and the tests) use two parts of it.
-    box_nodes: int = 2
-    box_node_prefix: str = "node"
-    box_subnet: str = "198.18.0.0/27"
+    # named like its hostname), on a bridge the box makes for box_subnet, with its own slurmd and fake GPUs.
+    box_nodes: int = setting(2, "How many compute nodes the cluster in a box runs, each a host of its own on this "
+                             "machine with its own slurmd and fake GPUs.")
+    box_node_prefix: str = setting("node", "The box's node names and hostnames: <prefix>1, <prefix>2, ...")
+    box_subnet: str = setting("198.18.0.0/27", "The network of the bridge the box makes for its nodes: the bridge "
+                              "takes the subnet's first address, node N the address N after it. It must lie in "
+                              "198.18.0.0/24, so two boxes (say, `make up` and the tests) use two parts of it.")
 
     # Training jobs (portal.jobs).
-    # The data set a job reads when its spec names none; empty means the demo set that
-    # portal.jobs.demo_data makes: <state_dir>/datasets/chestxray14-demo-tfrecords.
-    default_data_dir: str = ""
-    # The partition training jobs go to; empty means Slurm's default partition.
-    jobs_partition: str = ""
-    # How a Slurm job starts its Horovod workers. mpirun (the default) is what Dell's CheXNet/Horovod study
-    # measured best, with --map-by socket; srun needs Slurm and Open MPI built with the same PMI (jobs_srun_mpi).
-    jobs_launcher: str = "mpirun"
-    # mpirun's placement: --map-by socket spreads the workers over both sockets (each near its GPUs);
-    # --bind-to none leaves the threads of TensorFlow's input pipeline free to use every core of the node.
-    jobs_mpi_map_by: str = "socket"
-    jobs_mpi_bind_to: str = "none"
-    # Extra mpirun arguments: the ob1 PML over TCP/shared memory, never the obsolete openib BTL (Horovod's advice
-    # for clusters without UCX; a site with InfiniBand and UCX sets e.g. "--mca,pml,ucx").
-    jobs_mpirun_args: tuple[str, ...] = ("--mca", "pml", "ob1", "--mca", "btl", "^openib")
-    # srun's --mpi plugin when jobs_launcher is srun (`srun --mpi=list` shows what the site has).
-    jobs_srun_mpi: str = "pmix"
-    # NCCL settings exported to every worker; empty means not set (NCCL's own default).
-    # NCCL_DEBUG=WARN prints why a collective failed without flooding the log; INFO shows the chosen transports.
-    jobs_nccl_debug: str = "WARN"
-    # The network interface(s) NCCL uses between nodes, e.g. "ib0" or "^docker0,lo".
-    jobs_nccl_socket_ifname: str = ""
-    # "1" where InfiniBand is absent or broken (NCCL then uses sockets), "0" to insist on it.
-    jobs_nccl_ib_disable: str = ""
+    default_data_dir: str = setting("", "The data set a job reads when its spec names none; empty means the demo "
+                                    "set that portal.jobs.demo_data makes: "
+                                    "<state_dir>/datasets/chestxray14-demo-tfrecords.")
+    jobs_partition: str = setting("", "The partition training jobs go to; empty means Slurm's default partition.")
+    jobs_launcher: str = setting("mpirun", "How a Slurm job starts its Horovod workers. mpirun (the default) is what "
+                                 "Dell's CheXNet/Horovod study measured best, with --map-by socket; srun needs "
+                                 "Slurm and Open MPI built with the same PMI (jobs_srun_mpi).")
+    jobs_mpi_map_by: str = setting("socket", "mpirun's placement: --map-by socket spreads the workers over both "
+                                   "sockets (each near its GPUs).")
+    jobs_mpi_bind_to: str = setting("none", "mpirun's --bind-to (none, socket or core): none leaves the threads of "
+                                    "TensorFlow's input pipeline free to use every core of the node.")
+    jobs_mpirun_args: tuple[str, ...] = setting(
+        ("--mca", "pml", "ob1", "--mca", "btl", "^openib"),
+        "Extra mpirun arguments: the ob1 PML over TCP/shared memory, never the obsolete openib BTL (Horovod's "
+        'advice for clusters without UCX; a site with InfiniBand and UCX sets e.g. "--mca,pml,ucx").')
+    jobs_srun_mpi: str = setting("pmix", "srun's --mpi plugin when jobs_launcher is srun (`srun --mpi=list` shows "
+                                 "what the site has).")
+    jobs_nccl_debug: str = setting("WARN", "NCCL_DEBUG for every worker; empty means not set. WARN prints why a "
+                                   "collective failed without flooding the log; INFO shows the chosen transports.")
+    jobs_nccl_socket_ifname: str = setting("", 'NCCL_SOCKET_IFNAME: the network interface(s) NCCL uses between '
+                                           'nodes, e.g. "ib0" or "^docker0,lo"; empty means not set.')
+    jobs_nccl_ib_disable: str = setting("", 'NCCL_IB_DISABLE: "1" where InfiniBand is absent or broken (NCCL then '
+                                        'uses sockets), "0" to insist on it; empty means not set.')
 
     # Kubernetes (spawner_backend: kubernetes): KubeSpawner for the servers, MPIJobs (kubeflow.org/v2beta1) for
-    # training. The credentials: a kubeconfig file, or empty for the pod's service account (in the cluster).
-    k8s_kubeconfig: str = ""
-    # The hub's namespace; every user gets their own, from this template, where their server and jobs run.
-    k8s_namespace: str = "dsportal"
-    k8s_user_namespace_template: str = "dsportal-u-{username}"
-    # The hub and the dashboard act for a user by impersonating "<prefix><name>" (group k8s_users_group), so the
-    # API server's RBAC (deploy/kubernetes/rbac.yaml) keeps every user to their own namespace.
-    k8s_user_prefix: str = "dsportal:"
-    k8s_users_group: str = "dsportal-users"
-    # The notebook + training image (docker/training) and when to pull it.
-    k8s_image: str = "localhost/dsportal-training:latest"
-    k8s_image_pull_policy: str = "IfNotPresent"
-    # GPU node pools: a node label whose value is the GPU type (the spawner's "partition"), e.g. nvidia=t4.
-    k8s_gpu_node_label: str = "nvidia"
-    k8s_gpu_types: tuple[str, ...] = ("t4", "v100")
-    # The GPU counts a server may ask for (profiles), within the user's group quota.
-    k8s_gpu_profiles: tuple[str, ...] = ("0", "1", "2", "4", "8")
-    # One GPU node's shape, and how many nodes one training job may span.
-    k8s_node_cpus: int = 32
-    k8s_node_memory_gb: int = 180
-    k8s_node_gpus: int = 8
-    k8s_max_nodes: int = 4
-    # Volumes: the data set (a ReadOnlyMany claim, mounted read-only) and each user's home (a claim per user).
-    k8s_data_claim: str = "chestxray14"
-    k8s_data_mount: str = "/data"
-    k8s_home_claim_template: str = "home-{username}"
-    k8s_home_mount: str = "/home/jovyan"
-    # /dev/shm as an in-memory emptyDir of this size (Horovod and tf.data use shared memory).
-    k8s_shm_gb: int = 8
+    # training.
+    k8s_kubeconfig: str = setting("", "The credentials: a kubeconfig file, or empty for the pod's service account "
+                                  "(in the cluster).")
+    k8s_namespace: str = setting("dsportal", "The hub's namespace.")
+    k8s_user_namespace_template: str = setting("dsportal-u-{username}", "Every user's own namespace, where their "
+                                               "server and jobs run.")
+    k8s_user_prefix: str = setting("dsportal:", 'The hub and the dashboard act for a user by impersonating '
+                                   '"<prefix><name>" (group k8s_users_group), so the API server\'s RBAC '
+                                   "(deploy/kubernetes/rbac.yaml) keeps every user to their own namespace.")
+    k8s_users_group: str = setting("dsportal-users", "The group the impersonated users are in (see "
+                                   "k8s_user_prefix).")
+    k8s_image: str = setting("localhost/dsportal-training:latest", "The notebook + training image (docker/training).")
+    k8s_image_pull_policy: str = setting("IfNotPresent", "When to pull k8s_image: Always, IfNotPresent or Never.")
+    k8s_gpu_node_label: str = setting("nvidia", "GPU node pools: a node label whose value is the GPU type (the "
+                                      "spawner's \"partition\"), e.g. nvidia=t4.")
+    k8s_gpu_types: tuple[str, ...] = setting(("t4", "v100"), "The GPU types (values of k8s_gpu_node_label).")
+    k8s_gpu_profiles: tuple[str, ...] = setting(("0", "1", "2", "4", "8"), "The GPU counts a server may ask for "
+                                                "(profiles), within the user's group quota.")
+    k8s_node_cpus: int = setting(32, "CPUs of one GPU node.")
+    k8s_node_memory_gb: int = setting(180, "Memory (GB) of one GPU node.")
+    k8s_node_gpus: int = setting(8, "GPUs of one GPU node.")
+    k8s_max_nodes: int = setting(4, "How many nodes one training job may span.")
+    k8s_data_claim: str = setting("chestxray14", "The data set's claim (ReadOnlyMany, mounted read-only).")
+    k8s_data_mount: str = setting("/data", "Where the data set is mounted.")
+    k8s_home_claim_template: str = setting("home-{username}", "Each user's home claim.")
+    k8s_home_mount: str = setting("/home/jovyan", "Where the user's home is mounted.")
+    k8s_shm_gb: int = setting(8, "/dev/shm as an in-memory emptyDir of this size in GB (Horovod and tf.data use "
+                              "shared memory).")
 
     # The dashboard (portal.service): a JupyterHub managed service at /services/portal/ on 127.0.0.1.
-    # Its port; 0 means hub_port + 90 (8090 for the demo), so boxes with other hub ports never share it.
-    dashboard_port: int = 0
-    # Seconds one answer of Slurm's (squeue, scontrol) serves every request together: users refreshing the page
-    # must not each run squeue.
-    dashboard_refresh_s: int = 2
-    # Seconds a running job's metrics (read from its TensorBoard files, as the user: a Python process) are reused.
-    dashboard_metrics_refresh_s: int = 15
-    # Lines of a job's output shown on its page.
-    dashboard_log_lines: int = 40
+    dashboard_port: int = setting(0, "The dashboard's port; 0 means hub_port + 90 (8090 for the demo), so boxes "
+                                  "with other hub ports never share it.")
+    dashboard_refresh_s: int = setting(2, "Seconds one answer of Slurm's (squeue, scontrol) serves every request "
+                                       "together: users refreshing the page must not each run squeue.")
+    dashboard_metrics_refresh_s: int = setting(15, "Seconds a running job's metrics (read from its TensorBoard "
+                                               "files, as the user: a Python process) are reused.")
+    dashboard_log_lines: int = setting(40, "Lines of a job's output shown on its page.")
 
     def __post_init__(self) -> None:
         if self.ldap_tls not in TLS_MODES:
@@ -252,6 +263,13 @@ class PortalConfig:
         if not re.match(BOX_NODE_PREFIX, self.box_node_prefix):
             raise ConfigError(f"box_node_prefix is {self.box_node_prefix!r}; allowed: a lower-case letter, then up "
                               "to 7 lower-case letters or digits")
+
+    def sources(self) -> dict[str, str]:
+        """Where each value came from: "default", "YAML file <path>" or "environment DSPORTAL_<NAME>", as load()
+        recorded it; "code" for a value given to PortalConfig() or dataclasses.replace() directly."""
+        recorded: Mapping[str, str] = getattr(self, "_sources", {})
+        return {f.name: recorded.get(f.name) or ("default" if getattr(self, f.name) == default_of(f) else "code")
+                for f in dataclasses.fields(self)}
 
     def gpu_profiles(self) -> tuple[int, ...]:
         return tuple(sorted({int(p) for p in self.k8s_gpu_profiles}))
@@ -329,54 +347,54 @@ class PortalConfig:
         return any(g in self.admin_groups for g in groups)
 
 
-def _coerce(name: str, kind: Any, raw: Any) -> Any:
-    """Turn a YAML or environment value into the field's type, with an error that names the field."""
-    text = isinstance(raw, str)
+def default_of(setting_field: dataclasses.Field) -> Any:
+    """A setting's default value."""
+    if setting_field.default is not dataclasses.MISSING:
+        return setting_field.default
+    return setting_field.default_factory()  # type: ignore[misc]
+
+
+def _read(setting_field: dataclasses.Field, raw: Any, source: str) -> Any:
     try:
-        if kind in (int, "int"):
-            return int(raw)
-        if kind in (bool, "bool"):
-            if text:
-                if raw.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if raw.lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(raw)
-            return bool(raw)
-        if kind in (Path, "Path"):
-            return Path(raw)
-        if kind in ("tuple[str, ...]",):
-            items = raw.split(",") if text else list(raw)
-            return tuple(str(i).strip() for i in items if str(i).strip())
-        if kind in ("Mapping[str, int]",):
-            if text:
-                pairs = [p.split("=", 1) for p in raw.split(",") if p.strip()]
-                return {k.strip(): int(v) for k, v in pairs}
-            return {str(k): int(v) for k, v in dict(raw).items()}
-        return str(raw)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"setting {name}: cannot read {raw!r} as {kind}") from err
+        return coerce(setting_field.name, str(setting_field.type), raw, setting_field.metadata["secret"])
+    except ConfigError as err:
+        raise ConfigError(f"{err} (from {source})") from None
+
+
+def _from(message: str, sources: Mapping[str, str]) -> str:
+    """A check's message, with where the setting it names was set."""
+    name = re.match(r"\w*", message).group()  # every check's message starts with the setting's name
+    return f"{message} (from {sources[name]})" if name in sources else message
 
 
 def load(env: Mapping[str, str] | None = None) -> PortalConfig:
-    """Read the settings: defaults, then the YAML file in DSPORTAL_CONFIG, then DSPORTAL_* variables."""
+    """Read the settings: defaults, then the YAML file in DSPORTAL_CONFIG, then DSPORTAL_* variables.
+
+    The result remembers where each value came from: ``cfg.sources()``.
+    """
     env = os.environ if env is None else env
-    fields = {f.name: f.type for f in dataclasses.fields(PortalConfig)}
+    fields = {f.name: f for f in dataclasses.fields(PortalConfig)}
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     path = env.get("DSPORTAL_CONFIG")
     if path:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as err:
-            raise ConfigError(f"DSPORTAL_CONFIG={path}: {err.strerror}") from err
-        if not isinstance(data, dict):
-            raise ConfigError(f"DSPORTAL_CONFIG={path}: expected a mapping of settings")
-        unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ConfigError(f"{path}: unknown settings {', '.join(unknown)}; known: {', '.join(fields)}")
-        values.update({k: _coerce(k, fields[k], v) for k, v in data.items()})
-    for name, kind in fields.items():
-        raw = env.get(f"DSPORTAL_{name.upper()}")
-        if raw is not None:
-            values[name] = _coerce(name, kind, raw)
-    return PortalConfig(**values)
+        for name, raw in read_yaml(path, fields).items():
+            sources[name] = f"YAML file {path}"
+            values[name] = _read(fields[name], raw, sources[name])
+    for name, setting_field in fields.items():
+        variable = f"DSPORTAL_{name.upper()}"
+        if variable in env:
+            sources[name] = f"environment {variable}"
+            values[name] = _read(setting_field, env[variable], sources[name])
+    try:
+        cfg = PortalConfig(**values)
+    except ConfigError as err:
+        raise ConfigError(_from(str(err), sources)) from None
+    object.__setattr__(cfg, "_sources", MappingProxyType(sources))  # frozen: set once, here
+    return cfg
+
+
+if __name__ == "__main__":
+    from portal.config_cli import main
+
+    raise SystemExit(main())

@@ -1,8 +1,18 @@
-"""Settings: defaults, YAML, environment, and errors that name the setting."""
+"""Settings: defaults, YAML, environment, where each value came from, and errors that name the setting."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from portal.config import ConfigError, load
+from portal.config import ConfigError, PortalConfig, load
+from portal.config_cli import main, markdown_table
+from portal.config_values import ACCEPTS
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_defaults_are_the_local_demo():
@@ -44,8 +54,104 @@ def test_bad_settings_name_the_setting(env, words):
         load(env=env)
 
 
-def test_unknown_yaml_setting(tmp_path):
+def yaml_file(tmp_path, text: str) -> dict[str, str]:
     path = tmp_path / "portal.yaml"
-    path.write_text("hub_prot: 9000\n")
-    with pytest.raises(ConfigError, match="unknown settings hub_prot"):
-        load(env={"DSPORTAL_CONFIG": str(path)})
+    path.write_text(text)
+    return {"DSPORTAL_CONFIG": str(path)}
+
+
+def test_unknown_yaml_setting_suggests_close_names(tmp_path):
+    with pytest.raises(ConfigError, match="unknown setting 'hub_prot'; did you mean hub_port"):
+        load(env=yaml_file(tmp_path, "hub_prot: 9000\n"))
+    with pytest.raises(ConfigError, match="unknown setting 'colour'; `python -m portal.config` lists the settings"):
+        load(env=yaml_file(tmp_path, "colour: blue\n"))
+
+
+def test_sources_say_default_yaml_or_environment(tmp_path):
+    env = {**yaml_file(tmp_path, "hub_port: 9000\nldap_host: ldap.example.org\n"), "DSPORTAL_HUB_PORT": "9100"}
+    sources = load(env=env).sources()
+    assert sources["hub_port"] == "environment DSPORTAL_HUB_PORT"
+    assert sources["ldap_host"] == f"YAML file {env['DSPORTAL_CONFIG']}"
+    assert sources["ldap_tls"] == "default"
+    assert set(sources) == {f.name for f in dataclasses.fields(PortalConfig)}
+    assert PortalConfig(hub_port=9000).sources()["hub_port"] == "code"  # not through load()
+    assert set(load(env={}).sources().values()) == {"default"}
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("hub_port: abc", "hub_port is 'abc'; allowed: a whole number (from YAML file"),
+    ("hub_port: yes", "hub_port is True; allowed: a whole number (YAML reads an unquoted yes"),
+    ("start_timeout: 2.5", "start_timeout is 2.5; allowed: a whole number"),
+    ("gpu_quota: 5", "gpu_quota is 5; allowed: group: N pairs"),
+    ("gpu_quota: {gpu-users: many}", "gpu_quota is {'gpu-users': 'many'}; allowed: group: N pairs"),
+    ("ldap_lookup_dn: 7", "ldap_lookup_dn is 7; allowed: true or false"),
+    ("ldap_host:", "ldap_host is None; allowed: text (YAML reads an empty value as null"),
+    ("ldap_host: [a, b]", "ldap_host is ['a', 'b']; allowed: text"),
+    ("allowed_groups: {a: 1}", "allowed_groups is {'a': 1}; allowed: a list"),
+    ("venv: ''", "venv is ''; allowed: a path"),
+    ("ldap_tls: sometimes", "ldap_tls is 'sometimes'; allowed: starttls, ldaps, none (from YAML file"),
+    ("hub_port: [", "not a YAML file (line 2)"),
+    ("- hub_port", "expected a mapping of settings"),
+])
+def test_bad_yaml_values_name_the_setting_and_what_it_accepts(tmp_path, text, words):
+    with pytest.raises(ConfigError) as err:
+        load(env=yaml_file(tmp_path, text + "\n"))
+    assert words in str(err.value)
+
+
+def test_bad_environment_values_say_where_they_were_set():
+    with pytest.raises(ConfigError, match=r"gpu_quota is 'gpu-users'; allowed: .*\(from environment DSPORTAL_GPU_Q"):
+        load(env={"DSPORTAL_GPU_QUOTA": "gpu-users"})
+    with pytest.raises(ConfigError, match=r"hub_port is 0; allowed: 1-65535 \(from environment DSPORTAL_HUB_PORT\)"):
+        load(env={"DSPORTAL_HUB_PORT": "0"})
+
+
+def test_errors_echo_only_a_prefix_and_never_a_secret(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load(env={"DSPORTAL_HUB_PORT": "9" * 30 + "x" * 1000})
+    assert len(str(err.value)) < 200
+    with pytest.raises(ConfigError) as err:
+        load(env=yaml_file(tmp_path, "ldap_search_password: [hunter2]\n"))
+    assert "ldap_search_password is (hidden)" in str(err.value) and "hunter2" not in str(err.value)
+
+
+def test_listing_hides_secrets_and_shows_sources(tmp_path, capsys):
+    env = {**yaml_file(tmp_path, "gpu_quota: {big: 8}\n"), "DSPORTAL_LDAP_SEARCH_PASSWORD": "hunter2"}
+    assert main(["--json"], env=env) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["ldap_search_password"]["value"] == "(set)" and rows["ldap_search_password"]["default"] == "(empty)"
+    assert rows["gpu_quota"] == {**rows["gpu_quota"], "type": "group=N map", "default": "gpu-users=4",
+                                 "value": "big=8", "source": f"YAML file {env['DSPORTAL_CONFIG']}"}
+    assert rows["hub_port"]["source"] == "default" and rows["hub_port"]["help"]
+    assert main(["--changed"], env={**env, "DSPORTAL_HUB_PROT": "1"}) == 0
+    out, err = capsys.readouterr()
+    assert "hunter2" not in out and "ldap_search_password (text) = (set)" in out and "hub_port" not in out
+    assert "DSPORTAL_HUB_PROT is not a setting; did you mean DSPORTAL_HUB_PORT?" in err
+
+
+def test_every_setting_explains_itself():
+    for f in dataclasses.fields(PortalConfig):
+        assert str(f.type) in ACCEPTS, f.name
+        assert len(f.metadata["help"]) > 10 and f.metadata["help"].endswith((".", ")")), f.name
+    secrets = [f.name for f in dataclasses.fields(PortalConfig) if f.metadata["secret"]]
+    assert secrets == ["ldap_search_password"]
+
+
+def test_readme_table_is_generated_from_the_settings():
+    text = README.read_text()
+    start, end = "<!-- settings-table:start -->\n", "<!-- settings-table:end -->"
+    assert text.count(start) == 1 and text.count(end) == 1
+    table = text[text.index(start) + len(start):text.index(end)]
+    assert table == markdown_table(), "README.md's settings table is stale: run python -m portal.config --markdown"
+    assert table.count("\n| `") == len(dataclasses.fields(PortalConfig))
+
+
+def test_module_lists_settings_and_refuses_bad_values():
+    command = [sys.executable, "-m", "portal.config"]
+    cwd = README.parent
+    listed = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env={"DSPORTAL_HUB_PORT": "9100"})
+    assert listed.returncode == 0
+    assert "hub_port (int) = 9100    [environment DSPORTAL_HUB_PORT; default 8000]" in listed.stdout
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env={"DSPORTAL_LDAP_TLS": "tls"})
+    assert refused.returncode == 2
+    assert "ldap_tls is 'tls'; allowed: starttls, ldaps, none (from environment DSPORTAL_LDAP_TLS)" in refused.stderr
