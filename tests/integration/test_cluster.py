@@ -107,13 +107,15 @@ def test_gpu_hours_this_week_come_from_slurm_accounting(cluster, hub):
     users, admins = portal_client(hub, "alice"), portal_client(hub, "admin")
 
     def both_views() -> tuple[dict, dict] | None:
-        """alice's view and the admin's, once they tell the same hours: each is cached for up to
-        USAGE_REFRESH_S, and alice's may still be the one read while her server ran in the test above."""
+        """alice's view and the admin's, once both have her server and tell the same hours: each is cached for up
+        to USAGE_REFRESH_S, and alice's may still be the one read in the test above, while her server ran or
+        before slurmdbd had its record."""
         alice = users.get(f"{hub.url}{PORTAL}api/usage", timeout=60).json()
         everyone = admins.get(f"{hub.url}{PORTAL}api/usage", timeout=60).json()
         mine = alice.get("per_user", {}).get("alice")
-        return (alice, everyone) if mine and everyone.get("per_user", {}).get("alice") == pytest.approx(
-            mine, abs=0.01) else None
+        server_seen = any(job["kind"] == "server" and job["gpus"] == 2 for job in alice.get("jobs", []))
+        return (alice, everyone) if server_seen and mine and everyone.get("per_user", {}).get(
+            "alice") == pytest.approx(mine, abs=0.01) else None
 
     alice, everyone = wait_for(both_views, USAGE_REFRESH_S + 15, interval=3, what="the two views of GPU-hours")
     assert alice["history_unavailable"] == "" and alice["per_user"].keys() == {"alice"}, alice
