@@ -40,7 +40,7 @@ from traitlets import Float, Instance, Integer, List, TraitError, Unicode, defau
 
 from portal.config import PortalConfig, load
 from portal.hub_pages import spawn_handlers
-from portal.login_limits import Attempt, LdapBusy, LdapSlots, LoginThrottle, Policy, client_address
+from portal.login_limits import Attempt, LdapBusy, LdapSlots, LoginThrottle, Policy, client_address, is_ip_address
 
 DIRECTORY_UNAVAILABLE = (
     "The directory service (LDAP) is unavailable, so nobody can log in right now. "
@@ -128,7 +128,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
     @default("trusted_proxies")
     def _trusted_proxies_default(self) -> list[str]:
         # The proxy reaches the hub on its API address (the box's bridge) or on loopback.
-        return ["127.0.0.1/32", "::1/128", *([self.portal.hub_api_address] if _is_ip(self.portal.hub_api_address)
+        return ["127.0.0.1/32", "::1/128", *([self.portal.hub_api_address] if is_ip_address(self.portal.hub_api_address)
                                              else [])]
 
     @validate("trusted_proxies")
@@ -360,14 +360,6 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         )
         attributes["portal_groups"] = sorted(str(entry.cn) for entry in conn.entries)
         return attributes
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 class _RequestDropped(Exception):

@@ -177,6 +177,16 @@ def decode_form(arguments: Mapping[str, list[bytes]], allowed: Iterable[str], wh
     return decoded
 
 
+def finite_json(text: str) -> Any:
+    """`json.loads` without NaN and Infinity, which Python's json accepts and no record or metric holds: a
+    ValueError (or RecursionError, for very deep nesting) for anything else."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
+
+
 def json_depth(body: str) -> int:
     """How deeply a JSON text nests, counted without recursion: brackets outside strings."""
     depth = deepest = 0

@@ -201,10 +201,10 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: Iterabl
         return peer
     hops = [hop.strip() for hop in (forwarded_for or "").split(",") if hop.strip()]
     candidate = hops[-min(proxy_hops, len(hops))] if hops else ""
-    return candidate if _valid(candidate) else (peer or "local")
+    return candidate if is_ip_address(candidate) else (peer or "local")
 
 
-def _valid(address: str) -> bool:
+def is_ip_address(address: str) -> bool:
     try:
         ipaddress.ip_address(address)
     except ValueError:

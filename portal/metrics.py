@@ -19,6 +19,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from portal.inputs import finite_json
+
 TAG_THROUGHPUT = "throughput/images_per_sec"
 TAG_AUROC_MEAN = "auroc/mean"
 TAG_LOSS_VAL = "loss/val"  # written every epoch, even when no class has a defined AUROC
@@ -69,14 +71,10 @@ class RunMetrics:
         if len(text) > MAX_OUTPUT_BYTES:
             raise MetricsError(f"{len(text)} bytes of output, more than {MAX_OUTPUT_BYTES}")
         try:
-            data = json.loads(text, parse_constant=_no_constant)
+            data = finite_json(text)
         except (ValueError, RecursionError) as err:
             raise MetricsError(f"not JSON ({str(err)[:80]})") from None
         return cls.from_dict(data)
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number")
 
 
 def _number(data: dict, name: str, low: float, high: float) -> float | None:

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from portal.inputs import finite_json
 from portal.jobs.spec import JobSpec
 
 # The states the API reports: Slurm's own names, which the local backend uses too.
@@ -63,7 +64,7 @@ class JobRecord:
         if len(text) > MAX_RECORD_BYTES:
             raise RecordError(f"{len(text)} bytes, more than a record's {MAX_RECORD_BYTES}")
         try:
-            data = json.loads(text, parse_constant=_no_constant)
+            data = finite_json(text)
         except (ValueError, RecursionError) as err:
             raise RecordError(f"not JSON ({str(err)[:80]})") from None
         if not isinstance(data, dict):
@@ -121,10 +122,6 @@ class RecordPlace:
             raise RecordError(f"user: says {record.user[:32]!r}, but the record is in {self.user}'s home")
         if record.job_dir != self.job_dir:
             raise RecordError(f"job_dir: says {str(record.job_dir)[:80]!r}, but the record is in {self.job_dir}")
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number")  # json accepts NaN and Infinity, which no record holds
 
 
 def _text(data: dict[str, Any], name: str, limit: int = MAX_TEXT) -> str:
