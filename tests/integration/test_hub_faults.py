@@ -23,6 +23,7 @@ import requests
 from portal.jobs.demo_data import ensure_demo_data
 from portal.service.base import SECURITY_HEADERS, XSRF_REFUSED_API, XSRF_REFUSED_PAGE
 from tests.conftest import NODES, box, jobs_of, slurm, wait_for
+from tests.integration.test_dashboard import token_session
 
 pytestmark = pytest.mark.integration
 PORTAL = "/services/portal/"
@@ -39,15 +40,6 @@ def set_cookies(response: requests.Response) -> dict[str, dict[str, str]]:
             for name, morsel in SimpleCookie(line).items():
                 jar[name] = {k: str(v) for k, v in morsel.items() if v}
     return jar
-
-
-def token_client(hub, user: str) -> requests.Session:
-    session = hub.login(user)
-    response = hub.api(session, "POST", f"users/{user}/tokens", json={"note": "fault test"})
-    assert response.status_code == 201, response.text
-    client = requests.Session()
-    client.headers["Authorization"] = f"token {response.json()['token']}"
-    return client
 
 
 def alices_known_jobs(hub, admin) -> set[str]:
@@ -168,7 +160,7 @@ def proxy_pid(cluster) -> int:
 def test_a_killed_proxy_comes_back_with_its_routes(cluster, hub, admin, alice):
     assert hub.spawn_form(alice, gpus=0).status_code == 302
     hub.wait_ready(admin, "alice")
-    dashboard = token_client(hub, "alice")
+    dashboard = token_session(hub, "alice")
     assert alice.get(f"{hub.url}/user/alice/lab", timeout=30).status_code == 200
     (before,) = jobs_of("alice")
 
@@ -213,7 +205,7 @@ def alices_jobs_full(cluster):
 
 def test_a_full_job_directory_refuses_the_submit_cleanly(cluster, hub, alices_jobs_full):
     ensure_demo_data(cluster)  # the job's data_dir, so that only the full directory can refuse it
-    alice, bob = token_client(hub, "alice"), token_client(hub, "bob")
+    alice, bob = token_session(hub, "alice"), token_session(hub, "bob")
     response = alice.post(f"{hub.url}{PORTAL}api/jobs", json=SMALL_JOB, timeout=60)
     assert response.status_code == 507, response.text  # Insufficient Storage: alice's, not the service's
     message = response.json()["error"]
