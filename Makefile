@@ -32,12 +32,12 @@ lint: install
 # Benchmarks print tables of medians and ratios measured side by side in one run (not timed tests). The hub-side
 # ones run against the box that `make up` started (as root); docs/benchmarks.md has the results.
 bench: install
-	$(PY) -m chexnet.bench.pipeline
-	$(PY) -m chexnet.bench.scaling
-	$(PY) -m portal.bench.spawn --runs 10
-	$(PY) -m portal.bench.dashboard
-	$(PY) -m portal.bench.liveness
-	$(PY) -m portal.bench.nodes
+	$(PY) -m bench.pipeline
+	$(PY) -m bench.scaling
+	$(PY) -m bench.spawn --runs 10
+	$(PY) -m bench.dashboard
+	$(PY) -m bench.liveness
+	$(PY) -m bench.nodes
 
 # The hub and training images, built with podman from a local Debian base (CPU defaults; docker/build.sh --help).
 images:

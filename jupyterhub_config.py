@@ -42,10 +42,6 @@ if portal.spawner_backend == "kubernetes":
     from spawners.kubernetes import PortalKubeSpawner
 
     c.JupyterHub.spawner_class = PortalKubeSpawner
-elif portal.slurm_spawner == "batchspawner":  # the spawn benchmark's baseline (portal.bench.spawn)
-    from portal.bench.spawn import configure_stock_slurm_spawner
-
-    configure_stock_slurm_spawner(c, portal)
 else:
     from spawners.slurm import PortalSlurmSpawner
 

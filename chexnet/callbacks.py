@@ -18,8 +18,8 @@ TensorBoard tags (an interface: the portal's dashboard and the checks read them)
 
 A job killed at any moment and re-run with `--resume` in the same logdir still holds every epoch of every
 per-epoch tag exactly once, and no throughput step twice: `CheckpointSaver` records an epoch's scalars before the
-checkpoint and writes them to TensorBoard after it, `EpochLog` writes what a kill left out, and `ThroughputLogger`
-skips the steps the logdir already holds (`chexnet.tblog` has the whole argument).
+checkpoint and writes them to TensorBoard after it (through `chexnet.resume.EpochLog`, which also writes what a kill
+left out), and `ThroughputLogger` skips the steps the logdir already holds (`chexnet.tblog` has the whole argument).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -41,6 +42,10 @@ from chexnet import tblog
 from chexnet.data import integrity
 from chexnet.labels import CLASSES, NUM_CLASSES
 from chexnet.metrics import auroc_per_class, mean_auroc
+from chexnet.reference import MODELS, PIPELINES
+
+if TYPE_CHECKING:
+    from chexnet.resume import EpochLog
 
 TAG_THROUGHPUT = "throughput/images_per_sec"
 TAG_LOSS_TRAIN = "loss/train"
@@ -63,6 +68,14 @@ def say(message: str) -> None:
 
 def current_lr(model: tf.keras.Model) -> float:
     return float(tf.keras.backend.get_value(model.optimizer.learning_rate))
+
+
+class DeclaredCallback(tf.keras.callbacks.Callback):
+    """A callback declared as a dataclass (with eq=False: equal only to itself and hashable, as Keras' callbacks
+    are): what it is given is written once, as fields, and Keras' own set-up runs after them."""
+
+    def __post_init__(self) -> None:
+        super().__init__()
 
 
 class NanGuard(tf.keras.callbacks.Callback):
@@ -92,7 +105,8 @@ class NanGuard(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class ThroughputLogger(tf.keras.callbacks.Callback):
+@dataclass(eq=False)
+class ThroughputLogger(DeclaredCallback):
     """Writes `throughput/images_per_sec` (all workers) every `every_steps` steps; keeps the epoch's mean rate.
 
     Measured end-of-step to end-of-step, so data waits and callback overheads count; the first step of each
@@ -101,19 +115,16 @@ class ThroughputLogger(tf.keras.callbacks.Callback):
     and the logdir may already hold that epoch's first points.
     """
 
-    def __init__(self, writer: tf.summary.SummaryWriter | None, images_per_step: int, steps_per_epoch: int,
-                 every_steps: int = THROUGHPUT_EVERY_STEPS, logged_through: int = 0) -> None:
-        super().__init__()
-        self.writer = writer
-        self.images_per_step = images_per_step
-        self.steps_per_epoch = steps_per_epoch
-        self.every_steps = every_steps
-        self.logged_through = logged_through
-        self.epoch_images_per_sec: float | None = None
-        self._epoch = 0
-        self._last_end: float | None = None
-        self._window = (0, 0.0)
-        self._epoch_total = (0, 0.0)
+    writer: tf.summary.SummaryWriter | None
+    images_per_step: int
+    steps_per_epoch: int
+    every_steps: int = THROUGHPUT_EVERY_STEPS
+    logged_through: int = 0
+    epoch_images_per_sec: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.on_epoch_begin(0)
 
     def on_epoch_begin(self, epoch: int, logs: Mapping | None = None) -> None:
         self._epoch = epoch
@@ -159,7 +170,8 @@ def average_across_ranks(variables: list[tf.Variable]) -> None:
         variable.assign(value)
 
 
-class WholeSetValidation(tf.keras.callbacks.Callback):
+@dataclass(eq=False)
+class WholeSetValidation(DeclaredCallback):
     """At each epoch's end: sync batch-norm statistics, predict this rank's validation shard, allgather, and
     compute loss/val and exact per-class AUROC on the whole split; rank 0 (`announce`) prints the epoch's line.
 
@@ -167,18 +179,18 @@ class WholeSetValidation(tf.keras.callbacks.Callback):
     the epoch's scalars into `history`; `CheckpointSaver` writes them to TensorBoard once the checkpoint is saved.
     """
 
-    def __init__(self, eval_dataset: tf.data.Dataset, loss: Callable, guard: NanGuard, throughput: ThroughputLogger,
-                 epochs: int, announce: bool, jit_compile: bool = False) -> None:
-        super().__init__()
-        self.eval_dataset = eval_dataset
-        self.loss = loss
-        self.announce = announce
-        self.guard = guard
-        self.throughput = throughput
-        self.epochs = epochs
-        self.jit_compile = jit_compile
+    eval_dataset: tf.data.Dataset
+    loss: Callable
+    guard: NanGuard
+    throughput: ThroughputLogger
+    epochs: int
+    announce: bool
+    jit_compile: bool = False
+    history: list[dict[str, float | None]] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self._predict = None
-        self.history: list[dict[str, float | None]] = []
 
     def on_train_begin(self, logs: Mapping | None = None) -> None:
         model = self.model
@@ -226,7 +238,8 @@ class WholeSetValidation(tf.keras.callbacks.Callback):
             + (f"; AUROC undefined (one label value only) for {', '.join(undefined)}" if undefined else ""))
 
 
-class SkippedRecords(tf.keras.callbacks.Callback):
+@dataclass(eq=False)
+class SkippedRecords(DeclaredCallback):
     """At each epoch's end, after validation: what the pipelines of all workers skipped in the epoch, per split.
 
     Rank 0 (`announce`) logs a line naming the files when anything was skipped; the epoch's total goes into its
@@ -235,15 +248,15 @@ class SkippedRecords(tf.keras.callbacks.Callback):
     decision is made from the same allreduced numbers everywhere) and `failure` holds the message.
     """
 
-    def __init__(self, counters: list[integrity.SkipCounter], max_fraction: float,
-                 validation: WholeSetValidation | None, announce: bool) -> None:
-        super().__init__()
-        self.counters = counters
-        self.max_fraction = max_fraction
-        self.validation = validation
-        self.announce = announce
-        self.failure: str | None = None
-        self._last = [counter.snapshot() for counter in counters]
+    counters: list[integrity.SkipCounter]
+    max_fraction: float
+    validation: WholeSetValidation | None
+    announce: bool
+    failure: str | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._last = [counter.snapshot() for counter in self.counters]
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         found = []
@@ -279,62 +292,8 @@ def all_workers(counts: integrity.Counts, shared_reads: bool) -> integrity.Count
     return counts.replace(good, bad, lost, damaged, read)
 
 
-class EpochLog:
-    """Rank 0's per-epoch TensorBoard scalars, each (tag, epoch) written once across kills and resumes.
-
-    `record` appends an epoch to `<checkpoint-dir>/epochs.jsonl` (before its checkpoint is saved), `publish`
-    writes it to TensorBoard (after), `catch_up` writes what a kill between the two left out. Every write skips
-    what `logged` (the logdir's event files, read when resuming) already holds. The writer is made on first use,
-    so a resumed run with nothing to train and nothing to catch up adds no event file.
-    """
-
-    def __init__(self, logdir: Path, record_path: Path, logged: tblog.LoggedSteps) -> None:
-        self.logdir = logdir
-        self.record_path = record_path
-        self.logged = logged
-        self._writer: tf.summary.SummaryWriter | None = None
-
-    @property
-    def writer(self) -> tf.summary.SummaryWriter:
-        if self._writer is None:
-            self._writer = tf.summary.create_file_writer(str(self.logdir))
-        return self._writer
-
-    def record(self, values: Mapping[str, object]) -> tblog.EpochScalars:
-        """Appends one `WholeSetValidation.history` entry to the durable record; returns it as recorded."""
-        # Plain floats: they go to JSON, and the live and the re-written values must be the same numbers.
-        # .get: a history entry without a tag (no SkippedRecords in the run) has nothing to write for it.
-        scalars = {tag: None if values.get(tag) is None else float(values[tag]) for tag in EPOCH_TAGS}
-        entry = tblog.EpochScalars(epoch=int(values["epoch"]), scalars=scalars, logdir=tblog.logdir_key(self.logdir))
-        tblog.append_record(self.record_path, entry)
-        return entry
-
-    def publish(self, entry: tblog.EpochScalars) -> int:
-        """Writes the epoch's scalars that the logdir lacks, then flushes; returns how many it wrote."""
-        tags = tblog.missing_tags(entry, self.logged)
-        with self.writer.as_default():
-            for tag in tags:
-                tf.summary.scalar(tag, entry.scalars[tag], step=entry.epoch)
-                self.logged.add(tag, entry.epoch)
-        self.writer.flush()
-        return len(tags)
-
-    def catch_up(self, checkpoint_epoch: int) -> list[int]:
-        """Writes, from the record, the epochs up to the checkpoint's that the logdir lacks; returns them."""
-        entries = tblog.epochs_to_rewrite(tblog.read_record(self.record_path), self.logged, checkpoint_epoch,
-                                          tblog.logdir_key(self.logdir))
-        for entry in entries:
-            self.publish(entry)
-            say(f"wrote epoch {entry.epoch} to TensorBoard from the checkpoint's record (the run before was "
-                "stopped between saving and logging it)")
-        return [entry.epoch for entry in entries]
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-
-
-class CheckpointSaver(tf.keras.callbacks.Callback):
+@dataclass(eq=False)
+class CheckpointSaver(DeclaredCallback):
     """Rank 0 saves weights, optimizer state, the finished epoch and the learning rate after every epoch.
 
     Runs after ReduceLROnPlateau, so the saved rate is the one the next epoch would use. With an `epoch_log`, the
@@ -343,15 +302,12 @@ class CheckpointSaver(tf.keras.callbacks.Callback):
     hold yet, a kill after it leaves the scalars in the record for the resumed run's `EpochLog.catch_up`.
     """
 
-    def __init__(self, manager: tf.train.CheckpointManager, epoch: tf.Variable, lr: tf.Variable, guard: NanGuard,
-                 validation: WholeSetValidation | None = None, epoch_log: EpochLog | None = None) -> None:
-        super().__init__()
-        self.manager = manager
-        self.epoch = epoch
-        self.lr = lr
-        self.guard = guard
-        self.validation = validation
-        self.epoch_log = epoch_log
+    manager: tf.train.CheckpointManager
+    epoch: tf.Variable
+    lr: tf.Variable
+    guard: NanGuard
+    validation: WholeSetValidation | None = None
+    epoch_log: EpochLog | None = None
 
     def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:
         if self.guard.tripped:
@@ -387,7 +343,7 @@ def write_layout(writer: tf.summary.SummaryWriter) -> None:
 
 def write_hparams(writer: tf.summary.SummaryWriter, hparams: Mapping[str, object], trial_id: str) -> None:
     """The hparams plugin's experiment config and this run's values, so runs compare in the HPARAMS tab."""
-    domains = {"model": hp.Discrete(["densenet121", "resnet50"]), "pipeline": hp.Discrete(["new", "old"]),
+    domains = {"model": hp.Discrete(list(MODELS)), "pipeline": hp.Discrete(list(PIPELINES)),
                "fp16": hp.Discrete([False, True]), "xla": hp.Discrete([False, True])}
     params = {name: hp.HParam(name, domains.get(name)) for name in hparams}
     metrics = [hp.Metric(TAG_AUROC_MEAN, display_name="mean AUROC (validation)"),

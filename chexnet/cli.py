@@ -1,11 +1,14 @@
-"""What the chexnet programs share on their command lines: one-line usage errors and exit code 2."""
+"""What the chexnet programs share on their command lines: the input flags, one-line usage errors and exit code 2."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
+
+from chexnet.reference import MODELS, PIPELINES
 
 EXIT_USAGE = 2
 
@@ -35,3 +38,29 @@ def require_choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
 def require_data_dir(data_dir: Path) -> None:
     if not data_dir.is_dir():
         raise UsageError(f"--data-dir must be an existing directory with the dataset; {data_dir} is not")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputFlags:
+    """The flags chexnet.train and chexnet.evaluate share: which data, read how, in what batches, at what size,
+    into which model. Each program's config extends it (keyword-only, so the fields of both can have defaults)."""
+
+    data_dir: Path
+    image_size: int = 224
+    model: str = "densenet121"
+    batch_size: int = 32
+    pipeline: str = "new"
+
+    @classmethod
+    def add_input_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """All but --batch-size, whose help each program words for itself."""
+        parser.add_argument("--data-dir", type=Path, required=True, help="ChestX-ray14 layout or TFRecords directory")
+        parser.add_argument("--image-size", type=int, default=cls.image_size, help="square input side, pixels")
+        parser.add_argument("--model", default=cls.model, help=f"one of {', '.join(MODELS)}")
+        parser.add_argument("--pipeline", default=cls.pipeline, help=f"input pipeline: {' or '.join(PIPELINES)}")
+
+    def check_inputs(self) -> None:
+        """Raise UsageError naming the first input flag whose value is not allowed (sizes: `require_positive`)."""
+        require_choice("--model", self.model, MODELS)
+        require_choice("--pipeline", self.pipeline, PIPELINES)
+        require_data_dir(self.data_dir)

@@ -13,49 +13,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexnet.cli import (
-    EXIT_USAGE,
-    OneLineParser,
-    UsageError,
-    require_choice,
-    require_data_dir,
-    require_positive,
-)
+from chexnet.cli import EXIT_USAGE, InputFlags, OneLineParser, UsageError, require_positive
 from chexnet.labels import CLASSES
+from chexnet.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
 
 if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
 PROG = "chexnet.evaluate"
-MODELS = ("densenet121", "resnet50")
 SPLIT = "test"
-# Test-set AUROC per class published by Rajpurkar et al. 2017 (CheXNet, DenseNet-121), copied from the project's
-# reference table so that the package never reads files outside itself at run time.
-CHEXNET_PAPER_AUROC: dict[str, float] = {
-    "Atelectasis": 0.8094, "Cardiomegaly": 0.9248, "Effusion": 0.8638, "Infiltration": 0.7345, "Mass": 0.8676,
-    "Nodule": 0.7802, "Pneumonia": 0.7680, "Pneumothorax": 0.8887, "Consolidation": 0.7901, "Edema": 0.8878,
-    "Emphysema": 0.9371, "Fibrosis": 0.8047, "Pleural_Thickening": 0.8062, "Hernia": 0.9164,
-}
 FIGURE_INCHES = (8, 8)
 FIGURE_DPI = 110
 
 
-@dataclass(frozen=True)
-class EvalConfig:
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig(InputFlags):
     checkpoint: Path
-    data_dir: Path
     out: Path
-    image_size: int = 224
-    model: str = "densenet121"
-    batch_size: int = 32
-    pipeline: str = "new"
     ten_crop: bool = False
 
     def validate(self) -> None:
         require_positive({"--image-size": self.image_size, "--batch-size": self.batch_size})
-        require_choice("--model", self.model, MODELS)
-        require_data_dir(self.data_dir)
+        self.check_inputs()
         if not self.checkpoint.exists() and not Path(f"{self.checkpoint}.index").is_file():
             raise UsageError(f"--checkpoint must be a checkpoint directory or prefix; {self.checkpoint} is neither")
 
@@ -63,12 +43,9 @@ class EvalConfig:
 def parse_args(argv: list[str] | None = None) -> EvalConfig:
     p = OneLineParser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint directory (latest used) or prefix")
-    p.add_argument("--data-dir", type=Path, required=True, help="ChestX-ray14 layout or TFRecords directory")
+    EvalConfig.add_input_arguments(p)
     p.add_argument("--out", type=Path, required=True, help="where auroc.json and roc.png go")
-    p.add_argument("--image-size", type=int, default=EvalConfig.image_size, help="square input side, pixels")
-    p.add_argument("--model", default=EvalConfig.model, help=f"one of {', '.join(MODELS)}")
     p.add_argument("--batch-size", type=int, default=EvalConfig.batch_size, help="images per prediction step")
-    p.add_argument("--pipeline", default=EvalConfig.pipeline, help="input pipeline: new or old")
     p.add_argument("--ten-crop", action="store_true",
                    help="average the predictions of 10 crops per image (corners, centre, mirrored), as CheXNet did; "
                         "needs resized records (python -m chexnet.data.tfrecords --encoding jpeg)")
@@ -91,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"checkpoint": checkpoint, "split": SPLIT, "images": int(len(labels)), "model": cfg.model,
               "image_size": cfg.image_size, "auroc": per_class, "mean_auroc": mean_auroc(per_class),
               "undefined": [name for name, value in per_class.items() if value is None],
-              "chexnet_paper_auroc": CHEXNET_PAPER_AUROC, "chexnet_paper_mean_auroc": paper_mean()}
+              "chexnet_paper_auroc": CHEXNET_PAPER_AUROC, "chexnet_paper_mean_auroc": chexnet_paper_mean()}
     cfg.out.mkdir(parents=True, exist_ok=True)
     (cfg.out / "auroc.json").write_text(json.dumps(report, indent=2) + "\n")
     plot_roc_curves(labels, scores, per_class, cfg.out / "roc.png")
@@ -105,16 +82,17 @@ def predict_test_split(cfg: EvalConfig) -> tuple[np.ndarray, np.ndarray, str]:
     import numpy as np
     import tensorflow as tf
 
-    from chexnet.data import pipeline
     from chexnet.data.chestxray14 import DataError
+    from chexnet.data.datasets import PipelineConfig, eval_dataset
+    from chexnet.data.sources import source_of
     from chexnet.model import build_model
 
     try:
-        source = pipeline.source_of(cfg.data_dir)
-        pipeline_cfg = pipeline.PipelineConfig(pipeline=cfg.pipeline, batch_size=cfg.batch_size,
-                                               image_size=cfg.image_size, ten_crop=cfg.ten_crop)
+        source = source_of(cfg.data_dir)
+        pipeline_cfg = PipelineConfig(pipeline=cfg.pipeline, batch_size=cfg.batch_size, image_size=cfg.image_size,
+                                      ten_crop=cfg.ten_crop)
         model = build_model(cfg.model, cfg.image_size)
-        batches = pipeline.eval_dataset(source, SPLIT, pipeline_cfg, 0, 1)
+        batches = eval_dataset(source, SPLIT, pipeline_cfg, 0, 1)
     except (DataError, ValueError) as error:
         raise UsageError(str(error)) from None
     if source.count(SPLIT) < 1:
@@ -152,10 +130,6 @@ def _restore(model, cfg: EvalConfig) -> str:
     return path
 
 
-def paper_mean() -> float:
-    return sum(CHEXNET_PAPER_AUROC.values()) / len(CHEXNET_PAPER_AUROC)
-
-
 def comparison_table(per_class: dict[str, float | None], n_images: int) -> str:
     """Our AUROC beside the CheXNet paper's, one row per class, then the means."""
     from chexnet.metrics import mean_auroc
@@ -171,8 +145,8 @@ def comparison_table(per_class: dict[str, float | None], n_images: int) -> str:
         difference = "" if ours is None else f"{ours - paper:+.4f}"
         rows.append(f"{name:<{width}}  {cell(ours):>9}  {paper:>9.4f}  {difference:>10}")
     ours_mean = mean_auroc(per_class)
-    difference = "" if ours_mean is None else f"{ours_mean - paper_mean():+.4f}"
-    rows.append(f"{'mean':<{width}}  {cell(ours_mean):>9}  {paper_mean():>9.4f}  {difference:>10}")
+    difference = "" if ours_mean is None else f"{ours_mean - chexnet_paper_mean():+.4f}"
+    rows.append(f"{'mean':<{width}}  {cell(ours_mean):>9}  {chexnet_paper_mean():>9.4f}  {difference:>10}")
     return "\n".join(rows)
 
 

@@ -1,21 +1,21 @@
-"""A private CA and one server certificate signed by it, made with openssl: what box.py and kubebox.py share.
+"""TLS for both boxes, made with openssl: a private CA, a server certificate signed by it, and a signing key pair.
 
-Stdlib only. Each script passes its own `run(cmd, what)`, so a failing openssl is reported in that script's words
-and with its error class. Both scripts run as files, so they put this directory on sys.path and import it.
+What box.py (slapd's certificate) and kubebox.py (the API server's, and the ServiceAccount token key) share; a
+failing openssl raises supervise.BoxError naming the step. Both scripts run as files, so they put this directory
+on sys.path and import it.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
 from pathlib import Path
 
-Run = Callable[[list[str], str], object]  # run(cmd, what): raises the script's own error when cmd fails
+from supervise import run
 
 
 def ensure_ca_and_server_cert(tls: Path, server: str, *, ca_cn: str, server_cn: str, alt_names: list[str],
-                              what: str, run: Run) -> None:
+                              what: str) -> None:
     """tls/ca.pem + ca.key (a self-signed CA, CN `ca_cn`) and tls/SERVER.pem + SERVER.key signed by it.
 
     Each is made only when missing; a new CA remakes the server certificate. `alt_names` are openssl
@@ -44,3 +44,15 @@ def ensure_ca_and_server_cert(tls: Path, server: str, *, ca_cn: str, server_cn: 
         os.chmod(key, 0o600)
     for cert in (ca_pem, server_pem):
         os.chmod(cert, 0o644)
+
+
+def ensure_signing_key(tls: Path, name: str, what: str) -> None:
+    """tls/NAME.key (RSA, 0600) and its public half tls/NAME.pub (0644), each made once."""
+    key, pub = tls / f"{name}.key", tls / f"{name}.pub"
+    if not key.exists():
+        run(["openssl", "genrsa", "-out", str(key), "2048"], f"TLS: creating the {what} key")
+        pub.unlink(missing_ok=True)  # the public half of another key
+    if not pub.exists():
+        run(["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)], f"TLS: extracting the {what} public key")
+    os.chmod(key, 0o600)
+    os.chmod(pub, 0o644)

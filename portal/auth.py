@@ -41,6 +41,7 @@ from traitlets import Float, Instance, Integer, List, TraitError, Unicode, defau
 from portal.config import PortalConfig, load
 from portal.hub_pages import spawn_handlers
 from portal.login_limits import Attempt, LdapBusy, LdapSlots, LoginThrottle, Policy, client_address, is_ip_address
+from portal.traits import fixed_default, portal_default
 
 DIRECTORY_UNAVAILABLE = (
     "The directory service (LDAP) is unavailable, so nobody can log in right now. "
@@ -145,13 +146,8 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
     def _valid_username_regex_default(self) -> str:
         return self.username_pattern
 
-    @default("server_address")
-    def _server_address_default(self) -> str:
-        return self.portal.ldap_host
-
-    @default("server_port")
-    def _server_port_default(self) -> int:
-        return self.portal.ldap_server_port
+    _server_address_default = portal_default("server_address", "ldap_host")
+    _server_port_default = portal_default("server_port", "ldap_server_port")
 
     @default("tls_strategy")
     def _tls_strategy_default(self) -> TlsStrategy:
@@ -165,33 +161,17 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
     def _bind_dn_template_default(self) -> list[str]:
         return [] if self.portal.ldap_lookup_dn else [self.portal.ldap_bind_dn_template]
 
-    @default("lookup_dn")
-    def _lookup_dn_default(self) -> bool:
-        return self.portal.ldap_lookup_dn
-
-    @default("user_search_base")
-    def _user_search_base_default(self) -> str:
-        return self.portal.ldap_user_search_base
-
-    @default("user_attribute")
-    def _user_attribute_default(self) -> str:
-        return self.portal.ldap_user_attribute
-
-    @default("lookup_dn_search_user")
-    def _search_user_default(self) -> str:
-        return self.portal.ldap_search_user
-
-    @default("lookup_dn_search_password")
-    def _search_password_default(self) -> str:
-        return self.portal.ldap_search_password
+    _lookup_dn_default = portal_default("lookup_dn", "ldap_lookup_dn")
+    _user_search_base_default = portal_default("user_search_base", "ldap_user_search_base")
+    _user_attribute_default = portal_default("user_attribute", "ldap_user_attribute")
+    _search_user_default = portal_default("lookup_dn_search_user", "ldap_search_user")
+    _search_password_default = portal_default("lookup_dn_search_password", "ldap_search_password")
 
     @default("allowed_groups")
     def _allowed_groups_default(self) -> list[str]:
         return [self.portal.group_dn(g) for g in self.portal.allowed_groups]
 
-    @default("manage_groups")
-    def _manage_groups_default(self) -> bool:
-        return True
+    _manage_groups_default = fixed_default("manage_groups", True)
 
     @validate("allow_all")
     def _refuse_allow_all(self, proposal):

@@ -26,7 +26,6 @@ from portal.config_values import ConfigError, coerce, read_yaml
 
 TLS_MODES = ("starttls", "ldaps", "none")
 SPAWNER_BACKENDS = ("slurm", "kubernetes")
-SLURM_SPAWNERS = ("portal", "batchspawner")
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
 JOB_LAUNCHERS = ("mpirun", "srun")
 # The cluster in a box's own hosts live here: 198.18.0.0/15 is reserved for benchmarking (RFC 2544), so no real
@@ -105,10 +104,6 @@ class PortalConfig:
     default_gpu_quota: int = setting(0, "The GPU quota of users in none of gpu_quota's groups.")
 
     spawner_backend: str = setting("slurm", "Which scheduler runs the users' servers and jobs: slurm or kubernetes.")
-    slurm_spawner: str = setting("portal", 'The Slurm spawner: "portal" (spawners.slurm.PortalSlurmSpawner). '
-                                 '"batchspawner" is stock batchspawner.SlurmSpawner as its README configures it, '
-                                 "for the spawn benchmark (portal.bench.spawn) only: no form, no validation, "
-                                 "no fail-fast.")
 
     # Slurm: the client configuration, and the shape of the local demo node.
     slurm_conf: str = setting("", "Slurm's client configuration; empty means <state_dir>/slurm/slurm.conf.")
@@ -201,7 +196,7 @@ class PortalConfig:
             raise ConfigError(
                 f"spawner_backend is {self.spawner_backend!r}; allowed: {', '.join(SPAWNER_BACKENDS)}"
             )
-        choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS, "slurm_spawner": SLURM_SPAWNERS,
+        choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS,
                    "jobs_nccl_ib_disable": ("", "0", "1")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

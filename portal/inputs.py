@@ -16,10 +16,12 @@ Pure functions: the surfaces turn `InputError` into their own error types (`JobS
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 SHOWN_CHARS = 40  # how much of a refused value an error message echoes
 MAX_NAME = 64  # partitions, models, templates, field names
@@ -144,11 +146,80 @@ def boolean(value: object, field: str) -> bool:
     raise InputError(field, f"{shown(value)} is not a boolean; allowed: true, false")
 
 
-def choice(value: object, field: str, offered: Iterable[str]) -> str:
+def choice(value: Any, field: str, offered: Iterable[Any], what: str = "offered", why: str = "") -> Any:
+    """One of `offered`, of the same type (never True for 1, nor "1" for 1); refused as "is not `what`"."""
     offered = tuple(offered)
-    if not isinstance(value, str) or value not in offered:
-        raise InputError(field, f"{shown(value)} is not offered; allowed: {', '.join(offered)}")
+    if not any(type(value) is type(item) and value == item for item in offered):
+        raise InputError(field, f"{shown(value)} is not {what}; allowed: {', '.join(map(str, offered))}{why}")
     return value
+
+
+def one_value(value: Any, field: str) -> Any:
+    """A field's one value: form data arrives as lists of strings (one per time the field was sent), API data as
+    plain values."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            count = len(value) if len(value) <= MAX_FORM_VALUES else f"{MAX_FORM_VALUES}+"
+            raise InputError(field, f"expected one value, got {count}")
+        value = value[0]
+    return value
+
+
+def absolute_path(value: object, field: str, allowed: str) -> str:
+    """An absolute path of at most MAX_PATH characters, without control characters, normalised lexically:
+    "/data/../etc" is "/etc" before any check of where it is, so what is checked is what is used."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(field, f"{shown(value)} is not a path; {allowed}")
+    text(value, field, MAX_PATH, allowed)  # the cap first: a longer path only comes back from the OS as E2BIG
+    if any(ch in value for ch in "\0\n\r"):
+        raise InputError(field, f"{shown(value)} contains a control character; {allowed}")
+    if not os.path.isabs(value):
+        raise InputError(field, f"{shown(value)} is relative; {allowed}")
+    path = os.path.normpath(value)
+    return "/" + path.lstrip("/") if path.startswith("//") else path  # POSIX keeps a leading "//": the same as "/"
+
+
+# --- a request as a whole: its fields, and the surface's own error type ---
+
+def fields_of(raw: object, allowed: Iterable[str], whole: str) -> Mapping[Any, Any]:
+    """`raw` as a mapping of the `allowed` fields, or the refusal naming `whole` (the request) or the unknown key."""
+    allowed = tuple(allowed)
+    if not isinstance(raw, Mapping):
+        raise InputError(whole, f"expected a mapping of fields, got {shown(raw)}; allowed fields: {', '.join(allowed)}")
+    check_fields(raw, allowed, whole)
+    return raw
+
+
+Parsed = TypeVar("Parsed")
+
+
+def refused_as(error_type: type[InputError]) -> Callable[[Callable[..., Parsed]], Callable[..., Parsed]]:
+    """A parser whose refusals are the surface's own error type (`OptionsError`, `JobSpecError`), with the field
+    and the wording of the grammar here."""
+    def decorate(parse: Callable[..., Parsed]) -> Callable[..., Parsed]:
+        @functools.wraps(parse)
+        def parse_or_refuse(*args: Any, **kwargs: Any) -> Parsed:
+            try:
+                return parse(*args, **kwargs)
+            except error_type:
+                raise
+            except InputError as err:
+                raise error_type(err.field, err.message) from None
+        return parse_or_refuse
+    return decorate
+
+
+# --- GPU quotas: the spawn form and the job spec say them the same way ---
+
+def quota_note(quota: int, groups: Iterable[str], scope: str = "") -> str:
+    return f" (your GPU quota is {quota}{scope}; your groups: {', '.join(groups) or 'none'})"
+
+
+def gpus_held(in_use: int, quota: int) -> str:
+    """What the user's jobs and server hold, against the quota (jobs waiting in the queue can ask for more)."""
+    if in_use <= quota:
+        return f"you use {in_use} of your {quota} GPUs"
+    return f"your jobs and server hold or wait for {in_use} GPUs, more than your quota of {quota}"
 
 
 # --- bytes: form bodies and JSON bodies ---
@@ -177,10 +248,15 @@ def decode_form(arguments: Mapping[str, list[bytes]], allowed: Iterable[str], wh
     return decoded
 
 
-def finite_json(text: str) -> Any:
-    """`json.loads` without NaN and Infinity, which Python's json accepts and no record or metric holds: a
-    ValueError (or RecursionError, for very deep nesting) for anything else."""
-    return json.loads(text, parse_constant=_no_constant)
+def finite_json(text: str, max_bytes: int, error: type[Exception] = ValueError) -> Any:
+    """`json.loads` of a file the portal wrote (a job record, the metrics of a run), without NaN and Infinity, which
+    Python's json accepts and none of them holds; `error` saying why for a text over `max_bytes`, or not JSON."""
+    if len(text) > max_bytes:
+        raise error(f"{len(text)} bytes, more than the {max_bytes} allowed")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:  # RecursionError: very deep nesting
+        raise error(f"not JSON ({str(err)[:80]})") from None
 
 
 def _no_constant(name: str) -> None:

@@ -68,13 +68,7 @@ class RunMetrics:
 
     @classmethod
     def from_json(cls, text: str) -> RunMetrics:
-        if len(text) > MAX_OUTPUT_BYTES:
-            raise MetricsError(f"{len(text)} bytes of output, more than {MAX_OUTPUT_BYTES}")
-        try:
-            data = finite_json(text)
-        except (ValueError, RecursionError) as err:
-            raise MetricsError(f"not JSON ({str(err)[:80]})") from None
-        return cls.from_dict(data)
+        return cls.from_dict(finite_json(text, MAX_OUTPUT_BYTES, MetricsError))
 
 
 def _number(data: dict, name: str, low: float, high: float) -> float | None:

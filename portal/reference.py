@@ -1,19 +1,17 @@
 """Published numbers the notebooks compare against, copied here so that nothing reads files outside the package.
 
-- `CHEXNET_PAPER_AUROC`: test-set AUROC per class of CheXNet (Rajpurkar et al. 2017, DenseNet-121), with the
-  earlier results it was compared to, Wang et al. 2017 and Yao et al. 2017.
+- `CHEXNET_PAPER_AUROC`: test-set AUROC per class of CheXNet (Rajpurkar et al. 2017, DenseNet-121), defined once in
+  `chexnet.reference` (which the trainer's evaluation uses too) and re-exported here, with the earlier results it
+  was compared to, Wang et al. 2017 and Yao et al. 2017.
 - `V100_IMAGES_PER_SEC`: CheXNet training throughput on NVIDIA V100 GPUs with Horovod, 1 to 16 GPUs, as Dell
   EMC published it (the scaling study's reference line).
 """
 
 from __future__ import annotations
 
+from chexnet.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
+
 # class -> AUROC, in the dataset's label order (chexnet.labels.CLASSES).
-CHEXNET_PAPER_AUROC: dict[str, float] = {
-    "Atelectasis": 0.8094, "Cardiomegaly": 0.9248, "Effusion": 0.8638, "Infiltration": 0.7345, "Mass": 0.8676,
-    "Nodule": 0.7802, "Pneumonia": 0.7680, "Pneumothorax": 0.8887, "Consolidation": 0.7901, "Edema": 0.8878,
-    "Emphysema": 0.9371, "Fibrosis": 0.8047, "Pleural_Thickening": 0.8062, "Hernia": 0.9164,
-}
 WANG_2017_AUROC: dict[str, float] = {
     "Atelectasis": 0.716, "Cardiomegaly": 0.807, "Effusion": 0.784, "Infiltration": 0.609, "Mass": 0.706,
     "Nodule": 0.671, "Pneumonia": 0.633, "Pneumothorax": 0.806, "Consolidation": 0.708, "Edema": 0.835,
@@ -31,10 +29,6 @@ V100_IMAGES_PER_SEC: dict[int, float] = {
 }
 
 
-def chexnet_paper_mean() -> float:
-    return sum(CHEXNET_PAPER_AUROC.values()) / len(CHEXNET_PAPER_AUROC)
-
-
 def scaling_efficiency(throughput: dict[int, float]) -> dict[int, float]:
     """Images/sec at N GPUs over N times the smallest run's per-GPU rate (1.0 is linear scaling)."""
     if not throughput:
@@ -42,3 +36,7 @@ def scaling_efficiency(throughput: dict[int, float]) -> dict[int, float]:
     base_gpus = min(throughput)
     per_gpu = throughput[base_gpus] / base_gpus
     return {gpus: rate / (gpus * per_gpu) for gpus, rate in sorted(throughput.items())}
+
+
+__all__ = ["CHEXNET_PAPER_AUROC", "V100_IMAGES_PER_SEC", "WANG_2017_AUROC", "YAO_2017_AUROC", "chexnet_paper_mean",
+           "scaling_efficiency"]

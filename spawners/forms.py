@@ -13,19 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from portal.inputs import (
-    MAX_FORM_VALUES,
-    MAX_NAME,
-    WALL_TIME_HTML_PATTERN,
-    InputError,
-    check_fields,
-    format_minutes,
-    minutes_of,
-    shown,
-    text,
-    wall_time,
-    whole_number,
-)
+from portal import inputs
+from portal.inputs import WALL_TIME_HTML_PATTERN, InputError, format_minutes, minutes_of
 
 FIELDS = ("partition", "gpus", "cpus", "memory_gb", "runtime")
 WHOLE = "options"  # what an error about the request as a whole names (a key that is no field name, a non-mapping)
@@ -107,66 +96,44 @@ def describe_minutes(minutes: int | None) -> str:
     return f"{minutes} minutes"
 
 
-def _single(raw: Mapping[str, Any], name: str) -> Any:
-    """Form data arrives as lists of strings, API data as plain values: take the one value either way."""
-    value = raw[name]
-    if isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            count = len(value) if len(value) <= MAX_FORM_VALUES else f"{MAX_FORM_VALUES}+"
-            raise OptionsError(name, f"expected one value, got {count}")
-        value = value[0]
-    return value
-
-
 def _gpu_note(limits: ClusterLimits, partition: Partition) -> str:
     if limits.gpus_left < partition.free_gpus_per_node:
         if limits.gpus_in_use:
-            return (f" (you use {limits.gpus_in_use} of your {limits.gpu_quota} GPUs: "
-                    f"{', '.join(limits.gpu_holders)})")
-        groups = ", ".join(limits.groups) or "none"
-        return f" (your GPU quota is {limits.gpu_quota}; your groups: {groups})"
+            return f" ({inputs.gpus_held(limits.gpus_in_use, limits.gpu_quota)}: {', '.join(limits.gpu_holders)})"
+        return inputs.quota_note(limits.gpu_quota, limits.groups)
     return f" ({partition.free_gpus_per_node} free on a node of partition {partition.name} now)"
 
 
-def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
-    """Validate form or API input against what the cluster offers and the user may use."""
-    try:
-        return _parse(raw, limits)
-    except OptionsError:
-        raise
-    except InputError as err:  # portal.inputs' grammar names the field; this surface's error type carries it
-        raise OptionsError(err.field, err.message) from None
-
-
-def _parse(raw: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
-    if not isinstance(raw, Mapping):
-        raise OptionsError(WHOLE, f"{shown(raw)} is not a mapping of options; allowed fields: {', '.join(FIELDS)}")
-    check_fields(raw, FIELDS, WHOLE)
+def _partition(raw: Mapping[str, Any], limits: ClusterLimits) -> Partition:
     if not limits.partitions:
         raise OptionsError("partition", "the cluster reports no partitions that are up")
+    names = tuple(p.name for p in limits.partitions)
+    name = inputs.one_value(raw["partition"], "partition") if "partition" in raw else limits.default_partition.name
+    name = inputs.text(name, "partition", inputs.MAX_NAME, f"allowed: {', '.join(names)}").strip()
+    return limits.partition(inputs.choice(name, "partition", names, "a partition of this cluster"))
 
-    names = ", ".join(p.name for p in limits.partitions)
-    name = _single(raw, "partition") if "partition" in raw else limits.default_partition.name
-    partition = limits.partition(text(name, "partition", MAX_NAME, f"allowed: {names}").strip())
-    if partition is None:
-        raise OptionsError("partition", f"{shown(name)} is not a partition of this cluster; allowed: {names}")
-    name = partition.name
 
-    defaults = ServerOptions(partition=name)
-    gpus = whole_number(_single(raw, "gpus"), "gpus", 0, limits.max_gpus(partition),
-                        _gpu_note(limits, partition)) if "gpus" in raw else 0
+@inputs.refused_as(OptionsError)
+def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
+    """Validate form or API input against what the cluster offers and the user may use."""
+    raw = inputs.fields_of(raw, FIELDS, WHOLE)
+    partition = _partition(raw, limits)
+
+    def given(name: str, low: int, high: int, otherwise: int, why: str = "") -> int:
+        if name not in raw:
+            return min(otherwise, high)
+        return inputs.whole_number(inputs.one_value(raw[name], name), name, low, high, why)
+
+    defaults = ServerOptions(partition=partition.name)
+    gpus = given("gpus", 0, limits.max_gpus(partition), 0, _gpu_note(limits, partition))
     counts = limits.gpu_counts(partition)
-    if counts is not None and gpus not in counts:
-        raise OptionsError("gpus", f"{gpus} is not a GPU profile; allowed: {', '.join(map(str, counts))}"
-                                   f"{_gpu_note(limits, partition)}")
-    cpus = whole_number(_single(raw, "cpus"), "cpus", 1, partition.cpus_per_node) if "cpus" in raw else min(
-        defaults.cpus, partition.cpus_per_node)
-    max_gb = max(1, partition.memory_mb_per_node // 1024)
-    memory_gb = whole_number(_single(raw, "memory_gb"), "memory_gb", 1, max_gb) if "memory_gb" in raw else min(
-        defaults.memory_gb, max_gb)
-    runtime = _single(raw, "runtime") if "runtime" in raw else defaults.runtime
-    runtime = wall_time(runtime, "runtime", partition.max_minutes, f" (partition {name}'s limit)")
-    return ServerOptions(partition=name, gpus=gpus, cpus=cpus, memory_gb=memory_gb, runtime=runtime)
+    if counts is not None:
+        inputs.choice(gpus, "gpus", counts, "a GPU profile", _gpu_note(limits, partition))
+    cpus = given("cpus", 1, partition.cpus_per_node, defaults.cpus)
+    memory_gb = given("memory_gb", 1, max(1, partition.memory_mb_per_node // 1024), defaults.memory_gb)
+    runtime = inputs.one_value(raw["runtime"], "runtime") if "runtime" in raw else defaults.runtime
+    runtime = inputs.wall_time(runtime, "runtime", partition.max_minutes, f" (partition {partition.name}'s limit)")
+    return ServerOptions(partition=partition.name, gpus=gpus, cpus=cpus, memory_gb=memory_gb, runtime=runtime)
 
 
 def default_options(limits: ClusterLimits) -> ServerOptions:

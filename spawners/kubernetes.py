@@ -8,7 +8,7 @@ What it adds to `kubespawner.KubeSpawner` (7.x), each through the Spawner's name
   activeDeadlineSeconds.
 - Every server in the user's own namespace (`k8s_user_namespace_template`), which `_ensure_namespace` makes
   theirs: the role `dsportal-user` for them and their pods, and their GPU quota as a ResourceQuota
-  (`portal.jobs.kubernetes.user_namespace_objects`).
+  (`portal.jobs.k8s_manifests.user_namespace_objects`).
 - Volumes: the user's home claim (KubeSpawner makes it), the data set's claim read-only, /dev/shm in memory.
 - The template notebooks are copied into the home by a postStart hook (never over the user's files).
 - Progress: KubeSpawner's own, from the pod's events.
@@ -19,14 +19,14 @@ from __future__ import annotations
 import os
 
 from kubespawner import KubeSpawner
-from traitlets import Instance, default
+from traitlets import default
 
-from portal.config import PortalConfig, load
+from portal.config import PortalConfig
 from portal.inputs import seconds_of
-from portal.jobs.kubernetes import GPU_RESOURCE, user_namespace_objects
+from portal.jobs.k8s_manifests import GPU_RESOURCE, user_namespace_objects
+from portal.traits import fixed_default, portal_default
 from spawners.forms import ClusterLimits, Partition, ServerOptions
-from spawners.options import ServerOptionsMixin
-from spawners.slurm import tensorboard_proxy_url
+from spawners.options import ServerOptionsMixin, tensorboard_proxy_url
 
 HOME, DATA, SHM = "home", "data", "dshm"  # volume names, as in the MPIJobs
 
@@ -62,48 +62,21 @@ def pod_settings(cfg: PortalConfig, options: ServerOptions) -> dict:
 class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     """KubeSpawner with the portal's validated GPU form, per-user namespaces and the portal's volumes."""
 
-    portal = Instance(PortalConfig, help="The portal's settings (portal.config).")
     pool_label = "GPU type"
 
-    @default("portal")
-    def _portal_default(self) -> PortalConfig:
-        return load()
-
-    @default("image")
-    def _image_default(self) -> str:
-        return self.portal.k8s_image
-
-    @default("image_pull_policy")
-    def _pull_default(self) -> str:
-        return self.portal.k8s_image_pull_policy
-
-    @default("namespace")
-    def _namespace_default(self) -> str:
-        return self.portal.k8s_namespace
-
-    @default("enable_user_namespaces")
-    def _user_namespaces_default(self) -> bool:
-        return True
-
-    @default("user_namespace_template")
-    def _user_namespace_template_default(self) -> str:
-        return self.portal.k8s_user_namespace_template
-
-    @default("user_namespace_labels")
-    def _user_namespace_labels_default(self) -> dict:
-        return {"app.kubernetes.io/part-of": "dsportal", "dsportal/user": "{username}"}
-
-    @default("storage_pvc_ensure")
-    def _pvc_ensure_default(self) -> bool:
-        return True
-
-    @default("pvc_name_template")
-    def _pvc_name_default(self) -> str:
-        return self.portal.k8s_home_claim_template
-
-    @default("storage_capacity")
-    def _capacity_default(self) -> str:
-        return "20Gi"
+    _image_default = portal_default("image", "k8s_image")
+    _pull_default = portal_default("image_pull_policy", "k8s_image_pull_policy")
+    _namespace_default = portal_default("namespace", "k8s_namespace")
+    _user_namespaces_default = fixed_default("enable_user_namespaces", True)
+    _user_namespace_template_default = portal_default("user_namespace_template", "k8s_user_namespace_template")
+    _user_namespace_labels_default = fixed_default(
+        "user_namespace_labels", {"app.kubernetes.io/part-of": "dsportal", "dsportal/user": "{username}"})
+    _pvc_ensure_default = fixed_default("storage_pvc_ensure", True)
+    _pvc_name_default = portal_default("pvc_name_template", "k8s_home_claim_template")
+    _capacity_default = fixed_default("storage_capacity", "20Gi")
+    _working_dir_default = portal_default("working_dir", "k8s_home_mount")
+    _uid_default = fixed_default("uid", 1000)  # the image's notebook user
+    _fs_gid_default = fixed_default("fs_gid", 100)
 
     @default("volumes")
     def _volumes_default(self) -> list:
@@ -116,22 +89,6 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
         return [{"name": HOME, "mountPath": self.portal.k8s_home_mount},
                 {"name": DATA, "mountPath": self.portal.k8s_data_mount, "readOnly": True},
                 {"name": SHM, "mountPath": "/dev/shm"}]
-
-    @default("working_dir")
-    def _working_dir_default(self) -> str:
-        return self.portal.k8s_home_mount
-
-    @default("uid")
-    def _uid_default(self) -> int:
-        return 1000  # the image's notebook user
-
-    @default("fs_gid")
-    def _fs_gid_default(self) -> int:
-        return 100
-
-    @default("cmd")
-    def _cmd_default(self) -> list[str]:
-        return [str(self.portal.venv / "bin" / "jupyterhub-singleuser")]
 
     @default("lifecycle_hooks")
     def _hooks_default(self) -> dict:
@@ -155,25 +112,10 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
                 environment[name] = value
         return environment
 
-    @default("start_timeout")
-    def _start_timeout_default(self) -> int:
-        return self.portal.start_timeout
-
-    @default("options_form")
-    def _options_form_default(self):
-        return PortalKubeSpawner._render_options_form
-
-    @default("apply_user_options")
-    def _apply_user_options_default(self):
-        return PortalKubeSpawner._apply_server_options
-
     # --- the form (shared with the Slurm spawner: spawners.options) ---
 
-    def cluster_limits(self) -> ClusterLimits:
-        return cluster_limits(self.portal, tuple(sorted(g.name for g in self.user.groups)))
-
     async def limits(self) -> ClusterLimits:
-        return self.cluster_limits()
+        return cluster_limits(self.portal, tuple(sorted(g.name for g in self.user.groups)))
 
     def apply_server_options(self, options: ServerOptions) -> None:
         """Set only checked values on the pod."""

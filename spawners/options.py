@@ -1,4 +1,5 @@
-"""The spawn options part both portal spawners share: the form, its REST twin, and what a refusal leaves behind.
+"""What both portal spawners share: the portal's settings as trait defaults, the spawn options form, its REST twin,
+and what a refusal leaves behind.
 
 JupyterHub (6.1, `User.spawn`) stores a request's options in its database *before* `apply_user_options` checks
 them. Refused options would then stay stored, and every later start without options (the REST API with no
@@ -11,10 +12,19 @@ from __future__ import annotations
 from typing import Any
 
 from tornado import web
+from traitlets import HasTraits, Instance, default
 
+from portal.config import PortalConfig, load
+from portal.traits import portal_default
 from spawners.forms import ClusterLimits, OptionsError, ServerOptions, parse_server_options, render_form
 
 HUB_FORM_FIELDS = ("_xsrf",)  # the hub's own, never an option
+
+
+def tensorboard_proxy_url(spawner) -> str:
+    """`<server URL>proxy/%PORT%/`: where `%tensorboard` (TensorBoard's notebook magic) finds the TensorBoard it
+    starts, through jupyter-server-proxy; TensorBoard puts its port in place of %PORT%."""
+    return f"{spawner.user.url}proxy/%PORT%/"
 
 
 def refusal(err: OptionsError) -> web.HTTPError:
@@ -25,12 +35,27 @@ def refusal(err: OptionsError) -> web.HTTPError:
     return error
 
 
-class ServerOptionsMixin:
+class ServerOptionsMixin(HasTraits):
     """`options_form`, `options_from_form` and `apply_user_options` through `spawners.forms`, for a spawner that
-    provides `limits()` (what the user may ask for now) and `apply_server_options(options)`. Put it before the
-    Spawner class in the bases."""
+    provides `limits()` (what the user may ask for now) and `apply_server_options(options)`; and the settings
+    both spawners take from the portal. Put it before the Spawner class in the bases."""
 
+    portal = Instance(PortalConfig, help="The portal's settings (portal.config).")
     pool_label = "Partition"
+
+    @default("portal")
+    def _portal_default(self) -> PortalConfig:
+        return load()
+
+    @default("cmd")
+    def _cmd_default(self) -> list[str]:
+        return [str(self.portal.venv / "bin" / "jupyterhub-singleuser")]
+
+    _start_timeout_default = portal_default("start_timeout", "start_timeout")
+    # Functions of the spawner (the hub calls them with it): the class's own, whatever subclass this is.
+    _options_form_default = default("options_form")(lambda spawner: ServerOptionsMixin._render_options_form)
+    _apply_user_options_default = default("apply_user_options")(
+        lambda spawner: ServerOptionsMixin._apply_server_options)
     _options_change: tuple[Any, Any] | None = None
 
     def __init__(self, **kwargs: Any):

@@ -1,5 +1,6 @@
 """The JupyterLab server's launcher in a Slurm job (`dsportal-singleuser`, setup.py's console script, which the
-Slurm spawner's `batchspawner_singleuser_cmd` names): batchspawner-singleuser, started faster."""
+Slurm spawner's `batchspawner_singleuser_cmd` names): batchspawner-singleuser, started faster, with the server
+options that shorten its start (`SINGLEUSER_FAST_START`, the spawner's default `args`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,19 @@ import importlib
 import importlib.util
 import sys
 import types
+
+# jupyterhub-singleuser options that shorten the server's start and first page, for every server of the portal:
+# - jupyter_lsp: scans for ~20 language servers at every start; none is installed on the nodes.
+# - the PyPI extension manager: imports an HTTP client and would query pypi.org, unreachable from compute nodes;
+#   installing extensions is the image's business, so the read-only manager lists them.
+# - news and update checks: the announcements plugin fetches a feed from github.io on the first page.
+# jupyter-server-proxy (TensorBoard) and the terminals stay. A site changes them with c.PortalSlurmSpawner.args.
+SINGLEUSER_FAST_START = (
+    "--ServerApp.jpserver_extensions=jupyter_lsp=False",
+    "--LabApp.extension_manager=readonly",
+    "--LabApp.news_url=None",
+    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+)
 
 
 def defer_iri_syntax_parsers() -> bool:
@@ -28,7 +42,7 @@ def defer_iri_syntax_parsers() -> bool:
             real.append(importlib.import_module(name))
         return real[0].is_valid_syntax(term, value)
 
-    stand_in = types.ModuleType(name, "rfc3987_syntax, loaded at the first check (spawners.slurm)")
+    stand_in = types.ModuleType(name, "rfc3987_syntax, loaded at the first check (spawners.singleuser)")
     stand_in.is_valid_syntax = is_valid_syntax
     sys.modules[name] = stand_in
     return True

@@ -7,13 +7,19 @@ disappeared", explained as an ended job) and `poll()` reports a running server d
   gone (portal.slurm.squeue_outcome);
 - any other failure is UNKNOWN: the start keeps waiting, `poll()` keeps the server, the last known `job_status`
   is kept, and `slurm_unavailable` holds Slurm's message for the progress page;
-- a start that hears nothing from Slurm for `slurm_unavailable_timeout` fails with "Slurm unavailable: ...".
+- a start that hears nothing from Slurm for `slurm_unavailable_timeout` fails with "Slurm unavailable: ..."
+  (`fail_when_slurm_is_silent`, run beside batchspawner's start loop).
 Commands run as the user get no environment of the hub's (its secrets) unless batchspawner passes one (sbatch: the
 server's own environment); see portal.runas.
+
+The job's state the hub keeps (`get_state` / `load_state`): a start that a hub restart interrupted cannot be resumed
+(the hub that waited for the server's port is gone), so the job id is saved at submission with `start_unfinished`,
+and the next hub's `poll()` cancels that job and reports the server stopped: the user starts again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from batchspawner import SlurmSpawner
@@ -31,7 +37,8 @@ class SlurmUnavailable(RuntimeError):
 
 
 class SlurmStateSpawner(SlurmSpawner):
-    """SlurmSpawner whose job state never comes from a failed Slurm command."""
+    """SlurmSpawner whose job state never comes from a failed Slurm command, and whose starts a hub restart
+    interrupted are cancelled."""
 
     slurm_unavailable_timeout = Float(
         config=True,
@@ -46,6 +53,46 @@ class SlurmStateSpawner(SlurmSpawner):
 
     slurm_unavailable = ""  # Slurm's message while it does not answer; "" once it does
     _unavailable_since: float | None = None
+    submitted_job_id = ""  # kept through clear_state(), to explain a failed start
+    start_unfinished = False  # in the saved state from sbatch until the server is up
+
+    async def submit_batch_script(self) -> str:
+        job_id = await super().submit_batch_script()
+        if job_id:
+            self.submitted_job_id = job_id
+            self._record_unfinished_start()
+        return job_id
+
+    def _record_unfinished_start(self) -> None:
+        """Save the job id now: the hub saves state only once `start` returns; a hub stopped before lost the job."""
+        self.start_unfinished = True
+        if self.orm_spawner is not None:  # None only for a spawner made outside a hub
+            self.orm_spawner.state = self.get_state()
+            self.db.commit()
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        if self.start_unfinished:
+            state["start_unfinished"] = True
+        return state
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.start_unfinished = bool(state.get("start_unfinished"))
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self.start_unfinished = False
+
+    async def poll(self):
+        if self.start_unfinished and not self._start_pending:
+            job_id = self.job_id
+            await self.cancel_batch_job()
+            self.log.warning("%s: Slurm job %s was still starting when the hub restarted; cancelled it, as a start "
+                             "cannot be resumed (the user starts the server again)", self._log_name, job_id)
+            self.clear_state()
+            return 1
+        return await super().poll()  # batchspawner's, which keeps a server whose state is UNKNOWN
 
     async def run_command(self, cmd, input=None, env=None):
         # batchspawner passes no environment for squeue and scancel: they would inherit the hub's, secrets and
@@ -92,6 +139,13 @@ class SlurmStateSpawner(SlurmSpawner):
         if since is not None and time.monotonic() - since >= self.slurm_unavailable_timeout:
             raise SlurmUnavailable(f"{UNAVAILABLE_PREFIX}: no answer about Slurm job {self.job_id} for "
                                    f"{time.monotonic() - since:.0f} s ({self.slurm_unavailable})")
+
+    async def fail_when_slurm_is_silent(self) -> None:
+        """Raced with batchspawner's start: its loop waits on an UNKNOWN state for ever (the hub's start_timeout
+        ends it, saying only "timeout"); this says why, once `check_slurm_answers` does."""
+        while True:
+            await asyncio.sleep(self.startup_poll_interval)
+            self.check_slurm_answers()
 
     def unavailable_message(self) -> str:
         return (f"Slurm job {self.job_id}: {UNAVAILABLE_PREFIX} ({self.slurm_unavailable}); waiting for it to "

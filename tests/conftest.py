@@ -6,9 +6,7 @@ the tests, the box and the hub all read the same values. A user's own `make up` 
 
 from __future__ import annotations
 
-import html
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +49,7 @@ for name in list(os.environ):
     if name.startswith("DSPORTAL_") and name != "DSPORTAL_CONFIG" and not name.startswith("DSPORTAL_TEST_"):
         del os.environ[name]  # the YAML file is the one source for the test box
 
+from bench.hub_client import HubClient, wait_for  # noqa: E402
 from portal.config import load  # noqa: E402  (after DSPORTAL_CONFIG is set)
 
 PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "admin": "admin-demo"}
@@ -76,56 +75,39 @@ def jobs_of(user: str) -> list[str]:
     return slurm("squeue", "-h", "-u", user, "-o", "%i %T").split("\n")[:-1]
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 class Hub:
-    """The test box's hub, driven over HTTP as a browser or an API client would."""
+    """The test box's hub, driven over HTTP as a browser or an API client would (bench.hub_client, one session each
+    user): the methods take the user's session."""
 
     def __init__(self, url: str):
         self.url = url
 
+    def client(self, session: requests.Session | None = None) -> HubClient:
+        return HubClient(self.url, session)
+
     def login_form(self, session: requests.Session | None = None) -> tuple[requests.Session, str]:
-        session = session or requests.Session()
-        page = session.get(f"{self.url}/hub/login", timeout=10)
-        page.raise_for_status()
-        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text).group(1)
-        return session, xsrf
+        client = self.client(session)
+        return client.session, client.login_xsrf()
 
     def post_login(self, username: str, password: str) -> tuple[requests.Session, requests.Response]:
-        session, xsrf = self.login_form()
-        response = session.post(f"{self.url}/hub/login?next=", allow_redirects=False, timeout=30,
-                                data={"username": username, "password": password, "_xsrf": xsrf})
-        return session, response
+        client = self.client()
+        return client.session, client.post_login(username, password)
 
     def login(self, username: str) -> requests.Session:
-        session, response = self.post_login(username, PASSWORDS[username])
-        assert response.status_code == 302, f"{username} could not log in: {response.status_code}"
-        session.headers["X-XSRFToken"] = session.cookies.get("_xsrf", path="/hub/")
-        return session
+        return self.client().login(username, PASSWORDS[username]).session
 
     def api(self, session: requests.Session, method: str, path: str, **kwargs) -> requests.Response:
-        kwargs.setdefault("timeout", 30)
-        return session.request(method, f"{self.url}/hub/api/{path}", **kwargs)
+        return self.client(session).api(method, path, **kwargs)
 
     def spawn_form(self, session: requests.Session, **fields) -> requests.Response:
         """Submit the spawn form as a browser does; returns the page the hub answers with."""
-        page = session.get(f"{self.url}/hub/spawn", timeout=30)
-        action = re.search(r'<form[^>]*id="spawn_form"[^>]*action="([^"]+)"', page.text)
-        assert action, f"no spawn form on {page.url}: {page.text[-1000:]}"
-        return session.post(f"{self.url}{html.unescape(action.group(1))}", allow_redirects=False, timeout=60,
-                            files={k: (None, str(v)) for k, v in fields.items()})
+        client = self.client(session)
+        action = client.spawn_form_action()
+        assert action, f"no spawn form at {self.url}/hub/spawn"
+        return client.post_spawn_form(action, fields)
 
     def server(self, session: requests.Session, user: str) -> dict | None:
-        model = self.api(session, "GET", f"users/{user}").json()
-        return model.get("servers", {}).get("")
+        return self.client(session).server(user)
 
     def wait_ready(self, session: requests.Session, user: str, timeout: float = 90) -> dict:
         def ready():
@@ -136,9 +118,7 @@ class Hub:
         return wait_for(ready, timeout, what=f"{user}'s server to be ready")
 
     def stop(self, session: requests.Session, user: str) -> None:
-        response = self.api(session, "DELETE", f"users/{user}/server")
-        assert response.status_code in (202, 204, 400), response.text
-        wait_for(lambda: self.server(session, user) is None, 60, what=f"{user}'s server to stop")
+        self.client(session).stop(user)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -184,6 +164,17 @@ def alice(hub, admin) -> requests.Session:
     yield session
     if hub.server(admin, "alice") is not None:
         hub.stop(admin, "alice")
+
+
+@pytest.fixture
+def every_node_held(cluster):
+    """Another job holds every node whole, so the next job (a server's or a training job's) waits in the queue.
+    Yields the holder's job id: cancelling it frees the nodes."""
+    holder = slurm("sbatch", "--parsable", f"--nodes={len(NODES)}", "--exclusive", "--mem=1G",
+                   "--wrap=sleep 300", "-o", "/dev/null").strip()
+    wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
+    yield holder
+    slurm("scancel", holder)
 
 
 @pytest.fixture(scope="session")

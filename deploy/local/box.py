@@ -46,8 +46,9 @@ sys.path[:0] = [str(REPO), str(REPO / "deploy"), str(REPO / "deploy" / "local")]
 
 from parts import accounting, hub, munge, nodes, slapd, slurm, users  # noqa: E402
 from parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir  # noqa: E402
-from parts.supervise import Lock, Service, service_pid, start_service, stop_service  # noqa: E402
+from supervise import Lock, Service, service_pid, start_service, stop_service  # noqa: E402
 
+from portal.cli import run_reporting  # noqa: E402
 from portal.config import ConfigError, PortalConfig, load  # noqa: E402
 
 
@@ -141,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     lay = Layout(cfg)
     by_name = {svc.name: svc for svc in services(cfg)}
-    try:
+
+    def run() -> None:
         if args.command == "status":
             cmd_status(lay)
-            return 0
+            return
         make_dir(lay.root, 0o755)
         check_traversable(lay.root)
         make_dir(lay.run, 0o755)
@@ -160,10 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(stop_service(by_name[args.name], lay))
             else:
                 print(nodes.crash(lay, next(n for n in nodes.network_of(cfg).nodes if n.name == args.name)))
-    except BoxError as err:
-        print(f"box.py {args.command}: {err}", file=sys.stderr)
-        return 1
-    return 0
+
+    return run_reporting(f"box.py {args.command}", run, BoxError)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from portal.cli import run_reporting
 from portal.config import PortalConfig, load
 
 DEMO_IMAGES = 240  # a minute of training on 2 CPU cores at 64 px
@@ -73,12 +74,7 @@ def ensure_demo_data(cfg: PortalConfig) -> Path:
 
 
 def main() -> int:
-    try:
-        print(ensure_demo_data(load()))
-    except DemoDataError as err:
-        print(f"demo data: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return run_reporting("demo data", lambda: print(ensure_demo_data(load())), DemoDataError)
 
 
 if __name__ == "__main__":

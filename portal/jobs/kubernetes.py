@@ -1,11 +1,11 @@
 """Training jobs on Kubernetes: a Horovod job as an MPIJob (kubeflow.org/v2beta1) in the user's own namespace.
 
-Pure builders first (a validated spec in, a manifest out; an MPIJob in, a state or a record out), unit-tested
-without a cluster; `KubernetesBackend` then makes the calls with the `kubernetes` client. The dashboard (the
-hub's service account) acts for a user by impersonating `<k8s_user_prefix><name>`, so the API server's RBAC
-(deploy/kubernetes/rbac.yaml) keeps each user to their namespace, as `runuser` + Slurm do on the Slurm path. A
-notebook in the user's own pod uses that pod's service account, which is bound to the same role in the same
-namespace.
+The manifests are built by `portal.jobs.k8s_manifests`; here the pure readers first (an MPIJob in, a state or
+a record out), unit-tested without a cluster; `KubernetesBackend` then makes the calls with the `kubernetes`
+client. The dashboard (the hub's service account) acts for a user by impersonating `<k8s_user_prefix><name>`,
+so the API server's RBAC (deploy/kubernetes/rbac.yaml) keeps each user to their namespace, as `runuser` + Slurm
+do on the Slurm path. A notebook in the user's own pod uses that pod's service account, which is bound to the
+same role in the same namespace.
 
 The MPIJob is the job's record: its name is the job id, its labels say whose it is, its annotations carry the
 spec and the submit time. Cancelling deletes it (a deleted or deleting MPIJob reads as CANCELLED). The
@@ -28,6 +28,20 @@ from pathlib import Path
 from typing import Any
 
 from portal.config import PortalConfig
+from portal.jobs.k8s_manifests import (
+    ANNOTATION_SPEC,
+    ANNOTATION_SUBMITTED,
+    GROUP,
+    LABEL_JOB,
+    LABEL_USER,
+    PLURAL,
+    VERSION,
+    manifest_yaml,
+    mpijob_manifest,
+    user_namespace_manifest,
+    user_namespace_objects,
+    user_principal,
+)
 from portal.jobs.record import (
     CANCELLED,
     COMPLETED,
@@ -38,24 +52,15 @@ from portal.jobs.record import (
     TIMEOUT,
     JobRecord,
     RecordError,
-    now_utc,
     recorded_spec,
 )
-from portal.jobs.slurm import MPI_EXPORTED, JobNotFound, nccl_environment
-from portal.jobs.spec import JobLimits, JobSpec, minutes_of
-from portal.jobs.templating import template_environment
+from portal.jobs.slurm import JobNotFound
+from portal.jobs.spec import JobLimits, JobSpec
 from portal.metrics import RunMetrics
 
-GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
-API_VERSION = f"{GROUP}/{VERSION}"
-LABEL_USER, LABEL_JOB = "dsportal/user", "dsportal/job-id"
-ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
 # The MPI operator's labels on the pods it makes (mpi-operator v2: training.kubeflow.org/*).
 OPERATOR_JOB_LABEL, OPERATOR_ROLE_LABEL = "training.kubeflow.org/job-name", "training.kubeflow.org/job-role"
-GPU_RESOURCE = "nvidia.com/gpu"
-LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}  # mpirun and its ssh sessions; the work is in the workers
 K8S_ID = re.compile(r"^k8s-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}\Z")  # also a valid MPIJob name (a DNS-1123 label)
-HOME, DATA, SHM = "home", "data", "dshm"  # volume names
 EPOCH_LINE = re.compile(r"chexnet\.train: epoch (\d+)/\d+: .*?auroc/mean=([0-9.]+|n/a).*?images/sec=([0-9.]+|n/a)")
 
 
@@ -105,7 +110,7 @@ def kube_user(user: str | None, groups: Sequence[str] | None, cfg: PortalConfig)
                     home=Path(cfg.k8s_home_mount), data_root=Path(cfg.k8s_data_mount), is_caller=is_caller)
 
 
-# --- pure builders ---
+# --- pure: limits and readers ---
 
 def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "") -> JobLimits:
     """What a user may ask of one GPU type's node pool (no nodes are read: the pool's shape is configured)."""
@@ -115,100 +120,6 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "") ->
                      gpu_quota=cfg.gpu_quota_for(list(groups)),
                      default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"),
                      groups=tuple(groups))
-
-
-def user_namespace_manifest(cfg: PortalConfig, user: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": cfg.user_namespace(user),
-                         "labels": {"app.kubernetes.io/part-of": "dsportal", LABEL_USER: user}}}
-
-
-def user_namespace_objects(cfg: PortalConfig, user: str, gpu_quota: int) -> list[dict]:
-    """What makes a user's namespace theirs (the spawner applies these after KubeSpawner creates it): the
-    role `dsportal-user` (deploy/kubernetes/rbac.yaml) for the user as the portal impersonates them and for
-    their pods' service account (notebooks submit jobs with it), and their group GPU quota as a ResourceQuota,
-    so the API server refuses more GPUs than the quota even to a request that never went through the portal."""
-    namespace = cfg.user_namespace(user)
-    labels = {"app.kubernetes.io/part-of": "dsportal", LABEL_USER: user}
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "dsportal-user", "namespace": namespace, "labels": labels},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "dsportal-user"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{cfg.k8s_user_prefix}{user}"},
-                     {"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
-    }
-    quota = {
-        "apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": {"name": "dsportal-gpus", "namespace": namespace, "labels": labels},
-        "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(gpu_quota)}},
-    }
-    return [binding, quota]
-
-
-def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig) -> str:
-    nccl = nccl_environment(cfg)
-    return template_environment().get_template(f"{spec.template}.mpijob.sh").render(
-        spec=spec, job_id=job_id, job_dir=job_dir, venv_bin=str(cfg.venv / "bin"),
-        python=str(cfg.venv / "bin" / "python"), nccl_env=nccl, map_by=cfg.jobs_mpi_map_by,
-        bind_to=cfg.jobs_mpi_bind_to, mpirun_args=cfg.jobs_mpirun_args,
-        exported=(*MPI_EXPORTED, *(name for name, _ in nccl)))
-
-
-def _pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict],
-                  node_selector: Mapping[str, str] | None = None) -> dict:
-    spec: dict[str, Any] = {"containers": [container], "volumes": volumes,
-                            # The image's notebook user; the home volume is theirs.
-                            "securityContext": {"runAsUser": 1000, "runAsGroup": 100, "fsGroup": 100}}
-    if node_selector:
-        spec["nodeSelector"] = dict(node_selector)
-    return {"metadata": {"labels": dict(labels), "annotations": {"sidecar.istio.io/inject": "false"}}, "spec": spec}
-
-
-def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str,
-                    submitted_at: str = "") -> dict:
-    """The MPIJob for a validated spec: a launcher running mpirun, `spec.nodes` workers with
-    `slotsPerWorker` = GPUs per worker pod, the data set (read-only), the user's home and /dev/shm in memory."""
-    job_dir = posixpath.join(cfg.k8s_home_mount, "jobs", job_id)
-    labels = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "training",
-              LABEL_USER: user, LABEL_JOB: job_id}
-    mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}]
-    home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
-    worker_resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),
-                                        "memory": f"{spec.memory_gb}Gi"}
-    if spec.gpus_per_node:
-        worker_resources[GPU_RESOURCE] = str(spec.gpus_per_node)
-    launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
-                "command": ["/bin/bash", "-c", launcher_script(spec, job_id, job_dir, cfg)],
-                "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
-                "volumeMounts": mounts}
-    worker = {"name": "worker", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
-              "resources": {"requests": dict(worker_resources), "limits": dict(worker_resources)},
-              "volumeMounts": [*mounts, {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
-                               {"name": SHM, "mountPath": "/dev/shm"}]}
-    worker_volumes = [home, {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim,
-                                                                     "readOnly": True}},
-                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
-    selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
-    return {
-        "apiVersion": API_VERSION, "kind": KIND,
-        "metadata": {"name": job_id, "namespace": cfg.user_namespace(user), "labels": labels,
-                     "annotations": {ANNOTATION_SPEC: json.dumps(spec.to_dict(), sort_keys=True),
-                                     ANNOTATION_SUBMITTED: submitted_at or now_utc()}},
-        "spec": {
-            "slotsPerWorker": spec.workers_per_node,
-            "mpiImplementation": "OpenMPI",
-            # No retries (a failed training is a result to read, not to repeat); the wall time as a deadline;
-            # finished pods are removed but the MPIJob (the record) is kept.
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0,
-                          "activeDeadlineSeconds": minutes_of(spec.time_limit) * 60},
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": _pod_template(labels, launcher, [home])},
-                "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
-                           "template": _pod_template(labels, worker, worker_volumes, selector)},
-            },
-        },
-    }
 
 
 def mpijob_state(mpijob: Mapping[str, Any]) -> str:
@@ -259,21 +170,6 @@ def log_metrics(text: str) -> RunMetrics:
     return RunMetrics(images_per_sec=rate, best_mean_auroc=best, best_epoch=best_epoch, epochs_done=epochs)
 
 
-def manifest_yaml(manifest: Mapping[str, Any]) -> str:
-    """A manifest as people read it: keys in the order built, scripts as literal blocks, no YAML anchors."""
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        def ignore_aliases(self, data: Any) -> bool:
-            return True
-
-    def text(dumper: yaml.SafeDumper, value: str):
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
-
-    Dumper.add_representer(str, text)
-    return yaml.dump(manifest, Dumper=Dumper, sort_keys=False, width=120)
-
-
 # --- the calls ---
 
 def api_client(cfg: PortalConfig, user: KubeUser | None = None):
@@ -288,8 +184,16 @@ def api_client(cfg: PortalConfig, user: KubeUser | None = None):
         config.load_incluster_config(client_configuration=configuration)
         api = client.ApiClient(configuration)
     if user is not None and not user.is_caller:
-        api.set_default_header("Impersonate-User", f"{cfg.k8s_user_prefix}{user.name}")
-        api.set_default_header("Impersonate-Group", cfg.k8s_users_group)
+        impersonate(api, user_principal(cfg, user.name), cfg.k8s_users_group)
+    return api
+
+
+def impersonate(api, principal: str, group: str | None = None):
+    """Make client `api` act as `principal` (in `group`): the API server checks that its credentials may
+    impersonate them, then applies RBAC as them. Returns `api`."""
+    api.set_default_header("Impersonate-User", principal)
+    if group:
+        api.set_default_header("Impersonate-Group", group)
     return api
 
 

@@ -61,12 +61,7 @@ class JobRecord:
     def from_json(cls, text: str, expect: RecordPlace | None = None) -> JobRecord:
         """The record in `text`; RecordError naming what is wrong. `expect`: where it was read from, which it must
         name (its id, its user, its directory)."""
-        if len(text) > MAX_RECORD_BYTES:
-            raise RecordError(f"{len(text)} bytes, more than a record's {MAX_RECORD_BYTES}")
-        try:
-            data = finite_json(text)
-        except (ValueError, RecursionError) as err:
-            raise RecordError(f"not JSON ({str(err)[:80]})") from None
+        data = finite_json(text, MAX_RECORD_BYTES, RecordError)
         if not isinstance(data, dict):
             raise RecordError(f"a JSON {type(data).__name__}, not an object")
         record = cls(id=_text(data, "id"), backend=_text(data, "backend"), user=_text(data, "user"),

@@ -13,22 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from portal.inputs import (
-    MAX_PATH,
-    InputError,
-    boolean,
-    check_fields,
-    choice,
-    format_minutes,
-    minutes_of,
-    shown,
-    text,
-    wall_time,
-    whole_number,
-)
+from chexnet.reference import MODELS  # the models the trainer builds, defined once (TensorFlow-free)
+from portal import inputs
+from portal.inputs import InputError, format_minutes, minutes_of
 
 TEMPLATES = ("chexnet",)
-MODELS = ("densenet121", "resnet50")
 WHOLE = "spec"  # what an error about the request as a whole names (not a mapping, a key that is no field name)
 __all__ = ["FIELDS", "MODELS", "TEMPLATES", "JobLimits", "JobSpec", "JobSpecError", "format_minutes", "minutes_of",
            "parse_job_spec"]
@@ -119,29 +108,15 @@ class JobLimits:
 
 
 def _integer(raw: Mapping[str, Any], name: str, low: int, high: int, why: str = "") -> int:
-    return whole_number(raw[name], name, low, high, why)
-
-
-def _time_limit(raw: Mapping[str, Any], limits: JobLimits) -> str:
-    return wall_time(raw["time_limit"], "time_limit", limits.max_minutes, f" ({limits.where()})")
+    return inputs.whole_number(raw[name], name, low, high, why)
 
 
 def _data_dir(raw: Mapping[str, Any], limits: JobLimits, user_can_read: Callable[[str], bool]) -> str:
     value = raw["data_dir"] if "data_dir" in raw else limits.default_data_dir
-    allowed = f"allowed: an absolute path of a directory you can read, at most {MAX_PATH} characters"
-    if not isinstance(value, str) or not value.strip():
-        raise JobSpecError("data_dir", f"{shown(value)} is not a path; {allowed}")
-    text(value, "data_dir", MAX_PATH, allowed)  # the cap first: a longer path only comes back from the OS as E2BIG
-    if any(ch in value for ch in "\0\n\r"):
-        raise JobSpecError("data_dir", f"{shown(value)} contains a control character; {allowed}")
-    if not os.path.isabs(value):
-        raise JobSpecError("data_dir", f"{shown(value)} is relative; {allowed}")
-    # normpath is lexical: "/data/../etc" becomes "/etc" before the check, so what is checked is what is used.
-    path = os.path.normpath(value)
-    if path.startswith("//"):  # POSIX keeps a leading "//"; one slash is the same directory
-        path = "/" + path.lstrip("/")
+    allowed = f"allowed: an absolute path of a directory you can read, at most {inputs.MAX_PATH} characters"
+    path = inputs.absolute_path(value, "data_dir", allowed)
     if not user_can_read(path):
-        raise JobSpecError("data_dir", f"{shown(path)} does not exist or you cannot read it; {allowed}")
+        raise JobSpecError("data_dir", f"{inputs.shown(path)} does not exist or you cannot read it; {allowed}")
     return path
 
 
@@ -150,21 +125,18 @@ def _gpus_per_node(raw: Mapping[str, Any], limits: JobLimits, nodes: int, most: 
     if most >= limits.gpus_per_node:
         return _integer(raw, "gpus_per_node", 0, most, f" (GPUs per node {limits.where()})")
     if not limits.gpus_in_use:
-        note = (f" (your GPU quota is {limits.gpu_quota} for all nodes together; your groups: "
-                f"{', '.join(limits.groups) or 'none'})")
+        note = inputs.quota_note(limits.gpu_quota, limits.groups, " for all nodes together")
         return _integer(raw, "gpus_per_node", 0, most, note)
     value = _integer(raw, "gpus_per_node", 0, limits.gpus_per_node, f" (GPUs per node {limits.where()})")
     if value > most:
         per_node = f" per node on {nodes} nodes" if nodes > 1 else ""
-        held = (f"you use {limits.gpus_in_use} of your {limits.gpu_quota} GPUs"
-                if limits.gpus_in_use <= limits.gpu_quota else  # jobs waiting in the queue can ask for more
-                f"your jobs and server hold or wait for {limits.gpus_in_use} GPUs, more than your quota of "
-                f"{limits.gpu_quota}")
+        held = inputs.gpus_held(limits.gpus_in_use, limits.gpu_quota)
         raise JobSpecError("gpus_per_node", f"{held} ({', '.join(limits.gpu_holders)}); ask for at most "
                                             f"{most}{per_node}")
     return value
 
 
+@inputs.refused_as(JobSpecError)
 def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
                    user_can_read: Callable[[str], bool] = lambda path: os.path.isdir(path) and os.access(
                        path, os.R_OK | os.X_OK)) -> JobSpec:
@@ -173,19 +145,8 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
     `user_can_read(path)` says whether the user who will run the job can list the directory; the default asks
     for the calling process, which is right when the user calls (a notebook), wrong when root acts for them.
     """
-    try:
-        return _parse(raw, limits, user_can_read)
-    except JobSpecError:
-        raise
-    except InputError as err:  # portal.inputs' grammar names the field; this surface's error type carries it
-        raise JobSpecError(err.field, err.message) from None
-
-
-def _parse(raw: Mapping[str, Any], limits: JobLimits, user_can_read: Callable[[str], bool]) -> JobSpec:
-    if not isinstance(raw, Mapping):
-        raise JobSpecError(WHOLE, f"expected a mapping of fields; allowed fields: {', '.join(FIELDS)}")
-    check_fields(raw, FIELDS, WHOLE)
-    template = choice(raw["template"], "template", TEMPLATES) if "template" in raw else JobSpec.template
+    raw = inputs.fields_of(raw, FIELDS, WHOLE)
+    template = inputs.choice(raw["template"], "template", TEMPLATES) if "template" in raw else JobSpec.template
 
     nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"
     nodes = _integer(raw, "nodes", 1, limits.nodes, nodes_note) if "nodes" in raw else 1
@@ -208,7 +169,7 @@ def _parse(raw: Mapping[str, Any], limits: JobLimits, user_can_read: Callable[[s
     else:
         memory_gb = max(1, min(DEFAULT_MEMORY_GB, limits.memory_gb_per_node))
     if "time_limit" in raw:
-        time_limit = _time_limit(raw, limits)
+        time_limit = inputs.wall_time(raw["time_limit"], "time_limit", limits.max_minutes, f" ({limits.where()})")
     elif limits.max_minutes is not None and minutes_of(DEFAULT_TIME_LIMIT) > limits.max_minutes:
         time_limit = format_minutes(limits.max_minutes)
     else:
@@ -227,8 +188,8 @@ def _parse(raw: Mapping[str, Any], limits: JobLimits, user_can_read: Callable[[s
         if "batch_size" in raw else defaults.batch_size,
         image_size=_integer(raw, "image_size", MIN_IMAGE_SIZE, MAX_IMAGE_SIZE, " (pixels, square)")
         if "image_size" in raw else defaults.image_size,
-        model=choice(raw["model"], "model", MODELS) if "model" in raw else defaults.model,
-        fp16=boolean(raw["fp16"], "fp16") if "fp16" in raw else defaults.fp16,
-        xla=boolean(raw["xla"], "xla") if "xla" in raw else defaults.xla,
+        model=inputs.choice(raw["model"], "model", MODELS) if "model" in raw else defaults.model,
+        fp16=inputs.boolean(raw["fp16"], "fp16") if "fp16" in raw else defaults.fp16,
+        xla=inputs.boolean(raw["xla"], "xla") if "xla" in raw else defaults.xla,
         data_dir=_data_dir(raw, limits, user_can_read),
     )

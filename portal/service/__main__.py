@@ -9,6 +9,7 @@ import signal
 import sys
 from urllib.parse import urlparse
 
+from portal.cli import run_reporting
 from portal.config import ConfigError, load
 
 
@@ -35,12 +36,7 @@ def main() -> int:
     # Requests and our own messages; the libraries' start-up chatter (alembic plugins, ...) stays out.
     for name in ("portal", "tornado.access"):
         logging.getLogger(name).setLevel(logging.INFO)
-    try:
-        asyncio.run(serve())
-    except ConfigError as err:
-        print(f"portal.service: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run_reporting("portal.service", lambda: asyncio.run(serve()), ConfigError, status=2)
 
 
 if __name__ == "__main__":

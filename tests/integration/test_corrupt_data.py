@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from chexnet.callbacks import TAG_SKIPPED
-from chexnet.data.pipeline import source_of
+from chexnet.data.sources import source_of
 from tests.integration.test_training import HOROVODRUN, REPO, scalars, train
 
 PYTHON = sys.executable

@@ -13,6 +13,7 @@ import time
 import pytest
 import requests
 
+from bench.hub_client import xsrf_of
 from portal.jobs.demo_data import ensure_demo_data
 from portal.tensorboard import panel_url
 from tests.conftest import NODES, jobs_of, wait_for
@@ -26,12 +27,7 @@ PORTAL = "/services/portal/"
 
 def token_session(hub, user: str) -> requests.Session:
     """A plain API client for the dashboard with a hub API token of the user (made with their login session)."""
-    session = hub.login(user)
-    response = hub.api(session, "POST", f"users/{user}/tokens", json={"note": "dashboard test"})
-    assert response.status_code == 201, response.text
-    client = requests.Session()
-    client.headers["Authorization"] = f"token {response.json()['token']}"
-    return client
+    return hub.client(hub.login(user)).token_session(user, "dashboard test")
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +128,7 @@ def test_the_jobs_page_lists_it_and_the_cancel_form_needs_xsrf(hub, clients, por
     action = f"{PORTAL}jobs/{victim}/cancel"
     forged = session.post(f"{hub.url}{action}", data={}, allow_redirects=False, timeout=60)
     assert forged.status_code == 403, forged.text
-    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text).group(1)
+    xsrf = xsrf_of(page.text)
     done = session.post(f"{hub.url}{action}", data={"_xsrf": xsrf}, allow_redirects=False, timeout=60)
     assert done.status_code == 302, done.text
     wait_for(lambda: not any(line.startswith(f"{victim} ") for line in jobs_of("alice")), 60,

@@ -7,17 +7,19 @@ Generated inputs are mostly ones to refuse (so nothing reaches Slurm); the few v
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.hub_client import xsrf_of
 from portal.jobs.spec import FIELDS as SPEC_FIELDS
 from spawners.forms import FIELDS as OPTION_FIELDS
 from tests.conftest import jobs_of, wait_for
@@ -62,7 +64,7 @@ SPEC_BODIES = st.one_of(
 def alice_browser(hub):
     session = browser(hub, "alice")
     page = session.get(f"{hub.url}{PORTAL}submit", timeout=30)
-    session.headers["X-XSRFToken"] = re.search(r'name="_xsrf" value="([^"]+)"', page.text).group(1)
+    session.headers["X-XSRFToken"] = xsrf_of(page.text)
     return session
 
 
@@ -77,20 +79,26 @@ def assert_refused_naming_a_field(response: requests.Response, fields: tuple[str
     return field
 
 
-def test_generated_job_specs_are_refused_with_a_field_and_submit_nothing(hub, alice_browser):
+def refuse_each(requests_of: st.SearchStrategy, send: Callable[[Any], requests.Response], fields: tuple[str, ...],
+                whole: str, what: str) -> None:
+    """Send every generated request: each must be refused naming a field. Says how many went, and how fast."""
     started, count = time.monotonic(), 0
 
     @HTTP_SETTINGS
-    @given(SPEC_BODIES)
-    def post(body: bytes) -> None:
+    @given(requests_of)
+    def send_one(request: Any) -> None:
         nonlocal count
         count += 1
-        response = alice_browser.post(f"{hub.url}{PORTAL}api/jobs", data=body, timeout=60,
-                                      headers={"Content-Type": "application/json"})
-        assert_refused_naming_a_field(response, SPEC_FIELDS, "spec")
+        assert_refused_naming_a_field(send(request), fields, whole)
 
-    post()
-    print(f"\n{count} job specs posted in {time.monotonic() - started:.1f} s")
+    send_one()
+    print(f"\n{count} {what} in {time.monotonic() - started:.1f} s")
+
+
+def test_generated_job_specs_are_refused_with_a_field_and_submit_nothing(hub, alice_browser):
+    refuse_each(SPEC_BODIES, lambda body: alice_browser.post(f"{hub.url}{PORTAL}api/jobs", data=body, timeout=60,
+                                                             headers={"Content-Type": "application/json"}),
+                SPEC_FIELDS, "spec", "job specs posted")
     assert jobs_of("alice") == []
 
 
@@ -121,18 +129,8 @@ SPAWN_BODIES = refused_object(OPTION_FIELDS, "options")
 
 
 def test_generated_spawn_options_are_refused_and_a_valid_spawn_still_works(hub, admin, alice):
-    started, count = time.monotonic(), 0
-
-    @HTTP_SETTINGS
-    @given(SPAWN_BODIES)
-    def spawn(options: dict) -> None:
-        nonlocal count
-        count += 1
-        response = hub.api(admin, "POST", "users/alice/server", data=json.dumps(options))
-        assert_refused_naming_a_field(response, OPTION_FIELDS, "options")
-
-    spawn()
-    print(f"\n{count} spawn requests in {time.monotonic() - started:.1f} s")
+    refuse_each(SPAWN_BODIES, lambda options: hub.api(admin, "POST", "users/alice/server", data=json.dumps(options)),
+                OPTION_FIELDS, "options", "spawn requests")
     assert jobs_of("alice") == [] and hub.server(admin, "alice") is None
     # The options stored before the refusals stay (nothing stored yet: none), so a start without options works.
     response = hub.api(admin, "POST", "users/alice/server", data=json.dumps({"gpus": 0, "cpus": 1,
@@ -162,10 +160,9 @@ def test_the_spawn_form_refuses_with_a_400_and_the_field(hub, admin, alice):
 
 def test_the_spawn_form_refuses_bytes_that_are_not_utf8_with_a_400(hub, admin, alice):
     """The hub decodes the form before the spawner sees it; portal.hub_pages checks the bytes first."""
-    page = alice.get(f"{hub.url}/hub/spawn", timeout=30)
-    action = re.search(r'<form[^>]*id="spawn_form"[^>]*action="([^"]+)"', page.text).group(1)
+    action = hub.client(alice).spawn_form_action()
     body = b"partition=batch&gpus=%FF%FE&cpus=1&memory_gb=1&runtime=00%3A10%3A00"
-    response = alice.post(f"{hub.url}{html.unescape(action)}", data=body, allow_redirects=False, timeout=60,
+    response = alice.post(f"{hub.url}{action}", data=body, allow_redirects=False, timeout=60,
                           headers={"Content-Type": "application/x-www-form-urlencoded"})
     text = response.content.decode("utf-8")
     assert response.status_code == 400 and "gpus:" in text and "not valid UTF-8" in text, text[-3000:]

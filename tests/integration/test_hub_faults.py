@@ -22,7 +22,7 @@ import requests
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.service.base import SECURITY_HEADERS, XSRF_REFUSED_API, XSRF_REFUSED_PAGE
-from tests.conftest import NODES, box, jobs_of, slurm, wait_for
+from tests.conftest import box, jobs_of, slurm, wait_for
 from tests.integration.test_dashboard import token_session
 
 pytestmark = pytest.mark.integration
@@ -99,16 +99,6 @@ def test_a_post_without_its_xsrf_token_says_so_and_the_dashboard_keeps_answering
 
 # --- a hub restart during a pending spawn ---
 
-@pytest.fixture
-def nodes_taken(cluster):
-    """Another job holds every node whole, so alice's server job waits in the queue."""
-    holder = slurm("sbatch", "--parsable", f"--nodes={len(NODES)}", "--exclusive", "--mem=1G",
-                   "--wrap=sleep 300", "-o", "/dev/null").strip()
-    wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
-    yield holder
-    slurm("scancel", holder)
-
-
 def ask_for_a_server(hub, admin, user: str) -> None:
     """The REST API's start, which answers only when the spawn ends: here the hub goes away before that."""
     try:
@@ -125,7 +115,7 @@ def no_job_left(cluster):
         slurm("scancel", "-u", "alice")
 
 
-def test_a_hub_restart_during_a_pending_spawn_leaves_no_job_behind(cluster, hub, admin, alice, nodes_taken,
+def test_a_hub_restart_during_a_pending_spawn_leaves_no_job_behind(cluster, hub, admin, alice, every_node_held,
                                                                    no_job_left):
     threading.Thread(target=ask_for_a_server, args=(hub, admin, "alice"), daemon=True).start()
     (job,) = wait_for(lambda: jobs_of("alice"), 30, interval=0.2, what="alice's server job in the queue")
@@ -143,7 +133,7 @@ def test_a_hub_restart_during_a_pending_spawn_leaves_no_job_behind(cluster, hub,
     log = (cluster.state_dir / "log" / "hub.log").read_text()
     assert re.search(rf"Slurm job {job_id} .*hub restarted.*cancelled", log), log[-3000:]
 
-    slurm("scancel", nodes_taken)  # the queue frees up: alice starts again, from the same hub
+    slurm("scancel", every_node_held)  # the queue frees up: alice starts again, from the same hub
     assert hub.spawn_form(alice, gpus=0).status_code == 302
     hub.wait_ready(admin, "alice")
 

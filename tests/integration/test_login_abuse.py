@@ -43,9 +43,7 @@ def browser(address: str = "127.0.0.1") -> requests.Session:
 
 
 def post_login(hub, session: requests.Session, username: str, password: str) -> requests.Response:
-    _, xsrf = hub.login_form(session)
-    return session.post(f"{hub.url}/hub/login?next=", allow_redirects=False, timeout=30,
-                        data={"username": username, "password": password, "_xsrf": xsrf})
+    return hub.client(session).post_login(username, password)
 
 
 def test_a_flood_of_huge_passwords_leaves_real_logins_alone(hub):

@@ -130,29 +130,19 @@ def start_in_background(hub, admin, user: str, options: dict) -> tuple[list, thr
     return events, done
 
 
-@pytest.fixture
-def all_cpus_busy(cluster):
-    """Another job holds every node whole, so the next job has to wait in the queue."""
-    holder = slurm("sbatch", "--parsable", f"--nodes={len(NODES)}", "--exclusive", "--mem=1G",
-                   "--wrap=sleep 300", "-o", "/dev/null").strip()
-    wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
-    yield holder
-    slurm("scancel", holder)
-
-
-def test_progress_shows_the_job_and_slurms_pending_reason(hub, admin, alice, all_cpus_busy):
+def test_progress_shows_the_job_and_slurms_pending_reason(hub, admin, alice, every_node_held):
     events, done = start_in_background(hub, admin, "alice", {"gpus": 0})
     pending = wait_for(lambda: [e[1]["message"] for e in events if "pending: Resources" in e[1].get("message", "")],
                        30, what="a progress event with Slurm's pending reason")
     (job,) = jobs_of("alice")
     assert pending[0] == f"Slurm job {job.split()[0]} pending: Resources (waiting for GPUs, CPUs or memory to free up)"
 
-    slurm("scancel", all_cpus_busy)
+    slurm("scancel", every_node_held)
     assert done.wait(60) and events[-1][1].get("ready"), events
     assert any(re.search(rf"running on ({'|'.join(NODES)})", e[1].get("message", "")) for e in events), events
 
 
-def test_a_job_killed_right_after_submission_fails_the_spawn_with_the_reason(hub, admin, alice, all_cpus_busy):
+def test_a_job_killed_right_after_submission_fails_the_spawn_with_the_reason(hub, admin, alice, every_node_held):
     events, done = start_in_background(hub, admin, "alice", {"gpus": 0})
     (job,) = wait_for(lambda: jobs_of("alice"), 10, interval=0.1, what="alice's job")
     job_id = job.split()[0]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kubernetes.dynamic import DynamicClient
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "deploy" / "kubernetes"))
@@ -30,26 +31,19 @@ BUILD_TIMEOUT = 1800  # seconds; the first build takes about 6.5 minutes on 2 co
 
 @dataclass(frozen=True)
 class Kube:
-    """The running test box: where it lives, and a client per identity."""
+    """The running test box: where it lives, and a client (the `kubernetes` DynamicClient) per identity."""
 
     box: kubebox.KubeBox
     cluster: kubebox.Cluster
-    admin: kubebox.Api
-    hub: kubebox.Api  # ServiceAccount dsportal/dsportal-hub
-    alice: kubebox.Api  # her own static token (as `kubectl --kubeconfig alice.kubeconfig` would be)
-    bob: kubebox.Api
+    admin: DynamicClient
+    hub: DynamicClient  # ServiceAccount dsportal/dsportal-hub
+    alice: DynamicClient  # her own static token (as `kubectl --kubeconfig alice.kubeconfig` would be)
+    bob: DynamicClient
+    kubeconfigs: dict[str, Path]
 
-    @property
-    def state_dir(self) -> Path:
-        return self.cluster.state_dir
-
-    @property
-    def api_url(self) -> str:
-        return self.cluster.api_url
-
-    @property
-    def kubeconfigs(self) -> dict[str, Path]:
-        return self.cluster.kubeconfigs
+    def read(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict:
+        """One object as the admin reads it (the client raises NotFoundError, status 404, when it is not there)."""
+        return kubebox.resource(self.admin, api_version, kind).get(name=name, namespace=namespace).to_dict()
 
 
 def build_binaries() -> None:
@@ -77,13 +71,12 @@ def kube():
     started = time.monotonic()
     try:
         cluster = kubebox.up(box, report=lines.append)
-    except kubebox.KubeBoxError as err:
+    except kubebox.KubeBoxError as err:  # its message names the log to read, with its last lines
         kubebox.down(box)
-        log = f"\n--- last lines of {err.log}:\n{kubebox.tail(err.log, 20)}" if err.log else ""
-        pytest.fail(f"the kubebox did not start: {err}\n" + "\n".join(lines) + log, pytrace=False)
+        pytest.fail(f"the kubebox did not start: {err}\n" + "\n".join(lines), pytrace=False)
     print(f"\nkubebox up in {time.monotonic() - started:.1f} s at {cluster.api_url}")
-    clients = {name: kubebox.Api.from_kubeconfig(path) for name, path in cluster.kubeconfigs.items()}
+    clients = {name: kubebox.from_kubeconfig(path) for name, path in cluster.kubeconfigs.items()}
     for user in kubebox.DEMO_USERS:
         kubebox.ensure_user_namespace(clients["hub"], user)  # as the hub does before a user's first job
-    yield Kube(box, cluster, clients["admin"], clients["hub"], clients["alice"], clients["bob"])
+    yield Kube(box, cluster, clients["admin"], clients["hub"], clients["alice"], clients["bob"], cluster.kubeconfigs)
     kubebox.down(box)

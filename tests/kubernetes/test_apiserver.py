@@ -13,7 +13,9 @@ import uuid
 
 import kubebox
 import pytest
-from kubebox import Api, ApiError, resource_path
+from kubebox import ApiError, impersonating, resource
+
+from portal.jobs.k8s_manifests import LABEL_USER, USER_ROLE
 
 MPIJOB = ("kubeflow.org/v2beta1", "MPIJob")
 ALICE_NS, BOB_NS = kubebox.user_namespace("alice"), kubebox.user_namespace("bob")
@@ -44,13 +46,18 @@ def mpijob(name: str | None = None, **spec: object) -> dict:
     return body
 
 
-def jobs_path(namespace: str, name: str | None = None) -> str:
-    return resource_path(*MPIJOB, namespace, name)
+def jobs(api):
+    """The MPIJobs as client `api` reaches them: .create(body=, namespace=), .get(name=, namespace=), .delete(...)."""
+    return resource(api, *MPIJOB)
 
 
-def refused(api: Api, namespace: str, body: dict) -> ApiError:
+def job_names(api, namespace: str) -> list[str]:
+    return [job["metadata"]["name"] for job in jobs(api).get(namespace=namespace).to_dict()["items"]]
+
+
+def refused(api, namespace: str, body: dict) -> ApiError:
     with pytest.raises(ApiError) as caught:
-        api.create(jobs_path(namespace), body)
+        jobs(api).create(body=body, namespace=namespace)
     return caught.value
 
 
@@ -58,7 +65,7 @@ def refused(api: Api, namespace: str, body: dict) -> ApiError:
 
 
 def test_valid_mpijob_is_accepted_with_defaults(kube):
-    created = kube.admin.create(jobs_path(ALICE_NS), mpijob("valid"))
+    created = jobs(kube.admin).create(body=mpijob("valid"), namespace=ALICE_NS).to_dict()
     try:
         spec = created["spec"]
         assert spec["slotsPerWorker"] == 2
@@ -71,7 +78,7 @@ def test_valid_mpijob_is_accepted_with_defaults(kube):
         assert worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
         assert worker["metadata"]["labels"] == {"app": "chexnet"}
     finally:
-        kube.admin.delete(jobs_path(ALICE_NS, "valid"))
+        jobs(kube.admin).delete(name="valid", namespace=ALICE_NS)
 
 
 def test_slots_per_worker_as_a_string_is_refused(kube):
@@ -104,12 +111,12 @@ def test_restart_policy_outside_the_enum_is_refused(kube):
 
 def test_unknown_spec_fields_are_pruned_by_the_structural_schema(kube):
     # v1.20 drops fields the schema does not name, silently (newer servers can refuse them instead).
-    created = kube.admin.create(jobs_path(ALICE_NS), mpijob("pruned", gpusPerWorker=8))
+    created = jobs(kube.admin).create(body=mpijob("pruned", gpusPerWorker=8), namespace=ALICE_NS).to_dict()
     try:
         assert "gpusPerWorker" not in created["spec"]
-        assert "gpusPerWorker" not in kube.admin.get(jobs_path(ALICE_NS, "pruned"))["spec"]
+        assert "gpusPerWorker" not in kube.read(*MPIJOB, "pruned", ALICE_NS)["spec"]
     finally:
-        kube.admin.delete(jobs_path(ALICE_NS, "pruned"))
+        jobs(kube.admin).delete(name="pruned", namespace=ALICE_NS)
 
 
 # --- RBAC: each user in their own namespace, whether acting with a token or impersonated by the hub --------
@@ -117,43 +124,43 @@ def test_unknown_spec_fields_are_pruned_by_the_structural_schema(kube):
 
 @pytest.fixture(params=["own-token", "impersonated-by-hub"])
 def as_user(kube, request):
-    """A function: user name -> Api acting as that user, one way or the other."""
+    """A function: user name -> a client acting as that user, one way or the other."""
     if request.param == "own-token":
         return {"alice": kube.alice, "bob": kube.bob}.__getitem__
-    return kube.hub.as_user
+    return lambda name: kubebox.as_user(kube.hub, name)
 
 
 def test_user_creates_lists_and_deletes_jobs_in_own_namespace(kube, as_user):
     alice = as_user("alice")
-    name = alice.create(jobs_path(ALICE_NS), mpijob())["metadata"]["name"]
-    assert name in [job["metadata"]["name"] for job in alice.get(jobs_path(ALICE_NS))["items"]]
-    assert alice.get(jobs_path(ALICE_NS, name))["spec"]["slotsPerWorker"] == 2
-    alice.delete(jobs_path(ALICE_NS, name))
-    assert name not in [job["metadata"]["name"] for job in alice.get(jobs_path(ALICE_NS))["items"]]
+    name = jobs(alice).create(body=mpijob(), namespace=ALICE_NS).metadata.name
+    assert name in job_names(alice, ALICE_NS)
+    assert jobs(alice).get(name=name, namespace=ALICE_NS).spec.slotsPerWorker == 2
+    jobs(alice).delete(name=name, namespace=ALICE_NS)
+    assert name not in job_names(alice, ALICE_NS)
 
 
 def test_user_cannot_touch_another_users_namespace(kube, as_user):
-    theirs = kube.admin.create(jobs_path(BOB_NS), mpijob())["metadata"]["name"]
+    theirs = jobs(kube.admin).create(body=mpijob(), namespace=BOB_NS).metadata.name
     alice = as_user("alice")
     try:
-        for attempt in (lambda: alice.get(jobs_path(BOB_NS)),
-                        lambda: alice.get(jobs_path(BOB_NS, theirs)),
-                        lambda: alice.create(jobs_path(BOB_NS), mpijob()),
-                        lambda: alice.delete(jobs_path(BOB_NS, theirs)),
-                        lambda: alice.get(resource_path("v1", "Pod", BOB_NS))):
+        for attempt in (lambda: jobs(alice).get(namespace=BOB_NS),
+                        lambda: jobs(alice).get(name=theirs, namespace=BOB_NS),
+                        lambda: jobs(alice).create(body=mpijob(), namespace=BOB_NS),
+                        lambda: jobs(alice).delete(name=theirs, namespace=BOB_NS),
+                        lambda: resource(alice, "v1", "Pod").get(namespace=BOB_NS)):
             with pytest.raises(ApiError) as caught:
                 attempt()
             assert caught.value.status == 403, caught.value
-        assert theirs in [job["metadata"]["name"] for job in as_user("bob").get(jobs_path(BOB_NS))["items"]]
+        assert theirs in job_names(as_user("bob"), BOB_NS)
     finally:
-        kube.admin.delete(jobs_path(BOB_NS, theirs))
+        jobs(kube.admin).delete(name=theirs, namespace=BOB_NS)
 
 
 def test_user_cannot_create_pods_or_see_the_hub_namespace(kube, as_user):
     alice = as_user("alice")
-    for attempt in (lambda: alice.create(resource_path("v1", "Pod", ALICE_NS), pod("direct")),
-                    lambda: alice.get(resource_path("v1", "Pod", kubebox.HUB_NAMESPACE)),
-                    lambda: alice.get(resource_path("v1", "Secret", ALICE_NS))):
+    for attempt in (lambda: resource(alice, "v1", "Pod").create(body=pod("direct"), namespace=ALICE_NS),
+                    lambda: resource(alice, "v1", "Pod").get(namespace=kubebox.HUB_NAMESPACE),
+                    lambda: resource(alice, "v1", "Secret").get(namespace=ALICE_NS)):
         with pytest.raises(ApiError) as caught:
             attempt()
         assert caught.value.status == 403, caught.value
@@ -161,25 +168,24 @@ def test_user_cannot_create_pods_or_see_the_hub_namespace(kube, as_user):
 
 def test_hub_cannot_impersonate_the_masters_group(kube):
     # The hub may impersonate users but only the group dsportal-users: never system:masters.
-    masters = Api(kube.hub.server, kube.hub.ca_file, kube.hub.token, "kube-admin", "system:masters")
+    masters = impersonating(kube.hub, "kube-admin", "system:masters")
     with pytest.raises(ApiError) as caught:
-        masters.get(resource_path("v1", "Secret", "kube-system"))
+        resource(masters, "v1", "Secret").get(namespace="kube-system")
     assert caught.value.status == 403 and "impersonate" in str(caught.value), caught.value
 
 
 def test_users_cannot_impersonate(kube):
-    bob_as_alice = Api(kube.bob.server, kube.bob.ca_file, kube.bob.token, kubebox.user_principal("alice"))
+    bob_as_alice = impersonating(kube.bob, kubebox.user_principal("alice"))
     with pytest.raises(ApiError) as caught:
-        bob_as_alice.get(jobs_path(ALICE_NS))
+        jobs(bob_as_alice).get(namespace=ALICE_NS)
     assert caught.value.status == 403, caught.value
 
 
 def test_ensure_user_namespace_is_idempotent_and_checks_names(kube):
     assert kubebox.ensure_user_namespace(kube.hub, "alice") == ALICE_NS
-    namespace = kube.admin.get(resource_path("v1", "Namespace", name=ALICE_NS))
-    assert namespace["metadata"]["labels"][kubebox.USER_LABEL] == "alice"
-    binding = kube.admin.get(resource_path("rbac.authorization.k8s.io/v1", "RoleBinding", ALICE_NS,
-                                           kubebox.USER_ROLE))
+    namespace = kube.read("v1", "Namespace", ALICE_NS)
+    assert namespace["metadata"]["labels"][LABEL_USER] == "alice"
+    binding = kube.read("rbac.authorization.k8s.io/v1", "RoleBinding", USER_ROLE, ALICE_NS)
     assert binding["roleRef"]["name"] == "dsportal-user"
     assert {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dsportal:alice"} in binding["subjects"]
     for bad in ("Alice", "al_ice", "-alice", "a" * 60, ""):
@@ -196,13 +202,13 @@ def pod(name: str) -> dict:
                                      "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
 
 
-def create_when_admitted(api: Api, namespace: str, body: dict, timeout: float = 30) -> dict:
+def create_when_admitted(api, namespace: str, body: dict, timeout: float = 30) -> dict:
     """Create a Pod, retrying while its namespace's `default` ServiceAccount (or its token) is still being made
     by the controller-manager: the ServiceAccount admission plugin refuses pods until both exist."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return api.create(resource_path("v1", "Pod", namespace), body)
+            return resource(api, "v1", "Pod").create(body=body, namespace=namespace).to_dict()
         except ApiError as err:
             if "service account" not in str(err).lower() or time.monotonic() > deadline:
                 raise
@@ -218,11 +224,11 @@ def test_pod_in_user_namespace_gets_default_service_account_and_stays_pending(ku
         assert volumes, f"no ServiceAccount token volume in {created['spec']['volumes']}"
         time.sleep(2)
         # This box has no nodes (and no scheduler): nothing can ever run the pod, so it stays Pending.
-        current = kube.admin.get(resource_path("v1", "Pod", ALICE_NS, "pending"))
+        current = kube.read("v1", "Pod", "pending", ALICE_NS)
         assert current["status"]["phase"] == "Pending"
         assert not current["spec"].get("nodeName")
     finally:
-        kube.admin.delete(resource_path("v1", "Pod", ALICE_NS, "pending"))
+        resource(kube.admin, "v1", "Pod").delete(name="pending", namespace=ALICE_NS)
 
 
 def test_hub_creates_a_pod_in_its_namespace(kube):
@@ -230,32 +236,33 @@ def test_hub_creates_a_pod_in_its_namespace(kube):
     try:
         assert created["metadata"]["namespace"] == kubebox.HUB_NAMESPACE
         assert created["status"]["phase"] == "Pending"  # no nodes here
-        names = [p["metadata"]["name"] for p in kube.hub.get(resource_path("v1", "Pod", "dsportal"))["items"]]
+        pods = resource(kube.hub, "v1", "Pod").get(namespace="dsportal").to_dict()["items"]
+        names = [p["metadata"]["name"] for p in pods]
         assert "jupyter-alice" in names
     finally:
-        kube.hub.delete(resource_path("v1", "Pod", kubebox.HUB_NAMESPACE, "jupyter-alice"))
+        resource(kube.hub, "v1", "Pod").delete(name="jupyter-alice", namespace=kubebox.HUB_NAMESPACE)
 
 
 def test_hub_cannot_read_secrets_or_bind_other_roles_outside_its_namespace(kube):
     with pytest.raises(ApiError) as caught:  # kube-system's ServiceAccount tokens would make it an admin
-        kube.hub.get(resource_path("v1", "Secret", "kube-system"))
+        resource(kube.hub, "v1", "Secret").get(namespace="kube-system")
     assert caught.value.status == 403
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                "metadata": {"name": "escalate", "namespace": ALICE_NS},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
                "subjects": [{"kind": "ServiceAccount", "name": "dsportal-hub", "namespace": "dsportal"}]}
     with pytest.raises(ApiError) as caught:  # `bind` only on dsportal-user and dsportal-hub-in-user-namespace
-        kube.hub.create(resource_path(binding["apiVersion"], "RoleBinding", ALICE_NS), binding)
+        resource(kube.hub, binding["apiVersion"], "RoleBinding").create(body=binding, namespace=ALICE_NS)
     assert caught.value.status == 403
 
 
 def test_foreground_delete_of_an_mpijob_completes(kube):
     # The portal cancels with propagationPolicy=Foreground: the garbage collector must finish it.
-    alice = kube.hub.as_user("alice")
-    name = alice.create(jobs_path(ALICE_NS), mpijob())["metadata"]["name"]
-    alice.request("DELETE", jobs_path(ALICE_NS, name), {"propagationPolicy": "Foreground"})
+    alice = kubebox.as_user(kube.hub, "alice")
+    name = jobs(alice).create(body=mpijob(), namespace=ALICE_NS).metadata.name
+    jobs(alice).delete(name=name, namespace=ALICE_NS, propagation_policy="Foreground")
     deadline = time.monotonic() + 20
-    while name in [job["metadata"]["name"] for job in alice.get(jobs_path(ALICE_NS))["items"]]:
+    while name in job_names(alice, ALICE_NS):
         assert time.monotonic() < deadline, f"MPIJob {name} still there 20 s after a foreground delete"
         time.sleep(0.3)
 
@@ -274,4 +281,4 @@ def test_second_up_reuses_state_and_keeps_running(kube):
     assert digest() == before
     assert kubebox.status(kube.box) == pids
     assert any("already running" in line for line in lines), lines
-    assert Api.from_kubeconfig(cluster.kubeconfigs["alice"]).get(jobs_path(ALICE_NS))["items"] is not None
+    assert job_names(kubebox.from_kubeconfig(cluster.kubeconfigs["alice"]), ALICE_NS) is not None

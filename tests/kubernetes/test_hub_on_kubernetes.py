@@ -22,7 +22,7 @@ from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 pytestmark = pytest.mark.integration
 HUB_STATE = Path(os.environ.get("DSPORTAL_TEST_K8S_HUB_STATE", "/var/tmp/dsportal-test-k8s-hub"))
 HUB_PORT = 18200 + PORT_OFFSET
-POD = "/api/v1/namespaces/dsportal-u-alice/pods/jupyter-alice"
+ALICE_NS = "dsportal-u-alice"
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def k8s_hub(cluster, kube):
 
 def pod_or_none(kube) -> dict | None:
     try:
-        return kube.admin.get(POD)
+        return kube.read("v1", "Pod", "jupyter-alice", ALICE_NS)
     except Exception as err:  # kubebox.ApiError: 404 until the hub creates it
         if getattr(err, "status", None) == 404:
             return None
@@ -100,12 +100,11 @@ def test_alices_spawn_is_a_pod_with_two_v100s_her_volumes_and_her_namespace(k8s_
                                  if k in pod["metadata"]}}
         for version in KUBERNETES_VERSIONS:  # what KubeSpawner rendered, checked offline as well
             kubernetes_validate.validate(rendered, version, strict=True)
-        claim = kube.admin.get("/api/v1/namespaces/dsportal-u-alice/persistentvolumeclaims/home-alice")
+        claim = kube.read("v1", "PersistentVolumeClaim", "home-alice", ALICE_NS)
         assert claim["metadata"]["name"] == "home-alice"
-        quota = kube.admin.get("/api/v1/namespaces/dsportal-u-alice/resourcequotas/dsportal-gpus")
+        quota = kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS)
         assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
-        binding = kube.admin.get("/apis/rbac.authorization.k8s.io/v1/namespaces/dsportal-u-alice/rolebindings/"
-                                 "dsportal-user")
+        binding = kube.read("rbac.authorization.k8s.io/v1", "RoleBinding", "dsportal-user", ALICE_NS)
         assert {"dsportal:alice", "default"} <= {s["name"] for s in binding["subjects"]}
     finally:
         admin = k8s_hub.login("admin")

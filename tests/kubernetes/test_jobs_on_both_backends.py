@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import kubebox
 import pytest
 
 from portal import jobs
 from portal.config import PortalConfig, load
 from portal.jobs import JobNotFound, JobSpecError
 from portal.jobs.demo_data import ensure_demo_data
-from portal.jobs.kubernetes import GROUP, PLURAL, VERSION
+from portal.jobs.k8s_manifests import API_VERSION, KIND
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration
@@ -40,8 +41,9 @@ def operator_says(kube, job: jobs.Job, *conditions: tuple[str, str]) -> None:
     status = {"conditions": [{"type": kind, "status": "True", "reason": reason, "message": reason,
                               "lastTransitionTime": now, "lastUpdateTime": now} for kind, reason in conditions],
               "startTime": now}
-    path = f"/apis/{GROUP}/{VERSION}/namespaces/dsportal-u-{job.record.user}/{PLURAL}/{job.id}/status"
-    kube.admin.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
+    mpijobs = kubebox.resource(kube.admin, API_VERSION, KIND)
+    mpijobs.status.patch(body={"status": status}, name=job.id, namespace=f"dsportal-u-{job.record.user}",
+                         content_type="application/merge-patch+json")
 
 
 @pytest.fixture(params=["slurm", "kubernetes"])

@@ -10,7 +10,8 @@ import pytest
 
 from portal import jobs
 from portal.config import load
-from portal.jobs.kubernetes import GROUP, PLURAL, VERSION, KubernetesError
+from portal.jobs.k8s_manifests import API_VERSION, KIND
+from portal.jobs.kubernetes import KubernetesError
 from tests.conftest import wait_for
 from tests.kubernetes.test_jobs_on_both_backends import ALICE, TINY, operator_says
 
@@ -23,7 +24,7 @@ def cfg(kube):
 
 
 def stored(kube, job) -> dict:
-    return kube.admin.get(f"/apis/{GROUP}/{VERSION}/namespaces/dsportal-u-{job.record.user}/{PLURAL}/{job.id}")
+    return kube.read(API_VERSION, KIND, job.id, f"dsportal-u-{job.record.user}")
 
 
 def test_the_server_stores_the_mpijob_as_rendered(kube, cfg):

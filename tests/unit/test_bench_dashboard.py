@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from portal.bench.dashboard import Samples, bench_users, counts_delta, percentile, table, verdict
+from bench.dashboard import Samples, bench_users, counts_delta, percentile, table, verdict
 
 
 def test_percentile_is_a_measured_value_by_nearest_rank():

@@ -1,6 +1,6 @@
 """The 1-node vs 2-node benchmark's table: medians over repeats, efficiency against the 1-worker rate."""
 
-from portal.bench.nodes import Result, summary
+from bench.nodes import Result, summary
 
 
 def test_medians_efficiency_and_the_two_node_ratio():

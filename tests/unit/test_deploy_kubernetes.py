@@ -12,7 +12,7 @@ import yaml
 from traitlets.config import Config
 
 from portal.config import PortalConfig
-from portal.jobs.kubernetes import user_namespace_objects
+from portal.jobs.k8s_manifests import user_namespace_objects
 from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"

@@ -15,14 +15,12 @@ import pytest
 import yaml
 
 from portal.config import PortalConfig
+from portal.jobs.k8s_manifests import ANNOTATION_SPEC, manifest_yaml, mpijob_manifest
 from portal.jobs.kubernetes import (
-    ANNOTATION_SPEC,
     K8S_ID,
     KubeUser,
     limits_for,
     log_metrics,
-    manifest_yaml,
-    mpijob_manifest,
     mpijob_record,
     mpijob_state,
     new_k8s_id,

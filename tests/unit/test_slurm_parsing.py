@@ -1,7 +1,7 @@
 """Reading Slurm's answers: partitions, free GPUs, time limits, a user's GPUs, pending reasons."""
 
 from portal.slurm import gpu_count, gpu_holders, pending_reason, slurm_partitions, wall_minutes
-from spawners.slurm import partitions_from_scontrol
+from spawners.slurm_cluster import partitions_from_scontrol
 
 PARTITIONS = (
     "PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=7-00:00:00 Nodes=localhost State=UP TotalCPUs=8\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from batchspawner import SlurmSpawner
@@ -58,7 +59,10 @@ def spawner_answering(spawner_class, answers: list[str | Exception]):
             raise answer
         return answer
 
-    spawner.run_command = run_command
+    async def submitted():  # sbatch: the job is 42 already
+        return spawner.job_id
+
+    spawner.run_command, spawner.submit_batch_script, spawner.db = run_command, submitted, mock.Mock()
     return spawner
 
 
@@ -82,15 +86,15 @@ def test_a_job_slurm_has_forgotten_is_gone():
 
 
 def test_a_start_waits_for_slurm_then_goes_on():
-    spawner = spawner_answering(PortalSlurmSpawner, [RuntimeError(DOWN)] * 3 + ["PENDING n/a None",
-                                                                                  "RUNNING node1 None"])
+    spawner = spawner_answering(PortalSlurmSpawner, [RuntimeError(DOWN)] * 3 + ["PENDING n/a None"] +
+                                ["RUNNING node1 None"] * 20)
     spawner.startup_poll_interval = 0.01
 
     async def scenario():
-        spawner._port_reported = asyncio.Event()
-        await spawner._wait_until_running()
+        asyncio.get_running_loop().call_later(0.3, setattr, spawner, "port", 8888)  # the server reports its port
+        return await spawner._job_started()
 
-    asyncio.run(scenario())
+    assert asyncio.run(scenario()) == ("node1", 8888)
     assert spawner.state_gethost() == "node1"
 
 
@@ -99,8 +103,7 @@ def test_a_start_that_hears_nothing_from_slurm_fails_saying_so():
     spawner.startup_poll_interval, spawner.slurm_unavailable_timeout = 0.01, 0.05
 
     async def scenario():
-        spawner._port_reported = asyncio.Event()
-        await spawner._wait_until_running()
+        await spawner._job_started()
 
     with pytest.raises(SlurmUnavailable, match=r"^Slurm unavailable: no answer about Slurm job 42 .*connect failure"):
         asyncio.run(scenario())

@@ -2,6 +2,7 @@
 parts: log timestamps, the breakdown, the statistics, the stock hub's settings."""
 
 import asyncio
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -10,20 +11,14 @@ from unittest import mock
 import pytest
 from batchspawner.batchspawner import JobStatus
 from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
 
-from portal.bench.spawn import (
-    Run,
-    configure_stock_slurm_spawner,
-    first_time,
-    job_id_submitted,
-    log_time,
-    p90,
-    stock_hub_settings,
-    summary,
-    table,
-)
-from portal.config import ConfigError, PortalConfig, load
+from bench.spawn import Run, first_time, job_id_submitted, log_time, p90, summary, table
+from bench.stock_hub import STOCK_HUB_CONFIG, configure_stock_slurm_spawner, stock_hub_settings
+from portal.config import PortalConfig, load
 from spawners.slurm import SINGLEUSER_FAST_START, PortalSlurmSpawner
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fake_slurm(spawner: PortalSlurmSpawner, states: list[JobStatus]) -> list[float]:
@@ -149,8 +144,8 @@ def test_p90_interpolates_and_summary_has_the_spread():
 def test_the_table_has_both_spawners_the_ratio_and_the_breakdown():
     runs = [Run("portal", 0.0, 4.0, submitted=0.1), Run("stock", 0.0, 5.0, submitted=0.2),
             Run("portal", 0.0, 4.0, submitted=0.1), Run("stock", 0.0, 5.0, submitted=0.2)]
-    text = table(runs, "python -m portal.bench.spawn --runs 2")
-    assert "python -m portal.bench.spawn --runs 2" in text
+    text = table(runs, "python -m bench.spawn --runs 2")
+    assert "python -m bench.spawn --runs 2" in text
     assert "total, median" in text and "    4.00     5.00    0.80" in text
     assert "submit: form submit -> sbatch done" in text and "n/a" in text  # queue: no slurmctld line
 
@@ -165,7 +160,7 @@ def test_the_stock_hub_shares_the_boxs_slurm_and_ldap_on_its_own_ports(tmp_path)
     (tmp_path / "stock.yaml").write_text("".join(f"{k}: {v!r}\n" if isinstance(v, str) else f"{k}: {v}\n"
                                                  for k, v in settings.items() if not isinstance(v, (list, dict))))
     stock = load({"DSPORTAL_CONFIG": str(tmp_path / "stock.yaml")})
-    assert stock.slurm_spawner == "batchspawner" and stock.ldap_port == cfg.ldap_port
+    assert stock.ldap_port == cfg.ldap_port and stock.hub_port == 19140
 
 
 def test_stock_batchspawner_gets_the_same_job_and_only_what_the_box_needs():
@@ -178,14 +173,20 @@ def test_stock_batchspawner_gets_the_same_job_and_only_what_the_box_needs():
     assert "startup_poll_interval" not in c.BatchSpawnerBase and "args" not in c.Spawner  # stock's own timing
 
 
-def test_slurm_spawner_is_portal_or_batchspawner():
-    assert PortalConfig().slurm_spawner == "portal"
-    with pytest.raises(ConfigError, match="slurm_spawner is 'stock'; allowed: 'portal', 'batchspawner'"):
-        PortalConfig(slurm_spawner="stock")
+def test_the_stock_hub_runs_the_production_config_then_stock_batchspawner_and_production_never_imports_bench():
+    """The baseline is the product's hub with only the spawner swapped, and the product has no benchmark in it."""
+    c = PyFileConfigLoader(STOCK_HUB_CONFIG.name, path=str(STOCK_HUB_CONFIG.parent)).load_config()
+    assert c.JupyterHub.spawner_class == "batchspawner.SlurmSpawner"
+    assert c.JupyterHub.authenticator_class.__name__ == "PortalLDAPAuthenticator"  # the rest is production's
+    assert c.Spawner.default_url == "/lab" and c.BatchSpawnerBase.req_partition == "gpu"
+    production = [REPO / "jupyterhub_config.py", *(REPO / "portal").rglob("*.py"), *(REPO / "spawners").rglob("*.py")]
+    importers = [str(p.relative_to(REPO)) for p in production
+                 if re.search(r"^\s*(from|import)\s+bench\b", p.read_text(), re.MULTILINE)]
+    assert importers == []
 
 
 def test_the_breakdown_reads_the_hub_slurm_and_either_scheduler(tmp_path, monkeypatch):
-    from portal.bench import spawn
+    from bench import spawn
 
     monkeypatch.setattr(spawn.pwd, "getpwnam", lambda name: mock.Mock(pw_dir=str(tmp_path)))
     (tmp_path / "jupyterhub_slurmspawner_7.log").write_text(

@@ -7,9 +7,10 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from parts.layout import LOCALHOST, BoxError, Layout, make_dir, render, run, write_if_changed
+from supervise import BoxError, Service, flags, run, write_if_changed
+
+from parts.layout import LOCALHOST, Layout, make_dir, render
 from parts.slurm import prepare_cluster
-from parts.supervise import Service
 
 DB_NAME = "slurm_acct_db"
 DB_USER = "slurm"
@@ -57,10 +58,9 @@ def mariadb_ready(lay: Layout) -> str | None:
 def mariadb_service() -> Service:
     return Service(
         "mariadb", "mariadbd", ensure_database_files,
-        lambda lay: ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={db_dir(lay)}",
-                     f"--socket={db_socket(lay)}", f"--port={lay.cfg.accounting_db_port}",
-                     f"--bind-address={LOCALHOST}", "--skip-name-resolve",
-                     f"--pid-file={db_dir(lay) / 'mariadbd.pid'}", "--innodb-buffer-pool-size=32M"],
+        lambda lay: ["/usr/sbin/mariadbd", "--no-defaults", "--skip-name-resolve", *flags(
+            datadir=db_dir(lay), socket=db_socket(lay), port=lay.cfg.accounting_db_port, bind_address=LOCALHOST,
+            pid_file=db_dir(lay) / "mariadbd.pid", innodb_buffer_pool_size="32M")],
         mariadb_ready, 30, lambda lay: [(LOCALHOST, lay.cfg.accounting_db_port)], user="mysql")
 
 

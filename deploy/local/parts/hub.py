@@ -6,9 +6,10 @@ import os
 import urllib.error
 import urllib.request
 
-from parts.layout import LOCALHOST, REPO, BoxError, Layout, make_dir
+from supervise import BoxError, Service
+
+from parts.layout import LOCALHOST, REPO, Layout, make_dir
 from parts.nodes import ensure_bridge
-from parts.supervise import Service
 
 
 def ensure_hub(lay: Layout) -> None:

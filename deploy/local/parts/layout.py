@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
+
+from supervise import BoxError, Place
 
 from portal.config import PortalConfig
 
@@ -17,51 +18,24 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 LOCALHOST = "127.0.0.1"  # the login host's own services (slapd, the proxy, MariaDB) listen here only
 
 
-class BoxError(RuntimeError):
-    """Something the box cannot do; the message says what failed and where to look."""
+def _part(name: str) -> property:
+    return property(lambda lay: lay.root / name, doc=f"STATE/{name}")
 
 
 @dataclass(frozen=True)
-class Layout:
+class Layout(Place):
     """Every path of the state dir, derived from the settings."""
 
     cfg: PortalConfig
 
+    script = "box.py"
+    # The state dir's parts: STATE/tls, STATE/ldap, ... (see box.py's docstring for what each holds).
+    tls, ldap, munge, slurm, accounting, hub, run, log = map(
+        _part, ("tls", "ldap", "munge", "slurm", "accounting", "hub", "run", "log"))
+
     @property
     def root(self) -> Path:
         return self.cfg.state_dir
-
-    @property
-    def tls(self) -> Path:
-        return self.root / "tls"
-
-    @property
-    def ldap(self) -> Path:
-        return self.root / "ldap"
-
-    @property
-    def munge(self) -> Path:
-        return self.root / "munge"
-
-    @property
-    def slurm(self) -> Path:
-        return self.root / "slurm"
-
-    @property
-    def accounting(self) -> Path:
-        return self.root / "accounting"
-
-    @property
-    def hub(self) -> Path:
-        return self.root / "hub"
-
-    @property
-    def run(self) -> Path:
-        return self.root / "run"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "log"
 
     @property
     def munge_socket(self) -> Path:
@@ -71,25 +45,8 @@ class Layout:
     def slurm_env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.cfg.slurm_conf_path)}
 
-    def pid_file(self, service: str) -> Path:
-        return self.run / f"{service}.pid"
-
-    def log_file(self, service: str) -> Path:
-        return self.log / f"{service}.log"
-
     def slurm_cmd(self, name: str) -> str:
         return str(self.cfg.slurm_bin_dir / name)
-
-
-def run(cmd: list[str], what: str, **kwargs) -> subprocess.CompletedProcess[str]:
-    """Run a command to completion; on failure raise BoxError naming `what` and the command's output."""
-    try:
-        return subprocess.run(cmd, check=True, text=True, capture_output=True, **kwargs)
-    except FileNotFoundError as err:
-        raise BoxError(f"{what}: {cmd[0]} is not installed") from err
-    except subprocess.CalledProcessError as err:
-        output = (err.stderr or err.stdout or "").strip()
-        raise BoxError(f"{what}: `{' '.join(cmd)}` exited {err.returncode}: {output}") from err
 
 
 def make_dir(path: Path, mode: int = 0o755, owner: str | None = None) -> Path:
@@ -98,18 +55,6 @@ def make_dir(path: Path, mode: int = 0o755, owner: str | None = None) -> Path:
     if owner:
         shutil.chown(path, owner, owner)
     return path
-
-
-def write_if_changed(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write a generated file; leave it (and its mtime) alone when the content is already right."""
-    if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.unlink(missing_ok=True)
-        tmp.touch(mode=mode)  # a file with a password is never readable by others, not even for a moment
-        tmp.write_text(text)
-        tmp.replace(path)
-    os.chmod(path, mode)
 
 
 def render(template: str, **values: object) -> str:

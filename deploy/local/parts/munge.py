@@ -6,15 +6,18 @@ import os
 import shutil
 import subprocess
 
-from parts.layout import Layout, make_dir, run
-from parts.supervise import Service
+from supervise import Service, flags, run
+
+from parts.layout import Layout, make_dir
+
+FILES = {"key": "munge.key", "pid": "munged.pid", "log": "munged.log", "seed": "munged.seed"}  # under STATE/munge
 
 
 def ensure_munge(lay: Layout) -> None:
     """munged refuses group/world-writable directories and a key others can read; its dir is 0755 so that
     every user reaches the socket (munged makes the socket itself 0777)."""
     munge = make_dir(lay.munge, 0o755, owner="munge")
-    key = munge / "munge.key"
+    key = munge / FILES["key"]
     if not key.exists():
         run(["mungekey", "--create", f"--keyfile={key}"], "munge: creating the key")
     shutil.chown(key, "munge", "munge")
@@ -33,7 +36,6 @@ def munge_ready(lay: Layout) -> str | None:
 def service() -> Service:
     return Service(
         "munged", "munged", ensure_munge,
-        lambda lay: ["/usr/sbin/munged", "--foreground", f"--socket={lay.munge_socket}",
-                     f"--key-file={lay.munge / 'munge.key'}", f"--pid-file={lay.munge / 'munged.pid'}",
-                     f"--log-file={lay.munge / 'munged.log'}", f"--seed-file={lay.munge / 'munged.seed'}"],
-        munge_ready, 15, user="munge", extra_logs=lambda lay: [lay.munge / "munged.log"])
+        lambda lay: ["/usr/sbin/munged", "--foreground", *flags(socket=lay.munge_socket, **{
+            f"{option}_file": lay.munge / name for option, name in FILES.items()})],
+        munge_ready, 15, user="munge", extra_logs=lambda lay: [lay.munge / FILES["log"]])

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from daemons import wait_gone
+from supervise import BoxError, Service, run
 
-from parts.layout import BoxError, Layout, run
-from parts.supervise import Service
+from parts.layout import Layout
 
 HOSTS_FILE = Path("/etc/hosts")
 NETNS_DIR = Path("/run/netns")

@@ -11,9 +11,9 @@ import ssl
 import ldap3
 from ldap3.core.exceptions import LDAPException
 from selfsigned import ensure_ca_and_server_cert
+from supervise import Service, run
 
-from parts.layout import LOCALHOST, Layout, make_dir, render, run
-from parts.supervise import Service
+from parts.layout import LOCALHOST, Layout, make_dir, render
 
 # The demo directory: (uid, password, uidNumber, given name, surname). gidNumber 100 is Debian's `users`.
 DEMO_USERS = [
@@ -44,7 +44,7 @@ def ensure_tls(lay: Layout) -> None:
     names = sorted({"localhost", socket.gethostname(), socket.getfqdn()})
     # slapd runs as root here, so root-only keys are readable by it.
     ensure_ca_and_server_cert(make_dir(lay.tls), "server", ca_cn="dsportal demo CA", server_cn="localhost",
-                              alt_names=["IP:127.0.0.1", *(f"DNS:{name}" for name in names)], what="server", run=run)
+                              alt_names=["IP:127.0.0.1", *(f"DNS:{name}" for name in names)], what="server")
 
 
 def ssha(password: str) -> str:

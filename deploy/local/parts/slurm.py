@@ -6,9 +6,10 @@ import os
 import stat
 import subprocess
 
-from parts.layout import Layout, make_dir, render, write_if_changed
+from supervise import Service, write_if_changed
+
+from parts.layout import Layout, make_dir, render
 from parts.nodes import Node, ensure_bridge, network_of
-from parts.supervise import Service
 
 SLURMD_TIMEOUT_S = 20  # see slurm.conf: how long a silent node takes to be declared down
 

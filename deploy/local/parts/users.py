@@ -7,7 +7,9 @@ import os
 import pwd
 import stat
 
-from parts.layout import BoxError, Layout, run
+from supervise import BoxError, run
+
+from parts.layout import Layout
 from parts.slapd import ldap_connection
 
 

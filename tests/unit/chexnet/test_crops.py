@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from chexnet.data.pipeline import centre_window, crop, decode_window, random_window, ten_crop
+from chexnet.data.decoding import centre_window, crop, decode_window, random_window, ten_crop
 from chexnet.evaluate import average_over_crops
 
 SIZE = 24

@@ -14,6 +14,7 @@ from tensorboard.util import tensor_util
 
 from chexnet import callbacks as cb
 from chexnet import tblog
+from chexnet.resume import EpochLog
 
 
 def values(epoch: int, loss: float) -> dict[str, object]:
@@ -29,8 +30,8 @@ def logged_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
             for tag in acc.Tags()[event_accumulator.TENSORS]}
 
 
-def epoch_log(tmp_path: Path) -> cb.EpochLog:
-    return cb.EpochLog(tmp_path / "logs", tblog.record_path(tmp_path / "checkpoints"),
+def epoch_log(tmp_path: Path) -> EpochLog:
+    return EpochLog(tmp_path / "logs", tblog.record_path(tmp_path / "checkpoints"),
                        tblog.read_logdir(tmp_path / "logs"))
 
 
@@ -75,7 +76,7 @@ def test_nothing_to_catch_up_makes_no_event_file(tmp_path):
 class OrderCheckingManager:
     """A CheckpointManager stand-in that checks, at save time, that the epoch is recorded and not yet logged."""
 
-    def __init__(self, log: cb.EpochLog) -> None:
+    def __init__(self, log: EpochLog) -> None:
         self.log = log
         self.saved: list[int] = []
 

@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from chexnet.data import integrity
 from chexnet.data.chestxray14 import DataError
-from chexnet.data.pipeline import PipelineConfig, eval_dataset, skip_counters, source_of, train_dataset, train_labels
+from chexnet.data.datasets import PipelineConfig, eval_dataset, skip_counters, train_dataset, train_labels
+from chexnet.data.sources import source_of
 from chexnet.data.synthetic import write_synthetic
 from chexnet.data.tfrecords import JPEG, Storage, convert
 

@@ -1,5 +1,5 @@
-"""chexnet.data.pipeline: shapes, labels, sharding across ranks, and bad data skipped and counted, for the image
-directory, original-PNG records and resized JPEG and raw records."""
+"""chexnet.data (sources, decoding, datasets): shapes, labels, sharding across ranks, and bad data skipped and
+counted, for the image directory, original-PNG records and resized JPEG and raw records."""
 
 import csv
 
@@ -8,16 +8,15 @@ import pytest
 import tensorflow as tf
 
 from chexnet.data.chestxray14 import CSV_NAME, DataError
-from chexnet.data.pipeline import (
-    DataSource,
+from chexnet.data.datasets import (
     PipelineConfig,
     decode_only_dataset,
     eval_dataset,
     reset_skipped_count,
     skipped_count,
-    source_of,
     train_dataset,
 )
+from chexnet.data.sources import DataSource, source_of
 from chexnet.data.synthetic import write_synthetic
 from chexnet.data.tfrecords import JPEG, PNG, RAW, Storage, convert
 from chexnet.labels import NUM_CLASSES, encode

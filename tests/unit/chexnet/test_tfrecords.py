@@ -13,7 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 from chexnet.data.chestxray14 import DataError, load_index
-from chexnet.data.pipeline import source_of
+from chexnet.data.sources import source_of
 from chexnet.data.synthetic import write_synthetic
 from chexnet.data.tfrecords import (
     FORMAT_PNG_ONLY,

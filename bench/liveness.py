@@ -1,7 +1,7 @@
 """How live TensorBoard is: (a) submit -> the first images/sec point served by alice's embedded TensorBoard,
 (b) a scalar written to an event file -> served there.
 
-    python -m portal.bench.liveness [--runs 3] [--timeout 600]
+    python -m bench.liveness [--runs 3] [--timeout 600]
 
 Against the running box (`make up`, or DSPORTAL_CONFIG's), as root. alice logs in through the hub's form, her
 server is started when it is not running (no GPU), and her TensorBoard is asked through the hub's proxy with her
@@ -24,7 +24,8 @@ from urllib.parse import quote
 
 import requests
 
-from portal.bench.dashboard import percentile, table
+from bench.dashboard import percentile, table
+from bench.hub_client import HubClient
 from portal.config import PortalConfig, load
 from portal.metrics import TAG_THROUGHPUT
 
@@ -45,26 +46,6 @@ for line in sys.stdin:
     writer.flush()
     print(time.time(), flush=True)
 """
-
-
-def login(hub_url: str) -> requests.Session:
-    session = requests.Session()
-    page = session.get(f"{hub_url}/hub/login", timeout=30)
-    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text).group(1)
-    response = session.post(f"{hub_url}/hub/login?next=", allow_redirects=False, timeout=30,
-                            data={"username": USER, "password": PASSWORD, "_xsrf": xsrf})
-    if response.status_code != 302:
-        raise SystemExit(f"{USER} could not log in: {response.status_code}")
-    session.headers["X-XSRFToken"] = session.cookies.get("_xsrf", path="/hub/")
-    return session
-
-
-def token_client(hub_url: str, session: requests.Session) -> requests.Session:
-    made = session.post(f"{hub_url}/hub/api/users/{USER}/tokens", json={"note": "liveness bench"}, timeout=30)
-    made.raise_for_status()
-    client = requests.Session()
-    client.headers["Authorization"] = f"token {made.json()['token']}"
-    return client
 
 
 def ensure_server(hub_url: str, session: requests.Session, client: requests.Session) -> float:
@@ -143,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for a job's first point")
     args = parser.parse_args(argv)
     cfg = load()
-    session = login(cfg.hub_url)
-    client = token_client(cfg.hub_url, session)
+    hub = HubClient(cfg.hub_url).login(USER, PASSWORD)
+    session, client = hub.session, hub.token_session(USER, "liveness bench")
     spawn_s = ensure_server(cfg.hub_url, session, client)
     print(f"{USER}'s server ready ({spawn_s:.1f} s to start)" if spawn_s else f"{USER}'s server was running")
     points(cfg.hub_url, client, "none", TAG_THROUGHPUT)  # TensorBoard starts on its first request

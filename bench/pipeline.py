@@ -1,7 +1,7 @@
 """Input pipeline benchmark: the `old` and `new` pipelines on original PNGs and the `new` one on resized JPEG records,
 each against the decode limit of what it reads, side by side in one run.
 
-    python -m chexnet.bench.pipeline [--images 256] [--size 1024] [--batch-size 32] [--image-size 224]
+    python -m bench.pipeline [--images 256] [--size 1024] [--batch-size 32] [--image-size 224]
                                      [--short-side 256] [--quality 95] [--repeats 5] [--seconds 3] [--threads N]
 
 The data set is synthetic ChestX-ray14 (`--size` x `--size` greyscale PNGs, 1024 as the real set). The PNG rows
@@ -19,7 +19,7 @@ import argparse
 import os
 import time
 
-from chexnet.bench.common import Measurement, records_of, synthetic_set, table_with_limits
+from bench.common import Measurement, records_of, synthetic_set, table_with_limits
 
 WARMUP_BATCHES = 2
 WARMUP_SECONDS = 1.0  # lets tf.data's autotuner reach its parallelism before the clock starts
@@ -45,7 +45,8 @@ def images_per_sec(dataset, seconds: float, batch_size: int) -> float:
 
 
 def measure(args: argparse.Namespace) -> list[Measurement]:
-    from chexnet.data.pipeline import PipelineConfig, decode_only_dataset, source_of, train_dataset
+    from chexnet.data.datasets import PipelineConfig, decode_only_dataset, train_dataset
+    from chexnet.data.sources import source_of
     from chexnet.data.tfrecords import JPEG, Storage
 
     original = synthetic_set(args.images, args.size)
@@ -72,7 +73,7 @@ def measure(args: argparse.Namespace) -> list[Measurement]:
 def command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run, every option spelled out."""
     threads = [] if args.threads is None else [f"--threads {args.threads}"]
-    return " ".join(["python -m chexnet.bench.pipeline", f"--images {args.images}", f"--size {args.size}",
+    return " ".join(["python -m bench.pipeline", f"--images {args.images}", f"--size {args.size}",
                      f"--batch-size {args.batch_size}", f"--image-size {args.image_size}",
                      f"--short-side {args.short_side}", f"--quality {args.quality}", f"--repeats {args.repeats}",
                      f"--seconds {args.seconds:g}", *threads])

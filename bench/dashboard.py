@@ -1,6 +1,6 @@
 """The dashboard under load: many users reading their jobs while some submit and cancel.
 
-    python -m portal.bench.dashboard [--users 200] [--submitters 20] [--seconds 60] [--interval 5]
+    python -m bench.dashboard [--users 200] [--submitters 20] [--seconds 60] [--interval 5]
 
 Against the running box (`make up`, or the one DSPORTAL_CONFIG names); run as root. It makes its simulated users
 itself, idempotently and kept for the next run: Unix users bench001.. (home 0700), the same hub users (through
@@ -20,7 +20,6 @@ import json
 import math
 import pwd
 import random
-import re
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.hub_client import HubClient
 from portal.config import PortalConfig, load
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-demo"  # the demo directory's admin (DESIGN.md)
@@ -119,22 +119,6 @@ def ensure_unix_users(names: Sequence[str]) -> int:
 def remove_unix_users(names: Sequence[str]) -> None:
     for name in names:
         subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
-
-
-async def hub_admin_token(session, hub_url: str) -> str:
-    """An API token of the hub's admin, from a login through the hub's form (as tests/conftest.py's Hub.login)."""
-    page = await (await session.get(f"{hub_url}/hub/login")).text()
-    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
-    login = await session.post(f"{hub_url}/hub/login?next=", allow_redirects=False,
-                               data={"username": ADMIN, "password": ADMIN_PASSWORD, "_xsrf": xsrf})
-    if login.status != 302:
-        raise SystemExit(f"the hub's admin could not log in: {login.status}")
-    hub_xsrf = next((c.value for c in session.cookie_jar if c.key == "_xsrf"), "")
-    made = await session.post(f"{hub_url}/hub/api/users/{ADMIN}/tokens", json={"note": "dashboard bench",
-                              "expires_in": 3600}, headers={"X-XSRFToken": hub_xsrf})
-    if made.status != 201:
-        raise SystemExit(f"no admin token: {made.status} {await made.text()}")
-    return (await made.json())["token"]
 
 
 async def user_tokens(session, hub_url: str, admin_token: str, names: Sequence[str]) -> dict[str, str]:
@@ -235,10 +219,8 @@ async def bench(cfg: PortalConfig, args: argparse.Namespace) -> int:
         ensure_demo_data(cfg)  # what the submitted jobs read (`make up` makes it too)
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=60)
-    # unsafe=True: keep cookies from an IP address (the box is on 127.0.0.1; aiohttp drops them by default).
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                     cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-        admin_token = await hub_admin_token(session, cfg.hub_url)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        admin_token = HubClient(cfg.hub_url).login(ADMIN, ADMIN_PASSWORD).new_token(ADMIN, "dashboard bench", 3600)
         if args.remove_users:
             await remove_hub_users(session, cfg.hub_url, admin_token, names)
             remove_unix_users(names)

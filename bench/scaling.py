@@ -1,6 +1,6 @@
 """Horovod scaling benchmark: training images/sec with 1 and 2 workers, and the scaling efficiency.
 
-    python -m chexnet.bench.scaling [--workers 1 2] [--repeats 2] [--image-size 128] [--batch-size 8]
+    python -m bench.scaling [--workers 1 2] [--repeats 2] [--image-size 128] [--batch-size 8]
 
 Each run is a real `horovodrun -np N python -m chexnet.train ...` on the same synthetic data; its rate is the
 median of the `throughput/images_per_sec` points it wrote to TensorBoard (all workers together, compile step
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from chexnet.bench.common import Measurement, records_of, synthetic_set, table
+from bench.common import Measurement, records_of, synthetic_set, table
 
 THROUGHPUT_TAG = "throughput/images_per_sec"
 HOROVODRUN = str(Path(sys.executable).with_name("horovodrun"))  # the venv's, whatever PATH says

@@ -1,6 +1,6 @@
 """The same Horovod training on one node and on two: time per epoch, images/sec and scaling efficiency.
 
-    python -m portal.bench.nodes [--repeats 3] [--epochs 3] [--user alice]
+    python -m bench.nodes [--repeats 3] [--epochs 3] [--user alice]
 
 Against the running box (`make up`, or DSPORTAL_CONFIG's), as root: the user's jobs through `portal.jobs`, on the
 demo data set (64 px, batch 8 per worker, one CPU per worker), in three layouts: 1 node x 1 worker (the
@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.dashboard import table
 from portal import jobs
-from portal.bench.dashboard import table
 from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
 from portal.metrics import TAG_LOSS_VAL, TAG_THROUGHPUT
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_demo_data(cfg)
     limits = jobs.limits("slurm", user=args.user, cfg=cfg)
     if limits.nodes < 2 or limits.gpu_quota < 2:
-        print(f"portal.bench.nodes: needs 2 usable nodes and a GPU quota of 2; {args.user} has {limits.nodes} "
+        print(f"bench.nodes: needs 2 usable nodes and a GPU quota of 2; {args.user} has {limits.nodes} "
               f"node(s) and a quota of {limits.gpu_quota}", file=sys.stderr)
         return 2
     results = []

@@ -1,0 +1,13 @@
+"""The benchmarks (`make bench`), outside the product: nothing in portal/, spawners/ or jupyterhub_config.py imports
+them. Each prints a table of medians and ratios measured side by side in one run; docs/benchmarks.md has results.
+
+    python -m bench.pipeline    # the tf.data input pipeline: PNG vs JPEG records, decode limits
+    python -m bench.scaling     # Horovod workers on one machine (horovodrun)
+    python -m bench.spawn       # spawning servers: the portal's Slurm spawner vs stock batchspawner (bench.stock_hub)
+    python -m bench.dashboard   # the dashboard under 200 users: latency, errors, Slurm calls
+    python -m bench.liveness    # submit -> first images/sec in TensorBoard; event file -> TensorBoard
+    python -m bench.nodes       # the same 2-worker training on 1 node vs 2 nodes
+
+The hub-side ones run against a running cluster in a box (`make up`, or the one DSPORTAL_CONFIG names), as root,
+from the repository root. bench.hub_client is the one small hub client the tests use too.
+"""

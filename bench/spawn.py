@@ -1,0 +1,284 @@
+"""Spawn benchmark: the portal's Slurm spawner against stock batchspawner, on the same cluster in a box.
+
+    python -m bench.spawn [--runs 10] [--warmup 1] [--json runs.json]
+
+The box must be up (`make up`, or deploy/local/box.py up with the same DSPORTAL_CONFIG). Beside its hub (the
+portal's spawner) this starts a second hub on hub_port + 40..43 with stock batchspawner.SlurmSpawner
+(bench/stock_hub.py), sharing the box's slapd and Slurm, and stops it at the end. Runs alternate, portal then
+stock, so the noise of a shared machine hits both alike.
+
+One run, as a browser does it: alice is logged in through the login form; the clock starts at the request that
+starts the spawn (ours: the spawn form's POST; stock has no form, so its GET /hub/spawn), follows the progress
+stream as the spawn-pending page does, and stops when GET /user/alice/lab (through the hub's OAuth) answers 200.
+Then the server is stopped and its job has left the queue before the next run.
+
+Where the time goes, from the millisecond timestamps that each piece logs:
+    submit        clock start -> hub log "Job submitted" (form validation, sbatch)
+    queue         -> slurmctld.log "sched: Allocate JobId=N" or backfill's "Started JobId=N" (PENDING -> RUNNING)
+    job launch    -> slurmd.log "launch task StepId=N.0" (batch script, prologue, srun)
+    server start  -> job output "Jupyter Server ... is running at" (batchspawner-singleuser, JupyterLab's start)
+    hub ready     -> hub log "User alice took" (the spawner's and the hub's checks that it answers)
+    first page    -> /lab 200 seen by the client (progress event, redirect, OAuth, the page)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pwd
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from bench.hub_client import HubClient, HubError, wait_for
+from bench.stock_hub import CPUS, GPUS, MEMORY_GB, PARTITION, RUNTIME, StockHub
+from portal.config import PortalConfig, load
+
+USER, PASSWORD = "alice", "wonderland"
+SPAWNERS = ("portal", "stock")
+SEGMENTS = (
+    ("submit", "form submit -> sbatch done"),
+    ("queue", "sbatch -> Slurm allocates (PENDING -> RUNNING)"),
+    ("job_launch", "allocation -> srun step starts"),
+    ("server_start", "step starts -> JupyterLab listening"),
+    ("hub_ready", "listening -> hub marks it ready"),
+    ("first_page", "ready -> GET /user/alice/lab 200"),
+)
+
+
+# --- pure: timestamps, segments, statistics, the table ---------------------------------------------------
+
+HUB_TIME = re.compile(r"^\[\w (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")  # JupyterHub and Jupyter Server
+SLURM_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] ")  # slurmctld / slurmd (iso8601_ms)
+
+
+def log_time(line: str) -> float | None:
+    """The epoch time at the start of a hub, Jupyter Server or Slurm log line (all log local time), or None."""
+    for pattern, layout in ((HUB_TIME, "%Y-%m-%d %H:%M:%S.%f"), (SLURM_TIME, "%Y-%m-%dT%H:%M:%S.%f")):
+        match = pattern.match(line)
+        if match:
+            return datetime.strptime(match.group(1), layout).timestamp()
+    return None
+
+
+def first_time(lines: Sequence[str], needle: str | re.Pattern[str]) -> float | None:
+    """The time of the first line that contains `needle` (a string or a regex)."""
+    for line in lines:
+        found = needle.search(line) if isinstance(needle, re.Pattern) else needle in line
+        if found:
+            return log_time(line)
+    return None
+
+
+def job_id_submitted(hub_lines: Sequence[str]) -> str | None:
+    """The Slurm job id from batchspawner's "Job submitted. output: 42" (both spawners log it)."""
+    for line in hub_lines:
+        match = re.search(r"Job submitted\. output: (\d+)", line)
+        if match:
+            return match.group(1)
+    return None
+
+
+@dataclass
+class Run:
+    """One spawn: the clock times (epoch seconds) of each milestone; None where a log did not say."""
+
+    spawner: str
+    started: float
+    lab: float
+    job_id: str | None = None
+    submitted: float | None = None
+    allocated: float | None = None
+    step: float | None = None
+    listening: float | None = None
+    ready: float | None = None
+
+    @property
+    def total(self) -> float:
+        return self.lab - self.started
+
+    def segments(self) -> dict[str, float | None]:
+        marks = [self.started, self.submitted, self.allocated, self.step, self.listening, self.ready, self.lab]
+        names = [name for name, _ in SEGMENTS]
+        return {name: (end - begin if begin is not None and end is not None else None)
+                for name, begin, end in zip(names, marks, marks[1:], strict=False)}
+
+
+def p90(values: Sequence[float]) -> float:
+    """The 90th percentile, interpolated between the closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    return statistics.quantiles(ordered, n=10, method="inclusive")[8]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "p90": p90(values), "min": min(values), "max": max(values)}
+
+
+def median_of(runs: Sequence[Run], segment: str) -> float | None:
+    values = [v for v in (r.segments()[segment] for r in runs) if v is not None]
+    return statistics.median(values) if values else None
+
+
+def table(runs: Sequence[Run], command: str) -> str:
+    """The benchmark's one table: totals (median, p90, spread) for both spawners, the ratio, the breakdown."""
+    by = {name: [r for r in runs if r.spawner == name] for name in SPAWNERS}
+    stats = {name: summary([r.total for r in by[name]]) for name in SPAWNERS if by[name]}
+    lines = [f"spawn benchmark: {command}",
+             f"form submit -> GET /user/{USER}/lab 200; runs alternate; "
+             + ", ".join(f"{name}: n={len(by[name])}" for name in SPAWNERS), "",
+             f"{'seconds':<52}{'portal':>9}{'stock':>9}{'ratio':>8}"]
+
+    def row(label: str, ours: float | None, stock: float | None) -> str:
+        cells = [f"{v:9.2f}" if v is not None else f"{'n/a':>9}" for v in (ours, stock)]
+        ratio = f"{ours / stock:8.2f}" if ours is not None and stock else f"{'':>8}"
+        return f"{label:<52}{''.join(cells)}{ratio}"
+
+    if len(stats) == 2:
+        ours, stock = stats["portal"], stats["stock"]
+        lines += [row("total, median", ours["median"], stock["median"]),
+                  row("total, p90", ours["p90"], stock["p90"]),
+                  row("total, spread (max - min)", ours["max"] - ours["min"], stock["max"] - stock["min"]),
+                  f"{'total, min .. max':<52}{ours['min']:5.2f}..{ours['max']:<5.2f} "
+                  f"{stock['min']:5.2f}..{stock['max']:<5.2f}",
+                  "breakdown (medians; they need not add up to the total's median):"]
+        lines += [row(f"  {name}: {what}", median_of(by["portal"], name), median_of(by["stock"], name))
+                  for name, what in SEGMENTS]
+    return "\n".join(lines)
+
+
+# --- one run ---------------------------------------------------------------------------------------------
+
+
+class LogTail:
+    """The lines a log file gains from now on."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def lines(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as log:
+            log.seek(self.offset)
+            return log.read().decode(errors="replace").splitlines()
+
+
+def slurm_jobs_of(cfg: PortalConfig, user: str) -> list[str]:
+    env = {**os.environ, "SLURM_CONF": str(cfg.slurm_conf_path)}
+    out = subprocess.run([str(cfg.slurm_bin_dir / "squeue"), "-h", "-u", user, "-o", "%i"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return out.split()
+
+
+def start_spawn(client: HubClient, spawner: str) -> float:
+    """Submit the form (ours) or open /hub/spawn (stock has no form: the GET starts the spawn); when the clock
+    started."""
+    if spawner == "portal":
+        action = client.spawn_form_action()
+        if not action:
+            raise HubError(f"{client.url}: no spawn form (is {USER}'s server already running?)")
+        fields = {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS, "memory_gb": MEMORY_GB, "runtime": RUNTIME}
+        started = time.time()  # the form's GET is not on the clock; stock's GET is the spawn
+        answer = client.post_spawn_form(action, fields)
+    else:
+        started = time.time()
+        answer = client.session.get(f"{client.url}/hub/spawn", allow_redirects=False, timeout=60)
+    if answer.status_code != 302:
+        raise HubError(f"{client.url}: the spawn did not start ({answer.status_code}): {answer.text[-500:]}")
+    return started
+
+
+def open_lab(client: HubClient) -> None:
+    lab = client.session.get(f"{client.url}/user/{USER}/lab", timeout=60)
+    if lab.status_code != 200 or "JupyterLab" not in lab.text:
+        raise HubError(f"{client.url}: /user/{USER}/lab answered {lab.status_code}")
+
+
+def spawn_once(spawner: str, client: HubClient, hub_log: Path, cfg: PortalConfig) -> Run:
+    """Spawn, open the lab, read the logs for the breakdown, stop the server and wait for its job to end."""
+    slurm_dir = cfg.slurm_conf_path.parent
+    logs = {name: LogTail(path) for name, path in
+            (("hub", hub_log), ("ctld", slurm_dir / "slurmctld.log"), ("slurmd", slurm_dir / "slurmd.log"))}
+    started = start_spawn(client, spawner)
+    client.follow_progress(USER, cfg.start_timeout + 60)
+    open_lab(client)
+    run = Run(spawner=spawner, started=started, lab=time.time())
+    read_breakdown(run, {name: tail.lines() for name, tail in logs.items()})
+    client.stop(USER, timeout=90)
+    wait_for(lambda: not slurm_jobs_of(cfg, USER), 60, what=f"{USER}'s job to leave the queue")
+    return run
+
+
+def read_breakdown(run: Run, lines: dict[str, list[str]]) -> None:
+    run.job_id = job_id_submitted(lines["hub"])
+    run.submitted = first_time(lines["hub"], "Job submitted. output:")
+    run.ready = first_time(lines["hub"], f"User {USER} took")
+    if not run.job_id:
+        return
+    # The main scheduler logs "sched: Allocate JobId=N", the backfill scheduler "_start_job: Started JobId=N".
+    started = re.compile(rf"(sched: Allocate|_start_job: Started) JobId={run.job_id} ")
+    run.allocated = first_time(lines["ctld"], started)
+    run.step = first_time(lines["slurmd"], f"launch task StepId={run.job_id}.0 ")
+    output = Path(pwd.getpwnam(USER).pw_dir) / f"jupyterhub_slurmspawner_{run.job_id}.log"
+    if output.exists():
+        run.listening = first_time(output.read_text(errors="replace").splitlines(), "is running at")
+
+
+def benchmark(cfg: PortalConfig, runs: int, warmup: int, report: Callable[[str], None]) -> list[Run]:
+    """`warmup` uncounted pairs, then `runs` pairs, each pair portal then stock."""
+    with StockHub(cfg) as stock:
+        clients = {"portal": HubClient(cfg.hub_url), "stock": HubClient(stock.url)}
+        hub_logs = {"portal": cfg.state_dir / "log" / "hub.log", "stock": stock.log}
+        for client in clients.values():
+            client.login(USER, PASSWORD)
+            if client.server(USER) is not None:
+                client.stop(USER, timeout=90)
+        done: list[Run] = []
+        for index in range(warmup + runs):
+            for name in SPAWNERS:
+                run = spawn_once(name, clients[name], hub_logs[name], cfg)
+                counted = index >= warmup
+                report(f"{'run' if counted else 'warm-up'} {index - warmup + 1 if counted else index + 1} {name}: "
+                       f"{run.total:.2f} s (job {run.job_id}) "
+                       + " ".join(f"{k}={v:.2f}" for k, v in run.segments().items() if v is not None))
+                if counted:
+                    done.append(run)
+        return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Spawn time: the portal's Slurm spawner vs stock batchspawner.")
+    parser.add_argument("--runs", type=int, default=10, help="counted runs of each spawner (default 10)")
+    parser.add_argument("--warmup", type=int, default=1, help="uncounted runs of each first (default 1)")
+    parser.add_argument("--json", type=Path, help="also write every run's milestones here")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.warmup < 0:
+        parser.error("--runs must be 1 or more, --warmup 0 or more")
+    if os.geteuid() != 0:
+        print("bench.spawn: run as root (it reads alice's job output and the box's Slurm logs)",
+              file=sys.stderr)
+        return 2
+    cfg = load()
+    command = f"python -m bench.spawn --runs {args.runs} --warmup {args.warmup}"
+    runs = benchmark(cfg, args.runs, args.warmup, lambda line: print(line, flush=True))
+    print()
+    print(table(runs, command))
+    if args.json:
+        args.json.write_text(json.dumps([{**dataclasses.asdict(r), "total": r.total, "segments": r.segments()}
+                                         for r in runs], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

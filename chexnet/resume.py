@@ -1,0 +1,118 @@
+"""Killed and re-run: how `chexnet.train` starts from the latest checkpoint and keeps TensorBoard whole.
+
+Slurm's `--requeue` SIGKILLs a job whose node died and re-runs the same command with `--resume` in the same logdir
+and checkpoint directory. TensorBoard then still holds every epoch of every per-epoch tag exactly once and no
+throughput step twice: rank 0 keeps `<checkpoint-dir>/epochs.jsonl`, a record of each finished epoch's scalars
+written before its checkpoint, writes an epoch to TensorBoard only after its checkpoint, and on `--resume` writes
+from the record what a kill left out and skips what the logdir already holds (`chexnet.tblog`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import tensorflow as tf
+
+from chexnet import tblog
+from chexnet.callbacks import EPOCH_TAGS, say
+
+
+def restore_or_start(model: tf.keras.Model, checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager,
+                     epoch_done: tf.Variable, saved_lr: tf.Variable, *, resume: bool, epochs: int,
+                     chief: bool) -> int:
+    """Rank 0 restores (only it needs to see the checkpoint directory); the state then goes to every rank.
+    Returns the number of epochs already done."""
+    import horovod.tensorflow as hvd_tf
+
+    state = (0, None)
+    # Every rank builds the optimizer's slots now, eagerly: then the checkpoint restores them at once, and their
+    # names (which Horovod's broadcast matches across ranks) are the same everywhere. Slots made lazily inside
+    # the first train step get other names, and the broadcast of a restored rank 0 would wait forever.
+    optimizer = model.optimizer
+    getattr(optimizer, "inner_optimizer", optimizer).build(model.trainable_variables)
+    if chief:
+        latest = manager.latest_checkpoint
+        if resume and latest:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+            state = (int(epoch_done.numpy()), float(saved_lr.numpy()))
+            say(f"resuming from {latest}: {state[0]} epochs done, continuing with epoch {state[0] + 1} of "
+                f"{epochs} at lr {state[1]:.3g}")
+        elif resume:
+            say(f"--resume: no checkpoint in {manager.directory}; starting fresh at epoch 1")
+        elif latest:
+            say(f"{manager.directory} already holds checkpoints ({latest}); starting fresh because --resume was "
+                "not given, and they will be replaced")
+    start_epoch, lr = hvd_tf.broadcast_object(state, root_rank=0, name="resume_state")
+    if lr is not None:
+        model.optimizer.learning_rate.assign(lr)
+    # Same weights everywhere before the first step, so the first gradients are averaged over one model.
+    hvd_tf.broadcast_variables(model.variables, root_rank=0)
+    return start_epoch
+
+
+def epoch_log(logdir: Path, checkpoint_dir: Path, start_epoch: int, *, resume: bool) -> EpochLog:
+    """Rank 0's TensorBoard scalars: on --resume it learns what the logdir holds and writes from the record the
+    epochs that a kill left out (see chexnet.tblog)."""
+    logged = tblog.read_logdir(logdir) if resume else tblog.LoggedSteps()
+    record = tblog.record_path(checkpoint_dir)
+    if start_epoch == 0:
+        tblog.reset_record(record)  # a fresh start: the record describes checkpoints that will be replaced
+    log = EpochLog(logdir, record, logged)
+    log.catch_up(start_epoch)
+    return log
+
+
+class EpochLog:
+    """Rank 0's per-epoch TensorBoard scalars, each (tag, epoch) written once across kills and resumes.
+
+    `record` appends an epoch to `<checkpoint-dir>/epochs.jsonl` (before its checkpoint is saved), `publish`
+    writes it to TensorBoard (after), `catch_up` writes what a kill between the two left out. Every write skips
+    what `logged` (the logdir's event files, read when resuming) already holds. The writer is made on first use,
+    so a resumed run with nothing to train and nothing to catch up adds no event file.
+    """
+
+    def __init__(self, logdir: Path, record_path: Path, logged: tblog.LoggedSteps) -> None:
+        self.logdir = logdir
+        self.record_path = record_path
+        self.logged = logged
+        self._writer: tf.summary.SummaryWriter | None = None
+
+    @property
+    def writer(self) -> tf.summary.SummaryWriter:
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(str(self.logdir))
+        return self._writer
+
+    def record(self, values: Mapping[str, object]) -> tblog.EpochScalars:
+        """Appends one `WholeSetValidation.history` entry to the durable record; returns it as recorded."""
+        # Plain floats: they go to JSON, and the live and the re-written values must be the same numbers.
+        # .get: a history entry without a tag (no SkippedRecords in the run) has nothing to write for it.
+        scalars = {tag: None if values.get(tag) is None else float(values[tag]) for tag in EPOCH_TAGS}
+        entry = tblog.EpochScalars(epoch=int(values["epoch"]), scalars=scalars, logdir=tblog.logdir_key(self.logdir))
+        tblog.append_record(self.record_path, entry)
+        return entry
+
+    def publish(self, entry: tblog.EpochScalars) -> int:
+        """Writes the epoch's scalars that the logdir lacks, then flushes; returns how many it wrote."""
+        tags = tblog.missing_tags(entry, self.logged)
+        with self.writer.as_default():
+            for tag in tags:
+                tf.summary.scalar(tag, entry.scalars[tag], step=entry.epoch)
+                self.logged.add(tag, entry.epoch)
+        self.writer.flush()
+        return len(tags)
+
+    def catch_up(self, checkpoint_epoch: int) -> list[int]:
+        """Writes, from the record, the epochs up to the checkpoint's that the logdir lacks; returns them."""
+        entries = tblog.epochs_to_rewrite(tblog.read_record(self.record_path), self.logged, checkpoint_epoch,
+                                          tblog.logdir_key(self.logdir))
+        for entry in entries:
+            self.publish(entry)
+            say(f"wrote epoch {entry.epoch} to TensorBoard from the checkpoint's record (the run before was "
+                "stopped between saving and logging it)")
+        return [entry.epoch for entry in entries]
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,117 @@
+"""The Kubernetes box's calls, made with the official `kubernetes` client: clients per identity (impersonation
+included), `apply` for the shipped manifests, and a portal user's namespace built by the portal's own builders.
+
+Objects are reached by apiVersion and kind through the client's discovery (`DynamicClient`), so the box keeps no
+table of REST paths; errors are the client's `DynamicApiError` (`.status`, and the server's message in `str()`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as kubeconfig
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ConflictError, DynamicApiError
+from supervise import BoxError
+from urllib3.exceptions import HTTPError
+
+from kubeparts.layout import PORTAL, USERS_GROUP, KubeBox, user_namespace, user_principal
+from portal.jobs.k8s_manifests import LABEL_USER, user_namespace_manifest, user_role_binding
+from portal.jobs.kubernetes import impersonate
+
+ApiError = DynamicApiError
+# Kinds whose whole content a manifest owns, so `apply` replaces them; others are only created when missing
+# (replacing a ServiceAccount would drop its token reference and make the token controller mint another).
+REPLACEABLE = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "CustomResourceDefinition"}
+
+
+def api_client(box: KubeBox, token: str) -> k8s.ApiClient:
+    """A client of the box's API server with a bearer token, trusting the box's CA only."""
+    configuration = k8s.Configuration(host=box.api_url, api_key={"authorization": token},
+                                      api_key_prefix={"authorization": "Bearer"})
+    configuration.ssl_ca_cert = str(box.ca_file)
+    return k8s.ApiClient(configuration)
+
+
+def with_token(box: KubeBox, token: str) -> DynamicClient:
+    """api_client's, able to reach every kind by apiVersion and kind (it asks the server which there are)."""
+    return DynamicClient(api_client(box, token))
+
+
+def from_kubeconfig(path: Path | str) -> DynamicClient:
+    """A client with the current context of a kubeconfig (as identities.py writes them)."""
+    return DynamicClient(kubeconfig.new_client_from_config(config_file=str(path)))
+
+
+def impersonating(api: DynamicClient, principal: str, group: str | None = None) -> DynamicClient:
+    """The same credentials, acting as `principal` (in `group`): the API server decides whether they may."""
+    return DynamicClient(impersonate(k8s.ApiClient(api.configuration), principal, group))
+
+
+def as_user(api: DynamicClient, name: str) -> DynamicClient:
+    """The same credentials, acting as portal user `name` (needs `impersonate`, as the hub has)."""
+    return impersonating(api, user_principal(name), USERS_GROUP)
+
+
+def resource(api: DynamicClient, api_version: str, kind: str) -> Any:
+    """The client's handle on one kind: .get/.create/.replace/.patch/.delete(name=, namespace=, body=)."""
+    return api.resources.get(api_version=api_version, kind=kind)
+
+
+def ready(api: k8s.ApiClient) -> str | None:
+    """None when the API server answers /readyz with ok, else why not."""
+    try:
+        answer = api.call_api(*api.param_serialize("GET", "/readyz", auth_settings=["BearerToken"]),
+                              _request_timeout=5)
+        text = answer.read().decode(errors="replace").strip()
+    except (ApiException, HTTPError, OSError) as err:  # refused, reset, TLS not up yet: not ready, and why
+        return f"/readyz: {type(err).__name__}: {str(err)[-200:]}"
+    return None if answer.status == 200 and text == "ok" else f"/readyz: {answer.status} {text[-200:]}"
+
+
+def load_manifests(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def apply(api: DynamicClient, manifest: dict[str, Any]) -> str:
+    """Create the object, or bring it in line when it exists (see REPLACEABLE); returns what was done."""
+    kind, meta = manifest["kind"], manifest["metadata"]
+    handle = resource(api, manifest["apiVersion"], kind)
+    label = f"{kind} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}{meta['name']}"
+    try:
+        handle.create(body=manifest, namespace=meta.get("namespace"))
+        return f"{label}: created"
+    except ConflictError:
+        if kind not in REPLACEABLE:
+            return f"{label}: exists"
+    current = handle.get(name=meta["name"], namespace=meta.get("namespace"))
+    replacement = {**manifest, "metadata": {**meta, "resourceVersion": current.metadata.resourceVersion}}
+    handle.replace(body=replacement, namespace=meta.get("namespace"))
+    return f"{label}: updated"
+
+
+def ensure_user_namespace(api: DynamicClient, name: str) -> str:
+    """Give portal user `name` their namespace and its RoleBinding (dsportal-user for dsportal:<name> and the
+    namespace's `default` ServiceAccount), built as the portal builds them.
+
+    Idempotent; what the hub does (as ServiceAccount dsportal-hub) before a user's first job. Returns the
+    namespace. A namespace of that name not labelled for this user is refused, never taken over."""
+    namespace = user_namespace(name)
+    namespaces = resource(api, "v1", "Namespace")
+    try:
+        namespaces.create(body=user_namespace_manifest(PORTAL, name))
+    except ConflictError as err:
+        labels = namespaces.get(name=namespace).metadata.labels
+        if (labels and labels[LABEL_USER]) != name:
+            raise BoxError(f"namespace {namespace} exists but is not labelled {LABEL_USER}={name}: "
+                           "not made by the portal, not used for this user") from err
+    binding = user_role_binding(PORTAL, name)
+    try:
+        resource(api, binding["apiVersion"], binding["kind"]).create(body=binding, namespace=namespace)
+    except ConflictError:
+        pass  # made before: the binding's content is the builder's, and the same every time
+    return namespace

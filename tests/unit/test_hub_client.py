@@ -1,0 +1,18 @@
+"""bench.hub_client's pure parts; the integration suites drive the rest against the test box's hub."""
+
+import pytest
+
+from bench.hub_client import HubError, wait_for, xsrf_of
+
+
+def test_the_xsrf_token_is_read_from_the_form_and_a_page_without_one_is_named():
+    assert xsrf_of('<form><input type="hidden" name="_xsrf" value="2|ab|cd"/></form>') == "2|ab|cd"
+    with pytest.raises(HubError, match="no _xsrf field"):
+        xsrf_of("<html>502 Bad Gateway</html>")
+
+
+def test_wait_for_returns_the_first_true_value_and_names_what_it_waited_for():
+    answers = iter([None, 0, {"ready": True}])
+    assert wait_for(lambda: next(answers), 5, interval=0.01) == {"ready": True}
+    with pytest.raises(TimeoutError, match="timed out after 0 s waiting for alice's server"):
+        wait_for(lambda: None, 0.05, interval=0.01, what="alice's server")
