@@ -208,13 +208,14 @@ def open_lab(client: HubClient) -> None:
 def spawn_once(spawner: str, client: HubClient, hub_log: Path, cfg: PortalConfig) -> Run:
     """Spawn, open the lab, read the logs for the breakdown, stop the server and wait for its job to end."""
     slurm_dir = cfg.slurm_conf_path.parent
-    logs = {name: LogTail(path) for name, path in
-            (("hub", hub_log), ("ctld", slurm_dir / "slurmctld.log"), ("slurmd", slurm_dir / "slurmd.log"))}
+    logs = {"hub": [LogTail(hub_log)], "ctld": [LogTail(slurm_dir / "slurmctld.log")],
+            # Each node's slurmd logs on its own (SlurmdLogFile=slurmd.%n.log): the step starts on one of them.
+            "slurmd": [LogTail(path) for path in sorted(slurm_dir.glob("slurmd*.log"))]}
     started = start_spawn(client, spawner)
     client.follow_progress(USER, cfg.start_timeout + 60)
     open_lab(client)
     run = Run(spawner=spawner, started=started, lab=time.time())
-    read_breakdown(run, {name: tail.lines() for name, tail in logs.items()})
+    read_breakdown(run, {name: [line for tail in tails for line in tail.lines()] for name, tails in logs.items()})
     client.stop(USER, timeout=90)
     wait_for(lambda: not slurm_jobs_of(cfg, USER), 60, what=f"{USER}'s job to leave the queue")
     return run
