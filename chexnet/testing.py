@@ -51,7 +51,7 @@ def hooks_for(rank: int, digest_dir: Path | None) -> Hooks:
     value, only_rank = os.environ.get(INJECT_NAN_ENV, ""), os.environ.get(INJECT_NAN_RANK_ENV, "")
     if not value or (only_rank and only_rank != str(rank)):
         return Hooks(rank, digest_dir)
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise UsageError(f"{INJECT_NAN_ENV} must be a step number >= 1; got {value!r}")
     return Hooks(rank, digest_dir, int(value))
 

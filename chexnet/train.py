@@ -127,8 +127,9 @@ def _keras_verbosity(progress: str, chief: bool) -> int:
 def _launcher_rank() -> int:
     """This process's rank before Horovod starts, from whichever launcher set it (0 when run alone)."""
     for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
+        value = os.environ.get(name, "")
+        if value.isascii() and value.isdigit():
+            return int(value)
     return 0
 
 

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from portal.config_values import ConfigError, coerce, read_yaml
+from portal.inputs import ascii_digits
 
 TLS_MODES = ("starttls", "ldaps", "none")
 SPAWNER_BACKENDS = ("slurm", "kubernetes")
@@ -230,7 +231,7 @@ class PortalConfig:
                 raise ConfigError(f"{name} must contain {{username}}; it is {getattr(self, name)!r}")
         if not self.k8s_gpu_types:
             raise ConfigError("k8s_gpu_types is empty; allowed: one or more GPU types (node label values)")
-        if not all(p.isdigit() for p in self.k8s_gpu_profiles) or "0" not in self.k8s_gpu_profiles:
+        if not all(ascii_digits(p) for p in self.k8s_gpu_profiles) or "0" not in self.k8s_gpu_profiles:
             raise ConfigError(f"k8s_gpu_profiles is {self.k8s_gpu_profiles}; allowed: whole numbers, 0 among them")
         if self.k8s_image_pull_policy not in ("Always", "IfNotPresent", "Never"):
             raise ConfigError(f"k8s_image_pull_policy is {self.k8s_image_pull_policy!r}; "

@@ -41,6 +41,12 @@ JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 JSON_BRACKET = re.compile(r"[\[\]{}]")
 
 
+def ascii_digits(text: str) -> bool:
+    """Whether `text` is one or more of 0-9. str.isdigit also takes "²" and "٣", which int() then refuses or reads
+    as a number nobody typed: every check of digits, in settings and in Slurm's answers alike, goes through here."""
+    return text.isascii() and text.isdigit()
+
+
 class InputError(ValueError):
     """A value is not allowed. `field` names it; `message` says what is allowed."""
 

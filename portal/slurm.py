@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from portal.inputs import ascii_digits
 from portal.runas import RUNUSER as RUNUSER  # where it lived before portal.runas
 
 # A node in one of these states cannot run anything now (it may come back: it still counts as a member).
@@ -203,10 +204,10 @@ def gpu_holders(squeue_out: str) -> tuple[GpuHolder, ...]:
     holders = []
     for line in squeue_out.splitlines():
         fields = line.split("|", 4)
-        if len(fields) < 5 or not fields[0].isdigit():
+        if len(fields) < 5 or not ascii_digits(fields[0]):
             continue
         job_id, nodes, per_node, per_job, name = fields[0], fields[1], fields[2], fields[3], fields[4][:-1]
-        count = int(nodes) if nodes.isdigit() else 1
+        count = int(nodes) if ascii_digits(nodes) else 1
         gpus = gpu_count(per_node) * count + gpu_count(per_job)
         if gpus:
             holders.append(GpuHolder(job_id=job_id, gpus=gpus, server=name == SERVER_JOB_NAME))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from portal.inputs import ascii_digits
 from portal.slurm import gpu_count
 
 # Fields of `sacct -X -P -n --duplicates -o ...`: the job name last (the only one that may hold a "|").
@@ -84,7 +85,7 @@ def parse_usage(sacct_out: str, now: datetime) -> UsageReport:
     jobs = []
     for line in sacct_out.splitlines():
         fields = line.split("|", 7)
-        if len(fields) != 8 or not fields[0].isdigit():
+        if len(fields) != 8 or not ascii_digits(fields[0]):
             continue
         job_id, user, state, start, end, tres, nodes, name = fields
         begun, ended = sacct_time(start), sacct_time(end)

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from portal.config import PortalConfig
+from portal.inputs import ascii_digits
 from portal.jobs.account import JobUser
 from portal.jobs.record import (
     CANCELLED,
@@ -55,7 +56,7 @@ def render_local(spec: JobSpec, job_dir: str, cfg: PortalConfig) -> str:
 
 def local_gpus() -> int:
     """NVIDIA GPUs on this machine, by their device files (no driver call: this must work without CUDA)."""
-    return len([p for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit()])
+    return len([p for p in Path("/dev").glob("nvidia[0-9]*") if ascii_digits(p.name[6:])])
 
 
 def new_local_id() -> str:

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from portal.config import PortalConfig
+from portal.inputs import ascii_digits
 from portal.jobs import history
 from portal.jobs.account import CallCounts, JobUser
 from portal.jobs.record import (
@@ -159,7 +160,7 @@ class SlurmBackend:
         script = self.render(spec, user, partition)
         answer = self._slurm(user, "sbatch", "--parsable", "--hold", input=script)
         job_id = answer.strip().split(";")[0]
-        if not job_id.isdigit():
+        if not ascii_digits(job_id):
             raise SlurmError(f"sbatch answered {answer.strip()!r}, not a job id")
         job_dir = user.jobs_dir / job_id
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from portal.config import PortalConfig
+from portal.inputs import ascii_digits
 from portal.jobs import SlurmError
 from portal.slurm import SlurmNode, SlurmPartition, gpu_count, nodes_from_scontrol, slurm_partitions
 
@@ -62,11 +63,11 @@ def parse_squeue(text: str) -> dict[str, QueuedJob]:
     queue = {}
     for line in text.splitlines():
         parts = line.split("|", 7)
-        if len(parts) != 8 or not parts[0].strip().isdigit():
+        if len(parts) != 8 or not ascii_digits(parts[0].strip()):
             continue
         job_id, user, state, elapsed, nodes, tres, reason, name = (p.strip() for p in parts)
         queue[job_id] = QueuedJob(id=job_id, user=user, state=state, elapsed=elapsed,
-                                  nodes=int(nodes) if nodes.isdigit() else 0, gpus_per_node=gpu_count(tres),
+                                  nodes=int(nodes) if ascii_digits(nodes) else 0, gpus_per_node=gpu_count(tres),
                                   reason=reason, name=name)
     return queue
 

@@ -179,3 +179,20 @@ def test_generated_forms_are_spec_fields_or_a_refusal_naming_a_field(arguments):
         return
     assert set(spec) <= set(FIELDS)
     assert all(isinstance(v, bool) or (isinstance(v, str) and len(v) <= MAX_PATH) for v in spec.values())
+
+
+def test_digits_are_ascii_only_wherever_they_are_checked():
+    from portal.config import ConfigError, PortalConfig
+    from portal.inputs import ascii_digits
+    from portal.service.cluster import parse_squeue
+    from portal.slurm import gpu_holders
+
+    assert ascii_digits("0123") and not ascii_digits("") and not ascii_digits("²") and not ascii_digits("٣")
+    with pytest.raises(ConfigError, match="k8s_gpu_profiles"):
+        PortalConfig(k8s_gpu_profiles=("0", "²"))
+    # "²" passed str.isdigit, and int() then raised: a line of Slurm's whose counts are not ASCII digits is read
+    # as no job / one node, never a crash.
+    assert gpu_holders("²|1|gres/gpu:1||spawner-jupyterhub\n") == ()
+    assert [h.gpus for h in gpu_holders("7|²|gres/gpu:2||train\n")] == [2]
+    assert parse_squeue("²|alice|RUNNING|1:00|1|gres/gpu:1|None|x") == {}
+    assert parse_squeue("8|alice|RUNNING|1:00|²|gres/gpu:1|None|x")["8"].nodes == 0
