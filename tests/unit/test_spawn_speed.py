@@ -13,7 +13,7 @@ from batchspawner.batchspawner import JobStatus
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-from bench.spawn import Run, first_time, job_id_submitted, log_time, p90, summary, table
+from bench.spawn import Run, first_time, job_id_submitted, log_time, median_ratio, p90, summary, table, verdict
 from bench.stock_hub import STOCK_HUB_CONFIG, configure_stock_slurm_spawner, stock_hub_settings
 from portal.config import PortalConfig, load
 from spawners.slurm import SINGLEUSER_FAST_START, PortalSlurmSpawner
@@ -148,6 +148,14 @@ def test_the_table_has_both_spawners_the_ratio_and_the_breakdown():
     assert "python -m bench.spawn --runs 2" in text
     assert "total, median" in text and "    4.00     5.00    0.80" in text
     assert "submit: form submit -> sbatch done" in text and "n/a" in text  # queue: no slurmctld line
+
+
+def test_the_verdict_is_met_at_half_of_stock_and_not_without_both_spawners():
+    runs = [Run("portal", 0.0, 2.0), Run("stock", 0.0, 4.0), Run("portal", 0.0, 2.4), Run("stock", 0.0, 4.4)]
+    assert median_ratio(runs) == pytest.approx(2.2 / 4.2)
+    assert verdict(median_ratio(runs)) == (False, "target: median ratio <= 0.50: 0.52, NOT met")
+    assert verdict(0.5) == (True, "target: median ratio <= 0.50: 0.50, met")
+    assert verdict(median_ratio(runs[:1]))[0] is False
 
 
 def test_the_stock_hub_shares_the_boxs_slurm_and_ldap_on_its_own_ports(tmp_path):
