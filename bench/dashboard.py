@@ -261,12 +261,13 @@ async def bench(cfg: PortalConfig, args: argparse.Namespace) -> int:
     print(table(["command", "count", "per second"], [[k, v, f"{v / seconds:.2f}"] for k, v in slurm.items()]))
     errors = sum(s.errors for s in run.samples.values())
     print()
-    for line in verdict(reads, errors, slurm["squeue (shared)"], seconds, after["refresh_s"]):
+    lines = verdict(reads, errors, slurm["squeue (shared)"], seconds, after["refresh_s"])
+    for line in lines:
         print(line)
     for kind, samples in run.samples.items():
         if samples.first_error:
             print(f"first error ({kind}): {samples.first_error}")
-    return 0
+    return 1 if any(line.endswith("NOT met") for line in lines) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
