@@ -15,8 +15,6 @@ with tf.summary, as alice, to a run directory of her own under ~/jobs and polls.
 from __future__ import annotations
 
 import argparse
-import html
-import re
 import subprocess
 import sys
 import time
@@ -25,7 +23,7 @@ from urllib.parse import quote
 import requests
 
 from bench.dashboard import percentile, table
-from bench.hub_client import HubClient
+from bench.hub_client import HubClient, wait_for
 from portal.config import PortalConfig, load
 from portal.metrics import TAG_THROUGHPUT
 
@@ -48,25 +46,20 @@ for line in sys.stdin:
 """
 
 
-def ensure_server(hub_url: str, session: requests.Session, client: requests.Session) -> float:
+def ensure_server(hub: HubClient) -> float:
     """alice's server, started (no GPU) unless it runs; seconds it took (0 when it ran already)."""
-    def server() -> dict | None:
-        return client.get(f"{hub_url}/hub/api/users/{USER}", timeout=30).json().get("servers", {}).get("")
-    if (found := server()) and found.get("ready"):
+    def ready() -> bool:
+        return bool((found := hub.server(USER)) and found.get("ready"))
+    if ready():
         return 0.0
     started = time.monotonic()
-    page = session.get(f"{hub_url}/hub/spawn", timeout=30)
-    action = re.search(r'<form[^>]*id="spawn_form"[^>]*action="([^"]+)"', page.text)
-    if action:
-        fields = {"partition": "gpu", "gpus": 0, "cpus": 1, "memory_gb": 4, "runtime": "01:00:00"}
-        session.post(f"{hub_url}{html.unescape(action.group(1))}", allow_redirects=False, timeout=60,
-                     files={k: (None, str(v)) for k, v in fields.items()})
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if (found := server()) and found.get("ready"):
-            return time.monotonic() - started
-        time.sleep(1)
-    raise SystemExit(f"{USER}'s server did not become ready in 180 s")
+    if action := hub.spawn_form_action():
+        hub.post_spawn_form(action, {"partition": "gpu", "gpus": 0, "cpus": 1, "memory_gb": 4, "runtime": "01:00:00"})
+    try:
+        wait_for(ready, 180, interval=1, what=f"{USER}'s server to be ready")
+    except TimeoutError as err:
+        raise SystemExit(str(err)) from None
+    return time.monotonic() - started
 
 
 def points(hub_url: str, client: requests.Session, run: str, tag: str) -> list:
@@ -125,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load()
     hub = HubClient(cfg.hub_url).login(USER, PASSWORD)
-    session, client = hub.session, hub.token_session(USER, "liveness bench")
-    spawn_s = ensure_server(cfg.hub_url, session, client)
+    client = hub.token_session(USER, "liveness bench")
+    spawn_s = ensure_server(hub)
     print(f"{USER}'s server ready ({spawn_s:.1f} s to start)" if spawn_s else f"{USER}'s server was running")
     points(cfg.hub_url, client, "none", TAG_THROUGHPUT)  # TensorBoard starts on its first request
     event = event_delays(cfg, client, args.runs * 5)
