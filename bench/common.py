@@ -23,6 +23,11 @@ class Measurement:
     def spread(self) -> str:
         return f"{min(self.samples):,.0f}-{max(self.samples):,.0f}"
 
+    def as_row(self) -> dict[str, object]:
+        """The row as bench.results saves it and docs/benchmarks_chart.py reads it (data["rows"])."""
+        return {"name": self.name, "median": self.median, "min": min(self.samples), "max": max(self.samples),
+                "samples": list(self.samples)}
+
 
 def synthetic_set(images: int, size: int, root: Path = BENCH_DIR) -> Path:
     """A ChestX-ray14-layout data set, made once per machine and reused (writing 1024x1024 PNGs takes a while)."""

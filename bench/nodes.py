@@ -13,7 +13,8 @@ Efficiency = images/sec / (workers x the 1-worker rate). The table gives the med
 On the cluster in a box these are CPU figures: every node is a namespace of the same machine, sharing its cores,
 and the network between nodes is a bridge in memory, so a second node adds no cores and costs only the
 all-reduce over TCP instead of shared memory. They show the method; a real cluster's GPUs and network give the
-numbers that matter.
+numbers that matter. No target: every job's figures, the medians and ranges per layout and the efficiencies are
+saved to docs/results/nodes.json (bench.results).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.dashboard import table
+from bench.results import save
 from portal import jobs
 from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
@@ -90,24 +92,39 @@ def run_one(user: str, epochs: int, nodes: int, workers_per_node: int) -> Result
     return result
 
 
-def summary(results: list[Result]) -> str:
+def layout_name(nodes: int, per_node: int) -> str:
+    return f"{nodes} node{'s' if nodes > 1 else ''} x {per_node} worker{'s' if per_node > 1 else ''}"
+
+
+def results(runs: list[Result]) -> dict:
+    """What is saved and printed: per layout (fewest workers first) the medians over its jobs (images/s with its
+    range: `median`, `min`, `max`), the efficiency against the 1-worker rate; 2 nodes over 1; every job."""
     by_layout: dict[tuple[int, int], list[Result]] = {}
-    for result in results:
-        by_layout.setdefault((result.nodes, result.workers_per_node), []).append(result)
-    reference = statistics.median(r.images_per_sec for r in by_layout.get((1, 1), []) or results)
-    rows = []
+    for run in runs:
+        by_layout.setdefault((run.nodes, run.workers_per_node), []).append(run)
+    reference = statistics.median(r.images_per_sec for r in by_layout.get((1, 1), []) or runs)
+    layouts = []
     for (nodes, per_node), found in sorted(by_layout.items(), key=lambda item: (item[0][0] * item[0][1], item[0])):
-        rate = statistics.median(r.images_per_sec for r in found)
-        rows.append([f"{nodes} node{'s' if nodes > 1 else ''} x {per_node} worker{'s' if per_node > 1 else ''}",
-                     nodes * per_node, f"{statistics.median(r.seconds_per_epoch for r in found):.1f}",
-                     f"{rate:.1f}", f"{min(r.images_per_sec for r in found):.1f}-"
-                     f"{max(r.images_per_sec for r in found):.1f}", f"{rate / (nodes * per_node * reference):.2f}",
-                     len(found)])
-    text = table(["layout", "workers", "s/epoch", "images/s", "images/s range", "efficiency", "runs"], rows)
+        rates = [r.images_per_sec for r in found]
+        layouts.append({"name": layout_name(nodes, per_node), "nodes": nodes, "workers_per_node": per_node,
+                        "workers": nodes * per_node, "runs": len(found),
+                        "seconds_per_epoch": statistics.median(r.seconds_per_epoch for r in found),
+                        "median": statistics.median(rates), "min": min(rates), "max": max(rates), "samples": rates,
+                        "efficiency": statistics.median(rates) / (nodes * per_node * reference)})
     one, two = by_layout.get((1, 2)), by_layout.get((2, 1))
-    if one and two:
-        ratio = statistics.median(r.images_per_sec for r in two) / statistics.median(r.images_per_sec for r in one)
-        text += f"\n\n2 workers on 2 nodes / on 1 node: {ratio:.2f}x the images/s"
+    ratio = (statistics.median(r.images_per_sec for r in two) / statistics.median(r.images_per_sec for r in one)
+             if one and two else None)
+    return {"unit": "images/s", "rows": layouts, "two_nodes_over_one": ratio,
+            "jobs": [{**asdict(r), "workers": r.workers} for r in runs]}
+
+
+def summary(runs: list[Result]) -> str:
+    data = results(runs)
+    rows = [[row["name"], row["workers"], f"{row['seconds_per_epoch']:.1f}", f"{row['median']:.1f}",
+             f"{row['min']:.1f}-{row['max']:.1f}", f"{row['efficiency']:.2f}", row["runs"]] for row in data["rows"]]
+    text = table(["layout", "workers", "s/epoch", "images/s", "images/s range", "efficiency", "runs"], rows)
+    if data["two_nodes_over_one"] is not None:
+        text += f"\n\n2 workers on 2 nodes / on 1 node: {data['two_nodes_over_one']:.2f}x the images/s"
     return text + ("\n\nCPU figures (the box's nodes share this machine's cores; the network between them is a "
                    "bridge in memory): they show the method, not GPU numbers.")
 
@@ -127,13 +144,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.nodes: needs 2 usable nodes and a GPU quota of 2; {args.user} has {limits.nodes} "
               f"node(s) and a quota of {limits.gpu_quota}", file=sys.stderr)
         return 2
-    results = []
+    done: list[Result] = []
     for repeat in range(args.repeats):
         order = LAYOUTS[repeat % len(LAYOUTS):] + LAYOUTS[:repeat % len(LAYOUTS)]
         print(f"repeat {repeat + 1}/{args.repeats}", flush=True)
-        results += [run_one(args.user, args.epochs, nodes, per_node) for nodes, per_node in order]
+        done += [run_one(args.user, args.epochs, nodes, per_node) for nodes, per_node in order]
     print()
-    print(summary(results))
+    print(summary(done))
+    data = {**results(done), "epochs": args.epochs, "repeats": args.repeats, "user": args.user}
+    command = f"python -m bench.nodes --repeats {args.repeats} --epochs {args.epochs} --user {args.user}"
+    print(f"results: {save('nodes', command=command, targets=[], data=data)}")
     return 0
 
 

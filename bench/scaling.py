@@ -4,8 +4,10 @@
 
 Each run is a real `horovodrun -np N python -m chexnet.train ...` on the same synthetic data; its rate is the
 median of the `throughput/images_per_sec` points it wrote to TensorBoard (all workers together, compile step
-excluded). Runs alternate between worker counts. Efficiency = rate(N) / (N x rate(1)). For reference, the Dell
-study measured 85 % at 2 V100 GPUs; on CPUs the workers share the same cores, so expect far less here.
+excluded). Runs alternate between worker counts. Efficiency = rate(N) / (N x rate(1)), the first --workers count
+being the reference. For reference, the Dell study measured 85 % at 2 V100 GPUs; on CPUs the workers share the
+same cores, so expect far less here. No target: the figures (every run's rate, medians, spreads, efficiencies)
+are saved to docs/results/scaling.json.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import Measurement, records_of, synthetic_set, table
+from bench.results import save
 
 THROUGHPUT_TAG = "throughput/images_per_sec"
 HOROVODRUN = str(Path(sys.executable).with_name("horovodrun"))  # the venv's, whatever PATH says
@@ -57,6 +60,35 @@ def train_rate(workers: int, data: Path, args: argparse.Namespace) -> float:
         return statistics.median(rates)
 
 
+def results(samples: dict[int, list[float]], settings: dict) -> dict:
+    """What is saved and printed: a row per worker count (the first is the reference), the efficiencies."""
+    rows = [Measurement(f"{n} worker{'s' if n > 1 else ''}", tuple(rates)) for n, rates in samples.items()]
+    first, base = next(iter(samples)), rows[0].median  # efficiency = rate(n) / (n / first x rate(first))
+    return {**settings,
+            "rows": [{**row.as_row(), "workers": n, "ratio": row.median / base if base else None}
+                     for n, row in zip(samples, rows, strict=True)],
+            "efficiency": {str(n): row.median * first / (n * base) if base else None
+                           for n, row in zip(samples, rows, strict=True) if n != first},
+            "dell_v100_efficiency": {str(n): e for n, e in DELL_V100_EFFICIENCY.items()}}
+
+
+def report(data: dict) -> str:
+    rows = [Measurement(row["name"], tuple(row["samples"])) for row in data["rows"]]
+    lines = [table(f"Horovod training, {data['model']} {data['image_size']}x{data['image_size']}, batch "
+                   f"{data['batch_size']} per worker, {data['repeats']} repeats", rows, rows[0], rows[0].name)]
+    for n, efficiency in data["efficiency"].items():
+        reference = data["dell_v100_efficiency"].get(n)
+        note = f" (Dell, {n} V100 GPUs: {reference:.0%})" if reference else ""
+        lines.append(f"scaling efficiency at {n} workers: {efficiency:.0%}{note}")
+    return "\n".join(lines)
+
+
+def command(args: argparse.Namespace) -> str:
+    return (f"python -m bench.scaling --workers {' '.join(map(str, args.workers))} --repeats {args.repeats} "
+            f"--images {args.images} --image-size {args.image_size} --batch-size {args.batch_size} "
+            f"--epochs {args.epochs} --model {args.model}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
@@ -67,22 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--model", default="densenet121")
     args = parser.parse_args(argv)
-
+    if args.repeats < 1 or not args.workers or min(args.workers) < 1 or len(set(args.workers)) != len(args.workers):
+        parser.error(f"--workers {args.workers}, --repeats {args.repeats}; allowed: distinct worker counts of 1 or "
+                     "more (the first is the reference), --repeats 1 or more")
     data = records_of(synthetic_set(args.images, 256), shards=8)
     samples: dict[int, list[float]] = {n: [] for n in args.workers}
     for _ in range(args.repeats):
         for workers in args.workers:
             samples[workers].append(train_rate(workers, data, args))
-    rows = [Measurement(f"{n} worker{'s' if n > 1 else ''}", tuple(samples[n])) for n in args.workers]
-    base = rows[0]
-    print(table(f"Horovod training, {args.model} {args.image_size}x{args.image_size}, batch {args.batch_size} "
-                f"per worker, {args.repeats} repeats", rows, base, base.name))
-    for n, row in zip(args.workers, rows, strict=True):
-        if n > 1:
-            efficiency = row.median / (n * base.median)
-            reference = DELL_V100_EFFICIENCY.get(n)
-            note = f" (Dell, {n} V100 GPUs: {reference:.0%})" if reference else ""
-            print(f"scaling efficiency at {n} workers: {efficiency:.0%}{note}")
+    found = results(samples, {"model": args.model, "image_size": args.image_size, "batch_size": args.batch_size,
+                              "repeats": args.repeats, "images": args.images, "epochs": args.epochs})
+    print(report(found))
+    print(f"results: {save('scaling', command=command(args), targets=[], data=found)}")
     return 0
 
 
