@@ -1,7 +1,11 @@
 """The benchmarks (`make bench`), outside the product: nothing in portal/, spawners/ or jupyterhub_config.py imports
-them. Each prints a table of medians and ratios measured side by side in one run; docs/benchmarks.md has results.
+them. Each prints a table of medians and ratios measured side by side in one run, saves its figures to
+docs/results/<name>.json (bench.results) and exits 1 when a target is not met; docs/benchmarks_chart.py draws
+docs/benchmarks.png from those files, and docs/benchmarks.md has the results.
 
-    python -m bench.pipeline    # the tf.data input pipeline: PNG vs JPEG records, decode limits
+    python -m bench.pipeline    # the tf.data input pipeline: PNG vs JPEG records, decode limits, per core and
+                                #   per stage, cores per H100 (bench.pipeline_{names,rows,worker,report})
+    python -m bench.parity      # AUROC of uint8 input normalised in the model vs float32 normalised on the host
     python -m bench.scaling     # Horovod workers on one machine (horovodrun)
     python -m bench.spawn       # spawning servers: the portal's Slurm spawner vs stock batchspawner (bench.stock_hub)
     python -m bench.dashboard   # the dashboard under 200 users: latency, errors, Slurm calls
