@@ -1,5 +1,10 @@
 """CheXNet: an ImageNet-style backbone with 14 sigmoid outputs, and the paper's weighted binary cross-entropy.
 
+The model takes what the input pipeline delivers, uint8 grey images [S, S, 1], and normalises them in its first
+layer (`ImageNetNormalisation`, no weights): on a GPU that work runs on the device. Layers without weights do not
+move the checkpoint keys of the layers that have them (Keras numbers those apart), so checkpoints of the earlier
+model, which took float32 [S, S, 3] normalised on the host, still restore.
+
 Nothing here downloads: the backbone is built with `weights=None` and, if asked, loaded from a local file
 (Keras' ImageNet "notop" `.h5` for the same backbone, or a whole-model weights file saved by this package).
 """
@@ -12,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from chexnet.data.decoding import normalise
 from chexnet.labels import NUM_CLASSES
 
 BACKBONES: dict[str, Callable[..., tf.keras.Model]] = {
@@ -29,8 +35,23 @@ BATCH_NORM_MOMENTUM = 0.9
 LOSS_EPSILON = 1e-7  # keeps log() finite for saturated sigmoids, as Keras' own binary cross-entropy does
 
 
+@tf.keras.utils.register_keras_serializable(package="chexnet")
+class ImageNetNormalisation(tf.keras.layers.Layer):
+    """uint8 grey [B, S, S, 1] -> [B, S, S, 3] with ImageNet mean and std, in the layer's compute dtype.
+
+    The math is `chexnet.data.decoding.normalise`, called as is, so the model and the host-side function cannot
+    drift apart. No weights, no arguments: the base class's config is the whole config."""
+
+    def call(self, images: tf.Tensor) -> tf.Tensor:
+        return tf.cast(normalise(images), self.compute_dtype)  # float16 under mixed_float16: what the conv takes
+
+    def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
+        return tf.TensorShape(input_shape)[:-1].concatenate([3])
+
+
 def build_model(name: str = "densenet121", image_size: int = 224, weights: str | Path | None = None) -> tf.keras.Model:
-    """The backbone named `name` (global average pooled) -> Dense(14, sigmoid) in float32.
+    """uint8 grey [S, S, 1] -> ImageNet normalisation -> the backbone named `name` (global average pooled)
+    -> Dense(14, sigmoid) in float32.
 
     The output layer is float32 even under the `mixed_float16` policy so the loss and AUROC see full precision.
     """
@@ -38,8 +59,9 @@ def build_model(name: str = "densenet121", image_size: int = 224, weights: str |
         raise ValueError(f"--model must be one of {', '.join(sorted(BACKBONES))}; got {name!r}")
     if image_size < MIN_IMAGE_SIZE:
         raise ValueError(f"--image-size must be >= {MIN_IMAGE_SIZE}; got {image_size}")
-    inputs = tf.keras.Input(shape=(image_size, image_size, 3), name="image")
-    backbone = BACKBONES[name](include_top=False, weights=None, input_tensor=inputs, pooling="avg")
+    inputs = tf.keras.Input(shape=(image_size, image_size, 1), dtype=tf.uint8, name="image")
+    normalised = ImageNetNormalisation(name="imagenet_normalisation")(inputs)
+    backbone = BACKBONES[name](include_top=False, weights=None, input_tensor=normalised, pooling="avg")
     for layer in backbone.layers:
         if isinstance(layer, tf.keras.layers.BatchNormalization):
             layer.momentum = BATCH_NORM_MOMENTUM

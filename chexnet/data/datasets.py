@@ -3,7 +3,11 @@
 In pipeline order (`chexnet.data.sources` finds and shares out the files, `chexnet.data.decoding` decodes):
 
     list files -> shard the files by rank -> interleave reads -> shuffle -> decode -> crop or resize -> flip
-    -> batch -> normalise -> prefetch
+    -> batch -> prefetch
+
+Batches are uint8 grey, one channel ([B, S, S, 1]): the model normalises them in its first layer
+(`chexnet.model.ImageNetNormalisation`), on the accelerator when there is one, so the host neither spends CPU on
+float32 pixels nor ships 12x more bytes than the crop holds.
 
 Bad data never stops a run by itself (`chexnet.data.integrity`). A damaged TFRecord shard is read up to the damage
 and the records it lost are counted (the manifest says how many each shard holds); a record that does not parse or
@@ -49,7 +53,7 @@ class PipelineConfig:
     threads: int | None = None  # a private thread pool of this size for the new pipeline; None: TF's shared pool
     shuffle_buffer: int = 1024
     seed: int = 0
-    ten_crop: bool = False  # evaluation: 10 crops per image, batches [B, 10, S, S, 3] (resized records only)
+    ten_crop: bool = False  # evaluation: 10 crops per image, batches [B, 10, S, S, 1] (resized records only)
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINES:
@@ -208,7 +212,7 @@ def train_labels(source: DataSource) -> np.ndarray:
 
 
 def train_dataset(source: DataSource, cfg: PipelineConfig, rank: int = 0, size: int = 1) -> tf.data.Dataset:
-    """Endless batches (images float32 [B, S, S, 3], labels float32 [B, 14]) of this rank's part of train."""
+    """Endless batches (images uint8 [B, S, S, 1], labels float32 [B, 14]) of this rank's part of train."""
     check_fits(source, cfg.image_size)
     examples, counter = examples_of(source, "train", rank, size, cfg.parallel, shuffle_seed=cfg.seed, stream=True)
     decode = partial(decoded, counter=counter, parallel=cfg.parallel)
@@ -218,8 +222,8 @@ def train_dataset(source: DataSource, cfg: PipelineConfig, rank: int = 0, size: 
             images = decode(examples, decode=decoder).cache().repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed)
         else:  # shuffle the small encoded images, decode after
             images = decode(examples.repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed), decode=decoder)
-        if not cfg.parallel:  # the old pipeline as first written: flip and normalise image by image
-            return _finish(images.map(decoding.for_training).batch(cfg.batch_size, drop_remainder=True), cfg)
+        if not cfg.parallel:  # the old pipeline as first written: flip image by image
+            return _finish(images.map(decoding.augmented).batch(cfg.batch_size, drop_remainder=True), cfg)
         images = images.map(decoding.augmented, num_parallel_calls=cfg.calls)
     elif cfg.cache:  # cache the whole stored images, crop afresh every epoch
         whole = decoding.example_decoder(source, decoding.resized_decoder(source, cfg.image_size, "whole"))
@@ -229,16 +233,14 @@ def train_dataset(source: DataSource, cfg: PipelineConfig, rank: int = 0, size: 
         crop = decoding.resized_decoder(source, cfg.image_size, "random")
         flipped = decoding.example_decoder(source, lambda stored, shape: decoding.augment(crop(stored, shape)))
         images = decode(examples.repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed), decode=flipped)
-    # uint8 batches are 4x smaller to copy; normalising a whole batch is one vectorised op instead of B small ones.
-    batches = images.batch(cfg.batch_size, drop_remainder=True, num_parallel_calls=cfg.calls)
-    return _finish(batches.map(decoding.normalised, num_parallel_calls=cfg.calls), cfg)
+    return _finish(images.batch(cfg.batch_size, drop_remainder=True, num_parallel_calls=cfg.calls), cfg)
 
 
 def eval_dataset(source: DataSource, split: str, cfg: PipelineConfig, rank: int = 0,
                  size: int = 1) -> tf.data.Dataset:
     """One pass over rank's share of `split` (every size-th example), in order, no augmentation, last batch short.
 
-    Images float32 [B, S, S, 3]; with `cfg.ten_crop`, [B, 10, S, S, 3] (see `decoding.ten_crop`)."""
+    Images uint8 [B, S, S, 1]; with `cfg.ten_crop`, [B, 10, S, S, 1] (see `decoding.ten_crop`)."""
     check_split(split)
     check_rank(rank, size)
     check_fits(source, cfg.image_size, ten_crop=cfg.ten_crop)
@@ -247,16 +249,17 @@ def eval_dataset(source: DataSource, split: str, cfg: PipelineConfig, rank: int 
     if not source.resized:
         decoder = decoding.example_decoder(source, partial(decoding.decode_resize, size=cfg.image_size))
         images = decoded(examples, counter, decoder, cfg.parallel, deterministic=True)
-        return _finish(images.map(decoding.normalised, num_parallel_calls=cfg.calls).batch(cfg.batch_size), cfg)
+        return _finish(images.batch(cfg.batch_size), cfg)
     crops = decoding.resized_decoder(source, cfg.image_size, "ten" if cfg.ten_crop else "centre")
     images = decoded(examples, counter, decoding.example_decoder(source, crops), cfg.parallel, deterministic=True)
-    batches = images.batch(cfg.batch_size, num_parallel_calls=cfg.calls, deterministic=True if cfg.parallel else None)
-    return _finish(batches.map(decoding.normalised, num_parallel_calls=cfg.calls), cfg)
+    return _finish(images.batch(cfg.batch_size, num_parallel_calls=cfg.calls,
+                                deterministic=True if cfg.parallel else None), cfg)
 
 
 def decode_only_dataset(source: DataSource, split: str, cfg: PipelineConfig) -> tf.data.Dataset:
     """The machine's decode limit: one pass of read + the decode that training does (decode + resize for original
-    PNGs, decode of the crop window for resized records) on all cores, batched, nothing else.
+    PNGs, decode of the crop window for resized records) on all cores, batched, nothing else (training adds the
+    shuffle and the flip).
 
     Yields (images uint8 [B, S, S, 1], labels [B, 14]); the last batch may be short."""
     check_split(split)

@@ -1,5 +1,5 @@
-"""Decoding images and preparing them for the model: the decoder (bytes -> uint8 pixels) and the parser (crop, flip,
-normalise), kept apart as in TensorFlow Model Garden's vision models.
+"""Decoding images and preparing them for the model: the decoder (bytes -> uint8 pixels) and the parser (crop, flip),
+kept apart as in TensorFlow Model Garden's vision models.
 
 What is decoded depends on how the images are stored (`DataSource.storage`):
 - resized JPEG or raw records (the converter's default): CheXNet's preprocessing. Training takes a random
@@ -8,7 +8,10 @@ What is decoded depends on how the images are stored (`DataSource.storage`):
   crops, the centre crop and their mirror images (the model's 10 predictions are then averaged, as in CheXNet).
 - original PNGs (PNG records, or the image directory): the whole image is decoded and resized to `image_size`.
 
-Images stay uint8 until `normalise`, the last step: uint8 batches are 4x smaller to cache and to copy.
+Images stay uint8 grey, one channel, all the way to the model: a uint8 [S, S, 1] crop is 12x fewer bytes to cache,
+batch and copy to an accelerator than the float32 [S, S, 3] the backbone takes. The model's first layer
+(`chexnet.model.ImageNetNormalisation`) turns it into that with `normalise`, on the device; `normalise` stays
+callable here for host-side comparisons (the benchmarks' float32 rows) and for checks of the layer.
 """
 
 from __future__ import annotations
@@ -121,25 +124,27 @@ def random_crop_flip(image: tf.Tensor, labels: tf.Tensor, size: int) -> tuple:
     return augment(tf.ensure_shape(crop(image, window), [size, size, 1])), labels
 
 
-def normalise(image: tf.Tensor) -> tf.Tensor:
-    """uint8 grey [..., S, S, 1] -> float32 [..., S, S, 3] with ImageNet mean and std (one image or a batch).
-
-    A uint8 has 256 values: (x / 255 - mean) / std is looked up in a 256 x 3 table, one gather that writes each
-    output value once. Arithmetic on the pixels took twice as long, as much CPU as decoding a JPEG crop does."""
-    levels = tf.range(256, dtype=tf.float32)[:, None] / 255.0
-    table = (levels - IMAGENET_MEAN) / IMAGENET_STD
-    return tf.gather(table, tf.cast(tf.squeeze(image, axis=-1), tf.int32))
-
-
 def augmented(image: tf.Tensor, labels: tf.Tensor) -> tuple:
     return augment(image), labels
 
 
-def for_training(image: tf.Tensor, labels: tf.Tensor) -> tuple:
-    """One image, flipped and normalised (the old pipeline works image by image)."""
-    return normalise(augment(image)), labels
+# --- what the model's first layer does (chexnet.model.ImageNetNormalisation), kept callable on the host ------------
+
+def normalisation_table() -> tf.Tensor:
+    """float32 [256, 3]: what each uint8 grey level becomes, (level / 255 - mean) / std per ImageNet channel."""
+    levels = tf.range(256, dtype=tf.float32)[:, None] / 255.0
+    return (levels - IMAGENET_MEAN) / IMAGENET_STD
+
+
+def normalise(image: tf.Tensor) -> tf.Tensor:
+    """uint8 grey [..., S, S, 1] -> float32 [..., S, S, 3] with ImageNet mean and std (one image or a batch).
+
+    The one definition of the model's input normalisation: the model's first layer calls this very function.
+    A uint8 has 256 values, so each is looked up in `normalisation_table`: one gather that writes each output value
+    once (on a CPU, arithmetic on the pixels took twice as long)."""
+    return tf.gather(normalisation_table(), tf.cast(tf.squeeze(image, axis=-1), tf.int32))
 
 
 def normalised(images: tf.Tensor, labels: tf.Tensor) -> tuple:
-    """One image or a whole batch: a batch is one vectorised op instead of B small ones."""
+    """`normalise` as a map over (images, labels): the host-side float32 pipeline that comparisons measure."""
     return normalise(images), labels

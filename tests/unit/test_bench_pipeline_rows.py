@@ -39,8 +39,8 @@ def test_every_row_delivers_batches_of_what_it_says(records):
             assert images.shape == [BATCH] and images.dtype == tf.int32, name
         elif name == NORMALISE:
             assert images.shape == [BATCH, SIZE, SIZE, 3] and images.dtype == tf.float32, name
-        else:  # a training pipeline or a decode limit: uint8 grey (or float32 where the product still normalises)
-            assert images.shape[0] == BATCH and images.shape[1:3] == [SIZE, SIZE], name
+        else:  # a training pipeline or a decode limit: uint8 grey, as the model takes it
+            assert images.shape == [BATCH, SIZE, SIZE, 1] and images.dtype == tf.uint8, name
     assert delivered_dtype(rows[READ]()) == f"int32 [{BATCH}]"
 
 

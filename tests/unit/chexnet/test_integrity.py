@@ -103,7 +103,7 @@ def test_training_batches_go_on_past_bad_records_and_the_class_weights_leave_the
     _rewrite_record(source.shards["train"][0][0], 0, _without("labels"))
     _rewrite_record(source.shards["train"][2][0], 1, _garbage_image)
     batches = list(train_dataset(source, _cfg(shuffle_buffer=1)).take(source.count("train") // 4 * 2))  # 2 passes
-    assert all(images.shape == (4, IMAGE_SIZE, IMAGE_SIZE, 3) for images, _ in batches)
+    assert all(images.shape == (4, IMAGE_SIZE, IMAGE_SIZE, 1) and images.dtype == tf.uint8 for images, _ in batches)
     (counter,) = skip_counters("train")
     counts = counter.snapshot()
     assert counts.bad[0] >= 1 and counts.bad[2] >= 1 and counts.bad[1] == 0  # once per pass that met them

@@ -1,19 +1,35 @@
-"""The model: output shape and dtype, unknown names, and the CheXNet weighted binary cross-entropy."""
+"""The model: uint8 input normalised in its first layer, output shape and dtype, saving and loading, unknown names,
+and the CheXNet weighted binary cross-entropy."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from chexnet.data import decoding
 from chexnet.labels import NUM_CLASSES
-from chexnet.model import build_model, class_weights, weighted_bce
+from chexnet.model import ImageNetNormalisation, build_model, class_weights, weighted_bce
+
+ALL_LEVELS = np.arange(32 * 32, dtype=np.int64).reshape(1, 32, 32, 1).astype(np.uint8)  # 0..255, four times
 
 
 @pytest.mark.parametrize("name", ["densenet121", "resnet50"])
-def test_build_model_has_14_float32_sigmoid_outputs(name):
+def test_build_model_takes_uint8_grey_and_has_14_float32_sigmoid_outputs(name):
     model = build_model(name, image_size=32)
-    out = model(np.random.default_rng(0).random((2, 32, 32, 3), dtype=np.float32), training=False)
+    assert model.input.dtype == tf.uint8 and tuple(model.input.shape) == (None, 32, 32, 1)
+    out = model(np.random.default_rng(0).integers(0, 256, (2, 32, 32, 1), dtype=np.uint8), training=False)
     assert out.shape == (2, NUM_CLASSES) and out.dtype == tf.float32
     assert np.all((out.numpy() > 0) & (out.numpy() < 1))
+
+
+def test_the_first_layer_normalises_every_level_as_the_host_function_does():
+    model = build_model("densenet121", image_size=32)
+    layer = model.layers[1]
+    assert isinstance(layer, ImageNetNormalisation) and not layer.weights
+    found = tf.keras.Model(model.input, layer.output)(ALL_LEVELS).numpy()
+    np.testing.assert_array_equal(found, decoding.normalise(ALL_LEVELS).numpy())
+    expected = (ALL_LEVELS[0, ..., 0, None] / 255.0 - decoding.IMAGENET_MEAN) / decoding.IMAGENET_STD
+    np.testing.assert_allclose(found[0], expected, rtol=1e-6, atol=1e-6)  # ImageNet's mean and std, per channel
+    assert found.shape == (1, 32, 32, 3) and found.dtype == np.float32
 
 
 def test_output_stays_float32_under_mixed_precision():
@@ -21,8 +37,18 @@ def test_output_stays_float32_under_mixed_precision():
     try:
         model = build_model("densenet121", image_size=32)
         assert model.output.dtype == tf.float32
+        assert model.get_layer("imagenet_normalisation").output.dtype == tf.float16  # what the first conv takes
     finally:
         tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_a_saved_model_reloads_with_its_normalisation(tmp_path):
+    model = build_model("densenet121", image_size=32)
+    path = tmp_path / "chexnet.keras"
+    model.save(path)
+    loaded = tf.keras.models.load_model(path, compile=False)  # no custom_objects: the layer is registered
+    assert isinstance(loaded.get_layer("imagenet_normalisation"), ImageNetNormalisation)
+    np.testing.assert_array_equal(loaded(ALL_LEVELS, training=False).numpy(), model(ALL_LEVELS, training=False).numpy())
 
 
 def test_unknown_model_names_the_flag_and_the_choices():
