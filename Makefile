@@ -34,11 +34,17 @@ lint: install
 # figures to docs/results/<name>.json (bench/results.py), and docs/benchmarks.png is drawn from those files only.
 # A benchmark whose target is not met exits 1: every table is still printed, the chart is still drawn from what
 # was saved, and `make bench` then fails naming them.
+# PIPELINE_BENCH_ARGS: the pipeline's tables per core count, its ablation and thread pools are all in
+# docs/benchmarks.md, so make bench runs them (about 12 of its 40 minutes on 2 cores).
 BENCHES := pipeline parity scaling spawn dashboard liveness nodes
+PIPELINE_BENCH_ARGS ?= --cores 1,2 --ablation --threads-ablation
 CHART := $(PY) docs/benchmarks_chart.py
 bench: install
-	@failed=""; for b in $(BENCHES); do echo "== bench.$$b"; $(PY) -m bench.$$b || failed="$$failed $$b"; done; \
+	@failed=""; for b in $(BENCHES); do echo "== bench.$$b"; \
+	case $$b in pipeline) args="$(PIPELINE_BENCH_ARGS)";; *) args="";; esac; \
+	$(PY) -m bench.$$b $$args || failed="$$failed $$b"; done; \
 	echo "== docs/benchmarks.png"; $(CHART) || failed="$$failed chart"; \
+	$(PY) -m bench.report; \
 	if [ -n "$$failed" ]; then echo "make bench: not met or failed:$$failed"; exit 1; fi
 
 # docs/benchmarks.png from the saved results alone (a panel whose result is missing says which command makes it).
