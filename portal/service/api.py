@@ -31,7 +31,7 @@ class JobsAPIHandler(APIHandler):
             spec = posted_spec(self.request.body)
         except InputError as err:
             raise PortalError(400, str(err), err.field) from None
-        self.write_json(await self.blocking(self.board.submit, self.hub_user, spec), status=201)
+        self.write_json(await self.acting(self.board.submit, self.hub_user, spec), status=201)
 
 
 class JobAPIHandler(APIHandler):
@@ -48,7 +48,7 @@ class JobAPIHandler(APIHandler):
 
     async def delete(self, job_id: str) -> None:
         everyone = await self.everyone()
-        await self.blocking(self.board.cancel, self.hub_user, job_id, everyone)
+        await self.acting(self.board.cancel, self.hub_user, job_id, everyone)
         self.set_status(204)
         self.finish()
 
@@ -64,7 +64,9 @@ class ClusterAPIHandler(APIHandler):
         snapshot = await self.blocking(self.cluster.snapshot)
         # What this process has asked so far (the load benchmark reads the difference over its run): the shared
         # snapshot's squeue/scontrol, the Slurm commands run as users, every command run as a user, hub requests.
+        # page_refresh_s: how often an open jobs page reloads itself (its meta refresh), what a load test simulates.
         self.write_json({**snapshot.to_dict(), "refresh_s": self.cluster.interval_s,
+                         "page_refresh_s": self.settings["poll_s"],
                          "squeue_calls": self.cluster.squeue_calls, "scontrol_calls": self.cluster.scontrol_calls,
                          "user_slurm_calls": USER_SLURM_CALLS.as_dict(), "runuser_calls": RUNUSER_CALLS.as_dict(),
                          "hub_calls": getattr(self.directory, "calls", 0)})

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import get_browser_protocol, url_path_join
 from tornado.ioloop import IOLoop
 from tornado.web import ErrorHandler, HTTPError, RequestHandler
@@ -136,7 +136,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         return self.settings["executor"]
 
     async def prepare(self) -> None:
-        identity = self.current_user  # the cookie or the token, checked with the hub
+        identity = await self.identify()  # the cookie or the token, checked with the hub
         if not identity:
             if self.request.method not in SAFE_METHODS and self.login_cookie_sent():
                 self.check_form_token()  # HubOAuth ignores a login cookie without its token: say that, not "log in"
@@ -149,6 +149,30 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
             self.check_form_token()
         try:
             self.hub_user = await self.directory.user(identity["name"])
+        except HubUnavailable as err:
+            raise as_portal_error(err) from None
+
+    async def identify(self) -> dict | None:
+        """HubOAuth's identity, asked without blocking the service. HubAuthenticated's own get_current_user waits
+        for the hub's answer on the event loop (its sync path hands the lookup to one background thread and
+        blocks on it), so every token its cache did not know yet held up every request in flight: 1,000 users'
+        first page views queued one hub round trip after the other. Kept where get_current_user finds it."""
+        user_model = await self.hub_auth.get_user(self, sync=False)
+        identity = None
+        if user_model:
+            try:
+                identity = self.check_hub_user(user_model)
+            except UserNotAllowed:
+                identity = None
+        self._hub_auth_user_cache = identity
+        self.current_user = identity
+        return identity
+
+    async def server_ready(self) -> bool:
+        """Whether the user's own server runs now: asked fresh (the roster that identified them may be
+        portal.service.hub.ROSTER_S old; a server starts in seconds)."""
+        try:
+            return (await self.directory.user(self.hub_user.name, fresh=True)).server_ready
         except HubUnavailable as err:
             raise as_portal_error(err) from None
 
@@ -184,8 +208,16 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call (Slurm, files read as the user) in the pool; map its errors to what users see."""
+        return await self._in_pool(self.executor, functools.partial(fn, *args, **kwargs))
+
+    async def acting(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`blocking` for a submit or cancel (and the submit form's limits): in the actions' own pool, so that a
+        burst of them never holds up page views (portal.service.app.ACTION_WORKERS)."""
+        return await self._in_pool(self.settings["action_executor"], functools.partial(fn, *args, **kwargs))
+
+    async def _in_pool(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> T:
         try:
-            return await IOLoop.current().run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+            return await IOLoop.current().run_in_executor(pool, call)
         except (JobSpecError, BackendError, JobNotFound, JobAccessError, SlurmError, KubernetesError,
                 UnreadableRecord, subprocess.TimeoutExpired) as err:
             raise as_portal_error(err) from None

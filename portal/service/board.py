@@ -5,7 +5,9 @@ are read through `portal.jobs` acting for the user (`user=`, `groups=` from the 
 own jobs; an admin's request is run as the job's owner. What a request costs, once a user's jobs are known:
 - records: kept; job.json never changes after submit. ~/jobs is listed again (as the user) at most every
   `rescan_s`, in the background, and only new directories' job.json are read; a submit through the dashboard adds
-  its job at once. Concurrent first loads of the same user share one scan.
+  its job at once. Concurrent first loads of the same user share one scan. Before listing again, the service
+  compares the ctimes of the home and ~/jobs (`jobs_dir_stamp`, an lstat of its own) with those at the last
+  scan: unchanged, there is nothing new to list (a thousand idle users cost no process each every `rescan_s`).
 - states: a queued or running job's from the shared cluster snapshot (one squeue for everyone, whose user field is
   Slurm's word on the owner); a job that left the queue asks Slurm itself (as the user, which checks the owner),
   at most once per refresh interval, and once for good when it has ended.
@@ -17,6 +19,8 @@ is listed as "unreadable record" with the reason, and every other job, list and 
 
 from __future__ import annotations
 
+import os
+import pwd
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +30,7 @@ from typing import Any, TypeVar
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
 from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SlurmError, UnreadableJob, UnreadableRecord
-from portal.jobs.record import ENDED_STATES, UNKNOWN, UNREADABLE
+from portal.jobs.record import CANCELLED, ENDED_STATES, UNKNOWN, UNREADABLE
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.cluster import ClusterCache, ClusterSnapshot
 from portal.slurm import pending_reason
@@ -36,6 +40,9 @@ T = TypeVar("T")
 AnyJob = Job | UnreadableJob
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
 USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
+# A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
+# jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).
+RACY_NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -98,19 +105,57 @@ def job_key(job: Job) -> tuple[str, str, str]:
     return job.record.user, job.id, job.submitted_at
 
 
+@dataclass(frozen=True)
+class DirStamp:
+    """What the file system says of a user's home and ~/jobs: (device, inode, ctime) of each, and when read."""
+
+    fields: tuple[int, ...]
+    newest_change_ns: int
+    read_at_ns: int
+
+    def same_as(self, later: DirStamp | None) -> bool:
+        """Nothing was added, removed or renamed in between: the same fields, and the last change older than
+        RACY_NS before this reading (a change in the same tick as this reading would not show in the later one).
+        ctime, not mtime: a user can set mtime back (touch -d), never ctime."""
+        return later is not None and later.fields == self.fields and \
+            self.read_at_ns - self.newest_change_ns > RACY_NS
+
+
+def jobs_dir_stamp(user: str) -> DirStamp | None:
+    """The stamp of the user's home and ~/jobs (absent: zeros), by lstat as the service: no link is followed and
+    nothing is read, it only says whether to list again. None where the service may not look (a root-squashed NFS
+    home): then ~/jobs is listed as the user every `rescan_s`."""
+    try:
+        home = pwd.getpwnam(user).pw_dir
+        found = [os.lstat(home)]
+    except (KeyError, OSError):
+        return None
+    try:
+        found.append(os.lstat(os.path.join(home, "jobs")))
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    fields = tuple(v for st in found for v in (st.st_dev, st.st_ino, st.st_ctime_ns))
+    return DirStamp(fields + (0,) * (6 - len(fields)), max(st.st_ctime_ns for st in found), time.time_ns())
+
+
 @dataclass
 class UserRecords:
-    """One user's jobs as last scanned: job id -> (directory stamp, Job)."""
+    """One user's jobs as last scanned: job id -> (directory stamp, Job); `dir_stamp`: the home's before it."""
 
     scanned_at: float
     jobs: dict[str, tuple[str | None, AnyJob]] = field(default_factory=dict)
+    dir_stamp: DirStamp | None = None
 
 
 class JobBoard:
     def __init__(self, cfg: PortalConfig, cluster: ClusterCache, base_url: str = "/",
                  service_prefix: str = "/services/portal/", api: Any = jobs_api, rescan_s: float = RESCAN_S,
-                 refresher: Refresher | None = None, clock: Callable[[], float] = time.monotonic):
+                 refresher: Refresher | None = None, clock: Callable[[], float] = time.monotonic,
+                 dir_stamp: Callable[[str], DirStamp | None] = jobs_dir_stamp):
         self.cfg, self.cluster, self.api = cfg, cluster, api
+        self._dir_stamp = dir_stamp
         self.base_url, self.service_prefix = base_url, service_prefix
         self.rescan_s, self._clock = rescan_s, clock
         self._refresher = refresher or Refresher()
@@ -131,9 +176,11 @@ class JobBoard:
         scanned_at = self._clock()
         with self._records_lock:
             known = dict(self._records[user.name].jobs) if user.name in self._records else {}
+        dir_stamp = None
         if self.cfg.spawner_backend == "kubernetes":  # the records are MPIJobs: one API call lists them all
             found = {job.id: (None, job) for job in self.api.jobs(user=user.name, groups=user.groups, cfg=self.cfg)}
         else:
+            dir_stamp = self._dir_stamp(user.name)  # before listing: a change meanwhile makes the next one differ
             found = {}
             for job_id, stamp in self.api.job_entries(user=user.name, groups=user.groups, cfg=self.cfg):
                 if job_id in known and known[job_id][0] == stamp:
@@ -147,7 +194,7 @@ class JobBoard:
                 except UnreadableRecord as err:
                     # No stamp: read again at the next scan (a record being written may just be incomplete).
                     found[job_id] = (None, err.job)
-        records = UserRecords(scanned_at, found)
+        records = UserRecords(scanned_at, found, dir_stamp)
         with self._records_lock:
             self._records[user.name] = records
         return records
@@ -160,7 +207,14 @@ class JobBoard:
         if records is None:
             records = self._scans.run(user.name, lambda: self._scan(user))
         elif self._clock() - records.scanned_at >= self.rescan_s:
-            self._refresher.start(("scan", user.name), lambda: self._scans.run(user.name, lambda: self._scan(user)))
+            # A record without a stamp (unreadable: perhaps half written; or just submitted) is read again at
+            # the next scan whatever the directory says: its job.json changes inside, not in ~/jobs.
+            settled = all(stamp is not None for stamp, _ in records.jobs.values())
+            if settled and records.dir_stamp is not None and records.dir_stamp.same_as(self._dir_stamp(user.name)):
+                records.scanned_at = self._clock()  # nothing to list: look again in rescan_s
+            else:
+                self._refresher.start(("scan", user.name),
+                                      lambda: self._scans.run(user.name, lambda: self._scan(user)))
         return [job for _, job in records.jobs.values()]
 
     def _remember_job(self, job: Job) -> None:
@@ -246,11 +300,12 @@ class JobBoard:
                                "reason": str(err)[:300]})
         return listed
 
-    def get(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> AnyJob:
+    def get(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = (), check: bool = True) -> AnyJob:
         """The job, if it is the user's (or the user is an admin); JobNotFound otherwise, for either reason. A job
-        directory of theirs whose record is not one is an UnreadableJob (shown, never acted on)."""
+        directory of theirs whose record is not one is an UnreadableJob (shown, never acted on). `check=False`:
+        the scheduler is not asked whose the job is, for a caller whose next step asks it (cancel)."""
         try:
-            return self.api.get(job_id, user=user.name, groups=user.groups, cfg=self.cfg)
+            return self.api.get(job_id, user=user.name, groups=user.groups, cfg=self.cfg, check=check)
         except UnreadableRecord as err:
             return err.job
         except JobNotFound:
@@ -262,7 +317,7 @@ class JobBoard:
             if owner.name == user.name:
                 continue
             try:
-                return self.api.get(job_id, user=owner.name, groups=owner.groups, cfg=self.cfg)
+                return self.api.get(job_id, user=owner.name, groups=owner.groups, cfg=self.cfg, check=check)
             except UnreadableRecord as err:
                 return err.job
             except (JobNotFound, JobAccessError):
@@ -312,11 +367,16 @@ class JobBoard:
         return job_summary(job, job.state, "", None, self.base_url, self.service_prefix)
 
     def cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
-        job = self.get(user, job_id, everyone)
+        """Cancel as the job's owner. The owner is checked once, by the cancel itself (Slurm's word on the job's
+        user, then scancel as them), not also by `get`. A Slurm job that scancel accepted has ended CANCELLED:
+        kept as its final state, so the lists of a user who cancels often run no command for it afterwards."""
+        job = self.get(user, job_id, everyone, check=False)
         if isinstance(job, UnreadableJob):
             raise UnreadableRecord(job)  # nothing a broken record says is acted on
         job.cancel()
         self._states.drop(job_key(job))  # the snapshot shows the cancel at its next refresh
+        if job.backend == "slurm":  # the local backend's cancel of an ended job succeeds and changes nothing
+            self._ended[job_key(job)] = CANCELLED
         return job
 
     def limits(self, user: HubUser):

@@ -20,6 +20,9 @@ from portal.slurm import SlurmNode, SlurmPartition, gpu_count, nodes_from_scontr
 # id|user|state|elapsed|nodes|TRES per node|reason|name: '|' never occurs in the first seven; the name is last.
 SQUEUE_FORMAT = "%i|%u|%T|%M|%D|%b|%R|%j"
 SLURM_TIMEOUT_S = 20
+# While one thread asks Slurm, others get the last answer if it is at most this much past its interval, rather
+# than all waiting on the lock for squeue (seconds on a busy controller: every request in flight stalled).
+STALE_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -106,27 +109,39 @@ class ClusterCache:
     def snapshot(self) -> ClusterSnapshot:
         """The cached answer while it is fresh; else ask Slurm (once, whoever else is waiting). SlurmError when
         Slurm does not answer: the stale answer is not passed off as the current one, and for an interval the same
-        failure is told again at once (every page would otherwise wait on the controller's timeout in turn)."""
-        with self._lock:
-            now = self._clock()
-            if self._snapshot is not None and now - self._snapshot.taken_at < self.interval_s:
-                return self._snapshot
-            if self._failure is not None and now - self._failure[0] < self.interval_s:
-                raise self._failure[1]
-            if self.cfg.spawner_backend == "kubernetes":
-                # No Slurm: the GPU pools as configured (the hub does not list nodes); each job's state comes
-                # from its MPIJob.
-                pools = tuple(SlurmPartition(name=t, nodes=(), max_minutes=None, default=i == 0)
-                              for i, t in enumerate(self.cfg.k8s_gpu_types))
-                self._snapshot = ClusterSnapshot(taken_at=now, partitions=pools)
-                return self._snapshot
-            try:
-                self._snapshot = self._ask_slurm()
-            except SlurmError as err:
-                self._failure = (self._clock(), err)
-                raise
-            self._failure = None
+        failure is told again at once (every page would otherwise wait on the controller's timeout in turn).
+        While another thread asks, the last answer is served if it is at most STALE_GRACE_S past its interval."""
+        if not self._lock.acquire(blocking=False):
+            last = self._snapshot
+            if last is not None and self._clock() - last.taken_at < self.interval_s + STALE_GRACE_S:
+                return last
+            self._lock.acquire()
+        try:
+            return self._snapshot_locked()
+        finally:
+            self._lock.release()
+
+    def _snapshot_locked(self) -> ClusterSnapshot:
+        """snapshot() with the lock held."""
+        now = self._clock()
+        if self._snapshot is not None and now - self._snapshot.taken_at < self.interval_s:
             return self._snapshot
+        if self._failure is not None and now - self._failure[0] < self.interval_s:
+            raise self._failure[1]
+        if self.cfg.spawner_backend == "kubernetes":
+            # No Slurm: the GPU pools as configured (the hub does not list nodes); each job's state comes
+            # from its MPIJob.
+            pools = tuple(SlurmPartition(name=t, nodes=(), max_minutes=None, default=i == 0)
+                          for i, t in enumerate(self.cfg.k8s_gpu_types))
+            self._snapshot = ClusterSnapshot(taken_at=now, partitions=pools)
+            return self._snapshot
+        try:
+            self._snapshot = self._ask_slurm()
+        except SlurmError as err:
+            self._failure = (self._clock(), err)
+            raise
+        self._failure = None
+        return self._snapshot
 
     def _ask_slurm(self) -> ClusterSnapshot:
         self.squeue_calls += 1

@@ -102,7 +102,7 @@ class JobPageHandler(PageHandler):
         history = await self.blocking(self.board.history, job)
         log = await self.blocking(self.board.log_tail, job)
         owner = job.owner
-        server_ready = self.hub_user.server_ready if owner == self.hub_user.name else False
+        server_ready = await self.server_ready() if owner == self.hub_user.name else False
         self.render_page("job.html", job=summary, history=history, log=log, server_ready=server_ready,
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
                          tensorboard=panel_url(owner, job.id, self.settings["hub_base_url"]),
@@ -131,13 +131,13 @@ class JobLogHandler(PageHandler):
 class CancelHandler(PageHandler):
     async def post(self, job_id: str) -> None:
         everyone = await self.everyone()
-        await self.blocking(self.board.cancel, self.hub_user, job_id, everyone)
+        await self.acting(self.board.cancel, self.hub_user, job_id, everyone)
         self.redirect(f"{self.settings['service_prefix']}jobs")
 
 
 class SubmitPageHandler(PageHandler):
     async def _show(self, values: dict, error: PortalError | None = None) -> None:
-        limits = await self.blocking(self.board.limits, self.hub_user)
+        limits = await self.acting(self.board.limits, self.hub_user)
         if error is not None:
             self.set_status(error.status_code)
         self.render_page("submit.html", limits=limits, values=values, error=error, fields=form_fields(limits))
@@ -152,7 +152,7 @@ class SubmitPageHandler(PageHandler):
             await self._show({}, PortalError(400, str(err), err.field))
             return
         try:
-            job = await self.blocking(self.board.submit, self.hub_user, spec)
+            job = await self.acting(self.board.submit, self.hub_user, spec)
         except PortalError as err:
             if err.status_code != 400:
                 raise

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 
 import pytest
 
-from bench.dashboard import Samples, bench_users, counts_delta, percentile, table, verdict
+from bench import dashboard_users
+from bench.dashboard import (
+    Run,
+    Samples,
+    counts_delta,
+    cpu_of,
+    each_period,
+    percentile,
+    squeue_allowed,
+    start_offset,
+    table,
+    targets_of,
+)
+from bench.dashboard_users import bench_users, pages
 
 
 def test_percentile_is_a_measured_value_by_nearest_rank():
@@ -34,14 +49,76 @@ def test_counts_delta_keeps_what_changed():
         {"scancel": 3, "scontrol": 4}
 
 
-def test_verdict_names_each_target_and_its_figure():
-    fast = Samples(latencies_ms=[5.0] * 100)
-    lines = verdict(fast, 0, 31, 60, 2)
-    assert [line.endswith(": met") for line in lines] == [True, True, True]
-    slow = verdict(Samples(latencies_ms=[300.0] * 100), 2, 120, 60, 2)
-    assert [line.endswith("NOT met") for line in slow] == [True, True, True]
-    assert slow[0].startswith("p99 of reads 300.0 ms")
+def test_targets_name_each_read_errors_and_squeue():
+    fast = {"jobs page": Samples(latencies_ms=[5.0] * 100), "submit": Samples(latencies_ms=[900.0])}
+    assert [t.met for t in targets_of(fast, 31, 60, 2)] == [True, True, True]
+    slow = {"jobs page": Samples(latencies_ms=[300.0] * 100, errors=2), "submit": Samples()}
+    targets = targets_of(slow, 120, 60, 2)
+    assert [t.met for t in targets] == [False, False, False]
+    assert (targets[0].name, targets[0].measured, targets[1].measured) == ("p99 of jobs page (ms)", 300.0, 2)
+    assert squeue_allowed(60, 2) == 31
+
+
+def test_readers_start_evenly_over_one_period():
+    assert [start_offset(i, 4, 5.0) for i in range(4)] == [0.0, 1.25, 2.5, 3.75]
+    with pytest.raises(ValueError, match="allowed: 0-3"):
+        start_offset(4, 4, 5.0)
+
+
+def test_cpu_of_reads_own_and_childrens_ticks_after_the_command():
+    line = "77 (python3 -m a) b) S 1 77 77 0 -1 4194560 10 0 0 0 120 30 7 3 20 0 1 0 5 0 0"
+    assert cpu_of(line) == (150.0, 10.0)
+
+
+def test_pages_split_names_for_the_hubs_batches():
+    assert pages(["a", "b", "c"], 2) == [["a", "b"], ["c"]] and pages([], 2) == []
 
 
 def test_bench_users_are_numbered():
     assert bench_users(3) == ["bench001", "bench002", "bench003"]
+    assert bench_users(1000)[-1] == "bench1000"  # a smaller run's users are the first of a larger one
+
+
+def test_a_slot_passed_whole_during_a_slow_action_is_skipped_not_queued():
+    run = Run()
+    run.started = time.monotonic()
+    run.stop_at = run.started + 0.45
+    starts = []
+
+    async def slow() -> None:
+        starts.append(time.monotonic() - run.started)
+        await asyncio.sleep(0.25 if len(starts) == 1 else 0)  # the first takes 2.5 periods
+
+    asyncio.run(each_period(run, 0.0, 0.1, slow))
+    # Slots 0.1 and 0.2 passed while the first ran: 0.1 is skipped, 0.2 runs late (at 0.25), then 0.3 and 0.4.
+    assert (len(starts), run.missed, run.late) == (4, 1, 1)
+    assert 0.25 <= starts[1] < 0.29 and [round(t, 1) for t in starts[2:]] == [0.3, 0.4]
+
+
+def test_the_submitters_associations_may_run_no_job(monkeypatch):
+    sent = []
+
+    def fake_slurm(cfg, command, *args):
+        sent.append((command, *args))
+        return "bench001\n" if args[:2] == ("-nP", "show") else ""
+
+    monkeypatch.setattr(dashboard_users, "slurm", fake_slurm)
+    assert dashboard_users.ensure_slurm_associations(None, ["bench001", "bench002"]) == 1
+    adds = [c for c in sent if "add" in c]
+    modifies = [c for c in sent if "modify" in c]
+    assert adds == [("sacctmgr", "-i", "add", "user", "name=bench002", "account=datascientists", "maxjobs=0")]
+    # the existing one too: an association made without the limit would let its jobs start
+    assert modifies == [("sacctmgr", "-i", "modify", "user", "where", "name=bench001,bench002", "set", "maxjobs=0")]
+
+
+def test_clear_job_dirs_removes_only_the_bench_users_jobs(monkeypatch, tmp_path):
+    homes = {name: tmp_path / name for name in ("bench001", "bench002")}
+    for home in homes.values():
+        (home / "jobs" / "7").mkdir(parents=True)
+        (home / "notes").mkdir()
+    monkeypatch.setattr(dashboard_users.pwd, "getpwnam", lambda name: type("P", (), {"pw_dir": str(homes[name])}))
+    assert dashboard_users.clear_job_dirs(["bench001"]) == 1
+    assert not (homes["bench001"] / "jobs").exists() and (homes["bench001"] / "notes").is_dir()
+    assert (homes["bench002"] / "jobs" / "7").is_dir()
+    with pytest.raises(ValueError, match="not a bench user"):
+        dashboard_users.clear_job_dirs(["alice"])

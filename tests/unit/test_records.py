@@ -225,14 +225,15 @@ class UnreadableRecordPages(AsyncHTTPTestCase):
                         board=make_board(self.root), directory=fakes.FakeDirectory(), notebooks_dir=self.root)
 
     def setUp(self):
-        self._saved = PortalHandler.get_current_user, PortalHandler.check_xsrf_cookie
+        self._saved = PortalHandler.get_current_user, PortalHandler.check_xsrf_cookie, PortalHandler.identify
+        PortalHandler.identify = fakes.identify_from_test_header
         PortalHandler.get_current_user = lambda handler: (
             {"name": handler.request.headers["X-Test-User"]} if "X-Test-User" in handler.request.headers else None)
         PortalHandler.check_xsrf_cookie = lambda handler: None
         super().setUp()
 
     def tearDown(self):
-        PortalHandler.get_current_user, PortalHandler.check_xsrf_cookie = self._saved
+        PortalHandler.get_current_user, PortalHandler.check_xsrf_cookie, PortalHandler.identify = self._saved
         super().tearDown()
 
     def call(self, method, path, user="alice", body=None):

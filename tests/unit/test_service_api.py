@@ -3,7 +3,9 @@ job, the shapes of the JSON API, and errors as users see them (status, message, 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from portal.jobs import Job, JobNotFound, JobSpecError, SlurmError
 from portal.jobs.account import job_user
 from portal.jobs.record import JobRecord
 from portal.jobs.spec import JobLimits, JobSpec
-from portal.service.app import make_app
+from portal.service.app import ACTION_WORKERS, make_app
 from portal.service.base import PortalHandler
 from portal.service.board import HubUser, JobBoard, TimedCache
 from portal.service.cluster import ClusterCache
@@ -51,6 +53,9 @@ class FakeJobsAPI:
         self.tmp, self.backend, self.owned = tmp, FakeBackend(), {}
         self.slurm_down = False
         self.calls = 0
+        self.checks: list[bool] = []  # get()'s `check` argument, call by call
+        self.submits_held: threading.Event | None = None  # set: submits wait for it
+        self.submitting = 0
 
     def add(self, owner: str, job_id: str, state: str = "COMPLETED", second: int | None = None) -> Job:
         job_dir = self.tmp / owner / job_id
@@ -79,6 +84,7 @@ class FakeJobsAPI:
 
     def get(self, job_id, user, groups, cfg, check=True):
         self._check()
+        self.checks.append(check)
         for job in self.owned.get(user, []):
             if job.id == job_id:
                 return job
@@ -86,6 +92,9 @@ class FakeJobsAPI:
 
     def submit(self, spec, user, groups, cfg):
         self._check()
+        if self.submits_held is not None:
+            self.submitting += 1
+            self.submits_held.wait(10)
         quota = 4 if "gpu-users" in groups else 0
         if int(spec.get("gpus_per_node", 1 if quota else 0)) > quota:
             raise JobSpecError("gpus_per_node", f"{spec['gpus_per_node']} is out of range; allowed: 0-{quota}")
@@ -101,7 +110,7 @@ class FakeDirectory:
     USERS = {"alice": HubUser("alice", ("datascientists", "gpu-users")), "bob": HubUser("bob", ("datascientists",)),
              "admin": HubUser("admin", ("portal-admins",), admin=True)}
 
-    async def user(self, name):
+    async def user(self, name, fresh=False):
         return self.USERS[name]
 
     async def everyone(self):
@@ -114,6 +123,11 @@ def squeue_free(argv):
     if argv[2] == "partition":
         return "PartitionName=gpu Default=YES MaxTime=04:00:00 Nodes=localhost State=UP\n"
     return "NodeName=localhost CPUTot=8 RealMemory=20000 Gres=gpu:4 GresUsed=gpu:2 State=MIXED Partitions=gpu\n"
+
+
+async def identify_from_test_header(handler):
+    """Stands in for the hub's OAuth (PortalHandler.identify): the user the X-Test-User header names."""
+    return handler.get_current_user()
 
 
 class DashboardTest(AsyncHTTPTestCase):
@@ -134,16 +148,17 @@ class DashboardTest(AsyncHTTPTestCase):
     def setUp(self):
         import tempfile
         self.tmp_dir = tempfile.mkdtemp()
-        self._identity = PortalHandler.get_current_user
+        self._identity = PortalHandler.get_current_user, PortalHandler.identify
         self._xsrf = PortalHandler.check_xsrf_cookie
         PortalHandler.get_current_user = lambda handler: (
             {"name": handler.request.headers["X-Test-User"]} if "X-Test-User" in handler.request.headers else None)
+        PortalHandler.identify = identify_from_test_header
         PortalHandler.check_xsrf_cookie = lambda handler: None
         PortalHandler.get_login_url = lambda handler: "/hub/login"
         super().setUp()
 
     def tearDown(self):
-        PortalHandler.get_current_user = self._identity
+        PortalHandler.get_current_user, PortalHandler.identify = self._identity
         PortalHandler.check_xsrf_cookie = self._xsrf
         del PortalHandler.get_login_url
         super().tearDown()
@@ -241,6 +256,38 @@ class DashboardTest(AsyncHTTPTestCase):
         assert b'data-field="gpus_per_node"' in response.body and b"allowed: 0-0" in response.body
         ok = self.call("POST", "submit", body="gpus_per_node=2&epochs=1&fp16=on")
         assert ok.code == 302 and "/services/portal/jobs/" in ok.headers["Location"]
+
+    def test_a_burst_of_submits_does_not_hold_up_the_jobs_page(self):
+        self.api.submits_held = threading.Event()
+        self.api.add("alice", "7", "RUNNING")
+        try:
+            # ACTION_WORKERS held submits fill their pool (the test client opens at most 10 connections at once)
+            held = [self.http_client.fetch(self.get_url("/services/portal/api/jobs"), method="POST",
+                                           headers={"X-Test-User": "bob"}, body='{"gpus_per_node": 0}',
+                                           raise_error=False) for _ in range(ACTION_WORKERS)]
+
+            async def until_the_actions_pool_is_full():
+                while self.api.submitting < ACTION_WORKERS:
+                    await asyncio.sleep(0.01)
+
+            self.io_loop.run_sync(until_the_actions_pool_is_full, timeout=5)
+            page = self.call("GET", "jobs")  # with one pool for both it waits behind them: a timeout
+            assert page.code == 200 and b'data-job="7"' in page.body
+        finally:
+            self.api.submits_held.set()
+        for future in held:
+            assert self.io_loop.run_sync(lambda f=future: f, timeout=5).code == 201
+
+    def test_a_cancelled_slurm_job_is_checked_once_and_then_listed_without_asking(self):
+        self.api.add("alice", "9", "PENDING")
+        assert json.loads(self.call("GET", "api/jobs").body)["jobs"][0]["state"] == "PENDING"
+        self.api.checks.clear()
+        assert self.call("DELETE", "api/jobs/9").code == 204
+        # the owner is asked by the cancel itself (the fake backend stands for Slurm's check), not by get too
+        assert self.api.checks == [False]
+        for _ in range(2):
+            assert json.loads(self.call("GET", "api/jobs").body)["jobs"][0]["state"] == "CANCELLED"
+        assert self.api.backend.asked == ["9"]  # the first list's; none after the cancel
 
     def test_the_cancel_form_cancels_and_returns_to_the_list(self):
         self.api.add("alice", "7", "RUNNING")

@@ -8,7 +8,7 @@ import time
 
 from portal.config import PortalConfig
 from portal.jobs import JobNotFound
-from portal.service.board import Coalescer, HubUser, JobBoard, Refresher
+from portal.service.board import Coalescer, DirStamp, HubUser, JobBoard, Refresher, jobs_dir_stamp
 from portal.service.cluster import ClusterCache
 from tests.unit import test_service_api as fakes
 
@@ -30,10 +30,12 @@ class CountingAPI(fakes.FakeJobsAPI):
         return super().get(job_id, user, groups, cfg, check)
 
 
-def make_board(tmp_path, now):
+def make_board(tmp_path, now, dir_stamp=lambda user: None):
+    """A board on fakes; `dir_stamp` None: no change signal, so ~/jobs is listed again every rescan_s."""
     api = CountingAPI(tmp_path)
     board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=fakes.squeue_free, clock=lambda: now[0]),
-                     api=api, rescan_s=10, refresher=Refresher(execute=lambda task: task()), clock=lambda: now[0])
+                     api=api, rescan_s=10, refresher=Refresher(execute=lambda task: task()), clock=lambda: now[0],
+                     dir_stamp=dir_stamp)
     return api, board
 
 
@@ -182,3 +184,41 @@ def test_usage_says_history_is_unavailable_when_accounting_is_down(tmp_path):
     assert usage["quotas"][0]["gpus_in_use"] == 2  # from squeue: slurmctld still answers
     assert usage["history_unavailable"].startswith("GPU-hours are unavailable: they come from Slurm's accounting")
     assert "Connection refused" in usage["history_unavailable"] and "jobs" not in usage
+
+
+def stamp(fields, changed_s, read_s):
+    return DirStamp(fields, int(changed_s * 1e9), int(read_s * 1e9))
+
+
+def test_an_unchanged_home_is_not_listed_again(tmp_path):
+    now, stamps = [0.0], [stamp((1, 2, 3), 100, 200)]
+    api, board = make_board(tmp_path, now, dir_stamp=lambda user: stamps[0])
+    api.add("alice", "9", "COMPLETED")
+    board.list(ALICE)
+    for step in range(1, 4):
+        now[0] = step * 11.0
+        board.list(ALICE)
+    assert api.entries_asked == 1  # ~/jobs the same: no process run as alice
+    stamps[0] = stamp((1, 2, 4), 240, 250)  # a job directory made from a notebook
+    api.add("alice", "11", "PENDING", second=59)
+    now[0] = 50.0
+    board.list(ALICE)
+    assert api.entries_asked == 2 and [j["id"] for j in board.list(ALICE)][0] == "11"
+
+
+def test_a_stamp_read_in_the_same_second_as_a_change_is_not_trusted(tmp_path):
+    now = [0.0]
+    racy = stamp((1, 2, 3), 199.5, 200)  # a change in the same tick could follow unseen
+    api, board = make_board(tmp_path, now, dir_stamp=lambda user: racy)
+    board.list(ALICE)
+    now[0] = 11.0
+    board.list(ALICE)
+    assert api.entries_asked == 2
+    assert not racy.same_as(racy) and stamp((1,), 1, 5).same_as(stamp((1,), 1, 9))
+    assert not stamp((1,), 1, 5).same_as(None)
+
+
+def test_the_stamp_reads_the_home_and_its_jobs_dir_without_following_links():
+    found = jobs_dir_stamp("root")
+    assert found is not None and len(found.fields) == 6 and found.read_at_ns > found.newest_change_ns
+    assert jobs_dir_stamp("no-such-user-here") is None

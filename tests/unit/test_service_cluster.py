@@ -8,6 +8,7 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.jobs import SlurmError
+from portal.service import cluster as cluster_module
 from portal.service.cluster import SQUEUE_FORMAT, ClusterCache, parse_squeue
 
 SQUEUE = "\n".join([
@@ -102,3 +103,30 @@ def test_on_kubernetes_the_pools_come_from_the_settings_and_slurm_is_never_asked
     assert [p["name"] for p in snapshot["partitions"]] == ["t4", "a100"]
     assert snapshot["partitions"][0]["default"] and snapshot["jobs_running"] == 0
     assert cache.squeue_calls == 0
+
+
+def test_while_one_thread_asks_slurm_the_others_get_the_last_answer_not_a_wait():
+    slurm, clock = FakeSlurm(), Clock()
+    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    first = cache.snapshot()
+    asking, release = threading.Event(), threading.Event()
+
+    def slow_squeue(argv):
+        asking.set()
+        release.wait(10)
+        return slurm(argv)
+    cache._run = slow_squeue
+    clock.now += 3  # past the interval: the next caller asks Slurm
+    asker = threading.Thread(target=cache.snapshot)
+    asker.start()
+    assert asking.wait(10)
+    assert cache.snapshot() is first  # served at once while squeue runs
+    clock.now += cluster_module.STALE_GRACE_S  # too old to serve: this caller waits for the answer
+    waiter = threading.Thread(target=cache.snapshot)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()
+    release.set()
+    asker.join(10)
+    waiter.join(10)
+    assert cache.squeue_calls == 2
