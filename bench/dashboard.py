@@ -1,6 +1,7 @@
 """The dashboard under load: many users whose jobs page refreshes itself while some submit and cancel.
 
     python -m bench.dashboard [--users 1000] [--submitters 50] [--seconds 60] [--interval <the page's period>]
+                              [--submit-every <the same period>]
 
 Against the running box (`make up`, or the one DSPORTAL_CONFIG names); run as root. It makes its simulated users
 itself, idempotently and kept for the next run (bench.dashboard_users): Unix users bench001.. (home 0700), the same
@@ -275,8 +276,9 @@ async def load_run(session, base: str, names: list[str], tokens: dict[str, str],
     run.stop_at = run.started + args.seconds
     tasks = [each_period(run, start_offset(i, len(names), period), period, reader(run, session, base, tokens[n]))
              for i, n in enumerate(names)]
-    # Submitters spread over the period too, half a slot from the readers' grid.
-    tasks += [each_period(run, start_offset(i, args.submitters, period) + period / (2 * args.submitters), period,
+    # Submitters spread over their own period too, half a slot from the readers' grid.
+    every = args.submit_every or period
+    tasks += [each_period(run, start_offset(i, args.submitters, every) + every / (2 * args.submitters), every,
                           submitter(run, session, base, tokens[n])) for i, n in enumerate(names[:args.submitters])]
     await asyncio.gather(*tasks)
     return run
@@ -297,7 +299,9 @@ def slurm_counts(before: dict, after: dict) -> dict[str, int]:
 def report(args: argparse.Namespace, run: Run, seconds: float, period: float, refresh_s: float,
            slurm: dict[str, int], cores: dict[str, float], setup: dict[str, float]) -> int:
     submits = len(run.samples["submit"].latencies_ms)
-    print(f"\n{args.users} users, {args.submitters} submitting, {seconds:.0f} s, one jobs page per user every "
+    every = args.submit_every or period
+    print(f"\n{args.users} users, {args.submitters} submitting and cancelling every {every:g} s "
+          f"({args.submitters / every:.1f} submits/s), {seconds:.0f} s, one jobs page per user every "
           f"{period:g} s ({args.users / period:.0f} reads/s); {run.late} requests started late, {run.missed} "
           f"slots missed (the previous request took a whole period longer)\n")
     print(table(["request", "count", "p50 ms", "p99 ms", "max ms", "errors"],
@@ -313,12 +317,13 @@ def report(args: argparse.Namespace, run: Run, seconds: float, period: float, re
     for kind, samples in run.samples.items():
         if samples.first_error:
             print(f"first error ({kind}): {samples.first_error}")
-    data = {"users": args.users, "submitters": args.submitters, "seconds": round(seconds, 1),
+    data = {"users": args.users, "submitters": args.submitters, "submit_every_s": every, "seconds": round(seconds, 1),
             "page_refresh_s": period, "refresh_s": refresh_s, "late_requests": run.late, "missed_slots": run.missed,
             "requests": {k: s.figures() for k, s in run.samples.items()}, "dashboard_ran": slurm,
             "cpu_cores": cores, "setup": {k: round(v, 2) for k, v in setup.items()}}
     command = (f"python -m bench.dashboard --users {args.users} --submitters {args.submitters} "
-               f"--seconds {args.seconds:g}" + (f" --interval {args.interval:g}" if args.interval else ""))
+               f"--seconds {args.seconds:g}" + (f" --interval {args.interval:g}" if args.interval else "")
+               + (f" --submit-every {args.submit_every:g}" if args.submit_every else ""))
     print(f"\nsaved {save('dashboard', command=command, targets=targets, data=data)}")
     return 0 if all(t.met for t in targets) else 1
 
@@ -371,12 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60, help="how long the load runs")
     parser.add_argument("--interval", type=float, default=None,
                         help="seconds between one user's page views (default: the jobs page's own refresh period)")
+    parser.add_argument("--submit-every", type=float, default=None,
+                        help="seconds between one submitter's submit-and-cancel (default: the page period)")
     parser.add_argument("--remove-users", action="store_true", help="delete the simulated users and stop")
     args = parser.parse_args(argv)
     if not 1 <= args.submitters <= args.users:
         parser.error(f"--submitters is {args.submitters}; allowed: 1-{args.users}")
     if args.interval is not None and args.interval <= 0:
         parser.error(f"--interval is {args.interval:g}; allowed: more than 0 seconds")
+    if args.submit_every is not None and args.submit_every <= 0:
+        parser.error(f"--submit-every is {args.submit_every:g}; allowed: more than 0 seconds")
     return asyncio.run(bench(load(), args))
 
 

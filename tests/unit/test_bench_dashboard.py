@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench import dashboard_users
+from bench import dashboard, dashboard_users
 from bench.dashboard import (
     Run,
     Samples,
@@ -122,3 +122,12 @@ def test_clear_job_dirs_removes_only_the_bench_users_jobs(monkeypatch, tmp_path)
     assert (homes["bench002"] / "jobs" / "7").is_dir()
     with pytest.raises(ValueError, match="not a bench user"):
         dashboard_users.clear_job_dirs(["alice"])
+
+
+@pytest.mark.parametrize("argv, named", [(["--submit-every", "0"], "--submit-every"),
+                                         (["--interval", "-1"], "--interval"),
+                                         (["--users", "10", "--submitters", "11"], "--submitters")])
+def test_a_bad_option_is_refused_by_name_before_anything_runs(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        dashboard.main(argv)
+    assert exit_.value.code == 2 and named in capsys.readouterr().err
