@@ -127,7 +127,14 @@ class HubDirectory:
         return HubUser.from_model(model)
 
     async def everyone(self) -> list[HubUser]:
-        return [HubUser.from_model(m) for m in (await self.roster()).values()]
+        """Every hub user, for an admin's views: at most a refresh interval (ttl_s) old, like every other answer
+        an admin sees; a user made a moment ago is listed. Only the page viewers' own lookups take the roster up to
+        ROSTER_S old (there are few admins, and each asks at most once per interval for all of them)."""
+        if self._roster is None or self._clock() - self._roster[0] >= self.ttl_s:
+            roster = await self._shared("roster", self._fetch_roster)
+        else:
+            roster = self._roster[1]
+        return [HubUser.from_model(m) for m in roster.values()]  # type: ignore[union-attr]
 
 
 def _log_failure(refresh: asyncio.Future) -> None:

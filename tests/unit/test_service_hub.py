@@ -105,3 +105,25 @@ class HubDirectoryTest(AsyncHTTPTestCase):
         now[0] = hub_module.ROSTER_S + hub_module.STALE_GRACE_S + 1
         with pytest.raises(HubUnavailable, match="503"):
             await directory.user("user001")
+
+
+class EveryoneTest(AsyncHTTPTestCase):
+    """An admin's list of every user is at most a refresh interval old: a user made after the roster was fetched
+    (who has not viewed a page yet, so nothing asked for them by name) is listed once the interval has passed."""
+
+    def get_app(self) -> Application:
+        self.hub = FakeHub()
+        return fake_hub_app(self.hub)
+
+    @gen_test
+    async def test_a_new_user_is_in_everyone_after_one_interval_not_one_roster_age(self):
+        now = [0.0]
+        directory = HubDirectory(api_url=self.get_url("/hub/api"), token="t", ttl_s=2, clock=lambda: now[0])
+        assert len(await directory.everyone()) == len(USERS)
+        self.hub.users.append({"name": "newcomer", "groups": [], "admin": False, "servers": {}})
+        now[0] = 1.0
+        assert "newcomer" not in {u.name for u in await directory.everyone()}  # within the interval: kept
+        now[0] = 2.5
+        assert "newcomer" in {u.name for u in await directory.everyone()}
+        assert (await directory.user("user001")).name == "user001"  # the viewers' path takes the same roster
+        assert self.hub.asked.count("users") == 2 * 2  # two rosters of two pages each (250 users, 200 a page)
