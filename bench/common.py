@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,4 +74,13 @@ def table_with_limits(title: str, rows: list[Measurement], limit_of: dict[str, s
         limit = by_name[limit_of.get(row.name, row.name)]
         ratio = row.median / limit.median if limit.median else float("nan")
         lines.append(f"{row.name:{width}}{row.median:>18,.0f}{row.spread:>16}{ratio:>16.2f}  {limit.name}")
+    return "\n".join(lines)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table (reads as plain text too), columns padded to their widest cell."""
+    cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.common import markdown_table as table
 from bench.dashboard_users import (
     bench_users,
     cancel_leftover_jobs,
@@ -63,15 +64,6 @@ def percentile(values: Sequence[float], q: float) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A Markdown table (reads as plain text too), columns padded to their widest cell."""
-    cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
 
 
 def counts_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:

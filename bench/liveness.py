@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import requests
 
-from bench.dashboard import table
+from bench.common import markdown_table as table
 from bench.hub_client import HubClient, wait_for
 from bench.results import Target, save
 from portal.config import PortalConfig, load

@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.dashboard import table
+from bench.common import markdown_table as table
 from bench.results import save
 from portal import jobs
 from portal.config import load

@@ -13,6 +13,7 @@ import argparse
 import math
 from pathlib import Path
 
+from bench.common import markdown_table
 from bench.results import load, results_dir
 
 # The benchmarks in the order docs/benchmarks.md presents them (`make bench` runs them in this order too).
@@ -47,17 +48,12 @@ def rows(directory: Path) -> list[list[str]]:
     return found
 
 
-def markdown(header: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=None, help="the results dir (default: docs/results)")
     args = parser.parse_args(argv)
-    print(markdown(["benchmark", "target", "measured", "", "run"], rows(args.results or results_dir())))
+    body = [[cell.replace("|", "\\|") for cell in row] for row in rows(args.results or results_dir())]
+    print(markdown_table(["benchmark", "target", "measured", "", "run"], body))  # a "|" in a name would split a cell
     return 0
 
 
