@@ -112,8 +112,9 @@ class ClusterCache:
         failure is told again at once (every page would otherwise wait on the controller's timeout in turn).
         While another thread asks, the last answer is served if it is at most STALE_GRACE_S past its interval."""
         if not self._lock.acquire(blocking=False):
-            last = self._snapshot
-            if last is not None and self._clock() - last.taken_at < self.interval_s + STALE_GRACE_S:
+            last = self._snapshot  # not after a failure: that is told again, never hidden behind an old answer
+            if last is not None and self._failure is None and \
+                    self._clock() - last.taken_at < self.interval_s + STALE_GRACE_S:
                 return last
             self._lock.acquire()
         try:

@@ -130,3 +130,28 @@ def test_while_one_thread_asks_slurm_the_others_get_the_last_answer_not_a_wait()
     asker.join(10)
     waiter.join(10)
     assert cache.squeue_calls == 2
+
+
+def test_after_a_failure_the_last_answer_is_not_served_while_slurm_is_asked_again():
+    slurm, clock = FakeSlurm(), Clock()
+    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    cache.snapshot()
+    cache._failure = (clock.now, SlurmError("squeue: Slurm is not answering"))  # the last ask failed
+    clock.now += 3
+    asking, release = threading.Event(), threading.Event()
+
+    def slow_squeue(argv):
+        asking.set()
+        release.wait(10)
+        return slurm(argv)
+    cache._run = slow_squeue
+    asker = threading.Thread(target=cache.snapshot)
+    asker.start()
+    assert asking.wait(10)
+    waiter = threading.Thread(target=cache.snapshot)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # waits for the new answer instead of taking the one from before the failure
+    release.set()
+    asker.join(10)
+    waiter.join(10)
