@@ -6,7 +6,9 @@ the tests, the box and the hub all read the same values. A user's own `make up` 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -68,6 +70,22 @@ def slurm(*args: str) -> str:
     cfg = load()
     env = {**os.environ, "SLURM_CONF": str(cfg.slurm_conf_path)}
     return subprocess.run(list(args), env=env, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+@contextlib.contextmanager
+def old_job_dir_aside(user: str, job_id: str):
+    """Slurm counts job ids from 1 again in each test box while the homes keep their old job directories: the
+    user's directory with this id (an old job of theirs, not the one the test is about) is moved aside (not
+    listed: not a job id) and put back afterwards."""
+    mine = Path(pwd.getpwnam(user).pw_dir) / "jobs" / job_id
+    aside = mine.with_name(f"{job_id}.aside-for-test")
+    if mine.exists():
+        mine.rename(aside)
+    try:
+        yield
+    finally:
+        if aside.exists():
+            aside.rename(mine)
 
 
 def jobs_of(user: str) -> list[str]:

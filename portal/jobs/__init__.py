@@ -111,8 +111,10 @@ def _who(backend: Backend, user: str | None, groups: Sequence[str] | None, cfg: 
 class Job:
     """One training job of one user, as its backend sees it now (every property asks afresh)."""
 
-    def __init__(self, record: JobRecord, backend: Backend, user: Who):
+    def __init__(self, record: JobRecord, backend: Backend, user: Who, dir_stamp: str | None = None):
         self.record, self._backend, self._user = record, backend, user
+        # The job directory's inode when this process made it (submit): what job_entries will list for it.
+        self.dir_stamp = dir_stamp
 
     @property
     def id(self) -> str:
@@ -208,11 +210,12 @@ def limits(backend: str | None = None, user: str | None = None, groups: Sequence
 
 
 def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str | None,
-             groups: Sequence[str] | None, cfg: PortalConfig) -> tuple[Backend, Who, JobSpec, JobLimits]:
+             groups: Sequence[str] | None, cfg: PortalConfig,
+             job_limits: JobLimits | None = None) -> tuple[Backend, Who, JobSpec, JobLimits]:
     chosen = backend_for(backend, cfg)
     who = _who(chosen, user, groups, cfg)
     raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
-    job_limits = chosen.limits(who)
+    job_limits = job_limits or chosen.limits(who)
     return chosen, who, parse_job_spec(raw, job_limits, who.can_read_dir), job_limits
 
 
@@ -230,10 +233,14 @@ def render(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: 
 
 
 def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
-           groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> Job:
-    """Validate and submit a training job; returns at once (the job may still be pending)."""
-    chosen, who, checked, job_limits = _checked(spec, backend, user, groups, cfg or load())
-    return Job(chosen.submit(checked, who, job_limits.partition), chosen, who)
+           groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
+           limits: JobLimits | None = None) -> Job:
+    """Validate and submit a training job; returns at once (the job may still be pending). `limits`: what the
+    user may ask for, as the caller already knows it (the dashboard, from its shared view of the cluster); by
+    default the backend is asked (`limits()`). The backend's scheduler enforces the quota again either way."""
+    chosen, who, checked, job_limits = _checked(spec, backend, user, groups, cfg or load(), limits)
+    record, dir_stamp = chosen.submit(checked, who, job_limits.partition)
+    return Job(record, chosen, who, dir_stamp)
 
 
 def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> Job:

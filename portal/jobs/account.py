@@ -26,6 +26,29 @@ READ_TIMEOUT_S = 10
 TAIL_LIMIT_BYTES = 16 * 1024 * 1024  # of a log, what a page or the API returns at most
 
 
+# make_job_dir's one process: $1 the job's directory, $2 1 to keep an old one of that name (renamed), then
+# (name, bytes, mode) per file, read in turn from stdin (`head -c` reads no further than it is asked), "--", and
+# the command to run once all is written. Any failure after mkdir removes the directory: nothing half-made stays.
+MAKE_JOB_DIR = r"""umask 077
+dir=$1; replace=$2; shift 2
+mkdir -p -m 700 -- "${dir%/*}" || exit 1
+if [ "$replace" = 1 ] && { [ -e "$dir" ] || [ -L "$dir" ]; }; then
+  mv -T -- "$dir" "$dir.replaced-$(date +%s)" || exit 1
+fi
+mkdir -m 700 -- "$dir" || exit 1
+while [ "$#" -ge 3 ] && [ "$1" != -- ]; do
+  head -c "$2" > "$dir/$1" && [ "$(stat -c %s -- "$dir/$1")" = "$2" ] && chmod "$3" -- "$dir/$1" || {
+    echo "writing $dir/$1 failed" >&2; rm -rf -- "$dir"; exit 1; }
+  shift 3
+done
+[ "$1" = -- ] || { echo "make_job_dir: bad arguments" >&2; rm -rf -- "$dir"; exit 1; }
+shift
+stat -c %i -- "$dir" || { rm -rf -- "$dir"; exit 1; }
+if [ "$#" -gt 0 ] && ! "$@"; then rm -rf -- "$dir"; exit 3; fi
+"""
+THEN_FAILED = 3  # make_job_dir's exit status when everything was written but the command after it failed
+
+
 class CallCounts:
     """How often each command was run, by name (thread-safe): the dashboard's performance checks read these."""
 
@@ -145,6 +168,25 @@ class JobUser:
 
     def exists(self, path: Path) -> bool:
         return self.run(["test", "-e", str(path), "-o", "-L", str(path)], check=False).returncode == 0
+
+    def make_job_dir(self, job_dir: Path, files: Sequence[tuple[str, str, str]], *, replace: bool = False,
+                     then: Sequence[str] = (), env: Mapping[str, str] | None = None) -> str:
+        """A job's directory and its files in one process as the user (MAKE_JOB_DIR): ~/jobs made if missing,
+        `job_dir` made (mkdir: atomic, fails when it exists; with `replace` an old directory of that name is kept,
+        renamed), each (name, text, mode) written, then `then` run (scontrol release). Returns the directory's
+        inode (the stamp `list_dir_inodes` gives). If a step fails the directory is removed again and
+        CalledProcessError is raised; its returncode is THEN_FAILED when only `then` failed."""
+        sizes = [(name, str(len(text.encode())), mode) for name, text, mode in files]
+        if any("/" in name or not name for name, _, _ in sizes):
+            raise ValueError(f"make_job_dir: file names are plain names; got {[n for n, _, _ in sizes]}")
+        argv = ["/bin/sh", "-c", MAKE_JOB_DIR, "sh", str(job_dir), "1" if replace else "0",
+                *(field for triple in sizes for field in triple), "--", *then]
+        result = self.run(argv, env=env, input="".join(text for _, text, _ in files), check=False)
+        inode = result.stdout.strip()
+        if result.returncode != 0 or not inode.isdigit():
+            raise subprocess.CalledProcessError(result.returncode, ["make_job_dir", str(job_dir), *then],
+                                                result.stdout, result.stderr)
+        return inode
 
     def can_read_dir(self, path: str) -> bool:
         """Whether the user can list and enter the directory (asked as the user: groups and ACLs count)."""

@@ -255,7 +255,8 @@ class KubernetesBackend:
                 if replace is not None:  # the quota (the user's groups) may have changed
                     self._call(f"preparing namespace {namespace}", replace, args[1]["metadata"]["name"], *args)
 
-    def submit(self, spec: JobSpec, user: KubeUser, partition: str = "") -> JobRecord:
+    def submit(self, spec: JobSpec, user: KubeUser, partition: str = "") -> tuple[JobRecord, None]:
+        """Create the MPIJob; (its record, None: the record is the MPIJob, there is no directory)."""
         if not user.is_caller:
             self.ensure_namespace(user)
         custom, _ = self._apis(user)
@@ -263,7 +264,7 @@ class KubernetesBackend:
         manifest = mpijob_manifest(spec, new_k8s_id(), user.name, self.cfg, partition)
         created = self._call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
                              GROUP, VERSION, namespace, PLURAL, manifest)
-        return mpijob_record(created, self.cfg)
+        return mpijob_record(created, self.cfg), None
 
     def _get(self, user: KubeUser, job_id: str) -> dict:
         if not K8S_ID.match(job_id):

@@ -81,20 +81,20 @@ class LocalBackend:
     def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         return render_local(spec, str(user.jobs_dir / "local-<time>-<random>"), self.cfg)
 
-    def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> JobRecord:
-        user.make_dir(user.jobs_dir)
+    def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> tuple[JobRecord, str]:
+        """Make ~/jobs/<id>/ (mkdir is atomic: the id is ours) with the script and job.json in one process as the
+        user, then start the script; (the record, the directory's inode)."""
         job_id = new_local_id()
         job_dir = user.jobs_dir / job_id
-        user.make_dir(job_dir, exclusive=True)  # mkdir is atomic: the id is ours
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)
         script = job_dir / SCRIPT_FILES[self.name]
-        user.write_text(script, render_local(spec, str(job_dir), self.cfg), mode="700")
-        user.write_text(job_dir / RECORD_FILE, record.to_json())
+        inode = user.make_job_dir(job_dir, [(script.name, render_local(spec, str(job_dir), self.cfg), "700"),
+                                            (RECORD_FILE, record.to_json(), "600")])
         # setsid --fork: the script leads a new session (its PID is its process group id, which cancel signals)
         # and is not our child, so it never lingers as a zombie of a long-lived caller (a notebook kernel).
         user.start_detached([shutil.which("setsid") or "/usr/bin/setsid", "--fork", "/bin/bash", str(script)])
-        return record
+        return record, inode
 
     def _pid(self, record: JobRecord, user: JobUser) -> int | None:
         # The file is the user's: a PID is a few ASCII digits, anything else is no PID.

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
 from portal.config import PortalConfig
 from portal.inputs import ascii_digits
 from portal.jobs import history
-from portal.jobs.account import CallCounts, JobUser
+from portal.jobs.account import THEN_FAILED, CallCounts, JobUser
 from portal.jobs.record import (
     COMPLETED,
     ENDED_STATES,
@@ -33,7 +33,15 @@ from portal.jobs.record import (
 )
 from portal.jobs.spec import JobLimits, JobSpec
 from portal.jobs.templating import template_environment
-from portal.slurm import USER_SQUEUE_FORMAT, gpu_holders, job_unknown, parse_key_values, slurm_partitions
+from portal.slurm import (
+    USER_SQUEUE_FORMAT,
+    GpuHolder,
+    SlurmPartition,
+    gpu_holders,
+    job_unknown,
+    parse_key_values,
+    slurm_partitions,
+)
 from portal.usage import SACCT_FIELDS, UsageReport, parse_usage, week_start
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
@@ -89,6 +97,32 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
     )
 
 
+def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders: Sequence[GpuHolder],
+                groups: Sequence[str]) -> JobLimits:
+    """What a user in `groups` may ask for, given Slurm's partitions and the user's jobs that hold GPUs (pure):
+    the jobs partition's shape (its usable nodes, busy or not: a job may wait; drained or down ones are left out),
+    the user's group GPU quota and what their jobs and server hold of it (Slurm holds the same limit for whatever
+    does not come through the portal). SlurmError when no partition can take a job."""
+    if not partitions:
+        raise SlurmError("Slurm reports no partition that is up")
+    wanted = cfg.jobs_partition
+    partition = next((p for p in partitions if p.name == wanted), None) if wanted else next(
+        (p for p in partitions if p.default), partitions[0])
+    if partition is None:
+        raise SlurmError(f"jobs_partition {wanted!r} is not a partition that is up; up: "
+                         f"{', '.join(p.name for p in partitions)}")
+    if not partition.usable_nodes:
+        raise SlurmError(f"partition {partition.name} has no node that can run a job now"
+                         f"{partition.unusable_note()}")
+    return JobLimits(
+        partition=partition.name, nodes=len(partition.usable_nodes), gpus_per_node=partition.gpus_per_node,
+        cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
+        max_minutes=partition.max_minutes, gpu_quota=cfg.gpu_quota_for(groups),
+        default_data_dir=str(cfg.default_data_path), groups=tuple(groups),
+        gpus_in_use=sum(h.gpus for h in holders), gpu_holders=tuple(h.describe() for h in holders),
+        unusable_note=partition.unusable_note())
+
+
 class SlurmBackend:
     """Submit, watch, cancel and read training jobs on Slurm, always as the job's user."""
 
@@ -111,30 +145,11 @@ class SlurmBackend:
         return result.stdout
 
     def limits(self, user: JobUser) -> JobLimits:
-        """What `user` may ask for now: the jobs partition's shape (its usable nodes, busy or not: a job may
-        wait; drained or down ones are left out), the user's group GPU quota and what their jobs and server hold
-        of it (Slurm holds the same limit for whatever does not come through the portal)."""
+        """What `user` may ask for now, asked of Slurm as them (see `limits_from`)."""
         partitions = slurm_partitions(self._slurm(user, "scontrol", "show", "partition", "-o"),
                                       self._slurm(user, "scontrol", "show", "node", "-d", "-o"))
-        if not partitions:
-            raise SlurmError("Slurm reports no partition that is up")
-        wanted = self.cfg.jobs_partition
-        partition = next((p for p in partitions if p.name == wanted), None) if wanted else next(
-            (p for p in partitions if p.default), partitions[0])
-        if partition is None:
-            raise SlurmError(f"jobs_partition {wanted!r} is not a partition that is up; up: "
-                             f"{', '.join(p.name for p in partitions)}")
-        if not partition.usable_nodes:
-            raise SlurmError(f"partition {partition.name} has no node that can run a job now"
-                             f"{partition.unusable_note()}")
         holders = gpu_holders(self._slurm(user, "squeue", "-h", "-u", user.name, "-O", USER_SQUEUE_FORMAT))
-        return JobLimits(
-            partition=partition.name, nodes=len(partition.usable_nodes), gpus_per_node=partition.gpus_per_node,
-            cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
-            max_minutes=partition.max_minutes, gpu_quota=self.cfg.gpu_quota_for(user.groups),
-            default_data_dir=str(self.cfg.default_data_path), groups=user.groups,
-            gpus_in_use=sum(h.gpus for h in holders), gpu_holders=tuple(h.describe() for h in holders),
-            unusable_note=partition.unusable_note())
+        return limits_from(self.cfg, partitions, holders, user.groups)
 
     def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         return render_sbatch(spec, f"{user.jobs_dir}/{SLURM_JOB_ID}", self.cfg, partition)
@@ -148,15 +163,18 @@ class SlurmBackend:
             raise SlurmError(f"sbatch --test-only refused the script: {result.stderr.strip()}")
         return result.stderr.strip()  # "sbatch: Job 7 to start at ... using 8 processors on nodes localhost ..."
 
-    def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> JobRecord:
-        """Submit held, make ~/jobs/<id>/ with the script and job.json, then release.
+    def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> tuple[JobRecord, str]:
+        """Submit held, make ~/jobs/<id>/ with the script and job.json, then release; (the record, the directory's
+        inode).
 
         The job's directory is named after its Slurm id, which exists only once sbatch answers, and the job
         must not start before its directory (where Slurm opens its output file) exists. Submitting with --hold
         makes that race-free: the id is known, nothing runs, the directory is made, and `scontrol release` lets
-        the job go. If any step fails the held job is cancelled, so nothing half-made ever runs.
+        the job go. The directory, its files and the release are one process as the user (JobUser.make_job_dir);
+        if any step fails the held job is cancelled and the directory removed, so nothing half-made ever runs.
+        Slurm counts ids again from 1 when its state is reset (a new cluster, the box rebuilt), so an old job may
+        have this id's directory: it is kept, renamed, and jobs() no longer lists it.
         """
-        user.make_dir(user.jobs_dir)
         script = self.render(spec, user, partition)
         answer = self._slurm(user, "sbatch", "--parsable", "--hold", input=script)
         job_id = answer.strip().split(";")[0]
@@ -165,26 +183,21 @@ class SlurmBackend:
         job_dir = user.jobs_dir / job_id
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)
-        made = False
+        USER_SLURM_CALLS.add("scontrol")
         try:
-            if user.exists(job_dir):
-                # Slurm counts ids again from 1 when its state is reset (a new cluster, the box rebuilt), so an
-                # old job may have this id's directory. It is kept, renamed; jobs() no longer lists it.
-                user.run(["mv", "-T", "--", str(job_dir), f"{job_dir}.replaced-{int(time.time())}"])
-            user.make_dir(job_dir, exclusive=True)
-            made = True
-            user.write_text(job_dir / SCRIPT_FILES[self.name], script, mode="700")
-            user.write_text(job_dir / RECORD_FILE, record.to_json())
-            self._slurm(user, "scontrol", "release", job_id)
-        except (subprocess.CalledProcessError, SlurmError) as err:
+            inode = user.make_job_dir(job_dir, [(SCRIPT_FILES[self.name], script, "700"),
+                                                (RECORD_FILE, record.to_json(), "600")], replace=True,
+                                      then=[str(self.cfg.slurm_bin_dir / "scontrol"), "release", job_id],
+                                      env={"SLURM_CONF": str(self.cfg.slurm_conf_path)})
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
             self._slurm(user, "scancel", job_id, check=False)
-            if made:  # no directory without its job (a full disk leaves a truncated script or record)
-                user.run(["rm", "-rf", "--", str(job_dir)], check=False)
-            if isinstance(err, SlurmError):
-                raise SlurmError(f"job {job_id} was cancelled: preparing {job_dir} failed: {err}") from err
-            raise JobDirError(f"job {job_id} was cancelled: preparing {job_dir} failed: {err.stderr.strip()}") \
-                from err
-        return record
+            said = (err.stderr.decode(errors="replace") if isinstance(err.stderr, bytes) else err.stderr or
+                    "no message").strip()
+            if getattr(err, "returncode", None) == THEN_FAILED:
+                raise SlurmError(f"job {job_id} was cancelled: Slurm refused `scontrol release {job_id}`: "
+                                 f"{said}") from err
+            raise JobDirError(f"job {job_id} was cancelled: preparing {job_dir} failed: {said}") from err
+        return record, inode
 
     def _job_facts(self, user: JobUser, job_id: str) -> dict[str, str] | None:
         """`scontrol show job`, while Slurm remembers the job (MinJobAge after it ends); None once it does not
@@ -230,15 +243,17 @@ class SlurmBackend:
         return state or UNKNOWN
 
     def cancel(self, record: JobRecord, user: JobUser) -> None:
-        facts = self._job_facts(user, record.id)
-        if facts is None:
-            # Slurm shows a user only their own jobs (PrivateData=jobs), and forgets ended ones: either way there is
-            # nothing of theirs to cancel, and a refusal by scancel would only tell them that the job exists.
-            raise JobNotFound(f"job {record.id}: not in Slurm's queue for {user.name} (it has ended, or it is not "
-                              f"{user.name}'s)")
-        self._check_owner(user, facts, record.id)
-        # As the user: Slurm itself refuses to cancel anyone else's job.
-        self._slurm(user, "scancel", record.id)
+        """scancel as the user: Slurm itself refuses to cancel anyone else's job. A job Slurm does not know (ended
+        and forgotten) and one that is not the user's are refused alike, JobNotFound: the refusal must not tell
+        bob that alice's job exists (with PrivateData=jobs Slurm shows him neither). Any other refusal (the
+        controller is down, the job is completing) is Slurm's, in its own words."""
+        try:
+            self._slurm(user, "scancel", record.id)
+        except SlurmError as err:
+            if job_unknown(str(err)) or "denied" in str(err).lower():
+                raise JobNotFound(f"job {record.id}: not in Slurm's queue for {user.name} (it has ended, or it is "
+                                  f"not {user.name}'s)") from None
+            raise
 
     def output_path(self, record: JobRecord, user: JobUser) -> Path:
         return record.job_dir / OUTPUT_FILE

@@ -14,7 +14,7 @@ from portal.config import ConfigError, load
 
 
 async def serve() -> None:
-    from portal.service.app import make_app
+    from portal.service.app import make_app, stop_work
 
     cfg = load()
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", cfg.dashboard_url))
@@ -28,6 +28,7 @@ async def serve() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     await stop.wait()
+    stop_work(app)
     log.info("dashboard stopped")
 
 

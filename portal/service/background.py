@@ -89,9 +89,15 @@ class Refresher:
     run by `execute` (a small pool of its own by default, so requests never queue behind it)."""
 
     def __init__(self, execute: Callable[[Callable[[], None]], Any] | None = None):
-        self._execute = execute or ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="portal-refresh").submit
+        self._pool = None if execute else ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="portal-refresh")
+        self._execute = execute or self._pool.submit
         self._lock = threading.Lock()
         self._running: set[Hashable] = set()
+
+    def stop(self) -> None:
+        """Drop the queued tasks (nobody waits for them); those running finish. Nothing starts afterwards."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def start(self, key: Hashable, fn: Callable[[], Any]) -> bool:
         """Start `fn` unless the key's task runs already; whether it was started."""

@@ -30,10 +30,12 @@ from typing import Any, TypeVar
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
 from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SlurmError, UnreadableJob, UnreadableRecord
-from portal.jobs.record import CANCELLED, ENDED_STATES, UNKNOWN, UNREADABLE
+from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN, UNREADABLE
+from portal.jobs.slurm import limits_from
+from portal.jobs.spec import JobLimits
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.cluster import ClusterCache, ClusterSnapshot
-from portal.slurm import pending_reason
+from portal.slurm import SERVER_JOB_NAME, GpuHolder, pending_reason
 from portal.tensorboard import panel_url
 
 T = TypeVar("T")
@@ -168,6 +170,16 @@ class JobBoard:
         self._usage = TimedCache(USAGE_REFRESH_S, clock)
         self._elapsed: dict[tuple[str, str, str], str] = {}  # last elapsed seen in squeue, for jobs that left it
         self._ended: dict[tuple[str, str, str], str] = {}  # an ended job's state never changes: ask Slurm once
+        # What this service did to Slurm jobs that the shared squeue answer may not show yet, by when it was done
+        # (self._clock): jobs submitted (key -> (done at, GPUs)) and cancelled (Slurm job id -> done at). Kept
+        # until an answer asked after them (ClusterSnapshot.asked_at) shows them.
+        self._submitted: dict[tuple[str, str, str], tuple[float, int]] = {}
+        self._cancelled: dict[str, float] = {}
+        self._acted_lock = threading.Lock()
+
+    def stop(self) -> None:
+        """The background reads that have not started are dropped (see app.stop_work)."""
+        self._refresher.stop()
 
     # --- reading ---
 
@@ -218,11 +230,38 @@ class JobBoard:
         return [job for _, job in records.jobs.values()]
 
     def _remember_job(self, job: Job) -> None:
-        """A job just submitted through the dashboard: listed at once (its stamp is learnt at the next rescan)."""
+        """A job just submitted through the dashboard: listed at once, with the stamp of the directory that its
+        submit made (unknown: read again at the next rescan)."""
         with self._records_lock:
             records = self._records.get(job.record.user)
             if records is not None:
-                records.jobs[job.id] = (None, job)
+                records.jobs[job.id] = (job.dir_stamp, job)
+
+    def _since(self, snapshot: ClusterSnapshot) -> tuple[dict[tuple[str, str, str], int], set[str]]:
+        """The jobs this service submitted (key -> GPUs) and cancelled (ids) after `snapshot`'s squeue was asked;
+        what an older answer showed is forgotten."""
+        with self._acted_lock:
+            for key in [k for k, (done_at, _) in self._submitted.items() if done_at < snapshot.asked_at]:
+                del self._submitted[key]
+            for job_id in [j for j, done_at in self._cancelled.items() if done_at < snapshot.asked_at]:
+                del self._cancelled[job_id]
+            return {key: gpus for key, (_, gpus) in self._submitted.items()}, set(self._cancelled)
+
+    def limits_now(self, user: HubUser, snapshot: ClusterSnapshot | None = None) -> JobLimits | None:
+        """What the user may submit now, from the shared squeue and scontrol answer (no command as the user), with
+        the jobs this service submitted or cancelled since; None off Slurm (the backend is asked). Slurm's own
+        limit on the user's association still holds for whatever this does not see (jobs from a terminal in the
+        last refresh interval)."""
+        if self.cfg.spawner_backend != "slurm":
+            return None
+        snapshot = snapshot or self.cluster.snapshot()
+        submitted, cancelled = self._since(snapshot)
+        holders = [GpuHolder(job_id=q.id, gpus=q.nodes * q.gpus_per_node, server=q.name == SERVER_JOB_NAME)
+                   for q in snapshot.queue.values()
+                   if q.user == user.name and q.nodes * q.gpus_per_node and q.id not in cancelled]
+        holders += [GpuHolder(job_id=job_id, gpus=gpus, server=False) for (owner, job_id, _), gpus in
+                    submitted.items() if owner == user.name and gpus and job_id not in snapshot.queue]
+        return limits_from(self.cfg, snapshot.partitions, holders, user.groups)
 
     def state_of(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, str]:
         """(state, elapsed): from the shared squeue answer while the job is queued, else from the job itself (which
@@ -233,6 +272,10 @@ class JobBoard:
             self._elapsed[key] = queued.elapsed
             return queued.state, queued.elapsed
         if key not in self._ended:
+            with self._acted_lock:
+                submitted = self._submitted.get(key)
+            if submitted is not None and snapshot.asked_at < submitted[0]:
+                return PENDING, ""  # submitted (held, then released) after this squeue was asked
             state = self._states.get(key)
             if state is None:
                 state = self._states.put(key, job.state)
@@ -362,22 +405,52 @@ class JobBoard:
     # --- acting ---
 
     def submit(self, user: HubUser, spec: Mapping[str, Any]) -> dict[str, Any]:
-        job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg)
+        """Submit for the user, checked against what they may ask for now (`limits_now`). A Slurm job is PENDING
+        when its submit returns (released a moment ago): its state is not asked of Slurm, and until the shared
+        squeue answer shows it the list says PENDING."""
+        job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg, limits=self.limits_now(user))
         self._remember_job(job)
-        return job_summary(job, job.state, "", None, self.base_url, self.service_prefix)
+        if job.backend != "slurm":
+            return job_summary(job, job.state, "", None, self.base_url, self.service_prefix)
+        with self._acted_lock:
+            self._submitted[job_key(job)] = (self._clock(), job.spec.nodes * job.spec.gpus_per_node)
+        return job_summary(job, PENDING, "", None, self.base_url, self.service_prefix)
 
     def cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
         """Cancel as the job's owner. The owner is checked once, by the cancel itself (Slurm's word on the job's
         user, then scancel as them), not also by `get`. A Slurm job that scancel accepted has ended CANCELLED:
         kept as its final state, so the lists of a user who cancels often run no command for it afterwards."""
-        job = self.get(user, job_id, everyone, check=False)
+        known = self._known(user, job_id)
+        job = known if known is not None and not isinstance(known, UnreadableJob) else \
+            self.get(user, job_id, everyone, check=False)  # a broken record is read again: it may be fixed
         if isinstance(job, UnreadableJob):
             raise UnreadableRecord(job)  # nothing a broken record says is acted on
-        job.cancel()
+        try:
+            job.cancel()
+        except JobNotFound:
+            if job is not known:
+                raise
+            # Refused on a record kept from an earlier read: answered from the record as it is now (gone, it
+            # answers as any job that does not exist; Slurm may reuse the id for someone else's job).
+            job = self.get(user, job_id, everyone, check=False)
+            if isinstance(job, UnreadableJob):
+                raise UnreadableRecord(job) from None
+            job.cancel()
         self._states.drop(job_key(job))  # the snapshot shows the cancel at its next refresh
         if job.backend == "slurm":  # the local backend's cancel of an ended job succeeds and changes nothing
             self._ended[job_key(job)] = CANCELLED
+            with self._acted_lock:
+                self._cancelled[job.id] = self._clock()
         return job
+
+    def _known(self, user: HubUser, job_id: str) -> AnyJob | None:
+        """The user's own job as last read from their ~/jobs (or made by a submit here), None if not known: its
+        record is not read again to act on it, as the action itself runs as the user (Slurm refuses them anyone
+        else's job)."""
+        with self._records_lock:
+            records = self._records.get(user.name)
+            found = records.jobs.get(str(job_id)) if records is not None else None
+        return found[1] if found is not None else None
 
     def limits(self, user: HubUser):
         return self.api.limits(user=user.name, groups=user.groups, cfg=self.cfg)

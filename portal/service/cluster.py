@@ -45,6 +45,7 @@ class ClusterSnapshot:
     queue: dict[str, QueuedJob] = field(default_factory=dict)
     partitions: tuple[SlurmPartition, ...] = ()
     nodes: dict[str, SlurmNode] = field(default_factory=dict)
+    asked_at: float = 0.0  # when squeue was started: a job submitted before this is in `queue` unless it has left
 
     def to_dict(self) -> dict:
         return {
@@ -145,6 +146,7 @@ class ClusterCache:
         return self._snapshot
 
     def _ask_slurm(self) -> ClusterSnapshot:
+        asked_at = self._clock()
         self.squeue_calls += 1
         queue = parse_squeue(self._run(["squeue", "-a", "-h", "-o", SQUEUE_FORMAT]))
         self.scontrol_calls += 2
@@ -152,4 +154,4 @@ class ClusterCache:
         node_lines = self._run(["scontrol", "show", "node", "-d", "-o"])
         return ClusterSnapshot(taken_at=self._clock(), queue=queue,
                                partitions=slurm_partitions(partition_lines, node_lines),
-                               nodes=nodes_from_scontrol(node_lines))
+                               nodes=nodes_from_scontrol(node_lines), asked_at=asked_at)

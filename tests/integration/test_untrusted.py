@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import jobs_of, slurm, wait_for
+from tests.conftest import jobs_of, old_job_dir_aside, slurm, wait_for
 from tests.integration.test_dashboard import PORTAL, browser, token_session
 
 pytestmark = pytest.mark.integration
@@ -81,16 +81,9 @@ def bobs_job(cluster):
     job_id = subprocess.run(["runuser", "-u", "bob", "--", "env", f"SLURM_CONF={cluster.slurm_conf_path}", "sbatch",
                              "--parsable", "--mem=100M", "-o", "/dev/null", "--wrap=sleep 300"],
                             capture_output=True, text=True, check=True, cwd="/").stdout.strip()
-    # Slurm counts ids from 1 again in each test box, alice's home keeps its old job directories: one of hers
-    # with this id is moved aside (not listed: not a job id) and put back, so the comparison is about bob's job.
-    mine = HOME / "jobs" / job_id
-    aside = mine.with_name(f"{job_id}.aside-for-test")
-    if mine.exists():
-        mine.rename(aside)
-    yield job_id
+    with old_job_dir_aside("alice", job_id):  # the comparison is about bob's job, not an old one of hers
+        yield job_id
     slurm("scancel", job_id)
-    if aside.exists():
-        aside.rename(mine)
 
 
 def test_a_hostile_home_breaks_nothing_and_shows_only_its_own_real_metrics(hub, hostile_home):

@@ -56,6 +56,7 @@ class FakeJobsAPI:
         self.checks: list[bool] = []  # get()'s `check` argument, call by call
         self.submits_held: threading.Event | None = None  # set: submits wait for it
         self.submitting = 0
+        self.limits_given: list[JobLimits | None] = []  # submit()'s `limits`, call by call
 
     def add(self, owner: str, job_id: str, state: str = "COMPLETED", second: int | None = None) -> Job:
         job_dir = self.tmp / owner / job_id
@@ -90,8 +91,9 @@ class FakeJobsAPI:
                 return job
         raise JobNotFound(f"job {job_id}: not found among {user}'s jobs")
 
-    def submit(self, spec, user, groups, cfg):
+    def submit(self, spec, user, groups, cfg, limits=None):
         self._check()
+        self.limits_given.append(limits)
         if self.submits_held is not None:
             self.submitting += 1
             self.submits_held.wait(10)
@@ -283,11 +285,19 @@ class DashboardTest(AsyncHTTPTestCase):
         assert json.loads(self.call("GET", "api/jobs").body)["jobs"][0]["state"] == "PENDING"
         self.api.checks.clear()
         assert self.call("DELETE", "api/jobs/9").code == 204
-        # the owner is asked by the cancel itself (the fake backend stands for Slurm's check), not by get too
-        assert self.api.checks == [False]
+        # A job the list knows is not read again to cancel it: the cancel itself runs as the owner (the fake
+        # backend stands for Slurm's refusal of anyone else's job).
+        assert self.api.checks == [] and self.api.backend.cancelled == ["9"]
         for _ in range(2):
             assert json.loads(self.call("GET", "api/jobs").body)["jobs"][0]["state"] == "CANCELLED"
         assert self.api.backend.asked == ["9"]  # the first list's; none after the cancel
+
+    def test_a_job_not_listed_yet_is_read_once_to_cancel_it_and_only_as_its_owner(self):
+        self.api.add("alice", "9", "PENDING")
+        assert self.call("DELETE", "api/jobs/9", user="bob").code == 404
+        assert self.call("DELETE", "api/jobs/9").code == 204
+        # the owner is asked by the cancel itself, not by get too
+        assert self.api.checks == [False, False] and self.api.backend.cancelled == ["9"]
 
     def test_the_cancel_form_cancels_and_returns_to_the_list(self):
         self.api.add("alice", "7", "RUNNING")

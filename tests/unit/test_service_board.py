@@ -6,8 +6,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from portal.config import PortalConfig
 from portal.jobs import JobNotFound
+from portal.service.background import REFRESH_WORKERS
 from portal.service.board import Coalescer, DirStamp, HubUser, JobBoard, Refresher, jobs_dir_stamp
 from portal.service.cluster import ClusterCache
 from tests.unit import test_service_api as fakes
@@ -222,3 +225,73 @@ def test_the_stamp_reads_the_home_and_its_jobs_dir_without_following_links():
     found = jobs_dir_stamp("root")
     assert found is not None and len(found.fields) == 6 and found.read_at_ns > found.newest_change_ns
     assert jobs_dir_stamp("no-such-user-here") is None
+
+
+def test_a_submitted_job_is_pending_without_asking_until_a_squeue_asked_after_it(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    board.list(ALICE)  # the shared answer, asked at 0
+    now[0] = 0.5
+    job = board.submit(ALICE, {"gpus_per_node": 0})
+    assert job["state"] == "PENDING" and api.backend.asked == []
+    now[0] = 1.0
+    assert [j["state"] for j in board.list(ALICE) if j["id"] == job["id"]] == ["PENDING"]
+    assert api.backend.asked == []  # the answer from before the submit cannot show it: not asked for
+    now[0] = 3.0  # a new answer, asked after the submit, does not show it: now Slurm is asked
+    board.list(ALICE)
+    assert api.backend.asked == [job["id"]]
+
+
+def test_limits_come_from_the_shared_answer_with_this_services_submits_and_cancels(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    gpu_user = HubUser("alice", ("datascientists", "gpu-users"))
+    api.add("alice", "7", "RUNNING")  # 2 GPUs in the fake squeue
+    before = board.limits_now(gpu_user)
+    assert (before.partition, before.nodes, before.gpus_per_node, before.cpus_per_node) == ("gpu", 1, 4, 8)
+    assert (before.gpu_quota, before.gpus_in_use, before.gpu_holders) == (4, 2, ("job 7",))
+    now[0] = 0.5
+    job = board.submit(gpu_user, {"gpus_per_node": 2})
+    assert api.limits_given == [before]  # what the submit was checked against; no command as alice
+    after = board.limits_now(gpu_user)
+    assert (after.gpus_in_use, after.gpu_holders) == (4, ("job 7", f"job {job['id']}"))  # the fake's 2 GPUs
+    board.cancel(gpu_user, "7")
+    assert board.limits_now(gpu_user).gpu_holders == (f"job {job['id']}",)
+    now[0] = 3.0  # an answer asked after both: it alone counts (the fake squeue still lists job 7)
+    assert board.limits_now(gpu_user).gpu_holders == ("job 7",)
+    assert board.limits_now(HubUser("bob", ("datascientists",))).gpus_in_use == 0
+
+
+def test_a_cancel_refused_on_a_kept_record_answers_from_the_record_as_it_is_now(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    api.add("alice", "9", "RUNNING")
+    board.list(ALICE)  # job 9's record is kept
+    api.owned["alice"].clear()  # its directory is gone; Slurm now says job 9 is not hers
+
+    def refused(record, user):
+        raise JobNotFound(f"job {record.id}: not in Slurm's queue for alice")
+    api.backend.cancel = refused
+    with pytest.raises(JobNotFound) as err:
+        board.cancel(ALICE, "9")
+    assert str(err.value) == "job 9: not found among alice's jobs"  # as any job that does not exist
+
+
+def test_a_stop_drops_the_queued_background_reads_and_lets_the_running_finish():
+    refresher = Refresher()
+    release, running, ran = threading.Event(), threading.Semaphore(0), []
+
+    def slow() -> None:
+        running.release()
+        release.wait(10)
+        ran.append("slow")
+    for i in range(REFRESH_WORKERS):
+        refresher.start(("slow", i), slow)
+    for _ in range(REFRESH_WORKERS):
+        assert running.acquire(timeout=10)  # every worker is busy: what comes next queues
+    for i in range(20):
+        refresher.start(("queued", i), lambda i=i: ran.append(i))
+    refresher.stop()
+    release.set()
+    refresher._pool.shutdown(wait=True)
+    assert ran == ["slow"] * REFRESH_WORKERS  # the queued 20 never ran: a stop waits for the running only
