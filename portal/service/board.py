@@ -452,5 +452,7 @@ class JobBoard:
             found = records.jobs.get(str(job_id)) if records is not None else None
         return found[1] if found is not None else None
 
-    def limits(self, user: HubUser):
-        return self.api.limits(user=user.name, groups=user.groups, cfg=self.cfg)
+    def limits(self, user: HubUser) -> JobLimits:
+        """What the submit form offers: the limits a submit is checked against (`limits_now`; off Slurm, the
+        backend's)."""
+        return self.limits_now(user) or self.api.limits(user=user.name, groups=user.groups, cfg=self.cfg)

@@ -295,3 +295,14 @@ def test_a_stop_drops_the_queued_background_reads_and_lets_the_running_finish():
     release.set()
     refresher._pool.shutdown(wait=True)
     assert ran == ["slow"] * REFRESH_WORKERS  # the queued 20 never ran: a stop waits for the running only
+
+
+def test_the_submit_form_offers_the_limits_a_submit_is_checked_against_without_asking_as_the_user(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+
+    def as_the_user(*_, **__):
+        raise AssertionError("three Slurm commands as the user for a form")
+    api.limits = as_the_user
+    gpu_user = HubUser("alice", ("datascientists", "gpu-users"))
+    assert board.limits(gpu_user) == board.limits_now(gpu_user) and board.limits(gpu_user).gpu_quota == 4
