@@ -105,10 +105,8 @@ def test_on_kubernetes_the_pools_come_from_the_settings_and_slurm_is_never_asked
     assert cache.squeue_calls == 0
 
 
-def test_while_one_thread_asks_slurm_the_others_get_the_last_answer_not_a_wait():
-    slurm, clock = FakeSlurm(), Clock()
-    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
-    first = cache.snapshot()
+def held_slurm(cache, slurm):
+    """Make the cache's Slurm answer only once `release` is set; `asking` is set when a thread asks."""
     asking, release = threading.Event(), threading.Event()
 
     def slow_squeue(argv):
@@ -116,6 +114,14 @@ def test_while_one_thread_asks_slurm_the_others_get_the_last_answer_not_a_wait()
         release.wait(10)
         return slurm(argv)
     cache._run = slow_squeue
+    return asking, release
+
+
+def test_while_one_thread_asks_slurm_the_others_get_the_last_answer_not_a_wait():
+    slurm, clock = FakeSlurm(), Clock()
+    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    first = cache.snapshot()
+    asking, release = held_slurm(cache, slurm)
     clock.now += 3  # past the interval: the next caller asks Slurm
     asker = threading.Thread(target=cache.snapshot)
     asker.start()
@@ -138,13 +144,7 @@ def test_after_a_failure_the_last_answer_is_not_served_while_slurm_is_asked_agai
     cache.snapshot()
     cache._failure = (clock.now, SlurmError("squeue: Slurm is not answering"))  # the last ask failed
     clock.now += 3
-    asking, release = threading.Event(), threading.Event()
-
-    def slow_squeue(argv):
-        asking.set()
-        release.wait(10)
-        return slurm(argv)
-    cache._run = slow_squeue
+    asking, release = held_slurm(cache, slurm)
     asker = threading.Thread(target=cache.snapshot)
     asker.start()
     assert asking.wait(10)
