@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 BOX := $(PY) deploy/local/box.py
 PYTEST_ARGS ?=
 
-.PHONY: install up down status test unit lint bench bench-chart kube-build images
+.PHONY: install up down status test unit lint bench bench-chart kube-build images screenshots
 
 install:
 	@deploy/local/install.sh
@@ -50,6 +50,19 @@ bench: install
 # docs/benchmarks.png from the saved results alone (a panel whose result is missing says which command makes it).
 bench-chart: install
 	@$(CHART)
+
+# The README's screenshots: the browser tests that take them run against a private test box (about 10 min on
+# 2 cores, most of it the dashboard test's training job), then the chosen ones are copied from tests/artifacts
+# (ignored by git) to docs/screenshots/. Copied even when a test fails after taking it (then worth a look), and
+# make still fails; a screenshot that was not taken again is not copied.
+SCREENSHOTS := a11y-jobs-1280-light a11y-job-1280-light a11y-jobs-375-dark dashboard-1-submit-form \
+               dashboard-4-tensorboard dashboard-5-job-completed
+screenshots: install
+	@for s in $(SCREENSHOTS); do rm -f tests/artifacts/$$s.png; done; \
+	status=0; $(PY) -m pytest $(PYTEST_ARGS) tests/browser/test_accessibility.py \
+	    tests/browser/test_dashboard_in_browser.py || status=$$?; \
+	mkdir -p docs/screenshots; for s in $(SCREENSHOTS); do \
+	    cp -v tests/artifacts/$$s.png docs/screenshots/ || status=1; done; exit $$status
 
 # The hub and training images, built with podman from a local Debian base (CPU defaults; docker/build.sh --help).
 images:

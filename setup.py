@@ -39,8 +39,11 @@ setup(
     packages=find_packages(include=["portal", "portal.*", "spawners", "spawners.*", "chexnet", "chexnet.*"]),
     # Job scripts and the dashboard's HTML travel inside the packages; the template notebooks users copy go to
     # <prefix>/share/dsportal/notebooks (portal.notebook.templates_dir() finds them there or in a source tree).
-    package_data={"portal.jobs": ["templates/*"], "portal.service": ["templates/*.html", "hub_templates/*.html"]},
-    data_files=[("share/dsportal/notebooks", sorted(glob("notebooks/*.ipynb")))],
+    package_data={"portal.jobs": ["templates/*"],
+                  "portal.service": ["templates/*.html", "hub_templates/*.html", "static/*"]},
+    # JupyterLab reads <prefix>/share/jupyter/lab/settings/overrides.d/*.json as its setting defaults (no news prompt).
+    data_files=[("share/dsportal/notebooks", sorted(glob("notebooks/*.ipynb"))),
+                ("share/jupyter/lab/settings/overrides.d", ["deploy/jupyterlab/dsportal.json"])],
     install_requires=HUB,
     extras_require={
         # The training payload. Horovod 0.28.1 is built by deploy/local/install.sh after TensorFlow (it needs
@@ -55,6 +58,8 @@ setup(
         # The Slurm spawner's server launcher: batchspawner-singleuser after a start-time fix (spawners/slurm.py).
         "console_scripts": ["dsportal-singleuser = spawners.singleuser:singleuser_main"],
         # Every JupyterLab server runs TensorBoard over ~/jobs at <server>/tensorboard/, with a launcher icon.
-        "jupyter_serverproxy_servers": ["tensorboard = portal.notebook:tensorboard_proxy"],
+        # ... and a "Portal" card that opens the dashboard in a new browser tab (nothing proxied, nothing started).
+        "jupyter_serverproxy_servers": ["tensorboard = portal.notebook:tensorboard_proxy",
+                                        "portal = portal.notebook:portal_launcher"],
     },
 )

@@ -6,8 +6,9 @@
 Against the running box (`make up`, or the one DSPORTAL_CONFIG names); run as root. It makes its simulated users
 itself, idempotently and kept for the next run (bench.dashboard_users): Unix users bench001.. (home 0700), the same
 hub users (batched through the hub's REST API, as its `admin`), and one API token each. Each user then does what
-an open jobs page does: `GET jobs` once per refresh period (the page's `<meta http-equiv="refresh">`, whose period
-`GET api/cluster` tells), the users' reads spread evenly over the period; the first `--submitters` users also
+an open jobs page does: `GET jobs` once per refresh period (the page's script asks for its rows, `jobs?part=rows`,
+once per period, which `GET api/cluster` tells; the whole page is the rows and more), the users' reads spread
+evenly over the period; the first `--submitters` users also
 submit a tiny CPU job and cancel it at once, each period; their Slurm associations have MaxJobs=0, so no such
 job ever starts (only the dashboard's paths are measured), and their ~/jobs of earlier runs are removed first.
 Printed: per kind of request the count, p50/p99/max

@@ -47,6 +47,7 @@ from bench.hub_client import HubClient, HubError, wait_for
 from bench.results import Target, save
 from bench.stock_hub import CPUS, GPUS, MEMORY_GB, PARTITION, RUNTIME, StockHub
 from portal.config import PortalConfig, load
+from spawners.slurm import SERVER_LOG_DIR
 
 USER, PASSWORD = "alice", "wonderland"
 SPAWNERS = ("portal", "stock")
@@ -289,9 +290,16 @@ def read_breakdown(run: Run, lines: dict[str, list[str]]) -> None:
     started = re.compile(rf"(sched: Allocate|_start_job: Started) JobId={run.job_id} ")
     run.allocated = first_time(lines["ctld"], started)
     run.step = first_time(lines["slurmd"], f"launch task StepId={run.job_id}.0 ")
-    output = Path(pwd.getpwnam(USER).pw_dir) / f"jupyterhub_slurmspawner_{run.job_id}.log"
+    output = server_output(run)
     if output.exists():
         run.listening = first_time(output.read_text(errors="replace").splitlines(), "is running at")
+
+
+def server_output(run: Run) -> Path:
+    """The server job's output: the portal's spawner writes it under SERVER_LOG_DIR, stock batchspawner in the home."""
+    home = Path(pwd.getpwnam(USER).pw_dir)
+    folder = home if run.spawner == "stock" else home / SERVER_LOG_DIR
+    return folder / f"jupyterhub_slurmspawner_{run.job_id}.log"
 
 
 def benchmark(cfg: PortalConfig, runs: int, warmup: int, report: Callable[[str], None]) -> list[Run]:

@@ -1,4 +1,5 @@
-"""What a training run has reached, from its TensorBoard event files: latest images/sec, best mean AUROC.
+"""What a training run has reached, from its TensorBoard event files: latest images/sec, best mean AUROC, the
+last epochs' values of both (the dashboard's sparklines) and how long an epoch takes (its time left).
 
 Shared by the notebooks and the dashboard. The tags are the training's (chexnet writes them, rank 0 only):
 `throughput/images_per_sec`, `auroc/mean` and `auroc/<Class>` once per epoch. TF2's `tf.summary.scalar` stores
@@ -13,8 +14,11 @@ any input (`RunMetrics.from_json`: types, finite numbers, bounded sizes) and sho
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import math
+import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +35,8 @@ MAX_CLASSES = 256
 MAX_CLASS_NAME = 128
 MAX_EPOCHS = 1_000_000
 MAX_NOTE = 500
+MAX_SERIES = 200  # epochs of history kept for a sparkline: the latest ones
+MAX_EPOCH_SECONDS = 366 * 24 * 3600.0
 
 
 class MetricsError(ValueError):
@@ -45,6 +51,10 @@ class RunMetrics:
     per_class_auroc: dict[str, float] = field(default_factory=dict)  # at best_epoch
     epochs_done: int = 0
     unreadable: str = ""  # why the metrics could not be read; the fields above are then empty
+    # Per epoch, oldest first, the last MAX_SERIES epochs that have a value (a sparkline's points).
+    images_per_sec_series: tuple[float, ...] = ()
+    mean_auroc_series: tuple[float, ...] = ()
+    epoch_seconds: float | None = None  # median wall time between two epochs' ends; None before the second
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,7 +74,10 @@ class RunMetrics:
                    best_mean_auroc=_number(data, "best_mean_auroc", 0.0, 1.0),
                    best_epoch=_whole(data, "best_epoch", optional=True),
                    per_class_auroc=_per_class(data.get("per_class_auroc", {})),
-                   epochs_done=_whole(data, "epochs_done", optional=True) or 0, unreadable=note)
+                   epochs_done=_whole(data, "epochs_done", optional=True) or 0, unreadable=note,
+                   images_per_sec_series=_numbers(data, "images_per_sec_series", 0.0, math.inf),
+                   mean_auroc_series=_numbers(data, "mean_auroc_series", 0.0, 1.0),
+                   epoch_seconds=_number(data, "epoch_seconds", 0.0, MAX_EPOCH_SECONDS))
 
     @classmethod
     def from_json(cls, text: str) -> RunMetrics:
@@ -81,6 +94,20 @@ def _number(data: dict, name: str, low: float, high: float) -> float | None:
     if not math.isfinite(value) or not low <= value <= high:
         raise MetricsError(f"{name}: {str(value)[:20]} is not a finite number in [{low}, {high}]")
     return float(value)
+
+
+def _numbers(data: dict, name: str, low: float, high: float) -> tuple[float, ...]:
+    """A list of at most MAX_SERIES finite numbers in [low, high] (absent: none; null is not a value here)."""
+    raw = data.get(name, [])
+    if not isinstance(raw, list) or len(raw) > MAX_SERIES:
+        raise MetricsError(f"{name}: not a list of at most {MAX_SERIES} numbers")
+    found = []
+    for value in raw:
+        number = _number({name: value}, name, low, high)
+        if number is None:
+            raise MetricsError(f"{name}: null in the list; allowed: finite numbers in [{low}, {high}]")
+        found.append(number)
+    return tuple(found)
 
 
 def _whole(data: dict, name: str, optional: bool = False) -> int | None:
@@ -105,19 +132,62 @@ def _per_class(raw: object) -> dict[str, float]:
     return found
 
 
-def _series(accumulator, tag: str) -> list[tuple[int, float]]:
-    """(step, value) of one tag, scalar or tensor, in step order (a resumed run may repeat a step: last wins)."""
+def _points(accumulator, tag: str) -> dict[int, tuple[float, float]]:
+    """step -> (value, wall time) of one tag, scalar or tensor (a resumed run may repeat a step: the last wins).
+    A class without positives in the validation set has no AUROC: such a point (NaN) is not a value."""
     from tensorboard.util import tensor_util
 
     tags = accumulator.Tags()
     if tag in tags.get("scalars", []):
-        points = [(e.step, float(e.value)) for e in accumulator.Scalars(tag)]
+        points = [(e.step, float(e.value), e.wall_time) for e in accumulator.Scalars(tag)]
     elif tag in tags.get("tensors", []):
-        points = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto).item())) for e in accumulator.Tensors(tag)]
+        points = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto).item()), e.wall_time)
+                  for e in accumulator.Tensors(tag)]
     else:
-        return []
-    # A class without positives in the validation set has no AUROC: such a point (NaN) is not a value.
-    return sorted((step, value) for step, value in dict(points).items() if math.isfinite(value))
+        return {}
+    return {step: (value, wall) for step, value, wall in points if math.isfinite(value)}
+
+
+def _series(accumulator, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of one tag in step order."""
+    return sorted((step, value) for step, (value, _) in _points(accumulator, tag).items())
+
+
+def epoch_seconds(epoch_ends: list[float]) -> float | None:
+    """The median wall time between consecutive epochs' ends (in epoch order); None before the second epoch. The
+    median, so the hours a requeued job waited between two epochs do not count."""
+    gaps = [later - earlier for earlier, later in itertools.pairwise(epoch_ends) if later > earlier]
+    return statistics.median(gaps) if gaps else None
+
+
+def per_epoch(samples: list[tuple[float, float]], epoch_ends: list[float]) -> list[float]:
+    """One value per epoch from samples taken during training ((wall time, value): chexnet writes images/sec
+    every few steps, at global steps, not epochs): the median of those written after the previous epoch's end
+    and up to its own. An epoch without samples (or whose end was re-written later, by a resumed run) has none."""
+    ordered = sorted(samples)
+    walls = [wall for wall, _ in ordered]
+    found, start = [], -math.inf
+    for end in epoch_ends:
+        inside = ordered[bisect.bisect_right(walls, start):bisect.bisect_right(walls, end)]
+        if inside:
+            found.append(statistics.median(value for _, value in inside))
+        start = max(start, end)
+    return found
+
+
+def _history(accumulator) -> dict:
+    """The fields of RunMetrics that follow the run epoch by epoch: the last images/sec, the series, the pace."""
+    throughput = _points(accumulator, TAG_THROUGHPUT)
+    loss_val = _points(accumulator, TAG_LOSS_VAL)
+    mean = _series(accumulator, TAG_AUROC_MEAN)
+    epoch_ends = [loss_val[step][1] for step in sorted(loss_val)]
+    rates = per_epoch([(wall, value) for value, wall in throughput.values()], epoch_ends)
+    seconds = epoch_seconds(epoch_ends)
+    return {"images_per_sec": throughput[max(throughput)][0] if throughput else None,
+            "images_per_sec_series": tuple(rates[-MAX_SERIES:]),
+            "mean_auroc_series": tuple(value for _, value in mean[-MAX_SERIES:]),
+            "epochs_done": max(len(loss_val), len(mean)),
+            "epoch_seconds": seconds if seconds is None or seconds <= MAX_EPOCH_SECONDS else None}
 
 
 def read_run_metrics(logdir: str | Path) -> RunMetrics:
@@ -130,11 +200,10 @@ def read_run_metrics(logdir: str | Path) -> RunMetrics:
     accumulator = event_accumulator.EventAccumulator(
         str(logdir), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0})
     accumulator.Reload()
-    throughput = _series(accumulator, TAG_THROUGHPUT)
+    history = _history(accumulator)
     mean = _series(accumulator, TAG_AUROC_MEAN)
-    epochs_done = max(len(_series(accumulator, TAG_LOSS_VAL)), len(mean))
     if not mean:
-        return RunMetrics(images_per_sec=throughput[-1][1] if throughput else None, epochs_done=epochs_done)
+        return RunMetrics(**history)
     best_step, best = max(mean, key=lambda point: point[1])
     per_class = {}
     for tag in accumulator.Tags().get("tensors", []) + accumulator.Tags().get("scalars", []):
@@ -142,8 +211,8 @@ def read_run_metrics(logdir: str | Path) -> RunMetrics:
             values = dict(_series(accumulator, tag))
             if best_step in values:
                 per_class[tag[len(AUROC_PREFIX):]] = values[best_step]
-    return RunMetrics(images_per_sec=throughput[-1][1] if throughput else None, best_mean_auroc=best,
-                      best_epoch=best_step, per_class_auroc=dict(sorted(per_class.items())), epochs_done=epochs_done)
+    return RunMetrics(best_mean_auroc=best, best_epoch=best_step, per_class_auroc=dict(sorted(per_class.items())),
+                      **history)
 
 
 def main(argv: list[str] | None = None) -> int:

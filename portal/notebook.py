@@ -9,7 +9,8 @@
     python -m portal.notebook install-templates [--source DIR] [--dest DIR]   # copy missing templates to ~/notebooks
 
 `tensorboard_proxy` is a jupyter-server-proxy entry point (setup.py): each server starts TensorBoard over ~/jobs
-on first visit of `<server>/tensorboard/`, and JupyterLab's launcher shows it. Everything here runs as the user,
+on first visit of `<server>/tensorboard/`, and JupyterLab's launcher shows it. `portal_launcher`, another, is only a
+launcher card that opens the dashboard in a new browser tab. Everything here runs as the user,
 in their kernel or their server's batch job; none of it runs in the hub.
 """
 
@@ -21,6 +22,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,7 @@ PANEL_HEIGHT = 640
 PROXY_NAME = TENSORBOARD_PREFIX.strip("/")  # the entry point's name is the URL path: <server>/tensorboard/
 WATCH_POLL_S = 5.0
 CLASS_ORDER = tuple(CHEXNET_PAPER_AUROC)  # the dataset's label order
+PORTAL_SERVICE_PATH = "services/portal/"  # the dashboard, under the hub's base URL (jupyterhub_config.py's service)
 
 
 # --- TensorBoard behind jupyter-server-proxy ---
@@ -58,6 +61,34 @@ def tensorboard_proxy() -> dict[str, Any]:
         "timeout": TENSORBOARD_START_TIMEOUT_S,
         "launcher_entry": {"enabled": True, "title": "TensorBoard", "category": "Other"},
         "new_browser_tab": False,
+    }
+
+
+def portal_path_info(service_prefix: str, base_url: str) -> str | None:
+    """The dashboard's URL relative to a server's base URL (`JUPYTERHUB_SERVICE_PREFIX`, e.g. /jhub/user/alice/),
+    for a hub at `base_url`: one "../" per path segment between them. None outside a hub (or a prefix that is not
+    under the base URL): there is no dashboard to link to."""
+    base = "/" + base_url.strip("/") + "/" if base_url.strip("/") else "/"
+    if not service_prefix.startswith(base):
+        return None
+    depth = len([part for part in service_prefix[len(base):].split("/") if part])
+    return None if depth == 0 else "../" * depth + PORTAL_SERVICE_PATH
+
+
+def portal_launcher() -> dict[str, Any]:
+    """jupyter-server-proxy's entry for a "Portal" card in JupyterLab's launcher: no command and no port, so it
+    proxies nothing and starts nothing; its launcher card opens `path_info`, relative to the server's URL (the
+    extension prepends the server's base URL; it has no absolute-link option). A new browser tab, as the
+    dashboard refuses to be framed (X-Frame-Options: DENY)."""
+    # jupyter-server-proxy warns at every start about an entry with nothing to proxy: here that is the point.
+    warnings.filterwarnings("ignore", message=r"Server proxy portal does not have a command", category=UserWarning)
+    path_info = portal_path_info(os.environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
+                                 os.environ.get("JUPYTERHUB_BASE_URL", "/"))
+    return {
+        "command": [],
+        "new_browser_tab": True,
+        "launcher_entry": {"enabled": path_info is not None, "title": "Portal", "category": "Other",
+                           "path_info": path_info or PORTAL_SERVICE_PATH},
     }
 
 

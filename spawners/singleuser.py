@@ -13,7 +13,10 @@ import types
 # - jupyter_lsp: scans for ~20 language servers at every start; none is installed on the nodes.
 # - the PyPI extension manager: imports an HTTP client and would query pypi.org, unreachable from compute nodes;
 #   installing extensions is the image's business, so the read-only manager lists them.
-# - news and update checks: the announcements plugin fetches a feed from github.io on the first page.
+# - news and update checks: the server's news and update handlers would fetch from github.io and pypi.org; these
+#   make them answer with nothing. They do not stop JupyterLab's "official Jupyter news?" prompt, which the page
+#   shows from the `fetchNews` setting alone: deploy/jupyterlab/dsportal.json sets it (JupyterLab's
+#   settings overrides.d, installed by setup.py's data_files and deploy/local/install.sh), for every spawner.
 # jupyter-server-proxy (TensorBoard) and the terminals stay. A site changes them with c.PortalSlurmSpawner.args.
 SINGLEUSER_FAST_START = (
     "--ServerApp.jpserver_extensions=jupyter_lsp=False",

@@ -18,6 +18,8 @@ What it adds to `batchspawner.SlurmSpawner`, each through the Spawner's and batc
   what costs start time and serves nothing here (`spawners.singleuser`). docs/benchmarks.md has the figures.
 - `get_state` / `load_state` / `poll`: a start that a hub restart interrupted is cancelled, not left running
   (`spawners.slurm_state`).
+- the server job's output (`jupyterhub_slurmspawner_<job id>.log`, one per start) goes to `req_server_log_dir`
+  (~/.cache/dsportal/servers, out of sight in JupyterLab) instead of the home's top level.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import shlex
 from collections.abc import Coroutine
 from typing import Any
 
+from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import JobStatus
-from traitlets import Float, Integer, default, observe
+from traitlets import Float, Integer, Unicode, default, observe
 
 from portal.jobs.record import ENDED_STATES
 from portal.slurm import RUNUSER, pending_reason
@@ -41,6 +44,22 @@ from spawners.singleuser import SINGLEUSER_FAST_START
 from spawners.slurm_state import SlurmStateSpawner, SlurmUnavailable
 
 __all__ = ["SINGLEUSER_FAST_START", "PortalSlurmSpawner", "tensorboard_proxy_url"]
+
+SERVER_LOG_DIR = ".cache/dsportal/servers"  # under the user's home
+STOCK_OUTPUT_LINE = "#SBATCH --output={{homedir}}/jupyterhub_slurmspawner_%j.log"
+SERVER_OUTPUT_LINE = "#SBATCH --output={{server_log_dir}}/jupyterhub_slurmspawner_%j.log"
+# Slurm does not create the --output directory (the job fails to open its output), so the submit command makes
+# it, as the user, in the same command as sbatch (no extra runuser). The umask is set in a subshell: sbatch hands
+# its own umask to the job, whose files must keep the usual modes.
+SUBMIT_CREATING_LOG_DIR = ("""/bin/sh -c '(umask 077 && mkdir -p -- "$1") && exec sbatch --parsable' """
+                           "sh {server_log_dir_q}")
+
+
+def with_server_log_dir(stock_script: str) -> str:
+    """batchspawner's Slurm script with its output in the server log directory: the rest stays upstream's."""
+    if STOCK_OUTPUT_LINE not in stock_script:
+        raise ValueError(f"batchspawner's SlurmSpawner.batch_script has no line {STOCK_OUTPUT_LINE!r} to replace")
+    return stock_script.replace(STOCK_OUTPUT_LINE, SERVER_OUTPUT_LINE)
 
 
 async def first_of(*steps: Coroutine[Any, Any, Any]) -> Any:
@@ -78,6 +97,29 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         help="Seconds between attempts, once the server has reported its port, to connect to it. A refused TCP "
              "connect costs microseconds, so the server is handed to the hub within this much of listening.",
     )
+
+    req_server_log_dir = Unicode(
+        config=True,
+        help="Directory of the server jobs' output (jupyterhub_slurmspawner_<job id>.log), made as the user "
+             "(mode 700) at a submit when missing. Default: ~/.cache/dsportal/servers. A site's own batch_script keeps "
+             "its own --output; {{server_log_dir}} names this directory there.",
+    )
+
+    @default("req_server_log_dir")
+    def _server_log_dir_default(self) -> str:
+        return f"{self.req_homedir.rstrip('/')}/{SERVER_LOG_DIR}"
+
+    @default("batch_script")
+    def _batch_script_default(self) -> str:
+        return with_server_log_dir(SlurmSpawner.batch_script.default_value)
+
+    _submit_default = fixed_default("batch_submit_cmd", SUBMIT_CREATING_LOG_DIR)
+
+    def get_req_subvars(self) -> dict:
+        # The submit command is a shell line: the directory goes in quoted (homes come from the directory service).
+        subvars = super().get_req_subvars()
+        subvars["server_log_dir_q"] = shlex.quote(subvars["server_log_dir"])
+        return subvars
 
     # State: "RUNNING localhost None" / "PENDING n/a Resources"; the reason is last as it may contain spaces.
     batch_query_cmd = "squeue -h -j {job_id} -o '%T %B %r'"

@@ -184,15 +184,24 @@ def alice(hub, admin) -> requests.Session:
         hub.stop(admin, "alice")
 
 
-@pytest.fixture
-def every_node_held(cluster):
+@contextlib.contextmanager
+def every_node_held_by_a_job(seconds: int = 300):
     """Another job holds every node whole, so the next job (a server's or a training job's) waits in the queue.
     Yields the holder's job id: cancelling it frees the nodes."""
     holder = slurm("sbatch", "--parsable", f"--nodes={len(NODES)}", "--exclusive", "--mem=1G",
-                   "--wrap=sleep 300", "-o", "/dev/null").strip()
-    wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
-    yield holder
-    slurm("scancel", holder)
+                   f"--wrap=sleep {seconds}", "-o", "/dev/null").strip()
+    try:
+        wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
+        yield holder
+    finally:
+        slurm("scancel", holder)
+
+
+@pytest.fixture
+def every_node_held(cluster):
+    """every_node_held_by_a_job, for one test."""
+    with every_node_held_by_a_job() as holder:
+        yield holder
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,10 @@ elif [ "$(cd / && "$VENV/bin/python" -c 'import portal, os; print(os.path.dirnam
     say "python: pointing the editable dsportal install at $REPO"
     out=$("$VENV/bin/pip" install -q --no-deps -e "$REPO" 2>&1) || { echo "$out" >&2; exit 1; }
 fi
+# JupyterLab's setting defaults for every server (no "official Jupyter news" prompt): setup.py's data_files put
+# this file there in the images, but an editable install skips data_files. Cheap, so done every time.
+install -D -m 0644 "$REPO/deploy/jupyterlab/dsportal.json" \
+    "$VENV/share/jupyter/lab/settings/overrides.d/dsportal.json"
 
 # Horovod builds from source against the TensorFlow just installed (2.5-5 min on 2 cores), once per machine.
 HOROVOD_VERSION=0.28.1
@@ -51,5 +55,12 @@ if [ ! -x "$NODE_PREFIX/node_modules/.bin/configurable-http-proxy" ]; then
     say "npm: installing configurable-http-proxy into $NODE_PREFIX"
     mkdir -p "$NODE_PREFIX"
     npm install --silent --prefix "$NODE_PREFIX" configurable-http-proxy@5.3.0
+fi
+# axe-core, for the browser tests' accessibility checks: they inject its axe.min.js from here (no CDN).
+AXE_VERSION=4.14.1
+if [ "$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$NODE_PREFIX/node_modules/axe-core/package.json" 2>/dev/null)" \
+     != "$AXE_VERSION" ]; then
+    say "npm: installing axe-core $AXE_VERSION into $NODE_PREFIX"
+    npm install --silent --prefix "$NODE_PREFIX" "axe-core@$AXE_VERSION"
 fi
 say "installed"

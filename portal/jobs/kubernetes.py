@@ -56,12 +56,14 @@ from portal.jobs.record import (
 )
 from portal.jobs.slurm import JobNotFound
 from portal.jobs.spec import JobLimits, JobSpec
-from portal.metrics import RunMetrics
+from portal.metrics import MAX_SERIES, RunMetrics
 
 # The MPI operator's labels on the pods it makes (mpi-operator v2: training.kubeflow.org/*).
 OPERATOR_JOB_LABEL, OPERATOR_ROLE_LABEL = "training.kubeflow.org/job-name", "training.kubeflow.org/job-role"
 K8S_ID = re.compile(r"^k8s-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}\Z")  # also a valid MPIJob name (a DNS-1123 label)
-EPOCH_LINE = re.compile(r"chexnet\.train: epoch (\d+)/\d+: .*?auroc/mean=([0-9.]+|n/a).*?images/sec=([0-9.]+|n/a)")
+NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
+EPOCH_LINE = re.compile(rf"chexnet\.train: epoch ([0-9]{{1,7}})/[0-9]+: .*?auroc/mean=({NUMBER}|n/a)"
+                        rf".*?images/sec=({NUMBER}|n/a)")
 
 
 class KubernetesError(RuntimeError):
@@ -158,16 +160,24 @@ def mpijob_record(mpijob: Mapping[str, Any], cfg: PortalConfig) -> JobRecord:
 
 def log_metrics(text: str) -> RunMetrics:
     """Images/sec and mean AUROC from the launcher's log (chexnet.train's line per epoch), for a reader who
-    cannot open the TensorBoard files on the user's volume (the dashboard). Per-class AUROC needs the files."""
-    best, best_epoch, rate, epochs = None, None, None, 0
+    cannot open the TensorBoard files on the user's volume (the dashboard). Per-class AUROC needs the files, and
+    so do the epochs' times (the line has none). A resumed run repeats epochs: the last line of an epoch wins."""
+    rates: dict[int, float] = {}
+    means: dict[int, float] = {}
+    seen = {0}
     for match in EPOCH_LINE.finditer(text):
         epoch, auroc, images = int(match.group(1)), match.group(2), match.group(3)
-        epochs = max(epochs, epoch)
-        if images != "n/a":
-            rate = float(images)
-        if auroc != "n/a" and (best is None or float(auroc) > best):
-            best, best_epoch = float(auroc), epoch
-    return RunMetrics(images_per_sec=rate, best_mean_auroc=best, best_epoch=best_epoch, epochs_done=epochs)
+        seen.add(epoch)
+        for found, value in ((rates, images), (means, auroc)):
+            found.pop(epoch, None)
+            if value != "n/a":
+                found[epoch] = float(value)
+    rate_series = tuple(rates[e] for e in sorted(rates))[-MAX_SERIES:]
+    best_epoch = max(means, key=lambda e: (means[e], -e)) if means else None  # the first epoch of the best
+    return RunMetrics(images_per_sec=rate_series[-1] if rate_series else None,
+                      best_mean_auroc=None if best_epoch is None else means[best_epoch], best_epoch=best_epoch,
+                      epochs_done=max(seen), images_per_sec_series=rate_series,
+                      mean_auroc_series=tuple(means[e] for e in sorted(means))[-MAX_SERIES:])
 
 
 # --- the calls ---

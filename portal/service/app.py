@@ -12,8 +12,8 @@ from tornado.web import Application
 from portal.config import PortalConfig
 from portal.jobs.record import LOCAL_JOB_ID, SLURM_JOB_ID
 from portal.notebook import templates_dir
-from portal.service import api, pages
-from portal.service.base import NotFoundHandler, OAuthCallbackHandler
+from portal.service import api, pages, render
+from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
 from portal.service.board import JobBoard
 from portal.service.cluster import ClusterCache
 from portal.service.hub import HubDirectory
@@ -54,13 +54,17 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         (f"jobs/{JOB_ID}", pages.JobPageHandler),
         (f"jobs/{JOB_ID}/log", pages.JobLogHandler),
         (f"jobs/{JOB_ID}/cancel", pages.CancelHandler),
+        (f"jobs/{JOB_ID}/notebook", pages.JobNotebookHandler),
         ("submit", pages.SubmitPageHandler),
         ("cluster", pages.ClusterPageHandler),
         ("usage", pages.UsagePageHandler),
     ]
     return Application(
         [(url_path_join(prefix, path), handler) for path, handler in routes],
-        template_path=str(HERE / "templates"),
+        pages=render.environment(), hub_static_url=render.hub_static(hub_base_url),
+        # The portal's own stylesheet and script (everything else is the hub's, linked from the hub).
+        static_path=str(HERE / "static"), static_url_prefix=url_path_join(prefix, "static/"),
+        static_handler_class=StaticFiles,
         # Unknown paths get a 404 with the security headers too (base.SecurityHeaders sets them and the cookies').
         default_handler_class=NotFoundHandler, default_handler_args={"status_code": 404},
         # The service's own cookie (the user's OAuth token) only needs to outlive this process.

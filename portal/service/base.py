@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import get_browser_protocol, url_path_join
 from tornado.ioloop import IOLoop
-from tornado.web import ErrorHandler, HTTPError, RequestHandler
+from tornado.web import ErrorHandler, HTTPError, RequestHandler, StaticFileHandler
 
 from portal.jobs import (
     BackendError,
@@ -27,6 +27,7 @@ from portal.jobs.slurm import JobDirError
 from portal.service.board import HubUser, JobBoard
 from portal.service.cluster import ClusterCache
 from portal.service.hub import HubDirectory, HubUnavailable
+from portal.service.render import hub_namespace
 
 T = TypeVar("T")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -71,9 +72,17 @@ class SecurityHeaders(RequestHandler):
             kwargs.setdefault("secure", True)
         super().set_cookie(name, value, **kwargs)
 
+    def error_parts(self, kwargs: dict) -> tuple[str, str | None]:
+        error = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(error, PortalError):
+            return error.message, error.field
+        if isinstance(error, HTTPError) and error.log_message:
+            return error.log_message, None
+        return self._reason, None  # never a traceback
 
-class NotFoundHandler(SecurityHeaders, ErrorHandler):
-    """Paths under the service prefix that name no page: tornado's 404, with the headers."""
+
+class StaticFiles(SecurityHeaders, StaticFileHandler):
+    """The portal's stylesheet and script, with the headers."""
 
 
 class OAuthCallbackHandler(HubOAuthCallbackHandler, SecurityHeaders):
@@ -222,15 +231,6 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
                 UnreadableRecord, subprocess.TimeoutExpired) as err:
             raise as_portal_error(err) from None
 
-    def error_parts(self, kwargs: dict) -> tuple[str, str | None]:
-        error = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(error, PortalError):
-            return error.message, error.field
-        if isinstance(error, HTTPError) and error.log_message:
-            return error.log_message, None
-        return self._reason, None  # never a traceback
-
-
 class APIHandler(PortalHandler):
     is_api = True
 
@@ -248,13 +248,31 @@ class APIHandler(PortalHandler):
         self.finish(json.dumps(body))
 
 
-class PageHandler(PortalHandler):
-    def render_page(self, name: str, **values: Any) -> None:
-        self.render(name, user=self.hub_user, base_url=self.settings["hub_base_url"],
-                    prefix=self.settings["service_prefix"], poll_s=self.settings["poll_s"], **values)
+class PageRendering(SecurityHeaders):
+    """Pages and their errors: Jinja2 templates on the hub's page.html (portal.service.render)."""
+
+    def render_page(self, name: str, http_status: int | None = None, **values: Any) -> None:
+        user = getattr(self, "hub_user", None)
+        settings = self.settings
+        namespace = hub_namespace(settings["hub_base_url"], settings["hub_static_url"], user,
+                                  self.xsrf_token.decode("ascii"), self.xsrf_form_html())
+        namespace.update(portal_url=settings["service_prefix"], root_url=settings["hub_base_url"],
+                         portal_static=self.static_url,
+                         poll_s=settings["poll_s"], page=name.removesuffix(".html"), **values)
+        if http_status is not None:
+            self.set_status(http_status)
+        self.set_header("Content-Type", "text/html; charset=UTF-8")
+        self.finish(settings["pages"].get_template(name).render(namespace))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         message, field = self.error_parts(kwargs)
-        self.render("error.html", status=status_code, message=message, field=field,
-                    user=getattr(self, "hub_user", None), base_url=self.settings["hub_base_url"],
-                    prefix=self.settings["service_prefix"])
+        self.render_page("error.html", status=status_code, message=message, field=field)
+
+
+class PageHandler(PortalHandler, PageRendering):
+    """A page for the logged-in user."""
+
+
+class NotFoundHandler(PageRendering, ErrorHandler):
+    """Paths under the service prefix that name no page: the portal's 404 page (no login needed), with the
+    headers."""

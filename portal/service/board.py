@@ -13,38 +13,37 @@ own jobs; an admin's request is run as the job's owner. What a request costs, on
   at most once per refresh interval, and once for good when it has ended.
 - metrics: read as the user (a process of theirs); an ended job's once for good, a running one's at most every
   `dashboard_metrics_refresh_s`. The list never waits for them: it shows what is known and reads in the background.
+- usage: GPUs against the quota from the shared snapshot; this week's GPU-hours (sacct, as the user) at most every
+  USAGE_REFRESH_S per user. The jobs page never waits for them either (`known_usage`).
+What one job's row holds is built in portal.service.summary (pure); the scans' records in portal.service.scans.
 What is read from a user's home is checked (portal.jobs.record, portal.metrics): a job whose record is not one
 is listed as "unreadable record" with the reason, and every other job, list and page carries on.
 """
 
 from __future__ import annotations
 
-import os
-import pwd
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
 from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SlurmError, UnreadableJob, UnreadableRecord
-from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN, UNREADABLE
+from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
 from portal.jobs.slurm import limits_from
 from portal.jobs.spec import JobLimits
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.cluster import ClusterCache, ClusterSnapshot
-from portal.slurm import SERVER_JOB_NAME, GpuHolder, pending_reason
-from portal.tensorboard import panel_url
+from portal.service.scans import DirStamp, UserRecords, jobs_dir_stamp
+from portal.service.summary import job_key, job_summary, quota_of, unreadable_summary
+from portal.slurm import SERVER_JOB_NAME, GpuHolder
 
-T = TypeVar("T")
 AnyJob = Job | UnreadableJob
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
 USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
-# A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
-# jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).
-RACY_NS = 1_000_000_000
+USAGE_RETRY_S = 10.0  # ... and after it failed, asked again no sooner than this
 
 
 @dataclass(frozen=True)
@@ -61,94 +60,6 @@ class HubUser:
         server = (model.get("servers") or {}).get("") or {}
         return cls(name=str(model["name"]), groups=tuple(sorted(model.get("groups") or ())),
                    admin=bool(model.get("admin")), server_ready=bool(server.get("ready")))
-
-
-def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, base_url: str = "/",
-                service_prefix: str = "/services/portal/", reason: str = "") -> dict[str, Any]:
-    """What the jobs list and the API show of one job (pure: everything it needs is passed in). `reason`: why a
-    pending job waits, in Slurm's word and ours."""
-    spec = job.spec
-    return {
-        "id": job.id, "user": job.record.user, "backend": job.backend, "state": state,
-        "reason": pending_reason(reason) if state == "PENDING" and reason else "",
-        "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node, "elapsed": elapsed,
-        "submitted_at": job.submitted_at, "job_dir": job.job_dir, "spec": spec.to_dict(),
-        "images_per_sec": metrics.images_per_sec if metrics else None,
-        "best_mean_auroc": metrics.best_mean_auroc if metrics else None,
-        "epochs_done": metrics.epochs_done if metrics else 0,
-        "metrics_unreadable": metrics.unreadable if metrics else "", "unreadable": "",
-        "links": {"page": f"{service_prefix}jobs/{job.id}", "log": f"{service_prefix}jobs/{job.id}/log",
-                  "tensorboard": panel_url(job.record.user, job.id, base_url)},
-    }
-
-
-def unreadable_summary(job: UnreadableJob, service_prefix: str = "/services/portal/") -> dict[str, Any]:
-    """The list's row and the API's answer for a job whose record is not one: its id, whose home it is in, why."""
-    return {"id": job.id, "user": job.owner, "backend": "", "state": UNREADABLE, "reason": "",
-            "unreadable": f"unreadable record: {job.reason}", "nodes": "-", "gpus_per_node": "-", "elapsed": "",
-            "submitted_at": "", "job_dir": job.job_dir, "spec": {}, "images_per_sec": None, "best_mean_auroc": None,
-            "epochs_done": 0, "metrics_unreadable": "",
-            "links": {"page": f"{service_prefix}jobs/{job.id}", "log": "", "tensorboard": ""}}
-
-
-def quota_of(user: str, gpu_quota: int, snapshot: ClusterSnapshot) -> dict[str, Any]:
-    """A user's GPUs held or waited for now against their quota, with the jobs that hold them (servers, portal
-    jobs and anything sbatch'ed from a terminal alike), each with Slurm's reason in words when it waits."""
-    holders = [{"job_id": q.id, "name": q.name, "state": q.state, "gpus": q.nodes * q.gpus_per_node,
-                "reason": pending_reason(q.reason) if q.state == "PENDING" else ""}
-               for q in snapshot.queue.values() if q.user == user and q.nodes * q.gpus_per_node]
-    return {"user": user, "gpu_quota": gpu_quota, "gpus_in_use": sum(h["gpus"] for h in holders),
-            "holders": holders}
-
-
-def job_key(job: Job) -> tuple[str, str, str]:
-    """What names one job for the caches: Slurm reuses ids when its state is reset (the old job's directory is
-    kept, renamed), so an id alone could hand a new job the old one's ended state or metrics."""
-    return job.record.user, job.id, job.submitted_at
-
-
-@dataclass(frozen=True)
-class DirStamp:
-    """What the file system says of a user's home and ~/jobs: (device, inode, ctime) of each, and when read."""
-
-    fields: tuple[int, ...]
-    newest_change_ns: int
-    read_at_ns: int
-
-    def same_as(self, later: DirStamp | None) -> bool:
-        """Nothing was added, removed or renamed in between: the same fields, and the last change older than
-        RACY_NS before this reading (a change in the same tick as this reading would not show in the later one).
-        ctime, not mtime: a user can set mtime back (touch -d), never ctime."""
-        return later is not None and later.fields == self.fields and \
-            self.read_at_ns - self.newest_change_ns > RACY_NS
-
-
-def jobs_dir_stamp(user: str) -> DirStamp | None:
-    """The stamp of the user's home and ~/jobs (absent: zeros), by lstat as the service: no link is followed and
-    nothing is read, it only says whether to list again. None where the service may not look (a root-squashed NFS
-    home): then ~/jobs is listed as the user every `rescan_s`."""
-    try:
-        home = pwd.getpwnam(user).pw_dir
-        found = [os.lstat(home)]
-    except (KeyError, OSError):
-        return None
-    try:
-        found.append(os.lstat(os.path.join(home, "jobs")))
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return None
-    fields = tuple(v for st in found for v in (st.st_dev, st.st_ino, st.st_ctime_ns))
-    return DirStamp(fields + (0,) * (6 - len(fields)), max(st.st_ctime_ns for st in found), time.time_ns())
-
-
-@dataclass
-class UserRecords:
-    """One user's jobs as last scanned: job id -> (directory stamp, Job); `dir_stamp`: the home's before it."""
-
-    scanned_at: float
-    jobs: dict[str, tuple[str | None, AnyJob]] = field(default_factory=dict)
-    dir_stamp: DirStamp | None = None
 
 
 class JobBoard:
@@ -168,6 +79,7 @@ class JobBoard:
         self._metrics = TimedCache(cfg.dashboard_metrics_refresh_s, clock)
         self._history = TimedCache(cfg.dashboard_metrics_refresh_s, clock)
         self._usage = TimedCache(USAGE_REFRESH_S, clock)
+        self._usage_failed = TimedCache(USAGE_RETRY_S, clock)  # why there is no report, when accounting failed
         self._elapsed: dict[tuple[str, str, str], str] = {}  # last elapsed seen in squeue, for jobs that left it
         self._ended: dict[tuple[str, str, str], str] = {}  # an ended job's state never changes: ask Slurm once
         # What this service did to Slurm jobs that the shared squeue answer may not show yet, by when it was done
@@ -382,20 +294,46 @@ class JobBoard:
         """GPUs held now against each quota (from the shared squeue answer) and this week's GPU-hours per job
         (Slurm accounting): the user's own, or everyone's for an admin. When accounting does not answer, the
         quotas are still shown and `history_unavailable` says why."""
+        key = self._usage_key(user)
+        report = self._usage.get(key) or self._usage_failed.get(key) or self._read_usage(user)
+        return {**self._quotas(user, everyone), **report}
+
+    def known_usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
+        """`usage` without waiting for accounting (the jobs page): the quotas at once, from the shared squeue
+        answer; this week's GPU-hours as known, a missing or stale report read in the background. Until one
+        has been read, `gpu_hours` is None and `history_unavailable` "" (the page says it is being read)."""
+        key = self._usage_key(user)
+        report = self._usage.get(key) or self._usage_failed.get(key)
+        if report is None:
+            self._refresher.start(("usage", *key), lambda: self._read_usage(user))
+            report = self._usage.get_any(key) or {"history_unavailable": "", "gpu_hours": None}  # stale: shown
+        return {**self._quotas(user, everyone), **report}
+
+    @staticmethod
+    def _usage_key(user: HubUser) -> tuple[str, ...]:
+        return ("everyone",) if user.admin else ("user", user.name)
+
+    def _quotas(self, user: HubUser, everyone: Sequence[HubUser]) -> dict[str, Any]:
         snapshot = self.cluster.snapshot()
         people = [user, *(u for u in everyone if u.name != user.name)] if user.admin else [user]
-        quotas = [quota_of(u.name, self.cfg.gpu_quota_for(u.groups), snapshot) for u in people]
-        key = ("everyone",) if user.admin else ("user", user.name)
-        report = self._usage.get(key)
-        if report is None:
-            try:
-                found = self.api.usage(user=user.name, groups=user.groups, cfg=self.cfg, everyone=user.admin)
-            except (SlurmError, jobs_api.BackendError) as err:
-                return {"user": user.name, "quotas": quotas, "history_unavailable":
-                        f"GPU-hours are unavailable: they come from Slurm's accounting (slurmdbd), which does not "
-                        f"answer now ({err}). Jobs and servers run as usual; nothing is lost."}
-            report = self._usage.put(key, found.to_dict())
-        return {"user": user.name, "quotas": quotas, "history_unavailable": "", **report}
+        return {"user": user.name, "quotas": [quota_of(u.name, self.cfg.gpu_quota_for(u.groups), snapshot)
+                                              for u in people]}
+
+    def _read_usage(self, user: HubUser) -> dict[str, Any]:
+        """This week's report from accounting, kept USAGE_REFRESH_S; when there is none, why (kept
+        USAGE_RETRY_S, so a slurmdbd that does not answer is not asked, and waited for, at every request)."""
+        key = self._usage_key(user)
+        try:
+            found = self.api.usage(user=user.name, groups=user.groups, cfg=self.cfg, everyone=user.admin)
+        except jobs_api.BackendError:  # not Slurm: there is no accounting to wait for, now or later
+            return self._usage_failed.put(key, {"gpu_hours": None, "history_unavailable": (
+                f"GPU-hours are not counted here: they come from Slurm's accounting, and this portal runs jobs "
+                f"on {self.cfg.spawner_backend}.")}, final=True)
+        except SlurmError as err:
+            return self._usage_failed.put(key, {"gpu_hours": None, "history_unavailable": (
+                f"GPU-hours are unavailable: they come from Slurm's accounting (slurmdbd), which does not "
+                f"answer now ({err}). Jobs and servers run as usual; nothing is lost.")})
+        return self._usage.put(key, {"history_unavailable": "", **found.to_dict()})
 
     def log_tail(self, job: AnyJob, lines: int | None = None) -> str:
         if isinstance(job, UnreadableJob):

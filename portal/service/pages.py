@@ -5,9 +5,14 @@ Forms post with `_xsrf`; errors in the submit form are shown beside the field th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
+from portal.job_notebook import NOTEBOOK_NAME, job_notebook
+from portal.jobs import Job
+from portal.jobs.account import job_user
+from portal.jobs.record import UNREADABLE
 from portal.jobs.spec import (
     FIELDS,
     MAX_BATCH_SIZE,
@@ -20,10 +25,15 @@ from portal.jobs.spec import (
     JobLimits,
     format_minutes,
 )
+from portal.logview import filter_log
+from portal.notebook import AurocTable
 from portal.service.base import PageHandler, PortalError
 from portal.tensorboard import lab_url, panel_url
 
 BOOLEAN_FIELDS = ("fp16", "xla")
+# The jobs list's filter: these first (in this order) when a job has them, then any other state a job is in.
+FILTER_ORDER = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+STATE_NAME = re.compile(r"[A-Z][A-Z_]{0,31}")  # Slurm's spelling (COMPLETED, OUT_OF_MEMORY) and ours (UNREADABLE)
 CHECKED = "on"  # what a browser sends for a checked checkbox without a value attribute
 MAX_TAIL_LINES = 10_000
 
@@ -88,22 +98,74 @@ class TemplatesHandler(PageHandler):
         self.render_page("templates.html", notebooks=notebooks)
 
 
+def state_filter(value: str | None) -> str:
+    """The jobs list's `state` argument: "" for every job, else one of the states jobs are in."""
+    if not value:
+        return ""
+    if not STATE_NAME.fullmatch(value):
+        raise PortalError(400, f"state: {shown(value)} is not a job state; allowed: a state in capitals "
+                          "(PENDING, RUNNING, COMPLETED, ...) or empty for every job", "state")
+    return value
+
+
+def state_counts(jobs: list[dict]) -> list[tuple[str, int]]:
+    """("ALL", n) then (state, n) for each state the jobs are in, the common ones first: the filter's tabs."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    order = [s for s in FILTER_ORDER if s in counts] + sorted(set(counts) - set(FILTER_ORDER))
+    return [("ALL", len(jobs)), *((s, counts[s]) for s in order)]
+
+
+def part(handler: PageHandler, allowed: str) -> bool:
+    """Whether the page was asked for its live part alone (`?part=<allowed>`), which its script fetches."""
+    value = handler.get_argument("part", "")
+    if value and value != allowed:
+        raise PortalError(400, f"part: {shown(value)} is not a part of this page; allowed: {allowed} or empty",
+                          "part")
+    return bool(value)
+
+
+def usage_panel(usage: dict, user: str) -> dict:
+    """The jobs page's usage panel from what the board knows now: the user's GPUs against their quota, and this
+    week's GPU-hours (None while accounting is being read; an admin's are everyone's)."""
+    quota = next((q for q in usage["quotas"] if q["user"] == user), {"gpus_in_use": 0, "gpu_quota": 0})
+    return {"quota": quota, "gpu_hours": usage.get("gpu_hours"),
+            "history_unavailable": usage.get("history_unavailable", "")}
+
+
 class JobsPageHandler(PageHandler):
     async def get(self) -> None:
+        state = state_filter(self.get_argument("state", None))
+        rows_only = part(self, "rows")
         everyone = await self.everyone()
-        self.render_page("jobs.html", jobs=await self.blocking(self.board.list, self.hub_user, everyone))
+        jobs = await self.blocking(self.board.list, self.hub_user, everyone)
+        usage = usage_panel(await self.blocking(self.board.known_usage, self.hub_user), self.hub_user.name)
+        shown_jobs = [job for job in jobs if job["state"] == state] if state else jobs
+        self.render_page("jobs_live.html" if rows_only else "jobs.html", jobs=shown_jobs, state=state,
+                         counts=state_counts(jobs), usage=usage)
 
 
 class JobPageHandler(PageHandler):
     async def get(self, job_id: str) -> None:
+        figures_only = part(self, "figures")
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
         summary = await self.blocking(self.board.summary, job)
         history = await self.blocking(self.board.history, job)
-        log = await self.blocking(self.board.log_tail, job)
+        best_epoch, auroc = None, None
+        if summary["state"] not in ("PENDING", UNREADABLE):  # nothing written yet; spares a process as the user
+            metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
+            best_epoch = metrics.best_epoch
+            auroc = AurocTable(metrics.per_class_auroc) if metrics.per_class_auroc else None
+        figures = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc}
+        if figures_only:
+            self.render_page("job_figures.html", **figures)
+            return
+        log, hidden = filter_log(await self.blocking(self.board.log_tail, job))
         owner = job.owner
         server_ready = await self.server_ready() if owner == self.hub_user.name else False
-        self.render_page("job.html", job=summary, history=history, log=log, server_ready=server_ready,
+        self.render_page("job.html", **figures, log=log, log_hidden=hidden, server_ready=server_ready,
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
                          tensorboard=panel_url(owner, job.id, self.settings["hub_base_url"]),
                          start_url=f"{self.settings['hub_base_url']}hub/spawn/{owner}")
@@ -119,13 +181,32 @@ def tail_lines(value: str | None) -> int | None:
         raise PortalError(400, str(err), err.field) from None
 
 
+def flag(value: str | None, name: str) -> bool:
+    """A yes/no argument: 1 or 0 (absent: no)."""
+    if value in (None, "", "0"):
+        return False
+    if value == "1":
+        return True
+    raise PortalError(400, f"{name}: {shown(value)} is not allowed; allowed: 1 or 0", name)
+
+
 class JobLogHandler(PageHandler):
+    """The log as text: whole (no `tail`), or its last lines with framework warnings hidden unless `framework=1`
+    (the job page's live tail), how many in `X-Log-Hidden`."""
+
     async def get(self, job_id: str) -> None:
         lines = tail_lines(self.get_argument("tail", None))
+        framework = flag(self.get_argument("framework", None), "framework")
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
+        text = await self.blocking(job.logs, lines)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(await self.blocking(job.logs, lines))
+        if framework or lines is None:
+            self.finish(text)
+            return
+        shown, hidden = filter_log(text)
+        self.set_header("X-Log-Hidden", str(hidden))
+        self.finish(shown)
 
 
 class CancelHandler(PageHandler):
@@ -135,15 +216,51 @@ class CancelHandler(PageHandler):
         self.redirect(f"{self.settings['service_prefix']}jobs")
 
 
+def write_job_notebook(job: Job) -> str:
+    """The job's notebook written into its directory as its owner, unless there already (the user's edits are
+    kept); returns its path in the owner's home, as JupyterLab opens it."""
+    owner = job_user(job.owner)
+    path = Path(job.job_dir) / NOTEBOOK_NAME.format(id=job.id)
+    try:
+        in_home = path.relative_to(owner.home)
+    except ValueError:
+        raise PortalError(409, f"job {job.id}'s directory {job.job_dir} is outside your home, where JupyterLab "
+                               "cannot open it") from None
+    result = owner.run(["/bin/sh", "-c", 'umask 077 && { [ -e "$1" ] || cat > "$1"; }', "sh", str(path)],
+                       input=job_notebook(job.id), check=False)
+    if result.returncode != 0:
+        raise PortalError(409, f"job {job.id}'s notebook could not be written in {job.job_dir}: "
+                               f"{result.stderr.strip()[:200] or f'exit status {result.returncode}'}")
+    return str(in_home)
+
+
+class JobNotebookHandler(PageHandler):
+    """"Open in a notebook": the owner's own job, in their JupyterLab (which the hub starts if it is not up)."""
+
+    async def post(self, job_id: str) -> None:
+        job = await self.blocking(self.board.get, self.hub_user, job_id)  # the user's own jobs only
+        if not isinstance(job, Job):
+            raise PortalError(409, f"job {job_id}'s record is unreadable: there is no job to load in a notebook")
+        path = await self.blocking(write_job_notebook, job)
+        self.redirect(lab_url(job.owner, path, self.settings["hub_base_url"]))
+
+
 class SubmitPageHandler(PageHandler):
-    async def _show(self, values: dict, error: PortalError | None = None) -> None:
+    async def _show(self, values: dict, error: PortalError | None = None, again_of: str = "") -> None:
         limits = await self.acting(self.board.limits, self.hub_user)
-        if error is not None:
-            self.set_status(error.status_code)
-        self.render_page("submit.html", limits=limits, values=values, error=error, fields=form_fields(limits))
+        self.render_page("submit.html", http_status=error.status_code if error else None, limits=limits, values=values,
+                         error=error, fields=form_fields(limits), again_of=again_of)
 
     async def get(self) -> None:
-        await self._show({})
+        """The form, empty, or holding job `from`'s settings ("run again with changes")."""
+        job_id = self.get_argument("from", None)
+        if not job_id:
+            await self._show({})
+            return
+        job = await self.blocking(self.board.get, self.hub_user, job_id, await self.everyone())
+        if not isinstance(job, Job):
+            raise PortalError(409, f"job {job.id}'s record is unreadable: it has no settings to start from")
+        await self._show(job.spec.to_dict(), again_of=job.id)
 
     async def post(self) -> None:
         try:

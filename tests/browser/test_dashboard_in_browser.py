@@ -1,6 +1,6 @@
 """The user's day in headless Chromium: alice logs in, starts JupyterLab, opens the dashboard, submits a tiny
 training job from its form, watches it run on the job page, and sees its throughput and AUROC charts in the
-embedded TensorBoard. Screenshots go to tests/artifacts/dashboard-*.png.
+embedded TensorBoard. Screenshots go to tests/artifacts/dashboard-*.png (dashboard-5: the finished job's whole page).
 
 Sized for 2 CPU cores: the demo set (64x64 images), 1 epoch, batch 8, one worker on one (fake) GPU.
 """
@@ -84,3 +84,4 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
     runs = frame.locator("tb-data-table-content-row[data-id]")
     listed = [runs.nth(i).get_attribute("data-id") for i in range(runs.count())]
     assert listed == [f"defaultExperimentId/{job_id}/tensorboard"], listed  # not alice's other jobs
+    page.screenshot(path=str(artifacts / "dashboard-5-job-completed.png"), full_page=True)

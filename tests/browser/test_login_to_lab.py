@@ -1,4 +1,7 @@
-"""A person's path in headless Chromium: log in as alice, choose one GPU, reach JupyterLab."""
+"""A person's path in headless Chromium: log in as alice, choose one GPU, reach a clean JupyterLab (no news
+prompt, a "Portal" card that opens the dashboard in a new tab)."""
+
+from playwright import sync_api as playwright
 
 from tests.browser.conftest import log_in
 
@@ -16,6 +19,34 @@ def test_alice_logs_in_chooses_a_gpu_and_reaches_jupyterlab(hub, admin, page, ar
         page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
         page.screenshot(path=str(artifacts / "browser-2-jupyterlab.png"))
         assert "JupyterLab" in page.title()
+        assert_no_news_prompt(page)
+        open_the_portal_card(page, artifacts)
     finally:
         if hub.server(admin, "alice") is not None:
             hub.stop(admin, "alice")
+
+
+NEWS_PROMPT = "official Jupyter news"
+NEWS_PROMPT_WAIT_MS = 3000  # JupyterLab emits it right after the page is restored, with no request: seconds is ample
+
+
+def assert_no_news_prompt(page) -> None:
+    try:
+        page.get_by_text(NEWS_PROMPT).first.wait_for(timeout=NEWS_PROMPT_WAIT_MS)
+    except playwright.TimeoutError:
+        return
+    raise AssertionError(f"JupyterLab shows the {NEWS_PROMPT!r} prompt (fetchNews is not set: overrides.d?)")
+
+
+def open_the_portal_card(page, artifacts) -> None:
+    """The launcher's "Portal" card opens the dashboard in a new tab (the dashboard refuses to be framed)."""
+    card = page.locator(".jp-LauncherCard", has_text="Portal")
+    with page.context.expect_page(timeout=30_000) as opened:
+        card.click()
+    dashboard = opened.value
+    dashboard.wait_for_url("**/services/portal/jobs", timeout=60_000)
+    dashboard.wait_for_load_state()
+    dashboard.screenshot(path=str(artifacts / "browser-3-portal-from-launcher.png"))
+    status = dashboard.evaluate("() => performance.getEntriesByType('navigation')[0].responseStatus")
+    assert status == 200, f"{dashboard.url} answered {status}"
+    dashboard.close()

@@ -51,9 +51,11 @@ for name in names:
         pass
 notebooks = os.path.join(sys.prefix, "share", "dsportal", "notebooks")
 editable = any(f.name == "direct_url.json" and "editable" in f.read_text() for f in md.distribution("dsportal").files)
+overrides = os.path.join(sys.prefix, "share", "jupyter", "lab", "settings", "overrides.d", "dsportal.json")
 print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "prefix": sys.prefix, "versions": versions,
                   "notebooks": sorted(os.listdir(notebooks)) if os.path.isdir(notebooks) else None,
-                  "editable": editable}))
+                  "editable": editable,
+                  "lab_overrides": open(overrides).read() if os.path.exists(overrides) else None}))
 """
 
 
@@ -140,6 +142,8 @@ def test_training_image_carries_the_pinned_stack_and_the_notebooks(images):
     assert found["editable"] is False, "dsportal must be installed from a copy, not as an editable install"
     expected = sorted(path.name for path in (REPO / "notebooks").glob("*.ipynb"))
     assert expected and found["notebooks"] == expected, found["notebooks"]
+    # JupyterLab's setting defaults (no news prompt), from setup.py's data_files.
+    assert found["lab_overrides"] == (REPO / "deploy" / "jupyterlab" / "dsportal.json").read_text()
 
 
 def test_hub_image_carries_the_hub_side(images):

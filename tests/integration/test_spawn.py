@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from spawners.slurm import SERVER_LOG_DIR
 from tests.conftest import NODES, box, jobs_of, slurm, wait_for
+
+HOME = Path("/home/alice")
+NOTIFICATION_SETTINGS = "lab/api/settings/@jupyterlab/apputils-extension:notification"
 
 
 def singleuser_environ(user: str, job_id: str) -> dict[str, str]:
@@ -36,6 +40,7 @@ def user_uid(user: str) -> int:
 
 
 def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(cluster, hub, admin, alice):
+    logs_in_home = set(HOME.glob("jupyterhub_slurmspawner_*.log"))
     response = hub.spawn_form(alice, partition="gpu", gpus=1, cpus=2, memory_gb=4, runtime="01:00:00")
     assert response.status_code == 302, response.text[-2000:]
     hub.wait_ready(admin, "alice")
@@ -60,9 +65,25 @@ def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(cluster, hub, admin, al
 
     lab = alice.get(f"{hub.url}/user/alice/lab", timeout=30)
     assert lab.status_code == 200 and "JupyterLab" in lab.text
+    assert_a_clean_lab(hub, alice, job_id)
 
     hub.stop(admin, "alice")
     assert jobs_of("alice") == []
+    assert set(HOME.glob("jupyterhub_slurmspawner_*.log")) == logs_in_home  # none new at the home's top level
+
+
+def assert_a_clean_lab(hub, alice, job_id: str) -> None:
+    """What JupyterLab's page does with the server: no news prompt (fetchNews is "none" only when asked), a
+    "Portal" card to the dashboard; and the job's output is out of sight, in a directory only alice reads."""
+    settings = alice.get(f"{hub.url}/user/alice/{NOTIFICATION_SETTINGS}", timeout=30).json()
+    assert settings["schema"]["properties"]["fetchNews"]["default"] == "false", settings
+    assert "fetchNews" not in settings["settings"]  # alice chose nothing: the default is what the page uses
+    servers = alice.get(f"{hub.url}/user/alice/server-proxy/servers-info", timeout=30).json()["server_processes"]
+    (portal,) = [s for s in servers if s["name"] == "portal"]
+    assert portal["new_browser_tab"] and portal["launcher_entry"]["path_info"] == "../../services/portal/"
+    log_dir = HOME / SERVER_LOG_DIR
+    assert (log_dir.stat().st_uid, oct(log_dir.stat().st_mode & 0o777)) == (user_uid("alice"), "0o700")
+    assert "is running at" in (log_dir / f"jupyterhub_slurmspawner_{job_id}.log").read_text()
 
 
 @pytest.mark.parametrize(("user", "fields", "message"), [
@@ -177,6 +198,7 @@ def test_a_server_that_dies_on_start_fails_the_spawn_within_seconds(hub, admin, 
     assert failed_at - started < 15  # stock batchspawner waits http_timeout (here 120 s) or start_timeout
     assert re.search(r"Slurm job \d+ ended \(FAILED, exit code 1:0", final["message"]), final["message"]
     assert re.search(r"No such directory: '+/home/alice/no-such-folder", final["message"])  # the job's output
+    assert f"Last lines of {HOME / SERVER_LOG_DIR}/jupyterhub_slurmspawner_" in final["message"]
 
 
 def test_a_hub_restart_keeps_running_servers(hub, admin, alice):

@@ -27,6 +27,7 @@ from portal.jobs.kubernetes import (
 )
 from portal.jobs.record import RecordError
 from portal.jobs.spec import JobSpecError, parse_job_spec
+from portal.metrics import RunMetrics
 from tests.unit.test_jobs_render import bash_syntax_ok
 
 CFG = PortalConfig(gpu_quota={"gpu-users": 8})
@@ -196,8 +197,23 @@ def test_metrics_from_the_launchers_log():
     metrics = log_metrics(log)
     assert (metrics.images_per_sec, metrics.best_mean_auroc, metrics.best_epoch, metrics.epochs_done) == (
         48.0, 0.7, 1, 2)
+    assert (metrics.images_per_sec_series, metrics.mean_auroc_series, metrics.epoch_seconds) == (
+        (40.5, 48.0), (0.7, 0.65), None)  # the log line has no time
     assert log_metrics("") == dataclasses.replace(metrics, images_per_sec=None, best_mean_auroc=None,
-                                                  best_epoch=None, epochs_done=0)
+                                                  best_epoch=None, epochs_done=0, images_per_sec_series=(),
+                                                  mean_auroc_series=())
+
+
+def test_a_resumed_runs_repeated_epoch_counts_once_and_a_malformed_number_is_not_read():
+    line = "[1,0]<stderr>:chexnet.train: epoch {}/3: auroc/mean={} on 17 validation images, images/sec={} (all)\n"
+    log = (line.format(1, "0.6", "30.0") + line.format(2, "0.8", "31.0") + "requeued\n"
+           + line.format(2, "0.7", "29.0") + line.format(3, "n/a", "1.2.3"))
+    metrics = log_metrics(log)
+    assert (metrics.images_per_sec_series, metrics.mean_auroc_series) == ((30.0, 29.0), (0.6, 0.7))
+    assert (metrics.best_mean_auroc, metrics.best_epoch, metrics.epochs_done) == (0.7, 2, 2)
+    many = "".join(line.format(e, "0.5", f"{e}.0") for e in range(1, 251))
+    assert log_metrics(many).images_per_sec_series == tuple(float(e) for e in range(51, 251))
+    assert RunMetrics.from_json(json.dumps(log_metrics(many).to_dict())) == log_metrics(many)
 
 
 def test_the_rendered_manifest_reads_back_and_keeps_the_script_readable():

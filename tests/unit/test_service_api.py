@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -251,6 +252,28 @@ class DashboardTest(AsyncHTTPTestCase):
         templates = self.call("GET", "templates")
         assert b"/user/alice/lab/tree/notebooks/01-explore.ipynb" in templates.body
         assert b"gpus_per_node" in self.call("GET", "submit").body
+
+    def test_the_log_tail_hides_framework_warnings_and_says_how_many(self):
+        job = self.api.add("alice", "7", "RUNNING")
+        noise = "WARNING:absl:`lr` is deprecated in Keras optimizer, please use `learning_rate`.\n"
+        (job.record.job_dir / "output.log").write_text("epoch 1/2\n" + noise * 3 + "epoch 2/2\n")
+        tail = self.call("GET", "jobs/7/log?tail=10")
+        assert tail.code == 200 and tail.body == b"epoch 1/2\nepoch 2/2\n" and tail.headers["X-Log-Hidden"] == "3"
+        everything = self.call("GET", "jobs/7/log?tail=10&framework=1")
+        assert everything.body.count(b"WARNING:absl") == 3 and "X-Log-Hidden" not in everything.headers
+        whole = self.call("GET", "jobs/7/log")  # the whole log, as written
+        assert whole.body.count(b"WARNING:absl") == 3 and "X-Log-Hidden" not in whole.headers
+        page = self.call("GET", "jobs/7")
+        assert b'<span id="log-hidden-note">(<span id="log-hidden">3</span>' in page.body, page.body[-1500:]
+
+    def test_only_a_job_that_ended_badly_gets_a_red_badge(self):
+        for job_id, state in (("1", "FAILED"), ("2", "TIMEOUT"), ("3", "COMPLETING"), ("4", "REQUEUED")):
+            self.api.add("alice", job_id, state)
+        page = self.call("GET", "jobs").body.decode()
+        badges = {state: kind for kind, state in re.findall(r'<span class="badge (text-bg-\w+)"[^>]*>([A-Z_]+)<', page)}
+        assert {state: badges.get(state) for state in ("FAILED", "TIMEOUT", "COMPLETING", "REQUEUED")} == {
+            "FAILED": "text-bg-danger", "TIMEOUT": "text-bg-danger", "COMPLETING": "text-bg-secondary",
+            "REQUEUED": "text-bg-secondary"}, badges
 
     def test_the_submit_form_shows_the_field_in_error(self):
         response = self.call("POST", "submit", user="bob", body="gpus_per_node=4&epochs=1")

@@ -3,17 +3,21 @@ coalesced, states and metrics asked once, a job Slurm says is someone else's lef
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import pytest
 
+from portal import jobs as jobs_api
 from portal.config import PortalConfig
-from portal.jobs import JobNotFound
+from portal.jobs import JobNotFound, RunMetrics, UnreadableJob
 from portal.service.background import REFRESH_WORKERS
-from portal.service.board import Coalescer, DirStamp, HubUser, JobBoard, Refresher, jobs_dir_stamp
+from portal.service.board import USAGE_RETRY_S, Coalescer, DirStamp, HubUser, JobBoard, Refresher, jobs_dir_stamp
 from portal.service.cluster import ClusterCache
+from portal.service.summary import time_left_s, unreadable_summary
 from tests.unit import test_service_api as fakes
+from tests.unit.test_run_metrics import write_tf1_events
 
 ALICE = HubUser("alice", ("datascientists",))
 
@@ -306,3 +310,82 @@ def test_the_submit_form_offers_the_limits_a_submit_is_checked_against_without_a
     api.limits = as_the_user
     gpu_user = HubUser("alice", ("datascientists", "gpu-users"))
     assert board.limits(gpu_user) == board.limits_now(gpu_user) and board.limits(gpu_user).gpu_quota == 4
+
+
+# --- what a row shows of a run's progress (issue 14), from real event files in the job's logdir ---
+
+
+def test_a_running_jobs_row_has_its_series_pace_and_time_left_and_an_ended_ones_no_time_left(tmp_path):
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    running, ended = api.add("alice", "7", "RUNNING"), api.add("alice", "9", "COMPLETED")  # 7: in the squeue
+    for job in (running, ended):  # two of five epochs, 90 s apart
+        write_tf1_events(job.record.logdir, {1: (1000.0, 40.0, 0.5), 2: (1090.0, 44.0, 0.75)})
+    row = board.summary(running)
+    assert (row["state"], row["epochs"], row["epochs_done"], row["epoch_seconds"]) == ("RUNNING", 5, 2, 90.0)
+    assert row["series"] == {"images_per_sec": [40.0, 44.0], "mean_auroc": [0.5, 0.75]}  # float32-exact
+    assert row["time_left_s"] == 3 * 90.0 and json.loads(json.dumps(row)) == row
+    done = board.summary(ended)
+    assert (done["state"], done["time_left_s"], done["series"]["images_per_sec"]) == ("COMPLETED", None, [40.0, 44.0])
+
+
+def test_a_broken_records_row_has_the_same_keys_with_nothing_in_them(tmp_path):
+    api, board = make_board(tmp_path, [0.0])
+    broken = unreadable_summary(UnreadableJob("5", "alice", str(tmp_path), "not JSON"))
+    assert broken.keys() == board.summary(api.add("alice", "9")).keys()
+    assert (broken["series"], broken["epochs"], broken["time_left_s"]) == (
+        {"images_per_sec": [], "mean_auroc": []}, None, None)
+
+
+@pytest.mark.parametrize("state, done, pace, left", [
+    ("RUNNING", 2, 60.0, 180.0), ("RUNNING", 1, None, None), ("PENDING", 0, None, None),
+    ("COMPLETED", 5, 60.0, None), ("RUNNING", 7, 60.0, 0.0)])  # 7 of 5: a job resumed with fewer epochs
+def test_time_left_is_the_epochs_to_go_at_the_pace_so_far_while_running(state, done, pace, left):
+    assert time_left_s(state, 5, RunMetrics(epochs_done=done, epoch_seconds=pace)) == left
+    assert time_left_s(state, 5, None) is None
+
+
+def test_the_jobs_page_never_waits_for_accounting_and_shows_what_it_read_last(tmp_path):
+    now = [0.0]
+    api = UsageAPI(tmp_path)
+    held: list = []
+    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=fakes.squeue_free, clock=lambda: now[0]),
+                     api=api, clock=lambda: now[0], refresher=Refresher(execute=held.append))
+    alice = HubUser("alice", ("gpu-users",))
+    first = board.known_usage(alice)
+    assert (first["gpu_hours"], first["history_unavailable"], api.usage_asked) == (None, "", [])
+    assert first["quotas"][0]["gpus_in_use"] == 2 and len(held) == 1  # the quota at once, from squeue
+    board.known_usage(alice)
+    assert len(held) == 1  # one read in flight
+    held.pop()()
+    assert board.known_usage(alice)["gpu_hours"] == 2.0 and not held
+    now[0] = 31  # stale: shown while it is read again
+    assert board.known_usage(alice)["gpu_hours"] == 2.0 and len(held) == 1
+    assert board.usage(alice)["gpu_hours"] == 2.0  # the usage page reads it now...
+    assert api.usage_asked == [("alice", False), ("alice", False)]
+
+
+def test_accounting_down_is_said_and_not_asked_again_at_every_request(tmp_path):
+    now = [0.0]
+    api = UsageAPI(tmp_path, down=True)
+    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=fakes.squeue_free, clock=lambda: now[0]),
+                     api=api, clock=lambda: now[0], refresher=Refresher(execute=lambda task: task()))
+    alice = HubUser("alice", ("gpu-users",))
+    board.known_usage(alice)  # read in the "background" (inline here)
+    shown = board.known_usage(alice)
+    assert "slurmdbd" in shown["history_unavailable"] and shown.get("gpu_hours") is None
+    board.usage(alice)
+    assert len(api.usage_asked) == 1
+    now[0] = USAGE_RETRY_S
+    board.usage(alice)
+    assert len(api.usage_asked) == 2
+
+
+def test_off_slurm_usage_says_there_is_no_accounting_without_blaming_slurmdbd(tmp_path):
+    cfg = PortalConfig(spawner_backend="kubernetes")
+    api = UsageAPI(tmp_path)
+    api.usage = lambda user, groups, cfg, everyone: jobs_api.usage(user=user, groups=groups, cfg=cfg)
+    board = JobBoard(cfg, ClusterCache(cfg, run=fakes.squeue_free), api=api)
+    why = board.usage(HubUser("alice", ("gpu-users",)))["history_unavailable"]
+    assert why == ("GPU-hours are not counted here: they come from Slurm's accounting, and this portal runs jobs "
+                   "on kubernetes.")

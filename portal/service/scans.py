@@ -1,0 +1,60 @@
+"""What the board keeps of a scan of a user's ~/jobs, and whether ~/jobs may have changed since, found without
+running anything as the user: the (device, inode, ctime) of their home and of ~/jobs, read by lstat as the service.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
+# jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).
+RACY_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class DirStamp:
+    """What the file system says of a user's home and ~/jobs: (device, inode, ctime) of each, and when read."""
+
+    fields: tuple[int, ...]
+    newest_change_ns: int
+    read_at_ns: int
+
+    def same_as(self, later: DirStamp | None) -> bool:
+        """Nothing was added, removed or renamed in between: the same fields, and the last change older than
+        RACY_NS before this reading (a change in the same tick as this reading would not show in the later one).
+        ctime, not mtime: a user can set mtime back (touch -d), never ctime."""
+        return later is not None and later.fields == self.fields and \
+            self.read_at_ns - self.newest_change_ns > RACY_NS
+
+
+def jobs_dir_stamp(user: str) -> DirStamp | None:
+    """The stamp of the user's home and ~/jobs (absent: zeros), by lstat as the service: no link is followed and
+    nothing is read, it only says whether to list again. None where the service may not look (a root-squashed NFS
+    home): then ~/jobs is listed as the user every `rescan_s`."""
+    try:
+        home = pwd.getpwnam(user).pw_dir
+        found = [os.lstat(home)]
+    except (KeyError, OSError):
+        return None
+    try:
+        found.append(os.lstat(os.path.join(home, "jobs")))
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    fields = tuple(v for st in found for v in (st.st_dev, st.st_ino, st.st_ctime_ns))
+    return DirStamp(fields + (0,) * (6 - len(fields)), max(st.st_ctime_ns for st in found), time.time_ns())
+
+
+@dataclass
+class UserRecords:
+    """One user's jobs as last scanned: job id -> (directory stamp, Job or UnreadableJob); `dir_stamp`: the
+    home's before the scan."""
+
+    scanned_at: float
+    jobs: dict[str, tuple[str | None, Any]] = field(default_factory=dict)
+    dir_stamp: DirStamp | None = None

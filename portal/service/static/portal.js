@@ -1,0 +1,117 @@
+// The dashboard's live parts, without a page reload: the jobs list's rows and one job's figures and log are
+// fetched again every poll period (the page's data-poll-s) while the tab is visible. Pages work without it.
+"use strict";
+
+(function () {
+  // The hub's OAuth takes a cookie from a script's request only with the XSRF token beside it. The token is read
+  // at each request: this file loads in the page's <head>, before the hub's page defines window.jhdata.
+  // A refused request is not followed to the hub's login (a script cannot log in; each round would make a new
+  // OAuth token and end in "too many redirects"): the page stops its live updates and says to reload it.
+  function ask() {
+    return {credentials: "same-origin", redirect: "manual",
+            headers: {"X-XSRFToken": (window.jhdata || {}).xsrf_token || ""}};
+  }
+  var stopped = false;
+
+  function stop() {
+    stopped = true;
+    var note = document.getElementById("live-stopped");
+    if (note) { note.hidden = false; }
+  }
+
+  function every(seconds, fn) {
+    function tick() {
+      if (stopped) { return; }
+      var done = document.hidden ? Promise.resolve() : fn();
+      Promise.resolve(done).catch(function () {}).then(function () { setTimeout(tick, seconds * 1000); });
+    }
+    setTimeout(tick, seconds * 1000);
+  }
+
+  // The answer's text, or null when it is refused or fails; `after(response)` sees its headers first.
+  function fetchText(url, after) {
+    return fetch(url, ask()).then(function (r) {
+      if (r.type === "opaqueredirect") { stop(); return null; }
+      if (!r.ok) { return null; }
+      if (after) { after(r); }
+      return r.text();
+    });
+  }
+
+  // Where focus is, in words that find the same control in freshly rendered HTML: its id, else its link.
+  function focusKey(box) {
+    var el = document.activeElement;
+    if (!el || !box.contains(el)) { return null; }
+    if (el.id) { return "#" + CSS.escape(el.id); }
+    var href = el.getAttribute("href");
+    return href ? el.tagName.toLowerCase() + "[href=\"" + CSS.escape(href) + "\"]" : null;
+  }
+
+  // The jobs list: its rows (and the usage panel) as the server renders them, put in only when they changed, and
+  // with focus kept on the same control (a keyboard user is not sent back to the top every refresh).
+  function followList(live) {
+    every(Number(live.dataset.pollS), function () {
+      return fetchText(live.dataset.rowsUrl).then(function (html) {
+        if (html === null) { return; }
+        var parsed = document.createElement("template");
+        parsed.innerHTML = html;  // both sides as the browser writes them out
+        if (parsed.innerHTML.trim() === live.innerHTML.trim()) { return; }
+        var key = focusKey(live);
+        live.innerHTML = html;
+        var again = key && live.querySelector(key);
+        if (again) { again.focus(); }
+      });
+    });
+  }
+
+  // One job: its figures until its state changes, then one reload so that the actions and panels match it. An
+  // AUROC table the reader opened (or closed) stays so; the log's hidden-warnings count follows the log.
+  function followJob(job) {
+    var shown = job.dataset.state;
+    var logBox = document.getElementById("log");
+    var showAll = document.getElementById("show-framework");
+    var asked = 0;  // the newest log request: an older answer arriving late is dropped
+    function refreshLog() {
+      var mine = ++asked;
+      var all = showAll && showAll.checked;
+      var url = job.dataset.logUrl + (all ? "&framework=1" : "");
+      return fetchText(url, function (r) {
+        var hidden = r.headers.get("X-Log-Hidden");
+        var note = document.getElementById("log-hidden-note");
+        if (mine === asked && hidden !== null && note) {
+          document.getElementById("log-hidden").textContent = hidden;
+          note.hidden = hidden === "0";
+        }
+      }).then(function (text) { if (text !== null && mine === asked) { logBox.textContent = text; } });
+    }
+    if (showAll) { showAll.addEventListener("change", refreshLog); }
+    if (!job.dataset.live) { return; }
+    var last = null;
+    every(Number(job.dataset.pollS), function () {
+      return fetchText(job.dataset.figuresUrl).then(function (html) {
+        if (html === null) { return; }
+        if (html !== last) {
+          last = html;
+          var next = document.createElement("div");
+          next.innerHTML = html;
+          var figures = next.querySelector("#figures");
+          if (figures && figures.dataset.state !== shown) { window.location.reload(); return; }
+          var now = document.getElementById("figures");
+          if (figures && now) {
+            var fresh = figures.querySelectorAll("details");
+            now.querySelectorAll("details").forEach(function (was, i) { if (fresh[i]) { fresh[i].open = was.open; } });
+            now.replaceWith(figures);
+          }
+        }
+        return refreshLog();
+      });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var live = document.getElementById("live-jobs");
+    if (live) { followList(live); }
+    var job = document.getElementById("job");
+    if (job) { followJob(job); }
+  });
+})();

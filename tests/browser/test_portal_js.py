@@ -1,0 +1,111 @@
+"""portal.js alone in headless Chromium: its refreshes against answers this test gives (Playwright's routes, no
+box), for what the live pages cannot show on cue: a refresh that changes nothing leaves the page alone; one that
+changes the rows keeps focus on the same link; an AUROC table the reader opened stays open; the log's
+hidden-warnings count follows the `X-Log-Hidden` header; the XSRF token goes with every request.
+tests/browser/test_live_updates.py runs the same script against the real portal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.browser.conftest import new_context
+
+SCRIPT = Path(__file__).resolve().parents[2] / "portal" / "service" / "static" / "portal.js"
+ORIGIN = "http://portal.test"
+TOKEN = "token-for-the-test"
+PAGE = """<!DOCTYPE html><html lang="en"><head><title>t</title>
+<script src="/portal.js"></script>
+<script>window.jhdata = {{xsrf_token: "{token}"}};</script></head>
+<body><main id="main">{body}</main></body></html>"""
+ROWS = """<table><tr data-job="{job}"><td><a href="/jobs/{job}">{job}</a></td><td>{state}</td>
+<td><a href="/jobs/{job}/log">log</a></td></tr></table>"""
+FIGURES = """<div id="figures" data-state="RUNNING"><span id="epochs">{epochs}</span>
+<details><summary>AUROC per class</summary><table><tr><td>Mass</td><td>0.{epochs}</td></tr></table></details></div>"""
+JOB = """<div id="job" data-state="RUNNING" data-poll-s="0.3" data-live="1" data-figures-url="/jobs/7?part=figures"
+data-log-url="/jobs/7/log?tail=40">{figures}
+<input type="checkbox" id="show-framework"><label for="show-framework">Show framework warnings
+<span id="log-hidden-note" hidden>(<span id="log-hidden">0</span> hidden)</span></label>
+<pre id="log"></pre></div>"""
+
+
+class Site:
+    """The answers the page gets, changed by the test as it goes; every request's X-XSRFToken is kept."""
+
+    def __init__(self, body: str):
+        self.page_body, self.rows, self.figures, self.log, self.hidden = body, "", "", "", "0"
+        self.tokens: list[str | None] = []
+
+    def answer(self, route) -> None:
+        request, path = route.request, route.request.url[len(ORIGIN):]
+        if path == "/portal.js":
+            route.fulfill(body=SCRIPT.read_text(), content_type="text/javascript")
+        elif path.startswith("/page"):
+            route.fulfill(body=PAGE.format(token=TOKEN, body=self.page_body), content_type="text/html")
+        else:
+            self.tokens.append(request.headers.get("x-xsrftoken"))
+            if "part=rows" in path:
+                route.fulfill(body=self.rows, content_type="text/html")
+            elif "part=figures" in path:
+                route.fulfill(body=self.figures, content_type="text/html")
+            else:
+                route.fulfill(body=self.log, content_type="text/plain", headers={"X-Log-Hidden": self.hidden})
+
+
+@pytest.fixture
+def site_page(browser):
+    context = new_context(browser)
+    page = context.new_page()
+
+    def open_site(site: Site):
+        page.route(f"{ORIGIN}/**", site.answer)
+        page.goto(f"{ORIGIN}/page")
+        return page
+
+    yield open_site
+    context.close()
+
+
+def asked(site: Site, count: int, page) -> None:
+    """Wait until the page has made `count` more refresh requests."""
+    goal = len(site.tokens) + count
+    for _ in range(100):
+        if len(site.tokens) >= goal:
+            return
+        page.wait_for_timeout(100)
+    pytest.fail(f"the page made {len(site.tokens) - goal + count} of {count} refreshes in 10 s")
+
+
+def test_the_list_is_left_alone_when_unchanged_and_keeps_focus_when_it_changes(site_page):
+    rows = ROWS.format(job=7, state="PENDING")
+    site = Site(f'<div id="live-jobs" data-poll-s="0.3" data-rows-url="/jobs?part=rows">{rows}</div>')
+    site.rows = rows
+    page = site_page(site)
+    page.focus('a[href="/jobs/7/log"]')
+    page.evaluate("() => { document.querySelector('#live-jobs table').mark = 'first'; }")
+    asked(site, 3, page)
+    assert page.evaluate("() => document.querySelector('#live-jobs table').mark") == "first"
+
+    site.rows = ROWS.format(job=7, state="RUNNING")
+    page.wait_for_function("() => document.querySelector('#live-jobs').textContent.includes('RUNNING')")
+    assert page.evaluate("() => document.querySelector('#live-jobs table').mark") is None  # replaced
+    assert page.evaluate("() => document.activeElement.getAttribute('href')") == "/jobs/7/log"
+    assert set(site.tokens) == {TOKEN}  # read when asked, though the script loads before jhdata is set
+
+
+def test_an_opened_auroc_table_stays_open_and_the_hidden_count_follows_the_log(site_page):
+    site = Site(JOB.format(figures=FIGURES.format(epochs=1)))
+    site.figures, site.log, site.hidden = FIGURES.format(epochs=1), "epoch 1\n", "2"
+    page = site_page(site)
+    page.click("details summary")
+    page.wait_for_function("() => document.getElementById('log').textContent === 'epoch 1\\n'")
+    assert page.text_content("#log-hidden") == "2" and page.is_visible("#log-hidden-note")
+
+    site.figures, site.log, site.hidden = FIGURES.format(epochs=2), "epoch 1\nepoch 2\n", "0"
+    page.wait_for_function("() => document.getElementById('epochs').textContent === '2'")
+    assert page.evaluate("() => document.querySelector('#figures details').open")
+    page.wait_for_function("() => document.getElementById('log').textContent.includes('epoch 2')")
+    assert page.is_hidden("#log-hidden-note")
+    assert set(site.tokens) == {TOKEN}
