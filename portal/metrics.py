@@ -175,11 +175,11 @@ def per_epoch(samples: list[tuple[float, float]], epoch_ends: list[float]) -> li
     return found
 
 
-def _history(accumulator) -> dict:
-    """The fields of RunMetrics that follow the run epoch by epoch: the last images/sec, the series, the pace."""
+def _history(accumulator, mean: list[tuple[int, float]]) -> dict:
+    """The fields of RunMetrics that follow the run epoch by epoch: the last images/sec, the series, the pace
+    (`mean`: the run's mean AUROC points, which the caller has read already)."""
     throughput = _points(accumulator, TAG_THROUGHPUT)
     loss_val = _points(accumulator, TAG_LOSS_VAL)
-    mean = _series(accumulator, TAG_AUROC_MEAN)
     epoch_ends = [loss_val[step][1] for step in sorted(loss_val)]
     rates = per_epoch([(wall, value) for value, wall in throughput.values()], epoch_ends)
     seconds = epoch_seconds(epoch_ends)
@@ -200,8 +200,8 @@ def read_run_metrics(logdir: str | Path) -> RunMetrics:
     accumulator = event_accumulator.EventAccumulator(
         str(logdir), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0})
     accumulator.Reload()
-    history = _history(accumulator)
     mean = _series(accumulator, TAG_AUROC_MEAN)
+    history = _history(accumulator, mean)
     if not mean:
         return RunMetrics(**history)
     best_step, best = max(mean, key=lambda point: point[1])

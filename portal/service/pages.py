@@ -6,6 +6,7 @@ Forms post with `_xsrf`; errors in the submit form are shown beside the field th
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
@@ -110,9 +111,7 @@ def state_filter(value: str | None) -> str:
 
 def state_counts(jobs: list[dict]) -> list[tuple[str, int]]:
     """("ALL", n) then (state, n) for each state the jobs are in, the common ones first: the filter's tabs."""
-    counts: dict[str, int] = {}
-    for job in jobs:
-        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    counts = Counter(job["state"] for job in jobs)
     order = [s for s in FILTER_ORDER if s in counts] + sorted(set(counts) - set(FILTER_ORDER))
     return [("ALL", len(jobs)), *((s, counts[s]) for s in order)]
 

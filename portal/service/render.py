@@ -71,9 +71,6 @@ class PageUser:
         self.name, self.admin = name, admin
         self.json_escaped_name = json.dumps(name)[1:-1].replace("<", "\\u003c").replace(">", "\\u003e")
 
-    def __bool__(self) -> bool:
-        return True
-
 
 def hub_namespace(hub_base_url: str, static_url: Callable[..., str], user: Any, xsrf_token: str,
                   xsrf_form_html: str) -> dict[str, Any]:
