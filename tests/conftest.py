@@ -43,6 +43,12 @@ TEST_SETTINGS = {
     "start_timeout": 120,
 }
 NODES = tuple(f"{NODE_PREFIX}{i}" for i in (1, 2))
+# Waits are derived from what is waited for, never picked for an idle machine. A server: the hub itself gives a
+# spawn start_timeout seconds, then a few more for its verdict to reach the REST API (it polls every second).
+SERVER_START_S = TEST_SETTINGS["start_timeout"] + 15
+# A job cannot outlive its time limit by more than Slurm's KillWait (30 s, the default) plus the dashboard's next
+# look at squeue: a wait for a job to end is its own time limit plus this.
+JOB_END_GRACE_S = 60
 ARTIFACTS = REPO / "tests" / "artifacts"
 
 TEST_CONFIG.write_text("".join(f"{k}: {v}\n" for k, v in TEST_SETTINGS.items()))
@@ -53,6 +59,7 @@ for name in list(os.environ):
 
 from bench.hub_client import HubClient, wait_for  # noqa: E402
 from portal.config import load  # noqa: E402  (after DSPORTAL_CONFIG is set)
+from portal.inputs import seconds_of  # noqa: E402
 
 PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "admin": "admin-demo"}
 
@@ -86,6 +93,11 @@ def old_job_dir_aside(user: str, job_id: str):
     finally:
         if aside.exists():
             aside.rename(mine)
+
+
+def job_wait_s(time_limit: str) -> float:
+    """How long a job with this time limit ("HH:MM:SS") can take to end once it runs (see JOB_END_GRACE_S)."""
+    return seconds_of(time_limit) + JOB_END_GRACE_S
 
 
 def jobs_of(user: str) -> list[str]:
@@ -127,7 +139,7 @@ class Hub:
     def server(self, session: requests.Session, user: str) -> dict | None:
         return self.client(session).server(user)
 
-    def wait_ready(self, session: requests.Session, user: str, timeout: float = 90) -> dict:
+    def wait_ready(self, session: requests.Session, user: str, timeout: float = SERVER_START_S) -> dict:
         def ready():
             server = self.server(session, user)
             if server is None:

@@ -23,6 +23,10 @@ PREFIX=${PREFIX:-/opt/dsportal/kubernetes}
 BIN_DIR=$PREFIX/bin
 STAMP=$PREFIX/.built-$KUBE_VERSION
 BUILD_ROOT=${BUILD_ROOT:-/var/cache/dsportal/kubernetes-build}
+# Go's build cache, kept when the build tree is deleted: a later build (another command, a patched source) then
+# recompiles only what changed. hack/lib/golang.sh sets GOCACHE itself, to _output/local/go/cache inside the tree
+# (an exported GOCACHE has no effect), so that directory is made a link to this one.
+GO_CACHE=${GO_CACHE:-/var/cache/dsportal/go-build-cache}
 GO_ROOT=/usr/lib/go-1.19
 REFLECT2_SRC=/usr/share/gocode/src/github.com/modern-go/reflect2
 COMMANDS=(kube-apiserver kube-controller-manager)
@@ -115,7 +119,9 @@ find "$REFLECT2_SRC" -maxdepth 1 -type f \( -name '*.go' -o -name '*.s' \) ! -na
 
 # --- build (as debian/rules does: a GOPATH link to the tree, CGO off, the tree's own make) --------------
 export PATH=$GO_ROOT/bin:$PATH GOROOT=$GO_ROOT CGO_ENABLED=0
-export GOPATH=$src/.go GOCACHE=$BUILD_ROOT/go-cache
+export GOPATH=$src/.go
+mkdir -p "$GO_CACHE" "$src/_output/local/go"
+[[ -L $src/_output/local/go/cache ]] || { rm -rf "$src/_output/local/go/cache"; ln -s "$GO_CACHE" "$src/_output/local/go/cache"; }
 mkdir -p "$GOPATH/src/k8s.io"
 [[ -L $GOPATH/src/k8s.io/kubernetes ]] || ln -s ../../.. "$GOPATH/src/k8s.io/kubernetes"
 # hack/lib/version.sh stamps the binaries from this file instead of git (the source package has no .git).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,16 @@ def log_in(page, hub, user: str, password: str) -> None:
     page.fill("input[name=username]", user)
     page.fill("input[name=password]", password)
     page.click("input[type=submit], button[type=submit]")
+
+
+def wait_for_job_state(page, states: Iterable[str], timeout_s: float) -> str:
+    """Wait until the job page's #state reads one of `states`, and return it. The page reloads itself when the job's
+    state changes, so this is Playwright's retrying expect on a locator, read afresh in whichever document is there,
+    never a predicate evaluated in one document (which throws when it runs between two)."""
+    state = page.locator("#state")
+    alternatives = "|".join(re.escape(s) for s in sorted(states))
+    playwright.expect(state).to_have_text(re.compile(f"^({alternatives})$"), timeout=timeout_s * 1000)
+    return state.text_content()
 
 
 def new_context(browser: playwright.Browser, viewport: dict[str, int] = WIDE, theme: str = "light",

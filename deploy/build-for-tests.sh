@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build what the test suites need before any of them starts (`make test` runs this; `make builds` alone):
+#   - the training and hub images (docker/build.sh, what `make images` runs);
+#   - kube-apiserver and kube-controller-manager (deploy/kubernetes/build-apiserver.sh, `make kube-build`).
+# Both are cached per machine: once built this takes a few seconds. On a new machine they take minutes on the
+# same 2 cores the suites would use, and a suite that times a server's start or a training run cannot share
+# them with a build, so the builds come first. The two run side by side: the image build spends much of its
+# time waiting on downloads, the Kubernetes build is mostly CPU.
+# Each writes its log to $LOG_DIR/<name>.log (default tests/artifacts); a failure prints that log's tail.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+LOG_DIR=${LOG_DIR:-$REPO/tests/artifacts}
+PROGRESS_EVERY=${PROGRESS_EVERY:-60}  # seconds between "still building" lines
+mkdir -p "$LOG_DIR"
+
+say() { printf '==> builds: %s\n' "$*"; }
+
+declare -A pids logs
+start() {  # start NAME COMMAND...
+    local name=$1; shift
+    logs[$name]=$LOG_DIR/build-$name.log
+    "$@" >"${logs[$name]}" 2>&1 </dev/null &
+    pids[$name]=$!
+}
+
+started=$SECONDS
+start images "$REPO/docker/build.sh"
+start kubernetes "$REPO/deploy/kubernetes/build-apiserver.sh"
+say "images and kubernetes building (logs: $LOG_DIR/build-images.log, build-kubernetes.log)"
+
+running() { kill -0 "${pids[$1]}" 2>/dev/null; }
+failed= next_report=$((SECONDS + PROGRESS_EVERY))
+for name in images kubernetes; do
+    while running "$name"; do
+        sleep 1
+        ((SECONDS >= next_report)) || continue
+        next_report=$((SECONDS + PROGRESS_EVERY))
+        for other in images kubernetes; do
+            running "$other" && say "$other still building after $((SECONDS - started)) s: $(tail -n 1 "${logs[$other]}" | cut -c1-100)"
+        done
+    done
+    if wait "${pids[$name]}"; then
+        say "$name ready after $((SECONDS - started)) s: $(grep -E '^(==>|build-apiserver:)' "${logs[$name]}" | tail -n 1)"
+    else
+        say "$name FAILED (whole log: ${logs[$name]}):"
+        tail -n 40 "${logs[$name]}" | sed 's/^/    /'
+        failed="$failed $name"
+    fi
+done
+[ -z "$failed" ] || { say "failed:$failed"; exit 1; }
+say "everything the tests need is built ($((SECONDS - started)) s)"
