@@ -13,6 +13,14 @@ apt_missing() {
     done
 }
 
+# apt_get ARGS...: apt-get, one at a time across the project's scripts. `make builds` runs two of them side by side,
+# and apt-get stops at once ("Could not get lock /var/lib/apt/lists/lock"), not waits, when another apt-get holds
+# its lists lock (DPkg::Lock::Timeout waits for dpkg's lock only): so the scripts take a lock of their own first.
+APT_LOCK=${DSPORTAL_APT_LOCK:-/run/lock/dsportal-apt.lock}
+apt_get() {
+    flock --wait 1800 "$APT_LOCK" apt-get -o DPkg::Lock::Timeout=600 "$@"
+}
+
 # apt_install_missing PKG...: install those of the packages that are missing (none: nothing runs, not even
 # apt-get update), without recommends and without questions, with one `say` line naming them.
 apt_install_missing() {
@@ -21,6 +29,6 @@ apt_install_missing() {
     ((${#missing[@]})) || return 0
     say "apt: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive  # as the scripts did before: also for what they run afterwards
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends "${missing[@]}"
+    apt_get update -q
+    apt_get install -y -q --no-install-recommends "${missing[@]}"
 }

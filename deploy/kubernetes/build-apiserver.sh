@@ -16,7 +16,7 @@
 #     runtime.mapiterinit on the first custom resource. Debian's golang-github-modern-go-reflect2-dev 1.0.2
 #     is swapped in for it (its API is the same; vendor/modules.txt keeps naming 1.0.1, which Go accepts).
 set -euo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # apt_missing (its `say` is replaced below)
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # apt_missing, apt_get (its `say` is replaced below)
 
 KUBE_VERSION=v1.20.2
 PREFIX=${PREFIX:-/opt/dsportal/kubernetes}
@@ -80,11 +80,11 @@ fi
 mapfile -t missing < <(apt_missing "${PACKAGES[@]}")
 if ((need_update)) || ((${#missing[@]})) || ! apt-cache showsrc kubernetes >/dev/null 2>&1; then
     say "apt-get update"
-    apt-get update -qq || die "apt-get update failed"
+    apt_get update -qq || die "apt-get update failed"
 fi
 if ((${#missing[@]})); then
     say "installing ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
         || die "apt-get install ${missing[*]} failed"
 fi
 [[ -x $GO_ROOT/bin/go ]] || die "$GO_ROOT/bin/go missing after installing golang-1.19-go"
@@ -101,7 +101,7 @@ src=$(find . -maxdepth 1 -type d -name 'kubernetes-*' | sort | tail -n1)
 if [[ -z $src || ! -f $src/.dsportal-unpacked ]]; then
     rm -rf ./kubernetes-*/  # a half-unpacked tree; downloaded files are checked and reused by apt-get
     say "apt-get source kubernetes (into $BUILD_ROOT)"
-    apt-get source -qq kubernetes >/dev/null || die "apt-get source kubernetes failed (is the deb-src line in $SRC_LIST reachable?)"
+    apt_get source -qq kubernetes >/dev/null || die "apt-get source kubernetes failed (is the deb-src line in $SRC_LIST reachable?)"
     src=$(find . -maxdepth 1 -type d -name 'kubernetes-*' | sort | tail -n1)
     [[ -n $src ]] || die "apt-get source kubernetes unpacked nothing in $BUILD_ROOT"
     touch "$src/.dsportal-unpacked"
