@@ -203,7 +203,9 @@ def every_node_held_by_a_job(seconds: int = 300):
     holder = slurm("sbatch", "--parsable", f"--nodes={len(NODES)}", "--exclusive", "--mem=1G",
                    f"--wrap=sleep {seconds}", "-o", "/dev/null").strip()
     try:
-        wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), 30, what="the holder job")
+        # Every node must be free: an earlier test's server or job may still be ending (JOB_END_GRACE_S).
+        wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", holder, "-o", "%T"), JOB_END_GRACE_S,
+                 what="the holder job")
         yield holder
     finally:
         slurm("scancel", holder)

@@ -21,6 +21,7 @@ from jupyterhub.utils import url_path_join
 from markupsafe import Markup
 from tornado.web import StaticFileHandler
 
+from portal.jobs.record import ENDED_STATES
 from portal.service import HUB_TEMPLATES
 from portal.service.sparkline import format_duration, sparkline
 
@@ -38,6 +39,7 @@ def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
     env.filters["number"] = number
     env.filters["duration"] = format_duration
     env.globals["sparkline"] = sparkline
+    env.globals["ENDED_STATES"] = ENDED_STATES
     return env
 
 

@@ -10,17 +10,19 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.jobs.record import ENDED_STATES
 from tests.browser.conftest import log_in, wait_for_job_state
-from tests.conftest import SERVER_START_S, job_wait_s, jobs_of, slurm
+from tests.conftest import SERVER_START_S, job_wait_s, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration
 FORM = {"gpus_per_node": "1", "cpus_per_task": "1", "memory_gb": "4", "epochs": "1", "batch_size": "8",
         "image_size": "64", "time_limit": "00:20:00"}
 # The job starts at once on the idle test box (its nodes are free), and ends within its own time limit.
 JOB_WAIT_S = job_wait_s(FORM["time_limit"])
+FIGURES_WAIT_S = 60  # after the job ended, as tests/integration/test_dashboard.py gives the API
 CHARTS = ("throughput/images_per_sec", "auroc/mean")
 
 
@@ -64,9 +66,13 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
     page.screenshot(path=str(artifacts / "dashboard-3-job-running.png"), full_page=True)
     state = wait_for_job_state(page, ENDED_STATES, JOB_WAIT_S)
     assert state == "COMPLETED", f"job {job_id} ended {state}: {page.text_content('main')[:2000]}"
-    assert page.text_content("#epochs_done") == "1"
-    assert float(page.text_content("#images_per_sec")) > 0
-    assert 0 <= float(page.text_content("#best_mean_auroc")) <= 1
+
+    def final_figures():  # read from the job's event files; the page of an ended job does not refresh itself
+        page.reload()
+        shown = [page.text_content(f"#{name}").strip() for name in ("epochs_done", "images_per_sec", "best_mean_auroc")]
+        return shown if all(re.fullmatch(r"\d+(\.\d+)?", figure) for figure in shown) else None
+    epochs, images_per_sec, auroc = wait_for(final_figures, FIGURES_WAIT_S, interval=3, what="the final figures")
+    assert epochs == "1" and float(images_per_sec) > 0 and 0 <= float(auroc) <= 1, (epochs, images_per_sec, auroc)
     assert "Start your server" not in page.content()
 
     # TensorBoard's time-series view, narrowed by the panel's URL to this job's run and its two charts; each
@@ -80,8 +86,9 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
         page.locator("iframe.tensorboard").scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts / "dashboard-4-tensorboard.png"))
     # Not loss/*, not the per-class AUROC charts (TensorBoard keeps other groups' cards in the page, hidden).
-    assert frame.locator("card-view:visible").count() == len(CHARTS)
+    expect(frame.locator("card-view:visible")).to_have_count(len(CHARTS))
     runs = frame.locator("tb-data-table-content-row[data-id]")
+    expect(runs.first).to_be_attached()
     listed = [runs.nth(i).get_attribute("data-id") for i in range(runs.count())]
     assert listed == [f"defaultExperimentId/{job_id}/tensorboard"], listed  # not alice's other jobs
     page.screenshot(path=str(artifacts / "dashboard-5-job-completed.png"), full_page=True)

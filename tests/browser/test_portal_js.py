@@ -20,8 +20,12 @@ PAGE = """<!DOCTYPE html><html lang="en"><head><title>t</title>
 <script src="/portal.js"></script>
 <script>window.jhdata = {{xsrf_token: "{token}"}};</script></head>
 <body><main id="main">{body}</main></body></html>"""
+# A row's cancel form carries the XSRF token, which the server signs with the time of each answer (Site.answer
+# writes a new one into every rows answer, at SIGNED_TOKEN).
+SIGNED_TOKEN = "SIGNED-TOKEN"
 ROWS = """<table><tr data-job="{job}"><td><a href="/jobs/{job}">{job}</a></td><td>{state}</td>
-<td><a href="/jobs/{job}/log">log</a></td></tr></table>"""
+<td><a href="/jobs/{job}/log">log</a></td><td><form method="post" action="/jobs/{job}/cancel">
+<input type="hidden" name="_xsrf" value="SIGNED-TOKEN"><button type="submit">Cancel</button></form></td></tr></table>"""
 FIGURES = """<div id="figures" data-state="RUNNING"><span id="epochs">{epochs}</span>
 <details><summary>AUROC per class</summary><table><tr><td>Mass</td><td>0.{epochs}</td></tr></table></details></div>"""
 JOB = """<div id="job" data-state="RUNNING" data-poll-s="0.3" data-live="1" data-figures-url="/jobs/7?part=figures"
@@ -47,7 +51,8 @@ class Site:
         else:
             self.tokens.append(request.headers.get("x-xsrftoken"))
             if "part=rows" in path:
-                route.fulfill(body=self.rows, content_type="text/html")
+                signed = f"2|1:0|10:{1795578329 + len(self.tokens)}|5:_xsrf"  # a second later each time
+                route.fulfill(body=self.rows.replace(SIGNED_TOKEN, signed), content_type="text/html")
             elif "part=figures" in path:
                 route.fulfill(body=self.figures, content_type="text/html")
             else:

@@ -214,7 +214,7 @@ def test_a_controller_restart_loses_neither_a_pending_server_nor_a_running_job(c
     # The running job carried on and finished by itself; the waiting server started once it had, and the hub
     # took it up.
     wait_for(done.exists, 90, what="the running job to finish")
-    server = hub.wait_ready(admin, "alice", timeout=120)
+    server = hub.wait_ready(admin, "alice")
     assert server["ready"] and alice.get(f"{hub.url}/user/alice/lab", timeout=30).status_code == 200
     assert slurm("sacct", "-n", "-X", "-P", "-j", holder, "-o", "State").strip() == "COMPLETED"
 

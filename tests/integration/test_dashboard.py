@@ -15,13 +15,14 @@ import requests
 
 from bench.hub_client import xsrf_of
 from portal.jobs.demo_data import ensure_demo_data
+from portal.jobs.record import ENDED_STATES
 from portal.tensorboard import panel_url
-from tests.conftest import NODES, jobs_of, old_job_dir_aside, wait_for
+from tests.conftest import NODES, job_wait_s, jobs_of, old_job_dir_aside, wait_for
 
 pytestmark = pytest.mark.integration
 TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
-        "gpus_per_node": 1}
-JOB_TIMEOUT_S = 600  # submit to COMPLETED on 2 shared cores
+        "gpus_per_node": 1, "time_limit": "00:15:00"}  # about 2.5 min alone on 2 cores
+JOB_WAIT_S = job_wait_s(TINY["time_limit"])  # submit (to an idle box) to ended
 PORTAL = "/services/portal/"
 
 
@@ -135,7 +136,7 @@ def test_the_jobs_page_lists_it_and_the_cancel_form_needs_xsrf(hub, clients, por
     wait_for(lambda: not any(line.startswith(f"{victim} ") for line in jobs_of("alice")), 60,
              what=f"job {victim} to leave the queue")
     state = wait_for(lambda: (s := portal_api(clients["alice"], "GET", f"jobs/{victim}").json()["state"])
-                     not in ("PENDING", "RUNNING") and s, 30, what=f"job {victim} to end")
+                     in ENDED_STATES and s, 30, what=f"job {victim} to end")
     assert state == "CANCELLED"
     assert any(line.startswith(f"{alice_job['id']} ") for line in jobs_of("alice")) or \
         portal_api(clients["alice"], "GET", f"jobs/{alice_job['id']}").json()["state"] == "COMPLETED"
@@ -144,8 +145,8 @@ def test_the_jobs_page_lists_it_and_the_cancel_form_needs_xsrf(hub, clients, por
 def test_the_job_completes_with_throughput_and_auroc(hub, clients, portal_api, alice_job):
     def finished():
         job = portal_api(clients["alice"], "GET", f"jobs/{alice_job['id']}").json()
-        return job if job["state"] not in ("PENDING", "RUNNING") else None
-    remaining = JOB_TIMEOUT_S - (time.monotonic() - alice_job["submitted_monotonic"])
+        return job if job["state"] in ENDED_STATES else None
+    remaining = JOB_WAIT_S - (time.monotonic() - alice_job["submitted_monotonic"])
     job = wait_for(finished, remaining, interval=5, what=f"job {alice_job['id']} to end")
     assert job["state"] == "COMPLETED", job
     job = wait_for(lambda: (j := portal_api(clients["alice"], "GET", f"jobs/{alice_job['id']}").json())

@@ -21,11 +21,12 @@ from portal.jobs.local import session_alive
 from portal.jobs.slurm import SlurmBackend
 from portal.jobs.spec import format_minutes
 from portal.slurm import RUNUSER
-from tests.conftest import jobs_of, slurm, wait_for
+from tests.conftest import job_wait_s, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration
-TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4}
-JOB_TIMEOUT_S = 600  # submit to COMPLETED; about 2.5 min alone on 2 cores, more when the machine is shared
+TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
+        "time_limit": "00:15:00"}  # about 2.5 min alone on 2 cores
+JOB_WAIT_S = job_wait_s(TINY["time_limit"])  # submit (to an idle box) to ended
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +100,12 @@ def test_bob_can_neither_see_nor_cancel_alices_job(alice_job):
     # Slurm itself refuses bob's scancel of her job...
     refused = as_user("bob", "scancel", alice_job.id)
     assert refused.returncode != 0 and "denied" in refused.stderr.lower(), refused
-    # ...and her job runs on.
-    assert f"{alice_job.id} RUNNING" in jobs_of("alice")
+    # ...and her job runs on (or has already ended as it would have: not cancelled).
+    assert alice_job.state in ("RUNNING", "COMPLETING", "COMPLETED"), alice_job.state
 
 
 def test_alices_two_worker_job_completes_with_metrics_and_logs(alice_job):
-    state = alice_job.wait(timeout=JOB_TIMEOUT_S, poll=2)
+    state = alice_job.wait(timeout=JOB_WAIT_S, poll=2)
     seconds = time.monotonic() - alice_job.submitted_monotonic
     print(f"\n2-worker synthetic job {alice_job.id}: submit to {state} in {seconds:.1f} s")
     assert state == "COMPLETED", alice_job.logs(tail=40)
@@ -142,7 +143,7 @@ def test_the_local_backend_runs_a_tiny_job_to_completed(cluster, demo_data):
     started = time.monotonic()
     job = jobs.submit({**TINY, "gpus_per_node": 0}, backend="local", user="alice")
     assert job.id.startswith("local-") and job.backend == "local"
-    state = job.wait(timeout=JOB_TIMEOUT_S, poll=2)
+    state = job.wait(timeout=JOB_WAIT_S, poll=2)
     print(f"\nlocal 1-worker job: submit to {state} in {time.monotonic() - started:.1f} s")
     assert state == "COMPLETED", job.logs(tail=40)
     assert "local job on" in job.logs() and job.metrics().images_per_sec

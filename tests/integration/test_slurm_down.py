@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import NODES, box, jobs_of, slurm, wait_for
+from tests.conftest import NODES, SERVER_START_S, box, jobs_of, slurm, wait_for
 from tests.integration.test_dashboard import PORTAL, browser, token_session
 from tests.integration.test_spawn import start_in_background
 
@@ -60,7 +60,7 @@ def test_slurmctld_down_during_a_spawn_and_with_the_dashboard_open(hub, admin, a
 
     box("start", "slurmctld")
     slurm("scancel", holder)
-    assert done.wait(90), f"the spawn did not end after slurmctld came back: {events[-3:]}"
+    assert done.wait(SERVER_START_S), f"the spawn did not end after slurmctld came back: {events[-3:]}"
     assert events[-1][1].get("ready"), events[-3:]
     assert jobs_of("alice") == [f"{job.split()[0]} RUNNING"]  # the same job: nothing was submitted twice
     assert wait_for(lambda: api.get(f"{hub.url}{PORTAL}api/jobs", timeout=60).status_code == 200, 30,

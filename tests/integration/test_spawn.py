@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spawners.slurm import SERVER_LOG_DIR
-from tests.conftest import NODES, box, jobs_of, slurm, wait_for
+from tests.conftest import NODES, SERVER_START_S, box, jobs_of, slurm, wait_for
 
 HOME = Path("/home/alice")
 NOTIFICATION_SETTINGS = "lab/api/settings/@jupyterlab/apputils-extension:notification"
@@ -130,7 +130,7 @@ def test_the_rest_api_is_validated_too(hub, admin):
 
 
 def read_progress(hub, session, user, events: list, done: threading.Event):
-    with session.get(f"{hub.url}/hub/api/users/{user}/server/progress", stream=True, timeout=120) as stream:
+    with session.get(f"{hub.url}/hub/api/users/{user}/server/progress", stream=True, timeout=SERVER_START_S) as stream:
         for line in stream.iter_lines(decode_unicode=True):
             if line and line.startswith("data:"):
                 events.append((time.monotonic(), json.loads(line[5:])))
@@ -159,7 +159,7 @@ def test_progress_shows_the_job_and_slurms_pending_reason(hub, admin, alice, eve
     assert pending[0] == f"Slurm job {job.split()[0]} pending: Resources (waiting for GPUs, CPUs or memory to free up)"
 
     slurm("scancel", every_node_held)
-    assert done.wait(60) and events[-1][1].get("ready"), events
+    assert done.wait(SERVER_START_S) and events[-1][1].get("ready"), events
     assert any(re.search(rf"running on ({'|'.join(NODES)})", e[1].get("message", "")) for e in events), events
 
 

@@ -23,6 +23,9 @@ pytestmark = pytest.mark.integration
 HUB_STATE = Path(os.environ.get("DSPORTAL_TEST_K8S_HUB_STATE", "/var/tmp/dsportal-test-k8s-hub"))
 HUB_PORT = 18200 + PORT_OFFSET
 ALICE_NS = "dsportal-u-alice"
+# Short, on purpose: this box runs no node, so every spawn's pod stays Pending and the spawn ends at this timeout.
+# The hub makes the pod within its spawn, so that is the wait for the pod too.
+START_TIMEOUT_S = 20
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,7 @@ def k8s_hub(cluster, kube):
         "state_dir": HUB_STATE, "hub_port": HUB_PORT, "hub_api_port": HUB_PORT + 81,
         "proxy_api_port": HUB_PORT + 1, "dashboard_port": HUB_PORT + 90, "cull_idle_timeout": 0,
         "ldap_port": cluster.ldap_port, "ldaps_port": cluster.ldaps_port, "ldap_ca_file": cluster.ca_file,
-        "spawner_backend": "kubernetes", "k8s_kubeconfig": kube.kubeconfigs["hub"], "start_timeout": 20,
+        "spawner_backend": "kubernetes", "k8s_kubeconfig": kube.kubeconfigs["hub"], "start_timeout": START_TIMEOUT_S,
         "slurm_conf": TEST_STATE / "slurm" / "slurm.conf",
     }
     config = HUB_STATE / "portal.yaml"
@@ -79,7 +82,7 @@ def test_alices_spawn_is_a_pod_with_two_v100s_her_volumes_and_her_namespace(k8s_
     form = k8s_hub.spawn_form(alice, partition="v100", gpus="2", cpus="2", memory_gb="4", runtime="01:00:00")
     assert form.status_code in (200, 302), form.text[-2000:]
     try:
-        pod = wait_for(lambda: pod_or_none(kube), 30, interval=0.5, what="the hub to create alice's pod")
+        pod = wait_for(lambda: pod_or_none(kube), START_TIMEOUT_S, interval=0.5, what="the hub to create alice's pod")
         spec = pod["spec"]
         (container,) = [c for c in spec["containers"] if c["name"] == "notebook"]
         assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"

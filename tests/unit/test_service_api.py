@@ -275,6 +275,17 @@ class DashboardTest(AsyncHTTPTestCase):
             "FAILED": "text-bg-danger", "TIMEOUT": "text-bg-danger", "COMPLETING": "text-bg-secondary",
             "REQUEUED": "text-bg-secondary"}, badges
 
+    def test_a_job_page_follows_the_job_until_it_has_ended(self):
+        """Through the states squeue passes on the way (a page that stopped at COMPLETING never showed COMPLETED)."""
+        following = {}
+        for job_id, state in enumerate(("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED",
+                                        "CANCELLED"), start=101):
+            self.api.add("alice", str(job_id), state)
+            page = self.call("GET", f"jobs/{job_id}").body.decode()
+            following[state] = re.search(r'<div id="job"[^>]* data-live="1"', page) is not None
+        assert following == {"PENDING": True, "CONFIGURING": True, "RUNNING": True, "COMPLETING": True,
+                             "COMPLETED": False, "FAILED": False, "CANCELLED": False}
+
     def test_the_submit_form_shows_the_field_in_error(self):
         response = self.call("POST", "submit", user="bob", body="gpus_per_node=4&epochs=1")
         assert response.code == 400

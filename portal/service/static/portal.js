@@ -47,6 +47,12 @@
     return href ? el.tagName.toLowerCase() + "[href=\"" + CSS.escape(href) + "\"]" : null;
   }
 
+  // What an answer says, without the XSRF token of its cancel forms: the server signs that with the time of each
+  // answer, so two answers a second apart always differ there.
+  function withoutToken(html) {
+    return html.replace(/(name="_xsrf" value=")[^"]*"/g, "$1\"").trim();
+  }
+
   // The jobs list: its rows (and the usage panel) as the server renders them, put in only when they changed, and
   // with focus kept on the same control (a keyboard user is not sent back to the top every refresh).
   function followList(live) {
@@ -55,7 +61,7 @@
         if (html === null) { return; }
         var parsed = document.createElement("template");
         parsed.innerHTML = html;  // both sides as the browser writes them out
-        if (parsed.innerHTML.trim() === live.innerHTML.trim()) { return; }
+        if (withoutToken(parsed.innerHTML) === withoutToken(live.innerHTML)) { return; }
         var key = focusKey(live);
         live.innerHTML = html;
         var again = key && live.querySelector(key);
