@@ -57,6 +57,10 @@ for name in list(os.environ):
     if name.startswith("DSPORTAL_") and name != "DSPORTAL_CONFIG" and not name.startswith("DSPORTAL_TEST_"):
         del os.environ[name]  # the YAML file is the one source for the test box
 
+# Tornado's test cases (AsyncHTTPTestCase, gen_test) give each request and test 5 s by default: a bound for an
+# idle machine, where these handlers answer in milliseconds. A busy one (the boxes and a browser beside) gets 30.
+os.environ.setdefault("ASYNC_TEST_TIMEOUT", "30")
+
 from bench.hub_client import HubClient, wait_for  # noqa: E402
 from portal.config import load  # noqa: E402  (after DSPORTAL_CONFIG is set)
 from portal.inputs import seconds_of  # noqa: E402
@@ -152,8 +156,8 @@ class Hub:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The images tests run last, and their build starts now in the background (tests/images/build.py): on a fresh
-    machine it waits on downloads for minutes, beside the CPU-bound suites instead of before them."""
+    """The images tests run last, and their build is checked now in the background (tests/images/build.py):
+    `make test` built the images before the session, so podman's layer cache answers in seconds."""
     images = [item for item in items if "tests/images/" in item.nodeid]
     if images:
         items[:] = [item for item in items if item not in images] + images

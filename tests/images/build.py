@@ -1,7 +1,8 @@
-"""The image build, started early: docker/build.sh runs in the background from the start of the test session, so
-that its minutes of waiting on downloads (a fresh machine: about 15) overlap with the CPU-bound suites, and the
-images tests (which run last) find it done or nearly so. With podman's layer cache (any later session) it takes
-seconds.
+"""The image build, checked from the start of the test session: docker/build.sh runs in the background and the
+images tests (which run last) wait for it. `make test` builds the images before any suite (deploy/build-for-tests.sh),
+so here it finds podman's layer cache and takes seconds. A plain `pytest tests` on a machine that never built them
+would build them beside the suites, which time servers and training runs on the same 2 cores: run `make builds`
+first.
 """
 
 from __future__ import annotations
