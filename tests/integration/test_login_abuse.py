@@ -19,9 +19,12 @@ from requests.adapters import HTTPAdapter
 from tornado import web
 
 from portal.auth import DEVICE_COOKIE, DIRECTORY_UNAVAILABLE, REQUEST_REFUSED, PortalLDAPAuthenticator
-from tests.conftest import PASSWORDS, box
+from portal.config import load
+from tests.conftest import PASSWORDS, box, wait_for
 
 MB_PASSWORD = "p" * 1_000_000
+# Four threads log in one after another, each login ending within ldap_timeout + 3 s: two rounds of them.
+LOGINS_WAIT_S = 2 * (load().ldap_timeout + 3)
 
 
 class FromAddress(HTTPAdapter):
@@ -130,10 +133,12 @@ def test_slapd_killed_in_the_middle_of_logins(hub, cluster):
     for thread in threads:
         thread.start()
     try:
-        time.sleep(1.5)
+        # Counted, not timed: on a busy machine a login takes longer than on an idle one (each ends within
+        # ldap_timeout + 3 s, as asserted below).
+        wait_for(lambda: len(results) >= 4, LOGINS_WAIT_S, interval=0.1, what="logins before slapd is killed")
         os.kill(slapd_pid(), signal.SIGKILL)
         killed = len(results)
-        time.sleep(2.0)
+        wait_for(lambda: len(results) >= killed + 8, LOGINS_WAIT_S, interval=0.1, what="logins after the kill")
         assert alice.get(f"{hub.url}/hub/api/user", timeout=10).status_code == 200
         assert alice.get(f"{hub.url}/hub/home", timeout=10).status_code == 200
     finally:
