@@ -25,6 +25,7 @@ What it adds to `batchspawner.SlurmSpawner`, each through the Spawner's and batc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 from collections.abc import Coroutine
@@ -88,6 +89,11 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     early_end_poll_interval = Float(
         1.0, config=True,
         help="Seconds between checks, while starting, that the Slurm job has not already ended.",
+    )
+    progress_poll_interval = Float(
+        1.0, config=True,
+        help="Most seconds between looks at the job's state for the progress page; a change that the spawner "
+             "sees (Slurm's answer, the reported port) is shown at once.",
     )
     output_tail_lines = Integer(
         20, config=True, help="How many lines of the job's output to show when a start fails.",
@@ -211,11 +217,14 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         await first_of(super().start(), self._host_once_port_reported(), self.fail_when_slurm_is_silent())
         return self.ip, self.port
 
-    @observe("port")
-    def _wake_on_port(self, change: dict) -> None:
-        # batchspawner's API handler sets `port` when batchspawner-singleuser reports it from the job.
-        if change["new"] and self._port_reported is not None:
+    @observe("port", "job_id", "job_status")
+    def _wake_waiters(self, change: dict) -> None:
+        # batchspawner's API handler sets `port` when batchspawner-singleuser reports it from the job; each look
+        # at Slurm sets job_status.
+        if change["name"] == "port" and change["new"] and self._port_reported is not None:
             self._port_reported.set()
+        for watcher in self._progress_watchers:
+            watcher.set()
 
     async def _host_once_port_reported(self) -> None:
         """A reported port means the job runs: take its host from Slurm now. batchspawner would only after its
@@ -247,16 +256,25 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
 
     # --- Spawner.progress: the job id and Slurm's pending reason ---
 
+    _progress_watchers: frozenset[asyncio.Event] = frozenset()
+
     async def progress(self):
-        last = None
-        while not self.port:
-            message = self._progress_message()
-            if message != last:
-                yield {"message": message}
-                last = message
-            await asyncio.sleep(1)
-        if self.state_isrunning() and last != self._running_message():
-            yield {"message": self._running_message()}  # it started between two looks: say where, all the same
+        """Each change as it happens, until the job runs and its server has reported its port: the hub stops
+        reading once the start returns, which can be a moment after that, so the node must be named before."""
+        changed, last = asyncio.Event(), None
+        self._progress_watchers |= {changed}
+        try:
+            while True:
+                changed.clear()
+                if (message := self._progress_message()) != last:
+                    yield {"message": message}
+                    last = message
+                if self.port and self.state_isrunning():
+                    return
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(changed.wait(), self.progress_poll_interval)
+        finally:
+            self._progress_watchers -= {changed}
 
     def _progress_message(self) -> str:
         state, _, reason = (self.job_status or "").partition(" ")

@@ -94,6 +94,30 @@ def test_a_job_that_disappears_while_pending_fails_the_start():
         asyncio.run(spawner._start_until_server_listens())
 
 
+def test_the_progress_names_the_node_as_soon_as_slurm_says_it_runs_and_ends_with_the_port():
+    # The hub stops reading progress once the start returns, which a fast server does within a second of its
+    # job starting: a progress that looked only every second missed the node (issue 24's CI run).
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), progress_poll_interval=3600.0)
+    fake_slurm(spawner, [JobStatus.PENDING, JobStatus.RUNNING])
+
+    async def scenario():
+        await spawner.submit_batch_script()
+        await spawner.query_job_status()
+        progress = spawner.progress()
+        messages = [(await anext(progress))["message"]]
+        await spawner.query_job_status()  # the next look at Slurm: it runs
+        messages.append((await asyncio.wait_for(anext(progress), 60))["message"])
+        spawner.port = 8888  # batchspawner-singleuser reports its port
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(anext(progress), 60)
+        return messages
+
+    pending, running = asyncio.run(scenario())
+    assert pending.startswith("Slurm job 42 pending")
+    assert running == "Slurm job 42 running on localhost; JupyterLab is starting"
+    assert not spawner._progress_watchers  # the watcher it added is gone with it
+
+
 def test_the_servers_skip_the_language_server_scan_and_the_pypi_manager_but_keep_the_proxy():
     args = PortalSlurmSpawner(portal=PortalConfig()).args
     assert args == list(SINGLEUSER_FAST_START)
