@@ -160,17 +160,6 @@ def choice(value: Any, field: str, offered: Iterable[Any], what: str = "offered"
     return value
 
 
-def one_value(value: Any, field: str) -> Any:
-    """A field's one value: form data arrives as lists of strings (one per time the field was sent), API data as
-    plain values."""
-    if isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            count = len(value) if len(value) <= MAX_FORM_VALUES else f"{MAX_FORM_VALUES}+"
-            raise InputError(field, f"expected one value, got {count}")
-        value = value[0]
-    return value
-
-
 def absolute_path(value: object, field: str, allowed: str) -> str:
     """An absolute path of at most MAX_PATH characters, without control characters, normalised lexically:
     "/data/../etc" is "/etc" before any check of where it is, so what is checked is what is used."""
@@ -194,6 +183,21 @@ def fields_of(raw: object, allowed: Iterable[str], whole: str) -> Mapping[Any, A
         raise InputError(whole, f"expected a mapping of fields, got {shown(raw)}; allowed fields: {', '.join(allowed)}")
     check_fields(raw, allowed, whole)
     return raw
+
+
+def form_values(formdata: object, allowed: Iterable[str], whole: str) -> dict[str, Any]:
+    """An HTML form's data (each field a list of strings, one per time it was sent) as one value per field, the
+    shape of API data; a field sent more than once is refused. Only a form's data goes through here: a list in
+    API data is never taken for its one item."""
+    values = {}
+    for field, sent in fields_of(formdata, allowed, whole).items():
+        if not isinstance(sent, (list, tuple)):
+            raise InputError(field, f"{shown(sent)} is not form data")
+        if len(sent) != 1:
+            count = len(sent) if len(sent) <= MAX_FORM_VALUES else f"more than {MAX_FORM_VALUES}"
+            raise InputError(field, f"sent {count} times; allowed: once")
+        values[field] = sent[0]
+    return values
 
 
 Parsed = TypeVar("Parsed")

@@ -1,5 +1,6 @@
-"""Reading Slurm's own answers: `scontrol show partition -o`, `scontrol show node -d -o`, `scontrol show job -o`,
-a user's `squeue`, and Slurm's pending reasons in words.
+"""Reading Slurm's own answers about the cluster: `scontrol show partition -o` and `scontrol show node -d -o` (the
+administrator's text: names, limits, states), the GPUs a user's jobs hold, and Slurm's pending reasons in words.
+Jobs are read from `squeue --json` (portal.slurm_json): their names and paths are their users' text.
 
 Pure parsers shared by the spawner (spawners/slurm.py: what a JupyterLab server may ask for), the training jobs
 (portal/jobs: what a multi-node job may ask for) and the dashboard. Nothing here runs a command.
@@ -8,17 +9,23 @@ Pure parsers shared by the spawner (spawners/slurm.py: what a JupyterLab server 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from portal.inputs import ascii_digits
 from portal.runas import RUNUSER as RUNUSER  # where it lived before portal.runas
 
+if TYPE_CHECKING:
+    from portal.slurm_json import QueuedJob
+
+# A job's states: Slurm's own names, which the portal's API uses for every backend.
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, UNKNOWN = (
+    "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN")
+ENDED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, "BOOT_FAIL", "DEADLINE", "NODE_FAIL",
+                          "OUT_OF_MEMORY", "PREEMPTED"})
 # A node in one of these states cannot run anything now (it may come back: it still counts as a member).
 UNUSABLE_NODE_STATE = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|FUTURE")
 SERVER_JOB_NAME = "spawner-jupyterhub"  # batchspawner's --job-name for a JupyterLab server
-# A user's jobs and what they hold or wait for: id, nodes, TRES per node and per job, then the name (last: it is the
-# only field that may hold a "|"). The ":|" suffix makes `squeue -O` print each field unpadded, then a "|".
-USER_SQUEUE_FORMAT = "JobID:|,NumNodes:|,tres-per-node:|,tres-per-job:|,Name:|"
 
 # Slurm's pending reasons, in words a data scientist can act on.
 PENDING_REASONS = {
@@ -64,8 +71,9 @@ def squeue_outcome(answer: str, error: str | None) -> str:
 
 
 def parse_key_values(line: str) -> dict[str, str]:
-    """One line of `scontrol show ... -o`: Key=Value pairs (values that contain spaces are cut, which the
-    fields we read never do)."""
+    """One line of `scontrol show partition|node -o`: Key=Value pairs (values that contain spaces are cut, which
+    the fields we read never do). Never a job's line: a job's name, comment and paths are its user's text, and a
+    later "Key=" of theirs would override Slurm's (read jobs with portal.slurm_json)."""
     return dict(re.findall(r"(\w+)=(\S*)", line))
 
 
@@ -198,17 +206,8 @@ class GpuHolder:
         return "your server" if self.server else f"job {self.job_id}"
 
 
-def gpu_holders(squeue_out: str) -> tuple[GpuHolder, ...]:
-    """The jobs with GPUs in `squeue -h -u USER -O USER_SQUEUE_FORMAT` (every job squeue lists: pending ones
-    count too, they are a claim on the quota), in squeue's order."""
-    holders = []
-    for line in squeue_out.splitlines():
-        fields = line.split("|", 4)
-        if len(fields) < 5 or not ascii_digits(fields[0]):
-            continue
-        job_id, nodes, per_node, per_job, name = fields[0], fields[1], fields[2], fields[3], fields[4][:-1]
-        count = int(nodes) if ascii_digits(nodes) else 1
-        gpus = gpu_count(per_node) * count + gpu_count(per_job)
-        if gpus:
-            holders.append(GpuHolder(job_id=job_id, gpus=gpus, server=name == SERVER_JOB_NAME))
-    return tuple(holders)
+def gpu_holders(jobs: Iterable[QueuedJob]) -> tuple[GpuHolder, ...]:
+    """The jobs with GPUs among `jobs` (a user's, as `portal.slurm_json.users_jobs` picks them: pending ones count
+    too, they are a claim on the quota), in Slurm's order."""
+    return tuple(GpuHolder(job_id=job.id, gpus=job.gpus, server=job.name == SERVER_JOB_NAME)
+                 for job in jobs if job.gpus)

@@ -1,23 +1,24 @@
 """GPU usage from Slurm accounting: each job's GPU-hours this week, per user and in all, from `sacct`.
 
-Pure: `sacct` output and the clock go in, a `UsageReport` comes out. The dashboard runs `sacct` (as the user, or
-as root with `-a` for an admin: Slurm's PrivateData=jobs shows a user only their own jobs) and renders this.
-A job's GPU-hours are its GPUs (AllocTRES gres/gpu, all nodes) times the part of its run inside the week; a job
+Pure: the runs `sacct --json` told (portal.slurm_json) and the clock go in, a `UsageReport` comes out. The dashboard
+runs `sacct` (as the user, or as root with `-a` for an admin: Slurm's PrivateData=jobs shows a user only their own
+jobs) and renders this. A job's GPU-hours are its GPUs (allocated gres/gpu, all nodes) times the part of its run
+inside the week; a job
 still running counts up to now. A requeued job's earlier runs are their own rows (`sacct --duplicates`), so the
 hours a failed run used are counted too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from portal.inputs import ascii_digits
-from portal.slurm import gpu_count
+from portal.slurm import SERVER_JOB_NAME
 
-# Fields of `sacct -X -P -n --duplicates -o ...`: the job name last (the only one that may hold a "|").
-SACCT_FIELDS = "JobIDRaw,User,State,Start,End,AllocTRES,NodeList,JobName"
-SERVER_JOB_NAME = "spawner-jupyterhub"
+if TYPE_CHECKING:
+    from portal.slurm_json import AccountedRun
 
 
 @dataclass(frozen=True)
@@ -79,20 +80,12 @@ def overlap_hours(start: datetime | None, end: datetime | None, since: datetime,
     return max(0.0, seconds) / 3600
 
 
-def parse_usage(sacct_out: str, now: datetime) -> UsageReport:
-    """`sacct -X -P -n --duplicates -S <week start> -o SACCT_FIELDS` as a report of this week's GPU-hours."""
+def usage_report(runs: Iterable[AccountedRun], now: datetime) -> UsageReport:
+    """The runs of `sacct --json -X --duplicates -S <week start>` as a report of this week's GPU-hours."""
     since = week_start(now)
-    jobs = []
-    for line in sacct_out.splitlines():
-        fields = line.split("|", 7)
-        if len(fields) != 8 or not ascii_digits(fields[0]):
-            continue
-        job_id, user, state, start, end, tres, nodes, name = fields
-        begun, ended = sacct_time(start), sacct_time(end)
-        gpus = gpu_count(tres)
-        jobs.append(JobUsage(job_id=job_id, user=user, name=name, state=state.split()[0] if state else "",
-                             start=begun, end=ended, gpus=gpus, nodes=nodes,
-                             gpu_hours=gpus * overlap_hours(begun, ended, since, now)))
+    jobs = [JobUsage(job_id=run.job_id, user=run.user, name=run.name, state=run.state, start=run.start,
+                     end=run.end, gpus=run.gpus, nodes=run.nodes,
+                     gpu_hours=run.gpus * overlap_hours(run.start, run.end, since, now)) for run in runs]
     per_user: dict[str, float] = {}
     for job in jobs:
         per_user[job.user] = per_user.get(job.user, 0.0) + job.gpu_hours

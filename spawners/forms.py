@@ -20,7 +20,8 @@ FIELDS = ("partition", "gpus", "cpus", "memory_gb", "runtime")
 WHOLE = "options"  # what an error about the request as a whole names (a key that is no field name, a non-mapping)
 
 __all__ = ["FIELDS", "ClusterLimits", "OptionsError", "Partition", "ServerOptions", "default_options",
-           "describe_minutes", "format_minutes", "minutes_of", "parse_server_options", "render_form"]
+           "describe_minutes", "form_options", "format_minutes", "minutes_of", "parse_server_options",
+           "render_form"]
 
 
 class OptionsError(InputError):
@@ -108,21 +109,22 @@ def _partition(raw: Mapping[str, Any], limits: ClusterLimits) -> Partition:
     if not limits.partitions:
         raise OptionsError("partition", "the cluster reports no partitions that are up")
     names = tuple(p.name for p in limits.partitions)
-    name = inputs.one_value(raw["partition"], "partition") if "partition" in raw else limits.default_partition.name
+    name = raw.get("partition", limits.default_partition.name)
     name = inputs.text(name, "partition", inputs.MAX_NAME, f"allowed: {', '.join(names)}").strip()
     return limits.partition(inputs.choice(name, "partition", names, "a partition of this cluster"))
 
 
 @inputs.refused_as(OptionsError)
 def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
-    """Validate form or API input against what the cluster offers and the user may use."""
+    """Validate API input, or a form's through `form_options`, against what the cluster offers and the user may
+    use. A value is one plain value: a list is refused, never unwrapped."""
     raw = inputs.fields_of(raw, FIELDS, WHOLE)
     partition = _partition(raw, limits)
 
     def given(name: str, low: int, high: int, otherwise: int, why: str = "") -> int:
         if name not in raw:
             return min(otherwise, high)
-        return inputs.whole_number(inputs.one_value(raw[name], name), name, low, high, why)
+        return inputs.whole_number(raw[name], name, low, high, why)
 
     defaults = ServerOptions(partition=partition.name)
     gpus = given("gpus", 0, limits.max_gpus(partition), 0, _gpu_note(limits, partition))
@@ -131,9 +133,15 @@ def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> Serve
         inputs.choice(gpus, "gpus", counts, "a GPU profile", _gpu_note(limits, partition))
     cpus = given("cpus", 1, partition.cpus_per_node, defaults.cpus)
     memory_gb = given("memory_gb", 1, max(1, partition.memory_mb_per_node // 1024), defaults.memory_gb)
-    runtime = inputs.one_value(raw["runtime"], "runtime") if "runtime" in raw else defaults.runtime
+    runtime = raw.get("runtime", defaults.runtime)
     runtime = inputs.wall_time(runtime, "runtime", partition.max_minutes, f" (partition {partition.name}'s limit)")
     return ServerOptions(partition=partition.name, gpus=gpus, cpus=cpus, memory_gb=memory_gb, runtime=runtime)
+
+
+@inputs.refused_as(OptionsError)
+def form_options(formdata: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
+    """The spawn form's data (each field a list of strings, as the hub passes it) validated as API input is."""
+    return parse_server_options(inputs.form_values(formdata, FIELDS, WHOLE), limits)
 
 
 def default_options(limits: ClusterLimits) -> ServerOptions:

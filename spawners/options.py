@@ -16,7 +16,7 @@ from traitlets import HasTraits, Instance, default
 
 from portal.config import PortalConfig, load
 from portal.traits import portal_default
-from spawners.forms import ClusterLimits, OptionsError, ServerOptions, parse_server_options, render_form
+from spawners.forms import ClusterLimits, OptionsError, ServerOptions, form_options, parse_server_options, render_form
 
 HUB_FORM_FIELDS = ("_xsrf",)  # the hub's own, never an option
 
@@ -85,7 +85,7 @@ class ServerOptionsMixin(HasTraits):
         """Validate the form before the hub stores anything; a 400 re-renders it with the field in error."""
         fields = {k: v for k, v in formdata.items() if k not in HUB_FORM_FIELDS}
         try:
-            return parse_server_options(fields, await self.limits()).to_dict()
+            return form_options(fields, await self.limits()).to_dict()
         except OptionsError as err:
             raise refusal(err) from None
 

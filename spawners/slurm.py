@@ -37,6 +37,7 @@ from traitlets import Float, Integer, Unicode, default, observe
 
 from portal.jobs.record import ENDED_STATES
 from portal.slurm import RUNUSER, pending_reason
+from portal.slurm_json import QueuedJob
 from portal.traits import fixed_default
 from spawners import slurm_cluster
 from spawners.forms import ClusterLimits, ServerOptions
@@ -240,19 +241,20 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         while True:
             await asyncio.sleep(self.early_end_poll_interval)
             job_id = self.submitted_job_id
-            if job_id and (await self._job_record(job_id)).get("JobState") in ENDED_STATES:
+            if job_id and (job := await self._job_record(job_id)) is not None and job.state in ENDED_STATES:
                 raise RuntimeError(await self.describe_ended_job(job_id))
 
     async def node_address(self, node: str) -> str:
         return await slurm_cluster.node_address(self.portal, node)
 
-    async def _job_record(self, job_id: str) -> dict[str, str]:
+    async def _job_record(self, job_id: str) -> QueuedJob | None:
         return await slurm_cluster.job_record(self.portal, job_id)
 
     async def describe_ended_job(self, job_id: str) -> str:
         job = await self._job_record(job_id)
+        output = f"{self.get_req_subvars()['server_log_dir']}/jupyterhub_slurmspawner_{job_id}.log"
         self.clear_state()
-        return await slurm_cluster.ended_job_report(job_id, job, self.user.name, self.output_tail_lines)
+        return await slurm_cluster.ended_job_report(job_id, job, self.user.name, output, self.output_tail_lines)
 
     # --- Spawner.progress: the job id and Slurm's pending reason ---
 

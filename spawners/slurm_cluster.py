@@ -1,5 +1,6 @@
 """What the Slurm spawner asks Slurm as root, outside batchspawner's own commands (which run as the user): the
-partitions and the user's GPU use for the form, a node's address, and a job's record to explain a failed start.
+partitions and the user's GPU use for the form, a node's address, and a job's record (`squeue --json`, read by
+portal.slurm_json: the job's name and paths are the user's text) to explain a failed start.
 
 Functions of the portal's settings and plain values, so the spawner (spawners.slurm) keeps only its extension points.
 A Slurm that does not answer is an HTTP 503 naming the command (the form shows it); it never reads as a job state.
@@ -10,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import time
 
 from tornado import web
 
 from portal.config import PortalConfig
 from portal.runas import ISOLATED_CWD, launcher_env, runuser_argv
-from portal.slurm import USER_SQUEUE_FORMAT, gpu_holders, nodes_from_scontrol, parse_key_values, slurm_partitions
+from portal.slurm import gpu_holders, nodes_from_scontrol, slurm_partitions
+from portal.slurm_json import SQUEUE_JSON, QueuedJob, SlurmAnswerError, read_squeue, users_jobs
 from spawners.forms import ClusterLimits, Partition
 
 SLURM_TIMEOUT_S = 15
@@ -56,7 +59,7 @@ async def cluster_limits(portal: PortalConfig, user: str, groups: tuple[str, ...
         await run_slurm(portal, "scontrol", "show", "partition", "-o"),
         await run_slurm(portal, "scontrol", "show", "node", "-d", "-o"),
     )
-    holders = gpu_holders(await run_slurm(portal, "squeue", "-h", "-u", user, "-O", USER_SQUEUE_FORMAT))
+    holders = gpu_holders(users_jobs(await squeue(portal), user))
     return ClusterLimits(partitions=partitions, gpu_quota=portal.gpu_quota_for(groups), groups=groups,
                          gpus_in_use=sum(h.gpus for h in holders), gpu_holders=tuple(h.describe() for h in holders))
 
@@ -71,25 +74,33 @@ async def node_address(portal: PortalConfig, node: str) -> str:
     return found.address if found and found.address else node
 
 
-async def job_record(portal: PortalConfig, job_id: str) -> dict[str, str]:
-    """`scontrol show job`; {} when Slurm does not answer now (a controller restarting is not a job that
-    ended); "COMPLETED" only when Slurm says it no longer knows the job."""
+async def squeue(portal: PortalConfig) -> dict[str, QueuedJob]:
+    """Every job Slurm's controller remembers (an HTTP 503 when it does not answer, or not as Slurm does)."""
+    answer = await run_slurm(portal, *SQUEUE_JSON)
     try:
-        return parse_key_values(await run_slurm(portal, "scontrol", "show", "job", "-o", job_id))
-    except web.HTTPError as err:
-        if "Invalid job id" in str(err.log_message):
-            return {"JobState": "COMPLETED"}  # Slurm no longer knows it: long gone
-        return {}
+        return read_squeue(answer, time.time())
+    except SlurmAnswerError as err:
+        raise web.HTTPError(503, f"`{shlex.join(SQUEUE_JSON)}`: {err}") from None
 
 
-async def ended_job_report(job_id: str, job: dict[str, str], user: str, tail_lines: int) -> str:
-    """Why a start failed: the job's state, exit code and reason, and the end of its output."""
-    lines = [f"Slurm job {job_id} ended ({job.get('JobState', 'unknown')}, exit code {job.get('ExitCode', '?')}, "
-             f"reason {job.get('Reason', 'None')}) before JupyterLab started."]
-    path = job.get("StdOut")
-    if path:
-        tail = await output_tail(user, path, tail_lines)
-        lines.append(f"Last lines of {path}:\n{tail}" if tail else f"{path} is empty.")
+async def job_record(portal: PortalConfig, job_id: str) -> QueuedJob | None:
+    """The job as squeue tells it; None when Slurm does not answer now (a controller restarting is not a job that
+    ended); a job Slurm no longer remembers is COMPLETED: long gone."""
+    try:
+        jobs = await squeue(portal)
+    except web.HTTPError:
+        return None
+    return jobs.get(job_id) or QueuedJob(id=job_id, user="", state="COMPLETED", elapsed="", nodes=0,
+                                         gpus_per_node=0, reason="None")
+
+
+async def ended_job_report(job_id: str, job: QueuedJob | None, user: str, output: str, tail_lines: int) -> str:
+    """Why a start failed: the job's state, exit code and reason, and the end of its output (`output`: the file
+    the spawner named for it, never a path from Slurm's answer)."""
+    state, code, reason = (job.state, job.exit_code or "?", job.reason) if job else ("unknown", "?", "None")
+    lines = [f"Slurm job {job_id} ended ({state}, exit code {code}, reason {reason}) before JupyterLab started."]
+    tail = await output_tail(user, output, tail_lines)
+    lines.append(f"Last lines of {output}:\n{tail}" if tail else f"{output} is empty.")
     return "\n".join(lines)
 
 

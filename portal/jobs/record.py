@@ -18,12 +18,10 @@ from typing import Any
 
 from portal.inputs import finite_json
 from portal.jobs.spec import JobSpec
+from portal.slurm import CANCELLED, COMPLETED, ENDED_STATES, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN  # noqa: F401
 
-# The states the API reports: Slurm's own names, which the local backend uses too.
-PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, UNKNOWN = (
-    "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN")
-ENDED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, "BOOT_FAIL", "DEADLINE", "NODE_FAIL",
-                          "OUT_OF_MEMORY", "PREEMPTED"})
+# The states above, which the API reports, are Slurm's own names (portal.slurm): the other backends use them too.
+
 # Job ids become directory names: Slurm's are digits, the local backend's "local-<time>-<random>". One spelling
 # per job: ASCII digits without leading zeros ("0002" and "2" would name the same Slurm job, and an owner check
 # that compares strings would take them for two).

@@ -1,14 +1,15 @@
 """Training jobs on Slurm: a batch script from the job kind's template, then Slurm's own commands.
 
 `render_sbatch` is pure (spec in, script out; unit-tested without Slurm). The rest are the small impure steps,
-each one Slurm command run as the job's user: `sbatch --parsable --hold`, `scontrol release`, `squeue`,
-`scontrol show job`, `sacct`, `scancel`.
+each one Slurm command run as the job's user: `sbatch --parsable --hold`, `scontrol release`, `squeue --json`
+(portal.slurm_json), `sacct`, `scancel`.
 """
 
 from __future__ import annotations
 
 import shlex
 import subprocess
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -33,16 +34,9 @@ from portal.jobs.record import (
 )
 from portal.jobs.spec import JobLimits, JobSpec
 from portal.jobs.templating import template_environment
-from portal.slurm import (
-    USER_SQUEUE_FORMAT,
-    GpuHolder,
-    SlurmPartition,
-    gpu_holders,
-    job_unknown,
-    parse_key_values,
-    slurm_partitions,
-)
-from portal.usage import SACCT_FIELDS, UsageReport, parse_usage, week_start
+from portal.slurm import GpuHolder, SlurmPartition, gpu_holders, job_unknown, slurm_partitions
+from portal.slurm_json import SACCT_JSON, SQUEUE_JSON, QueuedJob, SlurmAnswerError, read_sacct, read_squeue, users_jobs
+from portal.usage import UsageReport, usage_report, week_start
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
@@ -148,8 +142,16 @@ class SlurmBackend:
         """What `user` may ask for now, asked of Slurm as them (see `limits_from`)."""
         partitions = slurm_partitions(self._slurm(user, "scontrol", "show", "partition", "-o"),
                                       self._slurm(user, "scontrol", "show", "node", "-d", "-o"))
-        holders = gpu_holders(self._slurm(user, "squeue", "-h", "-u", user.name, "-O", USER_SQUEUE_FORMAT))
+        holders = gpu_holders(users_jobs(self._squeue(user), user.name))
         return limits_from(self.cfg, partitions, holders, user.groups)
+
+    def _squeue(self, user: JobUser) -> dict[str, QueuedJob]:
+        """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""
+        answer = self._slurm(user, *SQUEUE_JSON)
+        try:
+            return read_squeue(answer, time.time())
+        except SlurmAnswerError as err:
+            raise SlurmError(f"`{shlex.join(SQUEUE_JSON)}`: {err}") from None
 
     def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         return render_sbatch(spec, f"{user.jobs_dir}/{SLURM_JOB_ID}", self.cfg, partition)
@@ -199,15 +201,11 @@ class SlurmBackend:
             raise JobDirError(f"job {job_id} was cancelled: preparing {job_dir} failed: {said}") from err
         return record, inode
 
-    def _job_facts(self, user: JobUser, job_id: str) -> dict[str, str] | None:
-        """`scontrol show job`, while Slurm remembers the job (MinJobAge after it ends); None once it does not
+    def _job_facts(self, user: JobUser, job_id: str) -> QueuedJob | None:
+        """The job as squeue tells it, while Slurm remembers it (MinJobAge after it ends); None once it does not
         (or, with PrivateData=jobs, when it is not the user's). SlurmError when Slurm does not answer: a
         controller that is down is not a job that has ended."""
-        out, error = self._slurm_answer(user, "scontrol", "show", "job", "-o", job_id)
-        if error is not None and not job_unknown(error):
-            raise SlurmError(f"`scontrol show job {job_id}` failed: {error}")
-        facts = parse_key_values(out) if error is None else {}
-        return facts if facts.get("JobId") == job_id else None
+        return self._squeue(user).get(job_id)
 
     def _slurm_answer(self, user: JobUser, *argv: str) -> tuple[str, str | None]:
         """(stdout, None) when the command succeeded, else ("", Slurm's message)."""
@@ -216,17 +214,17 @@ class SlurmBackend:
         except SlurmError as err:
             return "", str(err)
 
-    def _check_owner(self, user: JobUser, facts: dict[str, str] | None, job_id: str) -> None:
-        # UserId=alice(1001): the directory says whose job it claims to be; Slurm says whose it is.
-        if facts is not None and facts.get("UserId", "").split("(")[0] != user.name:
+    def _check_owner(self, user: JobUser, facts: QueuedJob | None, job_id: str) -> None:
+        # The directory says whose job it claims to be; Slurm says whose it is.
+        if facts is not None and facts.user != user.name:
             raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs")
 
     def state(self, record: JobRecord, user: JobUser) -> str:
-        """Slurm's state: squeue while queued or running, then `scontrol show job`, then sacct (where
-        accounting runs), then what the job itself left (its exit status, or the ended state once seen)."""
+        """Slurm's state: squeue's (queued, running, or ended within MinJobAge), then sacct's (where accounting
+        runs), then what the job itself left (its exit status, or the ended state once seen)."""
         facts = self._job_facts(user, record.id)
         self._check_owner(user, facts, record.id)
-        state = facts.get("JobState") if facts else None
+        state = facts.state if facts else None
         accounting_error = None
         if state is None:
             out, accounting_error = self._slurm_answer(user, "sacct", "-n", "-X", "-P", "-j", record.id, "-u",
@@ -262,9 +260,13 @@ class SlurmBackend:
         """This week's jobs and GPU-hours from Slurm's accounting: the user's (sacct as them), or with `everyone`
         every user's (sacct -a, as the caller, who must be root: Slurm shows others' jobs to admins only).
         SlurmError when accounting (slurmdbd) does not answer."""
-        query = ["sacct", "-X", "-P", "-n", "--duplicates", "-S", f"{week_start(now):%Y-%m-%dT%H:%M:%S}",
-                 "-E", f"{now:%Y-%m-%dT%H:%M:%S}", "-o", SACCT_FIELDS]
-        return parse_usage(self._slurm(user, *query, *(["-a"] if everyone else ["-u", user.name])), now)
+        query = [*SACCT_JSON, "-X", "--duplicates", "-S", f"{week_start(now):%Y-%m-%dT%H:%M:%S}",
+                 "-E", f"{now:%Y-%m-%dT%H:%M:%S}", *(["-a"] if everyone else ["-u", user.name])]
+        answer = self._slurm(user, *query)
+        try:
+            return usage_report(read_sacct(answer, None if everyone else user.name), now)
+        except SlurmAnswerError as err:
+            raise SlurmError(f"`{shlex.join(SACCT_JSON)}`: {err}") from None
 
     def history(self, record: JobRecord, user: JobUser) -> list[str]:
         """Lines for the runs Slurm ended and ran again (a node failed, the job was requeued, it resumed), from
@@ -274,10 +276,10 @@ class SlurmBackend:
                                                   "-o", history.RUNS_FORMAT))
         except SlurmError as err:  # accounting is down: Slurm's controller still counts the restarts
             try:
-                facts = self._job_facts(user, record.id) or {}
+                facts = self._job_facts(user, record.id)
             except SlurmError:
-                facts = {}  # the controller is down too: the history is told once Slurm answers again
-            restarts = int(facts.get("Restarts", "0") or 0)
+                facts = None  # the controller is down too: the history is told once Slurm answers again
+            restarts = facts.restarts if facts else 0
             return [f"requeued {restarts} time(s); the details need Slurm's accounting, which does not answer "
                     f"now ({err})"] if restarts else []
         if len(runs) < 2:

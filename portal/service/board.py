@@ -38,7 +38,8 @@ from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.cluster import ClusterCache, ClusterSnapshot
 from portal.service.scans import DirStamp, UserRecords, jobs_dir_stamp
 from portal.service.summary import job_key, job_summary, quota_of, unreadable_summary
-from portal.slurm import SERVER_JOB_NAME, GpuHolder
+from portal.slurm import GpuHolder, gpu_holders
+from portal.slurm_json import users_jobs
 
 AnyJob = Job | UnreadableJob
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
@@ -168,9 +169,7 @@ class JobBoard:
             return None
         snapshot = snapshot or self.cluster.snapshot()
         submitted, cancelled = self._since(snapshot)
-        holders = [GpuHolder(job_id=q.id, gpus=q.nodes * q.gpus_per_node, server=q.name == SERVER_JOB_NAME)
-                   for q in snapshot.queue.values()
-                   if q.user == user.name and q.nodes * q.gpus_per_node and q.id not in cancelled]
+        holders = list(gpu_holders(q for q in users_jobs(snapshot.queue, user.name) if q.id not in cancelled))
         holders += [GpuHolder(job_id=job_id, gpus=gpus, server=False) for (owner, job_id, _), gpus in
                     submitted.items() if owner == user.name and gpus and job_id not in snapshot.queue]
         return limits_from(self.cfg, snapshot.partitions, holders, user.groups)

@@ -1,7 +1,7 @@
 """Slurm's view of the cluster, asked at most once per refresh interval for every request together.
 
-`parse_squeue` is pure; `ClusterCache` runs `squeue` and `scontrol` (read-only, as the service's own user) and
-keeps their answer for `dashboard_refresh_s`. A page refresh by every user at once still costs one squeue.
+`ClusterCache` runs `squeue --json` (read by portal.slurm_json) and `scontrol` (read-only, as the service's own
+user) and keeps their answer for `dashboard_refresh_s`. A page refresh by every user at once still costs one squeue.
 """
 
 from __future__ import annotations
@@ -13,30 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from portal.config import PortalConfig
-from portal.inputs import ascii_digits
 from portal.jobs import SlurmError
-from portal.slurm import SlurmNode, SlurmPartition, gpu_count, nodes_from_scontrol, slurm_partitions
+from portal.slurm import SlurmNode, SlurmPartition, nodes_from_scontrol, slurm_partitions
+from portal.slurm_json import SQUEUE_JSON, QueuedJob, SlurmAnswerError, read_squeue
 
-# id|user|state|elapsed|nodes|TRES per node|reason|name: '|' never occurs in the first seven; the name is last.
-SQUEUE_FORMAT = "%i|%u|%T|%M|%D|%b|%R|%j"
 SLURM_TIMEOUT_S = 20
 # While one thread asks Slurm, others get the last answer if it is at most this much past its interval, rather
 # than all waiting on the lock for squeue (seconds on a busy controller: every request in flight stalled).
 STALE_GRACE_S = 10.0
-
-
-@dataclass(frozen=True)
-class QueuedJob:
-    """One line of squeue: a job that is pending or running now."""
-
-    id: str
-    user: str
-    state: str
-    elapsed: str  # Slurm's own format: "1:23", "1:02:03", "1-02:03:04"
-    nodes: int
-    gpus_per_node: int
-    reason: str  # the pending reason, or the node list while it runs
-    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,20 +44,6 @@ class ClusterSnapshot:
             "jobs_pending": sum(1 for j in self.queue.values() if j.state == "PENDING"),
             "jobs_running": sum(1 for j in self.queue.values() if j.state == "RUNNING"),
         }
-
-
-def parse_squeue(text: str) -> dict[str, QueuedJob]:
-    """`squeue -h -o SQUEUE_FORMAT`, by job id (lines that are not in that shape are skipped)."""
-    queue = {}
-    for line in text.splitlines():
-        parts = line.split("|", 7)
-        if len(parts) != 8 or not ascii_digits(parts[0].strip()):
-            continue
-        job_id, user, state, elapsed, nodes, tres, reason, name = (p.strip() for p in parts)
-        queue[job_id] = QueuedJob(id=job_id, user=user, state=state, elapsed=elapsed,
-                                  nodes=int(nodes) if ascii_digits(nodes) else 0, gpus_per_node=gpu_count(tres),
-                                  reason=reason, name=name)
-    return queue
 
 
 Runner = Callable[[Sequence[str]], str]
@@ -148,7 +118,10 @@ class ClusterCache:
     def _ask_slurm(self) -> ClusterSnapshot:
         asked_at = self._clock()
         self.squeue_calls += 1
-        queue = parse_squeue(self._run(["squeue", "-a", "-h", "-o", SQUEUE_FORMAT]))
+        try:  # what plain squeue lists: pending and running jobs (22.05's --json also returns ended ones)
+            queue = {job.id: job for job in read_squeue(self._run(SQUEUE_JSON), time.time()).values() if job.queued}
+        except SlurmAnswerError as err:
+            raise SlurmError(f"`{' '.join(SQUEUE_JSON)}`: {err}") from None
         self.scontrol_calls += 2
         partition_lines = self._run(["scontrol", "show", "partition", "-o"])
         node_lines = self._run(["scontrol", "show", "node", "-d", "-o"])

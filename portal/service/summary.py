@@ -12,6 +12,7 @@ from portal.jobs import Job, RunMetrics, UnreadableJob
 from portal.jobs.record import RUNNING, UNREADABLE
 from portal.service.cluster import ClusterSnapshot
 from portal.slurm import pending_reason
+from portal.slurm_json import users_jobs
 from portal.tensorboard import panel_url
 
 
@@ -59,9 +60,9 @@ def unreadable_summary(job: UnreadableJob, service_prefix: str = "/services/port
 def quota_of(user: str, gpu_quota: int, snapshot: ClusterSnapshot) -> dict[str, Any]:
     """A user's GPUs held or waited for now against their quota, with the jobs that hold them (servers, portal
     jobs and anything sbatch'ed from a terminal alike), each with Slurm's reason in words when it waits."""
-    holders = [{"job_id": q.id, "name": q.name, "state": q.state, "gpus": q.nodes * q.gpus_per_node,
+    holders = [{"job_id": q.id, "name": q.name, "state": q.state, "gpus": q.gpus,
                 "reason": pending_reason(q.reason) if q.state == "PENDING" else ""}
-               for q in snapshot.queue.values() if q.user == user and q.nodes * q.gpus_per_node]
+               for q in users_jobs(snapshot.queue, user) if q.gpus]
     return {"user": user, "gpu_quota": gpu_quota, "gpus_in_use": sum(h["gpus"] for h in holders),
             "holders": holders}
 

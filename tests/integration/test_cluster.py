@@ -7,6 +7,7 @@ Sized for 2 CPU cores: the trainings are the demo set's 64x64 images, batch 8, o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -17,9 +18,11 @@ import pytest
 import requests
 
 from portal import jobs
+from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
 from portal.service.board import USAGE_REFRESH_S
 from portal.slurm import RUNUSER
+from spawners import slurm_cluster
 from tests.conftest import NODES, REPO, TEST_CONFIG, box, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration
@@ -122,6 +125,48 @@ def test_gpu_hours_this_week_come_from_slurm_accounting(cluster, hub):
     server = next(job for job in alice["jobs"] if job["kind"] == "server" and job["gpus"] == 2)
     assert server["gpu_hours"] > 0 and server["nodes"] in NODES
     assert {"alice", "bob"} <= {q["user"] for q in everyone["quotas"]}
+
+
+def test_what_a_user_writes_into_a_job_forges_no_job_of_anothers(cluster, hub, no_jobs_left):
+    """A job's name, comment and working directory are its user's text (issue 25): bob's CPU job whose name,
+    comment and directory hold lines of squeue's, sacct's and scontrol's formats (a job of alice's with 4 GPUs, her
+    user id, a state) is read as the one CPU job of bob's it is: in the hub's spawn form, the dashboard's quota for
+    alice and for the admin, the job's state, and the week's GPU-hours from accounting."""
+    node = NODES[0]
+    name = (f"x\n900001|alice|RUNNING|1:00|1|gres:gpu:4|{node}|y\n"
+            f"900002|alice|RUNNING|2026-11-16T00:00:00|Unknown|gres/gpu=4|{node}|z")
+    comment = "c UserId=alice(10001) JobState=RUNNING TresPerNode=gres:gpu:4"
+    workdir = "/tmp/forged\n900003|alice|RUNNING|1:00|1|gres:gpu:4|node1|w"
+    as_user(cluster, "bob", "mkdir", "-p", workdir, check=True)
+    hours_before = jobs.usage(everyone=True).per_user.get("alice", 0.0)
+    try:
+        typed = as_user(cluster, "bob", "sbatch", "--parsable", f"--job-name={name}", f"--comment={comment}",
+                        f"--chdir={workdir}", "-o", "/dev/null", "--wrap=sleep 30")
+        assert typed.returncode == 0, typed.stderr
+        job_id = typed.stdout.strip()
+        wait_for(lambda: slurm("squeue", "-h", "-j", job_id, "-o", "%T").strip() == "RUNNING", 60,
+                 what="bob's job to run")
+
+        form = asyncio.run(slurm_cluster.cluster_limits(load(), "alice", ("datascientists", "gpu-users")))
+        assert (form.gpu_quota, form.gpus_in_use, form.gpu_holders) == (4, 0, ())  # what the spawn form offers
+        client = portal_client(hub, "alice")
+        quota = wait_for(lambda: client.get(f"{client.base}usage", timeout=60).json()["quotas"][0], 30,
+                         what="alice's quota on the dashboard")
+        assert (quota["gpus_in_use"], quota["holders"]) == (0, []), quota
+        admins = portal_client(hub, "admin")
+        for quota in admins.get(f"{admins.base}usage", timeout=60).json()["quotas"]:
+            assert quota["gpus_in_use"] == 0 and quota["holders"] == [], quota
+        assert jobs.limits("slurm", "alice").gpus_in_use == 0
+    finally:
+        slurm("scancel", "-u", "bob")
+        as_user(cluster, "bob", "rm", "-rf", "--", workdir)
+    wait_for(lambda: any(j.job_id == job_id for j in jobs.usage(everyone=True).jobs), 60,
+             what="bob's job in Slurm's accounting")
+    report = jobs.usage(everyone=True)
+    (bobs,) = [j for j in report.jobs if j.job_id == job_id]
+    assert (bobs.user, bobs.name, bobs.gpus, bobs.gpu_hours) == ("bob", name, 0, 0.0)
+    assert not any(j.job_id in ("900001", "900002", "900003") for j in report.jobs)
+    assert report.per_user.get("alice", 0.0) == pytest.approx(hours_before, abs=0.01)
 
 
 # --- the directory's groups and quotas, synced into Slurm -----------------------------------------------------

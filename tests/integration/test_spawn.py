@@ -126,6 +126,11 @@ def test_the_rest_api_is_validated_too(hub, admin):
     assert "options: unknown field" in response.json()["message"]
     response = hub.api(admin, "POST", "users/bob/server", data=json.dumps({"gpus": 2}))
     assert response.status_code == 400 and "gpus: 2 is out of range" in response.json()["message"]
+    for options, words in (({"gpus": [0]}, "gpus: a list of 1 item(s) is not a whole number"),
+                           ({"gpus": None}, "gpus: None is not a whole number"),
+                           ({"runtime": ["00:05:00"]}, "runtime: a list of 1 item(s) is not a wall time")):
+        response = hub.api(admin, "POST", "users/bob/server", data=json.dumps(options))
+        assert response.status_code == 400 and response.json()["message"].startswith(words), response.text
     assert jobs_of("bob") == []
 
 

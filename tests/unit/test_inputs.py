@@ -184,15 +184,14 @@ def test_generated_forms_are_spec_fields_or_a_refusal_naming_a_field(arguments):
 def test_digits_are_ascii_only_wherever_they_are_checked():
     from portal.config import ConfigError, PortalConfig
     from portal.inputs import ascii_digits
-    from portal.service.cluster import parse_squeue
-    from portal.slurm import gpu_holders
+    from portal.slurm_json import read_squeue
+    from tests.slurm_answers import squeue_job, squeue_json
 
     assert ascii_digits("0123") and not ascii_digits("") and not ascii_digits("²") and not ascii_digits("٣")
     with pytest.raises(ConfigError, match="k8s_gpu_profiles"):
         PortalConfig(k8s_gpu_profiles=("0", "²"))
-    # "²" passed str.isdigit, and int() then raised: a line of Slurm's whose counts are not ASCII digits is read
-    # as no job / one node, never a crash.
-    assert gpu_holders("²|1|gres/gpu:1||spawner-jupyterhub\n") == ()
-    assert [h.gpus for h in gpu_holders("7|²|gres/gpu:2||train\n")] == [2]
-    assert parse_squeue("²|alice|RUNNING|1:00|1|gres/gpu:1|None|x") == {}
-    assert parse_squeue("8|alice|RUNNING|1:00|²|gres/gpu:1|None|x")["8"].nodes == 0
+    # "²" passed str.isdigit, and int() then raised: an answer of Slurm's whose ids or counts are not whole numbers
+    # is read as no job / no node count, never a crash.
+    assert read_squeue(squeue_json(squeue_job("²", "alice")), 0) == {}
+    assert read_squeue(squeue_json(squeue_job(8, "alice", node_count="²")), 0)["8"].nodes == 0
+    assert read_squeue(squeue_json(squeue_job(9, "alice", tres_req_str="gres/gpu=²")), 0)["9"].gpus == 0

@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from portal.service.base import PortalHandler
 from portal.service.board import HubUser, JobBoard, TimedCache
 from portal.service.cluster import ClusterCache
 from portal.service.pages import form_spec, notebook_templates
+from tests.slurm_answers import squeue_job, squeue_json
 
 LIMITS = JobLimits(partition="gpu", nodes=1, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
                    max_minutes=240, gpu_quota=4, default_data_dir="/data")
@@ -122,7 +124,7 @@ class FakeDirectory:
 
 def squeue_free(argv):
     if argv[0] == "squeue":
-        return "7|alice|RUNNING|2:05|1|gres/gpu:2|localhost|chexnet\n"
+        return squeue_json(squeue_job(7, "alice", gpus_per_node=2, started=int(time.time()) - 125))  # 2:05 ago
     if argv[2] == "partition":
         return "PartitionName=gpu Default=YES MaxTime=04:00:00 Nodes=localhost State=UP\n"
     return "NodeName=localhost CPUTot=8 RealMemory=20000 Gres=gpu:4 GresUsed=gpu:2 State=MIXED Partitions=gpu\n"
@@ -192,7 +194,8 @@ class DashboardTest(AsyncHTTPTestCase):
         self.api.add("alice", "7", "RUNNING")
         self.api.add("bob", "8")
         mine = json.loads(self.call("GET", "api/jobs").body)["jobs"]
-        assert [(j["id"], j["state"], j["elapsed"]) for j in mine] == [("7", "RUNNING", "2:05")]
+        assert [(j["id"], j["state"]) for j in mine] == [("7", "RUNNING")]
+        assert re.fullmatch(r"2:[0-5]\d", mine[0]["elapsed"]), mine  # squeue's format, counted from its start
         assert self.call("GET", "api/jobs/8").code == 404
         assert self.call("DELETE", "api/jobs/8").code == 404
         assert self.api.backend.cancelled == []

@@ -157,12 +157,14 @@ class UsageAPI(CountingAPI):
         from datetime import datetime
 
         from portal.jobs import SlurmError
-        from portal.usage import parse_usage
+        from portal.slurm_json import read_sacct
+        from portal.usage import usage_report
+        from tests.slurm_answers import sacct_json, sacct_run
         self.usage_asked.append((user, everyone))
         if self.down:
             raise SlurmError("sacct: error: Problem talking to the database: Connection refused")
-        return parse_usage("7|alice|RUNNING|2026-11-22T19:00:00|Unknown|cpu=2,gres/gpu=2|node1|chexnet\n",
-                           datetime(2026, 11, 22, 20, 0))
+        answer = sacct_json(sacct_run(7, "alice", "RUNNING", datetime(2026, 11, 22, 19), None, gpus=2))
+        return usage_report(read_sacct(answer), datetime(2026, 11, 22, 20, 0))
 
 
 def test_usage_shows_what_holds_the_quota_and_this_weeks_gpu_hours_once_per_interval(tmp_path):

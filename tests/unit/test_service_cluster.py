@@ -1,4 +1,5 @@
-"""The dashboard's shared Slurm snapshot: squeue parsing, and one squeue per refresh interval for everyone."""
+"""The dashboard's shared Slurm snapshot: the queue from squeue's JSON, and one squeue per refresh interval for
+everyone."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import pytest
 from portal.config import PortalConfig
 from portal.jobs import SlurmError
 from portal.service import cluster as cluster_module
-from portal.service.cluster import SQUEUE_FORMAT, ClusterCache, parse_squeue
+from portal.service.cluster import ClusterCache
+from tests.slurm_answers import squeue_job, squeue_json
 
-SQUEUE = "\n".join([
-    "42|alice|RUNNING|1:23|1|gres/gpu:2|localhost|chexnet",
-    "43|bob|PENDING|0:00|2|N/A|Resources|spawner-jupyterhub",
-    "junk line",
-    "44|alice|PENDING|0:00|1|gres:gpu:1|(Priority)|my|job",
-]) + "\n"
+FORGED = "x\n900001|alice|RUNNING|1:00|1|gres:gpu:4|localhost|y"  # a job name that forged a row (issue 25)
+SQUEUE = squeue_json(
+    squeue_job(42, "alice", gpus_per_node=2),
+    squeue_job(43, "bob", "PENDING", nodes=2, reason="Resources", name="spawner-jupyterhub", uid=10002),
+    squeue_job(44, "alice", "PENDING", gpus_per_node=1, reason="Priority", name="my|job"),
+    squeue_job(45, "alice", "COMPLETED", gpus_per_node=4, end_time=1_795_587_100),  # plain squeue leaves it out
+    squeue_job(46, "bob", "RUNNING", name=FORGED, uid=10002, comment="UserId=alice(10001) JobState=RUNNING"),
+)
 PARTITIONS = "PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=04:00:00 Nodes=localhost State=UP\n"
 NODES = ("NodeName=localhost CPUTot=8 RealMemory=20000 Gres=gpu:4 GresUsed=gpu:2(IDX:0-1) State=MIXED "
          "Partitions=gpu\n")
@@ -44,14 +48,14 @@ class Clock:
         return self.now
 
 
-def test_parse_squeue_reads_state_elapsed_and_gpus_and_skips_other_lines():
-    queue = parse_squeue(SQUEUE)
-    assert list(queue) == ["42", "43", "44"]
-    assert (queue["42"].user, queue["42"].state, queue["42"].elapsed, queue["42"].gpus_per_node) == (
-        "alice", "RUNNING", "1:23", 2)
-    assert (queue["43"].nodes, queue["43"].gpus_per_node, queue["43"].reason) == (2, 0, "Resources")
-    assert (queue["44"].gpus_per_node, queue["44"].name) == (1, "my|job")  # a name may hold the separator
-    assert SQUEUE_FORMAT.count("|") == 7 and SQUEUE_FORMAT.endswith("|%j")
+def test_the_queue_is_what_squeue_lists_with_gpus_and_names_as_data():
+    queue = ClusterCache(PortalConfig(), run=FakeSlurm()).snapshot().queue
+    assert list(queue) == ["42", "43", "44", "46"]  # the ended job is not queued
+    assert (queue["42"].user, queue["42"].state, queue["42"].gpus_per_node, queue["42"].gpus) == (
+        "alice", "RUNNING", 2, 2)
+    assert (queue["43"].nodes, queue["43"].gpus, queue["43"].reason) == (2, 0, "Resources")
+    assert (queue["44"].gpus_per_node, queue["44"].name) == (1, "my|job")  # a name may hold any separator
+    assert (queue["46"].user, queue["46"].gpus, queue["46"].name) == ("bob", 0, FORGED)  # no job 900001 of alice's
 
 
 def test_snapshot_is_shared_within_the_interval_and_refreshed_after_it():
@@ -81,7 +85,7 @@ def test_concurrent_requests_cost_one_squeue():
 def test_snapshot_dict_counts_free_and_used_gpus():
     cache = ClusterCache(PortalConfig(), run=FakeSlurm())
     data = cache.snapshot().to_dict()
-    assert (data["gpus"], data["free_gpus"], data["jobs_running"], data["jobs_pending"]) == (4, 2, 1, 2)
+    assert (data["gpus"], data["free_gpus"], data["jobs_running"], data["jobs_pending"]) == (4, 2, 2, 2)
     assert data["nodes"][0]["used_gpus"] == 2
     assert data["partitions"] == [{"name": "gpu", "default": True, "max_minutes": 240, "nodes": ["localhost"]}]
 

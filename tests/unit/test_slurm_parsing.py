@@ -1,7 +1,9 @@
 """Reading Slurm's answers: partitions, free GPUs, time limits, a user's GPUs, pending reasons."""
 
 from portal.slurm import gpu_count, gpu_holders, pending_reason, slurm_partitions, wall_minutes
+from portal.slurm_json import read_squeue, users_jobs
 from spawners.slurm_cluster import partitions_from_scontrol
+from tests.slurm_answers import STARTED, squeue_job, squeue_json
 
 PARTITIONS = (
     "PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=7-00:00:00 Nodes=localhost State=UP TotalCPUs=8\n"
@@ -39,9 +41,13 @@ def test_a_drained_node_offers_nothing():
 
 
 def test_a_users_gpus_count_every_node_and_pending_jobs():
-    out = ("12|2|gres:gpu:2|N/A|chexnet|\n15|1|gres:gpu:1|N/A|spawner-jupyterhub|\n"
-           "16|1|N/A|gres:gpu:3|a | b|\n17|1|N/A|N/A|cpu-only|\n")  # squeue -O USER_SQUEUE_FORMAT, as printed
-    holders = gpu_holders(out)
+    jobs = read_squeue(squeue_json(
+        squeue_job(12, "alice", gpus_per_node=2, nodes=2), squeue_job(15, "alice", gpus_per_node=1,
+                                                                      name="spawner-jupyterhub"),
+        squeue_job(16, "alice", "PENDING", name="a | b", tres_per_job="gres:gpu:3", tres_req_str="cpu=1,gres/gpu=3"),
+        squeue_job(17, "alice", name="cpu-only"), squeue_job(18, "bob", gpus_per_node=4, uid=10002),
+        squeue_job(19, "alice", "CANCELLED", gpus_per_node=4)), now=STARTED + 60)
+    holders = gpu_holders(users_jobs(jobs, "alice"))
     assert [(h.describe(), h.gpus) for h in holders] == [("job 12", 4), ("your server", 1), ("job 16", 3)]
 
 

@@ -22,6 +22,7 @@ from portal.service.cluster import ClusterCache
 from portal.slurm import job_unknown, squeue_outcome
 from spawners.slurm import PortalSlurmSpawner
 from spawners.slurm_state import SlurmUnavailable
+from tests.slurm_answers import squeue_json
 
 DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
 # What a client prints when the controller accepts but does not answer: a line before the one batchspawner knows.
@@ -136,19 +137,20 @@ def answering(answers) -> AnsweringUser:
 
 
 def test_the_jobs_backend_raises_when_the_controller_is_down():
-    user = answering({"scontrol": (1, "", DOWN)})
+    user = answering({"squeue": (1, "", DOWN)})
     with pytest.raises(SlurmError, match="connect failure"):
         SlurmBackend(PortalConfig()).state(record_of(user), user)
 
 
 def test_a_forgotten_job_without_accounting_or_files_is_an_error_not_a_state():
-    user = answering({"scontrol": (1, "", FORGOTTEN), "sacct": (1, "", "sacct: error: slurmdbd: Connection refused")})
+    user = answering({"squeue": (0, squeue_json(), ""),  # squeue remembers no job 42
+                      "sacct": (1, "", "sacct: error: slurmdbd: Connection refused")})
     with pytest.raises(SlurmError, match="accounting does not answer"):
         SlurmBackend(PortalConfig()).state(record_of(user), user)
 
 
 def test_a_forgotten_job_takes_its_state_from_accounting():
-    user = answering({"scontrol": (1, "", FORGOTTEN), "sacct": (0, "COMPLETED\n", ""), "head": (0, "", "")})
+    user = answering({"squeue": (0, squeue_json(), ""), "sacct": (0, "COMPLETED\n", ""), "head": (0, "", "")})
     assert SlurmBackend(PortalConfig()).state(record_of(user), user) == "COMPLETED"
 
 

@@ -1,0 +1,189 @@
+"""Slurm's answers as data: `squeue --json` and `sacct --json` (Slurm 22.05, openapi v0.0.38) read into
+`QueuedJob`s and `AccountedRun`s.
+
+A job's name, comment, working directory and output paths are its user's text. In squeue's and scontrol's line
+formats a newline or a separator inside them starts a record or a field of the user's making: a job name once
+forged a row of alice's holding 4 GPUs, and `scontrol show job -o` read as Key=Value pairs let a comment written
+after the state override it (issue 25). In JSON they are strings inside one object, and nothing here reads them
+for anything but what they are.
+
+Read strictly: the answer is one JSON object whose "jobs" is a list (anything else is `SlurmAnswerError`, which
+callers treat as Slurm not answering, never as a job state); a job is kept only when its id is a whole number, its
+user a plain account name, its state one word of capitals and its counts whole numbers. squeue's jobs also need
+Slurm's numeric uid and an id not seen before in the answer (one record per job id: a second is left out);
+sacct's may repeat an id, once per run of a requeued job (`--duplicates`).
+
+Slurm 22.05's `squeue --json` ignores `-u`, `-j` and `-t`: every job the controller remembers comes back, ended
+ones too (for MinJobAge), and the caller picks by id, user and `queued` here. `sacct --json` ignores `-u` (it
+keeps `-j`, `-S` and `-E`): `read_sacct` takes the user to keep. Pure: text and the clock go in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from portal.slurm import ENDED_STATES, gpu_count
+
+SQUEUE_JSON = ("squeue", "--json")
+SACCT_JSON = ("sacct", "--json")
+MAX_ANSWER_BYTES = 256 * 1024 * 1024  # ~100,000 jobs of ~2.5 KB: beyond that it is no answer of Slurm's
+ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?", re.IGNORECASE)  # POSIX-ish, as useradd and LDAP allow
+JOB_STATE = re.compile(r"[A-Z_]{1,32}")
+
+
+class SlurmAnswerError(ValueError):
+    """Slurm's answer is not what Slurm writes: read as Slurm not answering."""
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """One job of squeue's: pending, running or (for MinJobAge after it ends) ended."""
+
+    id: str
+    user: str
+    state: str
+    elapsed: str  # Slurm's own format: "1:23", "1:02:03", "1-02:03:04"
+    nodes: int
+    gpus_per_node: int
+    reason: str  # Slurm's reason: why it waits ("Resources"), or why it ended ("NonZeroExitCode"); "None" if none
+    name: str = ""
+    node_list: str = ""  # where it runs or ran, as a hostlist ("node[1-2]")
+    gpus: int = 0  # every GPU it holds or asks for, all nodes together (per-node and per-job requests alike)
+    uid: int = -1
+    exit_code: str = ""  # Slurm's "3:0" (exit status : signal), once it has ended
+    restarts: int = 0  # how often Slurm requeued it
+
+    @property
+    def queued(self) -> bool:
+        """Whether plain `squeue` lists it: not ended."""
+        return self.state not in ENDED_STATES
+
+
+def slurm_duration(seconds: float) -> str:
+    """Seconds in squeue's %M format: "0:05", "12:34", "1:02:03", "1-02:03:04"."""
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def exit_code(status: int) -> str:
+    """A wait status (what squeue's JSON holds: 768 for `exit 3`) as Slurm prints it, "exit status:signal"."""
+    return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _text(job: Mapping[str, Any], key: str) -> str:
+    value = job.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _queued_job(job: Any, now: float) -> QueuedJob | None:
+    if not isinstance(job, dict):
+        return None
+    job_id, uid, node_count = _whole(job.get("job_id")), _whole(job.get("user_id")), _whole(job.get("node_count"))
+    user, state = _text(job, "user_name"), _text(job, "job_state")
+    if job_id is None or uid is None or not ACCOUNT_NAME.fullmatch(user) or not JOB_STATE.fullmatch(state):
+        return None
+    nodes = node_count or 0
+    start = _whole(job.get("start_time")) or 0  # a pending job's is when Slurm expects it to start
+    end = (_whole(job.get("end_time")) or 0) if state in ENDED_STATES else 0
+    elapsed = "0:00" if state == "PENDING" or not start else slurm_duration((end or now) - start)
+    per_node = gpu_count(_text(job, "tres_per_node"))
+    per_job = gpu_count(_text(job, "tres_per_job"))
+    requested = gpu_count(_text(job, "tres_req_str")) or per_node * max(1, nodes) + per_job  # all nodes together
+    status = _whole(job.get("exit_code"))
+    return QueuedJob(
+        id=str(job_id), user=user, uid=uid, state=state, elapsed=elapsed, nodes=nodes, gpus_per_node=per_node,
+        reason=_text(job, "state_reason"), name=_text(job, "name"), node_list=_text(job, "nodes"), gpus=requested,
+        exit_code=exit_code(status) if end and status is not None else "", restarts=_whole(job.get("restart_cnt")) or 0)
+
+
+def _jobs_in(answer: str | bytes, command: str) -> list[Any]:
+    """The list of jobs in a --json answer of `command`; SlurmAnswerError when it is not Slurm's JSON."""
+    if len(answer) > MAX_ANSWER_BYTES:
+        raise SlurmAnswerError(f"{command}'s answer is {len(answer)} bytes, more than the {MAX_ANSWER_BYTES} read")
+    try:
+        data = json.loads(answer)
+    except (ValueError, RecursionError) as err:
+        raise SlurmAnswerError(f"{command}'s answer is not JSON ({str(err)[:80]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+        raise SlurmAnswerError(f"{command}'s answer has no list of jobs")
+    if data.get("errors"):
+        raise SlurmAnswerError(f"{command} reports errors: {str(data['errors'])[:200]}")
+    return data["jobs"]
+
+
+def read_squeue(answer: str | bytes, now: float) -> dict[str, QueuedJob]:
+    """Every job in a `squeue --json` answer, by id, in Slurm's order; `now` (time.time()) for the elapsed times.
+    SlurmAnswerError when the answer is not Slurm's JSON."""
+    jobs: dict[str, QueuedJob] = {}
+    for entry in _jobs_in(answer, "squeue"):
+        job = _queued_job(entry, now)
+        if job is not None and job.id not in jobs:
+            jobs[job.id] = job
+    return jobs
+
+
+def users_jobs(jobs: Mapping[str, QueuedJob], user: str) -> list[QueuedJob]:
+    """The user's jobs that squeue lists (pending, running), in Slurm's order."""
+    return [job for job in jobs.values() if job.user == user and job.queued]
+
+
+@dataclass(frozen=True)
+class AccountedRun:
+    """One run of a job in Slurm's accounting (with `--duplicates` each run of a requeued job is its own)."""
+
+    job_id: str
+    user: str
+    name: str
+    state: str
+    start: datetime | None  # local time, as the dashboard shows it; None: never started
+    end: datetime | None  # None: still running
+    gpus: int  # allocated, all nodes together
+    nodes: str  # hostlist; "None assigned" when it never ran
+
+
+def _local_time(value: Any) -> datetime | None:
+    seconds = _whole(value)
+    return datetime.fromtimestamp(seconds) if seconds else None
+
+
+def _allocated_gpus(tres: Any) -> int:
+    allocated = tres.get("allocated") if isinstance(tres, dict) else None
+    counts = [_whole(item.get("count")) or 0 for item in allocated or () if isinstance(item, dict)
+              and item.get("type") == "gres" and isinstance(item.get("name"), str)
+              and item["name"].split(":")[0] == "gpu"]
+    return sum(counts)
+
+
+def _accounted_run(job: Any) -> AccountedRun | None:
+    if not isinstance(job, dict):
+        return None
+    job_id, user = _whole(job.get("job_id")), _text(job, "user")
+    state = job.get("state") if isinstance(job.get("state"), dict) else {}
+    current = state.get("current") if isinstance(state.get("current"), str) else ""
+    times = job.get("time") if isinstance(job.get("time"), dict) else {}
+    if job_id is None or not ACCOUNT_NAME.fullmatch(user) or not JOB_STATE.fullmatch(current):
+        return None
+    return AccountedRun(job_id=str(job_id), user=user, name=_text(job, "name"), state=current,
+                        start=_local_time(times.get("start")), end=_local_time(times.get("end")),
+                        gpus=_allocated_gpus(job.get("tres")), nodes=_text(job, "nodes"))
+
+
+def read_sacct(answer: str | bytes, user: str | None = None) -> list[AccountedRun]:
+    """The runs in a `sacct --json` answer, in Slurm's order: only `user`'s when given (sacct's -u is ignored).
+    SlurmAnswerError when the answer is not Slurm's JSON."""
+    runs = (_accounted_run(entry) for entry in _jobs_in(answer, "sacct"))
+    return [run for run in runs if run is not None and (user is None or run.user == user)]
