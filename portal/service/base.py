@@ -24,7 +24,7 @@ from portal.jobs import (
     UnreadableRecord,
 )
 from portal.jobs.slurm import JobDirError
-from portal.service.board import HubUser, JobBoard
+from portal.service.board import HubUser, JobBoard, SubmitInProgress
 from portal.service.cluster import ClusterCache
 from portal.service.hub import HubDirectory, HubUnavailable
 from portal.service.render import hub_namespace
@@ -118,6 +118,8 @@ def as_portal_error(err: Exception) -> PortalError | None:
         return PortalError(400 if err.status in (403, 409, 422) else 503, str(err))
     if isinstance(err, subprocess.TimeoutExpired):
         return PortalError(503, "Slurm or the file system did not answer in time; try again shortly")
+    if isinstance(err, SubmitInProgress):
+        return PortalError(429, str(err))
     if isinstance(err, HubUnavailable):
         return PortalError(503, f"JupyterHub is unavailable: {err}")
     return None
@@ -228,7 +230,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         try:
             return await IOLoop.current().run_in_executor(pool, call)
         except (JobSpecError, BackendError, JobNotFound, JobAccessError, SlurmError, KubernetesError,
-                UnreadableRecord, subprocess.TimeoutExpired) as err:
+                UnreadableRecord, SubmitInProgress, subprocess.TimeoutExpired) as err:
             raise as_portal_error(err) from None
 
 class APIHandler(PortalHandler):

@@ -47,6 +47,10 @@ USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user,
 USAGE_RETRY_S = 10.0  # ... and after it failed, asked again no sooner than this
 
 
+class SubmitInProgress(RuntimeError):
+    """The user's previous submit is still being decided: one quota decision at a time per user."""
+
+
 @dataclass(frozen=True)
 class HubUser:
     """The logged-in user as the hub knows them (groups from LDAP; admin from the admin groups)."""
@@ -89,6 +93,7 @@ class JobBoard:
         self._submitted: dict[tuple[str, str, str], tuple[float, int]] = {}
         self._cancelled: dict[str, float] = {}
         self._acted_lock = threading.Lock()
+        self._submit_locks: dict[str, threading.Lock] = {}  # per user: one quota decision at a time (submit)
 
     def stop(self) -> None:
         """The background reads that have not started are dropped (see app.stop_work)."""
@@ -344,14 +349,29 @@ class JobBoard:
     def submit(self, user: HubUser, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Submit for the user, checked against what they may ask for now (`limits_now`). A Slurm job is PENDING
         when its submit returns (released a moment ago): its state is not asked of Slurm, and until the shared
-        squeue answer shows it the list says PENDING."""
-        job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg, limits=self.limits_now(user))
-        self._remember_job(job)
-        if job.backend != "slurm":
-            return job_summary(job, job.state, "", None, self.base_url, self.service_prefix)
+        squeue answer shows it the list says PENDING.
+
+        One submit at a time per user: the quota check, the submit and counting the new job are one decision, so
+        two racing submits cannot both pass on the same free GPUs. A submit while the user's last is still being
+        decided is refused (SubmitInProgress) rather than queued: a user's burst holds one worker, never the pool
+        that everybody's submits share."""
         with self._acted_lock:
-            self._submitted[job_key(job)] = (self._clock(), job.spec.nodes * job.spec.gpus_per_node)
-        return job_summary(job, PENDING, "", None, self.base_url, self.service_prefix)
+            decision = self._submit_locks.setdefault(user.name, threading.Lock())
+        if not decision.acquire(blocking=False):
+            raise SubmitInProgress(f"{user.name}'s previous submit is still being decided (one at a time, so that "
+                                   "each is checked against the GPUs the others took); send it again once that "
+                                   "one has answered")
+        try:
+            job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg,
+                                  limits=self.limits_now(user))
+            self._remember_job(job)
+            if job.backend == "slurm":
+                with self._acted_lock:
+                    self._submitted[job_key(job)] = (self._clock(), job.spec.nodes * job.spec.gpus_per_node)
+        finally:
+            decision.release()
+        state = PENDING if job.backend == "slurm" else job.state
+        return job_summary(job, state, "", None, self.base_url, self.service_prefix)
 
     def cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
         """Cancel as the job's owner. The owner is checked once, by the cancel itself (Slurm's word on the job's

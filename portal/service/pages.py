@@ -270,7 +270,7 @@ class SubmitPageHandler(PageHandler):
         try:
             job = await self.acting(self.board.submit, self.hub_user, spec)
         except PortalError as err:
-            if err.status_code != 400:
+            if err.status_code not in (400, 429):  # the request's own fault: shown beside what was sent
                 raise
             await self._show(spec, err)
             return

@@ -116,7 +116,7 @@ class FakeDirectory:
              "admin": HubUser("admin", ("portal-admins",), admin=True)}
 
     async def user(self, name, fresh=False):
-        return self.USERS[name]
+        return self.USERS.get(name) or HubUser(name, ("datascientists",))
 
     async def everyone(self):
         return list(self.USERS.values())
@@ -300,10 +300,11 @@ class DashboardTest(AsyncHTTPTestCase):
         self.api.submits_held = threading.Event()
         self.api.add("alice", "7", "RUNNING")
         try:
-            # ACTION_WORKERS held submits fill their pool (the test client opens at most 10 connections at once)
+            # ACTION_WORKERS held submits of as many users fill their pool (one user holds one worker at most; the
+            # test client opens at most 10 connections at once)
             held = [self.http_client.fetch(self.get_url("/services/portal/api/jobs"), method="POST",
-                                           headers={"X-Test-User": "bob"}, body='{"gpus_per_node": 0}',
-                                           raise_error=False) for _ in range(ACTION_WORKERS)]
+                                           headers={"X-Test-User": f"user{i}"}, body='{"gpus_per_node": 0}',
+                                           raise_error=False) for i in range(ACTION_WORKERS)]
 
             async def until_the_actions_pool_is_full():
                 while self.api.submitting < ACTION_WORKERS:
@@ -316,6 +317,29 @@ class DashboardTest(AsyncHTTPTestCase):
             self.api.submits_held.set()
         for future in held:
             assert self.io_loop.run_sync(lambda f=future: f, timeout=5).code == 201
+
+    def test_a_second_submit_while_the_first_is_decided_is_a_429_that_says_so(self):
+        self.api.submits_held = threading.Event()
+        try:
+            first = self.http_client.fetch(self.get_url("/services/portal/api/jobs"), method="POST",
+                                           headers={"X-Test-User": "bob"}, body='{"gpus_per_node": 0}',
+                                           raise_error=False)
+
+            async def until_it_is_submitting():
+                while self.api.submitting < 1:
+                    await asyncio.sleep(0.01)
+
+            self.io_loop.run_sync(until_it_is_submitting, timeout=5)
+            second = self.call("POST", "api/jobs", body={"gpus_per_node": 0}, user="bob")
+            assert second.code == 429, second.body
+            assert "bob's previous submit is still being decided" in json.loads(second.body)["error"]
+            form = self.call("POST", "submit", body="gpus_per_node=0&epochs=1", user="bob")
+            assert form.code == 429 and b"still being decided" in form.body  # the form, shown again with why
+            assert self.call("POST", "api/jobs", body={"gpus_per_node": 0}, user="alice").code == 201
+        finally:
+            self.api.submits_held.set()
+        assert self.io_loop.run_sync(lambda: first, timeout=5).code == 201
+        assert self.call("POST", "api/jobs", body={"gpus_per_node": 0}, user="bob").code == 201  # the next is fine
 
     def test_a_cancelled_slurm_job_is_checked_once_and_then_listed_without_asking(self):
         self.api.add("alice", "9", "PENDING")

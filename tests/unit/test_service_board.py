@@ -13,7 +13,16 @@ from portal import jobs as jobs_api
 from portal.config import PortalConfig
 from portal.jobs import JobNotFound, RunMetrics, UnreadableJob
 from portal.service.background import REFRESH_WORKERS
-from portal.service.board import USAGE_RETRY_S, Coalescer, DirStamp, HubUser, JobBoard, Refresher, jobs_dir_stamp
+from portal.service.board import (
+    USAGE_RETRY_S,
+    Coalescer,
+    DirStamp,
+    HubUser,
+    JobBoard,
+    Refresher,
+    SubmitInProgress,
+    jobs_dir_stamp,
+)
 from portal.service.cluster import ClusterCache
 from portal.service.summary import time_left_s, unreadable_summary
 from tests.unit import test_service_api as fakes
@@ -246,6 +255,39 @@ def test_a_submitted_job_is_pending_without_asking_until_a_squeue_asked_after_it
     now[0] = 3.0  # a new answer, asked after the submit, does not show it: now Slurm is asked
     board.list(ALICE)
     assert api.backend.asked == [job["id"]]
+
+
+def wait_until(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true"
+        time.sleep(0.01)
+
+
+def test_two_racing_submits_of_one_user_are_one_quota_decision_after_the_other(tmp_path):
+    """Alice holds 2 of her 4 GPUs and sends two submits of 2 GPUs at once (issue 25: both were accepted). The
+    second is refused while the first is being decided; sent again, it is checked against the first's GPUs. Bob's
+    submit goes on beside hers."""
+    now = [0.0]
+    api, board = make_board(tmp_path, now)
+    alice, bob = HubUser("alice", ("datascientists", "gpu-users")), HubUser("bob", ("datascientists", "gpu-users"))
+    api.add("alice", "7", "RUNNING")  # 2 GPUs in the fake squeue
+    api.submits_held = threading.Event()
+    first = threading.Thread(target=board.submit, args=(alice, {"gpus_per_node": 2}))
+    first.start()
+    wait_until(lambda: api.submitting == 1)
+    with pytest.raises(SubmitInProgress, match="alice's previous submit is still being decided"):
+        board.submit(alice, {"gpus_per_node": 2})
+    other = threading.Thread(target=board.submit, args=(bob, {"gpus_per_node": 1}))
+    other.start()
+    wait_until(lambda: api.submitting == 2)  # bob's submit is under way beside alice's
+    api.submits_held.set()
+    for thread in (first, other):
+        thread.join(10)
+    api.submits_held = None
+    board.submit(alice, {"gpus_per_node": 2})
+    alices = [limits for limits in api.limits_given if limits.gpu_holders and limits.gpu_holders[0] == "job 7"]
+    assert [limits.gpus_in_use for limits in alices] == [2, 4]  # the one sent again saw the first's 2 GPUs
 
 
 def test_limits_come_from_the_shared_answer_with_this_services_submits_and_cancels(tmp_path):
