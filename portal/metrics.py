@@ -18,6 +18,7 @@ import bisect
 import itertools
 import json
 import math
+import stat
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,7 @@ MAX_EPOCHS = 1_000_000
 MAX_NOTE = 500
 MAX_SERIES = 200  # epochs of history kept for a sparkline: the latest ones
 MAX_EPOCH_SECONDS = 366 * 24 * 3600.0
+MAX_EVENT_BYTES = 128 * 2**20  # a run's event files, all together: a CheXNet run of 1,000 epochs writes ~20 MB
 
 
 class MetricsError(ValueError):
@@ -190,10 +192,27 @@ def _history(accumulator, mean: list[tuple[int, float]]) -> dict:
             "epoch_seconds": seconds if seconds is None or seconds <= MAX_EPOCH_SECONDS else None}
 
 
+def checked_event_files(logdir: Path) -> list[Path]:
+    """The run's event files, each a regular file (not a link, FIFO or device: the logdir is the user's to fill)
+    and all together at most MAX_EVENT_BYTES; MetricsError naming the first that is not."""
+    files, total = sorted(logdir.glob("events.out.tfevents.*")), 0
+    for path in files:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode):
+            raise MetricsError(f"{path.name} is not a regular file: not read")
+        total += info.st_size
+        if total > MAX_EVENT_BYTES:
+            raise MetricsError(f"the event files hold more than {MAX_EVENT_BYTES // 2**20} MB: not read")
+    return files
+
+
 def read_run_metrics(logdir: str | Path) -> RunMetrics:
     logdir = Path(logdir)
-    if not logdir.is_dir() or not any(logdir.glob("events.out.tfevents.*")):
-        return RunMetrics()
+    try:
+        if not logdir.is_dir() or not checked_event_files(logdir):
+            return RunMetrics()
+    except MetricsError as err:
+        return RunMetrics(unreadable=str(err))
     from tensorboard.backend.event_processing import event_accumulator
 
     # size_guidance 0: keep every point (the default samples 10,000 scalars, which would drop epochs of a long run).

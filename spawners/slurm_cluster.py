@@ -12,16 +12,18 @@ import asyncio
 import os
 import shlex
 import time
+from pathlib import Path
 
 from tornado import web
 
 from portal.config import PortalConfig
-from portal.runas import ISOLATED_CWD, launcher_env, runuser_argv
+from portal.jobs.account import job_user
 from portal.slurm import gpu_holders, nodes_from_scontrol, slurm_partitions
 from portal.slurm_json import SQUEUE_JSON, QueuedJob, SlurmAnswerError, read_squeue, users_jobs
 from spawners.forms import ClusterLimits, Partition
 
 SLURM_TIMEOUT_S = 15
+OUTPUT_TAIL_BYTES = 64 * 1024  # of a failed server's output: its last lines, however long they are
 
 
 def partitions_from_scontrol(partition_lines: str, node_lines: str) -> tuple[Partition, ...]:
@@ -96,19 +98,12 @@ async def job_record(portal: PortalConfig, job_id: str) -> QueuedJob | None:
 
 async def ended_job_report(job_id: str, job: QueuedJob | None, user: str, output: str, tail_lines: int) -> str:
     """Why a start failed: the job's state, exit code and reason, and the end of its output (`output`: the file
-    the spawner named for it, never a path from Slurm's answer)."""
+    the spawner named for it, never a path from Slurm's answer; read as the user, within bounds: it is theirs)."""
     state, code, reason = (job.state, job.exit_code or "?", job.reason) if job else ("unknown", "?", "None")
     lines = [f"Slurm job {job_id} ended ({state}, exit code {code}, reason {reason}) before JupyterLab started."]
-    tail = await output_tail(user, output, tail_lines)
-    lines.append(f"Last lines of {output}:\n{tail}" if tail else f"{output} is empty.")
+    tail = await asyncio.to_thread(job_user(user).tail, Path(output), tail_lines, OUTPUT_TAIL_BYTES)
+    if tail is None:
+        lines.append(f"{output} is missing, or not a file the portal reads.")
+    else:
+        lines.append(f"Last lines of {output}:\n{tail.strip()}" if tail.strip() else f"{output} is empty.")
     return "\n".join(lines)
-
-
-async def output_tail(user: str, path: str, lines: int) -> str:
-    """The end of the job's output, read as the user (it is their file)."""
-    argv = runuser_argv(user, "/", ["tail", "-n", str(lines), "--", path])
-    proc = await asyncio.create_subprocess_exec(*argv, env=launcher_env(), cwd=ISOLATED_CWD,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await proc.communicate()
-    return out.decode(errors="replace").strip()
-

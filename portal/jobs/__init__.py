@@ -18,6 +18,7 @@ anyone else's job is "not found".
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -44,6 +45,7 @@ from portal.usage import UsageReport
 
 BACKENDS = ("slurm", "local", "kubernetes")
 DEFAULT_POLL_S = 5.0
+METRICS_TIMEOUT_S = 60  # reading a run's event files as the user (at most portal.metrics.MAX_EVENT_BYTES)
 # $1 the logdir, $2 the venv's python: portal.metrics's own early answer, without Python, when there is no events file.
 # -I and the working directory "/" (JobUser.run): the user's own files never shadow portal.metrics (portal.runas).
 METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exec "$2" -I -m portal.metrics "$1"; '
@@ -183,8 +185,11 @@ class Job:
         # cancelled while pending) has no event file: the shell answers for it without starting Python.
         # Its answer is checked like any input (RunMetrics.from_json); a bad one is shown as unreadable.
         python = str(self._backend.cfg.venv / "bin" / "python")
-        result = self._user.run(["/bin/sh", "-c", METRICS_IF_EVENTS, "sh", str(self.record.logdir), python],
-                                timeout=120, check=False)
+        try:
+            result = self._user.run(["/bin/sh", "-c", METRICS_IF_EVENTS, "sh", str(self.record.logdir), python],
+                                    timeout=METRICS_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:  # an answer too, kept like any other: a slow file costs one try a while
+            return RunMetrics(unreadable=f"reading the TensorBoard files took more than {METRICS_TIMEOUT_S} s")
         try:
             if result.returncode != 0:
                 last = (result.stderr.strip().splitlines() or ["no message"])[-1]

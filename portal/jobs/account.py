@@ -8,11 +8,16 @@ job fails), and root never follows a path the user controls. Any other caller ma
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
+import select
+import selectors
+import signal
 import subprocess
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +29,20 @@ COMMAND_TIMEOUT_S = 60
 READ_LIMIT_BYTES = 1024 * 1024  # the small files of a job (job.json, pid, exit_status): far more than they hold
 READ_TIMEOUT_S = 10
 TAIL_LIMIT_BYTES = 16 * 1024 * 1024  # of a log, what a page or the API returns at most
+OUTPUT_LIMIT_BYTES = 64 * 1024 * 1024  # what any command run as a user may print before it is stopped
+CHUNK_BYTES = 64 * 1024
+
+# A user's file, read within bounds (read_text, tail): $1 the path, $2 how many bytes of its end (or, with $3 = 0,
+# of its start). Only a regular file that is not a symlink; opened without following a link and without
+# blocking (a FIFO swapped in after the check gives nothing, a device at most $2 bytes); at most $2 bytes read.
+READ_BOUNDED = r"""[ -f "$1" ] && [ ! -L "$1" ] || { echo "$1: not a regular file" >&2; exit 3; }
+skip=0
+if [ "${3:-1}" = 1 ]; then
+  size=$(stat -c %s -- "$1") || exit 1
+  if [ "$size" -gt "$2" ]; then skip=$((size - $2)); fi
+fi
+exec dd if="$1" iflag=nofollow,nonblock,skip_bytes,count_bytes skip="$skip" count="$2" bs=65536 status=none
+"""
 
 
 # make_job_dir's one process: $1 the job's directory, $2 1 to keep an old one of that name (renamed), then
@@ -105,8 +124,8 @@ class JobUser:
             RUNUSER_CALLS.add(os.path.basename(argv[0]))
         # Bytes, decoded here: text mode would turn the \r of progress bars in a job's output into line breaks.
         # The working directory is "/", never the home: a program of ours must not find the user's files first.
-        raw = subprocess.run(self.command(argv, env), input=None if input is None else input.encode(),
-                             capture_output=True, timeout=timeout, cwd=ISOLATED_CWD, env=self._launcher_env())
+        raw = run_bounded(self.command(argv, env), None if input is None else input.encode(), timeout,
+                          env=self._launcher_env())
         result = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode(errors="replace"),
                                              raw.stderr.decode(errors="replace"))
         if check and result.returncode != 0:
@@ -137,17 +156,21 @@ class JobUser:
         """The file's text (its first `limit` + 1 bytes: a caller that gets more than `limit` knows the file is
         too large), or None when it is missing or unreadable for the user. A FIFO does not hold it up for long."""
         try:
-            result = self.run(["head", "-c", str(limit + 1), "--", str(path)], check=False, timeout=READ_TIMEOUT_S)
+            result = self.run(["/bin/sh", "-c", READ_BOUNDED, "read", str(path), str(limit + 1), "0"], check=False,
+                              timeout=READ_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return None
         return result.stdout if result.returncode == 0 else None
 
     def tail(self, path: Path, lines: int | None, max_bytes: int = TAIL_LIMIT_BYTES) -> str | None:
-        """The last `lines` lines (None: all), and of those at most the last `max_bytes`: a log is the user's to
-        write, one line of it may be gigabytes."""
-        script = 'tail -n "$1" -- "$3" | tail -c "$2"' if lines is not None else 'tail -c "$2" -- "$3"'
-        result = self.run(["/bin/bash", "-c", f"set -o pipefail; {script}", "tail", str(lines or 0),
-                           str(max_bytes), str(path)], check=False)
+        """The last `lines` lines (None: all) of the file's last `max_bytes`: a log is the user's to write, one line
+        of it may be gigabytes, and it may be no file at all (a FIFO, a link to /dev/zero): None then."""
+        script = f'{{ {READ_BOUNDED}\n}} | tail -n "$4"' if lines is not None else READ_BOUNDED
+        try:
+            result = self.run(["/bin/bash", "-c", f"set -o pipefail\n{script}", "tail", str(path), str(max_bytes),
+                               "1", str(lines or 0)], check=False, timeout=READ_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None
         return result.stdout if result.returncode == 0 else None
 
     def list_dir(self, path: Path) -> list[str]:
@@ -191,6 +214,81 @@ class JobUser:
     def can_read_dir(self, path: str) -> bool:
         """Whether the user can list and enter the directory (asked as the user: groups and ACLs count)."""
         return self.run(["test", "-d", path, "-a", "-r", path, "-a", "-x", path], check=False).returncode == 0
+
+
+def run_bounded(argv: Sequence[str], input: bytes | None, timeout: float, env: Mapping[str, str] | None = None,
+                max_output: int = OUTPUT_LIMIT_BYTES) -> subprocess.CompletedProcess:
+    """subprocess.run(capture_output=True, timeout=...) for a command that may meet a user's adversarial files: it
+    runs in a process group of its own, and when it ends, times out or prints more than `max_output` bytes the
+    whole group is killed. (subprocess.run kills only the process it started: runuser, not the `tail` that runuser
+    started, which then read /dev/zero until the machine ran out of memory.) TimeoutExpired on timeout."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ISOLATED_CWD, env=env,
+                            start_new_session=True)
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    pending = memoryview(input or b"")
+    deadline, printed, timed_out = time.monotonic() + timeout, 0, False
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(out_fd, selectors.EVENT_READ)
+            selector.register(err_fd, selectors.EVENT_READ)
+            if input is not None:
+                os.set_blocking(proc.stdin.fileno(), False)
+                selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+            while len(selector.get_map()) and printed <= max_output:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                for key, _ in selector.select(min(left, 1.0)):
+                    if key.events & selectors.EVENT_WRITE:
+                        try:
+                            pending = pending[os.write(key.fd, pending[:CHUNK_BYTES]):]
+                        except BrokenPipeError:
+                            pending = pending[:0]
+                        if not pending:
+                            selector.unregister(key.fd)
+                            proc.stdin.close()
+                        continue
+                    data = os.read(key.fd, CHUNK_BYTES)
+                    if data:
+                        chunks[key.fd].append(data)
+                        printed += len(data)
+                    else:
+                        selector.unregister(key.fd)
+        timed_out = timed_out or (printed <= max_output and not _exited(proc, deadline))
+    finally:
+        _end_group(proc)
+    if timed_out:
+        raise subprocess.TimeoutExpired(list(argv), timeout)
+    out, err = b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
+    if printed > max_output:
+        return subprocess.CompletedProcess(list(argv), proc.returncode or 1, out[:max_output],
+                                           err + f"\nstopped after {max_output} bytes of output".encode())
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+
+
+def _exited(proc: subprocess.Popen, deadline: float) -> bool:
+    """Whether the command's first process exits by `deadline`; it is not reaped, so its process id, and with it
+    its group's, stays this caller's until `_end_group`."""
+    pidfd = os.pidfd_open(proc.pid)  # readable once the process has exited; waiting on it reaps nothing
+    try:
+        return bool(select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0])
+    finally:
+        os.close(pidfd)
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """Kill what is left of the command's process group (what it started and left running: a reader blocked on a
+    FIFO, say), then reap its first process."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
 
 
 def job_user(user: str | None = None, groups: Sequence[str] | None = None) -> JobUser:

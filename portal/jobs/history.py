@@ -26,6 +26,7 @@ RESTART_LINE = re.compile(r"^chexnet: Slurm job [0-9]{1,12} restarted \(restart 
 RESUME_LINE = re.compile(r"chexnet\.train: (?:resuming from .*continuing with epoch ([0-9]{1,6}) of|--resume: no "
                          r"checkpoint in .*starting fresh at (epoch) 1)")
 MAX_MARKS, MAX_MARKS_BYTES = 1000, 256 * 1024  # of the log's lines that history reads: more than any job has
+MAX_LOG_BYTES = 256 * 2**20  # of a job's log, the part history looks through (its start, where runs begin)
 # What of a job's log history reads (grep -E: the lines the two patterns above can match), so a long log is not copied.
 LOG_LINES = r"^chexnet: Slurm job [0-9]+ restarted|chexnet\.train: (resuming from|--resume: no checkpoint)"
 EVENT_SLACK = timedelta(seconds=60)  # a node is marked down when its jobs are killed, give or take Slurm's ping

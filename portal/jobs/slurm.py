@@ -17,7 +17,7 @@ from pathlib import Path
 from portal.config import PortalConfig
 from portal.inputs import ascii_digits
 from portal.jobs import history
-from portal.jobs.account import THEN_FAILED, CallCounts, JobUser
+from portal.jobs.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
 from portal.jobs.record import (
     COMPLETED,
     ENDED_STATES,
@@ -288,10 +288,14 @@ class SlurmBackend:
         events = history.parse_events(self._slurm(
             user, "sacctmgr", "-nP", "show", "event", f"start={min(starts):%Y-%m-%dT%H:%M:%S}",
             f"format={history.EVENTS_FORMAT}", check=False)) if starts else []
-        # The log is the user's: only its first matching lines, bounded in size, are read.
-        marks = user.run(["/bin/bash", "-c", 'grep -E -m "$1" -- "$2" "$3" | head -c "$4"', "grep",
-                          str(history.MAX_MARKS), history.LOG_LINES, str(record.output_path),
-                          str(history.MAX_MARKS_BYTES)], check=False).stdout
+        # The log is the user's: a regular file, its first MAX_LOG_BYTES read, of those its first matching lines.
+        script = f'{{ {READ_BOUNDED}\n}} | grep -a -E -m "$4" -- "$5" | head -c "$6"'
+        try:
+            marks = user.run(["/bin/bash", "-c", script, "marks", str(record.output_path),
+                              str(history.MAX_LOG_BYTES), "0", str(history.MAX_MARKS), history.LOG_LINES,
+                              str(history.MAX_MARKS_BYTES)], check=False, timeout=READ_TIMEOUT_S * 3).stdout
+        except subprocess.TimeoutExpired:
+            marks = ""  # where each run resumed is left out; the runs themselves are Slurm's
         return history.history_lines(runs, events, history.resumed_epochs(marks))
 
 

@@ -85,26 +85,32 @@ class Coalescer:
 
 
 class Refresher:
-    """Work off the request path: at most one task per key at once (asking again while it runs does nothing),
-    run by `execute` (a small pool of its own by default, so requests never queue behind it)."""
+    """Work off the request path: at most one task per key at once (asking again while it runs does nothing), and
+    at most one per owner (a user whose files are slow to read holds one worker, never all of them: their next
+    task starts once this one ends), run by `execute` (a small pool of its own by default, so requests never
+    queue behind it)."""
 
     def __init__(self, execute: Callable[[Callable[[], None]], Any] | None = None):
         self._pool = None if execute else ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="portal-refresh")
         self._execute = execute or self._pool.submit
         self._lock = threading.Lock()
         self._running: set[Hashable] = set()
+        self._owners: set[str] = set()
 
     def stop(self) -> None:
         """Drop the queued tasks (nobody waits for them); those running finish. Nothing starts afterwards."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def start(self, key: Hashable, fn: Callable[[], Any]) -> bool:
-        """Start `fn` unless the key's task runs already; whether it was started."""
+    def start(self, key: Hashable, fn: Callable[[], Any], owner: str | None = None) -> bool:
+        """Start `fn` unless the key's task, or another of `owner`'s, runs (or waits to) already; whether it was
+        started."""
         with self._lock:
-            if key in self._running:
+            if key in self._running or (owner is not None and owner in self._owners):
                 return False
             self._running.add(key)
+            if owner is not None:
+                self._owners.add(owner)
 
         def task() -> None:
             try:
@@ -114,6 +120,7 @@ class Refresher:
             finally:
                 with self._lock:
                     self._running.discard(key)
+                    self._owners.discard(owner)
 
         self._execute(task)
         return True

@@ -144,7 +144,7 @@ class JobBoard:
                 records.scanned_at = self._clock()  # nothing to list: look again in rescan_s
             else:
                 self._refresher.start(("scan", user.name),
-                                      lambda: self._scans.run(user.name, lambda: self._scan(user)))
+                                      lambda: self._scans.run(user.name, lambda: self._scan(user)), owner=user.name)
         return [job for _, job in records.jobs.values()]
 
     def _remember_job(self, job: Job) -> None:
@@ -219,7 +219,7 @@ class JobBoard:
         ended = state in ENDED_STATES
         cached = self._metrics.get(key, want_final=ended)
         if cached is None:
-            self._refresher.start(("metrics", key), lambda: self.metrics_of(job, state))
+            self._refresher.start(("metrics", key), lambda: self.metrics_of(job, state), owner=job.record.user)
             if not ended:
                 cached = self._metrics.get_any(key)
         return cached

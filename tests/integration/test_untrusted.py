@@ -6,9 +6,11 @@ job answers exactly as a job that does not exist."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -133,3 +135,78 @@ def test_another_users_job_answers_exactly_as_a_job_that_does_not_exist(hub, bob
         leading_zero = alice.request(method, f"{hub.url}{PORTAL}{path.format('0' + bobs_job)}", timeout=60)
         assert leading_zero.status_code == 404, (method, path)
     wait_for(lambda: any(line.startswith(f"{bobs_job} ") for line in jobs_of("bob")), 5, what="bob's job, intact")
+
+
+BOB = Path("/home/bob")
+HOSTILE_JOBS = {  # bob's local-backend jobs, whose output and event files are no files the portal may read
+    "local-20261125T010101-f1f0f1": ("fifo", "fifo"),
+    "local-20261125T010102-d0d0d0": ("/dev/zero", "/dev/urandom"),
+    "local-20261125T010103-d1d1d1": ("/dev/urandom", "/dev/zero"),
+}
+
+
+def special(path: Path, kind: str) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path) if kind == "fifo" else path.symlink_to(kind)
+
+
+@pytest.fixture
+def bobs_hostile_files(cluster):
+    """bob's jobs whose output.log and event files are FIFOs and links to endless devices (issue 25: they held
+    the dashboard's workers for minutes, left a `tail` that grew to 22.5 GB, and a 408 MB metrics helper)."""
+    made = []
+    for job_id, (output, events) in HOSTILE_JOBS.items():
+        path = BOB / "jobs" / job_id
+        path.mkdir(parents=True, exist_ok=True)
+        made.append(path)
+        record = {"id": job_id, "backend": "local", "user": "bob", "spec": {"epochs": 1, "data_dir": "/data"},
+                  "submitted_at": "2026-11-25T01:01:01+00:00", "job_dir": str(path)}
+        (path / "job.json").write_text(json.dumps(record))
+        (path / "exit_status").write_text("0\n")
+        (path / "tensorboard").mkdir(exist_ok=True)
+        special(path / "output.log", output)
+        special(path / "tensorboard" / "events.out.tfevents.1.tnode1", events)
+    subprocess.run(["chown", "-R", "-h", "bob:users", str(BOB / "jobs")], check=True)
+    yield list(HOSTILE_JOBS)
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def readers_of(user: str) -> list[str]:
+    """The processes of `user` that read files for the dashboard (a tail, dd, head or the metrics helper)."""
+    found = subprocess.run(["pgrep", "-a", "-u", user, "-f", r"portal\.metrics|(^|/)(tail|dd|head) "],
+                           capture_output=True, text=True).stdout
+    return found.splitlines()
+
+
+def test_hostile_files_cost_their_owner_a_bounded_read_and_nobody_else_anything(hub, bobs_hostile_files):
+    alice, bob = token_session(hub, "alice"), token_session(hub, "bob")
+    bobs_pages = browser(hub, "bob")
+    api = f"{hub.url}{PORTAL}api/"
+    assert alice.get(f"{api}jobs", timeout=60).status_code == 200  # her list read once: what follows is a refresh
+    answers: list[tuple[str, int, float]] = []
+
+    def ask(url: str, session) -> None:
+        started = time.monotonic()
+        answers.append((url, session.get(url, timeout=120).status_code, time.monotonic() - started))
+
+    urls = [f"{hub.url}{PORTAL}jobs/{job_id}/log" for job_id in bobs_hostile_files] * 3
+    urls += [f"{api}jobs/{job_id}" for job_id in bobs_hostile_files]
+    threads = [threading.Thread(target=ask, args=(url, bobs_pages if "/api/" not in url else bob)) for url in urls]
+    for thread in threads:
+        thread.start()
+    alices = []
+    while any(thread.is_alive() for thread in threads) or len(alices) < 5:
+        started = time.monotonic()
+        assert alice.get(f"{api}jobs", timeout=60).status_code == 200
+        alices.append(time.monotonic() - started)
+    for thread in threads:
+        thread.join(120)
+    print(f"\nalice's list while bob's files were read: {len(alices)} requests, slowest {max(alices):.3f} s; "
+          f"bob's {len(answers)} requests: slowest {max(a[2] for a in answers):.2f} s")
+    assert max(alices) < 1.0, alices
+    assert all(code == 200 for _, code, _ in answers), answers
+    assert max(took for _, _, took in answers) < 30, answers  # each read gave up at once or within its bound
+    detail = bob.get(f"{api}jobs/{bobs_hostile_files[0]}", timeout=60).json()
+    assert "is not a regular file: not read" in detail["metrics_unreadable"], detail
+    wait_for(lambda: not readers_of("bob"), 15, what="no reader of bob's files left running")

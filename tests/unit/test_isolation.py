@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from portal import runas
-from portal.jobs import METRICS_IF_EVENTS
+from portal.jobs import METRICS_IF_EVENTS, account
 from portal.jobs.account import JobUser
 from portal.metrics import MetricsError, RunMetrics
 
@@ -38,16 +38,18 @@ def test_a_command_for_another_user_gets_no_secret_of_the_callers_and_runs_in_ro
         pytest.skip("acting for another user needs root (the dashboard's case)")
     seen = {}
 
-    def fake_run(argv, **kwargs):
+    def fake_run(argv, input, timeout, **kwargs):
         seen.update(kwargs, argv=argv)
         return subprocess.CompletedProcess(argv, 0, b"", b"")
 
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-secret")
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    real_run = account.run_bounded
+    monkeypatch.setattr(account, "run_bounded", fake_run)
     user = JobUser(name="alice", uid=10_001, gid=100, home=Path("/home/alice"), groups=())
     user.run(["cat", "--", "/home/alice/jobs/1/job.json"], env={"SLURM_CONF": "/s"})
-    assert seen["cwd"] == "/" and seen["env"] == runas.launcher_env()
+    assert seen["env"] == runas.launcher_env()
+    assert real_run(["pwd"], None, 30).stdout == b"/\n"  # every command runs in "/", never a home
     assert seen["argv"][:6] == [runas.RUNUSER, "-u", "alice", "--", "/usr/bin/env", "-i"]
     assert "service-secret" not in " ".join(seen["argv"]) and "/somewhere" not in " ".join(seen["argv"])
 

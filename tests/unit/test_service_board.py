@@ -157,6 +157,17 @@ def test_the_refresher_runs_one_task_per_key_at_once():
     assert refresher.start("k", lambda: None)
 
 
+def test_a_user_has_one_background_task_at_once_and_others_are_not_held_up():
+    held: list = []
+    refresher = Refresher(execute=held.append)
+    assert refresher.start(("metrics", "bob", "7"), lambda: None, owner="bob")  # bob's slow file: a worker
+    assert not refresher.start(("metrics", "bob", "8"), lambda: None, owner="bob")  # not a second one
+    assert not refresher.start(("scan", "bob"), lambda: None, owner="bob")
+    assert refresher.start(("metrics", "alice", "9"), lambda: None, owner="alice")  # alice's starts
+    held.pop(0)()  # bob's ends
+    assert refresher.start(("metrics", "bob", "8"), lambda: None, owner="bob")
+
+
 class UsageAPI(CountingAPI):
     def __init__(self, tmp, down: bool = False):
         super().__init__(tmp)
