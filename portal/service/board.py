@@ -374,12 +374,18 @@ class JobBoard:
         return job_summary(job, state, "", None, self.base_url, self.service_prefix)
 
     def cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
-        """Cancel as the job's owner. The owner is checked once, by the cancel itself (Slurm's word on the job's
-        user, then scancel as them), not also by `get`. A Slurm job that scancel accepted has ended CANCELLED:
-        kept as its final state, so the lists of a user who cancels often run no command for it afterwards."""
+        """Cancel the user's own job, as them. The owner is checked once, by the cancel itself (Slurm's word on the
+        job's user, then scancel as them), not also by `get`. A Slurm job that scancel accepted has ended
+        CANCELLED: kept as its final state, so the lists of a user who cancels often run no command for it
+        afterwards. An admin, who sees every user's jobs, cancels only their own: the portal never acts as another
+        user on the scheduler (JobAccessError, a 403; docs/security.md), where the cancel would be recorded as
+        that user's."""
         known = self._known(user, job_id)
         job = known if known is not None and not isinstance(known, UnreadableJob) else \
             self.get(user, job_id, everyone, check=False)  # a broken record is read again: it may be fixed
+        if job.owner != user.name:  # only an admin gets here with another user's job: `get` hides it from others
+            raise JobAccessError(f"job {job_id} is {job.owner}'s: admins see every user's jobs but cancel only "
+                                 f"their own ({job.owner} cancels it, or a Slurm operator with scancel)")
         if isinstance(job, UnreadableJob):
             raise UnreadableRecord(job)  # nothing a broken record says is acted on
         try:

@@ -201,13 +201,22 @@ class DashboardTest(AsyncHTTPTestCase):
         assert self.api.backend.cancelled == []
         assert self.call("GET", "api/jobs/not-an-id").code == 404
 
-    def test_an_admin_sees_and_cancels_every_users_jobs(self):
+    def test_an_admin_sees_every_users_jobs_and_cancels_only_their_own(self):
         self.api.add("alice", "7", "RUNNING")
         self.api.add("bob", "8")
         listed = json.loads(self.call("GET", "api/jobs", user="admin").body)["jobs"]
         assert sorted((j["user"], j["id"]) for j in listed) == [("alice", "7"), ("bob", "8")]
         assert json.loads(self.call("GET", "api/jobs/8", user="admin").body)["user"] == "bob"
-        assert self.call("DELETE", "api/jobs/7", user="admin").code == 204
+        # Cancelled as alice, it was recorded as alice's own cancel (issue 25): the portal never acts as her.
+        refused = self.call("DELETE", "api/jobs/7", user="admin")
+        assert refused.code == 403 and "job 7 is alice's: admins see every user's jobs but cancel only their own" \
+            in json.loads(refused.body)["error"]
+        assert self.call("POST", "jobs/7/cancel", user="admin").code == 403
+        assert self.api.backend.cancelled == []
+        page = self.call("GET", "jobs", user="admin").body
+        assert b'id="cancel-7"' not in page and b"jobs/7/cancel" not in page  # no button that would be refused
+        assert b'id="cancel"' not in self.call("GET", "jobs/7", user="admin").body
+        assert self.call("DELETE", "api/jobs/7", user="alice").code == 204  # hers to cancel
         assert self.api.backend.cancelled == ["7"]
 
     def test_slurm_down_is_503_with_a_message_and_no_traceback(self):
