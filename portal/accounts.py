@@ -4,8 +4,9 @@
     python -m portal.accounts show               # user, account and GPU limit, as Slurm has them
 
 Groups become accounts; each user who may log in gets one association, in the group that gives their quota, with
-GrpTRES=gres/gpu=<quota>. The rules (`desired_state`, `plan`, the sacctmgr parsers) are pure; `sync` and `main` take
-the directory reader and the Slurm command runner as arguments, so the box and the tests pass their own.
+GrpTRES=gres/gpu=<quota> and MaxSubmitJobs=<max_jobs_per_user>. The rules (`desired_state`, `plan`, the sacctmgr
+parsers) are pure; `sync` and `main` take the directory reader and the Slurm command runner as arguments, so the box
+and the tests pass their own.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ldap3.core.exceptions import LDAPException, LDAPInvalidDnError
 from ldap3.utils.dn import parse_dn
 
 from portal.config import ConfigError, PortalConfig, load
+from portal.inputs import ascii_digits
 from portal.jobs import SlurmError
 
 PROG = "python -m portal.accounts"
@@ -34,6 +36,7 @@ EXIT_FAILURE, EXIT_USAGE = 1, 2
 SLURM_TIMEOUT_S = 30
 SLURM_ROOT = "root"  # Slurm's own account and user: never changed here
 QOS, DENY_ON_LIMIT = "normal", "DenyOnLimit"
+ASSOC_FORMAT = "Cluster,Account,User,GrpTRES,MaxSubmitJobs"
 SACCTMGR = ("sacctmgr", "-i")  # -i: commit without asking
 GROUP_FILTER = "(|(objectClass=posixGroup)(objectClass=groupOfNames)(objectClass=groupOfUniqueNames))"
 LDAP_PAGE_SIZE = 500  # below slapd's default size limit, so a large directory is read page by page
@@ -68,6 +71,7 @@ class Association:
     user: str
     account: str
     gpus: int | None  # GrpTRES gres/gpu; None: no GPU limit
+    max_jobs: int | None = None  # MaxSubmitJobs: jobs queued and running at once; None: no limit
 
 
 @dataclass(frozen=True)
@@ -190,7 +194,7 @@ def desired_state(directory: Sequence[Group], cfg: PortalConfig) -> Accounting:
         if account is None:
             warnings.append(f"user {user} gets no association: none of their groups can be a Slurm account")
             continue
-        users.append(Association(user, account, cfg.gpu_quota_for([g.name for g in groups])))
+        users.append(Association(user, account, cfg.gpu_quota_for([g.name for g in groups]), cfg.max_jobs_per_user))
     return Accounting(accounts, tuple(users), {a.user: a.account for a in users}, warnings=tuple(warnings))
 
 
@@ -208,15 +212,18 @@ def cluster_name(config_text: str) -> str:
     return match.group(1).lower()
 
 
-def _rows(text: str, fields: int) -> list[list[str]]:
-    """`sacctmgr -nP` output: '|' between fields (-p would add one at the end)."""
-    return [row[:fields] for row in (line.strip().split("|") for line in text.splitlines()) if len(row) >= fields]
+def _rows(text: str, fields: int, keep: int | None = None) -> list[list[str]]:
+    """`sacctmgr -nP` output: '|' between fields (-p would add one at the end); rows of at least `fields` fields,
+    each cut to `keep` (default: `fields`)."""
+    return [row[:keep or fields] for row in (line.strip().split("|") for line in text.splitlines())
+            if len(row) >= fields]
 
 
 def parse_associations(text: str, cluster: str) -> tuple[frozenset[str], tuple[Association, ...]]:
-    """`show assoc format=Cluster,Account,User,GrpTRES`: accounts (rows without a user) and user associations."""
-    rows = [row for row in _rows(text, 4) if row[0] == cluster and row[1]]
-    associations = {Association(user, account, gpu_limit(tres)) for _, account, user, tres in rows if user}
+    """`show assoc format=ASSOC_FORMAT`: accounts (rows without a user) and user associations."""
+    rows = [(row + [""])[:5] for row in _rows(text, 4, keep=5) if row[0] == cluster and row[1]]
+    associations = {Association(user, account, gpu_limit(tres), int(jobs) if ascii_digits(jobs) else None)
+                    for _, account, user, tres, jobs in rows if user}
     return frozenset(r[1] for r in rows if not r[2]), tuple(sorted(associations, key=lambda a: (a.user, a.account)))
 
 
@@ -239,10 +246,14 @@ def _remove(user: str, account: str, cluster: str) -> Change:
         (*SACCTMGR, "delete", "user", "where", f"Name={user}", f"Account={account}", f"Cluster={cluster}"),))
 
 
-def _user_changes(want: Association, have: Mapping[str, int | None], default: str, cluster: str) -> list[Change]:
+def _limits(want: Association) -> tuple[str, ...]:
+    return (f"GrpTRES=gres/gpu={want.gpus}", *([f"MaxSubmitJobs={want.max_jobs}"] if want.max_jobs else []))
+
+
+def _user_changes(want: Association, have: Mapping[str, Association], default: str, cluster: str) -> list[Change]:
     user, account = want.user, want.account
     add = (*SACCTMGR, "add", "user", f"Name={user}", f"Cluster={cluster}", f"Account={account}",
-                    f"DefaultAccount={account}", f"GrpTRES=gres/gpu={want.gpus}")
+                    f"DefaultAccount={account}", *_limits(want))
     set_default = (*SACCTMGR, "modify", "user", "where", f"Name={user}", f"Cluster={cluster}",
                             "set", f"DefaultAccount={account}")
     if not have:
@@ -253,11 +264,15 @@ def _user_changes(want: Association, have: Mapping[str, int | None], default: st
         return [Change(f"move {user} from {', '.join(old)} to {account} with {_gpus(want.gpus)}",
                        (add, set_default, *(_remove(user, a, cluster).commands[0] for a in old)))]
     changes = []
-    if have[account] != want.gpus:
+    now = have[account]
+    if (now.gpus, now.max_jobs) != (want.gpus, want.max_jobs):
+        said = [f"GPU limit {'none' if now.gpus is None else now.gpus} -> {want.gpus}"] if now.gpus != want.gpus \
+            else []
+        said += [f"job limit {now.max_jobs or 'none'} -> {want.max_jobs}"] if now.max_jobs != want.max_jobs else []
         changes.append(Change(
-            f"{user}: GPU limit {'none' if have[account] is None else have[account]} -> {want.gpus}",
+            f"{user}: {', '.join(said)}",
             ((*SACCTMGR, "modify", "user", "where", f"Name={user}", f"Account={account}", f"Cluster={cluster}",
-                       "set", f"GrpTRES=gres/gpu={want.gpus}"),)))
+                       "set", *_limits(want)),)))
     if default != account:
         changes.append(Change(f"{user}: default account {default or 'none'} -> {account}", (set_default,)))
     return changes + [_remove(user, a, cluster) for a in sorted(set(have) - {account})]
@@ -273,7 +288,7 @@ def plan(desired: Accounting, current: Accounting) -> list[Change]:
         changes.append(Change(f"set {DENY_ON_LIMIT} on QOS {QOS}", (
             (*SACCTMGR, "modify", "qos", "where", f"Name={QOS}", "set", f"Flags+={DENY_ON_LIMIT}"),)))
     mine = [a for a in current.associations if SLURM_ROOT not in (a.user, a.account)]
-    held = {user: {a.account: a.gpus for a in mine if a.user == user} for user in {a.user for a in mine}}
+    held = {user: {a.account: a for a in mine if a.user == user} for user in {a.user for a in mine}}
     for want in desired.associations:
         changes += _user_changes(want, held.get(want.user, {}), current.default_accounts.get(want.user, ""), cluster)
     for user in sorted(set(held) - set(desired.default_accounts)):
@@ -314,7 +329,7 @@ def read_slurm(cfg: PortalConfig, run: Runner | None = None) -> Accounting:
     run = run or slurm_runner(cfg)
     cluster = cluster_name(run(["scontrol", "show", "config"]))
     accounts, associations = parse_associations(run(["sacctmgr", "-nP", "show", "assoc", f"Cluster={cluster}",
-                                                     "format=Cluster,Account,User,GrpTRES"]), cluster)
+                                                     f"format={ASSOC_FORMAT}"]), cluster)
     defaults = parse_default_accounts(
         run(["sacctmgr", "-nP", "show", "user", f"Cluster={cluster}", "format=User,DefaultAccount"]))
     flags = parse_qos_flags(run(["sacctmgr", "-nP", "show", "qos", QOS, "format=Name,Flags"]))

@@ -103,6 +103,9 @@ class PortalConfig:
     gpu_quota: Mapping[str, int] = setting({"gpu-users": 4}, "The most GPUs per server for each group's members "
                                            "(the largest quota among a user's groups applies).")
     default_gpu_quota: int = setting(0, "The GPU quota of users in none of gpu_quota's groups.")
+    max_jobs_per_user: int = setting(50, "The most jobs a user may have queued or running at once, servers included: "
+                                     "the portal refuses a submit beyond it, and Slurm holds it too (MaxSubmitJobs "
+                                     "on each user's association, set by `python -m portal.accounts sync`).")
 
     spawner_backend: str = setting("slurm", "Which scheduler runs the users' servers and jobs: slurm or kubernetes.")
 
@@ -216,7 +219,7 @@ class PortalConfig:
             raise ConfigError(f"dashboard_port is {self.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
         self._check_kubernetes()
         self._check_box()
-        for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines"):
+        for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines", "max_jobs_per_user"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} is {getattr(self, name)}; allowed: 1 or more")
 

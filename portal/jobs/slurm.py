@@ -32,13 +32,14 @@ from portal.jobs.record import (
     exit_code,
     now_utc,
 )
-from portal.jobs.spec import JobLimits, JobSpec
+from portal.jobs.spec import WHOLE, JobLimits, JobSpec, JobSpecError
 from portal.jobs.templating import template_environment
 from portal.slurm import GpuHolder, SlurmPartition, gpu_holders, job_unknown, slurm_partitions
 from portal.slurm_json import SACCT_JSON, SQUEUE_JSON, QueuedJob, SlurmAnswerError, read_sacct, read_squeue, users_jobs
 from portal.usage import UsageReport, usage_report, week_start
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
+POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a job over the association's limits
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
 MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
 # Slurm commands run as a job's user (sbatch, scontrol, sacct, scancel), by name: the dashboard shows them.
@@ -92,11 +93,12 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
 
 
 def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders: Sequence[GpuHolder],
-                groups: Sequence[str]) -> JobLimits:
+                groups: Sequence[str], jobs_queued: int = 0) -> JobLimits:
     """What a user in `groups` may ask for, given Slurm's partitions and the user's jobs that hold GPUs (pure):
     the jobs partition's shape (its usable nodes, busy or not: a job may wait; drained or down ones are left out),
-    the user's group GPU quota and what their jobs and server hold of it (Slurm holds the same limit for whatever
-    does not come through the portal). SlurmError when no partition can take a job."""
+    the user's group GPU quota and what their jobs and server hold of it, and how many of their jobs are queued
+    or running against max_jobs_per_user (Slurm holds the same limits for whatever does not come through the
+    portal). SlurmError when no partition can take a job."""
     if not partitions:
         raise SlurmError("Slurm reports no partition that is up")
     wanted = cfg.jobs_partition
@@ -114,7 +116,7 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders
         max_minutes=partition.max_minutes, gpu_quota=cfg.gpu_quota_for(groups),
         default_data_dir=str(cfg.default_data_path), groups=tuple(groups),
         gpus_in_use=sum(h.gpus for h in holders), gpu_holders=tuple(h.describe() for h in holders),
-        unusable_note=partition.unusable_note())
+        unusable_note=partition.unusable_note(), jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user)
 
 
 class SlurmBackend:
@@ -142,8 +144,8 @@ class SlurmBackend:
         """What `user` may ask for now, asked of Slurm as them (see `limits_from`)."""
         partitions = slurm_partitions(self._slurm(user, "scontrol", "show", "partition", "-o"),
                                       self._slurm(user, "scontrol", "show", "node", "-d", "-o"))
-        holders = gpu_holders(users_jobs(self._squeue(user), user.name))
-        return limits_from(self.cfg, partitions, holders, user.groups)
+        queued = users_jobs(self._squeue(user), user.name)
+        return limits_from(self.cfg, partitions, gpu_holders(queued), user.groups, len(queued))
 
     def _squeue(self, user: JobUser) -> dict[str, QueuedJob]:
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""
@@ -178,7 +180,13 @@ class SlurmBackend:
         have this id's directory: it is kept, renamed, and jobs() no longer lists it.
         """
         script = self.render(spec, user, partition)
-        answer = self._slurm(user, "sbatch", "--parsable", "--hold", input=script)
+        try:
+            answer = self._slurm(user, "sbatch", "--parsable", "--hold", input=script)
+        except SlurmError as err:  # a limit of the user's association: their request, not Slurm being down
+            if POLICY_REFUSAL not in str(err):
+                raise
+            raise JobSpecError(WHOLE, f"Slurm refused the job under your limits (at most {self.cfg.max_jobs_per_user} "
+                                      f"jobs at once, and your GPU quota): {str(err).rsplit(': ', 1)[-1]}") from None
         job_id = answer.strip().split(";")[0]
         if not ascii_digits(job_id):
             raise SlurmError(f"sbatch answered {answer.strip()!r}, not a job id")

@@ -94,6 +94,8 @@ class JobLimits:
     gpus_in_use: int = 0
     gpu_holders: tuple[str, ...] = ()
     unusable_note: str = ""  # "; not usable now: node2 (idle+drain)": why `nodes` is fewer than the partition's
+    jobs_queued: int = 0  # the user's jobs queued or running now, servers included
+    max_jobs: int | None = None  # the most of those at once (max_jobs_per_user); None: no limit
 
     @property
     def gpus_left(self) -> int:
@@ -146,6 +148,9 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
     for the calling process, which is right when the user calls (a notebook), wrong when root acts for them.
     """
     raw = inputs.fields_of(raw, FIELDS, WHOLE)
+    if limits.max_jobs is not None and limits.jobs_queued >= limits.max_jobs:
+        raise JobSpecError(WHOLE, f"you have {limits.jobs_queued} jobs queued or running (your server included); "
+                                  f"allowed: at most {limits.max_jobs} at once: cancel one or wait for one to end")
     template = inputs.choice(raw["template"], "template", TEMPLATES) if "template" in raw else JobSpec.template
 
     nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"

@@ -174,10 +174,12 @@ class JobBoard:
             return None
         snapshot = snapshot or self.cluster.snapshot()
         submitted, cancelled = self._since(snapshot)
-        holders = list(gpu_holders(q for q in users_jobs(snapshot.queue, user.name) if q.id not in cancelled))
-        holders += [GpuHolder(job_id=job_id, gpus=gpus, server=False) for (owner, job_id, _), gpus in
-                    submitted.items() if owner == user.name and gpus and job_id not in snapshot.queue]
-        return limits_from(self.cfg, snapshot.partitions, holders, user.groups)
+        queued = [q for q in users_jobs(snapshot.queue, user.name) if q.id not in cancelled]
+        since = [(job_id, gpus) for (owner, job_id, _), gpus in submitted.items()
+                 if owner == user.name and job_id not in snapshot.queue]
+        holders = [*gpu_holders(queued), *(GpuHolder(job_id=job_id, gpus=gpus, server=False)
+                                           for job_id, gpus in since if gpus)]
+        return limits_from(self.cfg, snapshot.partitions, holders, user.groups, len(queued) + len(since))
 
     def state_of(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, str]:
         """(state, elapsed): from the shared squeue answer while the job is queued, else from the job itself (which

@@ -169,6 +169,29 @@ def test_what_a_user_writes_into_a_job_forges_no_job_of_anothers(cluster, hub, n
     assert report.per_user.get("alice", 0.0) == pytest.approx(hours_before, abs=0.01)
 
 
+def test_a_user_at_the_job_limit_is_refused_by_the_portal_and_by_slurm(cluster, hub, no_jobs_left):
+    """max_jobs_per_user (50) is Slurm's MaxSubmitJobs on each association (portal.accounts) and the portal's own
+    check: bob's 50 held jobs from a terminal fill it; the portal's submit then says so, naming the limit, and the
+    51st sbatch is refused by Slurm itself. (Issue 25: 24 jobs in 6.4 s were all accepted, with no limit.)"""
+    limit = load().max_jobs_per_user
+    assert f"|{limit}" in slurm("sacctmgr", "-nP", "show", "assoc", "user=bob", "format=User,MaxSubmitJobs")
+    for _ in range(limit):
+        as_user(cluster, "bob", "sbatch", "--hold", "-o", "/dev/null", "--wrap=true", check=True)
+    client = portal_client(hub, "bob")
+
+    def refused_by_the_portal() -> bool:
+        """Every submit is refused: by Slurm while the dashboard's shared squeue answer is older than bob's jobs,
+        then by the portal's own check."""
+        refused = client.post(f"{client.base}jobs", json={**TINY, "gpus_per_node": 0}, timeout=60)
+        assert refused.status_code == 400 and refused.json()["field"] == "spec", refused.text
+        assert "at most" in refused.json()["error"] and str(limit) in refused.json()["error"], refused.text
+        return f"you have {limit} jobs queued or running" in refused.json()["error"]
+
+    wait_for(refused_by_the_portal, load().dashboard_refresh_s + 30, interval=1, what="the portal's own refusal")
+    typed = as_user(cluster, "bob", "sbatch", "--hold", "-o", "/dev/null", "--wrap=true")
+    assert typed.returncode != 0 and "Job violates accounting/QOS policy" in typed.stderr, typed.stderr
+
+
 # --- the directory's groups and quotas, synced into Slurm -----------------------------------------------------
 
 

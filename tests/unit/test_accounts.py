@@ -40,19 +40,20 @@ AccountingStorageType   = accounting_storage/slurmdbd
 ClusterName             = dsportal
 CompleteWait            = 0 sec
 """
-READ_ASSOC = ("sacctmgr", "-nP", "show", "assoc", "Cluster=dsportal", "format=Cluster,Account,User,GrpTRES")
+READ_ASSOC = ("sacctmgr", "-nP", "show", "assoc", "Cluster=dsportal",
+              "format=Cluster,Account,User,GrpTRES,MaxSubmitJobs")
 READ_USERS = ("sacctmgr", "-nP", "show", "user", "Cluster=dsportal", "format=User,DefaultAccount")
 READ_QOS = ("sacctmgr", "-nP", "show", "qos", "normal", "format=Name,Flags")
 NEW_CLUSTER = "dsportal|root||\ndsportal|root|root|\n"
 NEW_USERS = "root|root\n"
-IN_SYNC = """dsportal|root||
-dsportal|root|root|
-dsportal|datascientists||
-dsportal|datascientists|bob|gres/gpu=0
-dsportal|gpu-users||
-dsportal|gpu-users|alice|gres/gpu=4
-dsportal|portal-admins||
-dsportal|portal-admins|admin|gres/gpu=0
+IN_SYNC = """dsportal|root|||
+dsportal|root|root||
+dsportal|datascientists|||
+dsportal|datascientists|bob|gres/gpu=0|50
+dsportal|gpu-users|||
+dsportal|gpu-users|alice|gres/gpu=4|50
+dsportal|portal-admins|||
+dsportal|portal-admins|admin|gres/gpu=0|50
 """
 IN_SYNC_USERS = "admin|portal-admins\nalice|gpu-users\nbob|datascientists\nroot|root\n"
 
@@ -216,7 +217,7 @@ def test_a_new_cluster_from_scratch():
     assert gpu_users == (("sacctmgr", "-i", "add", "account", "Name=gpu-users", "Cluster=dsportal"),)
     assert qos == (("sacctmgr", "-i", "modify", "qos", "where", "Name=normal", "set", "Flags+=DenyOnLimit"),)
     assert alice == (("sacctmgr", "-i", "add", "user", "Name=alice", "Cluster=dsportal", "Account=gpu-users",
-                      "DefaultAccount=gpu-users", "GrpTRES=gres/gpu=4"),)
+                      "DefaultAccount=gpu-users", "GrpTRES=gres/gpu=4", "MaxSubmitJobs=50"),)
 
 
 def test_in_sync_gives_no_changes():
@@ -228,12 +229,22 @@ def test_quota_raised():
                    slurm_state(IN_SYNC, IN_SYNC_USERS))
     assert [(c.line, c.commands) for c in changes] == [("alice: GPU limit 4 -> 8", (
         ("sacctmgr", "-i", "modify", "user", "where", "Name=alice", "Account=gpu-users", "Cluster=dsportal", "set",
-         "GrpTRES=gres/gpu=8"),))]
+         "GrpTRES=gres/gpu=8", "MaxSubmitJobs=50"),))]
 
 
 def test_an_association_without_a_gpu_limit_gets_one():
-    assoc = IN_SYNC.replace("dsportal|datascientists|bob|gres/gpu=0", "dsportal|datascientists|bob|")
+    assoc = IN_SYNC.replace("dsportal|datascientists|bob|gres/gpu=0|50", "dsportal|datascientists|bob||50")
     assert lines(assoc=assoc) == ["bob: GPU limit none -> 0"]
+
+
+def test_every_association_gets_the_job_limit_and_a_changed_one_follows_the_setting():
+    assoc = IN_SYNC.replace("dsportal|gpu-users|alice|gres/gpu=4|50", "dsportal|gpu-users|alice|gres/gpu=4|")
+    changes = plan(desired_state(DEMO, CFG), slurm_state(assoc, IN_SYNC_USERS))
+    assert [(c.line, c.commands) for c in changes] == [("alice: job limit none -> 50", (
+        ("sacctmgr", "-i", "modify", "user", "where", "Name=alice", "Account=gpu-users", "Cluster=dsportal", "set",
+         "GrpTRES=gres/gpu=4", "MaxSubmitJobs=50"),))]
+    fewer = dataclasses.replace(CFG, max_jobs_per_user=20)
+    assert lines(cfg=fewer) == ["admin: job limit 50 -> 20", "alice: job limit 50 -> 20", "bob: job limit 50 -> 20"]
 
 
 def test_a_user_moved_to_the_group_that_gives_them_a_quota():
@@ -243,7 +254,7 @@ def test_a_user_moved_to_the_group_that_gives_them_a_quota():
     # The new association and default come first: Slurm refuses to remove a user's default while another remains.
     assert change.commands == (
         ("sacctmgr", "-i", "add", "user", "Name=bob", "Cluster=dsportal", "Account=gpu-users",
-         "DefaultAccount=gpu-users", "GrpTRES=gres/gpu=4"),
+         "DefaultAccount=gpu-users", "GrpTRES=gres/gpu=4", "MaxSubmitJobs=50"),
         ("sacctmgr", "-i", "modify", "user", "where", "Name=bob", "Cluster=dsportal", "set",
          "DefaultAccount=gpu-users"),
         ("sacctmgr", "-i", "delete", "user", "where", "Name=bob", "Account=datascientists", "Cluster=dsportal"))

@@ -131,6 +131,15 @@ def test_a_used_up_quota_lowers_the_default_job_to_cpu_only():
         "ask for at most 0")
 
 
+def test_a_user_at_the_job_limit_is_refused_before_anything_else_and_one_below_is_not():
+    at_limit = JobLimits(**{**LIMITS.__dict__, "jobs_queued": 50, "max_jobs": 50})
+    assert refused("spec", limits=at_limit, epochs=1) == (
+        "spec: you have 50 jobs queued or running (your server included); allowed: at most 50 at once: cancel one "
+        "or wait for one to end")
+    assert parse(JobLimits(**{**LIMITS.__dict__, "jobs_queued": 49, "max_jobs": 50})).epochs == 5
+    assert parse(JobLimits(**{**LIMITS.__dict__, "jobs_queued": 500})).epochs == 5  # no limit: none counted
+
+
 def test_drained_nodes_are_named_when_nodes_are_refused():
     drained = JobLimits(**{**LIMITS.__dict__, "nodes": 1, "unusable_note": "; not usable now: node2 (idle+drain)"})
     refused("nodes", "2 is out of range; allowed: 1 (usable nodes in partition gpu; not usable now: node2 "
