@@ -1,7 +1,8 @@
 """A hostile user's home against the real dashboard (root, behind the test box's hub): broken job records, a
-forged `portal` package and sitecustomize files beside the metrics helper, and another user's Slurm job named
-by id. Nothing breaks a page (the admin's included), nothing is attributed to another user, and another user's
-job answers exactly as a job that does not exist."""
+forged `portal` package and sitecustomize files beside the metrics helper, another user's Slurm job named by id,
+and logs and event files that are no files (FIFOs, links to endless devices). Nothing breaks a page (the admin's
+included), nothing is attributed to another user, another user's job answers exactly as a job that does not
+exist, and hostile files cost their owner a bounded read and nobody else anything."""
 
 from __future__ import annotations
 
