@@ -48,8 +48,9 @@ from spawners.slurm_state import SlurmStateSpawner, SlurmUnavailable
 __all__ = ["SINGLEUSER_FAST_START", "PortalSlurmSpawner", "tensorboard_proxy_url"]
 
 SERVER_LOG_DIR = ".cache/dsportal/servers"  # under the user's home
-STOCK_OUTPUT_LINE = "#SBATCH --output={{homedir}}/jupyterhub_slurmspawner_%j.log"
-SERVER_OUTPUT_LINE = "#SBATCH --output={{server_log_dir}}/jupyterhub_slurmspawner_%j.log"
+SERVER_OUTPUT_FILE = "jupyterhub_slurmspawner_%j.log"  # batchspawner's name; %j: Slurm's job id
+STOCK_OUTPUT_LINE = "#SBATCH --output={{homedir}}/" + SERVER_OUTPUT_FILE
+SERVER_OUTPUT_LINE = "#SBATCH --output={{server_log_dir}}/" + SERVER_OUTPUT_FILE
 # Slurm does not create the --output directory (the job fails to open its output), so the submit command makes
 # it, as the user, in the same command as sbatch (no extra runuser). The umask is set in a subshell: sbatch hands
 # its own umask to the job, whose files must keep the usual modes.
@@ -252,7 +253,7 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
 
     async def describe_ended_job(self, job_id: str) -> str:
         job = await self._job_record(job_id)
-        output = f"{self.get_req_subvars()['server_log_dir']}/jupyterhub_slurmspawner_{job_id}.log"
+        output = f"{self.get_req_subvars()['server_log_dir']}/{SERVER_OUTPUT_FILE.replace('%j', job_id)}"
         self.clear_state()
         return await slurm_cluster.ended_job_report(job_id, job, self.user.name, output, self.output_tail_lines)
 
