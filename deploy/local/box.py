@@ -20,7 +20,7 @@ Everything lives under ``cfg.state_dir`` (mode 0755: job users must reach the mu
     ldap/                       slapd's cn=config, the demo directory (loaded once), rootpw (0600)
     munge/                      owned by munge: munge.key (0400), munge.socket.2, munged.pid/.log/.seed
     accounting/                 MariaDB's data directory and socket, slurmdbd's database password (0600)
-    slurm/slurm.conf, slurmdbd.conf, cgroup.conf, gres.conf   rewritten from templates/ on every `up`
+    slurm/slurm.conf, slurmdbd.conf, cgroup.conf, gres.conf, epilog.sh   rewritten from templates/ on every `up`
     slurm/state/, spool/<node>/ StateSaveLocation, each node's SlurmdSpoolDir
     slurm/fakegpu/<node>/nvidia0..N   FAKE GPUs: character devices 1:3 (/dev/null)
     slurm/*.pid, *.log          Slurm's own PID and log files (slurmd.<node>.log per node)

@@ -36,7 +36,8 @@ def pids() -> dict[str, str]:
 
 
 def leftovers(cfg) -> list[str]:
-    """Anything of the box still there: its processes (by state dir or user), namespaces, links, hosts entries."""
+    """Anything of the box still there: its processes (by state dir or user), namespaces, links, hosts entries,
+    the cgroups Slurm made for its nodes' jobs."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -56,6 +57,7 @@ def leftovers(cfg) -> list[str]:
               if f" {name}:" in links or f" {name}@" in links]
     hosts = Path("/etc/hosts").read_text().splitlines()
     found += [f"hosts entry {line}" for line in hosts if str(cfg.state_dir) in line]
+    found += [f"cgroup {path}" for node in NODES for path in Path("/sys/fs/cgroup").glob(f"*/slurm_{node}")]
     return found
 
 

@@ -33,6 +33,9 @@ NETNS_MOUNT_MARK = Path("/run/dsportal-netns-mount")
 NODE_STOP_GRACE_S = 5.0
 NETNS_DEL_TRIES = 3
 KILLED_GONE_S = 30.0  # a killed process with gigabytes mapped can take seconds to go when the disk is busy
+# proctrack/cgroup puts each job's processes in a freezer cgroup (v1) under slurm_<node>: Slurm's own prefix when
+# one machine runs several slurmd (`/slurm_%n`), so the boxes' nodes never share one.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,9 @@ def namespace_pids(name: str) -> list[int]:
 
 def kill_namespace(name: str, grace_s: float = NODE_STOP_GRACE_S) -> None:
     """TERM every process on the node, KILL what is left after `grace_s` (0: KILL at once, a power cut). The
-    namespace is listed again after each round, so what was forked meanwhile goes too."""
+    namespace is listed again after each round, so what was forked meanwhile goes too. A job that slurmstepd was
+    freezing to signal it is thawed first: a frozen process does not die."""
+    _thaw(name)
     if grace_s:
         _signal(namespace_pids(name), signal.SIGTERM, grace_s)
     for _ in range(3):
@@ -207,6 +212,39 @@ def _signal(pids: list[int], sig: signal.Signals, wait_s: float) -> list[int]:
             pass
     deadline = time.monotonic() + wait_s
     return [pid for pid in pids if not wait_gone(pid, max(0.0, deadline - time.monotonic()))]
+
+
+def node_cgroups(name: str) -> list[Path]:
+    """The cgroup directories Slurm made for the node's jobs, one per hierarchy it used (the freezer)."""
+    return sorted(path for path in CGROUP_ROOT.glob(f"*/slurm_{name}") if path.is_dir())
+
+
+def _thaw(name: str) -> None:
+    for top in node_cgroups(name):
+        for state in top.rglob("freezer.state"):
+            try:
+                state.write_text("THAWED")
+            except OSError:
+                pass  # the cgroup went meanwhile
+
+
+def _remove_cgroups(name: str) -> bool:
+    """Whether there were any. Run after the node's processes were killed: cgroups are removed deepest first,
+    and one that still holds a process (which would be outside the node's namespace) is an error naming it."""
+    tops = node_cgroups(name)
+    for top in tops:
+        below = sorted((path for path in top.rglob("*") if path.is_dir()), key=lambda path: -len(path.parts))
+        for path in [*below, top]:
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                procs = (path / "cgroup.procs").read_text().split() if (path / "cgroup.procs").exists() else []
+                raise BoxError(f"cgroup {path}: {err.strerror}"
+                               + (": " + "; ".join(describe_process(int(pid)) for pid in procs) if procs else "")
+                               ) from err
+    return bool(tops)
 
 
 def describe_process(pid: int) -> str:
@@ -238,7 +276,10 @@ def teardown(lay: Layout) -> list[str]:
     and /run/netns's mount when a box made it and no namespace is left in it. Every step is tried whatever failed
     before it; BoxError at the end names what is left and why (the record is kept, so `down` again retries)."""
     net = recorded(lay)
-    steps = [(f"namespace {node.name}", lambda node=node: _remove_node(node)) for node in (net.nodes if net else ())]
+    steps = []
+    for node in net.nodes if net else ():
+        steps += [(f"namespace {node.name}", lambda node=node: _remove_node(node)),
+                  (f"cgroups of {node.name}'s jobs", lambda node=node: _remove_cgroups(node.name))]
     if net:
         steps.append((f"bridge {net.bridge}", lambda: _remove_link(net.bridge)))
     steps += [("/etc/hosts entries", lambda: _remove_hosts(lay)), ("the /run/netns mount", _remove_netns_mount)]
@@ -323,15 +364,18 @@ def node_ready(lay: Layout, name: str) -> str | None:
 
 
 def node_service(node: Node, prepare_slurm) -> Service:
-    """slurmd of one node, in the node's namespaces. `ip netns exec`, `unshare` and sh all exec, so the recorded
-    PID is slurmd's own; its hostname is the node's name (mpirun and Slurm compare it with the node list)."""
+    """slurmd of one node, in the node's namespaces. `nsenter`, `unshare` and sh all exec, so the recorded PID is
+    slurmd's own; its hostname is the node's name (mpirun and Slurm compare it with the node list). Not `ip netns
+    exec`: it mounts a fresh sysfs over /sys, which hides /sys/fs/cgroup and with it proctrack/cgroup's freezer;
+    a mount namespace of its own (slave: the host's mounts still reach it) is what slurmd gets instead."""
     def prepare(lay: Layout) -> None:
         prepare_slurm(lay)
         ensure_node_network(lay, node)
 
     return Service(
         node.name, "slurmd", prepare,
-        lambda lay: ["ip", "netns", "exec", node.name, "unshare", "--uts", "/bin/sh", "-c",
+        lambda lay: ["nsenter", f"--net={NETNS_DIR / node.name}", "unshare", "--mount", "--propagation", "slave",
+                     "--uts", "/bin/sh", "-c",
                      'hostname "$1" && shift && exec "$@"', "sh", node.name,
                      "/usr/sbin/slurmd", "-D", "-N", node.name, "-f", str(lay.cfg.slurm_conf_path)],
         lambda lay: node_ready(lay, node.name), 30,

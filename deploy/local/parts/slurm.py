@@ -8,7 +8,7 @@ import subprocess
 
 from supervise import Service, write_if_changed
 
-from parts.layout import Layout, make_dir, render
+from parts.layout import TEMPLATES, Layout, make_dir, render
 from parts.nodes import Node, ensure_bridge, network_of
 
 SLURMD_TIMEOUT_S = 20  # see slurm.conf: how long a silent node takes to be declared down
@@ -53,6 +53,7 @@ def ensure_slurm(lay: Layout) -> None:
         slurmd_timeout=SLURMD_TIMEOUT_S, node_lines="\n".join(node_line(lay, node) for node in nodes),
         node_names=",".join(node.name for node in nodes)))
     write_if_changed(conf_dir / "cgroup.conf", render("cgroup.conf"))
+    write_if_changed(slurm / "epilog.sh", (TEMPLATES / "epilog.sh").read_text(), mode=0o755)
     write_if_changed(conf_dir / "gres.conf", render(
         "gres.conf", gpu_dir=slurm / "fakegpu",
         gpu_lines="\n".join(f"NodeName={name} Name=gpu File={files}" for name, files in gpu_files.items())))
