@@ -10,6 +10,9 @@ from portal.service.base import COOKIE_SAMESITE, SECURITY_HEADERS
 
 portal = load()
 hub_dir = portal.state_dir / "hub"
+# The cluster in a box marks its hub's processes with its state dir (deploy/local/parts/hub.py): the services carry
+# it too, so that what a killed hub left running is found and stopped by the next `up`.
+BOX_MARKER = "CLUSTER_IN_A_BOX"
 c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
 
 c.JupyterHub.ip = portal.hub_ip
@@ -56,7 +59,7 @@ c.JupyterHub.services = [{
     "command": [sys.executable, "-m", "portal.service"],
     "url": portal.dashboard_url,
     "oauth_no_confirm": True,
-    "environment": {k: v for k, v in os.environ.items() if k.startswith("DSPORTAL_")},
+    "environment": {k: v for k, v in os.environ.items() if k.startswith("DSPORTAL_") or k == BOX_MARKER},
 }]
 c.JupyterHub.load_roles = [
     # Groups (GPU quota) and the admin flag decide what a user may do; read:servers says whether TensorBoard runs.
@@ -73,6 +76,7 @@ if portal.cull_idle_timeout:
     c.JupyterHub.services.append({
         "name": "idle-culler",
         "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={portal.cull_idle_timeout}"],
+        "environment": {k: v for k, v in os.environ.items() if k == BOX_MARKER},
     })
     c.JupyterHub.load_roles.append({
         "name": "idle-culler",

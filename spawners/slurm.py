@@ -16,7 +16,8 @@ What it adds to `batchspawner.SlurmSpawner`, each through the Spawner's and batc
   (batchspawner sleeps `startup_poll_interval` between looks), the server is handed to the hub the moment it
   accepts connections (the hub's own check backs off exponentially: 0.2, 0.4, 0.8 ... s), and JupyterLab skips
   what costs start time and serves nothing here (`spawners.singleuser`). docs/benchmarks.md has the figures.
-- `get_state` / `load_state` / `poll`: a start that a hub restart interrupted is cancelled, not left running
+- `get_state` / `load_state` / `poll`: a start that a hub restart interrupted is cancelled, not left running, and
+  a server that a crash took away is cleared at the hub's startup check, not after http_timeout
   (`spawners.slurm_state`).
 - the server job's output (`jupyterhub_slurmspawner_<job id>.log`, one per start) goes to `req_server_log_dir`
   (~/.cache/dsportal/servers, out of sight in JupyterLab) instead of the home's top level.

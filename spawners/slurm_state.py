@@ -15,11 +15,18 @@ server's own environment); see portal.runas.
 The job's state the hub keeps (`get_state` / `load_state`): a start that a hub restart interrupted cannot be resumed
 (the hub that waited for the server's port is gone), so the job id is saved at submission with `start_unfinished`,
 and the next hub's `poll()` cancels that job and reports the server stopped: the user starts again.
+
+After a crash (the hub's, a node's, the whole box's) Slurm's saved state can still say RUNNING for a server that no
+longer exists. The hub's startup check then waits `http_timeout` (120 s) for it, and the user's spawns answer
+"pending check" meanwhile. So that check's `poll()` also knocks at the server's port: refused or unreachable is a
+server that is gone, reported stopped at once (the hub then stops it, which cancels the job); a server that
+answers, or that does not answer within `startup_check_timeout`, is left to the hub's own check.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from batchspawner import SlurmSpawner
@@ -30,6 +37,19 @@ from portal.runas import ISOLATED_PATH, LOCALE
 from portal.slurm import squeue_outcome
 
 UNAVAILABLE_PREFIX = "Slurm unavailable"
+
+
+async def refused(host: str, port: int, timeout: float) -> str:
+    """Why nothing listens at host:port ("Connection refused", "No route to host" ...); "" when something accepts
+    the connection or the answer does not come within `timeout` (a busy node is not a dead one)."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=timeout)
+    except TimeoutError:
+        return ""
+    except OSError as err:  # asyncio's strerror names the call, not the cause
+        return os.strerror(err.errno) if err.errno else str(err)
+    writer.close()
+    return ""
 
 
 class SlurmUnavailable(RuntimeError):
@@ -50,6 +70,13 @@ class SlurmStateSpawner(SlurmSpawner):
     @default("slurm_unavailable_timeout")
     def _unavailable_timeout_default(self) -> float:
         return max(10.0, float(self.start_timeout) - 15.0)
+
+    startup_check_timeout = Float(
+        2.0, config=True,
+        help="Seconds the hub's startup check waits for a running server's port. Refused or unreachable: the server "
+             "is gone (after a crash) and is reported stopped at once; no answer in time: the hub's own check, which "
+             "waits http_timeout, decides.",
+    )
 
     slurm_unavailable = ""  # Slurm's message while it does not answer; "" once it does
     _unavailable_since: float | None = None
@@ -92,7 +119,16 @@ class SlurmStateSpawner(SlurmSpawner):
                              "cannot be resumed (the user starts the server again)", self._log_name, job_id)
             self.clear_state()
             return 1
-        return await super().poll()  # batchspawner's, which keeps a server whose state is UNKNOWN
+        status = await super().poll()  # batchspawner's, which keeps a server whose state is UNKNOWN
+        if status is None and self._check_pending and self.server is not None:
+            host, port = self.server.ip, self.server.port
+            refusal = await refused(host, port, self.startup_check_timeout)
+            if refusal:
+                self.log.warning("%s: Slurm job %s is %s, but its server at %s:%s is gone (%s): reported stopped, so "
+                                 "the hub stops it and cancels the job", self._log_name, self.job_id,
+                                 (self.job_status.split() or ["in Slurm's saved state"])[0], host, port, refusal)
+                return 1
+        return status
 
     async def run_command(self, cmd, input=None, env=None):
         # batchspawner passes no environment for squeue and scancel: they would inherit the hub's, secrets and

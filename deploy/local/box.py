@@ -4,14 +4,16 @@ their own (network namespaces, fake GPUs), and the hub, on one machine.
 Run as root from the repository root:
 
     /opt/dsportal/venv/bin/python deploy/local/box.py up [--no-hub]
-    /opt/dsportal/venv/bin/python deploy/local/box.py status | down | start NAME | stop NAME | crash NODE
+    /opt/dsportal/venv/bin/python deploy/local/box.py status | down | start NAME | stop NAME | crash [NODE]
 
 Every port and path comes from ``portal.config.load()``; a second box beside a user's is just another
 ``DSPORTAL_CONFIG`` (its own state dir, ports, box_subnet and box_node_prefix). Services start in the order
 slapd, munged, mariadb, slurmdbd, slurmctld, node1..N, hub, and stop by their recorded PID (never by name) in
 reverse; `down` then removes the network it made (deploy/local/parts/nodes.py). `stop NODE` shuts a node down
 with everything running on it; `crash NODE` cuts its power (link down, every process killed at once), so that
-Slurm finds it dead and requeues its jobs; `start NODE` brings it back.
+Slurm finds it dead and requeues its jobs; `start NODE` brings it back. `crash` alone cuts the whole box's power:
+every process of every service (the hub's proxy and services too) and of every node killed at once, pid files
+and saved state left as they were; `up` recovers from that.
 
 Everything lives under ``cfg.state_dir`` (mode 0755: job users must reach the munge socket and slurm.conf):
 
@@ -35,6 +37,7 @@ then `up` gives back the same cluster.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -44,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "deploy"), str(REPO / "deploy" / "local")]  # portal, daemons, parts
 
+from daemons import descendants, wait_gone  # noqa: E402
 from parts import accounting, hub, munge, nodes, slapd, slurm, users  # noqa: E402
 from parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir  # noqa: E402
 from supervise import Lock, Service, service_pid, start_service, stop_service  # noqa: E402
@@ -103,6 +107,25 @@ def cmd_down(lay: Layout) -> None:
         raise BoxError("\n".join(failed))
 
 
+def cmd_crash(lay: Layout) -> str:
+    """A power cut of the whole box: everything it runs gets SIGKILL in one sweep, nothing is told."""
+    pids = set()
+    for svc in services(lay.cfg):
+        pid = service_pid(svc, lay)
+        if pid:
+            pids.update([pid, *descendants(pid)])
+    for node in nodes.network_of(lay.cfg).nodes:
+        pids.update(nodes.namespace_pids(node.name))
+    pids.discard(os.getpid())
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    left = [pid for pid in pids if not wait_gone(pid, nodes.KILLED_GONE_S)]
+    if left:
+        raise BoxError("crash: still there after SIGKILL: " + "; ".join(map(nodes.describe_process, left)))
+    return f"box crashed: {len(pids)} processes killed at once; `up` brings it back"
+
+
 def cmd_status(lay: Layout) -> None:
     network = nodes.network_of(lay.cfg)
     addresses = {node.name: node.address for node in network.nodes}
@@ -131,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="one line per service; nodes with their address and Slurm state")
     for name in ("start", "stop"):
         sub.add_parser(name, help=f"{name} one service or node").add_argument("name", choices=names)
-    sub.add_parser("crash", help="cut a node's power: link down, every process on it killed").add_argument(
-        "name", choices=list(cfg.box_node_names()))
+    sub.add_parser("crash", help="cut a node's power (link down, every process on it killed), or with no node "
+                   "the whole box's: every process of it killed at once").add_argument(
+        "name", nargs="?", choices=list(cfg.box_node_names()))
     args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `box.py status | head` ends quietly
 
@@ -160,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(start_service(by_name[args.name], lay)))
             elif args.command == "stop":
                 print(stop_service(by_name[args.name], lay))
+            elif args.name is None:
+                print(cmd_crash(lay))
             else:
                 print(nodes.crash(lay, next(n for n in nodes.network_of(cfg).nodes if n.name == args.name)))
 

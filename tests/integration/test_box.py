@@ -3,11 +3,13 @@ links, host entries, mounts), `up` brings back the same state; the nodes are hos
 
 import hashlib
 import os
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
-from tests.conftest import NODES, PASSWORDS, box, slurm, wait_for
+from tests.conftest import NODES, PASSWORDS, box, jobs_of, slurm, wait_for
 
 SERVICES = ("slapd", "munged", "mariadb", "slurmdbd", "slurmctld", *NODES, "hub")
 
@@ -35,6 +37,19 @@ def pids() -> dict[str, str]:
     return dict(line.split(": ", 1) for line in box("status").stdout.splitlines())
 
 
+def marked_by(cfg, pid: int) -> bool:
+    """The hub, its proxy and its services carry the box's state dir in their environment."""
+    try:
+        return f"CLUSTER_IN_A_BOX={cfg.state_dir}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def hub_family(cfg) -> set[int]:
+    pids = (int(proc.name) for proc in Path("/proc").iterdir() if proc.name.isdigit())
+    return {pid for pid in pids if marked_by(cfg, pid)}
+
+
 def leftovers(cfg) -> list[str]:
     """Anything of the box still there: its processes (by state dir or user), namespaces, links, hosts entries,
     the cgroups Slurm made for its nodes' jobs."""
@@ -48,7 +63,8 @@ def leftovers(cfg) -> list[str]:
             uid = proc.stat().st_uid
         except OSError:
             continue
-        if state != "Z" and (str(cfg.state_dir) in cmdline or (uid in (10001, 10002) and cmdline)):
+        if state != "Z" and (str(cfg.state_dir) in cmdline or (uid in (10001, 10002) and cmdline)
+                             or marked_by(cfg, int(proc.name))):
             found.append(f"process {proc.name}: {cmdline[:120]}")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     found += [f"namespace {name}" for name in NODES if name in netns.split()]
@@ -123,6 +139,54 @@ def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, a
     wait_for(lambda: not slurm("squeue", "-h", "-u", "bob,alice", "-t", "RUNNING", "-o", "%i").strip(), 60,
              what="the jobs `down` killed to leave the queue")
     hub.login("alice")
+
+
+# Issue 25: a spawn works this soon after `up` has recovered the box from a crash.
+SPAWN_AFTER_CRASH_S = 15
+
+
+def test_after_a_power_cut_of_the_whole_box_up_recovers_and_a_spawn_works_at_once(cluster, hub, admin, alice):
+    """Every process of the box killed at once, alice's server among them, Slurm's saved state saying it runs."""
+    assert hub.spawn_form(alice, gpus=0).status_code == 302
+    before = hub.wait_ready(admin, "alice")
+    (old_job,) = [job.split()[0] for job in jobs_of("alice")]
+
+    assert "processes killed at once" in box("crash").stdout
+    assert not [name for name, state in pids().items() if not state.startswith("stopped")], pids()
+    box("up")
+    recovered = time.monotonic()
+    started = wait_for(lambda: hub.spawn_form(alice, gpus=0).status_code == 302, SPAWN_AFTER_CRASH_S, interval=1,
+                       what="the hub to take a spawn after `up`")
+    assert started
+    after = hub.wait_ready(admin, "alice", timeout=max(1.0, SPAWN_AFTER_CRASH_S - (time.monotonic() - recovered)))
+    took = time.monotonic() - recovered
+    print(f"after the crash, alice's new server was ready {took:.1f} s after `up`")
+    assert after["url"] == before["url"] and took < SPAWN_AFTER_CRASH_S
+    # The server from before the crash was found gone at the hub's startup check, and its job cancelled.
+    assert old_job not in [job.split()[0] for job in jobs_of("alice")]
+    log = (cluster.state_dir / "log" / "hub.log").read_text()
+    assert f"Slurm job {old_job} is RUNNING, but its server at " in log and "is gone (Connection refused)" in log
+
+
+def test_a_killed_hub_is_replaced_whole_and_the_running_server_is_kept(cluster, hub, admin, alice):
+    """SIGKILL to the hub alone: its proxy and services live on, reparented, holding its ports. `up` stops them and
+    starts a whole new hub, which takes alice's running server up again (its job was never touched)."""
+    assert hub.spawn_form(alice, gpus=0).status_code == 302
+    hub.wait_ready(admin, "alice")
+    (job,) = jobs_of("alice")
+    old_hub = int(pids()["hub"].split("(")[1].split(")")[0])
+    old_family = hub_family(cluster)
+    assert len(old_family) == 4, old_family  # the hub, configurable-http-proxy, the dashboard, the idle culler
+    os.kill(old_hub, signal.SIGKILL)
+    wait_for(lambda: old_hub not in hub_family(cluster), 30, what="the hub to die")
+    assert len(hub_family(cluster)) == 3  # orphans
+
+    shown = box("up").stdout
+    assert "hub: stopping what a hub killed earlier left running" in shown, shown
+    assert not old_family & hub_family(cluster) and len(hub_family(cluster)) == 4
+    assert jobs_of("alice") == [job]
+    assert hub.server(admin, "alice")["ready"]
+    assert alice.get(f"{hub.url}/user/alice/lab", timeout=30).status_code == 200
 
 
 def test_the_idle_culler_runs_as_a_service_with_its_own_role(cluster, hub, admin):
