@@ -150,6 +150,12 @@ def test_after_a_power_cut_of_the_whole_box_up_recovers_and_a_spawn_works_at_onc
     assert hub.spawn_form(alice, gpus=0).status_code == 302
     before = hub.wait_ready(admin, "alice")
     (old_job,) = [job.split()[0] for job in jobs_of("alice")]
+    # slurmctld saves its state a moment after a change: a job younger than the last save is forgotten in a
+    # crash (the hub then finds it gone, which is the easy case). This test is about the saved RUNNING one: another
+    # job is a change after it, and the next save holds both.
+    ready, saved = time.time(), cluster.state_dir / "slurm" / "state" / "job_state"
+    slurm("sbatch", "-o", "/dev/null", "--wrap=true")
+    wait_for(lambda: saved.stat().st_mtime > ready, 60, what="slurmctld to save the running job's state")
 
     assert "processes killed at once" in box("crash").stdout
     assert not [name for name, state in pids().items() if not state.startswith("stopped")], pids()
