@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 SHOWN_CHARS = 40  # how much of a refused value an error message echoes
+LOGGED_REASON_CHARS = 300  # how much of a refusal's reason a log line holds
 MAX_NAME = 64  # partitions, models, templates, field names
 MAX_PATH = 4096  # PATH_MAX on Linux
 MAX_NUMBER_TEXT = 32  # "  +000000123  " and the like; longer is not a number anyone typed
@@ -54,6 +55,13 @@ class InputError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+def one_line(reason: object) -> str:
+    """A refusal's reason for a log line: one line (a scheduler's message may hold several, and a user's text is
+    never let start a line of its own), cut to LOGGED_REASON_CHARS."""
+    text = " ".join(str(reason).split())
+    return text if len(text) <= LOGGED_REASON_CHARS else text[:LOGGED_REASON_CHARS] + "..."
 
 
 def shown(value: object) -> str:

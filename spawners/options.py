@@ -15,6 +15,7 @@ from tornado import web
 from traitlets import HasTraits, Instance, default
 
 from portal.config import PortalConfig, load
+from portal.inputs import one_line
 from portal.traits import portal_default
 from spawners.forms import ClusterLimits, OptionsError, ServerOptions, form_options, parse_server_options, render_form
 
@@ -94,6 +95,7 @@ class ServerOptionsMixin(HasTraits):
         try:
             options = parse_server_options(user_options if user_options is not None else {}, await self.limits())
         except OptionsError as err:
+            self.log.warning("spawn of %s refused: %s", self._log_name, one_line(err))
             self._restore_stored_options(user_options)
             raise refusal(err) from None
         self.apply_server_options(options)

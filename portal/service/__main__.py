@@ -9,8 +9,12 @@ import signal
 import sys
 from urllib.parse import urlparse
 
+from tornado.log import LogFormatter
+
 from portal.cli import run_reporting
 from portal.config import ConfigError, load
+
+LOG_FORMAT = "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s %(module)s:%(lineno)d] %(message)s"
 
 
 async def serve() -> None:
@@ -33,7 +37,11 @@ async def serve() -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.WARNING, format="[%(levelname)s %(asctime)s portal.service] %(message)s")
+    # The hub's own format (its log holds the service's output): "[I 2026-11-25 10:24:17.123 portal.service
+    # board:412] submit by alice: job 12 ...".
+    handler = logging.StreamHandler()
+    handler.setFormatter(LogFormatter(fmt=LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S", color=False))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     # Requests and our own messages; the libraries' start-up chatter (alembic plugins, ...) stays out.
     for name in ("portal", "tornado.access"):
         logging.getLogger(name).setLevel(logging.INFO)

@@ -22,6 +22,7 @@ is listed as "unreadable record" with the reason, and every other job, list and 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ from typing import Any
 
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
+from portal.inputs import one_line
 from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SlurmError, UnreadableJob, UnreadableRecord
 from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
 from portal.jobs.slurm import limits_from
@@ -41,6 +43,7 @@ from portal.service.summary import job_key, job_summary, quota_of, unreadable_su
 from portal.slurm import GpuHolder, gpu_holders
 from portal.slurm_json import users_jobs
 
+log = logging.getLogger("portal.service")
 AnyJob = Job | UnreadableJob
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
 USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
@@ -359,19 +362,25 @@ class JobBoard:
         that everybody's submits share."""
         with self._acted_lock:
             decision = self._submit_locks.setdefault(user.name, threading.Lock())
-        if not decision.acquire(blocking=False):
-            raise SubmitInProgress(f"{user.name}'s previous submit is still being decided (one at a time, so that "
-                                   "each is checked against the GPUs the others took); send it again once that "
-                                   "one has answered")
         try:
-            job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg,
-                                  limits=self.limits_now(user))
-            self._remember_job(job)
-            if job.backend == "slurm":
-                with self._acted_lock:
-                    self._submitted[job_key(job)] = (self._clock(), job.spec.nodes * job.spec.gpus_per_node)
-        finally:
-            decision.release()
+            if not decision.acquire(blocking=False):
+                raise SubmitInProgress(f"{user.name}'s previous submit is still being decided (one at a time, so "
+                                       "that each is checked against the GPUs the others took); send it again once "
+                                       "that one has answered")
+            try:
+                job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg,
+                                      limits=self.limits_now(user))
+                self._remember_job(job)
+                if job.backend == "slurm":
+                    with self._acted_lock:
+                        self._submitted[job_key(job)] = (self._clock(), job.spec.nodes * job.spec.gpus_per_node)
+            finally:
+                decision.release()
+        except Exception as err:
+            log.warning("submit by %s refused (%s): %s", user.name, type(err).__name__, one_line(err))
+            raise
+        log.info("submit by %s: job %s on %s, %d node(s) x %d GPU(s), %d epoch(s)", user.name, job.id, job.backend,
+                 job.spec.nodes, job.spec.gpus_per_node, job.spec.epochs)
         state = PENDING if job.backend == "slurm" else job.state
         return job_summary(job, state, "", None, self.base_url, self.service_prefix)
 
@@ -382,6 +391,16 @@ class JobBoard:
         afterwards. An admin, who sees every user's jobs, cancels only their own: the portal never acts as another
         user on the scheduler (JobAccessError, a 403; docs/security.md), where the cancel would be recorded as
         that user's."""
+        try:
+            job = self._cancel(user, job_id, everyone)
+        except Exception as err:
+            log.warning("cancel of job %s by %s refused (%s): %s", one_line(job_id), user.name,
+                        type(err).__name__, one_line(err))
+            raise
+        log.info("cancel of job %s by %s: cancelled on %s", job.id, user.name, job.backend)
+        return job
+
+    def _cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser]) -> Job:
         known = self._known(user, job_id)
         job = known if known is not None and not isinstance(known, UnreadableJob) else \
             self.get(user, job_id, everyone, check=False)  # a broken record is read again: it may be fixed

@@ -176,9 +176,10 @@ def test_generated_options_are_valid_within_bounds_or_refused_naming_a_field(raw
 # --- the hub's side (spawners.options): a refusal is a 400 naming the field and keeps the stored options ---
 
 class StoredOptions:
-    """What the hub's database row holds for a server (orm.Spawner.user_options)."""
+    """What the hub's database row holds for a server (orm.Spawner.user_options); the default server's name."""
 
     server = None
+    name = ""
 
     def __init__(self, user_options: dict):
         self.user_options = user_options
@@ -202,12 +203,13 @@ def spawn_as_the_hub_does(spawner: FormSpawner, options: dict):
     asyncio.run(spawner._apply_server_options(spawner.user_options))
 
 
-def test_refused_options_are_a_400_and_the_options_stored_before_stay():
+def test_refused_options_are_a_400_and_the_options_stored_before_stay(caplog):
     stored = {"partition": "debug", "gpus": 1, "cpus": 2, "memory_gb": 4, "runtime": "00:30:00"}
     spawner = FormSpawner(user_options=stored, orm_spawner=StoredOptions(stored))
     with pytest.raises(web.HTTPError) as err:
         spawn_as_the_hub_does(spawner, {"gpus": "٣"})
     assert err.value.status_code == 400 and err.value.jupyterhub_message.startswith("gpus: '٣' is not a whole")
+    assert f"spawn of {spawner._log_name} refused: gpus: '٣' is not a whole" in caplog.text  # the operator's line
     assert spawner.orm_spawner.user_options == stored and spawner.user_options == stored
     spawn_as_the_hub_does(spawner, spawner.orm_spawner.user_options)  # a start without options: the stored ones
     assert spawner.applied == ServerOptions(**stored)

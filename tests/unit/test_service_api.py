@@ -190,6 +190,28 @@ class DashboardTest(AsyncHTTPTestCase):
             response = self.call("POST", "api/jobs", body=body)
             assert (response.code, json.loads(response.body)["field"]) == (400, field), response.body
 
+    def test_each_submit_and_cancel_is_one_log_line_with_the_user_the_job_and_the_reason(self):
+        with self.assertLogs("portal.service", level="INFO") as logged:
+            submitted = self.call("POST", "api/jobs", body={"template": "chexnet", "gpus_per_node": 2})
+            job_id = json.loads(submitted.body)["id"]
+            self.call("POST", "api/jobs", user="bob", body={"template": "chexnet", "gpus_per_node": 4})
+            self.call("DELETE", f"api/jobs/{job_id}", user="admin")
+            self.call("DELETE", f"api/jobs/{job_id}")
+        lines = [record.getMessage() for record in logged.records if " by " in record.getMessage()]
+        assert lines == [
+            f"submit by alice: job {job_id} on slurm, 1 node(s) x 2 GPU(s), 5 epoch(s)",
+            "submit by bob refused (JobSpecError): gpus_per_node: 4 is out of range; allowed: 0-0",
+            f"cancel of job {job_id} by admin refused (JobAccessError): job {job_id} is alice's: admins see every "
+            "user's jobs but cancel only their own (alice cancels it, or a Slurm operator with scancel)",
+            f"cancel of job {job_id} by alice: cancelled on slurm",
+        ], lines
+
+    def test_a_reason_is_logged_on_one_line_whatever_it_holds(self):
+        from portal.inputs import LOGGED_REASON_CHARS, one_line
+        assert one_line("sbatch: error: x\nsubmit by alice: job 1 on slurm\r\n") == \
+            "sbatch: error: x submit by alice: job 1 on slurm"
+        assert len(one_line("y" * 10_000)) == LOGGED_REASON_CHARS + 3
+
     def test_a_user_sees_only_their_own_jobs_and_anothers_id_is_404(self):
         self.api.add("alice", "7", "RUNNING")
         self.api.add("bob", "8")
