@@ -37,7 +37,6 @@ then `up` gives back the same cluster.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
@@ -47,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "deploy"), str(REPO / "deploy" / "local")]  # portal, daemons, parts
 
-from daemons import descendants, wait_gone  # noqa: E402
+from daemons import descendants  # noqa: E402
 from parts import accounting, hub, munge, nodes, slapd, slurm, users  # noqa: E402
 from parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir  # noqa: E402
 from supervise import Lock, Service, service_pid, start_service, stop_service  # noqa: E402
@@ -117,10 +116,7 @@ def cmd_crash(lay: Layout) -> str:
     for node in nodes.network_of(lay.cfg).nodes:
         pids.update(nodes.namespace_pids(node.name))
     pids.discard(os.getpid())
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    left = [pid for pid in pids if not wait_gone(pid, nodes.KILLED_GONE_S)]
+    left = nodes.signal_all(sorted(pids), signal.SIGKILL, nodes.KILLED_GONE_S)
     if left:
         raise BoxError("crash: still there after SIGKILL: " + "; ".join(map(nodes.describe_process, left)))
     return f"box crashed: {len(pids)} processes killed at once; `up` brings it back"

@@ -22,10 +22,11 @@ is listed as "unreadable record" with the reason, and every other job, list and 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,16 @@ AnyJob = Job | UnreadableJob
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
 USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
 USAGE_RETRY_S = 10.0  # ... and after it failed, asked again no sooner than this
+
+
+@contextlib.contextmanager
+def refusal_logged(decision: str) -> Iterator[None]:
+    """One log line for a request the portal refuses, with the error's kind and its reason on one line."""
+    try:
+        yield
+    except Exception as err:
+        log.warning("%s refused (%s): %s", decision, type(err).__name__, one_line(err))
+        raise
 
 
 class SubmitInProgress(RuntimeError):
@@ -362,7 +373,7 @@ class JobBoard:
         that everybody's submits share."""
         with self._acted_lock:
             decision = self._submit_locks.setdefault(user.name, threading.Lock())
-        try:
+        with refusal_logged(f"submit by {user.name}"):
             if not decision.acquire(blocking=False):
                 raise SubmitInProgress(f"{user.name}'s previous submit is still being decided (one at a time, so "
                                        "that each is checked against the GPUs the others took); send it again once "
@@ -376,9 +387,6 @@ class JobBoard:
                         self._submitted[job_key(job)] = (self._clock(), job.spec.nodes * job.spec.gpus_per_node)
             finally:
                 decision.release()
-        except Exception as err:
-            log.warning("submit by %s refused (%s): %s", user.name, type(err).__name__, one_line(err))
-            raise
         log.info("submit by %s: job %s on %s, %d node(s) x %d GPU(s), %d epoch(s)", user.name, job.id, job.backend,
                  job.spec.nodes, job.spec.gpus_per_node, job.spec.epochs)
         state = PENDING if job.backend == "slurm" else job.state
@@ -391,12 +399,8 @@ class JobBoard:
         afterwards. An admin, who sees every user's jobs, cancels only their own: the portal never acts as another
         user on the scheduler (JobAccessError, a 403; docs/security.md), where the cancel would be recorded as
         that user's."""
-        try:
+        with refusal_logged(f"cancel of job {one_line(job_id)} by {user.name}"):
             job = self._cancel(user, job_id, everyone)
-        except Exception as err:
-            log.warning("cancel of job %s by %s refused (%s): %s", one_line(job_id), user.name,
-                        type(err).__name__, one_line(err))
-            raise
         log.info("cancel of job %s by %s: cancelled on %s", job.id, user.name, job.backend)
         return job
 

@@ -191,19 +191,19 @@ def kill_namespace(name: str, grace_s: float = NODE_STOP_GRACE_S) -> None:
     freezing to signal it is thawed first: a frozen process does not die."""
     _thaw(name)
     if grace_s:
-        _signal(namespace_pids(name), signal.SIGTERM, grace_s)
+        signal_all(namespace_pids(name), signal.SIGTERM, grace_s)
     for _ in range(3):
         pids = namespace_pids(name)
         if not pids:
             return
-        left = _signal(pids, signal.SIGKILL, KILLED_GONE_S)
+        left = signal_all(pids, signal.SIGKILL, KILLED_GONE_S)
         if left:
             raise BoxError(f"{name}: still there {KILLED_GONE_S:.0f} s after SIGKILL: "
                            + "; ".join(describe_process(pid) for pid in left))
     raise BoxError(f"{name}: processes keep appearing: " + "; ".join(map(describe_process, namespace_pids(name))))
 
 
-def _signal(pids: list[int], sig: signal.Signals, wait_s: float) -> list[int]:
+def signal_all(pids: list[int], sig: signal.Signals, wait_s: float) -> list[int]:
     """Send `sig` to each; the ones still there after `wait_s` seconds."""
     for pid in pids:
         try:
