@@ -1,5 +1,6 @@
-"""Input pipeline benchmark: the `old` and `new` pipelines on original PNGs and the `new` one on resized JPEG records,
-each against the decode limit of what it reads, per core, broken down by stage, and what that means for an H100.
+"""Input pipeline benchmark: the `sequential` and `parallel` pipelines on original PNGs and the `parallel` one on
+resized JPEG records, each against the decode limit of what it reads, per core, broken down by stage, and what that
+means for an H100.
 
     python -m bench.pipeline [--cores 1,2] [--images 256] [--size 1024] [--batch-size 32] [--image-size 224]
                              [--short-side 256] [--quality 95] [--repeats 5] [--seconds 2] [--threads N]
@@ -34,7 +35,7 @@ from collections.abc import Callable
 
 from bench import pipeline_report as report
 from bench.common import Measurement, records_of, synthetic_set, table_with_limits
-from bench.pipeline_names import ABLATION, BATCH, JPEG_LIMIT, LIMIT_OF, MAIN, NEW_JPEG, NORMALISE, STAGES, THREADS
+from bench.pipeline_names import ABLATION, BATCH, JPEG_LIMIT, LIMIT_OF, MAIN, NORMALISE, PARALLEL_JPEG, STAGES, THREADS
 from bench.pipeline_worker import Plan, Worker
 from bench.results import save
 
@@ -168,7 +169,7 @@ def print_report(args: argparse.Namespace, samples: report.Samples, used: report
         print(table_with_limits(
             f"Input pipeline, {args.size}x{args.size} greyscale PNG -> {args.image_size}, batch {args.batch_size}, "
             f"{args.repeats} alternating runs of {args.seconds:g} s, {cores} cores (CPUs {info[cores]['cpus']}); "
-            f"JPEG records: short side {args.short_side}, quality {args.quality}; `new` delivers "
+            f"JPEG records: short side {args.short_side}, quality {args.quality}; `parallel` delivers "
             f"{info[cores]['delivers']}", report.measurements(samples, cores, MAIN), LIMIT_OF) + "\n")
     print(report.per_core_table(samples, MAIN) + "\n")
     for cores in args.cores:
@@ -185,22 +186,22 @@ def print_ablations(args: argparse.Namespace, samples: report.Samples, cores: in
     """The opt-in tables at `cores`: what limits the JPEG pipeline (against the uint8 pipeline built from its
     parts, `BATCH`), and the thread pools (against TF's shared pool); both beside the decode limit."""
     if args.ablation:
-        rows = report.measurements(samples, cores, [NEW_JPEG, JPEG_LIMIT, BATCH, *ABLATION, NORMALISE])
+        rows = report.measurements(samples, cores, [PARALLEL_JPEG, JPEG_LIMIT, BATCH, *ABLATION, NORMALISE])
         print(report.ablation_table(f"What limits the JPEG pipeline, {cores} cores", rows, rows[1], rows[2]) + "\n")
         data["ablation"][str(cores)] = report.ablation_rows(rows, rows[1], rows[2])
     if args.threads_ablation:
         rows = report.measurements(samples, cores, [*THREADS, JPEG_LIMIT])
-        print(report.ablation_table(f"Thread pools, `new` on JPEG records, {cores} cores", rows, rows[-1], rows[0])
+        print(report.ablation_table(f"Thread pools, `parallel` on JPEG records, {cores} cores", rows, rows[-1], rows[0])
               + "\n")
         data["threads"][str(cores)] = report.ablation_rows(rows, rows[-1], rows[0])
 
 
 def print_cores_per_gpu(samples: report.Samples, cores: int) -> dict:
     """Cores per H100 from the JPEG pipeline's images/s per core at `cores` (the most measured: the most shared)."""
-    per_core = report.median_of(samples, cores, NEW_JPEG) / cores
+    per_core = report.median_of(samples, cores, PARALLEL_JPEG) / cores
     needs = report.cores_needed(per_core, report.gpu_rates())
-    print(report.cores_needed_table(needs, per_core, NEW_JPEG, cores) + "\n")
-    return {"row": NEW_JPEG, "measured_on_cores": cores, "images_per_sec_per_core": per_core,
+    print(report.cores_needed_table(needs, per_core, PARALLEL_JPEG, cores) + "\n")
+    return {"row": PARALLEL_JPEG, "measured_on_cores": cores, "images_per_sec_per_core": per_core,
             "gpus_per_node": report.NODE_GPUS, "source": report.H100_SOURCE, "needs": [vars(n) for n in needs]}
 
 
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.batch_size, args.image_size, args.threads, args.seconds)
     samples, used, info = measure(args, plan)
     data = print_report(args, samples, used, info)
-    found = report.targets(samples, NEW_JPEG, JPEG_LIMIT)
+    found = report.targets(samples, PARALLEL_JPEG, JPEG_LIMIT)
     print("\n".join(report.verdict(found)))
     print(f"command: {command(args)}")
     path = save("pipeline", command=command(args), targets=found, data=data)

@@ -60,12 +60,12 @@ def delivered_dtype(dataset: tf.data.Dataset) -> str:
 def builders(png_dir: Path, jpeg_dir: Path, cfg: PipelineConfig) -> Builders:
     """Every row by name: a function that builds a fresh dataset (a fresh iterator each run, as training has)."""
     png, jpeg = source_of(png_dir), source_of(jpeg_dir)
-    old = replace(cfg, pipeline="old", threads=None)
+    sequential = replace(cfg, pipeline="sequential", threads=None)
     rows: Builders = {
-        row.OLD_PNG: lambda: train_dataset(png, old),
-        row.NEW_PNG: lambda: train_dataset(png, cfg),
+        row.SEQUENTIAL_PNG: lambda: train_dataset(png, sequential),
+        row.PARALLEL_PNG: lambda: train_dataset(png, cfg),
         row.PNG_LIMIT: lambda: decode_only_dataset(png, "train", cfg).repeat(),
-        row.NEW_JPEG: lambda: train_dataset(jpeg, cfg),
+        row.PARALLEL_JPEG: lambda: train_dataset(jpeg, cfg),
         row.JPEG_LIMIT: lambda: decode_only_dataset(jpeg, "train", cfg).repeat(),
     }
     rows |= stage_builders(jpeg, cfg)
@@ -167,7 +167,7 @@ def _batched(images: tf.data.Dataset, cfg: PipelineConfig, normalise: bool = Fal
 
 
 def _finish(batches: tf.data.Dataset, cfg: PipelineConfig) -> tf.data.Dataset:
-    """prefetch, and the private pool if one was asked for: as chexnet.data.datasets ends the new pipeline."""
+    """prefetch, and the private pool if one was asked for: as chexnet.data.datasets ends the parallel pipeline."""
     options = tf.data.Options()
     if cfg.threads is not None:
         options.threading.private_threadpool_size = cfg.threads

@@ -44,13 +44,14 @@ def _serve(conn: Connection, cores: int, plan: Plan) -> None:
 
         tf.config.threading.set_inter_op_parallelism_threads(cores)
         tf.config.threading.set_intra_op_parallelism_threads(cores)
-        from bench.pipeline_names import NEW_JPEG
+        from bench.pipeline_names import PARALLEL_JPEG
         from bench.pipeline_rows import builders, delivered_dtype, images_per_sec
         from chexnet.data.datasets import PipelineConfig
 
-        cfg = PipelineConfig("new", plan.batch_size, plan.image_size, threads=plan.threads)
+        cfg = PipelineConfig("parallel", plan.batch_size, plan.image_size, threads=plan.threads)
         rows = builders(plan.png_dir, plan.jpeg_dir, cfg)
-        conn.send(("ready", {"cpus": sorted(os.sched_getaffinity(0)), "delivers": delivered_dtype(rows[NEW_JPEG]())}))
+        delivers = delivered_dtype(rows[PARALLEL_JPEG]())
+        conn.send(("ready", {"cpus": sorted(os.sched_getaffinity(0)), "delivers": delivers}))
         while (names := conn.recv()) is not None:
             conn.send(("rates", {name: images_per_sec(rows[name](), plan.seconds, plan.batch_size) for name in names}))
     except Exception:  # noqa: BLE001 - anything that stops a worker goes back to the parent, which stops the run

@@ -50,7 +50,7 @@ def train_rate(workers: int, data: Path, args: argparse.Namespace) -> float:
                    sys.executable, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
                    "--checkpoint-dir", str(checkpoints), "--epochs", str(args.epochs),
                    "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
-                   "--model", args.model, "--pipeline", "new"]
+                   "--model", args.model, "--pipeline", "parallel"]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")

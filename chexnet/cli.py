@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from chexnet.reference import MODELS, PIPELINES
+from chexnet.reference import MODELS, PIPELINE_OLD_NAMES, PIPELINES
 
 EXIT_USAGE = 2
 
@@ -35,6 +36,15 @@ def require_choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
         raise UsageError(f"{flag} must be one of {', '.join(allowed)}; got {value!r}")
 
 
+def pipeline_name(value: str) -> str:
+    """--pipeline's value; an old name (new, old) is taken as its new one, with a warning on stderr."""
+    if value in PIPELINE_OLD_NAMES:
+        print(f"warning: --pipeline {value} is deprecated; it is now called --pipeline {PIPELINE_OLD_NAMES[value]}",
+              file=sys.stderr)
+        return PIPELINE_OLD_NAMES[value]
+    return value
+
+
 def require_data_dir(data_dir: Path) -> None:
     if not data_dir.is_dir():
         raise UsageError(f"--data-dir must be an existing directory with the dataset; {data_dir} is not")
@@ -49,7 +59,7 @@ class InputFlags:
     image_size: int = 224
     model: str = "densenet121"
     batch_size: int = 32
-    pipeline: str = "new"
+    pipeline: str = "parallel"
 
     @classmethod
     def add_input_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -57,7 +67,9 @@ class InputFlags:
         parser.add_argument("--data-dir", type=Path, required=True, help="ChestX-ray14 layout or TFRecords directory")
         parser.add_argument("--image-size", type=int, default=cls.image_size, help="square input side, pixels")
         parser.add_argument("--model", default=cls.model, help=f"one of {', '.join(MODELS)}")
-        parser.add_argument("--pipeline", default=cls.pipeline, help=f"input pipeline: {' or '.join(PIPELINES)}")
+        parser.add_argument("--pipeline", type=pipeline_name, default=cls.pipeline,
+                            help=f"input pipeline: {' or '.join(PIPELINES)} (parallel: reads, decode and batches in "
+                                 "parallel and prefetched; sequential: one at a time, for comparison)")
 
     def check_inputs(self) -> None:
         """Raise UsageError naming the first input flag whose value is not allowed (sizes: `require_positive`)."""

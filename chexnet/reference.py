@@ -8,7 +8,10 @@ is submitted, and they must stay quick to start.
 from __future__ import annotations
 
 MODELS = ("densenet121", "resnet50")
-PIPELINES = ("new", "old")  # "new": parallel reads, decode and prefetch; "old": sequential, for the benchmark
+# "parallel": reads, decode and batching in parallel, prefetched so input overlaps training (what training uses);
+# "sequential": one element at a time, nothing prefetched (the pipeline as first written, for the benchmark).
+PIPELINES = ("parallel", "sequential")
+PIPELINE_OLD_NAMES = {"new": "parallel", "old": "sequential"}  # named by age: still taken, with a warning
 
 # Test-set AUROC per class published by Rajpurkar et al. 2017 (CheXNet, DenseNet-121), in the dataset's label
 # order (chexnet.labels.CLASSES); copied here so that nothing reads files outside the package at run time.

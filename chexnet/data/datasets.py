@@ -1,4 +1,4 @@
-"""tf.data input pipelines for CheXNet: the parallel "new" one that training uses and the sequential "old" one.
+"""tf.data input pipelines for CheXNet: the "parallel" one that training uses and the "sequential" one it replaced.
 
 In pipeline order (`chexnet.data.sources` finds and shares out the files, `chexnet.data.decoding` decodes):
 
@@ -46,11 +46,11 @@ READ_CYCLE = 8  # shards read at once: enough to hide one file's latency, few en
 class PipelineConfig:
     """How to feed the model; the defaults are the training defaults."""
 
-    pipeline: str = "new"  # "new": parallel reads, decode and prefetch; "old": sequential, for the benchmark
+    pipeline: str = "parallel"  # parallel reads, decode and prefetch; "sequential": one at a time, for the benchmark
     batch_size: int = 32  # per worker
     image_size: int = 224
     cache: bool = False  # keep decoded, resized images in memory after the first epoch (small sets only)
-    threads: int | None = None  # a private thread pool of this size for the new pipeline; None: TF's shared pool
+    threads: int | None = None  # a private thread pool of this size for the parallel pipeline; None: TF's shared
     shuffle_buffer: int = 1024
     seed: int = 0
     ten_crop: bool = False  # evaluation: 10 crops per image, batches [B, 10, S, S, 1] (resized records only)
@@ -69,11 +69,11 @@ class PipelineConfig:
 
     @property
     def parallel(self) -> bool:
-        return self.pipeline == "new"
+        return self.pipeline == "parallel"
 
     @property
     def calls(self) -> int | None:
-        """num_parallel_calls: tf.data's choice for the new pipeline, one at a time for the old."""
+        """num_parallel_calls: tf.data's choice for the parallel pipeline, one at a time for the sequential one."""
         return AUTOTUNE if self.parallel else None
 
 
@@ -222,7 +222,7 @@ def train_dataset(source: DataSource, cfg: PipelineConfig, rank: int = 0, size: 
             images = decode(examples, decode=decoder).cache().repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed)
         else:  # shuffle the small encoded images, decode after
             images = decode(examples.repeat().shuffle(cfg.shuffle_buffer, seed=cfg.seed), decode=decoder)
-        if not cfg.parallel:  # the old pipeline as first written: flip image by image
+        if not cfg.parallel:  # the sequential pipeline as first written: flip image by image
             return _finish(images.map(decoding.augmented).batch(cfg.batch_size, drop_remainder=True), cfg)
         images = images.map(decoding.augmented, num_parallel_calls=cfg.calls)
     elif cfg.cache:  # cache the whole stored images, crop afresh every epoch
@@ -277,7 +277,7 @@ def _finish(batches: tf.data.Dataset, cfg: PipelineConfig) -> tf.data.Dataset:
         if cfg.threads is not None:
             options.threading.private_threadpool_size = cfg.threads
         return batches.prefetch(AUTOTUNE).with_options(options)
-    # The old pipeline as first written: nothing in parallel, not even what tf.data would otherwise add by itself.
+    # The sequential pipeline as first written: nothing in parallel, not even what tf.data would otherwise add itself.
     options.autotune.enabled = False
     options.experimental_optimization.map_parallelization = False
     options.experimental_optimization.inject_prefetch = False

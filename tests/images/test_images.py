@@ -80,7 +80,7 @@ def training_run(images, tmp_path_factory) -> tuple[Path, str, float]:
         f"set -e; python -m chexnet.data.synthetic --out /work/data --images {IMAGES} --size {IMAGE_SIZE} --seed 3;"
         f" horovodrun -np {WORKERS} -H localhost:{WORKERS} python -m chexnet.train --data-dir /work/data"
         f" --logdir /work/logs --checkpoint-dir /work/checkpoints --epochs 1 --batch-size {BATCH}"
-        f" --image-size {IMAGE_SIZE} --model densenet121 --pipeline new --progress epoch"
+        f" --image-size {IMAGE_SIZE} --model densenet121 --pipeline parallel --progress epoch"
     )
     started = time.monotonic()
     proc = podman("run", "--rm", "--network=none", "--shm-size=1g", "-e", "TF_CPP_MIN_LOG_LEVEL=2",

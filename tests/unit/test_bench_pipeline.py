@@ -98,37 +98,37 @@ def test_cores_per_gpu_and_for_an_eight_gpu_node():
     assert report.cores_needed(1000.0, {"bf16": 2500.0}, gpus=1)[0].node_cores == 3
     with pytest.raises(ValueError, match="per_core"):
         report.cores_needed(0.0, {"fp32": 800.0})
-    table = report.cores_needed_table(needs, 1000.0, "new, JPEG records", 2)
+    table = report.cores_needed_table(needs, 1000.0, "parallel, JPEG records", 2)
     assert "this machine's cores" in table and "20,000" in table
 
 
 def samples(pipeline: float, limit: float, cores: int = 2) -> report.Samples:
-    return {cores: {"new": [pipeline, pipeline + 10, pipeline - 10], "limit": [limit, limit]}}
+    return {cores: {"parallel": [pipeline, pipeline + 10, pipeline - 10], "limit": [limit, limit]}}
 
 
 def test_targets_are_judged_on_two_cores():
-    met = report.targets(samples(2500.0, 2800.0), "new", "limit")
+    met = report.targets(samples(2500.0, 2800.0), "parallel", "limit")
     assert [t.met for t in met] == [True, True] and met[1].measured == pytest.approx(2500 / 2800)
-    short = report.targets(samples(1900.0, 4000.0), "new", "limit")
+    short = report.targets(samples(1900.0, 4000.0), "parallel", "limit")
     assert [t.met for t in short] == [False, False]
     assert all(line.endswith("NOT met") for line in report.verdict(short))
 
 
 def test_without_a_two_core_run_the_rate_target_is_not_met_and_says_where_it_was_measured():
-    found = report.targets(samples(5000.0, 5100.0, cores=1), "new", "limit")
+    found = report.targets(samples(5000.0, 5100.0, cores=1), "parallel", "limit")
     assert "on 1 core" in found[0].name and not found[0].met and found[1].met
     assert report.target_cores([1, 4]) == 1 and report.target_cores([3, 16]) == 3 and report.target_cores([1, 2]) == 2
 
 
 def test_main_rows_carry_their_limit_and_ratio_for_the_chart():
-    from bench.pipeline_names import JPEG_LIMIT, MAIN, NEW_JPEG
+    from bench.pipeline_names import JPEG_LIMIT, MAIN, PARALLEL_JPEG
 
     found = main_rows({2: {name: [100.0 * (i + 1)] for i, name in enumerate(MAIN)}}, 2)
     by_name = {row["name"]: row for row in found}
-    assert by_name[NEW_JPEG]["limit"] == JPEG_LIMIT and by_name[NEW_JPEG]["ratio"] == pytest.approx(400 / 500)
-    assert by_name[JPEG_LIMIT]["ratio"] == 1.0 and {"median", "min", "max"} <= set(by_name[NEW_JPEG])
+    assert by_name[PARALLEL_JPEG]["limit"] == JPEG_LIMIT and by_name[PARALLEL_JPEG]["ratio"] == pytest.approx(400 / 500)
+    assert by_name[JPEG_LIMIT]["ratio"] == 1.0 and {"median", "min", "max"} <= set(by_name[PARALLEL_JPEG])
 
 
 def test_per_core_figures_divide_by_the_cores():
-    table = report.per_core_table({1: {"new": [1000.0]}, 2: {"new": [1800.0]}}, ("new",))
-    assert table.splitlines()[-1].split() == ["new", "1,000", "900"]
+    table = report.per_core_table({1: {"parallel": [1000.0]}, 2: {"parallel": [1800.0]}}, ("parallel",))
+    assert table.splitlines()[-1].split() == ["parallel", "1,000", "900"]

@@ -64,7 +64,7 @@ def _csv_labels(layout) -> dict:
         return {row["Image Index"]: encode(row["Finding Labels"]) for row in csv.DictReader(f)}
 
 
-@pytest.mark.parametrize("pipeline", ["new", "old"])
+@pytest.mark.parametrize("pipeline", ["parallel", "sequential"])
 def test_train_batches_have_the_model_shapes_and_never_end(source, pipeline):
     batches = train_dataset(source, _cfg(pipeline=pipeline))
     steps = source.count("train") // BATCH + 3  # past the end of one epoch
@@ -206,7 +206,7 @@ def test_bad_inputs_give_clear_errors(tmp_path, layout):
         source_of(tmp_path / "empty")
     with pytest.raises(ValueError, match="batch_size must be at least 1"):
         PipelineConfig(batch_size=0)
-    with pytest.raises(ValueError, match="pipeline must be one of new, old; got 'fast'"):
+    with pytest.raises(ValueError, match="pipeline must be one of parallel, sequential; got 'fast'"):
         PipelineConfig(pipeline="fast")
     with pytest.raises(ValueError, match="split must be one of train, val, test"):
         source_of(layout).count("dev")
