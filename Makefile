@@ -63,8 +63,8 @@ bench: install
 bench-chart: install
 	@$(CHART)
 
-# The README's screenshots: the browser tests that take them run against a private test box (about 10 min on
-# 2 cores, most of it the dashboard test's training job), then the chosen ones are copied from tests/artifacts
+# The user guide's screenshots (docs/user-guide.md): the browser tests that take them run against a private test
+# box (about 10 min on 2 cores, most of it the dashboard test's training job), then the chosen ones are copied from tests/artifacts
 # (ignored by git) to docs/screenshots/. Copied even when a test fails after taking it (then worth a look), and
 # make still fails; a screenshot that was not taken again is not copied.
 SCREENSHOTS := a11y-jobs-1280-light a11y-job-1280-light a11y-jobs-375-dark dashboard-1-submit-form \

@@ -1,5 +1,8 @@
 # JupyterHub configuration of the Data Scientist Portal: wiring only. Every value comes from portal.config
 # (defaults = the local demo; a site sets DSPORTAL_CONFIG=/path/to/portal.yaml or DSPORTAL_* variables).
+# The authenticator's and the spawners' traits that are portal settings (the LDAP server, TLS, groups, timeouts,
+# the image ...) take their values from portal.config: setting one here to another value stops the hub at startup,
+# naming the setting to use (portal.traits). docs/configuration.md lists both kinds.
 import os
 import sys
 
@@ -37,7 +40,7 @@ c.JupyterHub.tornado_settings = {
 
 c.JupyterHub.authenticator_class = PortalLDAPAuthenticator
 
-if portal.spawner_backend == "kubernetes":
+if portal.scheduler == "kubernetes":
     # Before the import: kubernetes_asyncio reads KUBECONFIG once, when it loads. Without a kubeconfig, KubeSpawner
     # uses the hub pod's service account (in the cluster).
     if portal.k8s_kubeconfig:

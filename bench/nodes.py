@@ -140,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load()
     ensure_demo_data(cfg)
     limits = jobs.limits("slurm", user=args.user, cfg=cfg)
-    if limits.nodes < 2 or limits.gpu_quota < 2:
+    if limits.nodes < 2 or limits.quota.limit < 2:
         print(f"bench.nodes: needs 2 usable nodes and a GPU quota of 2; {args.user} has {limits.nodes} "
-              f"node(s) and a quota of {limits.gpu_quota}", file=sys.stderr)
+              f"node(s) and a quota of {limits.quota.limit}", file=sys.stderr)
         return 2
     done: list[Result] = []
     for repeat in range(args.repeats):

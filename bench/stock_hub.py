@@ -37,7 +37,7 @@ def configure_stock_slurm_spawner(c: Any, portal: PortalConfig) -> None:
     """
     import batchspawner  # noqa: F401  (registers /hub/api/batchspawner)
 
-    from portal.slurm import RUNUSER
+    from portal.runas import RUNUSER
 
     c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"
     c.BatchSpawnerBase.req_partition = PARTITION

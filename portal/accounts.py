@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import ssl
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,12 +27,13 @@ from ldap3.utils.dn import parse_dn
 
 from portal.config import ConfigError, PortalConfig, load
 from portal.inputs import ascii_digits
-from portal.jobs import SlurmError
+from portal.scheduler.errors import SlurmError
+from portal.scheduler.quota import quota_group
+from portal.scheduler.slurm_commands import SlurmCommands, one_line
 
 PROG = "python -m portal.accounts"
 USAGE = f"usage: {PROG} sync [--dry-run] | show   (as root)"
 EXIT_FAILURE, EXIT_USAGE = 1, 2
-SLURM_TIMEOUT_S = 30
 SLURM_ROOT = "root"  # Slurm's own account and user: never changed here
 QOS, DENY_ON_LIMIT = "normal", "DenyOnLimit"
 ASSOC_FORMAT = "Cluster,Account,User,GrpTRES,MaxSubmitJobs"
@@ -150,7 +150,7 @@ def read_directory(cfg: PortalConfig,
         finally:
             conn.unbind()
     except (LDAPException, OSError) as err:
-        raise DirectoryError(f"{where}: {_one_line(str(err)) or type(err).__name__}") from None
+        raise DirectoryError(f"{where}: {one_line(str(err)) or type(err).__name__}") from None
     groups = directory_from_entries(results)
     if not groups:
         raise DirectoryError(f"{where} shows {cfg.ldap_search_user or 'an anonymous bind'} no group under "
@@ -162,8 +162,7 @@ def read_directory(cfg: PortalConfig,
 def quota_account(groups: Sequence[str], allowed: Sequence[str], cfg: PortalConfig) -> str | None:
     """A user's account among their groups (those that can be accounts): the group that gives their quota (the
     largest; ties: alphabetical), else their first allowed group alphabetically."""
-    with_quota = sorted((g for g in groups if g in cfg.gpu_quota), key=lambda g: (-cfg.gpu_quota[g], g))
-    return (with_quota or sorted(allowed) or [None])[0]
+    return quota_group(cfg.gpu_quota, groups) or (sorted(allowed) or [None])[0]
 
 
 def desired_state(directory: Sequence[Group], cfg: PortalConfig) -> Accounting:
@@ -302,26 +301,10 @@ def plan(desired: Accounting, current: Accounting) -> list[Change]:
     return changes
 
 
-def _one_line(text: str) -> str:
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
 def slurm_runner(cfg: PortalConfig) -> Runner:
-    """Runs a Slurm command from slurm_bin_dir with the portal's slurm.conf: stdout, or SlurmError in Slurm's words."""
-    def run(argv: Sequence[str]) -> str:
-        command = [str(cfg.slurm_bin_dir / argv[0]), *argv[1:]]
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S,
-                                    env={"SLURM_CONF": str(cfg.slurm_conf_path), "PATH": "/usr/bin:/bin"})
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"Slurm did not answer `{shlex.join(argv)}` in {SLURM_TIMEOUT_S} s") from None
-        except OSError as err:
-            raise SlurmError(f"cannot run {command[0]}: {err.strerror}") from None
-        if result.returncode != 0:
-            words = _one_line(result.stderr) or _one_line(result.stdout) or f"exit status {result.returncode}"
-            raise SlurmError(f"Slurm refused `{shlex.join(argv)}`: {words}")
-        return result.stdout
-    return run
+    """Slurm's commands as root, through the portal's one Slurm runner: stdout, or SlurmError in Slurm's words."""
+    commands = SlurmCommands(cfg)
+    return lambda argv: commands.run(*argv)
 
 
 def read_slurm(cfg: PortalConfig, run: Runner | None = None) -> Accounting:

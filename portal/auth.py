@@ -18,6 +18,11 @@
 - A directory that is down or untrusted gives the login page a message (503) instead of a traceback. A dropped
   connection is told apart: the directory is probed with an anonymous bind, and if it answers, the request
   itself was refused (a failed login, 403), not the directory down.
+- Every refused login is one line in the hub's log: the user, the client's address and why (wrong user name or
+  password, in no allowed group, blocked, held back, directory busy or unavailable); never the password.
+- The directory's address, TLS, bind and search settings, allowed groups and timeouts are portal settings, which
+  `portal.accounts`' sync reads too: upstream's traits take them from portal.config, and a hub configuration that
+  gives one of them (or a spawner trait that is a setting) another value stops the hub at startup (portal.traits).
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ import re
 import secrets
 import ssl
 from concurrent.futures import ThreadPoolExecutor
+from inspect import isawaitable
+from operator import attrgetter
+from typing import Any
 
 import ldap3
 from ldap3 import Tls
@@ -38,10 +46,10 @@ from ldapauthenticator.ldapauthenticator import TlsStrategy
 from tornado import web
 from traitlets import Float, Instance, Integer, List, TraitError, Unicode, default, validate
 
-from portal.config import PortalConfig, load
+from portal.config import ConfigError, PortalConfig, load
 from portal.hub_pages import spawn_handlers
 from portal.login_limits import Attempt, LdapBusy, LdapSlots, LoginThrottle, Policy, client_address, is_ip_address
-from portal.traits import fixed_default, portal_default
+from portal.traits import class_conflicts, fixed_default, portal_default
 
 DIRECTORY_UNAVAILABLE = (
     "The directory service (LDAP) is unavailable, so nobody can log in right now. "
@@ -87,13 +95,11 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
                              "cannot take every slot.")
     ldap_queue_timeout = Float(
         5.0, config=True, help="Seconds a login waits for a free directory slot before it is told 'busy, try again'.")
-    ldap_connect_timeout = Float(
-        config=True, help="Seconds to open a connection to the directory (ldap3 Server connect_timeout); "
-                          "default: portal.config's ldap_timeout.")
-    ldap_receive_timeout = Integer(
-        config=True, help="Whole seconds to wait for each answer of the directory (ldap3 Connection "
-                          "receive_timeout, which takes only integers), so that the worker thread itself ends; "
-                          "default: portal.config's ldap_timeout.")
+    # ldap3's own timeouts, which end the worker thread itself: ldap_timeout's, not settings of their own (the
+    # receive timeout takes only whole seconds). Code (the tests) may set them apart from ldap_timeout.
+    ldap_connect_timeout = Float(help="Seconds to open a connection to the directory (ldap3 Server connect_timeout).")
+    ldap_receive_timeout = Integer(help="Whole seconds to wait for each answer of the directory (ldap3 Connection "
+                                        "receive_timeout).")
     failed_login_limit_per_user_client = Integer(
         5, config=True, help="Failed logins for one user from one client (a browser with that user's login-device "
                              "cookie, else an address) before that pair is held back.")
@@ -118,14 +124,6 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
     proxy_hops = Integer(
         1, config=True, help="Proxies in front of the hub that each append to X-Forwarded-For (1: only CHP).")
 
-    @default("ldap_connect_timeout")
-    def _connect_timeout_default(self) -> float:
-        return float(self.portal.ldap_timeout)
-
-    @default("ldap_receive_timeout")
-    def _receive_timeout_default(self) -> int:
-        return max(1, int(self.portal.ldap_timeout))
-
     @default("trusted_proxies")
     def _trusted_proxies_default(self) -> list[str]:
         # The proxy reaches the hub on its API address (the box's bridge) or on loopback.
@@ -146,32 +144,47 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
     def _valid_username_regex_default(self) -> str:
         return self.username_pattern
 
+    # The traits that are portal settings (portal.traits): their values come from portal.config, which
+    # portal.accounts' sync reads too; a different value in the hub's configuration stops the hub (__init__).
     _server_address_default = portal_default("server_address", "ldap_host")
-    _server_port_default = portal_default("server_port", "ldap_server_port")
-
-    @default("tls_strategy")
-    def _tls_strategy_default(self) -> TlsStrategy:
-        return TLS_STRATEGIES[self.portal.ldap_tls]
-
-    @default("tls_kwargs")
-    def _tls_kwargs_default(self) -> dict:
-        return {"ca_certs_file": str(self.portal.ca_file), "validate": ssl.CERT_REQUIRED}
-
-    @default("bind_dn_template")
-    def _bind_dn_template_default(self) -> list[str]:
-        return [] if self.portal.ldap_lookup_dn else [self.portal.ldap_bind_dn_template]
-
+    _server_port_default = portal_default("server_port", "ldap_port", "ldaps_port", "ldap_tls",
+                                          read=attrgetter("ldap_server_port"))
+    _tls_strategy_default = portal_default("tls_strategy", "ldap_tls", read=lambda cfg: TLS_STRATEGIES[cfg.ldap_tls])
+    _use_ssl_default = portal_default("use_ssl", "ldap_tls", read=lambda cfg: cfg.ldap_tls == "ldaps")  # deprecated
+    # ldap3 reads the CA file whenever it is named, TLS or not: none is named without TLS
+    _tls_kwargs_default = portal_default("tls_kwargs", "ldap_ca_file", "ldap_tls", read=lambda cfg: {} if (
+        cfg.ldap_tls == "none") else {"ca_certs_file": str(cfg.ca_file), "validate": ssl.CERT_REQUIRED})
+    _bind_dn_template_default = portal_default("bind_dn_template", "ldap_bind_dn_template", "ldap_lookup_dn", read=(
+        lambda cfg: [] if cfg.ldap_lookup_dn else [cfg.ldap_bind_dn_template]))
     _lookup_dn_default = portal_default("lookup_dn", "ldap_lookup_dn")
     _user_search_base_default = portal_default("user_search_base", "ldap_user_search_base")
     _user_attribute_default = portal_default("user_attribute", "ldap_user_attribute")
     _search_user_default = portal_default("lookup_dn_search_user", "ldap_search_user")
     _search_password_default = portal_default("lookup_dn_search_password", "ldap_search_password")
-
-    @default("allowed_groups")
-    def _allowed_groups_default(self) -> list[str]:
-        return [self.portal.group_dn(g) for g in self.portal.allowed_groups]
+    _allowed_groups_default = portal_default("allowed_groups", "allowed_groups", "ldap_group_search_base", read=(
+        lambda cfg: [cfg.group_dn(g) for g in cfg.allowed_groups]))
+    _connect_timeout_default = portal_default("ldap_connect_timeout", "ldap_timeout",
+                                              read=lambda cfg: float(cfg.ldap_timeout))
+    _receive_timeout_default = portal_default("ldap_receive_timeout", "ldap_timeout",
+                                              read=lambda cfg: max(1, int(cfg.ldap_timeout)))
 
     _manage_groups_default = fixed_default("manage_groups", True)
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._refuse_second_values()
+
+    def _refuse_second_values(self) -> None:
+        """The hub makes its authenticator once, at startup (a spawner only when a server starts): so this is where
+        the hub's configuration is held against portal.config, for this class and the hub's spawner class. A trait
+        given another value than its setting's stops the hub, naming both (portal.traits)."""
+        spawner_class = getattr(self.parent, "spawner_class", None)
+        classes = [type(self), *([spawner_class] if isinstance(spawner_class, type) else [])]
+        problems = [problem for cls in classes for problem in class_conflicts(self.config, cls, self.portal)]
+        for problem in problems:
+            self.log.error("%s", problem)
+        if problems:
+            raise ConfigError("\n".join(problems))
 
     @validate("allow_all")
     def _refuse_allow_all(self, proposal):
@@ -217,11 +230,13 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         throttle, _, _ = self._limits()
         refusal = throttle.check(attempt)
         if refusal:
-            self.log.warning("Login refused for %s from %s: held back by the %s rule for %d s", username[:64],
-                             attempt.address, refusal.rule, refusal.retry_after)
+            self._refused(attempt, "held back by the %s rule for %d s (too many failed logins)", refusal.rule,
+                          refusal.retry_after, name=username)
             raise web.HTTPError(429, refusal.message)
         try:
-            result = await self._check_password(attempt, password)
+            result = await self._check_password(attempt, password, name=username)
+            if result is not None and not await self._may_log_in(attempt, result):
+                result = None
         except web.HTTPError as err:
             if err.status_code == 403:
                 throttle.failed(attempt)
@@ -236,19 +251,40 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         result["admin"] = self.portal.is_admin(groups)
         return result
 
-    async def _check_password(self, attempt: Attempt, password: str) -> dict | None:
+    def _refused(self, attempt: Attempt, reason: str, *args: Any, name: str = "") -> None:
+        """The one log line of a refused login: who, from where, why (never the password). A name that is not a
+        valid user name is shown quoted and cut short: it may be anything a client sent."""
+        user = attempt.user or repr(name[:64])
+        self.log.warning("Login refused for %s from %s: " + reason, user, attempt.address, *args)
+
+    async def _may_log_in(self, attempt: Attempt, result: dict) -> bool:
+        """The hub's own checks (blocked_users; allowed_groups or allowed_users), made here too so that a refusal
+        is logged with its reason and the client; the hub makes them again after."""
+        blocked = self.check_blocked_users(attempt.user, result)
+        if not (await blocked if isawaitable(blocked) else blocked):
+            self._refused(attempt, "in blocked_users")
+            return False
+        allowed = self.check_allowed(attempt.user, result)
+        if not (await allowed if isawaitable(allowed) else allowed):
+            self._refused(attempt, "in none of the allowed groups (%s)", ", ".join(self.portal.allowed_groups))
+            return False
+        return True
+
+    async def _check_password(self, attempt: Attempt, password: str, name: str = "") -> dict | None:
         """The caps, then the directory: None for a failed login; HTTPError for one with a message of its own."""
         if attempt.user is None:
-            self.log.warning("Login refused from %s: not a valid user name", attempt.address)
+            self._refused(attempt, "not a valid user name", name=name)
             return None
         if not password.strip():
-            self.log.warning("Login refused for %s: empty password", attempt.user)
+            self._refused(attempt, "empty password")
             return None
         if len(password.encode("utf-8", "surrogatepass")) > self.max_password_bytes:
-            self.log.warning("Login refused for %s from %s: password of %d characters", attempt.user,
-                             attempt.address, len(password))
+            self._refused(attempt, "password of %d characters, over max_password_bytes", len(password))
             raise web.HTTPError(403, PASSWORD_TOO_LONG.format(limit=self.max_password_bytes))
-        return await self._in_worker(attempt, password)
+        result = await self._in_worker(attempt, password)
+        if result is None:
+            self._refused(attempt, "wrong user name or password (the directory refused them)")
+        return result
 
     async def _in_worker(self, attempt: Attempt, password: str) -> dict | None:
         """Upstream's (blocking) bind and searches in the LDAP pool, holding a slot until the thread has ended."""
@@ -256,7 +292,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         try:
             await slots.acquire(attempt.address)
         except LdapBusy as err:
-            self.log.warning("Login of %s from %s refused: %s", attempt.user, attempt.address, err)
+            self._refused(attempt, "directory busy: %s", err)
             raise web.HTTPError(429, LOGIN_BUSY) from None
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(pool, self._bind_and_read, attempt.user, password)
@@ -265,12 +301,11 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         try:
             return await asyncio.wait_for(asyncio.shield(work), timeout=self.portal.ldap_timeout)
         except _RequestDropped as err:
-            self.log.warning("LDAP dropped the login of %s from %s, but answers a probe: %s", attempt.user,
-                             attempt.address, err)
+            self._refused(attempt, "the directory dropped the request but answers a probe: %s", err)
             raise web.HTTPError(403, REQUEST_REFUSED) from None
         except (TimeoutError, LDAPException, OSError) as err:
-            self.log.error("LDAP at %s:%s failed for %s: %s: %s", self.server_address, self.server_port,
-                           attempt.user, type(err).__name__, err)
+            self.log.error("Login refused for %s from %s: directory unavailable: LDAP at %s:%s: %s: %s", attempt.user,
+                           attempt.address, self.server_address, self.server_port, type(err).__name__, err)
             raise web.HTTPError(503, DIRECTORY_UNAVAILABLE) from None
 
     def _bind_and_read(self, username: str, password: str) -> dict | None:

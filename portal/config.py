@@ -8,6 +8,9 @@ Each setting carries its help text: ``python -m portal.config`` lists them all, 
     from portal.config import load
     cfg = load()
     cfg.ldap_url, cfg.gpu_quota_for(["gpu-users"])
+
+A renamed setting's old name still works, in the YAML file and the environment, with a deprecation warning that
+names the new one (config_values.RENAMED); setting both to different values is an error that names both.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from portal.config_values import ConfigError, coerce, read_yaml
+from portal.config_values import ConfigError, default_of, read_given
 from portal.inputs import ascii_digits
+from portal.scheduler.quota import quota_for
 
 TLS_MODES = ("starttls", "ldaps", "none")
-SPAWNER_BACKENDS = ("slurm", "kubernetes")
+SCHEDULERS = ("slurm", "kubernetes")
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
 JOB_LAUNCHERS = ("mpirun", "srun")
 # The cluster in a box's own hosts live here: 198.18.0.0/15 is reserved for benchmarking (RFC 2544), so no real
@@ -46,7 +50,8 @@ def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
 
 @dataclass(frozen=True)
 class PortalConfig:
-    """Every setting, with its help text as data: ``python -m portal.config`` lists them, the README tables them."""
+    """Every setting, with its help text as data: ``python -m portal.config`` lists them, docs/configuration.md
+    tables them (``python -m portal.config --markdown``)."""
 
     state_dir: Path = setting(Path("/var/lib/dsportal"),
                               "Where everything the cluster in a box writes lives: keys, databases, logs, PIDs.")
@@ -100,14 +105,20 @@ class PortalConfig:
                                               "The groups (cn or full DN) whose members may log in.")
     admin_groups: tuple[str, ...] = setting(("portal-admins",), "The groups (cn or full DN) whose members are "
                                             "hub admins.")
-    gpu_quota: Mapping[str, int] = setting({"gpu-users": 4}, "The most GPUs per server for each group's members "
-                                           "(the largest quota among a user's groups applies).")
-    default_gpu_quota: int = setting(0, "The GPU quota of users in none of gpu_quota's groups.")
+    gpu_quota: Mapping[str, int] = setting({"gpu-users": 4}, "The most GPUs each group's members may hold at once, "
+                                           "counting everything a user runs together: their JupyterLab server and "
+                                           "all their training jobs, on all nodes (the largest quota among a user's "
+                                           "groups applies). The portal refuses a server or job beyond it, and the "
+                                           "scheduler holds it too (Slurm: GrpTRES gres/gpu on each user's "
+                                           "association; Kubernetes: a ResourceQuota in the user's namespace).")
+    default_gpu_quota: int = setting(0, "The GPU quota (all of a user's servers and jobs together, as gpu_quota) of "
+                                     "users in none of gpu_quota's groups.")
     max_jobs_per_user: int = setting(50, "The most jobs a user may have queued or running at once, servers included: "
                                      "the portal refuses a submit beyond it, and Slurm holds it too (MaxSubmitJobs "
                                      "on each user's association, set by `python -m portal.accounts sync`).")
 
-    spawner_backend: str = setting("slurm", "Which scheduler runs the users' servers and jobs: slurm or kubernetes.")
+    scheduler: str = setting("slurm", "Where the users' JupyterLab servers and their training jobs run: slurm or "
+                             "kubernetes. (Its old name, spawner_backend, still works, with a deprecation warning.)")
 
     # Slurm: the client configuration, and the shape of the local demo node.
     slurm_conf: str = setting("", "Slurm's client configuration; empty means <state_dir>/slurm/slurm.conf.")
@@ -154,7 +165,7 @@ class PortalConfig:
     jobs_nccl_ib_disable: str = setting("", 'NCCL_IB_DISABLE: "1" where InfiniBand is absent or broken (NCCL then '
                                         'uses sockets), "0" to insist on it; empty means not set.')
 
-    # Kubernetes (spawner_backend: kubernetes): KubeSpawner for the servers, MPIJobs (kubeflow.org/v2beta1) for
+    # Kubernetes (scheduler: kubernetes): KubeSpawner for the servers, MPIJobs (kubeflow.org/v2beta1) for
     # training.
     k8s_kubeconfig: str = setting("", "The credentials: a kubeconfig file, or empty for the pod's service account "
                                   "(in the cluster).")
@@ -196,10 +207,8 @@ class PortalConfig:
     def __post_init__(self) -> None:
         if self.ldap_tls not in TLS_MODES:
             raise ConfigError(f"ldap_tls is {self.ldap_tls!r}; allowed: {', '.join(TLS_MODES)}")
-        if self.spawner_backend not in SPAWNER_BACKENDS:
-            raise ConfigError(
-                f"spawner_backend is {self.spawner_backend!r}; allowed: {', '.join(SPAWNER_BACKENDS)}"
-            )
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(f"scheduler is {self.scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
         choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS,
                    "jobs_nccl_ib_disable": ("", "0", "1")}
         for name, allowed in choices.items():
@@ -307,10 +316,15 @@ class PortalConfig:
         return str(ipaddress.ip_network(self.box_subnet)[1 + index])
 
     @property
+    def spawner_backend(self) -> str:
+        """The old name of `scheduler`, read-only, for code not yet moved to it."""
+        return self.scheduler
+
+    @property
     def hub_api_address(self) -> str:
         if self.hub_api_ip:
             return self.hub_api_ip
-        return self.box_gateway if self.spawner_backend == "slurm" else "127.0.0.1"
+        return self.box_gateway if self.scheduler == "slurm" else "127.0.0.1"
 
     @property
     def hub_url(self) -> str:
@@ -339,31 +353,12 @@ class PortalConfig:
         return group if "=" in group else f"cn={group},{self.ldap_group_search_base}"
 
     def gpu_quota_for(self, groups: list[str] | tuple[str, ...]) -> int:
-        """The most GPUs a member of these groups may ask for: the largest quota among them."""
-        return max([self.gpu_quota[g] for g in groups if g in self.gpu_quota], default=self.default_gpu_quota)
+        """The most GPUs a member of these groups may hold at once, server and jobs together: the largest quota
+        among them."""
+        return quota_for(self.gpu_quota, self.default_gpu_quota, groups)  # the rule: portal.scheduler.quota
 
     def is_admin(self, groups: list[str] | tuple[str, ...]) -> bool:
         return any(g in self.admin_groups for g in groups)
-
-
-def default_of(setting_field: dataclasses.Field) -> Any:
-    """A setting's default value."""
-    if setting_field.default is not dataclasses.MISSING:
-        return setting_field.default
-    return setting_field.default_factory()  # type: ignore[misc]
-
-
-def _read(setting_field: dataclasses.Field, raw: Any, source: str) -> Any:
-    try:
-        return coerce(setting_field.name, str(setting_field.type), raw, setting_field.metadata["secret"])
-    except ConfigError as err:
-        raise ConfigError(f"{err} (from {source})") from None
-
-
-def _from(message: str, sources: Mapping[str, str]) -> str:
-    """A check's message, with where the setting it names was set."""
-    name = re.match(r"\w*", message).group()  # every check's message starts with the setting's name
-    return f"{message} (from {sources[name]})" if name in sources else message
 
 
 def load(env: Mapping[str, str] | None = None) -> PortalConfig:
@@ -372,25 +367,19 @@ def load(env: Mapping[str, str] | None = None) -> PortalConfig:
     The result remembers where each value came from: ``cfg.sources()``.
     """
     env = os.environ if env is None else env
-    fields = {f.name: f for f in dataclasses.fields(PortalConfig)}
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    path = env.get("DSPORTAL_CONFIG")
-    if path:
-        for name, raw in read_yaml(path, fields).items():
-            sources[name] = f"YAML file {path}"
-            values[name] = _read(fields[name], raw, sources[name])
-    for name, setting_field in fields.items():
-        variable = f"DSPORTAL_{name.upper()}"
-        if variable in env:
-            sources[name] = f"environment {variable}"
-            values[name] = _read(setting_field, env[variable], sources[name])
+    values, sources = read_given(env, {f.name: f for f in dataclasses.fields(PortalConfig)})
     try:
         cfg = PortalConfig(**values)
     except ConfigError as err:
         raise ConfigError(_from(str(err), sources)) from None
     object.__setattr__(cfg, "_sources", MappingProxyType(sources))  # frozen: set once, here
     return cfg
+
+
+def _from(message: str, sources: Mapping[str, str]) -> str:
+    """A check's message, with where the setting it names was set."""
+    name = re.match(r"\w*", message).group()  # every check's message starts with the setting's name
+    return f"{message} (from {sources[name]})" if name in sources else message
 
 
 if __name__ == "__main__":

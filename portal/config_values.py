@@ -1,24 +1,33 @@
 """Reading the portal's settings from YAML and the environment: each type's reader, and errors that name the setting.
 
 portal.config declares the settings; this module turns what a site wrote into their types. Every refusal names the
-setting and what it accepts, and echoes at most a short prefix of the value (never a secret's).
+setting and what it accepts, and echoes at most a short prefix of the value (never a secret's). A renamed setting's
+old name (RENAMED) is read as the new one, with a deprecation warning that names the new one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import logging
+import warnings
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
+
+log = logging.getLogger("portal.config")
+
+# Settings that were renamed: old name -> new name. The old name still works in the YAML file and as DSPORTAL_<OLD>.
+RENAMED = {"spawner_backend": "scheduler"}
 
 
 class ConfigError(ValueError):
     """A setting has a value that is not allowed; the message names the setting."""
 
 
-# What each type of setting accepts, in the words of an error and of the README's table.
+# What each type of setting accepts, in the words of an error and of docs/configuration.md.
 ACCEPTS = {
     "int": "a whole number",
     "bool": "true or false (also yes/no, on/off, 1/0)",
@@ -126,3 +135,68 @@ def read_yaml(path: str, names: Collection[str]) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"DSPORTAL_CONFIG={path}: " + "; ".join(_unknown(key, names) for key in unknown))
     return data
+
+
+def default_of(setting_field: dataclasses.Field) -> Any:
+    """A setting's default value."""
+    if setting_field.default is not dataclasses.MISSING:
+        return setting_field.default
+    return setting_field.default_factory()  # type: ignore[misc]
+
+
+class Given(NamedTuple):
+    """One value a site wrote: the setting, what was written, where, and the name it was written under."""
+
+    setting: str
+    raw: Any
+    source: str
+    written_as: str
+
+
+def _given(env: Mapping[str, str], names: Collection[str]) -> list[Given]:
+    """What the YAML file in DSPORTAL_CONFIG, then the DSPORTAL_* variables (which win) say, in that order."""
+    known = [*names, *RENAMED]
+    given = []
+    path = env.get("DSPORTAL_CONFIG")
+    if path:
+        given += [Given(RENAMED.get(name, name), raw, f"YAML file {path}", name)
+                  for name, raw in read_yaml(path, known).items()]
+    for name in known:
+        variable = f"DSPORTAL_{name.upper()}"
+        if variable in env:
+            given.append(Given(RENAMED.get(name, name), env[variable], f"environment {variable}", name))
+    return given
+
+
+def deprecated(old: str, new: str, where: str) -> None:
+    """The deprecation warning of a setting's old name: for Python (DeprecationWarning) and in the log."""
+    message = (f"the setting {old} (from {where}) is deprecated: it is now called {new}; set {new} "
+               f"(DSPORTAL_{new.upper()}) instead")
+    warnings.warn(message, DeprecationWarning, stacklevel=4)  # at load()'s caller
+    log.warning("%s", message)
+
+
+def read_given(env: Mapping[str, str], fields: Mapping[str, dataclasses.Field]) -> tuple[dict, dict[str, str]]:
+    """Each setting's value as the site wrote it, typed, and where it came from (the last one written wins: the
+    environment over the YAML file). An old name and its new one set to different values is an error."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    as_written: dict[str, dict[str, tuple[Any, str]]] = {}
+    for given in _given(env, fields):
+        if given.written_as != given.setting:
+            deprecated(given.written_as, given.setting, given.source)
+        setting_field = fields[given.setting]
+        try:
+            value = coerce(given.setting, str(setting_field.type), given.raw, setting_field.metadata["secret"])
+        except ConfigError as err:
+            raise ConfigError(f"{err} (from {given.source})") from None
+        values[given.setting], sources[given.setting] = value, given.source
+        as_written.setdefault(given.setting, {})[given.written_as] = (value, given.source)
+    for old, new in RENAMED.items():
+        both = as_written.get(new, {})
+        if old in both and new in both and both[old][0] != both[new][0]:
+            raise ConfigError(f"{old} is {short(both[old][0])} (from {both[old][1]}) but {new} is "
+                              f"{short(both[new][0])} (from {both[new][1]}): {old} is the old name of {new}; "
+                              f"set only {new}")
+    return values, sources
+

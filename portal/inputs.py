@@ -227,18 +227,6 @@ def refused_as(error_type: type[InputError]) -> Callable[[Callable[..., Parsed]]
     return decorate
 
 
-# --- GPU quotas: the spawn form and the job spec say them the same way ---
-
-def quota_note(quota: int, groups: Iterable[str], scope: str = "") -> str:
-    return f" (your GPU quota is {quota}{scope}; your groups: {', '.join(groups) or 'none'})"
-
-
-def gpus_held(in_use: int, quota: int) -> str:
-    """What the user's jobs and server hold, against the quota (jobs waiting in the queue can ask for more)."""
-    if in_use <= quota:
-        return f"you use {in_use} of your {quota} GPUs"
-    return f"your jobs and server hold or wait for {in_use} GPUs, more than your quota of {quota}"
-
 
 # --- bytes: form bodies and JSON bodies ---
 

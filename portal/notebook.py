@@ -41,7 +41,6 @@ TENSORBOARD_START_TIMEOUT_S = 60
 PANEL_HEIGHT = 640
 PROXY_NAME = TENSORBOARD_PREFIX.strip("/")  # the entry point's name is the URL path: <server>/tensorboard/
 WATCH_POLL_S = 5.0
-CLASS_ORDER = tuple(CHEXNET_PAPER_AUROC)  # the dataset's label order
 PORTAL_SERVICE_PATH = "services/portal/"  # the dashboard, under the hub's base URL (jupyterhub_config.py's service)
 
 

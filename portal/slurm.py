@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from portal.runas import RUNUSER as RUNUSER  # where it lived before portal.runas
+from portal.scheduler.quota import GpuHolder
 
 if TYPE_CHECKING:
     from portal.slurm_json import QueuedJob
@@ -192,18 +192,6 @@ def slurm_partitions(partition_lines: str, node_lines: str) -> tuple[SlurmPartit
             default=part.get("Default") == "YES",
         ))
     return tuple(partitions)
-
-
-@dataclass(frozen=True)
-class GpuHolder:
-    """One of a user's jobs that holds (or waits for) GPUs."""
-
-    job_id: str
-    gpus: int  # all nodes together
-    server: bool  # their JupyterLab server
-
-    def describe(self) -> str:
-        return "your server" if self.server else f"job {self.job_id}"
 
 
 def gpu_holders(jobs: Iterable[QueuedJob]) -> tuple[GpuHolder, ...]:

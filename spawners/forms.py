@@ -15,6 +15,7 @@ from typing import Any
 
 from portal import inputs
 from portal.inputs import WALL_TIME_HTML_PATTERN, InputError, format_minutes, minutes_of
+from portal.scheduler.quota import GpuQuota
 
 FIELDS = ("partition", "gpus", "cpus", "memory_gb", "runtime")
 WHOLE = "options"  # what an error about the request as a whole names (a key that is no field name, a non-mapping)
@@ -44,16 +45,8 @@ class Partition:
 @dataclass(frozen=True)
 class ClusterLimits:
     partitions: tuple[Partition, ...]
-    gpu_quota: int  # the most GPUs this user's groups allow
-    groups: tuple[str, ...] = ()
+    quota: GpuQuota  # the user's, with what their server and jobs hold of it now
     gpu_choices: tuple[int, ...] | None = None  # GPU profiles (Kubernetes: 0/1/2/4/8); None: any count
-    # What the user's jobs hold or wait for now ("job 12"): the quota is for their server and jobs together.
-    gpus_in_use: int = 0
-    gpu_holders: tuple[str, ...] = ()
-
-    @property
-    def gpus_left(self) -> int:
-        return max(0, self.gpu_quota - self.gpus_in_use)
 
     def gpu_counts(self, partition: Partition) -> tuple[int, ...] | None:
         """The GPU counts the user may pick on this partition now, when only some counts are offered."""
@@ -69,7 +62,7 @@ class ClusterLimits:
         return next((p for p in self.partitions if p.default), self.partitions[0])
 
     def max_gpus(self, partition: Partition) -> int:
-        return max(0, min(partition.free_gpus_per_node, self.gpus_left))
+        return max(0, min(partition.free_gpus_per_node, self.quota.left))
 
 
 @dataclass(frozen=True)
@@ -98,10 +91,9 @@ def describe_minutes(minutes: int | None) -> str:
 
 
 def _gpu_note(limits: ClusterLimits, partition: Partition) -> str:
-    if limits.gpus_left < partition.free_gpus_per_node:
-        if limits.gpus_in_use:
-            return f" ({inputs.gpus_held(limits.gpus_in_use, limits.gpu_quota)}: {', '.join(limits.gpu_holders)})"
-        return inputs.quota_note(limits.gpu_quota, limits.groups)
+    quota = limits.quota
+    if quota.left < partition.free_gpus_per_node:
+        return f" ({quota.held()}: {quota.holders_text()})" if quota.in_use else quota.note()
     return f" ({partition.free_gpus_per_node} free on a node of partition {partition.name} now)"
 
 
@@ -173,7 +165,8 @@ def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None, pool
     )
     partition = limits.partition(chosen.partition) or limits.default_partition
     max_gpus = limits.max_gpus(partition)
-    in_use = f", {limits.gpus_in_use} in use ({esc(', '.join(limits.gpu_holders))})" if limits.gpus_in_use else ""
+    quota = limits.quota
+    in_use = f", {quota.in_use} in use ({esc(quota.holders_text())})" if quota.in_use else ""
     return f"""
 <div class="form-group mb-3">
   <label for="ds-partition" class="form-label">{esc(pool_label)}</label>
@@ -182,7 +175,7 @@ def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None, pool
 <div class="form-group mb-3">
   <label for="ds-gpus" class="form-label">GPUs</label>
   {_gpu_input(limits, partition, chosen.gpus)}
-  <small class="form-text text-muted">0 to {max_gpus}: your quota is {limits.gpu_quota}{in_use},
+  <small class="form-text text-muted">0 to {max_gpus}: your quota is {quota.limit}{in_use},
     {partition.free_gpus_per_node} free on a node now.</small>
 </div>
 <div class="form-group mb-3">

@@ -24,6 +24,7 @@ from traitlets import default
 from portal.config import PortalConfig
 from portal.inputs import seconds_of
 from portal.jobs.k8s_manifests import GPU_RESOURCE, user_namespace_objects
+from portal.scheduler.quota import GpuQuota
 from portal.traits import fixed_default, portal_default
 from spawners.forms import ClusterLimits, Partition, ServerOptions
 from spawners.options import ServerOptionsMixin, tensorboard_proxy_url
@@ -41,7 +42,8 @@ def node_pools(cfg: PortalConfig) -> tuple[Partition, ...]:
 
 
 def cluster_limits(cfg: PortalConfig, groups: tuple[str, ...]) -> ClusterLimits:
-    return ClusterLimits(partitions=node_pools(cfg), gpu_quota=cfg.gpu_quota_for(groups), groups=groups,
+    # the user's pods are not counted here: the namespace's ResourceQuota holds the quota on Kubernetes
+    return ClusterLimits(partitions=node_pools(cfg), quota=GpuQuota(cfg.gpu_quota_for(groups), groups),
                          gpu_choices=cfg.gpu_profiles())
 
 
@@ -102,7 +104,7 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
         environment = {
             "TENSORBOARD_PROXY_URL": tensorboard_proxy_url,
             # Notebooks submit MPIJobs with the pod's own service account, in their own namespace.
-            "DSPORTAL_SPAWNER_BACKEND": "kubernetes",
+            "DSPORTAL_SCHEDULER": "kubernetes",
             "DSPORTAL_K8S_USER_NAMESPACE_TEMPLATE": self.portal.k8s_user_namespace_template,
             "DSPORTAL_K8S_IMAGE": self.portal.k8s_image,
             "DSPORTAL_GROUPS": lambda spawner: ",".join(sorted(g.name for g in spawner.user.groups)),

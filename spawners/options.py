@@ -16,6 +16,7 @@ from traitlets import HasTraits, Instance, default
 
 from portal.config import PortalConfig, load
 from portal.inputs import one_line
+from portal.scheduler.errors import SchedulerError
 from portal.traits import portal_default
 from spawners.forms import ClusterLimits, OptionsError, ServerOptions, form_options, parse_server_options, render_form
 
@@ -28,10 +29,11 @@ def tensorboard_proxy_url(spawner) -> str:
     return f"{spawner.user.url}proxy/%PORT%/"
 
 
-def refusal(err: OptionsError) -> web.HTTPError:
-    """A 400 whose message is exactly the field and what is allowed: the hub shows `jupyterhub_message` on the
-    re-rendered form and in the REST API's JSON, instead of "HTTP 400: Bad Request (...)"."""
-    error = web.HTTPError(400, "%s", str(err))
+def refusal(err: OptionsError | SchedulerError) -> web.HTTPError:
+    """The spawners' one mapping of errors to HTTP: 400 for options that are not allowed, 503 for a scheduler that
+    failed. The message is exactly the error's: the hub shows `jupyterhub_message` on the re-rendered form and in
+    the REST API's JSON, instead of "HTTP 400: Bad Request (...)"."""
+    error = web.HTTPError(503 if isinstance(err, SchedulerError) else 400, "%s", str(err))
     error.jupyterhub_message = str(err)
     return error
 
@@ -67,6 +69,14 @@ class ServerOptionsMixin(HasTraits):
     async def limits(self) -> ClusterLimits:
         raise NotImplementedError
 
+    async def _limits(self) -> ClusterLimits:
+        """`limits()`, with a scheduler that failed as an HTTP 503 naming what failed."""
+        try:
+            return await self.limits()
+        except SchedulerError as err:
+            self.log.warning("spawn options for %s: %s", self._log_name, one_line(err))
+            raise refusal(err) from None
+
     def apply_server_options(self, options: ServerOptions) -> None:
         raise NotImplementedError
 
@@ -75,7 +85,7 @@ class ServerOptionsMixin(HasTraits):
         self._options_change = (change["old"], change["new"])
 
     async def _render_options_form(self) -> str:
-        limits = await self.limits()
+        limits = await self._limits()
         try:  # offer the user's last choices again where they still fit
             previous = parse_server_options(self.user_options, limits) if self.user_options else None
         except OptionsError:
@@ -86,14 +96,14 @@ class ServerOptionsMixin(HasTraits):
         """Validate the form before the hub stores anything; a 400 re-renders it with the field in error."""
         fields = {k: v for k, v in formdata.items() if k not in HUB_FORM_FIELDS}
         try:
-            return form_options(fields, await self.limits()).to_dict()
+            return form_options(fields, await self._limits()).to_dict()
         except OptionsError as err:
             raise refusal(err) from None
 
     async def _apply_server_options(self, user_options: dict) -> None:
         """Validate (again: the REST API skips the form) and put only checked values into the job or pod."""
         try:
-            options = parse_server_options(user_options if user_options is not None else {}, await self.limits())
+            options = parse_server_options(user_options if user_options is not None else {}, await self._limits())
         except OptionsError as err:
             self.log.warning("spawn of %s refused: %s", self._log_name, one_line(err))
             self._restore_stored_options(user_options)

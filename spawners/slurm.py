@@ -1,26 +1,19 @@
-"""A batchspawner SlurmSpawner for GPU nodes.
+"""A batchspawner SlurmSpawner for GPU nodes, each addition at the Spawner's or batchspawner's extension point.
 
-What it adds to `batchspawner.SlurmSpawner`, each through the Spawner's and batchspawner's extension points
-(batchspawner's `start` loop runs as it is: submit, wait for RUNNING, take the host, wait for the port):
-- `options_form` / `options_from_form` / `apply_user_options`: partitions from Slurm, GPUs bounded by what is free
-  and by the user's group quota, CPUs, memory and wall time, validated by `spawners.forms` for the form and the
-  REST API alike. batchspawner copies `user_options` into the batch script's variables, so they are replaced by
-  the validated values before anything is submitted.
-- `query_job_status`: a failed squeue is Slurm not answering, never a job state (`spawners.slurm_state`).
-- `progress`: the Slurm job id and Slurm's own pending reason ("Pending: Resources"), updated while waiting,
-  instead of batchspawner's fixed "Pending in queue...".
-- `start`: a job that ends before its server is up fails the spawn within seconds, with the job's state and
-  the tail of its output (batchspawner 1.3.0 waits the whole start_timeout, upstream issue #253, or, when the
-  server dies after batchspawner-singleuser reported its port, the whole http_timeout).
-- a faster start, with the same checks: the port that batchspawner-singleuser reports ends the wait at once
-  (batchspawner sleeps `startup_poll_interval` between looks), the server is handed to the hub the moment it
-  accepts connections (the hub's own check backs off exponentially: 0.2, 0.4, 0.8 ... s), and JupyterLab skips
-  what costs start time and serves nothing here (`spawners.singleuser`). docs/benchmarks.md has the figures.
-- `get_state` / `load_state` / `poll`: a start that a hub restart interrupted is cancelled, not left running, and
-  a server that a crash took away is cleared at the hub's startup check, not after http_timeout
-  (`spawners.slurm_state`).
-- the server job's output (`jupyterhub_slurmspawner_<job id>.log`, one per start) goes to `req_server_log_dir`
-  (~/.cache/dsportal/servers, out of sight in JupyterLab) instead of the home's top level.
+- the form (`options_form` / `options_from_form` / `apply_user_options`, spawners.options): partitions from Slurm,
+  GPUs bounded by what is free and by the user's GPU quota, CPUs, memory and wall time, validated by
+  spawners.forms for the form and the REST API alike;
+- `start`, a sequence of states in place of batchspawner's loop (same commands: sbatch, then squeue as the user):
+  submit; wait until the job runs and its server has reported its port; take the node's address; wait until the
+  server accepts connections. Each look at Slurm decides the next state: a job that ended fails the start at once
+  with its state and the tail of its output (`ServerJobEnded`; batchspawner 1.3.0 waits the whole start_timeout,
+  its issue #253); a Slurm silent for `slurm_unavailable_timeout` fails it with "Slurm unavailable: ..."; the
+  reported port ends the wait at once, and the server is handed to the hub the moment it listens
+  (docs/benchmarks.md has the figures);
+- a failed squeue is Slurm not answering, never a job state; a start that a hub restart interrupted is cancelled;
+  a server that a crash took away is cleared at the hub's startup check (spawners.slurm_state);
+- `progress`: the job id and Slurm's own pending reason, as the spawner sees them change;
+- `batch_script`: batchspawner's with the server job's output in `req_server_log_dir` (spawners.slurm_script).
 """
 
 from __future__ import annotations
@@ -29,52 +22,34 @@ import asyncio
 import contextlib
 import os
 import shlex
-from collections.abc import Coroutine
-from typing import Any
+import time
 
-from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import JobStatus
-from traitlets import Float, Integer, Unicode, default, observe
+from traitlets import Float, Integer, Unicode, default
 
-from portal.jobs.record import ENDED_STATES
-from portal.slurm import RUNUSER, pending_reason
-from portal.slurm_json import QueuedJob
+from portal.runas import RUNUSER
+from portal.scheduler.errors import PortalError, SlurmError
+from portal.slurm import pending_reason
 from portal.traits import fixed_default
 from spawners import slurm_cluster
 from spawners.forms import ClusterLimits, ServerOptions
 from spawners.options import ServerOptionsMixin, tensorboard_proxy_url
 from spawners.singleuser import SINGLEUSER_FAST_START
+from spawners.slurm_script import SERVER_JOB_SCRIPT, SERVER_LOG_DIR, SERVER_OUTPUT_FILE, SUBMIT_CREATING_LOG_DIR
 from spawners.slurm_state import SlurmStateSpawner, SlurmUnavailable
 
-__all__ = ["SINGLEUSER_FAST_START", "PortalSlurmSpawner", "tensorboard_proxy_url"]
+__all__ = ["SINGLEUSER_FAST_START", "PortalSlurmSpawner", "ServerJobEnded", "SlurmUnavailable",
+           "tensorboard_proxy_url"]
 
-SERVER_LOG_DIR = ".cache/dsportal/servers"  # under the user's home
-SERVER_OUTPUT_FILE = "jupyterhub_slurmspawner_%j.log"  # batchspawner's name; %j: Slurm's job id
-STOCK_OUTPUT_LINE = "#SBATCH --output={{homedir}}/" + SERVER_OUTPUT_FILE
-SERVER_OUTPUT_LINE = "#SBATCH --output={{server_log_dir}}/" + SERVER_OUTPUT_FILE
-# Slurm does not create the --output directory (the job fails to open its output), so the submit command makes
-# it, as the user, in the same command as sbatch (no extra runuser). The umask is set in a subshell: sbatch hands
-# its own umask to the job, whose files must keep the usual modes.
-SUBMIT_CREATING_LOG_DIR = ("""/bin/sh -c '(umask 077 && mkdir -p -- "$1") && exec sbatch --parsable' """
-                           "sh {server_log_dir_q}")
+SLURM_LAG_S = 0.1  # between looks while Slurm says PENDING of a job whose server has reported its port
 
 
-def with_server_log_dir(stock_script: str) -> str:
-    """batchspawner's Slurm script with its output in the server log directory: the rest stays upstream's."""
-    if STOCK_OUTPUT_LINE not in stock_script:
-        raise ValueError(f"batchspawner's SlurmSpawner.batch_script has no line {STOCK_OUTPUT_LINE!r} to replace")
-    return stock_script.replace(STOCK_OUTPUT_LINE, SERVER_OUTPUT_LINE)
+class ServerJobEnded(PortalError):
+    """The server's Slurm job ended before JupyterLab started; the message has the job's state and output."""
 
-
-async def first_of(*steps: Coroutine[Any, Any, Any]) -> Any:
-    """The result (or the exception) of whichever step ends first; the others are cancelled."""
-    tasks = [asyncio.ensure_future(step) for step in steps]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        return done.pop().result()
-    finally:
-        for task in tasks:
-            task.cancel()
+    def __init__(self, report: str, job_id: str, state: str):
+        super().__init__(report)
+        self.job_id, self.state = job_id, state
 
 
 async def accepts_connections(host: str, port: int) -> bool:
@@ -89,10 +64,6 @@ async def accepts_connections(host: str, port: int) -> bool:
 class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     """SlurmSpawner with a validated GPU form, Slurm's pending reason as progress, and fail-fast starts."""
 
-    early_end_poll_interval = Float(
-        1.0, config=True,
-        help="Seconds between checks, while starting, that the Slurm job has not already ended.",
-    )
     progress_poll_interval = Float(
         1.0, config=True,
         help="Most seconds between looks at the job's state for the progress page; a change that the spawner "
@@ -118,10 +89,7 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     def _server_log_dir_default(self) -> str:
         return f"{self.req_homedir.rstrip('/')}/{SERVER_LOG_DIR}"
 
-    @default("batch_script")
-    def _batch_script_default(self) -> str:
-        return with_server_log_dir(SlurmSpawner.batch_script.default_value)
-
+    _script_default = fixed_default("batch_script", SERVER_JOB_SCRIPT)
     _submit_default = fixed_default("batch_submit_cmd", SUBMIT_CREATING_LOG_DIR)
 
     def get_req_subvars(self) -> dict:
@@ -184,90 +152,76 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         self.req_memory = f"{options.memory_gb}G"
         self.req_runtime = options.runtime
 
-    # --- Spawner.start: batchspawner's, raced with what it does not watch ---
-
-    _port_reported: asyncio.Event | None = None
+    # --- Spawner.start: a sequence of states; each look at Slurm decides the next ---
 
     async def start(self) -> tuple[str, int]:
-        """batchspawner's start until the server accepts connections, failed within seconds (with the job's
-        state and output) when the job ends first."""
-        self.submitted_job_id = ""
-        try:
-            return await first_of(self._start_until_server_listens(), self._fail_when_job_ends())
-        except RuntimeError as err:
-            job_id = self.submitted_job_id
-            if not job_id or "before JupyterLab" in str(err) or isinstance(err, SlurmUnavailable):
-                raise
-            raise RuntimeError(await self.describe_ended_job(job_id)) from err  # batchspawner's "has disappeared"
-
-    async def _start_until_server_listens(self) -> tuple[str, int]:
-        """The job started, its host as the hub reaches it, then a wait for the server to accept connections:
-        batchspawner-singleuser reports its port before JupyterLab starts, so a server that crashes on start
-        would leave the hub waiting http_timeout."""
-        await self._job_started()
-        self.ip = await self.node_address(self.ip)
+        """Submit the server's job; wait until it runs and its server has reported its port; take the node's
+        address; wait until the server accepts connections. Raises ServerJobEnded when the job ends first,
+        SlurmUnavailable when Slurm stays silent for slurm_unavailable_timeout."""
+        self.ip, self.port = self.traits()["ip"].default_value, 0  # this start's port is the one its job reports
+        job_id = await self.submit_batch_script()  # saves the job id with the state (spawners.slurm_state)
+        if not job_id:
+            raise SlurmError("sbatch answered no job id for the server's job (the hub's log has its answer)")
+        node = await self.wait_until_running(job_id)
+        self.ip = await slurm_cluster.node_address(self.portal, node)
+        await self.wait_until_listening(job_id)
         self.start_unfinished = False  # the hub saves the state (now without it) once the start returns
-        self.db.commit()
-        self.log.info("Notebook server job %s: the hub reaches it at %s:%s", self.job_id, self.ip, self.port)
-        while not await accepts_connections(self.ip, self.port):
-            await asyncio.sleep(self.readiness_poll_interval)
+        self.log.info("server of %s up: Slurm job %s on %s, at %s:%s", self.req_username, job_id, node, self.ip,
+                      self.port)
         return self.ip, self.port
 
-    async def _job_started(self) -> tuple[str, int]:
-        """batchspawner's start (submit, wait for RUNNING, take the host, wait for the reported port), ended
-        early by the port report, or failed by a Slurm that stays silent."""
-        self._port_reported = asyncio.Event()
-        await first_of(super().start(), self._host_once_port_reported(), self.fail_when_slurm_is_silent())
-        return self.ip, self.port
-
-    @observe("port", "job_id", "job_status")
-    def _wake_waiters(self, change: dict) -> None:
-        # batchspawner's API handler sets `port` when batchspawner-singleuser reports it from the job; each look
-        # at Slurm sets job_status.
-        if change["name"] == "port" and change["new"] and self._port_reported is not None:
-            self._port_reported.set()
-        for watcher in self._progress_watchers:
-            watcher.set()
-
-    async def _host_once_port_reported(self) -> None:
-        """A reported port means the job runs: take its host from Slurm now. batchspawner would only after its
-        sleep of startup_poll_interval, which nothing can wake (the hook its loop lacks); Slurm may lag a moment."""
-        await self._port_reported.wait()
-        while (status := await self.query_job_status()) != JobStatus.RUNNING:
-            if status not in (JobStatus.PENDING, JobStatus.UNKNOWN):
-                await asyncio.Event().wait()  # gone: batchspawner's loop says so at its next look
-            await asyncio.sleep(min(self.startup_poll_interval, 0.1))
-        self.ip = self.state_gethost()
-
-    async def _fail_when_job_ends(self) -> None:
+    async def wait_until_running(self, job_id: str) -> str:
+        """The job's node, once Slurm says it runs and its server has reported its port. Looks at Slurm every
+        startup_poll_interval, and at once when the port is reported (batchspawner's API handler sets it)."""
         while True:
-            await asyncio.sleep(self.early_end_poll_interval)
-            job_id = self.submitted_job_id
-            if job_id and (job := await self._job_record(job_id)) is not None and job.state in ENDED_STATES:
-                raise RuntimeError(await self.describe_ended_job(job_id))
+            status = await self.look_at_job(job_id)
+            if status == JobStatus.RUNNING and self.port:
+                return self.state_gethost()
+            if not self.port:
+                await self.until_port_reported(self.startup_poll_interval)
+            else:  # the job runs (it reported its port): Slurm says so a moment later, or when it answers again
+                await asyncio.sleep(SLURM_LAG_S if status == JobStatus.PENDING else self.startup_poll_interval)
 
-    async def node_address(self, node: str) -> str:
-        return await slurm_cluster.node_address(self.portal, node)
+    async def wait_until_listening(self, job_id: str) -> None:
+        """Until the server accepts connections, trying every readiness_poll_interval and looking at Slurm every
+        startup_poll_interval: batchspawner-singleuser reports the port before JupyterLab starts, and a JupyterLab
+        that dies on start ends the job (the hub would wait http_timeout for it)."""
+        next_look = time.monotonic() + self.startup_poll_interval
+        while not await accepts_connections(self.ip, self.port):
+            if time.monotonic() >= next_look:
+                await self.look_at_job(job_id)
+                next_look = time.monotonic() + self.startup_poll_interval
+            await asyncio.sleep(self.readiness_poll_interval)
 
-    async def _job_record(self, job_id: str) -> QueuedJob | None:
-        return await slurm_cluster.job_record(self.portal, job_id)
+    async def look_at_job(self, job_id: str) -> JobStatus:
+        """Slurm's word on the server's job: RUNNING, PENDING, or UNKNOWN while Slurm does not answer. Raises
+        ServerJobEnded for a job that has ended, SlurmUnavailable once Slurm has been silent too long."""
+        status = await self.query_job_status()
+        if status == JobStatus.NOTFOUND:
+            raise await self.job_ended(job_id)
+        if status == JobStatus.UNKNOWN:
+            self.check_slurm_answers()
+        return status
 
-    async def describe_ended_job(self, job_id: str) -> str:
-        job = await self._job_record(job_id)
-        output = f"{self.get_req_subvars()['server_log_dir']}/{SERVER_OUTPUT_FILE.replace('%j', job_id)}"
+    async def job_ended(self, job_id: str) -> ServerJobEnded:
+        """Why the job ended (its state, exit code, reason and the tail of its output), logged; the state is
+        cleared: there is no job left to cancel."""
+        job = await slurm_cluster.job_record(self.portal, job_id)
+        state = job.state if job else "unknown"
+        output = f"{self.req_server_log_dir}/{SERVER_OUTPUT_FILE.replace('%j', job_id)}"
+        report = await slurm_cluster.ended_job_report(job_id, job, self.req_username, output, self.output_tail_lines)
+        self.log.warning("start of %s failed: Slurm job %s ended (%s) before JupyterLab started", self.req_username,
+                         job_id, state)
         self.clear_state()
-        return await slurm_cluster.ended_job_report(job_id, job, self.user.name, output, self.output_tail_lines)
+        return ServerJobEnded(report, job_id, state)
 
     # --- Spawner.progress: the job id and Slurm's pending reason ---
-
-    _progress_watchers: frozenset[asyncio.Event] = frozenset()
 
     async def progress(self):
         """Each change as it happens, until the job runs and its server has reported its port: the hub stops
         reading once the start returns, which can be a moment after that, so the node must be named before."""
-        changed, last = asyncio.Event(), None
-        self._progress_watchers |= {changed}
-        try:
+        last = None
+        with self._watching() as changed:
             while True:
                 changed.clear()
                 if (message := self._progress_message()) != last:
@@ -275,10 +229,8 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
                     last = message
                 if self.port and self.state_isrunning():
                     return
-                with contextlib.suppress(asyncio.TimeoutError):
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), self.progress_poll_interval)
-        finally:
-            self._progress_watchers -= {changed}
 
     def _progress_message(self) -> str:
         state, _, reason = (self.job_status or "").partition(" ")
@@ -289,8 +241,5 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         if self.state_ispending():
             return f"Slurm job {self.job_id} pending: {pending_reason(reason.partition(' ')[2])}"
         if self.state_isrunning():
-            return self._running_message()
+            return f"Slurm job {self.job_id} running on {self.state_gethost()}; JupyterLab is starting"
         return f"Slurm job {self.job_id}: {state or 'waiting for Slurm'}"
-
-    def _running_message(self) -> str:
-        return f"Slurm job {self.job_id} running on {self.state_gethost()}; JupyterLab is starting"

@@ -3,26 +3,25 @@ partitions and the user's GPU use for the form, a node's address, and a job's re
 portal.slurm_json: the job's name and paths are the user's text) to explain a failed start.
 
 Functions of the portal's settings and plain values, so the spawner (spawners.slurm) keeps only its extension points.
-A Slurm that does not answer is an HTTP 503 naming the command (the form shows it); it never reads as a job state.
+Every command goes through the portal's one Slurm runner (portal.scheduler.slurm_commands). A Slurm that does not
+answer raises SlurmUnavailable naming the command (the form shows it as a 503: spawners.options); it never reads as
+a job state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shlex
-import time
 from pathlib import Path
-
-from tornado import web
 
 from portal.config import PortalConfig
 from portal.jobs.account import job_user
-from portal.slurm import gpu_holders, nodes_from_scontrol, slurm_partitions
-from portal.slurm_json import SQUEUE_JSON, QueuedJob, SlurmAnswerError, read_squeue, users_jobs
+from portal.scheduler.errors import SlurmError
+from portal.scheduler.quota import GpuQuota
+from portal.scheduler.slurm_commands import SlurmCommands
+from portal.slurm import gpu_holders, slurm_partitions
+from portal.slurm_json import QueuedJob, users_jobs
 from spawners.forms import ClusterLimits, Partition
 
-SLURM_TIMEOUT_S = 15
 OUTPUT_TAIL_BYTES = 64 * 1024  # of a failed server's output: its last lines, however long they are
 
 
@@ -38,51 +37,25 @@ def partitions_from_scontrol(partition_lines: str, node_lines: str) -> tuple[Par
     )
 
 
-async def run_slurm(portal: PortalConfig, *args: str) -> str:
-    """A Slurm command's output, run as the hub (root: these read cluster-wide facts, not the user's jobs)."""
-    env = {**os.environ, "SLURM_CONF": str(portal.slurm_conf_path)}
-    proc = await asyncio.create_subprocess_exec(
-        str(portal.slurm_bin_dir / args[0]), *args[1:], env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=SLURM_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        raise web.HTTPError(503, f"Slurm did not answer `{shlex.join(args)}` within {SLURM_TIMEOUT_S} s") from None
-    if proc.returncode != 0:
-        raise web.HTTPError(503, f"Slurm refused `{shlex.join(args)}`: {err.decode().strip()}")
-    return out.decode()
-
-
 async def cluster_limits(portal: PortalConfig, user: str, groups: tuple[str, ...]) -> ClusterLimits:
     """What this user may ask for now: the partitions that are up, free GPUs, the group quota and what the
     user's jobs hold of it (the quota is for their server and jobs together)."""
-    partitions = partitions_from_scontrol(
-        await run_slurm(portal, "scontrol", "show", "partition", "-o"),
-        await run_slurm(portal, "scontrol", "show", "node", "-d", "-o"),
-    )
+    slurm = SlurmCommands(portal)
+    partitions = partitions_from_scontrol(await slurm.arun("scontrol", "show", "partition", "-o"),
+                                          await slurm.arun("scontrol", "show", "node", "-d", "-o"))
     holders = gpu_holders(users_jobs(await squeue(portal), user))
-    return ClusterLimits(partitions=partitions, gpu_quota=portal.gpu_quota_for(groups), groups=groups,
-                         gpus_in_use=sum(h.gpus for h in holders), gpu_holders=tuple(h.describe() for h in holders))
+    return ClusterLimits(partitions=partitions, quota=GpuQuota(portal.gpu_quota_for(groups), groups, holders))
 
 
 async def node_address(portal: PortalConfig, node: str) -> str:
     """Where the hub reaches a server on `node`: the node's NodeAddr (Slurm's node names need not resolve on
     the hub host); the name itself when Slurm does not say."""
-    try:
-        found = nodes_from_scontrol(await run_slurm(portal, "scontrol", "show", "node", "-o", node)).get(node)
-    except web.HTTPError:
-        return node
-    return found.address if found and found.address else node
+    return await asyncio.to_thread(SlurmCommands(portal).node_address, node)
 
 
 async def squeue(portal: PortalConfig) -> dict[str, QueuedJob]:
-    """Every job Slurm's controller remembers (an HTTP 503 when it does not answer, or not as Slurm does)."""
-    answer = await run_slurm(portal, *SQUEUE_JSON)
-    try:
-        return read_squeue(answer, time.time())
-    except SlurmAnswerError as err:
-        raise web.HTTPError(503, f"`{shlex.join(SQUEUE_JSON)}`: {err}") from None
+    """Every job Slurm's controller remembers (SlurmUnavailable when it does not answer, or not as Slurm does)."""
+    return await asyncio.to_thread(SlurmCommands(portal).queue)
 
 
 async def job_record(portal: PortalConfig, job_id: str) -> QueuedJob | None:
@@ -90,7 +63,7 @@ async def job_record(portal: PortalConfig, job_id: str) -> QueuedJob | None:
     ended); a job Slurm no longer remembers is COMPLETED: long gone."""
     try:
         jobs = await squeue(portal)
-    except web.HTTPError:
+    except SlurmError:
         return None
     return jobs.get(job_id) or QueuedJob(id=job_id, user="", state="COMPLETED", elapsed="", nodes=0,
                                          gpus_per_node=0, reason="None")

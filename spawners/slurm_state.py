@@ -5,16 +5,17 @@ matches `state_unknown_re` exactly at its start, the job reads as gone. Then a s
 disappeared", explained as an ended job) and `poll()` reports a running server dead. Here:
 - Slurm's own "Invalid job id specified" (it has forgotten the job, which ended) is the only failure that means
   gone (portal.slurm.squeue_outcome);
-- any other failure is UNKNOWN: the start keeps waiting, `poll()` keeps the server, the last known `job_status`
+- any other failure is UNKNOWN: a start keeps waiting, `poll()` keeps the server, the last known `job_status`
   is kept, and `slurm_unavailable` holds Slurm's message for the progress page;
-- a start that hears nothing from Slurm for `slurm_unavailable_timeout` fails with "Slurm unavailable: ..."
-  (`fail_when_slurm_is_silent`, run beside batchspawner's start loop).
+- `check_slurm_answers()`, which the start calls at each UNKNOWN, raises SlurmUnavailable ("Slurm unavailable:
+  ...") once Slurm has said nothing for `slurm_unavailable_timeout`.
 Commands run as the user get no environment of the hub's (its secrets) unless batchspawner passes one (sbatch: the
 server's own environment); see portal.runas.
 
 The job's state the hub keeps (`get_state` / `load_state`): a start that a hub restart interrupted cannot be resumed
-(the hub that waited for the server's port is gone), so the job id is saved at submission with `start_unfinished`,
-and the next hub's `poll()` cancels that job and reports the server stopped: the user starts again.
+(the hub that waited for the server's port is gone), so the job id is saved at submission with `start_unfinished`.
+A hub that loads a state with it holds a start that an earlier hub left unfinished: its first `poll()` (the
+startup check) cancels that job and reports the server stopped, and the user starts again.
 
 After a crash (the hub's, a node's, the whole box's) Slurm's saved state can still say RUNNING for a server that no
 longer exists. The hub's startup check then waits `http_timeout` (120 s) for it, and the user's spawns answer
@@ -26,15 +27,21 @@ answers, or that does not answer within `startup_check_timeout`, is left to the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 
 from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import JobStatus, format_template
-from traitlets import Float, default
+from traitlets import Float, Unicode, default, observe
 
+from portal.inputs import one_line
 from portal.runas import ISOLATED_PATH, LOCALE
+from portal.scheduler.errors import SlurmUnavailable
 from portal.slurm import squeue_outcome
+
+__all__ = ["SlurmStateSpawner", "SlurmUnavailable", "refused"]
 
 UNAVAILABLE_PREFIX = "Slurm unavailable"
 
@@ -50,10 +57,6 @@ async def refused(host: str, port: int, timeout: float) -> str:
         return os.strerror(err.errno) if err.errno else str(err)
     writer.close()
     return ""
-
-
-class SlurmUnavailable(RuntimeError):
-    """Slurm has not answered for longer than a start may wait for it."""
 
 
 class SlurmStateSpawner(SlurmSpawner):
@@ -78,15 +81,16 @@ class SlurmStateSpawner(SlurmSpawner):
              "waits http_timeout, decides.",
     )
 
-    slurm_unavailable = ""  # Slurm's message while it does not answer; "" once it does
+    # Slurm's message while it does not answer; "" once it does. A trait, so that the progress page hears of it.
+    slurm_unavailable = Unicode("")
     _unavailable_since: float | None = None
-    submitted_job_id = ""  # kept through clear_state(), to explain a failed start
-    start_unfinished = False  # in the saved state from sbatch until the server is up
+    start_unfinished = False  # this hub's start, from sbatch until the server is up: saved with the state
+    start_interrupted = False  # the state loaded says an earlier hub's start was unfinished
 
     async def submit_batch_script(self) -> str:
         job_id = await super().submit_batch_script()
         if job_id:
-            self.submitted_job_id = job_id
+            self.log.info("server of %s submitted: Slurm job %s", self.req_username, job_id)
             self._record_unfinished_start()
         return job_id
 
@@ -99,36 +103,68 @@ class SlurmStateSpawner(SlurmSpawner):
 
     def get_state(self) -> dict:
         state = super().get_state()
-        if self.start_unfinished:
+        if self.start_unfinished or self.start_interrupted:
             state["start_unfinished"] = True
         return state
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
-        self.start_unfinished = bool(state.get("start_unfinished"))
+        # JupyterHub (6.1.1) loads a spawner's saved state once, when it makes the spawner (User._new_spawner), and
+        # clears it before each start: an unfinished start in it is one that an earlier hub never finished.
+        self.start_interrupted = bool(state.get("start_unfinished"))
 
     def clear_state(self) -> None:
         super().clear_state()
-        self.start_unfinished = False
+        self.start_unfinished = self.start_interrupted = False
 
     async def poll(self):
-        if self.start_unfinished and not self._start_pending:
+        if self.start_interrupted:
             job_id = self.job_id
             await self.cancel_batch_job()
-            self.log.warning("%s: Slurm job %s was still starting when the hub restarted; cancelled it, as a start "
-                             "cannot be resumed (the user starts the server again)", self._log_name, job_id)
+            self.log.warning("start of %s: Slurm job %s was still starting when the hub restarted; cancelled, as a "
+                             "start cannot be resumed (the user starts again)", self.req_username, job_id)
             self.clear_state()
             return 1
         status = await super().poll()  # batchspawner's, which keeps a server whose state is UNKNOWN
-        if status is None and self._check_pending and self.server is not None:
+        if status is None and self.pending == "check" and self.server is not None:  # the hub's startup check
             host, port = self.server.ip, self.server.port
             refusal = await refused(host, port, self.startup_check_timeout)
             if refusal:
-                self.log.warning("%s: Slurm job %s is %s, but its server at %s:%s is gone (%s): reported stopped, so "
-                                 "the hub stops it and cancels the job", self._log_name, self.job_id,
-                                 (self.job_status.split() or ["in Slurm's saved state"])[0], host, port, refusal)
+                self.log.warning("server of %s gone: Slurm job %s is %s, but its server at %s:%s is gone (%s): "
+                                 "reported stopped, so the hub stops it and cancels the job", self.req_username,
+                                 self.job_id, (self.job_status.split() or ["in Slurm's saved state"])[0], host,
+                                 port, refusal)
                 return 1
         return status
+
+    # --- what a start and the progress page wait on: the reported port, Slurm's answers ---
+
+    _watchers: frozenset[asyncio.Event] = frozenset()
+
+    @observe("port", "job_id", "job_status", "slurm_unavailable")
+    def _wake_watchers(self, change: dict) -> None:
+        # batchspawner's API handler sets `port` when batchspawner-singleuser reports it from the job; each look at
+        # Slurm sets job_status or slurm_unavailable.
+        for watcher in self._watchers:
+            watcher.set()
+
+    @contextlib.contextmanager
+    def _watching(self) -> Iterator[asyncio.Event]:
+        """An event set at each change of the spawner's state, for as long as the block runs."""
+        changed = asyncio.Event()
+        self._watchers |= {changed}
+        try:
+            yield changed
+        finally:
+            self._watchers -= {changed}
+
+    async def until_port_reported(self, seconds: float) -> None:
+        """Until the server has reported its port, or `seconds` at most."""
+        with self._watching() as changed, contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while not self.port:
+                    await changed.wait()
+                    changed.clear()
 
     async def run_command(self, cmd, input=None, env=None):
         # batchspawner passes no environment for squeue and scancel: they would inherit the hub's, secrets and
@@ -165,23 +201,23 @@ class SlurmStateSpawner(SlurmSpawner):
 
     def _note_unavailable(self, message: str) -> None:
         self.slurm_unavailable = message.splitlines()[-1][:300] if message else "no answer"
-        if self._unavailable_since is None:
+        if self._unavailable_since is None:  # once per silence, not at every look
             self._unavailable_since = time.monotonic()
-        self.log.warning("Slurm did not answer about job %s: %s", self.job_id, self.slurm_unavailable)
+            self.log.warning("Slurm did not answer about job %s of %s: %s", self.job_id, self.req_username,
+                             one_line(self.slurm_unavailable))
 
     def check_slurm_answers(self) -> None:
-        """SlurmUnavailable once Slurm has not answered for `slurm_unavailable_timeout` seconds in a row."""
+        """SlurmUnavailable once Slurm has not answered for `slurm_unavailable_timeout` seconds in a row:
+        batchspawner's start waits on an UNKNOWN state for ever (the hub's start_timeout ends it, saying only
+        "timeout"); this says why."""
         since = self._unavailable_since
-        if since is not None and time.monotonic() - since >= self.slurm_unavailable_timeout:
-            raise SlurmUnavailable(f"{UNAVAILABLE_PREFIX}: no answer about Slurm job {self.job_id} for "
-                                   f"{time.monotonic() - since:.0f} s ({self.slurm_unavailable})")
-
-    async def fail_when_slurm_is_silent(self) -> None:
-        """Raced with batchspawner's start: its loop waits on an UNKNOWN state for ever (the hub's start_timeout
-        ends it, saying only "timeout"); this says why, once `check_slurm_answers` does."""
-        while True:
-            await asyncio.sleep(self.startup_poll_interval)
-            self.check_slurm_answers()
+        if since is None or time.monotonic() - since < self.slurm_unavailable_timeout:
+            return
+        silent_s = time.monotonic() - since
+        self.log.warning("start of %s failed: Slurm unavailable, no answer about Slurm job %s for %.0f s: %s",
+                         self.req_username, self.job_id, silent_s, one_line(self.slurm_unavailable))
+        raise SlurmUnavailable(f"{UNAVAILABLE_PREFIX}: no answer about Slurm job {self.job_id} for {silent_s:.0f} s "
+                               f"({self.slurm_unavailable})", said=self.slurm_unavailable)
 
     def unavailable_message(self) -> str:
         return (f"Slurm job {self.job_id}: {UNAVAILABLE_PREFIX} ({self.slurm_unavailable}); waiting for it to "

@@ -9,8 +9,8 @@
     jobs.jobs(); jobs.get("42"); job.cancel()
 
 A job lives in `~/jobs/<id>/` (script, output.log, tensorboard/, checkpoints/, job.json). The backend is config's
-`spawner_backend` unless given: "slurm" (the cluster), "local" (horovodrun on this machine) or "kubernetes" (an
-MPIJob in the user's namespace, which is also the job's record: see portal.jobs.kubernetes). Callers that act for
+`scheduler` unless given: "slurm" (the cluster), "local" (horovodrun on this machine) or "kubernetes" (an
+MPIJob in the user's namespace, which is also the job's record): see portal.scheduler. Callers that act for
 a user (the dashboard runs as root, or as the hub's service account) pass `user=`: every file and scheduler
 command is then run as that user (runuser, or Kubernetes impersonation), who only ever reaches their own jobs;
 anyone else's job is "not found".
@@ -18,7 +18,6 @@ anyone else's job is "not found".
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -26,8 +25,6 @@ from typing import Any
 
 from portal.config import PortalConfig, load
 from portal.jobs.account import JobAccessError, JobUser, job_user
-from portal.jobs.kubernetes import K8S_ID, KubernetesBackend, KubernetesError, KubeUser, kube_user
-from portal.jobs.local import LocalBackend
 from portal.jobs.record import (
     ENDED_STATES,
     JOB_ID,
@@ -38,29 +35,21 @@ from portal.jobs.record import (
     RecordError,
     RecordPlace,
 )
-from portal.jobs.slurm import JobNotFound, SlurmBackend, SlurmError
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
-from portal.metrics import MetricsError, RunMetrics, read_run_metrics
+from portal.metrics import RunMetrics
+from portal.scheduler import SCHEDULERS, NoAccounting, Scheduler, UnknownScheduler, scheduler_for
+from portal.scheduler.errors import JobNotFound, KubernetesError, SchedulerError, SlurmError
+from portal.scheduler.kubernetes import K8S_ID, KubeUser
 from portal.usage import UsageReport
 
-BACKENDS = ("slurm", "local", "kubernetes")
+BACKENDS = tuple(SCHEDULERS)
 DEFAULT_POLL_S = 5.0
-METRICS_TIMEOUT_S = 60  # reading a run's event files as the user (at most portal.metrics.MAX_EVENT_BYTES)
-# $1 the logdir, $2 the venv's python: portal.metrics's own early answer, without Python, when there is no events file.
-# -I and the working directory "/" (JobUser.run): the user's own files never shadow portal.metrics (portal.runas).
-METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exec "$2" -I -m portal.metrics "$1"; '
-                     'done; echo "{}"')
 
 __all__ = ["BACKENDS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
-           "KubernetesError", "RunMetrics", "SlurmError", "UnreadableJob", "UnreadableRecord", "UsageReport",
-           "cancel", "get", "job_entries", "jobs",
+           "KubernetesError", "NoAccounting", "RunMetrics", "SchedulerError", "SlurmError", "UnknownScheduler",
+           "UnreadableJob", "UnreadableRecord", "UsageReport", "cancel", "get", "job_entries", "jobs",
            "limits", "render", "submit", "usage", "validate"]
-Backend = SlurmBackend | LocalBackend | KubernetesBackend
 Who = JobUser | KubeUser
-
-
-class BackendError(ValueError):
-    """The backend named is not one this portal has."""
 
 
 class UnreadableRecord(LookupError):
@@ -96,27 +85,22 @@ class UnreadableJob:
                 "unreadable": self.reason}
 
 
-def backend_for(name: str | None, cfg: PortalConfig) -> Backend:
-    name = name or cfg.spawner_backend
-    if name not in BACKENDS:
-        raise BackendError(f"backend: {name!r} is not a backend; allowed: {', '.join(BACKENDS)}")
-    return {"slurm": SlurmBackend, "local": LocalBackend, "kubernetes": KubernetesBackend}[name](cfg)
-
-
-def _who(backend: Backend, user: str | None, groups: Sequence[str] | None, cfg: PortalConfig) -> Who:
-    """The user as the backend knows them: a Unix account (Slurm, local) or a Kubernetes identity."""
-    if isinstance(backend, KubernetesBackend):
-        return kube_user(user, groups, cfg)
-    return job_user(user, groups)
+def _who(backend: Scheduler, user: str | None, groups: Sequence[str] | None, cfg: PortalConfig) -> Who:
+    """The user as the scheduler knows them: a Unix account (Slurm, local) or a Kubernetes identity."""
+    return backend.person(user, groups)
 
 
 class Job:
     """One training job of one user, as its backend sees it now (every property asks afresh)."""
 
-    def __init__(self, record: JobRecord, backend: Backend, user: Who, dir_stamp: str | None = None):
+    def __init__(self, record: JobRecord, backend: Scheduler, user: Who, dir_stamp: str | None = None):
         self.record, self._backend, self._user = record, backend, user
         # The job directory's inode when this process made it (submit): what job_entries will list for it.
         self.dir_stamp = dir_stamp
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._backend
 
     @property
     def id(self) -> str:
@@ -163,9 +147,7 @@ class Job:
 
     def logs(self, tail: int | None = None) -> str:
         """The job's output (stdout and stderr of every worker); "" before it starts."""
-        if isinstance(self._backend, KubernetesBackend):
-            return self._backend.logs(self.record, self._user, tail)
-        return self._user.tail(self._backend.output_path(self.record, self._user), tail) or ""
+        return self._backend.logs(self.record, self._user, tail)
 
     def cancel(self) -> None:
         self._backend.cancel(self.record, self._user)
@@ -173,30 +155,15 @@ class Job:
     def history(self) -> list[str]:
         """What happened across the job's runs ("requeued after node2 failed ...; resumed at epoch 3"); only Slurm
         runs a job again."""
-        return self._backend.history(self.record, self._user) if isinstance(self._backend, SlurmBackend) else []
+        return self._backend.history(self.record, self._user)
 
     def metrics(self) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
-        if isinstance(self._backend, KubernetesBackend):
-            return self._backend.metrics(self.record, self._user)
-        if self._user.is_caller:
-            return read_run_metrics(self.record.logdir)
-        # Acting for the user: read their files as them, in a process of theirs. A run that never started (say,
-        # cancelled while pending) has no event file: the shell answers for it without starting Python.
-        # Its answer is checked like any input (RunMetrics.from_json); a bad one is shown as unreadable.
-        python = str(self._backend.cfg.venv / "bin" / "python")
-        try:
-            result = self._user.run(["/bin/sh", "-c", METRICS_IF_EVENTS, "sh", str(self.record.logdir), python],
-                                    timeout=METRICS_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:  # an answer too, kept like any other: a slow file costs one try a while
-            return RunMetrics(unreadable=f"reading the TensorBoard files took more than {METRICS_TIMEOUT_S} s")
-        try:
-            if result.returncode != 0:
-                last = (result.stderr.strip().splitlines() or ["no message"])[-1]
-                raise MetricsError(f"reading the TensorBoard files failed: {last[:200]}")
-            return RunMetrics.from_json(result.stdout)
-        except MetricsError as err:
-            return RunMetrics(unreadable=str(err))
+        return self._backend.metrics(self.record, self._user)
+
+    def queued(self, snapshot: Any) -> Any:
+        """The job's line in a snapshot of its scheduler's queue (portal.scheduler.snapshot), or None."""
+        return self._backend.queued(snapshot, self.record)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "backend": self.backend, "user": self.record.user, "state": self.state,
@@ -210,14 +177,14 @@ def limits(backend: str | None = None, user: str | None = None, groups: Sequence
            cfg: PortalConfig | None = None) -> JobLimits:
     """What the user may ask for on this backend now."""
     cfg = cfg or load()
-    chosen = backend_for(backend, cfg)
+    chosen = scheduler_for(cfg, backend)
     return chosen.limits(_who(chosen, user, groups, cfg))
 
 
 def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str | None,
              groups: Sequence[str] | None, cfg: PortalConfig,
-             job_limits: JobLimits | None = None) -> tuple[Backend, Who, JobSpec, JobLimits]:
-    chosen = backend_for(backend, cfg)
+             job_limits: JobLimits | None = None) -> tuple[Scheduler, Who, JobSpec, JobLimits]:
+    chosen = scheduler_for(cfg, backend)
     who = _who(chosen, user, groups, cfg)
     raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
     job_limits = job_limits or chosen.limits(who)
@@ -263,7 +230,7 @@ def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> J
         record = JobRecord.from_json(text, expect=place)
     except RecordError as err:
         raise UnreadableRecord(UnreadableJob(job_id, who.name, str(place.job_dir), str(err))) from None
-    job = Job(record, backend_for(record.backend, cfg), who)
+    job = Job(record, scheduler_for(cfg, record.backend), who)
     if check:
         job._backend.state(record, who)  # the scheduler's own check that the job is the user's
     return job
@@ -277,8 +244,8 @@ def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = Non
     cfg = cfg or load()
     job_id = str(job_id)
     if K8S_ID.match(job_id):
-        backend = KubernetesBackend(cfg)
-        who = kube_user(user, groups, cfg)
+        backend = scheduler_for(cfg, "kubernetes")
+        who = backend.person(user, groups)
         try:
             return Job(backend.load(who, job_id), backend, who)
         except RecordError as err:  # an MPIJob of the user's whose annotations were edited
@@ -300,9 +267,9 @@ def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: Port
     """The user's jobs, newest first: on Kubernetes the MPIJobs in their namespace, else ~/jobs/*/job.json
     (each checked with its scheduler)."""
     cfg = cfg or load()
-    chosen = backend_for(backend, cfg)
-    if isinstance(chosen, KubernetesBackend):
-        who = kube_user(user, groups, cfg)
+    chosen = scheduler_for(cfg, backend)
+    if not chosen.records_in_home:
+        who = chosen.person(user, groups)
         found = [Job(record, chosen, who) for record in chosen.records(who)]
     else:
         unix = job_user(user, groups)
@@ -310,7 +277,7 @@ def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: Port
         for name in unix.list_dir(unix.jobs_dir):
             try:
                 found.append(_load(unix, name, cfg))
-            except (JobNotFound, BackendError, UnreadableRecord):
+            except (JobNotFound, UnknownScheduler, UnreadableRecord):
                 continue  # not a job directory of this user's, or not a record (get() says what is wrong)
     return sorted(found, key=lambda job: job.submitted_at, reverse=True)
 
@@ -318,18 +285,16 @@ def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: Port
 def usage(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
           everyone: bool = False, now: datetime | None = None) -> UsageReport:
     """This week's jobs and GPU-hours from Slurm's accounting: the user's, or with `everyone` every user's (root
-    only: admins see everyone). SlurmError when accounting does not answer; BackendError where there is none."""
+    only: admins see everyone). SlurmError when accounting does not answer; NoAccounting where there is none."""
     cfg = cfg or load()
-    if cfg.spawner_backend != "slurm":
-        raise BackendError(f"usage: GPU-hours come from Slurm's accounting; this portal's backend is "
-                           f"{cfg.spawner_backend}")
+    chosen = scheduler_for(cfg)
     if everyone:
         who = job_user()
         if who.uid != 0:
             raise JobAccessError("only root (the dashboard acting for an admin) may read every user's usage")
     else:
-        who = job_user(user, groups)
-    return SlurmBackend(cfg).usage(who, everyone, now or datetime.now())
+        who = chosen.person(user, groups)
+    return chosen.usage(who, everyone, now or datetime.now())
 
 
 def cancel(job_id: str, user: str | None = None, groups: Sequence[str] | None = None,

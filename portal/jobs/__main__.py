@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn
 
 from portal.config import ConfigError
-from portal.jobs import BACKENDS, BackendError, JobAccessError, KubernetesError, SlurmError, render
+from portal.jobs import BACKENDS, JobAccessError, SchedulerError, UnknownScheduler, render
 from portal.jobs.spec import FIELDS, JobSpecError
 
 EXIT_USAGE = 2
@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog=PROG, description="Training jobs of the Data Scientist Portal.")
     commands = p.add_subparsers(dest="command", required=True)
     r = commands.add_parser("render", help="print the script a job would run, without submitting it")
-    r.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: config's spawner_backend)")
+    r.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: config's scheduler)")
     r.add_argument("--user", help="render for this user (root only); default: you")
     r.add_argument("--groups", help="the user's groups, comma-separated (their GPU quota); default: their Unix "
                    "groups, or DSPORTAL_GROUPS on Kubernetes")
@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         groups = None if args.groups is None else [g for g in args.groups.split(",") if g]
         print(render(spec, backend=args.backend, user=args.user, groups=groups), end="")
-    except (JobSpecError, BackendError, JobAccessError, ConfigError) as err:
+    except (JobSpecError, UnknownScheduler, JobAccessError, ConfigError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except (SlurmError, KubernetesError) as err:
+    except SchedulerError as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 1
     return 0

@@ -1,5 +1,5 @@
 """Pure builders of the Kubernetes path: a validated spec (or a user) in, a manifest out; unit-tested without a
-cluster. `portal.jobs.kubernetes` submits them; the spawner and deploy/kubernetes/kubebox.py build a user's
+cluster. `portal.scheduler.kubernetes` submits them; the spawner and deploy/kubernetes/kubebox.py build a user's
 namespace with the same functions.
 """
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from portal.config import PortalConfig
 from portal.jobs.record import now_utc
-from portal.jobs.slurm import MPI_EXPORTED, nccl_environment
 from portal.jobs.spec import JobSpec, minutes_of
 from portal.jobs.templating import template_environment
+from portal.scheduler.slurm import MPI_EXPORTED, nccl_environment
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -16,6 +16,7 @@ from typing import Any
 from chexnet.reference import MODELS  # the models the trainer builds, defined once (TensorFlow-free)
 from portal import inputs
 from portal.inputs import InputError, format_minutes, minutes_of
+from portal.scheduler.quota import GpuQuota
 
 TEMPLATES = ("chexnet",)
 WHOLE = "spec"  # what an error about the request as a whole names (not a mapping, a key that is no field name)
@@ -86,24 +87,28 @@ class JobLimits:
     cpus_per_node: int
     memory_gb_per_node: int
     max_minutes: int | None  # None: no wall-time limit
-    gpu_quota: int  # the most GPUs (all nodes together) the user's groups allow
+    quota: GpuQuota  # the user's (all nodes together), with what their server and jobs hold of it now
     default_data_dir: str
-    groups: tuple[str, ...] = ()
-    # What the user's jobs and server hold or wait for now ("job 12", "your server"): the quota is for all of
-    # them together.
-    gpus_in_use: int = 0
-    gpu_holders: tuple[str, ...] = ()
     unusable_note: str = ""  # "; not usable now: node2 (idle+drain)": why `nodes` is fewer than the partition's
     jobs_queued: int = 0  # the user's jobs queued or running now, servers included
     max_jobs: int | None = None  # the most of those at once (max_jobs_per_user); None: no limit
 
     @property
-    def gpus_left(self) -> int:
-        return max(0, self.gpu_quota - self.gpus_in_use)
+    def max_gpus_per_node(self) -> int:
+        return max(0, min(self.gpus_per_node, self.quota.left))
+
+    # What notebooks read (`jobs.limits()`; a user's copy of a template keeps its code): the quota's figures.
+    @property
+    def gpu_quota(self) -> int:
+        return self.quota.limit
 
     @property
-    def max_gpus_per_node(self) -> int:
-        return max(0, min(self.gpus_per_node, self.gpus_left))
+    def gpus_in_use(self) -> int:
+        return self.quota.in_use
+
+    @property
+    def gpus_left(self) -> int:
+        return self.quota.left
 
     def where(self) -> str:
         return f"in partition {self.partition}" if self.partition else "on this machine"
@@ -126,15 +131,13 @@ def _gpus_per_node(raw: Mapping[str, Any], limits: JobLimits, nodes: int, most: 
     """GPUs per node within what a node has and what is left of the quota, counting what the user holds now."""
     if most >= limits.gpus_per_node:
         return _integer(raw, "gpus_per_node", 0, most, f" (GPUs per node {limits.where()})")
-    if not limits.gpus_in_use:
-        note = inputs.quota_note(limits.gpu_quota, limits.groups, " for all nodes together")
-        return _integer(raw, "gpus_per_node", 0, most, note)
+    if not limits.quota.in_use:
+        return _integer(raw, "gpus_per_node", 0, most, limits.quota.note(" for all nodes together"))
     value = _integer(raw, "gpus_per_node", 0, limits.gpus_per_node, f" (GPUs per node {limits.where()})")
     if value > most:
         per_node = f" per node on {nodes} nodes" if nodes > 1 else ""
-        held = inputs.gpus_held(limits.gpus_in_use, limits.gpu_quota)
-        raise JobSpecError("gpus_per_node", f"{held} ({', '.join(limits.gpu_holders)}); ask for at most "
-                                            f"{most}{per_node}")
+        raise JobSpecError("gpus_per_node", f"{limits.quota.held()} ({limits.quota.holders_text()}); ask for at "
+                                            f"most {most}{per_node}")
     return value
 
 
@@ -155,7 +158,7 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
 
     nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"
     nodes = _integer(raw, "nodes", 1, limits.nodes, nodes_note) if "nodes" in raw else 1
-    most_gpus = min(limits.gpus_per_node, limits.gpus_left // nodes)
+    most_gpus = min(limits.gpus_per_node, limits.quota.left // nodes)
     if "gpus_per_node" in raw:
         gpus_per_node = _gpus_per_node(raw, limits, nodes, most_gpus)
     else:  # one GPU when the user may have one, like the spawn form

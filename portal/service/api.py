@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from portal.inputs import InputError, read_json_object
 from portal.jobs.account import RUNUSER_CALLS
-from portal.jobs.slurm import USER_SLURM_CALLS
 from portal.jobs.spec import FIELDS, WHOLE
-from portal.service.base import APIHandler, PortalError
+from portal.scheduler.slurm import USER_SLURM_CALLS
+from portal.service.base import APIHandler, UserError
 
 
 def posted_spec(body: bytes | None) -> dict:
@@ -24,13 +24,13 @@ def posted_spec(body: bytes | None) -> dict:
 class JobsAPIHandler(APIHandler):
     async def get(self) -> None:
         everyone = await self.everyone()
-        self.write_json({"jobs": await self.blocking(self.board.list, self.hub_user, everyone)})
+        self.write_json({"jobs": await self.blocking(self.board.job_rows, self.hub_user, everyone)})
 
     async def post(self) -> None:
         try:
             spec = posted_spec(self.request.body)
         except InputError as err:
-            raise PortalError(400, str(err), err.field) from None
+            raise UserError(400, str(err), err.field) from None
         self.write_json(await self.acting(self.board.submit, self.hub_user, spec), status=201)
 
 

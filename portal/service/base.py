@@ -14,18 +14,12 @@ from jupyterhub.utils import get_browser_protocol, url_path_join
 from tornado.ioloop import IOLoop
 from tornado.web import ErrorHandler, HTTPError, RequestHandler, StaticFileHandler
 
-from portal.jobs import (
-    BackendError,
-    JobAccessError,
-    JobNotFound,
-    JobSpecError,
-    KubernetesError,
-    SlurmError,
-    UnreadableRecord,
-)
-from portal.jobs.slurm import JobDirError
+from portal.jobs import JobAccessError, JobNotFound, JobSpecError, UnreadableRecord
+from portal.scheduler import UnknownScheduler
+from portal.scheduler.errors import KubernetesError, SchedulerUnavailable, SlurmError
+from portal.scheduler.slurm import JobDirError
+from portal.scheduler.snapshot import ClusterCache
 from portal.service.board import HubUser, JobBoard, SubmitInProgress
-from portal.service.cluster import ClusterCache
 from portal.service.hub import HubDirectory, HubUnavailable
 from portal.service.render import hub_namespace
 
@@ -74,7 +68,7 @@ class SecurityHeaders(RequestHandler):
 
     def error_parts(self, kwargs: dict) -> tuple[str, str | None]:
         error = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(error, PortalError):
+        if isinstance(error, UserError):
             return error.message, error.field
         if isinstance(error, HTTPError) and error.log_message:
             return error.log_message, None
@@ -89,39 +83,40 @@ class OAuthCallbackHandler(HubOAuthCallbackHandler, SecurityHeaders):
     """The end of the hub's OAuth login, which sets the login cookie: with the headers and the cookie policy."""
 
 
-class PortalError(HTTPError):
-    """An error a user sees: status, a message, and the field it is about (for a spec that is not allowed)."""
+class UserError(HTTPError):
+    """An error a user sees: status, a message, and the field it is about (for a spec that is not allowed).
+    The one place where the portal's errors (portal.scheduler.errors and the rest) become HTTP statuses."""
 
     def __init__(self, status: int, message: str, field: str | None = None):
         super().__init__(status, reason=None)
         self.message, self.field = message, field
 
 
-def as_portal_error(err: Exception) -> PortalError | None:
-    """The user-facing error for what portal.jobs, Slurm or the hub raised; None for a bug (logged, 500)."""
+def as_portal_error(err: Exception) -> UserError | None:
+    """The user-facing error for what portal.jobs, the scheduler or the hub raised; None for a bug (logged, 500)."""
     if isinstance(err, JobSpecError):
-        return PortalError(400, str(err), err.field)
-    if isinstance(err, BackendError):
-        return PortalError(400, str(err), "backend")
+        return UserError(400, str(err), err.field)
+    if isinstance(err, UnknownScheduler):
+        return UserError(400, str(err), "backend")
     if isinstance(err, JobNotFound):
-        return PortalError(404, str(err))
+        return UserError(404, str(err))
     if isinstance(err, UnreadableRecord):  # the user's own job.json is broken: shown, never acted on
-        return PortalError(409, f"{err}; nothing is done with a job whose record cannot be trusted")
+        return UserError(409, f"{err}; nothing is done with a job whose record cannot be trusted")
     if isinstance(err, JobAccessError):
-        return PortalError(403, str(err))
+        return UserError(403, str(err))
     if isinstance(err, JobDirError):  # the user's own storage: full or over quota; Slurm is fine
-        return PortalError(507, f"your job directory could not be prepared: {err}")
-    if isinstance(err, SlurmError):
-        return PortalError(503, f"Slurm is unavailable: {err}")
+        return UserError(507, f"your job directory could not be prepared: {err}")
     if isinstance(err, KubernetesError):
         # Refused (a quota, an admission rule): the user's request; anything else: the API server is not there.
-        return PortalError(400 if err.status in (403, 409, 422) else 503, str(err))
+        return UserError(400 if err.status in (403, 409, 422) else 503, str(err))
+    if isinstance(err, SlurmError | SchedulerUnavailable):  # a refusal other than the user's limits: Slurm's state
+        return UserError(503, f"Slurm is unavailable: {err}")
     if isinstance(err, subprocess.TimeoutExpired):
-        return PortalError(503, "Slurm or the file system did not answer in time; try again shortly")
+        return UserError(503, "Slurm or the file system did not answer in time; try again shortly")
     if isinstance(err, SubmitInProgress):
-        return PortalError(429, str(err))
+        return UserError(429, str(err))
     if isinstance(err, HubUnavailable):
-        return PortalError(503, f"JupyterHub is unavailable: {err}")
+        return UserError(503, f"JupyterHub is unavailable: {err}")
     return None
 
 
@@ -152,7 +147,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
             if self.request.method not in SAFE_METHODS and self.login_cookie_sent():
                 self.check_form_token()  # HubOAuth ignores a login cookie without its token: say that, not "log in"
             if self.is_api or self.request.method not in SAFE_METHODS:
-                raise PortalError(403, LOGIN_REFUSED)
+                raise UserError(403, LOGIN_REFUSED)
             self.redirect(self.get_login_url())
             return
         # After identifying: token requests are exempt (HubOAuth marks them), cookie requests need _xsrf.
@@ -211,7 +206,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         try:
             self.check_xsrf_cookie()
         except HTTPError:
-            raise PortalError(403, XSRF_REFUSED_API if self.is_api else XSRF_REFUSED_PAGE, "_xsrf") from None
+            raise UserError(403, XSRF_REFUSED_API if self.is_api else XSRF_REFUSED_PAGE, "_xsrf") from None
 
     async def everyone(self) -> list[HubUser]:
         """Every hub user, only for an admin (whose lists and lookups span users)."""
@@ -229,9 +224,11 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
     async def _in_pool(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> T:
         try:
             return await IOLoop.current().run_in_executor(pool, call)
-        except (JobSpecError, BackendError, JobNotFound, JobAccessError, SlurmError, KubernetesError,
-                UnreadableRecord, SubmitInProgress, subprocess.TimeoutExpired) as err:
-            raise as_portal_error(err) from None
+        except Exception as err:  # noqa: BLE001 (what as_portal_error does not name is a bug: raised as it is)
+            mapped = as_portal_error(err)
+            if mapped is None:
+                raise
+            raise mapped from None
 
 class APIHandler(PortalHandler):
     is_api = True

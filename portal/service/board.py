@@ -14,7 +14,7 @@ own jobs; an admin's request is run as the job's owner. What a request costs, on
 - metrics: read as the user (a process of theirs); an ended job's once for good, a running one's at most every
   `dashboard_metrics_refresh_s`. The list never waits for them: it shows what is known and reads in the background.
 - usage: GPUs against the quota from the shared snapshot; this week's GPU-hours (sacct, as the user) at most every
-  USAGE_REFRESH_S per user. The jobs page never waits for them either (`known_usage`).
+  USAGE_REFRESH_S per user; the jobs page never waits for them either (portal.service.gpu_usage).
 What one job's row holds is built in portal.service.summary (pure); the scans' records in portal.service.scans.
 What is read from a user's home is checked (portal.jobs.record, portal.metrics): a job whose record is not one
 is listed as "unreadable record" with the reason, and every other job, list and page carries on.
@@ -27,28 +27,25 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
 from portal.inputs import one_line
-from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SlurmError, UnreadableJob, UnreadableRecord
+from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SchedulerError, UnreadableJob, UnreadableRecord
 from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
-from portal.jobs.slurm import limits_from
 from portal.jobs.spec import JobLimits
+from portal.scheduler import scheduler_for
+from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
-from portal.service.cluster import ClusterCache, ClusterSnapshot
+from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
 from portal.service.scans import DirStamp, UserRecords, jobs_dir_stamp
-from portal.service.summary import job_key, job_summary, quota_of, unreadable_summary
-from portal.slurm import GpuHolder, gpu_holders
-from portal.slurm_json import users_jobs
+from portal.service.summary import job_key, job_summary, unreadable_summary
 
 log = logging.getLogger("portal.service")
 AnyJob = Job | UnreadableJob
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
-USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
-USAGE_RETRY_S = 10.0  # ... and after it failed, asked again no sooner than this
 
 
 @contextlib.contextmanager
@@ -81,12 +78,13 @@ class HubUser:
                    admin=bool(model.get("admin")), server_ready=bool(server.get("ready")))
 
 
-class JobBoard:
+class JobBoard(UsageViews):
     def __init__(self, cfg: PortalConfig, cluster: ClusterCache, base_url: str = "/",
                  service_prefix: str = "/services/portal/", api: Any = jobs_api, rescan_s: float = RESCAN_S,
                  refresher: Refresher | None = None, clock: Callable[[], float] = time.monotonic,
                  dir_stamp: Callable[[str], DirStamp | None] = jobs_dir_stamp):
         self.cfg, self.cluster, self.api = cfg, cluster, api
+        self.scheduler = scheduler_for(cfg)
         self._dir_stamp = dir_stamp
         self.base_url, self.service_prefix = base_url, service_prefix
         self.rescan_s, self._clock = rescan_s, clock
@@ -121,7 +119,7 @@ class JobBoard:
         with self._records_lock:
             known = dict(self._records[user.name].jobs) if user.name in self._records else {}
         dir_stamp = None
-        if self.cfg.spawner_backend == "kubernetes":  # the records are MPIJobs: one API call lists them all
+        if not self.scheduler.records_in_home:  # the records are the scheduler's (MPIJobs): one call lists them
             found = {job.id: (None, job) for job in self.api.jobs(user=user.name, groups=user.groups, cfg=self.cfg)}
         else:
             dir_stamp = self._dir_stamp(user.name)  # before listing: a change meanwhile makes the next one differ
@@ -133,7 +131,7 @@ class JobBoard:
                 try:  # the owner is checked with the scheduler when the job's state is asked (state_of)
                     found[job_id] = (stamp, self.api.get(job_id, user=user.name, groups=user.groups, cfg=self.cfg,
                                                          check=False))
-                except (JobNotFound, jobs_api.BackendError):
+                except (JobNotFound, jobs_api.UnknownScheduler):
                     continue  # not a job directory of this user's (or mid-submit: job.json not written yet)
                 except UnreadableRecord as err:
                     # No stamp: read again at the next scan (a record being written may just be incomplete).
@@ -179,28 +177,24 @@ class JobBoard:
                 del self._cancelled[job_id]
             return {key: gpus for key, (_, gpus) in self._submitted.items()}, set(self._cancelled)
 
-    def limits_now(self, user: HubUser, snapshot: ClusterSnapshot | None = None) -> JobLimits | None:
+    def limits_now(self, user: HubUser, snapshot: ClusterSnapshot | None = None) -> JobLimits:
         """What the user may submit now, from the shared squeue and scontrol answer (no command as the user), with
-        the jobs this service submitted or cancelled since; None off Slurm (the backend is asked). Slurm's own
-        limit on the user's association still holds for whatever this does not see (jobs from a terminal in the
-        last refresh interval)."""
-        if self.cfg.spawner_backend != "slurm":
-            return None
+        the jobs this service submitted or cancelled since. The scheduler's own limit on the user (Slurm's
+        association, Kubernetes's ResourceQuota) still holds for whatever this does not see (jobs from a terminal
+        in the last refresh interval)."""
         snapshot = snapshot or self.cluster.snapshot()
         submitted, cancelled = self._since(snapshot)
-        queued = [q for q in users_jobs(snapshot.queue, user.name) if q.id not in cancelled]
         since = [(job_id, gpus) for (owner, job_id, _), gpus in submitted.items()
                  if owner == user.name and job_id not in snapshot.queue]
-        holders = [*gpu_holders(queued), *(GpuHolder(job_id=job_id, gpus=gpus, server=False)
-                                           for job_id, gpus in since if gpus)]
-        return limits_from(self.cfg, snapshot.partitions, holders, user.groups, len(queued) + len(since))
+        current = replace(snapshot, queue={k: v for k, v in snapshot.queue.items() if k not in cancelled})
+        return self.scheduler.limits(user, current, since)  # from the snapshot: only the name and groups are read
 
     def state_of(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, str]:
         """(state, elapsed): from the shared squeue answer while the job is queued, else from the job itself (which
         checks with the scheduler that the job is its user's: JobNotFound otherwise)."""
-        queued = snapshot.queue.get(job.id) if job.backend == "slurm" else None
+        queued = job.queued(snapshot)
         key = job_key(job)
-        if queued is not None and queued.user == job.record.user:
+        if queued is not None:
             self._elapsed[key] = queued.elapsed
             return queued.state, queued.elapsed
         if key not in self._ended:
@@ -249,11 +243,11 @@ class JobBoard:
         metrics = None
         if state != "PENDING":  # nothing written yet; spares a process run as the user
             metrics = self.metrics_of(job, state) if wait else self.known_metrics(job, state)
-        queued = snapshot.queue.get(job.id) if job.backend == "slurm" else None
-        reason = queued.reason if queued is not None and queued.user == job.record.user else ""
+        queued = job.queued(snapshot)
+        reason = queued.reason if queued is not None else ""
         return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix, reason)
 
-    def list(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
+    def job_rows(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
         """The user's jobs, newest first; an admin's list has every user in `everyone` too."""
         snapshot = self.cluster.snapshot()
         owners = [user, *(u for u in everyone if u.name != user.name)] if user.admin else [user]
@@ -270,7 +264,7 @@ class JobBoard:
                 listed.append(self.summary(job, snapshot, wait=False))
             except JobNotFound:
                 continue  # a job.json that claims a job Slurm says is someone else's
-            except SlurmError as err:  # this job's own question failed (say, accounting is down): not a state
+            except SchedulerError as err:  # this job's own question failed (say, accounting is down): not a state
                 listed.append({**job_summary(job, UNKNOWN, "", None, self.base_url, self.service_prefix),
                                "reason": str(err)[:300]})
         return listed
@@ -310,51 +304,6 @@ class JobBoard:
             cached = self._history.put(key, job.history(), final=job.done)
         return cached
 
-    def usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
-        """GPUs held now against each quota (from the shared squeue answer) and this week's GPU-hours per job
-        (Slurm accounting): the user's own, or everyone's for an admin. When accounting does not answer, the
-        quotas are still shown and `history_unavailable` says why."""
-        key = self._usage_key(user)
-        report = self._usage.get(key) or self._usage_failed.get(key) or self._read_usage(user)
-        return {**self._quotas(user, everyone), **report}
-
-    def known_usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
-        """`usage` without waiting for accounting (the jobs page): the quotas at once, from the shared squeue
-        answer; this week's GPU-hours as known, a missing or stale report read in the background. Until one
-        has been read, `gpu_hours` is None and `history_unavailable` "" (the page says it is being read)."""
-        key = self._usage_key(user)
-        report = self._usage.get(key) or self._usage_failed.get(key)
-        if report is None:
-            self._refresher.start(("usage", *key), lambda: self._read_usage(user))
-            report = self._usage.get_any(key) or {"history_unavailable": "", "gpu_hours": None}  # stale: shown
-        return {**self._quotas(user, everyone), **report}
-
-    @staticmethod
-    def _usage_key(user: HubUser) -> tuple[str, ...]:
-        return ("everyone",) if user.admin else ("user", user.name)
-
-    def _quotas(self, user: HubUser, everyone: Sequence[HubUser]) -> dict[str, Any]:
-        snapshot = self.cluster.snapshot()
-        people = [user, *(u for u in everyone if u.name != user.name)] if user.admin else [user]
-        return {"user": user.name, "quotas": [quota_of(u.name, self.cfg.gpu_quota_for(u.groups), snapshot)
-                                              for u in people]}
-
-    def _read_usage(self, user: HubUser) -> dict[str, Any]:
-        """This week's report from accounting, kept USAGE_REFRESH_S; when there is none, why (kept
-        USAGE_RETRY_S, so a slurmdbd that does not answer is not asked, and waited for, at every request)."""
-        key = self._usage_key(user)
-        try:
-            found = self.api.usage(user=user.name, groups=user.groups, cfg=self.cfg, everyone=user.admin)
-        except jobs_api.BackendError:  # not Slurm: there is no accounting to wait for, now or later
-            return self._usage_failed.put(key, {"gpu_hours": None, "history_unavailable": (
-                f"GPU-hours are not counted here: they come from Slurm's accounting, and this portal runs jobs "
-                f"on {self.cfg.spawner_backend}.")}, final=True)
-        except SlurmError as err:
-            return self._usage_failed.put(key, {"gpu_hours": None, "history_unavailable": (
-                f"GPU-hours are unavailable: they come from Slurm's accounting (slurmdbd), which does not "
-                f"answer now ({err}). Jobs and servers run as usual; nothing is lost.")})
-        return self._usage.put(key, {"history_unavailable": "", **found.to_dict()})
-
     def log_tail(self, job: AnyJob, lines: int | None = None) -> str:
         if isinstance(job, UnreadableJob):
             return ""  # its page says why; its directory is not read on the word of a broken record
@@ -382,14 +331,14 @@ class JobBoard:
                 job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg,
                                       limits=self.limits_now(user))
                 self._remember_job(job)
-                if job.backend == "slurm":
+                if job.scheduler.queue_in_snapshot:
                     with self._acted_lock:
                         self._submitted[job_key(job)] = (self._clock(), job.spec.nodes * job.spec.gpus_per_node)
             finally:
                 decision.release()
         log.info("submit by %s: job %s on %s, %d node(s) x %d GPU(s), %d epoch(s)", user.name, job.id, job.backend,
                  job.spec.nodes, job.spec.gpus_per_node, job.spec.epochs)
-        state = PENDING if job.backend == "slurm" else job.state
+        state = PENDING if job.scheduler.queue_in_snapshot else job.state
         return job_summary(job, state, "", None, self.base_url, self.service_prefix)
 
     def cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
@@ -425,7 +374,7 @@ class JobBoard:
                 raise UnreadableRecord(job) from None
             job.cancel()
         self._states.drop(job_key(job))  # the snapshot shows the cancel at its next refresh
-        if job.backend == "slurm":  # the local backend's cancel of an ended job succeeds and changes nothing
+        if job.scheduler.queue_in_snapshot:  # a local job's cancel after its end succeeds and changes nothing
             self._ended[job_key(job)] = CANCELLED
             with self._acted_lock:
                 self._cancelled[job.id] = self._clock()
@@ -441,6 +390,5 @@ class JobBoard:
         return found[1] if found is not None else None
 
     def limits(self, user: HubUser) -> JobLimits:
-        """What the submit form offers: the limits a submit is checked against (`limits_now`; off Slurm, the
-        backend's)."""
-        return self.limits_now(user) or self.api.limits(user=user.name, groups=user.groups, cfg=self.cfg)
+        """What the submit form offers: the limits a submit is checked against (`limits_now`)."""
+        return self.limits_now(user)

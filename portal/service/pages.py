@@ -28,7 +28,7 @@ from portal.jobs.spec import (
 )
 from portal.logview import filter_log
 from portal.notebook import AurocTable
-from portal.service.base import PageHandler, PortalError
+from portal.service.base import PageHandler, UserError
 from portal.tensorboard import lab_url, panel_url
 
 BOOLEAN_FIELDS = ("fp16", "xla")
@@ -104,7 +104,7 @@ def state_filter(value: str | None) -> str:
     if not value:
         return ""
     if not STATE_NAME.fullmatch(value):
-        raise PortalError(400, f"state: {shown(value)} is not a job state; allowed: a state in capitals "
+        raise UserError(400, f"state: {shown(value)} is not a job state; allowed: a state in capitals "
                           "(PENDING, RUNNING, COMPLETED, ...) or empty for every job", "state")
     return value
 
@@ -120,7 +120,7 @@ def part(handler: PageHandler, allowed: str) -> bool:
     """Whether the page was asked for its live part alone (`?part=<allowed>`), which its script fetches."""
     value = handler.get_argument("part", "")
     if value and value != allowed:
-        raise PortalError(400, f"part: {shown(value)} is not a part of this page; allowed: {allowed} or empty",
+        raise UserError(400, f"part: {shown(value)} is not a part of this page; allowed: {allowed} or empty",
                           "part")
     return bool(value)
 
@@ -138,7 +138,7 @@ class JobsPageHandler(PageHandler):
         state = state_filter(self.get_argument("state", None))
         rows_only = part(self, "rows")
         everyone = await self.everyone()
-        jobs = await self.blocking(self.board.list, self.hub_user, everyone)
+        jobs = await self.blocking(self.board.job_rows, self.hub_user, everyone)
         usage = usage_panel(await self.blocking(self.board.known_usage, self.hub_user), self.hub_user.name)
         shown_jobs = [job for job in jobs if job["state"] == state] if state else jobs
         self.render_page("jobs_live.html" if rows_only else "jobs.html", jobs=shown_jobs, state=state,
@@ -177,7 +177,7 @@ def tail_lines(value: str | None) -> int | None:
     try:
         return whole_number(value, "tail", 1, MAX_TAIL_LINES, " (lines)")
     except InputError as err:
-        raise PortalError(400, str(err), err.field) from None
+        raise UserError(400, str(err), err.field) from None
 
 
 def flag(value: str | None, name: str) -> bool:
@@ -186,7 +186,7 @@ def flag(value: str | None, name: str) -> bool:
         return False
     if value == "1":
         return True
-    raise PortalError(400, f"{name}: {shown(value)} is not allowed; allowed: 1 or 0", name)
+    raise UserError(400, f"{name}: {shown(value)} is not allowed; allowed: 1 or 0", name)
 
 
 class JobLogHandler(PageHandler):
@@ -223,12 +223,12 @@ def write_job_notebook(job: Job) -> str:
     try:
         in_home = path.relative_to(owner.home)
     except ValueError:
-        raise PortalError(409, f"job {job.id}'s directory {job.job_dir} is outside your home, where JupyterLab "
+        raise UserError(409, f"job {job.id}'s directory {job.job_dir} is outside your home, where JupyterLab "
                                "cannot open it") from None
     result = owner.run(["/bin/sh", "-c", 'umask 077 && { [ -e "$1" ] || cat > "$1"; }', "sh", str(path)],
                        input=job_notebook(job.id), check=False)
     if result.returncode != 0:
-        raise PortalError(409, f"job {job.id}'s notebook could not be written in {job.job_dir}: "
+        raise UserError(409, f"job {job.id}'s notebook could not be written in {job.job_dir}: "
                                f"{result.stderr.strip()[:200] or f'exit status {result.returncode}'}")
     return str(in_home)
 
@@ -239,13 +239,13 @@ class JobNotebookHandler(PageHandler):
     async def post(self, job_id: str) -> None:
         job = await self.blocking(self.board.get, self.hub_user, job_id)  # the user's own jobs only
         if not isinstance(job, Job):
-            raise PortalError(409, f"job {job_id}'s record is unreadable: there is no job to load in a notebook")
+            raise UserError(409, f"job {job_id}'s record is unreadable: there is no job to load in a notebook")
         path = await self.blocking(write_job_notebook, job)
         self.redirect(lab_url(job.owner, path, self.settings["hub_base_url"]))
 
 
 class SubmitPageHandler(PageHandler):
-    async def _show(self, values: dict, error: PortalError | None = None, again_of: str = "") -> None:
+    async def _show(self, values: dict, error: UserError | None = None, again_of: str = "") -> None:
         limits = await self.acting(self.board.limits, self.hub_user)
         self.render_page("submit.html", http_status=error.status_code if error else None, limits=limits, values=values,
                          error=error, fields=form_fields(limits), again_of=again_of)
@@ -258,18 +258,18 @@ class SubmitPageHandler(PageHandler):
             return
         job = await self.blocking(self.board.get, self.hub_user, job_id, await self.everyone())
         if not isinstance(job, Job):
-            raise PortalError(409, f"job {job.id}'s record is unreadable: it has no settings to start from")
+            raise UserError(409, f"job {job.id}'s record is unreadable: it has no settings to start from")
         await self._show(job.spec.to_dict(), again_of=job.id)
 
     async def post(self) -> None:
         try:
             spec = self._posted_spec()
         except InputError as err:  # shown beside an empty form: what was sent is not worth showing again
-            await self._show({}, PortalError(400, str(err), err.field))
+            await self._show({}, UserError(400, str(err), err.field))
             return
         try:
             job = await self.acting(self.board.submit, self.hub_user, spec)
-        except PortalError as err:
+        except UserError as err:
             if err.status_code not in (400, 429):  # the request's own fault: shown beside what was sent
                 raise
             await self._show(spec, err)

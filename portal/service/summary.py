@@ -10,7 +10,7 @@ from typing import Any
 
 from portal.jobs import Job, RunMetrics, UnreadableJob
 from portal.jobs.record import RUNNING, UNREADABLE
-from portal.service.cluster import ClusterSnapshot
+from portal.scheduler.snapshot import ClusterSnapshot
 from portal.slurm import pending_reason
 from portal.slurm_json import users_jobs
 from portal.tensorboard import panel_url

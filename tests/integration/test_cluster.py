@@ -22,8 +22,8 @@ import requests
 from portal import jobs
 from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
+from portal.runas import RUNUSER
 from portal.service.board import USAGE_REFRESH_S
-from portal.slurm import RUNUSER
 from spawners import slurm_cluster
 from tests.conftest import NODES, REPO, TEST_CONFIG, box, job_wait_s, jobs_of, slurm, wait_for
 
@@ -150,7 +150,7 @@ def test_what_a_user_writes_into_a_job_forges_no_job_of_anothers(cluster, hub, n
                  what="bob's job to run")
 
         form = asyncio.run(slurm_cluster.cluster_limits(load(), "alice", ("datascientists", "gpu-users")))
-        assert (form.gpu_quota, form.gpus_in_use, form.gpu_holders) == (4, 0, ())  # what the spawn form offers
+        assert (form.quota.limit, form.quota.in_use, form.quota.described()) == (4, 0, ())  # what the spawn form offers
         client = portal_client(hub, "alice")
         quota = wait_for(lambda: client.get(f"{client.base}usage", timeout=60).json()["quotas"][0], 30,
                          what="alice's quota on the dashboard")
@@ -158,7 +158,7 @@ def test_what_a_user_writes_into_a_job_forges_no_job_of_anothers(cluster, hub, n
         admins = portal_client(hub, "admin")
         for quota in admins.get(f"{admins.base}usage", timeout=60).json()["quotas"]:
             assert quota["gpus_in_use"] == 0 and quota["holders"] == [], quota
-        assert jobs.limits("slurm", "alice").gpus_in_use == 0
+        assert jobs.limits("slurm", "alice").quota.in_use == 0
     finally:
         slurm("scancel", "-u", "bob")
         as_user(cluster, "bob", "rm", "-rf", "--", workdir)

@@ -17,10 +17,10 @@ from portal import jobs
 from portal.config import load
 from portal.jobs.account import job_user
 from portal.jobs.demo_data import ensure_demo_data
-from portal.jobs.local import session_alive
-from portal.jobs.slurm import SlurmBackend
 from portal.jobs.spec import format_minutes
-from portal.slurm import RUNUSER
+from portal.runas import RUNUSER
+from portal.scheduler.local import session_alive
+from portal.scheduler.slurm import SlurmScheduler
 from tests.conftest import job_wait_s, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration
@@ -52,14 +52,14 @@ def as_user(user: str, *argv: str) -> subprocess.CompletedProcess:
 
 def test_a_script_with_every_field_at_its_limits_passes_sbatch_test_only(cluster, demo_data):
     limits = jobs.limits("slurm", user="alice")
-    assert (limits.partition, limits.nodes, limits.gpus_per_node, limits.gpu_quota) == ("gpu", 2, 4, 4)
+    assert (limits.partition, limits.nodes, limits.gpus_per_node, limits.quota.limit) == ("gpu", 2, 4, 4)
     spec = jobs.validate({
-        "template": "chexnet", "nodes": limits.nodes, "gpus_per_node": limits.gpu_quota // limits.nodes,
-        "cpus_per_task": limits.cpus_per_node // (limits.gpu_quota // limits.nodes),
+        "template": "chexnet", "nodes": limits.nodes, "gpus_per_node": limits.quota.limit // limits.nodes,
+        "cpus_per_task": limits.cpus_per_node // (limits.quota.limit // limits.nodes),
         "memory_gb": limits.memory_gb_per_node,
         "time_limit": format_minutes(limits.max_minutes), "epochs": 1000, "batch_size": 1024, "image_size": 1024,
         "model": "resnet50", "fp16": True, "xla": True, "data_dir": str(demo_data)}, "slurm", user="alice")
-    backend, alice = SlurmBackend(cluster), job_user("alice")
+    backend, alice = SlurmScheduler(cluster), job_user("alice")
     answer = backend.test_only(spec, alice, limits.partition)
     assert "to start at" in answer, answer
     assert jobs_of("alice") == []  # --test-only queues nothing

@@ -1,4 +1,4 @@
-"""Switching `spawner_backend` to kubernetes: a second hub (the test box's LDAP, the test session's real
+"""Switching `scheduler` to kubernetes: a second hub (the test box's LDAP, the test session's real
 kube-apiserver) spawns through PortalKubeSpawner. No nodes run here, so the pod stays Pending and the spawn
 times out; the test reads what the hub asked the API server for: the pod, its claim, the user's namespace."""
 
@@ -30,14 +30,14 @@ START_TIMEOUT_S = 20
 
 @pytest.fixture(scope="module")
 def k8s_hub(cluster, kube):
-    """A hub with spawner_backend: kubernetes, beside the test box's Slurm hub (its own ports and state)."""
+    """A hub with scheduler: kubernetes, beside the test box's Slurm hub (its own ports and state)."""
     shutil.rmtree(HUB_STATE, ignore_errors=True)
     (HUB_STATE / "hub").mkdir(parents=True)
     settings = {
         "state_dir": HUB_STATE, "hub_port": HUB_PORT, "hub_api_port": HUB_PORT + 81,
         "proxy_api_port": HUB_PORT + 1, "dashboard_port": HUB_PORT + 90, "cull_idle_timeout": 0,
         "ldap_port": cluster.ldap_port, "ldaps_port": cluster.ldaps_port, "ldap_ca_file": cluster.ca_file,
-        "spawner_backend": "kubernetes", "k8s_kubeconfig": kube.kubeconfigs["hub"], "start_timeout": START_TIMEOUT_S,
+        "scheduler": "kubernetes", "k8s_kubeconfig": kube.kubeconfigs["hub"], "start_timeout": START_TIMEOUT_S,
         "slurm_conf": TEST_STATE / "slurm" / "slurm.conf",
     }
     config = HUB_STATE / "portal.yaml"
@@ -96,7 +96,7 @@ def test_alices_spawn_is_a_pod_with_two_v100s_her_volumes_and_her_namespace(k8s_
         assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["DSPORTAL_GROUPS"] == "datascientists,gpu-users"
-        assert env["DSPORTAL_SPAWNER_BACKEND"] == "kubernetes"
+        assert env["DSPORTAL_SCHEDULER"] == "kubernetes"
         assert pod["status"]["phase"] == "Pending"  # no nodes here
         rendered = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
                     "metadata": {k: pod["metadata"][k] for k in ("name", "namespace", "labels", "annotations")

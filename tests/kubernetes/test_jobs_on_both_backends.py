@@ -54,7 +54,7 @@ def backend(request) -> Backend:
         return Backend("slurm", cluster, lambda job: wait_for(lambda: job.state == "RUNNING", 120, interval=1,
                                                                 what=f"Slurm job {job.id} to run"))
     kube = request.getfixturevalue("kube")
-    cfg = dataclasses.replace(load(), spawner_backend="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]))
+    cfg = dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]))
     return Backend("kubernetes", cfg, lambda job: operator_says(kube, job, ("Created", "MPIJobCreated"),
                                                                  ("Running", "MPIJobRunning")))
 

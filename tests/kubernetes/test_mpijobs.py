@@ -11,7 +11,7 @@ import pytest
 from portal import jobs
 from portal.config import load
 from portal.jobs.k8s_manifests import API_VERSION, KIND
-from portal.jobs.kubernetes import KubernetesError
+from portal.scheduler.kubernetes import KubernetesError
 from tests.conftest import wait_for
 from tests.kubernetes.test_jobs_on_both_backends import ALICE, TINY, operator_says
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def cfg(kube):
-    return dataclasses.replace(load(), spawner_backend="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]))
+    return dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]))
 
 
 def stored(kube, job) -> dict:
@@ -73,7 +73,7 @@ def test_cancel_deletes_the_mpijob(kube, cfg):
 
 
 def test_a_notebook_with_its_own_credentials_reaches_only_its_own_namespace(kube, monkeypatch):
-    own = dataclasses.replace(load(), spawner_backend="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["alice"]))
+    own = dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["alice"]))
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")
     monkeypatch.setenv("DSPORTAL_GROUPS", "datascientists,gpu-users")
     job = jobs.submit(TINY, cfg=own)  # as alice herself: no impersonation

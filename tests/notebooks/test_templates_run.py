@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from portal.jobs.demo_data import ensure_demo_data
-from portal.slurm import RUNUSER
+from portal.runas import RUNUSER
 from tests.conftest import REPO, TEST_CONFIG
 
 pytestmark = pytest.mark.integration

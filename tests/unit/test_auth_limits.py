@@ -1,7 +1,9 @@
-"""The login limits: throttle, LDAP slots, client address, and the caps applied before anything reaches LDAP."""
+"""The login limits: throttle, LDAP slots, client address, the caps applied before anything reaches LDAP, and the
+log line of every refused login."""
 
 import asyncio
 import ipaddress
+import logging
 
 import pytest
 from tornado import web
@@ -222,3 +224,78 @@ def test_a_directory_that_never_answers_ends_the_thread_and_frees_its_slot():
         gave_up, held, freed = asyncio.run(scenario())
     assert gave_up < 1.5 and held  # the caller's deadline (ldap_timeout), the thread still running
     assert 2 <= freed < 6  # bind timed out (2 s), the probe too (2 s): the thread ended and gave its slot back
+
+
+# --- every refused login is one line in the hub's log: the user, the client's address and why -------------------
+
+def logged(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "hub-login" and "Login refused" in r.getMessage()]
+
+
+def login(auth: PortalLDAPAuthenticator, username: str, password: str):
+    return asyncio.run(auth.authenticate(None, {"username": username, "password": password}))
+
+
+def directory_answers(auth: PortalLDAPAuthenticator, groups: list[str] | None) -> None:
+    """The directory as upstream's bind and searches see it: None (the bind failed), else the user's groups."""
+    allowed = {"datascientists": "cn=datascientists,ou=groups,dc=dsportal,dc=local"}
+    result = None if groups is None else {"name": "someone", "auth_state": {
+        "ldap_groups": [allowed[g] for g in groups if g in allowed], "user_attributes": {"portal_groups": groups}}}
+    auth._bind_and_read = lambda username, password: result
+
+
+@pytest.mark.parametrize(("username", "password", "groups", "line"), [
+    ("alice", "not-her-password", None,
+     "Login refused for alice from local: wrong user name or password (the directory refused them)"),
+    ("mallory", "her-password", [],
+     "Login refused for mallory from local: in none of the allowed groups (datascientists, portal-admins)"),
+    ("Alice ", "   ", ["datascientists"], "Login refused for alice from local: empty password"),
+    ("alice\nforged", "x", ["datascientists"], "Login refused for 'alice\\nforged' from local: not a valid user name"),
+    ("alice", "x" * 1025, ["datascientists"], "Login refused for alice from local: password of 1025 characters, over "
+                                              "max_password_bytes"),
+])
+def test_a_refused_login_is_one_line_with_user_client_and_reason(caplog, username, password, groups, line):
+    auth = authenticator(log=logging.getLogger("hub-login"))
+    directory_answers(auth, groups)
+    with caplog.at_level(logging.INFO, logger="hub-login"):
+        try:
+            assert login(auth, username, password) is None
+        except web.HTTPError as err:
+            assert err.status_code == 403  # the long password: a message of its own
+    assert logged(caplog) == [line]
+    assert password.strip() == "" or password not in caplog.text
+
+
+def test_an_allowed_login_logs_no_refusal_and_a_blocked_user_is_refused(caplog):
+    auth = authenticator(log=logging.getLogger("hub-login"), blocked_users={"bob"})
+    directory_answers(auth, ["datascientists"])
+    with caplog.at_level(logging.INFO, logger="hub-login"):
+        assert login(auth, "alice", "wonderland")["groups"] == ["datascientists"]
+        assert login(auth, "bob", "builder") is None
+    assert logged(caplog) == ["Login refused for bob from local: in blocked_users"]
+
+
+def test_held_back_busy_and_unavailable_are_logged_with_their_reason(caplog):
+    log = logging.getLogger("hub-login")
+    held_back = authenticator(log=log, failed_login_limit_per_user_client=1)
+    directory_answers(held_back, None)
+    unavailable = authenticator(log=log, ldap_connect_timeout=1)  # port 9: nothing listens
+    busy = authenticator(log=log)
+
+    async def no_slot(address: str) -> None:
+        raise LdapBusy(f"no directory slot for {address} within 5 s")
+    busy._limits()[1].acquire = no_slot
+    with caplog.at_level(logging.INFO, logger="hub-login"):
+        assert login(held_back, "alice", "guess-1") is None
+        with pytest.raises(web.HTTPError, match="try again in 10 s"):
+            login(held_back, "alice", "guess-2")
+        for auth, status in ((unavailable, 503), (busy, 429)):
+            with pytest.raises(web.HTTPError) as err:
+                login(auth, "bob", "builder-pw")
+            assert err.value.status_code == status
+    wrong, held, down, refused = logged(caplog)
+    assert held == "Login refused for alice from local: held back by the user and client rule for 10 s (too many " \
+                   "failed logins)"
+    assert down.startswith("Login refused for bob from local: directory unavailable: LDAP at 127.0.0.1:9: ")
+    assert refused == "Login refused for bob from local: directory busy: no directory slot for local within 5 s"
+    assert not any(password in caplog.text for password in ("guess-1", "guess-2", "builder-pw"))

@@ -49,7 +49,7 @@ def test_box_settings_are_checked(settings, words):
 def test_the_hub_api_listens_where_the_nodes_reach_it():
     assert PortalConfig().hub_api_address == "198.18.0.1"
     assert PortalConfig(box_subnet="198.18.0.32/27").hub_api_address == "198.18.0.33"
-    assert PortalConfig(spawner_backend="kubernetes").hub_api_address == "127.0.0.1"
+    assert PortalConfig(scheduler="kubernetes").hub_api_address == "127.0.0.1"
     assert PortalConfig(hub_api_ip="0.0.0.0").hub_api_address == "0.0.0.0"
 
 

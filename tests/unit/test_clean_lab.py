@@ -13,7 +13,6 @@ from unittest import mock
 
 import jsonschema
 import pytest
-from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import format_template
 from jupyter_server_proxy.config import ServerProcess, make_handlers
 from jupyterlab_server.settings_utils import get_settings
@@ -22,7 +21,7 @@ from bench import spawn
 from bench.spawn import Run
 from portal.config import PortalConfig
 from portal.notebook import portal_launcher, portal_path_info
-from spawners.slurm import SERVER_LOG_DIR, STOCK_OUTPUT_LINE, PortalSlurmSpawner, with_server_log_dir
+from spawners.slurm import SERVER_LOG_DIR, PortalSlurmSpawner
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDES = REPO / "deploy" / "jupyterlab" / "dsportal.json"
@@ -59,27 +58,6 @@ def test_the_installed_overrides_are_the_repositorys_and_turn_the_news_prompt_of
 def spawner(home: str, **traits) -> PortalSlurmSpawner:
     return PortalSlurmSpawner(portal=PortalConfig(), req_username="alice", req_homedir=home, req_keepvars="",
                               **traits)
-
-
-def test_the_server_jobs_output_goes_to_the_server_log_dir_and_the_rest_of_the_script_is_batchspawners():
-    subvars = spawner("/home/alice").get_req_subvars()
-    script = format_template(spawner("/home/alice").batch_script, **subvars, cmd="server")
-    stock = format_template(SlurmSpawner.batch_script.default_value, **subvars, cmd="server")
-    changed = [(a, b) for a, b in zip(stock.splitlines(), script.splitlines(), strict=True) if a != b]
-    assert changed == [("#SBATCH --output=/home/alice/jupyterhub_slurmspawner_%j.log",
-                        f"#SBATCH --output=/home/alice/{SERVER_LOG_DIR}/jupyterhub_slurmspawner_%j.log")]
-    assert "#SBATCH --chdir=/home/alice" in script  # the server still starts in the home
-
-
-def test_a_batchspawner_without_the_output_line_is_refused_by_name():
-    with pytest.raises(ValueError, match="no line '#SBATCH --output="):
-        with_server_log_dir(SlurmSpawner.batch_script.default_value.replace(STOCK_OUTPUT_LINE, "#SBATCH -o x"))
-
-
-def test_a_site_chooses_the_directory():
-    assert spawner("/home/alice/", req_server_log_dir="/scratch/alice/logs").get_req_subvars()["server_log_dir"] \
-        == "/scratch/alice/logs"
-    assert spawner("/home/alice/").get_req_subvars()["server_log_dir"] == f"/home/alice/{SERVER_LOG_DIR}"
 
 
 def test_the_submit_command_makes_the_directory_private_quotes_an_odd_home_and_keeps_the_jobs_umask(tmp_path):

@@ -1,7 +1,9 @@
-"""Settings: defaults, YAML, environment, where each value came from, and errors that name the setting."""
+"""Settings: defaults, YAML, environment, where each value came from, errors that name the setting, renamed settings,
+and docs/configuration.md generated from them."""
 
 import dataclasses
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -9,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from portal.config import ConfigError, PortalConfig, load
-from portal.config_cli import main, markdown_table
-from portal.config_values import ACCEPTS
+from portal.config_cli import main, markdown_page, markdown_table
+from portal.config_values import ACCEPTS, RENAMED
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGURATION_PAGE = ROOT / "docs" / "configuration.md"
 
 
 def test_defaults_are_the_local_demo():
@@ -44,7 +47,7 @@ def test_yaml_then_environment(tmp_path):
     ({"DSPORTAL_HUB_PORT": "http"}, "hub_port"),
     ({"DSPORTAL_HUB_PORT": "70000"}, "hub_port is 70000; allowed: 1-65535"),
     ({"DSPORTAL_LDAP_TLS": "maybe"}, "ldap_tls is 'maybe'; allowed: starttls, ldaps, none"),
-    ({"DSPORTAL_SPAWNER_BACKEND": "pbs"}, "spawner_backend"),
+    ({"DSPORTAL_SCHEDULER": "pbs"}, "scheduler is 'pbs'; allowed: slurm, kubernetes"),
     ({"DSPORTAL_LDAP_LOOKUP_DN": "perhaps"}, "ldap_lookup_dn"),
     ({"DSPORTAL_GPU_QUOTA": "gpu-users=-1"}, "gpu_quota[gpu-users]"),
     ({"DSPORTAL_CONFIG": "/nonexistent/portal.yaml"}, "DSPORTAL_CONFIG=/nonexistent/portal.yaml"),
@@ -137,21 +140,72 @@ def test_every_setting_explains_itself():
     assert secrets == ["ldap_search_password"]
 
 
-def test_readme_table_is_generated_from_the_settings():
-    text = README.read_text()
-    start, end = "<!-- settings-table:start -->\n", "<!-- settings-table:end -->"
-    assert text.count(start) == 1 and text.count(end) == 1
-    table = text[text.index(start) + len(start):text.index(end)]
-    assert table == markdown_table(), "README.md's settings table is stale: run python -m portal.config --markdown"
-    assert table.count("\n| `") == len(dataclasses.fields(PortalConfig))
+def test_the_configuration_page_is_generated_from_the_settings_and_the_hub_classes():
+    page = CONFIGURATION_PAGE.read_text()
+    assert page == markdown_page(), "docs/configuration.md is stale: python -m portal.config --markdown > it"
+    assert markdown_table() in page
+    assert markdown_table().count("\n| `") == len(dataclasses.fields(PortalConfig))
+    hub = page[page.index("## Hub settings (set in jupyterhub_config.py as `c.<Class>.<name>`)"):]
+    assert "| `c.PortalLDAPAuthenticator.failed_login_limit_per_user_client` | int | `5` |" in hub
+    assert "| `c.SlurmStateSpawner.startup_check_timeout` | float | `2.0` |" in hub
+    ties = page[page.index("## Hub traits that are settings"):page.index("## Hub settings")]
+    assert "| `c.LDAPAuthenticator.server_address` | `ldap_host` |" in ties
+    assert "| `c.Spawner.start_timeout` | `start_timeout` |" in ties and "server_address" not in hub
+
+
+def test_gpu_quota_says_it_counts_everything_a_user_runs():
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(PortalConfig)}
+    for name in ("gpu_quota", "default_gpu_quota"):
+        assert "servers and jobs together" in helps[name] or "all their training jobs" in helps[name], name
+        assert "per server" not in helps[name], name
+
+
+def test_scheduler_decides_where_servers_and_jobs_run():
+    help_text = next(f.metadata["help"] for f in dataclasses.fields(PortalConfig) if f.name == "scheduler")
+    assert "servers" in help_text and "jobs" in help_text
+    assert PortalConfig(scheduler="kubernetes").spawner_backend == "kubernetes"  # the old name, read-only
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PortalConfig().spawner_backend = "kubernetes"
+
+
+@pytest.mark.parametrize("written", ["yaml", "environment"])
+def test_an_old_setting_name_still_works_with_a_warning_naming_the_new_one(tmp_path, caplog, written):
+    assert RENAMED == {"spawner_backend": "scheduler"}
+    env = yaml_file(tmp_path, "spawner_backend: kubernetes\n") if written == "yaml" else {
+        "DSPORTAL_SPAWNER_BACKEND": "kubernetes"}
+    with caplog.at_level(logging.WARNING, logger="portal.config"), \
+            pytest.warns(DeprecationWarning, match="spawner_backend .* is deprecated: it is now called scheduler"):
+        cfg = load(env=env)
+    assert cfg.scheduler == "kubernetes" and cfg.hub_api_address == "127.0.0.1"
+    assert "set scheduler (DSPORTAL_SCHEDULER) instead" in caplog.text
+    where = f"YAML file {env['DSPORTAL_CONFIG']}" if written == "yaml" else "environment DSPORTAL_SPAWNER_BACKEND"
+    assert cfg.sources()["scheduler"] == where
+
+
+def test_an_old_and_a_new_name_set_apart_is_an_error_naming_both(tmp_path):
+    env = {**yaml_file(tmp_path, "scheduler: slurm\n"), "DSPORTAL_SPAWNER_BACKEND": "kubernetes"}
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError) as err:
+        load(env=env)
+    assert str(err.value) == (f"spawner_backend is 'kubernetes' (from environment DSPORTAL_SPAWNER_BACKEND) but "
+                              f"scheduler is 'slurm' (from YAML file {env['DSPORTAL_CONFIG']}): spawner_backend is "
+                              "the old name of scheduler; set only scheduler")
+    with pytest.warns(DeprecationWarning):  # the same value under both names is only the warning
+        assert load(env={"DSPORTAL_SCHEDULER": "kubernetes", "DSPORTAL_SPAWNER_BACKEND": "kubernetes"}).scheduler == \
+            "kubernetes"
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match=r"scheduler is 'pbs'; allowed: slurm, "
+                                                        r"kubernetes \(from environment DSPORTAL_SPAWNER_BACKEND\)"):
+        load(env={"DSPORTAL_SPAWNER_BACKEND": "pbs"})
 
 
 def test_module_lists_settings_and_refuses_bad_values():
     command = [sys.executable, "-m", "portal.config"]
-    cwd = README.parent
+    cwd = ROOT
     listed = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env={"DSPORTAL_HUB_PORT": "9100"})
     assert listed.returncode == 0
     assert "hub_port (int) = 9100    [environment DSPORTAL_HUB_PORT; default 8000]" in listed.stdout
+    hub = listed.stdout[listed.stdout.index("# Hub settings (set in jupyterhub_config.py as c.<Class>.<name>):"):]
+    assert "\nc.PortalLDAPAuthenticator.failed_login_limit_per_user_client (int) = 5\n    Failed logins" in hub
+    assert "c.LDAPAuthenticator.server_address  <-  ldap_host" in listed.stdout
     refused = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env={"DSPORTAL_LDAP_TLS": "tls"})
     assert refused.returncode == 2
     assert "ldap_tls is 'tls'; allowed: starttls, ldaps, none (from environment DSPORTAL_LDAP_TLS)" in refused.stderr

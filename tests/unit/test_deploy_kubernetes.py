@@ -1,5 +1,5 @@
 """What deploy/kubernetes ships, checked offline: the Helm values wire classes that exist, and every built-in
-kind validates strictly (kubernetes-validate) for the Kubernetes versions the README claims."""
+kind validates strictly (kubernetes-validate) for the Kubernetes versions docs/admin-guide.md claims."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_the_helm_values_wire_our_authenticator_spawner_and_dashboard(monkeypatc
     assert resolve(c.JupyterHub.authenticator_class).__name__ == "PortalLDAPAuthenticator"
     assert resolve(c.JupyterHub.spawner_class).__name__ == "PortalKubeSpawner"
     (service,) = c.JupyterHub.services
-    assert service["name"] == "portal" and service["environment"]["DSPORTAL_SPAWNER_BACKEND"] == "kubernetes"
+    assert service["name"] == "portal" and service["environment"]["DSPORTAL_SCHEDULER"] == "kubernetes"
     ports = {p["port"] for p in values["hub"]["service"]["extraPorts"]}
     assert service["url"].endswith(":8090") and 8090 in ports
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from jupyterhub.spawner import LocalProcessSpawner
 from tornado import web
 
+from portal.scheduler.quota import GpuQuota
 from spawners.forms import (
     FIELDS,
     ClusterLimits,
@@ -27,8 +28,8 @@ GPU = Partition("gpu", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=
                 max_minutes=7 * 1440, default=True)
 DEBUG = Partition("debug", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=4, free_gpus_per_node=3,
                   max_minutes=60)
-ALICE = ClusterLimits(partitions=(GPU, DEBUG), gpu_quota=4, groups=("datascientists", "gpu-users"))
-BOB = ClusterLimits(partitions=(GPU, DEBUG), gpu_quota=0, groups=("datascientists",))
+ALICE = ClusterLimits(partitions=(GPU, DEBUG), quota=GpuQuota(4, ("datascientists", "gpu-users")))
+BOB = ClusterLimits(partitions=(GPU, DEBUG), quota=GpuQuota(0, ("datascientists",)))
 
 
 def form(**fields):
@@ -100,12 +101,12 @@ def test_api_values_are_plain_values_never_a_list_or_null(field, value, words):
 
 def test_no_partition_up():
     with pytest.raises(OptionsError, match="no partitions"):
-        parse_server_options({}, ClusterLimits(partitions=(), gpu_quota=4))
+        parse_server_options({}, ClusterLimits(partitions=(), quota=GpuQuota(4)))
 
 
 def test_form_shows_limits_and_escapes_names():
     odd = Partition('<b>"x"', 2, 4096, 0, 0)
-    html = render_form(ClusterLimits(partitions=(GPU, odd), gpu_quota=4))
+    html = render_form(ClusterLimits(partitions=(GPU, odd), quota=GpuQuota(4)))
     assert 'name="gpus"' in html and 'max="3"' in html
     assert "<b>" not in html and "&lt;b&gt;" in html
     assert 'value="gpu" selected' in html

@@ -25,7 +25,7 @@ from portal.inputs import (
 )
 from portal.jobs.spec import FIELDS
 from portal.service.api import posted_spec
-from portal.service.base import PortalError
+from portal.service.base import UserError
 from portal.service.pages import form_spec, tail_lines
 
 # Digits that str.isdigit() and the regex \d take, and int() reads: Arabic-Indic, Devanagari, full-width, and a
@@ -45,7 +45,7 @@ def test_non_ascii_digits_are_not_numbers_nor_wall_times(digits):
     with pytest.raises(InputError, match="tail"):
         try:
             tail_lines(digits)
-        except PortalError as err:  # the page handler's error: a 400 naming the field
+        except UserError as err:  # the page handler's error: a 400 naming the field
             assert (err.status_code, err.field) == (400, "tail")
             raise InputError(err.field, err.message) from None
     assert whole_number(" 12 ", "gpus", 0, 99) == 12 and wall_time("01:30:00", "runtime", 120) == "01:30:00"

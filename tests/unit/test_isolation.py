@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from portal import runas
-from portal.jobs import METRICS_IF_EVENTS, account
+from portal.jobs import account
 from portal.jobs.account import JobUser
 from portal.metrics import MetricsError, RunMetrics
+from portal.scheduler.home import METRICS_IF_EVENTS
 
 FORGED = '{"images_per_sec": 1e9, "best_mean_auroc": 1.0, "epochs_done": 999}'
 

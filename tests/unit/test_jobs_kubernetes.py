@@ -1,6 +1,6 @@
 """The Kubernetes backend's pure half: a spec in, an MPIJob out; an MPIJob in, a state or a record out. No
 cluster here (tests/kubernetes/ has the real API server); the pod templates are checked offline against the
-Kubernetes schemas with kubernetes-validate --strict, for the versions the README claims."""
+Kubernetes schemas with kubernetes-validate --strict, for the versions docs/admin-guide.md claims."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ import yaml
 
 from portal.config import PortalConfig
 from portal.jobs.k8s_manifests import ANNOTATION_SPEC, manifest_yaml, mpijob_manifest
-from portal.jobs.kubernetes import (
+from portal.jobs.record import RecordError
+from portal.jobs.spec import JobSpecError, parse_job_spec
+from portal.metrics import RunMetrics
+from portal.scheduler.kubernetes import (
     K8S_ID,
     KubeUser,
     limits_for,
@@ -25,13 +28,10 @@ from portal.jobs.kubernetes import (
     mpijob_state,
     new_k8s_id,
 )
-from portal.jobs.record import RecordError
-from portal.jobs.spec import JobSpecError, parse_job_spec
-from portal.metrics import RunMetrics
 from tests.unit.test_jobs_render import bash_syntax_ok
 
 CFG = PortalConfig(gpu_quota={"gpu-users": 8})
-KUBERNETES_VERSIONS = ("1.25.0", "1.29.0", "1.33.0", "1.37.0")  # what the README claims: 1.25 and later
+KUBERNETES_VERSIONS = ("1.25.0", "1.29.0", "1.33.0", "1.37.0")  # what docs/admin-guide.md claims: 1.25 and later
 ALICE = KubeUser(name="alice", groups=("gpu-users",), home=Path("/home/jovyan"), data_root=Path("/data"),
                  is_caller=False)
 JOB_ID = "k8s-20261121-101500-a1b2c3"

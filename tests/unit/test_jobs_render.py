@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from portal.config import ConfigError, PortalConfig
-from portal.jobs.local import render_local
-from portal.jobs.slurm import render_sbatch, shell_path
 from portal.jobs.spec import JobSpec
 from portal.jobs.templating import sbatch_value
+from portal.scheduler.local import render_local
+from portal.scheduler.slurm import render_sbatch, shell_path
 from tests.unit.test_jobs_spec import LIMITS, parse
 
 CFG = PortalConfig()
@@ -58,7 +58,7 @@ def test_every_field_at_its_limits_renders():
     assert (lines["ntasks-per-node"], lines["gres"], lines["mem"], lines["time"]) == ("4", "gpu:4", "19G",
                                                                                       "168:00:00")
     assert "--epochs 1000 --batch-size 1024 --image-size 1024" in script
-    assert "--model resnet50 --pipeline new --resume --progress epoch --fp16 --xla)" in script
+    assert "--model resnet50 --pipeline parallel --resume --progress epoch --fp16 --xla)" in script
     bash_syntax_ok(script)
 
 

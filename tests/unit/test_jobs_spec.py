@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from portal.jobs.spec import FIELDS, JobLimits, JobSpec, JobSpecError, parse_job_spec
+from portal.scheduler.quota import GpuHolder, GpuQuota
 
 DATA = "/data/chestxray14"
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
-                   max_minutes=7 * 1440, gpu_quota=4, default_data_dir=DATA, groups=("datascientists", "gpu-users"))
-NO_GPUS = JobLimits(**{**LIMITS.__dict__, "gpu_quota": 0, "groups": ("datascientists",)})
+                   max_minutes=7 * 1440, quota=GpuQuota(4, ("datascientists", "gpu-users")), default_data_dir=DATA)
+NO_GPUS = replace(LIMITS, quota=GpuQuota(0, ("datascientists",)))
 
 
 def readable(path: str) -> bool:
@@ -106,7 +109,7 @@ def test_the_gpu_quota_counts_every_node():
     assert parse(nodes=2, gpus_per_node=2).gpus == 4
 
 
-BUSY = JobLimits(**{**LIMITS.__dict__, "gpus_in_use": 2, "gpu_holders": ("job 12", "your server")})
+BUSY = replace(LIMITS, quota=replace(LIMITS.quota, holders=(GpuHolder("12", 1), GpuHolder("3", 1, server=True))))
 
 
 def test_the_quota_counts_what_the_user_holds_and_shows_the_arithmetic():
@@ -122,10 +125,10 @@ def test_the_quota_counts_what_the_user_holds_and_shows_the_arithmetic():
 
 
 def test_a_used_up_quota_lowers_the_default_job_to_cpu_only():
-    full = JobLimits(**{**LIMITS.__dict__, "gpus_in_use": 4, "gpu_holders": ("job 7",)})
+    full = replace(LIMITS, quota=replace(LIMITS.quota, holders=(GpuHolder("7", 4),)))
     assert parse(full).gpus_per_node == 0
     assert refused("gpus_per_node", limits=full, gpus_per_node=1).endswith("(job 7); ask for at most 0")
-    over = JobLimits(**{**LIMITS.__dict__, "gpus_in_use": 5, "gpu_holders": ("job 7", "job 8")})
+    over = replace(LIMITS, quota=replace(LIMITS.quota, holders=(GpuHolder("7", 4), GpuHolder("8", 1))))
     assert refused("gpus_per_node", limits=over, gpus_per_node=1) == (
         "gpus_per_node: your jobs and server hold or wait for 5 GPUs, more than your quota of 4 (job 7, job 8); "
         "ask for at most 0")
@@ -277,7 +280,7 @@ def test_generated_specs_are_valid_within_bounds_or_refused_naming_a_field(raw, 
         assert err.field in (*FIELDS, "spec") or (err.field in raw and "unknown field" in err.message), str(err)
         assert len(str(err)) < 600
         return
-    assert 1 <= spec.nodes <= limits.nodes and 0 <= spec.gpus <= limits.gpu_quota
+    assert 1 <= spec.nodes <= limits.nodes and 0 <= spec.gpus <= limits.quota.limit
     assert 1 <= spec.cpus_per_task * spec.workers_per_node <= limits.cpus_per_node
     assert 1 <= spec.memory_gb <= limits.memory_gb_per_node and 1 <= spec.epochs <= 1000
     assert spec.time_limit.isascii() and spec.data_dir in (DATA, "/scratch/set")

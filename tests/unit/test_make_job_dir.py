@@ -14,8 +14,8 @@ from portal.config import PortalConfig
 from portal.jobs import JobNotFound, SlurmError
 from portal.jobs.account import THEN_FAILED, job_user
 from portal.jobs.record import JobRecord
-from portal.jobs.slurm import SlurmBackend
 from portal.jobs.spec import JobSpec
+from portal.scheduler.slurm import SlurmScheduler
 
 
 def test_the_directory_and_its_files_are_made_with_their_modes_and_its_inode_is_returned(tmp_path):
@@ -85,7 +85,7 @@ def test_a_cancel_slurm_refuses_as_unknown_or_someone_elses_reads_as_not_found(s
     record = JobRecord(id="12", backend="slurm", user="alice", spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
                        job_dir=Path("/home/alice/jobs/12"))
     with pytest.raises(JobNotFound, match="not in Slurm's queue for alice"):
-        SlurmBackend(PortalConfig()).cancel(record, user)
+        SlurmScheduler(PortalConfig()).cancel(record, user)
     assert user.ran == [["scancel", "12"]]  # one command: no scontrol before it
 
 
@@ -94,5 +94,5 @@ def test_any_other_cancel_refusal_is_slurms_own_words():
     record = JobRecord(id="12", backend="slurm", user="alice", spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
                        job_dir=Path("/home/alice/jobs/12"))
     with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
-        SlurmBackend(PortalConfig()).cancel(record, user)
-    SlurmBackend(PortalConfig()).cancel(record, ScriptedUser(0, ""))  # accepted: nothing raised
+        SlurmScheduler(PortalConfig()).cancel(record, user)
+    SlurmScheduler(PortalConfig()).cancel(record, ScriptedUser(0, ""))  # accepted: nothing raised

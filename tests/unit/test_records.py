@@ -17,10 +17,10 @@ from portal.jobs import UnreadableJob, UnreadableRecord, _load
 from portal.jobs.account import JobUser
 from portal.jobs.record import JOB_ID, JobRecord, RecordError, RecordPlace, exit_code
 from portal.jobs.spec import JobSpec
+from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
 from portal.service.board import HubUser, JobBoard
-from portal.service.cluster import ClusterCache
 from tests.answers import masked
 from tests.unit import test_service_api as fakes
 
@@ -174,12 +174,12 @@ def test_the_list_shows_a_broken_record_as_one_unreadable_row_and_the_rest_as_us
     write_job(tmp_path, "alice", OTHER_ID, good_record(tmp_path, job_id=OTHER_ID))
     write_job(tmp_path, "bob", "5", good_record(tmp_path, user="bob", job_id="5"))
     board = make_board(tmp_path)
-    rows = {row["id"]: row for row in board.list(HubUser("alice"))}
+    rows = {row["id"]: row for row in board.job_rows(HubUser("alice"))}
     assert rows[LOCAL_ID]["state"] == "UNREADABLE" and "list, not an object" in rows[LOCAL_ID]["unreadable"]
     assert rows[OTHER_ID]["state"] == "COMPLETED"
     admin = HubUser("admin", admin=True)
     everyone = [HubUser("alice"), HubUser("bob"), admin]
-    listed = sorted((row["user"], row["id"], row["state"]) for row in board.list(admin, everyone))
+    listed = sorted((row["user"], row["id"], row["state"]) for row in board.job_rows(admin, everyone))
     assert listed == [("alice", LOCAL_ID, "UNREADABLE"), ("alice", OTHER_ID, "COMPLETED"),
                       ("bob", "5", "COMPLETED")]
 
@@ -187,8 +187,8 @@ def test_the_list_shows_a_broken_record_as_one_unreadable_row_and_the_rest_as_us
 def test_a_record_claiming_another_user_never_lists_under_them(tmp_path):
     write_job(tmp_path, "alice", LOCAL_ID, good_record(tmp_path, user="bob"))
     board = make_board(tmp_path)
-    assert board.list(HubUser("bob")) == []
-    [row] = board.list(HubUser("alice"))
+    assert board.job_rows(HubUser("bob")) == []
+    [row] = board.job_rows(HubUser("alice"))
     assert (row["user"], row["state"]) == ("alice", "UNREADABLE")
 
 
@@ -198,12 +198,12 @@ def test_the_rescan_carries_on_and_a_fixed_record_is_read_again(tmp_path):
                      api=HomeJobsAPI(tmp_path), rescan_s=10,
                      refresher=fakes_refresher(), clock=lambda: now[0])
     job_dir = write_job(tmp_path, "alice", LOCAL_ID, "{broken")
-    assert [r["state"] for r in board.list(HubUser("alice"))] == ["UNREADABLE"]
+    assert [r["state"] for r in board.job_rows(HubUser("alice"))] == ["UNREADABLE"]
     (job_dir / "job.json").write_text(json.dumps(good_record(tmp_path)))  # the same directory (inode), fixed
     write_job(tmp_path, "alice", OTHER_ID, "null")
     now[0] = 11
-    board.list(HubUser("alice"))  # due: rescanned
-    rows = {r["id"]: r["state"] for r in board.list(HubUser("alice"))}
+    board.job_rows(HubUser("alice"))  # due: rescanned
+    rows = {r["id"]: r["state"] for r in board.job_rows(HubUser("alice"))}
     assert rows == {LOCAL_ID: "COMPLETED", OTHER_ID: "UNREADABLE"}
 
 

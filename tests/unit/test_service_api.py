@@ -18,21 +18,24 @@ from portal.jobs import Job, JobNotFound, JobSpecError, SlurmError
 from portal.jobs.account import job_user
 from portal.jobs.record import JobRecord
 from portal.jobs.spec import JobLimits, JobSpec
+from portal.scheduler.quota import GpuQuota
+from portal.scheduler.slurm import SlurmScheduler
+from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import ACTION_WORKERS, make_app
 from portal.service.base import PortalHandler
 from portal.service.board import HubUser, JobBoard, TimedCache
-from portal.service.cluster import ClusterCache
 from portal.service.pages import form_spec, notebook_templates
 from tests.slurm_answers import squeue_job, squeue_json
 
 LIMITS = JobLimits(partition="gpu", nodes=1, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
-                   max_minutes=240, gpu_quota=4, default_data_dir="/data")
+                   max_minutes=240, quota=GpuQuota(4), default_data_dir="/data")
 
 
-class FakeBackend:
-    name = "slurm"
+class FakeBackend(SlurmScheduler):
+    """Slurm's jobs as the board sees them (queued in the shared snapshot), with states set by the test."""
 
     def __init__(self):
+        super().__init__(PortalConfig())
         self.states: dict[str, str] = {}
         self.cancelled: list[str] = []
         self.asked: list[str] = []
@@ -45,8 +48,9 @@ class FakeBackend:
         self.cancelled.append(record.id)
         self.states[record.id] = "CANCELLED"
 
-    def output_path(self, record, user):
-        return record.job_dir / "output.log"
+    def history(self, record, user):
+        return []
+
 
 
 class FakeJobsAPI:

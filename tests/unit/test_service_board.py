@@ -12,6 +12,7 @@ import pytest
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
 from portal.jobs import JobNotFound, RunMetrics, UnreadableJob
+from portal.scheduler.snapshot import ClusterCache
 from portal.service.background import REFRESH_WORKERS
 from portal.service.board import (
     USAGE_RETRY_S,
@@ -23,7 +24,6 @@ from portal.service.board import (
     SubmitInProgress,
     jobs_dir_stamp,
 )
-from portal.service.cluster import ClusterCache
 from portal.service.summary import time_left_s, unreadable_summary
 from tests.unit import test_service_api as fakes
 from tests.unit.test_run_metrics import write_tf1_events
@@ -61,12 +61,12 @@ def test_records_are_read_once_and_rescanned_only_after_the_interval(tmp_path):
     api.add("alice", "7", "RUNNING")
     api.add("alice", "9", "COMPLETED")
     for _ in range(5):
-        assert [j["id"] for j in board.list(ALICE)] == ["9", "7"]
+        assert [j["id"] for j in board.job_rows(ALICE)] == ["9", "7"]
     assert (api.entries_asked, sorted(api.loaded)) == (1, ["7", "9"])
     api.add("alice", "11", "PENDING", second=59)  # submitted from a notebook
     now[0] = 11
-    board.list(ALICE)  # due: rescanned (inline here; in the service, in the background)
-    assert [j["id"] for j in board.list(ALICE)] == ["11", "9", "7"]
+    board.job_rows(ALICE)  # due: rescanned (inline here; in the service, in the background)
+    assert [j["id"] for j in board.job_rows(ALICE)] == ["11", "9", "7"]
     assert (api.entries_asked, sorted(api.loaded)) == (2, ["11", "7", "9"])  # only the new job.json read
 
 
@@ -77,7 +77,7 @@ def test_an_ended_jobs_state_is_asked_once_a_queued_ones_never(tmp_path):
     api.add("alice", "9", "COMPLETED")
     for step in range(5):
         now[0] = step * 3.0
-        board.list(ALICE)
+        board.job_rows(ALICE)
     assert api.backend.asked == ["9"]
 
 
@@ -92,15 +92,15 @@ def test_a_job_slurm_says_is_someone_elses_is_left_out(tmp_path):
             raise JobNotFound("job 12: not found among alice's jobs")
         return "COMPLETED"
     api.backend.state = state
-    assert [j["id"] for j in board.list(ALICE)] == ["9"]
+    assert [j["id"] for j in board.job_rows(ALICE)] == ["9"]
 
 
 def test_a_submitted_job_is_listed_at_once(tmp_path):
     now = [0.0]
     api, board = make_board(tmp_path, now)
-    board.list(ALICE)
+    board.job_rows(ALICE)
     job = board.submit(ALICE, {"gpus_per_node": 0})
-    assert job["id"] in [j["id"] for j in board.list(ALICE)] and api.entries_asked == 1
+    assert job["id"] in [j["id"] for j in board.job_rows(ALICE)] and api.entries_asked == 1
 
 
 def test_the_list_never_waits_for_metrics(tmp_path):
@@ -109,8 +109,8 @@ def test_the_list_never_waits_for_metrics(tmp_path):
     api.add("alice", "9", "COMPLETED")
     later: list = []
     board._refresher = Refresher(execute=later.append)  # background work held back
-    assert board.list(ALICE)[0]["best_mean_auroc"] is None and len(later) == 1
-    board.list(ALICE)
+    assert board.job_rows(ALICE)[0]["best_mean_auroc"] is None and len(later) == 1
+    board.job_rows(ALICE)
     assert len(later) == 1  # one read per job in flight, however many requests ask
 
 
@@ -223,25 +223,25 @@ def test_an_unchanged_home_is_not_listed_again(tmp_path):
     now, stamps = [0.0], [stamp((1, 2, 3), 100, 200)]
     api, board = make_board(tmp_path, now, dir_stamp=lambda user: stamps[0])
     api.add("alice", "9", "COMPLETED")
-    board.list(ALICE)
+    board.job_rows(ALICE)
     for step in range(1, 4):
         now[0] = step * 11.0
-        board.list(ALICE)
+        board.job_rows(ALICE)
     assert api.entries_asked == 1  # ~/jobs the same: no process run as alice
     stamps[0] = stamp((1, 2, 4), 240, 250)  # a job directory made from a notebook
     api.add("alice", "11", "PENDING", second=59)
     now[0] = 50.0
-    board.list(ALICE)
-    assert api.entries_asked == 2 and [j["id"] for j in board.list(ALICE)][0] == "11"
+    board.job_rows(ALICE)
+    assert api.entries_asked == 2 and [j["id"] for j in board.job_rows(ALICE)][0] == "11"
 
 
 def test_a_stamp_read_in_the_same_second_as_a_change_is_not_trusted(tmp_path):
     now = [0.0]
     racy = stamp((1, 2, 3), 199.5, 200)  # a change in the same tick could follow unseen
     api, board = make_board(tmp_path, now, dir_stamp=lambda user: racy)
-    board.list(ALICE)
+    board.job_rows(ALICE)
     now[0] = 11.0
-    board.list(ALICE)
+    board.job_rows(ALICE)
     assert api.entries_asked == 2
     assert not racy.same_as(racy) and stamp((1,), 1, 5).same_as(stamp((1,), 1, 9))
     assert not stamp((1,), 1, 5).same_as(None)
@@ -256,15 +256,15 @@ def test_the_stamp_reads_the_home_and_its_jobs_dir_without_following_links():
 def test_a_submitted_job_is_pending_without_asking_until_a_squeue_asked_after_it(tmp_path):
     now = [0.0]
     api, board = make_board(tmp_path, now)
-    board.list(ALICE)  # the shared answer, asked at 0
+    board.job_rows(ALICE)  # the shared answer, asked at 0
     now[0] = 0.5
     job = board.submit(ALICE, {"gpus_per_node": 0})
     assert job["state"] == "PENDING" and api.backend.asked == []
     now[0] = 1.0
-    assert [j["state"] for j in board.list(ALICE) if j["id"] == job["id"]] == ["PENDING"]
+    assert [j["state"] for j in board.job_rows(ALICE) if j["id"] == job["id"]] == ["PENDING"]
     assert api.backend.asked == []  # the answer from before the submit cannot show it: not asked for
     now[0] = 3.0  # a new answer, asked after the submit, does not show it: now Slurm is asked
-    board.list(ALICE)
+    board.job_rows(ALICE)
     assert api.backend.asked == [job["id"]]
 
 
@@ -297,8 +297,8 @@ def test_two_racing_submits_of_one_user_are_one_quota_decision_after_the_other(t
         thread.join(10)
     api.submits_held = None
     board.submit(alice, {"gpus_per_node": 2})
-    alices = [limits for limits in api.limits_given if limits.gpu_holders and limits.gpu_holders[0] == "job 7"]
-    assert [limits.gpus_in_use for limits in alices] == [2, 4]  # the one sent again saw the first's 2 GPUs
+    alices = [limits for limits in api.limits_given if limits.quota.described()[:1] == ("job 7",)]
+    assert [limits.quota.in_use for limits in alices] == [2, 4]  # the one sent again saw the first's 2 GPUs
 
 
 def test_limits_come_from_the_shared_answer_with_this_services_submits_and_cancels(tmp_path):
@@ -308,24 +308,24 @@ def test_limits_come_from_the_shared_answer_with_this_services_submits_and_cance
     api.add("alice", "7", "RUNNING")  # 2 GPUs in the fake squeue
     before = board.limits_now(gpu_user)
     assert (before.partition, before.nodes, before.gpus_per_node, before.cpus_per_node) == ("gpu", 1, 4, 8)
-    assert (before.gpu_quota, before.gpus_in_use, before.gpu_holders) == (4, 2, ("job 7",))
+    assert (before.quota.limit, before.quota.in_use, before.quota.described()) == (4, 2, ("job 7",))
     now[0] = 0.5
     job = board.submit(gpu_user, {"gpus_per_node": 2})
     assert api.limits_given == [before]  # what the submit was checked against; no command as alice
     after = board.limits_now(gpu_user)
-    assert (after.gpus_in_use, after.gpu_holders) == (4, ("job 7", f"job {job['id']}"))  # the fake's 2 GPUs
+    assert (after.quota.in_use, after.quota.described()) == (4, ("job 7", f"job {job['id']}"))  # the fake's 2 GPUs
     board.cancel(gpu_user, "7")
-    assert board.limits_now(gpu_user).gpu_holders == (f"job {job['id']}",)
+    assert board.limits_now(gpu_user).quota.described() == (f"job {job['id']}",)
     now[0] = 3.0  # an answer asked after both: it alone counts (the fake squeue still lists job 7)
-    assert board.limits_now(gpu_user).gpu_holders == ("job 7",)
-    assert board.limits_now(HubUser("bob", ("datascientists",))).gpus_in_use == 0
+    assert board.limits_now(gpu_user).quota.described() == ("job 7",)
+    assert board.limits_now(HubUser("bob", ("datascientists",))).quota.in_use == 0
 
 
 def test_a_cancel_refused_on_a_kept_record_answers_from_the_record_as_it_is_now(tmp_path):
     now = [0.0]
     api, board = make_board(tmp_path, now)
     api.add("alice", "9", "RUNNING")
-    board.list(ALICE)  # job 9's record is kept
+    board.job_rows(ALICE)  # job 9's record is kept
     api.owned["alice"].clear()  # its directory is gone; Slurm now says job 9 is not hers
 
     def refused(record, user):
@@ -364,7 +364,7 @@ def test_the_submit_form_offers_the_limits_a_submit_is_checked_against_without_a
         raise AssertionError("three Slurm commands as the user for a form")
     api.limits = as_the_user
     gpu_user = HubUser("alice", ("datascientists", "gpu-users"))
-    assert board.limits(gpu_user) == board.limits_now(gpu_user) and board.limits(gpu_user).gpu_quota == 4
+    assert board.limits(gpu_user) == board.limits_now(gpu_user) and board.limits(gpu_user).quota.limit == 4
 
 
 # --- what a row shows of a run's progress (issue 14), from real event files in the job's logdir ---
@@ -437,7 +437,7 @@ def test_accounting_down_is_said_and_not_asked_again_at_every_request(tmp_path):
 
 
 def test_off_slurm_usage_says_there_is_no_accounting_without_blaming_slurmdbd(tmp_path):
-    cfg = PortalConfig(spawner_backend="kubernetes")
+    cfg = PortalConfig(scheduler="kubernetes")
     api = UsageAPI(tmp_path)
     api.usage = lambda user, groups, cfg, everyone: jobs_api.usage(user=user, groups=groups, cfg=cfg)
     board = JobBoard(cfg, ClusterCache(cfg, run=fakes.squeue_free), api=api)

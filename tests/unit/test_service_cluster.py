@@ -9,8 +9,8 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.jobs import SlurmError
-from portal.service import cluster as cluster_module
-from portal.service.cluster import ClusterCache
+from portal.scheduler import snapshot as cluster_module
+from portal.scheduler.snapshot import ClusterCache
 from tests.slurm_answers import squeue_job, squeue_json
 
 FORGED = "x\n900001|alice|RUNNING|1:00|1|gres:gpu:4|localhost|y"  # a job name that forged a row (issue 25)
@@ -102,7 +102,7 @@ def test_slurm_down_is_an_error_not_a_stale_answer():
 def test_on_kubernetes_the_pools_come_from_the_settings_and_slurm_is_never_asked():
     def no_slurm(argv):
         raise AssertionError(f"Slurm asked: {argv}")
-    cache = ClusterCache(PortalConfig(spawner_backend="kubernetes", k8s_gpu_types=("t4", "a100")), run=no_slurm)
+    cache = ClusterCache(PortalConfig(scheduler="kubernetes", k8s_gpu_types=("t4", "a100")), run=no_slurm)
     snapshot = cache.snapshot().to_dict()
     assert [p["name"] for p in snapshot["partitions"]] == ["t4", "a100"]
     assert snapshot["partitions"][0]["default"] and snapshot["jobs_running"] == 0
@@ -113,11 +113,13 @@ def held_slurm(cache, slurm):
     """Make the cache's Slurm answer only once `release` is set; `asking` is set when a thread asks."""
     asking, release = threading.Event(), threading.Event()
 
-    def slow_squeue(argv):
+    read = cache._read
+
+    def slow_read():
         asking.set()
         release.wait(10)
-        return slurm(argv)
-    cache._run = slow_squeue
+        return read()
+    cache._read = slow_read
     return asking, release
 
 

@@ -18,7 +18,8 @@ from tornado.testing import AsyncHTTPTestCase
 from tornado.web import create_signed_value
 
 from portal.config import PortalConfig
-from portal.jobs.slurm import JobDirError, SlurmError
+from portal.scheduler.slurm import JobDirError, SlurmError
+from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import (
     LOGIN_REFUSED,
@@ -30,7 +31,6 @@ from portal.service.base import (
     as_portal_error,
 )
 from portal.service.board import JobBoard
-from portal.service.cluster import ClusterCache
 from tests.unit.test_service_api import FakeDirectory, FakeJobsAPI, squeue_free
 
 PREFIX = "/services/portal/"

@@ -5,6 +5,7 @@ Slurm's answers are the real messages of Slurm 22.05 with slurmctld stopped."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 from pathlib import Path
 from unittest import mock
@@ -16,9 +17,10 @@ from batchspawner.batchspawner import JobStatus
 from portal.config import PortalConfig
 from portal.jobs.account import JobUser
 from portal.jobs.record import JobRecord
-from portal.jobs.slurm import SlurmBackend, SlurmError
 from portal.jobs.spec import JobSpec
-from portal.service.cluster import ClusterCache
+from portal.scheduler.errors import SchedulerUnavailable
+from portal.scheduler.slurm import SlurmError, SlurmScheduler
+from portal.scheduler.snapshot import ClusterCache
 from portal.slurm import job_unknown, squeue_outcome
 from spawners.slurm import PortalSlurmSpawner
 from spawners.slurm_state import SlurmUnavailable
@@ -88,26 +90,27 @@ def test_a_job_slurm_has_forgotten_is_gone():
 
 def test_a_start_waits_for_slurm_then_goes_on():
     spawner = spawner_answering(PortalSlurmSpawner, [RuntimeError(DOWN)] * 3 + ["PENDING n/a None"] +
-                                ["RUNNING node1 None"] * 20)
+                                ["RUNNING node1 None"] * 100)
     spawner.startup_poll_interval = 0.01
 
     async def scenario():
         asyncio.get_running_loop().call_later(0.3, setattr, spawner, "port", 8888)  # the server reports its port
-        return await spawner._job_started()
+        return await spawner.wait_until_running("42")
 
-    assert asyncio.run(scenario()) == ("node1", 8888)
-    assert spawner.state_gethost() == "node1"
+    assert asyncio.run(scenario()) == "node1"
+    assert (spawner.port, spawner.slurm_unavailable) == (8888, "")
 
 
-def test_a_start_that_hears_nothing_from_slurm_fails_saying_so():
+def test_a_start_that_hears_nothing_from_slurm_fails_saying_so(caplog):
     spawner = spawner_answering(PortalSlurmSpawner, [RuntimeError(DOWN)] * 100)
     spawner.startup_poll_interval, spawner.slurm_unavailable_timeout = 0.01, 0.05
 
-    async def scenario():
-        await spawner._job_started()
-
     with pytest.raises(SlurmUnavailable, match=r"^Slurm unavailable: no answer about Slurm job 42 .*connect failure"):
-        asyncio.run(scenario())
+        asyncio.run(spawner.start())
+    assert issubclass(SlurmUnavailable, SchedulerUnavailable)  # the class says it, not the message
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failed) == 1 and re.match(r"start of alice failed: Slurm unavailable, no answer about Slurm job 42 "
+                                         r"for \d+ s: slurm_load_jobs error: Unable to contact", failed[0]), failed
 
 
 def test_the_unavailable_timeout_comes_before_the_hubs():
@@ -139,19 +142,19 @@ def answering(answers) -> AnsweringUser:
 def test_the_jobs_backend_raises_when_the_controller_is_down():
     user = answering({"squeue": (1, "", DOWN)})
     with pytest.raises(SlurmError, match="connect failure"):
-        SlurmBackend(PortalConfig()).state(record_of(user), user)
+        SlurmScheduler(PortalConfig()).state(record_of(user), user)
 
 
 def test_a_forgotten_job_without_accounting_or_files_is_an_error_not_a_state():
     user = answering({"squeue": (0, squeue_json(), ""),  # squeue remembers no job 42
                       "sacct": (1, "", "sacct: error: slurmdbd: Connection refused")})
     with pytest.raises(SlurmError, match="accounting does not answer"):
-        SlurmBackend(PortalConfig()).state(record_of(user), user)
+        SlurmScheduler(PortalConfig()).state(record_of(user), user)
 
 
 def test_a_forgotten_job_takes_its_state_from_accounting():
     user = answering({"squeue": (0, squeue_json(), ""), "sacct": (0, "COMPLETED\n", ""), "head": (0, "", "")})
-    assert SlurmBackend(PortalConfig()).state(record_of(user), user) == "COMPLETED"
+    assert SlurmScheduler(PortalConfig()).state(record_of(user), user) == "COMPLETED"
 
 
 def test_the_cluster_cache_tells_a_failure_again_without_asking_until_the_interval_is_over():

@@ -1,7 +1,9 @@
-"""The faster start of the Slurm spawner (no cluster: Slurm's answers are faked) and the spawn benchmark's pure
-parts: log timestamps, the breakdown, the statistics, the stock hub's settings."""
+"""The Slurm spawner's start, state by state (no cluster: Slurm's answers are faked): fast (a port report ends
+the wait at once; the server is handed over when it listens) and failing fast (a job that ends first); and the spawn
+benchmark's pure parts: log timestamps, the breakdown, the statistics, the stock hub's settings."""
 
 import asyncio
+import logging
 import re
 import time
 from datetime import datetime
@@ -16,31 +18,56 @@ from traitlets.config.loader import PyFileConfigLoader
 from bench.spawn import Run, first_time, job_id_submitted, log_time, median_ratio, p90, summary, table, verdict
 from bench.stock_hub import STOCK_HUB_CONFIG, configure_stock_slurm_spawner, stock_hub_settings
 from portal.config import PortalConfig, load
-from spawners.slurm import SINGLEUSER_FAST_START, PortalSlurmSpawner
+from portal.scheduler.errors import PortalError
+from portal.slurm_json import QueuedJob
+from spawners import slurm_cluster
+from spawners.slurm import SERVER_LOG_DIR, SINGLEUSER_FAST_START, PortalSlurmSpawner, ServerJobEnded
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def fake_slurm(spawner: PortalSlurmSpawner, states: list[JobStatus]) -> list[float]:
-    """Replace sbatch and squeue: the job gets id 42 and goes through `states`; returns when each query ran."""
+SUBVARS = {"req_username": "alice", "req_homedir": "/nonexistent/alice", "req_keepvars": ""}  # no hub user here
+
+
+def fake_slurm(spawner: PortalSlurmSpawner, states: list[JobStatus], monkeypatch) -> list[float]:
+    """Replace sbatch, squeue and scontrol: the job gets id 42 and goes through `states`; returns when each query
+    ran. The spawner's own submit runs (the state it saves, its log line)."""
     queried, remaining = [], iter(states)
 
-    async def submit():
-        spawner.job_id = "42"
+    async def sbatch(cmd, input=None, env=None):
+        assert "sbatch --parsable" in cmd and input.startswith("#!/bin/bash")
         return "42"
 
     async def query():
         queried.append(time.monotonic())
         state = next(remaining, states[-1])
-        spawner.job_status = {JobStatus.RUNNING: "RUNNING localhost None"}.get(state, "PENDING n/a None")
+        spawner.job_status = {JobStatus.RUNNING: "RUNNING localhost None", JobStatus.PENDING: "PENDING n/a None",
+                              JobStatus.NOTFOUND: ""}[state]
         return state
 
-    async def node_address(node: str) -> str:
+    async def node_address(portal, node: str) -> str:
         return node  # scontrol's NodeAddr, were there a Slurm
 
-    spawner.submit_batch_script, spawner.query_job_status, spawner.node_address = submit, query, node_address
-    spawner.db = mock.Mock()
+    spawner.run_command, spawner.get_env, spawner.query_job_status = sbatch, dict, query
+    monkeypatch.setattr(slurm_cluster, "node_address", node_address)
     return queried
+
+
+def slurm_remembers(monkeypatch, state: str) -> list[tuple]:
+    """squeue --json's record of job 42 (`state`), and the report of its end; returns what each report was given."""
+    reported = []
+
+    async def job_record(portal, job_id):
+        return QueuedJob(id=job_id, user="alice", state=state, elapsed="0:01", nodes=1, gpus_per_node=0,
+                         reason="None", exit_code="0:15")
+
+    async def ended_job_report(job_id, job, user, output, tail_lines):
+        reported.append((job_id, job.state, user, output, tail_lines))
+        return f"Slurm job {job_id} ended ({job.state}, exit code {job.exit_code}) before JupyterLab started."
+
+    monkeypatch.setattr(slurm_cluster, "job_record", job_record)
+    monkeypatch.setattr(slurm_cluster, "ended_job_report", ended_job_report)
+    return reported
 
 
 async def listening_port() -> tuple[asyncio.base_events.Server, int]:
@@ -48,34 +75,48 @@ async def listening_port() -> tuple[asyncio.base_events.Server, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
-def test_a_port_report_ends_the_wait_at_once_not_at_the_next_poll():
-    spawner = PortalSlurmSpawner(portal=PortalConfig(), startup_poll_interval=5.0)
-    queried = fake_slurm(spawner, [JobStatus.PENDING, JobStatus.RUNNING])
+async def closed_port() -> int:
+    server, port = await listening_port()
+    server.close()
+    await server.wait_closed()
+    return port
+
+
+@pytest.mark.parametrize("states", [
+    [JobStatus.PENDING, JobStatus.RUNNING],
+    [JobStatus.PENDING, JobStatus.PENDING, JobStatus.RUNNING],  # Slurm lags a moment behind the job's report
+])
+def test_a_port_report_ends_the_wait_at_once_not_at_the_next_poll(monkeypatch, caplog, states):
+    caplog.set_level(logging.INFO)
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), startup_poll_interval=5.0, **SUBVARS)
+    queried = fake_slurm(spawner, states, monkeypatch)
 
     async def scenario():
         server, port = await listening_port()
         asyncio.get_running_loop().call_later(0.2, setattr, spawner, "port", port)
         began = time.monotonic()
         async with server:
-            result = await spawner._start_until_server_listens()
+            result = await spawner.start()
         return result, time.monotonic() - began, port
 
     (ip, port), took, expected = asyncio.run(scenario())
     assert (ip, port) == ("localhost", expected)  # the host from squeue, the port from the report
     assert took < 1.0  # stock batchspawner sleeps startup_poll_interval (here 5 s) before looking again
-    assert len(queried) == 2  # the job's state was still checked after the report
+    assert len(queried) == len(states)  # the job's state was still checked after the report
+    assert not spawner.start_unfinished and spawner.get_state() == {"job_id": "42",
+                                                                  "job_status": "RUNNING localhost None"}
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("server of alice")]
+    assert logged == ["server of alice submitted: Slurm job 42",
+                      f"server of alice up: Slurm job 42 on localhost, at localhost:{port}"]
 
 
-def test_the_server_must_accept_connections_before_the_start_ends():
-    spawner = PortalSlurmSpawner(portal=PortalConfig())
-    fake_slurm(spawner, [JobStatus.RUNNING])
+def test_the_server_must_accept_connections_before_the_start_ends(monkeypatch):
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), **SUBVARS)
+    fake_slurm(spawner, [JobStatus.RUNNING], monkeypatch)
 
     async def scenario():
-        server, port = await listening_port()
-        server.close()
-        await server.wait_closed()  # the port is reported, nothing listens yet
-        spawner.port = 0
-        starting = asyncio.ensure_future(spawner._start_until_server_listens())
+        port = await closed_port()  # the port is reported, nothing listens yet
+        starting = asyncio.ensure_future(spawner.start())
         await asyncio.sleep(0.1)
         spawner.port = port
         await asyncio.sleep(0.5)
@@ -87,35 +128,64 @@ def test_the_server_must_accept_connections_before_the_start_ends():
     assert asyncio.run(scenario())[0] == "localhost"
 
 
-def test_a_job_that_disappears_while_pending_fails_the_start():
-    spawner = PortalSlurmSpawner(portal=PortalConfig(), startup_poll_interval=0.01)
-    fake_slurm(spawner, [JobStatus.PENDING, JobStatus.NOTFOUND])
-    with pytest.raises(RuntimeError, match="has disappeared"):
-        asyncio.run(spawner._start_until_server_listens())
+def test_a_job_that_ends_while_pending_fails_the_start_with_its_state_and_output(monkeypatch, caplog):
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), startup_poll_interval=0.01, **SUBVARS)
+    fake_slurm(spawner, [JobStatus.PENDING, JobStatus.NOTFOUND], monkeypatch)
+    reported = slurm_remembers(monkeypatch, "CANCELLED")
+    with pytest.raises(ServerJobEnded, match=r"^Slurm job 42 ended \(CANCELLED, exit code 0:15\)") as ended:
+        asyncio.run(spawner.start())
+    assert (ended.value.job_id, ended.value.state) == ("42", "CANCELLED")
+    assert isinstance(ended.value, PortalError)
+    output = f"/nonexistent/alice/{SERVER_LOG_DIR}/jupyterhub_slurmspawner_42.log"
+    assert reported == [("42", "CANCELLED", "alice", output, spawner.output_tail_lines)]
+    assert spawner.job_id == "" and spawner.get_state() == {}  # nothing left for the hub's stop() to cancel
+    assert "start of alice failed: Slurm job 42 ended (CANCELLED) before JupyterLab started" in caplog.text
 
 
-def test_the_progress_names_the_node_as_soon_as_slurm_says_it_runs_and_ends_with_the_port():
+def test_a_server_that_dies_after_reporting_its_port_fails_the_start_at_the_next_look(monkeypatch):
+    """batchspawner-singleuser reports the port before JupyterLab starts: a JupyterLab that dies on start would
+    leave the hub waiting http_timeout (120 s here) for a port nothing will ever listen at."""
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), startup_poll_interval=0.1, **SUBVARS)
+    queried = fake_slurm(spawner, [JobStatus.RUNNING] * 3 + [JobStatus.NOTFOUND], monkeypatch)
+    slurm_remembers(monkeypatch, "FAILED")
+
+    async def scenario():
+        port = await closed_port()
+        asyncio.get_running_loop().call_later(0.05, setattr, spawner, "port", port)
+        began = time.monotonic()
+        with pytest.raises(ServerJobEnded, match="FAILED"):
+            await spawner.start()
+        return time.monotonic() - began
+
+    assert asyncio.run(scenario()) < 2.0 and len(queried) == 4
+
+
+def test_the_progress_names_the_node_as_soon_as_slurm_says_it_runs_and_ends_with_the_port(monkeypatch):
     # The hub stops reading progress once the start returns, which a fast server does within a second of its
     # job starting: a progress that looked only every second missed the node (issue 24's CI run).
-    spawner = PortalSlurmSpawner(portal=PortalConfig(), progress_poll_interval=3600.0)
-    fake_slurm(spawner, [JobStatus.PENDING, JobStatus.RUNNING])
+    spawner = PortalSlurmSpawner(portal=PortalConfig(), progress_poll_interval=3600.0, **SUBVARS)
+    fake_slurm(spawner, [JobStatus.PENDING, JobStatus.RUNNING], monkeypatch)
 
     async def scenario():
         await spawner.submit_batch_script()
         await spawner.query_job_status()
         progress = spawner.progress()
         messages = [(await anext(progress))["message"]]
-        await spawner.query_job_status()  # the next look at Slurm: it runs
+        spawner.slurm_unavailable = "slurm_load_jobs error: Unable to contact slurm controller"  # a failed look
+        messages.append((await asyncio.wait_for(anext(progress), 60))["message"])
+        await spawner.query_job_status()  # the next look at Slurm answers: it runs
+        spawner.slurm_unavailable = ""
         messages.append((await asyncio.wait_for(anext(progress), 60))["message"])
         spawner.port = 8888  # batchspawner-singleuser reports its port
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(anext(progress), 60)
         return messages
 
-    pending, running = asyncio.run(scenario())
+    pending, unavailable, running = asyncio.run(scenario())
     assert pending.startswith("Slurm job 42 pending")
+    assert unavailable.startswith("Slurm job 42: Slurm unavailable (slurm_load_jobs error: Unable to contact")
     assert running == "Slurm job 42 running on localhost; JupyterLab is starting"
-    assert not spawner._progress_watchers  # the watcher it added is gone with it
+    assert not spawner._watchers  # the watcher it added is gone with it
 
 
 def test_the_servers_skip_the_language_server_scan_and_the_pypi_manager_but_keep_the_proxy():

@@ -1,5 +1,6 @@
 """The hub's startup check after a crash: Slurm's saved state says a server's job is RUNNING, and its port decides
-in milliseconds whether the server is still there (real sockets on loopback; Slurm's answer as in the box)."""
+in milliseconds whether the server is still there (real sockets on loopback; Slurm's answer as in the box). And a
+start that a hub restart interrupted: the next hub cancels its job at the first poll."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def restored_spawner(port: int, checking: bool) -> PortalSlurmSpawner:
     """A spawner as the restarted hub loads it: job 42 RUNNING in Slurm, its server's address from the hub's db."""
     spawner = spawner_answering(PortalSlurmSpawner, ["RUNNING node1 None"])
     spawner.server = Server(ip="127.0.0.1", port=port)
-    spawner._check_pending = checking
+    spawner._check_pending = checking  # what JupyterHub 6.1.1's startup check sets; the spawner reads `pending`
     return spawner
 
 
@@ -70,3 +71,32 @@ def test_no_answer_in_time_is_not_a_refusal():
         finally:
             for filler in fillers:
                 filler.close()
+
+
+def commands_of(spawner: PortalSlurmSpawner) -> list[str]:
+    """Every command the spawner runs from now on (each answered with nothing, as scancel answers)."""
+    ran = []
+
+    async def run_command(cmd, input=None, env=None):
+        ran.append(cmd)
+        return ""
+
+    spawner.run_command = run_command
+    return ran
+
+
+def test_a_start_that_a_hub_restart_interrupted_is_cancelled_by_the_next_hub_and_only_by_it(caplog):
+    this_hub = spawner_answering(PortalSlurmSpawner, ["PENDING n/a Resources"])
+    this_hub.start_unfinished = True  # as submit_batch_script leaves it while the start waits for the job
+    assert asyncio.run(this_hub.poll()) is None  # a start of this hub's own goes on
+    saved = this_hub.get_state()
+    assert saved["start_unfinished"] and saved["job_id"] == "42"
+
+    next_hub = spawner_answering(PortalSlurmSpawner, [])
+    ran = commands_of(next_hub)
+    next_hub.load_state(saved)  # what a hub does once, when it makes the spawner from its database
+    assert asyncio.run(next_hub.poll()) == 1  # stopped: the user starts again
+    assert len(ran) == 1 and ran[0].endswith(" scancel 42"), ran
+    assert next_hub.get_state() == {} and asyncio.run(next_hub.poll()) == 1 and len(ran) == 1
+    assert ("start of alice: Slurm job 42 was still starting when the hub restarted; cancelled, as a start cannot "
+            "be resumed") in caplog.text

@@ -5,4 +5,4 @@ train=({{ python | q }} -m chexnet.train
     --logdir "$job_dir/tensorboard"
     --checkpoint-dir "$job_dir/checkpoints"
     --epochs {{ spec.epochs }} --batch-size {{ spec.batch_size }} --image-size {{ spec.image_size }}
-    --model {{ spec.model | q }} --pipeline new --resume --progress epoch{% if spec.fp16 %} --fp16{% endif %}{% if spec.xla %} --xla{% endif %})
+    --model {{ spec.model | q }} --pipeline parallel --resume --progress epoch{% if spec.fp16 %} --fp16{% endif %}{% if spec.xla %} --xla{% endif %})

@@ -1,7 +1,7 @@
 """Training jobs on Kubernetes: a Horovod job as an MPIJob (kubeflow.org/v2beta1) in the user's own namespace.
 
 The manifests are built by `portal.jobs.k8s_manifests`; here the pure readers first (an MPIJob in, a state or
-a record out), unit-tested without a cluster; `KubernetesBackend` then makes the calls with the `kubernetes`
+a record out), unit-tested without a cluster; `KubernetesScheduler` then makes the calls with the `kubernetes`
 client. The dashboard (the hub's service account) acts for a user by impersonating `<k8s_user_prefix><name>`,
 so the API server's RBAC (deploy/kubernetes/rbac.yaml) keeps each user to their namespace, as `runuser` + Slurm
 do on the Slurm path. A notebook in the user's own pod uses that pod's service account, which is bound to the
@@ -21,7 +21,8 @@ import os
 import posixpath
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -54,9 +55,14 @@ from portal.jobs.record import (
     RecordError,
     recorded_spec,
 )
-from portal.jobs.slurm import JobNotFound
 from portal.jobs.spec import JobLimits, JobSpec
 from portal.metrics import MAX_SERIES, RunMetrics
+from portal.scheduler import NoAccounting
+from portal.scheduler.errors import JobNotFound, KubernetesError
+from portal.scheduler.quota import GpuQuota
+from portal.scheduler.snapshot import ClusterSnapshot
+from portal.slurm import SlurmPartition
+from portal.usage import UsageReport
 
 # The MPI operator's labels on the pods it makes (mpi-operator v2: training.kubeflow.org/*).
 OPERATOR_JOB_LABEL, OPERATOR_ROLE_LABEL = "training.kubeflow.org/job-name", "training.kubeflow.org/job-role"
@@ -64,14 +70,6 @@ K8S_ID = re.compile(r"^k8s-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}\Z")  # also a valid MPI
 NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
 EPOCH_LINE = re.compile(rf"chexnet\.train: epoch ([0-9]{{1,7}})/[0-9]+: .*?auroc/mean=({NUMBER}|n/a)"
                         rf".*?images/sec=({NUMBER}|n/a)")
-
-
-class KubernetesError(RuntimeError):
-    """The API server refused or did not answer; the message has its words, `status` its HTTP status (0: none)."""
-
-    def __init__(self, message: str, status: int = 0):
-        super().__init__(message)
-        self.status = status
 
 
 def new_k8s_id() -> str:
@@ -119,9 +117,8 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "") ->
     gpu_type = partition or (cfg.jobs_partition if cfg.jobs_partition in cfg.k8s_gpu_types else cfg.k8s_gpu_types[0])
     return JobLimits(partition=gpu_type, nodes=cfg.k8s_max_nodes, gpus_per_node=cfg.k8s_node_gpus,
                      cpus_per_node=cfg.k8s_node_cpus, memory_gb_per_node=cfg.k8s_node_memory_gb, max_minutes=None,
-                     gpu_quota=cfg.gpu_quota_for(list(groups)),
-                     default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"),
-                     groups=tuple(groups))
+                     quota=GpuQuota(cfg.gpu_quota_for(list(groups)), tuple(groups)),
+                     default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"))
 
 
 def mpijob_state(mpijob: Mapping[str, Any]) -> str:
@@ -207,7 +204,7 @@ def impersonate(api, principal: str, group: str | None = None):
     return api
 
 
-class KubernetesBackend:
+class KubernetesScheduler:
     """Submit, watch, cancel and read MPIJobs, always as the job's user (impersonated or their own pod)."""
 
     name = "kubernetes"
@@ -236,7 +233,29 @@ class KubernetesBackend:
         except (HTTPError, OSError) as err:
             raise KubernetesError(f"the Kubernetes API did not answer ({what}): {err}") from None
 
-    def limits(self, user: KubeUser) -> JobLimits:
+    records_in_home = False  # each job's record is its MPIJob (`records`, `load`)
+    queue_in_snapshot = False
+
+    def person(self, user: str | None, groups: Sequence[str] | None) -> KubeUser:
+        return kube_user(user, groups, self.cfg)
+
+    def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
+        """The GPU pools as configured (the hub does not list nodes); each job's state comes from its MPIJob."""
+        pools = tuple(SlurmPartition(name=t, nodes=(), max_minutes=None, default=i == 0)
+                      for i, t in enumerate(self.cfg.k8s_gpu_types))
+        return ClusterSnapshot(taken_at=clock(), partitions=pools)
+
+    def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> None:
+        return None  # no queue in the snapshot: each job's state is its MPIJob's
+
+    def history(self, record: JobRecord, user: KubeUser) -> list[str]:
+        return []  # Kubernetes does not run a job again after a node fails; the operator restarts pods
+
+    def usage(self, user: KubeUser, everyone: bool, now: datetime) -> UsageReport:
+        raise NoAccounting("usage: GPU-hours come from Slurm's accounting; this portal runs jobs on Kubernetes")
+
+    def limits(self, user: KubeUser, snapshot: ClusterSnapshot | None = None,
+               held: Sequence[tuple[str, int]] = ()) -> JobLimits:
         return limits_for(self.cfg, user.groups)
 
     def render(self, spec: JobSpec, user: KubeUser, partition: str = "") -> str:

@@ -1,18 +1,18 @@
-"""Training jobs on Slurm: a batch script from the job kind's template, then Slurm's own commands.
+"""The Slurm scheduler: training jobs from a batch script of the job kind's template, run with Slurm's own commands,
+and the cluster's snapshot and limits.
 
-`render_sbatch` is pure (spec in, script out; unit-tested without Slurm). The rest are the small impure steps,
-each one Slurm command run as the job's user: `sbatch --parsable --hold`, `scontrol release`, `squeue --json`
-(portal.slurm_json), `sacct`, `scancel`.
+`render_sbatch` and `limits_from` are pure (unit-tested without Slurm). The rest are the small impure steps, each
+one Slurm command through the one runner (portal.scheduler.slurm_commands), run as the job's user:
+`sbatch --parsable --hold`, `scontrol release`, `squeue --json` (portal.slurm_json), `sacct`, `scancel`.
 """
 
 from __future__ import annotations
 
 import shlex
 import subprocess
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 
 from portal.config import PortalConfig
 from portal.inputs import ascii_digits
@@ -34,8 +34,13 @@ from portal.jobs.record import (
 )
 from portal.jobs.spec import WHOLE, JobLimits, JobSpec, JobSpecError
 from portal.jobs.templating import template_environment
-from portal.slurm import GpuHolder, SlurmPartition, gpu_holders, job_unknown, slurm_partitions
-from portal.slurm_json import SACCT_JSON, SQUEUE_JSON, QueuedJob, SlurmAnswerError, read_sacct, read_squeue, users_jobs
+from portal.scheduler.errors import JobNotFound, SlurmError, SlurmRefused
+from portal.scheduler.home import JobsInHome
+from portal.scheduler.quota import GpuHolder, GpuQuota
+from portal.scheduler.slurm_commands import SlurmCommands
+from portal.scheduler.snapshot import ClusterSnapshot
+from portal.slurm import SlurmPartition, gpu_holders, job_unknown
+from portal.slurm_json import SACCT_JSON, QueuedJob, SlurmAnswerError, read_sacct, users_jobs
 from portal.usage import UsageReport, usage_report, week_start
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
@@ -46,17 +51,9 @@ MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_L
 USER_SLURM_CALLS = CallCounts()
 
 
-class SlurmError(RuntimeError):
-    """Slurm refused or did not answer; the message has Slurm's own words."""
-
-
 class JobDirError(SlurmError):
     """The job was cancelled because its ~/jobs/<id>/ could not be made: the user's file system (full, over
     quota, not writable), not Slurm. A SlurmError still, for every caller that handles a failed submit."""
-
-
-class JobNotFound(LookupError):
-    """No such job for this user (another user's job is 'not found' too: its existence is not theirs to know)."""
 
 
 def shell_path(path: str) -> str:
@@ -113,56 +110,56 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders
     return JobLimits(
         partition=partition.name, nodes=len(partition.usable_nodes), gpus_per_node=partition.gpus_per_node,
         cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
-        max_minutes=partition.max_minutes, gpu_quota=cfg.gpu_quota_for(groups),
-        default_data_dir=str(cfg.default_data_path), groups=tuple(groups),
-        gpus_in_use=sum(h.gpus for h in holders), gpu_holders=tuple(h.describe() for h in holders),
-        unusable_note=partition.unusable_note(), jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user)
+        max_minutes=partition.max_minutes, quota=GpuQuota(cfg.gpu_quota_for(groups), tuple(groups), tuple(holders)),
+        default_data_dir=str(cfg.default_data_path), unusable_note=partition.unusable_note(),
+        jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user)
 
 
-class SlurmBackend:
-    """Submit, watch, cancel and read training jobs on Slurm, always as the job's user."""
+class SlurmScheduler(JobsInHome):
+    """Submit, watch, cancel and read training jobs on Slurm, always as the job's user; the cluster's snapshot."""
 
     name = "slurm"
+    queue_in_snapshot = True  # its jobs are in the snapshot's queue (`queued`)
 
-    def __init__(self, cfg: PortalConfig):
+    def __init__(self, cfg: PortalConfig, run: Callable[[Sequence[str]], str] | None = None):
         self.cfg = cfg
-
-    # --- Slurm commands ---
+        self.commands = SlurmCommands(cfg, counts=USER_SLURM_CALLS, fake=run)
 
     def _slurm(self, user: JobUser, *argv: str, input: str | None = None, check: bool = True) -> str:
-        command = [str(self.cfg.slurm_bin_dir / argv[0]), *argv[1:]]
-        USER_SLURM_CALLS.add(argv[0])
-        try:
-            result = user.run(command, env={"SLURM_CONF": str(self.cfg.slurm_conf_path)}, input=input, check=False)
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"Slurm did not answer `{shlex.join(argv)}` in time") from None
-        if check and result.returncode != 0:
-            raise SlurmError(f"Slurm refused `{shlex.join(argv)}`: {result.stderr.strip()}")
-        return result.stdout
+        return self.commands.run(*argv, user=user, input=input, check=check)
 
-    def limits(self, user: JobUser) -> JobLimits:
-        """What `user` may ask for now, asked of Slurm as them (see `limits_from`)."""
-        partitions = slurm_partitions(self._slurm(user, "scontrol", "show", "partition", "-o"),
-                                      self._slurm(user, "scontrol", "show", "node", "-d", "-o"))
-        queued = users_jobs(self._squeue(user), user.name)
-        return limits_from(self.cfg, partitions, gpu_holders(queued), user.groups, len(queued))
+    def snapshot(self, clock: Callable[[], float] | None = None) -> ClusterSnapshot:
+        return self.commands.snapshot(clock) if clock else self.commands.snapshot()
+
+    def limits(self, user: JobUser, snapshot: ClusterSnapshot | None = None,
+               held: Sequence[tuple[str, int]] = ()) -> JobLimits:
+        """What `user` may ask for now (see `limits_from`): from `snapshot` (no command) with `held`, the jobs
+        submitted since it was taken; without one, asked of Slurm as the user."""
+        if snapshot is None:
+            partitions, queued = self.commands.partitions(user), users_jobs(self._squeue(user), user.name)
+        else:
+            partitions, queued = snapshot.partitions, users_jobs(snapshot.queue, user.name)
+        quota = GpuQuota(0, holders=gpu_holders(queued)).with_submitted(held)  # and those submitted since
+        return limits_from(self.cfg, partitions, quota.holders, user.groups, len(queued) + len(held))
+
+    def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
+        found = snapshot.queue.get(record.id)
+        return found if found is not None and found.user == record.user else None
+
+    def without(self, snapshot: ClusterSnapshot, job_ids: set[str]) -> ClusterSnapshot:
+        """The snapshot as if these jobs (cancelled since it was taken) had left the queue."""
+        return replace(snapshot, queue={k: v for k, v in snapshot.queue.items() if k not in job_ids})
 
     def _squeue(self, user: JobUser) -> dict[str, QueuedJob]:
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""
-        answer = self._slurm(user, *SQUEUE_JSON)
-        try:
-            return read_squeue(answer, time.time())
-        except SlurmAnswerError as err:
-            raise SlurmError(f"`{shlex.join(SQUEUE_JSON)}`: {err}") from None
+        return self.commands.queue(user)
 
     def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         return render_sbatch(spec, f"{user.jobs_dir}/{SLURM_JOB_ID}", self.cfg, partition)
 
     def test_only(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         """`sbatch --test-only`: Slurm's own check that the script's request can ever run (nothing is queued)."""
-        result = user.run([str(self.cfg.slurm_bin_dir / "sbatch"), "--test-only"],
-                          env={"SLURM_CONF": str(self.cfg.slurm_conf_path)},
-                          input=self.render(spec, user, partition), check=False)
+        result = self.commands.complete("sbatch", "--test-only", user=user, input=self.render(spec, user, partition))
         if result.returncode != 0:
             raise SlurmError(f"sbatch --test-only refused the script: {result.stderr.strip()}")
         return result.stderr.strip()  # "sbatch: Job 7 to start at ... using 8 processors on nodes localhost ..."
@@ -182,18 +179,18 @@ class SlurmBackend:
         script = self.render(spec, user, partition)
         try:
             answer = self._slurm(user, "sbatch", "--parsable", "--hold", input=script)
-        except SlurmError as err:  # a limit of the user's association: their request, not Slurm being down
-            if POLICY_REFUSAL not in str(err):
+        except SlurmRefused as err:  # a limit of the user's association: their request, not Slurm being down
+            if POLICY_REFUSAL not in err.said:
                 raise
             raise JobSpecError(WHOLE, f"Slurm refused the job under your limits (at most {self.cfg.max_jobs_per_user} "
-                                      f"jobs at once, and your GPU quota): {str(err).rsplit(': ', 1)[-1]}") from None
+                                      f"jobs at once, and your GPU quota): {err.said.rsplit(': ', 1)[-1]}") from None
         job_id = answer.strip().split(";")[0]
         if not ascii_digits(job_id):
             raise SlurmError(f"sbatch answered {answer.strip()!r}, not a job id")
         job_dir = user.jobs_dir / job_id
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)
-        USER_SLURM_CALLS.add("scontrol")
+        USER_SLURM_CALLS.add("scontrol")  # run by make_job_dir's process, after the directory
         try:
             inode = user.make_job_dir(job_dir, [(SCRIPT_FILES[self.name], script, "700"),
                                                 (RECORD_FILE, record.to_json(), "600")], replace=True,
@@ -255,14 +252,11 @@ class SlurmBackend:
         controller is down, the job is completing) is Slurm's, in its own words."""
         try:
             self._slurm(user, "scancel", record.id)
-        except SlurmError as err:
-            if job_unknown(str(err)) or "denied" in str(err).lower():
+        except SlurmRefused as err:
+            if job_unknown(err.said) or "denied" in err.said.lower():
                 raise JobNotFound(f"job {record.id}: not in Slurm's queue for {user.name} (it has ended, or it is "
                                   f"not {user.name}'s)") from None
             raise
-
-    def output_path(self, record: JobRecord, user: JobUser) -> Path:
-        return record.job_dir / OUTPUT_FILE
 
     def usage(self, user: JobUser, everyone: bool, now: datetime) -> UsageReport:
         """This week's jobs and GPU-hours from Slurm's accounting: the user's (sacct as them), or with `everyone`

@@ -13,6 +13,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -34,9 +35,14 @@ from portal.jobs.record import (
     exit_code,
     now_utc,
 )
-from portal.jobs.slurm import JobNotFound
 from portal.jobs.spec import JobLimits, JobSpec
 from portal.jobs.templating import template_environment
+from portal.scheduler import NoAccounting
+from portal.scheduler.errors import JobNotFound
+from portal.scheduler.home import JobsInHome
+from portal.scheduler.quota import GpuQuota
+from portal.scheduler.snapshot import ClusterSnapshot
+from portal.usage import UsageReport
 
 PID_FILE = "pid"
 CANCELLED_FILE = "cancelled"
@@ -64,19 +70,28 @@ def new_local_id() -> str:
     return f"local-{datetime.now():%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
 
 
-class LocalBackend:
+class LocalScheduler(JobsInHome):
+    """Jobs under horovodrun on this machine, the user's own (no cluster, no queue, no accounting)."""
+
     name = "local"
 
     def __init__(self, cfg: PortalConfig):
         self.cfg = cfg
 
-    def limits(self, user: JobUser) -> JobLimits:
+    def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
+        return ClusterSnapshot(taken_at=clock())
+
+    def usage(self, user: JobUser, everyone: bool, now: datetime) -> UsageReport:
+        raise NoAccounting("usage: GPU-hours come from Slurm's accounting; local jobs are not counted")
+
+    def limits(self, user: JobUser, snapshot: ClusterSnapshot | None = None,
+               held: Sequence[tuple[str, int]] = ()) -> JobLimits:
         # This machine is the user's own: its GPUs are the quota (group quotas are a shared cluster's policy).
         gpus = local_gpus()
         memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1024**3
         return JobLimits(partition="", nodes=1, gpus_per_node=gpus, cpus_per_node=os.cpu_count() or 1,
-                         memory_gb_per_node=max(1, memory_gb), max_minutes=None, gpu_quota=gpus,
-                         default_data_dir=str(self.cfg.default_data_path), groups=user.groups)
+                         memory_gb_per_node=max(1, memory_gb), max_minutes=None,
+                         quota=GpuQuota(gpus, tuple(user.groups)), default_data_dir=str(self.cfg.default_data_path))
 
     def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         return render_local(spec, str(user.jobs_dir / "local-<time>-<random>"), self.cfg)
@@ -132,9 +147,6 @@ class LocalBackend:
             time.sleep(0.5)
         if session_alive(pid):
             user.run(["kill", "-KILL", "--", f"-{pid}"], check=False)
-
-    def output_path(self, record: JobRecord, user: JobUser) -> Path:
-        return record.job_dir / OUTPUT_FILE
 
 
 def session_alive(sid: int) -> bool:

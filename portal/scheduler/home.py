@@ -1,0 +1,71 @@
+"""What the schedulers whose jobs live in the user's home (Slurm, local) share: the job's output and metrics are
+files in ~/jobs/<id>/, read as the user (portal.jobs.account.JobUser), within bounds."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from portal.jobs.record import OUTPUT_FILE, JobRecord
+from portal.metrics import MetricsError, RunMetrics, read_run_metrics
+
+if TYPE_CHECKING:
+    from portal.config import PortalConfig
+    from portal.jobs.account import JobUser
+    from portal.scheduler.snapshot import ClusterSnapshot
+    from portal.slurm_json import QueuedJob
+
+METRICS_TIMEOUT_S = 60  # reading a run's event files as the user (at most portal.metrics.MAX_EVENT_BYTES)
+# $1 the logdir, $2 the venv's python: portal.metrics's own early answer, without Python, when there is no events file.
+# -I and the working directory "/" (JobUser.run): the user's own files never shadow portal.metrics (portal.runas).
+METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exec "$2" -I -m portal.metrics "$1"; '
+                     'done; echo "{}"')
+
+
+class JobsInHome:
+    """Output, metrics and (by default) no history or shared queue line, for jobs in ~/jobs/<id>/."""
+
+    cfg: PortalConfig
+    records_in_home = True  # each job's record is ~/jobs/<id>/job.json
+    queue_in_snapshot = False  # a job's state is asked of it (`state`), never read from a snapshot
+
+    def person(self, user: str | None, groups: Sequence[str] | None) -> JobUser:
+        """The user as a Unix account: `user` when acting for them, else the caller."""
+        from portal.jobs.account import job_user
+
+        return job_user(user, groups)
+
+    def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
+        return None
+
+    def history(self, record: JobRecord, user: JobUser) -> list[str]:
+        return []
+
+    def output_path(self, record: JobRecord, user: JobUser):
+        return record.job_dir / OUTPUT_FILE
+
+    def logs(self, record: JobRecord, user: JobUser, tail: int | None = None) -> str:
+        """The job's output (stdout and stderr of every worker); "" before it starts."""
+        return user.tail(self.output_path(record, user), tail) or ""
+
+    def metrics(self, record: JobRecord, user: JobUser) -> RunMetrics:
+        """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
+        if user.is_caller:
+            return read_run_metrics(record.logdir)
+        # Acting for the user: read their files as them, in a process of theirs. A run that never started (say,
+        # cancelled while pending) has no event file: the shell answers for it without starting Python.
+        # Its answer is checked like any input (RunMetrics.from_json); a bad one is shown as unreadable.
+        python = str(self.cfg.venv / "bin" / "python")
+        try:
+            result = user.run(["/bin/sh", "-c", METRICS_IF_EVENTS, "sh", str(record.logdir), python],
+                              timeout=METRICS_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:  # an answer too, kept like any other: a slow file costs one try a while
+            return RunMetrics(unreadable=f"reading the TensorBoard files took more than {METRICS_TIMEOUT_S} s")
+        try:
+            if result.returncode != 0:
+                last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+                raise MetricsError(f"reading the TensorBoard files failed: {last[:200]}")
+            return RunMetrics.from_json(result.stdout)
+        except MetricsError as err:
+            return RunMetrics(unreadable=str(err))

@@ -1,0 +1,80 @@
+"""The dashboard's usage panel: GPUs held now against each quota, from the shared cluster snapshot, and this
+week's GPU-hours from the scheduler's accounting (Slurm's sacct, as the user), read at most every USAGE_REFRESH_S
+per user and never waited for by the jobs page (`known_usage`). A part of portal.service.board.JobBoard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from portal import jobs as jobs_api
+from portal.jobs import SchedulerError
+from portal.service.summary import quota_of
+
+if TYPE_CHECKING:
+    from portal.config import PortalConfig
+    from portal.scheduler import Scheduler
+    from portal.scheduler.snapshot import ClusterCache
+    from portal.service.background import Refresher, TimedCache
+    from portal.service.board import HubUser
+
+USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
+USAGE_RETRY_S = 10.0  # ... and after it failed, asked again no sooner than this
+
+
+class UsageViews:
+    """JobBoard's usage methods, over its settings, snapshot cache, jobs API, scheduler and caches."""
+
+    cfg: PortalConfig
+    cluster: ClusterCache
+    api: Any
+    scheduler: Scheduler
+    _refresher: Refresher
+    _usage: TimedCache
+    _usage_failed: TimedCache
+
+    def usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
+        """GPUs held now against each quota (from the shared squeue answer) and this week's GPU-hours per job
+        (Slurm accounting): the user's own, or everyone's for an admin. When accounting does not answer, the
+        quotas are still shown and `history_unavailable` says why."""
+        key = self._usage_key(user)
+        report = self._usage.get(key) or self._usage_failed.get(key) or self._read_usage(user)
+        return {**self._quotas(user, everyone), **report}
+
+    def known_usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
+        """`usage` without waiting for accounting (the jobs page): the quotas at once, from the shared squeue
+        answer; this week's GPU-hours as known, a missing or stale report read in the background. Until one
+        has been read, `gpu_hours` is None and `history_unavailable` "" (the page says it is being read)."""
+        key = self._usage_key(user)
+        report = self._usage.get(key) or self._usage_failed.get(key)
+        if report is None:
+            self._refresher.start(("usage", *key), lambda: self._read_usage(user))
+            report = self._usage.get_any(key) or {"history_unavailable": "", "gpu_hours": None}  # stale: shown
+        return {**self._quotas(user, everyone), **report}
+
+    @staticmethod
+    def _usage_key(user: HubUser) -> tuple[str, ...]:
+        return ("everyone",) if user.admin else ("user", user.name)
+
+    def _quotas(self, user: HubUser, everyone: Sequence[HubUser]) -> dict[str, Any]:
+        snapshot = self.cluster.snapshot()
+        people = [user, *(u for u in everyone if u.name != user.name)] if user.admin else [user]
+        return {"user": user.name, "quotas": [quota_of(u.name, self.cfg.gpu_quota_for(u.groups), snapshot)
+                                              for u in people]}
+
+    def _read_usage(self, user: HubUser) -> dict[str, Any]:
+        """This week's report from accounting, kept USAGE_REFRESH_S; when there is none, why (kept
+        USAGE_RETRY_S, so a slurmdbd that does not answer is not asked, and waited for, at every request)."""
+        key = self._usage_key(user)
+        try:
+            found = self.api.usage(user=user.name, groups=user.groups, cfg=self.cfg, everyone=user.admin)
+        except jobs_api.NoAccounting:  # there is no accounting to wait for, now or later
+            return self._usage_failed.put(key, {"gpu_hours": None, "history_unavailable": (
+                f"GPU-hours are not counted here: they come from Slurm's accounting, and this portal runs jobs "
+                f"on {self.scheduler.name}.")}, final=True)
+        except SchedulerError as err:
+            return self._usage_failed.put(key, {"gpu_hours": None, "history_unavailable": (
+                f"GPU-hours are unavailable: they come from Slurm's accounting (slurmdbd), which does not "
+                f"answer now ({err}). Jobs and servers run as usual; nothing is lost.")})
+        return self._usage.put(key, {"history_unavailable": "", **found.to_dict()})

@@ -1,0 +1,39 @@
+"""The server's Slurm job script: batchspawner 1.3.0's, with the job's output out of the home's top level.
+
+batchspawner writes each server job's output (`jupyterhub_slurmspawner_<job id>.log`, one per start) in the
+home's top level, where it clutters JupyterLab's file browser; here it goes to `req_server_log_dir`
+(~/.cache/dsportal/servers). Slurm does not create an --output directory, so the submit command makes it.
+"""
+
+from __future__ import annotations
+
+SERVER_LOG_DIR = ".cache/dsportal/servers"  # under the user's home
+SERVER_OUTPUT_FILE = "jupyterhub_slurmspawner_%j.log"  # batchspawner's name; %j: Slurm's job id
+# batchspawner 1.3.0's SlurmSpawner.batch_script but for the --output line (its default writes the output in the
+# home's top level); tests/unit/test_server_job.py holds it beside upstream's. The working directory stays the home.
+SERVER_JOB_SCRIPT = "#!/bin/bash\n#SBATCH --output={{server_log_dir}}/" + SERVER_OUTPUT_FILE + """
+#SBATCH --job-name=spawner-jupyterhub
+#SBATCH --chdir={{homedir}}
+#SBATCH --export={{keepvars}}
+#SBATCH --get-user-env=L
+{% if partition  %}#SBATCH --partition={{partition}}
+{% endif %}{% if runtime    %}#SBATCH --time={{runtime}}
+{% endif %}{% if memory     %}#SBATCH --mem={{memory}}
+{% endif %}{% if gres       %}#SBATCH --gres={{gres}}
+{% endif %}{% if nprocs     %}#SBATCH --cpus-per-task={{nprocs}}
+{% endif %}{% if reservation%}#SBATCH --reservation={{reservation}}
+{% endif %}{% if options    %}#SBATCH {{options}}{% endif %}
+
+set -euo pipefail
+
+trap 'echo SIGTERM received' TERM
+{{prologue}}
+{% if srun %}{{srun}} {% endif %}{{cmd}}
+echo "jupyterhub-singleuser ended gracefully"
+{{epilogue}}
+"""
+# Slurm does not create the --output directory (the job fails to open its output), so the submit command makes
+# it, as the user, in the same command as sbatch (no extra runuser). The umask is set in a subshell: sbatch hands
+# its own umask to the job, whose files must keep the usual modes.
+SUBMIT_CREATING_LOG_DIR = ("""/bin/sh -c '(umask 077 && mkdir -p -- "$1") && exec sbatch --parsable' """
+                           "sh {server_log_dir_q}")
