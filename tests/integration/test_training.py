@@ -78,7 +78,7 @@ def train(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = Non
     checkpoints = checkpoints or tmp / "checkpoints"
     command = [PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
                "--checkpoint-dir", str(checkpoints), "--batch-size", str(BATCH), "--image-size", str(IMAGE_SIZE),
-               "--model", "densenet121", "--pipeline", "new", "--lr", LR, "--weights-digest-dir", str(digests),
+               "--model", "densenet121", "--pipeline", "parallel", "--lr", LR, "--weights-digest-dir", str(digests),
                *flags]
     if workers > 1:
         command = [HOROVODRUN, "-np", str(workers), "-H", f"localhost:{workers}", *command]
@@ -173,7 +173,7 @@ def test_hparams_summary_names_the_run(two_workers):
     content = acc.SummaryMetadata(hparams_metadata.SESSION_START_INFO_TAG).plugin_data.content
     info = hparams_metadata.parse_session_start_info_plugin_data(content)  # the plugin's own reader
     values = {name: getattr(value, value.WhichOneof("kind")) for name, value in info.hparams.items()}
-    assert values["model"] == "densenet121" and values["pipeline"] == "new"
+    assert values["model"] == "densenet121" and values["pipeline"] == "parallel"
     assert values["workers"] == WORKERS and values["batch_size"] == BATCH and values["image_size"] == IMAGE_SIZE
     assert values["fp16"] is False and values["xla"] is False
 
