@@ -200,6 +200,23 @@ def alice(hub, admin) -> requests.Session:
         hub.stop(admin, "alice")
 
 
+@pytest.fixture(scope="module")
+def demo_data(cluster):
+    """The demo data set (portal.jobs.demo_data), made once."""
+    from portal.jobs.demo_data import ensure_demo_data
+
+    return ensure_demo_data(cluster)
+
+
+@pytest.fixture
+def no_jobs_left(cluster):
+    """Every job of the demo users is cancelled after the test, whatever it left."""
+    yield
+    slurm("scancel", "-u", "alice")
+    slurm("scancel", "-u", "bob")
+    wait_for(lambda: not jobs_of("alice") and not jobs_of("bob"), 60, what="the test's jobs to end")
+
+
 @contextlib.contextmanager
 def every_node_held_by_a_job(seconds: int = 300):
     """Another job holds every node whole, so the next job (a server's or a training job's) waits in the queue.

@@ -10,7 +10,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
@@ -23,8 +22,7 @@ from portal.scheduler.slurm import SlurmScheduler
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import ACTION_WORKERS, make_app
 from portal.service.base import PortalHandler
-from portal.service.board import HubUser, JobBoard, TimedCache
-from portal.service.pages import form_spec, notebook_templates
+from portal.service.board import HubUser, JobBoard
 from tests.slurm_answers import squeue_job, squeue_json
 
 LIMITS = JobLimits(partition="gpu", nodes=1, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
@@ -400,47 +398,3 @@ class DashboardTest(AsyncHTTPTestCase):
         response = self.call("POST", "jobs/7/cancel", body="")
         assert response.code == 302 and self.api.backend.cancelled == ["7"]
         assert self.call("POST", "jobs/7/cancel", user="bob", body="").code == 404
-
-
-def test_form_spec_keeps_given_fields_and_reads_checkboxes():
-    spec = form_spec({"nodes": [b"1"], "epochs": [b" "], "fp16": [b"on"], "_xsrf": [b"x"]})
-    assert spec == {"nodes": "1", "fp16": True, "xla": False}
-
-
-def test_notebook_templates_lists_ipynb_files(tmp_path):
-    (tmp_path / "b.ipynb").write_text("{}")
-    (tmp_path / "a.ipynb").write_text("{}")
-    (tmp_path / "notes.txt").write_text("")
-    assert notebook_templates(tmp_path) == ["a.ipynb", "b.ipynb"]
-    assert notebook_templates(tmp_path / "missing") == []
-
-
-def test_timed_cache_keeps_final_values_for_good():
-    now = [0.0]
-    cache = TimedCache(5, clock=lambda: now[0])
-    cache.put("running", 1)
-    cache.put("ended", 2, final=True)
-    now[0] = 10
-    assert (cache.get("running"), cache.get("ended")) == (None, 2)
-    cache.put("running", 1)
-    assert (cache.get("running"), cache.get("running", want_final=True)) == (1, None)
-
-
-@pytest.mark.parametrize("model, expected", [
-    ({"name": "alice", "groups": ["gpu-users", "datascientists"], "admin": False,
-      "servers": {"": {"ready": True}}}, HubUser("alice", ("datascientists", "gpu-users"), False, True)),
-    ({"name": "admin", "admin": True}, HubUser("admin", (), True, False)),
-])
-def test_hub_user_from_the_hubs_model(model, expected):
-    assert HubUser.from_model(model) == expected
-
-
-def test_kubernetes_refusals_are_the_users_and_an_absent_api_server_is_503():
-    from portal.jobs import KubernetesError
-    from portal.service.base import as_portal_error
-
-    quota = as_portal_error(KubernetesError("the Kubernetes API refused creating an MPIJob: 403 exceeded quota", 403))
-    assert (quota.status_code, quota.message) == (400, "the Kubernetes API refused creating an MPIJob: 403 exceeded "
-                                                       "quota")
-    assert as_portal_error(KubernetesError("the Kubernetes API did not answer: timed out")).status_code == 503
-    assert as_portal_error(KubernetesError("refused: 500 etcd is down", 500)).status_code == 503

@@ -1,0 +1,174 @@
+"""A job's end on every node of the box: a cancelled or timed-out two-node training leaves no process behind
+(whatever it hid from Slurm), and a node lost in the middle of one requeues it to resume from its checkpoint with
+every epoch in TensorBoard once. Moved from test_cluster.py, whose helpers it shares.
+
+Sized for 2 CPU cores: the demo set's 64x64 images, batch 8, one worker on each node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from portal import jobs
+from portal.runas import RUNUSER
+from tests.conftest import NODES, box, job_wait_s, jobs_of, slurm, wait_for
+from tests.integration.test_cluster import JOB_TIMEOUT_S, TINY, as_user, portal_client
+
+pytestmark = pytest.mark.integration
+
+
+# --- a job's processes end with it, every one, on every node --------------------------------------------------
+
+# Slurm's KillWait (30 s): a signalled job's processes get that long before SIGKILL; then the epilog runs.
+KILL_WAIT_S = 45
+# A process hidden in a cgroup below its step that holds the step's output keeps slurmstepd waiting for that
+# output for 60 s (fixed in slurmstepd) before the step ends and the epilog kills it.
+STEP_IO_WAIT_S = 60
+# What bob's job leaves behind on each node unless Slurm tracks it whole: a daemon (setsid, its parent gone), a
+# nohup'd child of a shell that exits, and a process moved into a cgroup of its own below the step (Slurm gives
+# the user the step's cgroup directory; only with "hide"). $1 tells one job's sleeps from another's: sleep $1<1..4>.
+HIDERS = r"""#!/bin/bash
+setsid sleep ${1}1 < /dev/null > /dev/null 2>&1 &
+sh -c "nohup sleep ${1}2 > /dev/null 2>&1 &"
+step=$(awk -F: '$2 == "freezer" {print $3}' /proc/self/cgroup)
+[ "${2:-}" = hide ] && mkdir "/sys/fs/cgroup/freezer$step/hidden" &&
+    sh -c "echo \$\$ > /sys/fs/cgroup/freezer$step/hidden/cgroup.procs && exec sleep ${1}3" &
+sleep ${1}4
+"""
+
+
+def user_processes(user: str) -> dict[str, list[str]]:
+    """The user's processes on each node of the box, as "pid command"."""
+    uid, found = pwd.getpwnam(user).pw_uid, {}
+    for node in NODES:
+        pids = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split()
+        found[node] = []
+        for pid in pids:
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    found[node].append(f"{pid} {command[:100]}")
+            except OSError:
+                pass  # gone meanwhile
+    return found
+
+
+def job_cgroups(job_id: str) -> list[Path]:
+    return [path for node in NODES for path in Path("/sys/fs/cgroup/freezer").glob(f"slurm_{node}/uid_*/job_{job_id}")]
+
+
+def nothing_left_of(user: str, job_id: str) -> bool:
+    """The job has left the queue (its epilog ran on every node), and neither a process of the user nor a cgroup
+    of the job is on any node."""
+    return not [j for j in jobs_of(user) if j.startswith(f"{job_id} ")] and not any(user_processes(user).values()) \
+        and not job_cgroups(job_id)
+
+
+@pytest.mark.parametrize("when", ["as it starts", "while both nodes train"])
+def test_a_cancelled_two_node_training_leaves_no_process_on_any_node(cluster, hub, demo_data, no_jobs_left, when):
+    assert not any(user_processes("alice").values()), user_processes("alice")
+    client = portal_client(hub, "alice")
+    submitted = client.post(f"{client.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 1, "epochs": 50},
+                            timeout=60)
+    assert submitted.status_code == 201, submitted.text
+    job = jobs.get(submitted.json()["id"], user="alice")
+    if when == "as it starts":
+        wait_for(lambda: job.state == "RUNNING", 60, interval=0.2, what="the job to start")
+    else:
+        wait_for(lambda: all(any("chexnet.train" in p for p in found) for found in user_processes("alice").values())
+                 and job_cgroups(job.id), JOB_TIMEOUT_S, interval=1, what="a worker on each node")
+    assert client.delete(f"{client.base}jobs/{job.id}", timeout=60).status_code == 204
+    wait_for(lambda: nothing_left_of("alice", job.id), KILL_WAIT_S, what="every process of the job to end")
+    assert job.state == "CANCELLED"
+
+
+def test_what_a_job_hides_from_slurm_ends_with_it_at_cancel_and_at_its_time_limit(cluster, no_jobs_left):
+    """Both nodes, from a terminal: one job is cancelled once it has hidden its processes (in a cgroup too), the
+    other runs into its time limit (1 minute)."""
+    script = Path("/tmp/dsportal-test-hiders.sh")
+    script.write_text(HIDERS)
+    script.chmod(0o755)
+
+    def sleeps(prefix: str) -> list[str]:
+        return [p for found in user_processes("bob").values() for p in found if f" sleep {prefix}" in p]
+
+    cancelled, timed_out = (
+        as_user(cluster, "bob", "sbatch", "--parsable", "--no-requeue", "-N", "2", *limit, "-o", "/dev/null",
+                f"--wrap=srun -N 2 {script} {args}", check=True).stdout.strip()
+        for args, limit in (("91 hide", []), ("92", ["--time=1"])))
+    wait_for(lambda: len(sleeps("91")) == 8 and len(sleeps("92")) == 6, 60, what="both jobs to start their sleeps")
+    as_user(cluster, "bob", "scancel", cancelled, check=True)
+    wait_for(lambda: len(sleeps("91")) <= 2, KILL_WAIT_S, what="what Slurm tracks of the cancelled job to end")
+    assert len(sleeps("92")) == 6, sleeps("92")  # the other job's, untouched
+    wait_for(lambda: not sleeps("91") and not job_cgroups(cancelled), STEP_IO_WAIT_S + KILL_WAIT_S,
+             what="the processes it hid in cgroups to end")
+    wait_for(lambda: nothing_left_of("bob", timed_out), job_wait_s("00:01:00"),
+             what="the job out of time to end whole")
+    states = {job: slurm("sacct", "-n", "-X", "-P", "-j", job, "-o", "State").strip() for job in (cancelled, timed_out)}
+    assert states[cancelled].startswith("CANCELLED") and states[timed_out] == "TIMEOUT", states
+
+
+# --- a node dies in the middle of a 2-node training ------------------------------------------------------------
+
+
+def tensorboard_steps(logdir: Path) -> dict[str, list[int]]:
+    """Every step written per tag, repeats included, over all of the run's event files (read as alice, with
+    TensorBoard's own reader)."""
+    script = ("import json, pathlib, sys\n"
+              "from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
+              "steps = {}\n"
+              "for path in sorted(pathlib.Path(sys.argv[1]).glob('*tfevents*')):\n"
+              "    for event in EventFileLoader(str(path)).Load():\n"
+              "        for value in event.summary.value:\n"
+              "            steps.setdefault(value.tag, []).append(event.step)\n"
+              "print(json.dumps({tag: sorted(found) for tag, found in steps.items()}))\n")
+    out = subprocess.run([RUNUSER, "-u", "alice", "--", "/opt/dsportal/venv/bin/python", "-c", script, str(logdir)],
+                         capture_output=True, text=True, check=True, cwd="/tmp").stdout
+    return json.loads(out)
+
+
+def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cluster, hub, demo_data,
+                                                                              no_jobs_left):
+    client = portal_client(hub, "alice")
+    submitted = client.post(f"{client.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 1, "epochs": 4},
+                            timeout=60)
+    assert submitted.status_code == 201, submitted.text
+    job = jobs.get(submitted.json()["id"], user="alice")
+    checkpoints = Path(job.job_dir) / "checkpoints"
+    wait_for(lambda: list(checkpoints.glob("ckpt-2.index")), JOB_TIMEOUT_S, interval=1,
+             what="the job's second checkpoint")
+    # node2 loses its power in epoch 3: link down, every process on it killed, no goodbye to its peers.
+    assert box("crash", NODES[1]).returncode == 0
+    wait_for(lambda: job.state == "PENDING", 120, interval=2, what="Slurm to requeue the job")
+    # The run's half on node1 (mpirun, its worker) ended with it: no process of alice's is left on either node.
+    wait_for(lambda: not any(user_processes("alice").values()), KILL_WAIT_S, what="the first run's processes to end")
+    page = wait_for(lambda: (j := client.get(f"{client.base}jobs/{job.id}", timeout=60).json())["history"] and j,
+                    60, interval=3, what="the dashboard to tell the job's history")
+    assert page["history"][0].startswith(f"requeued after {NODES[1]} failed (Not responding) at "), page
+
+    assert box("start", NODES[1]).returncode == 0
+    # Slurm holds a requeued job for 120 s before it may start again; the admin who brought the node back lets it
+    # go sooner, though not at once: a requeued job started within a second of its node's return can find that node
+    # still finishing the killed run (its first step is refused), which is what Slurm's hold avoids.
+    time.sleep(5)
+    slurm("scontrol", "update", f"jobid={job.id}", "starttime=now")
+    assert job.wait(timeout=JOB_TIMEOUT_S, poll=3) == "COMPLETED", job.logs(tail=60)
+
+    log = job.logs()
+    assert "restarted (restart 1) after it was requeued" in log
+    assert "2 epochs done, continuing with epoch 3 of 4" in log
+    steps = tensorboard_steps(Path(job.job_dir) / "tensorboard")
+    for tag in ("loss/train", "loss/val", "lr", "auroc/mean"):
+        assert steps[tag] == [1, 2, 3, 4], (tag, steps[tag])
+    throughput = steps["throughput/images_per_sec"]
+    assert throughput and len(throughput) == len(set(throughput)), throughput
+    history = client.get(f"{client.base}jobs/{job.id}", timeout=60).json()["history"]
+    assert len(history) == 1 and history[0].endswith("; resumed at epoch 3"), history
+    assert job.metrics().epochs_done == 4
