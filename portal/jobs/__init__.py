@@ -85,22 +85,13 @@ class UnreadableJob:
                 "unreadable": self.reason}
 
 
-def _who(backend: Scheduler, user: str | None, groups: Sequence[str] | None, cfg: PortalConfig) -> Who:
-    """The user as the scheduler knows them: a Unix account (Slurm, local) or a Kubernetes identity."""
-    return backend.person(user, groups)
-
-
 class Job:
     """One training job of one user, as its backend sees it now (every property asks afresh)."""
 
-    def __init__(self, record: JobRecord, backend: Scheduler, user: Who, dir_stamp: str | None = None):
-        self.record, self._backend, self._user = record, backend, user
+    def __init__(self, record: JobRecord, scheduler: Scheduler, user: Who, dir_stamp: str | None = None):
+        self.record, self.scheduler, self._user = record, scheduler, user
         # The job directory's inode when this process made it (submit): what job_entries will list for it.
         self.dir_stamp = dir_stamp
-
-    @property
-    def scheduler(self) -> Scheduler:
-        return self._backend
 
     @property
     def id(self) -> str:
@@ -128,7 +119,7 @@ class Job:
 
     @property
     def state(self) -> str:
-        return self._backend.state(self.record, self._user)
+        return self.scheduler.state(self.record, self._user)
 
     @property
     def done(self) -> bool:
@@ -147,23 +138,23 @@ class Job:
 
     def logs(self, tail: int | None = None) -> str:
         """The job's output (stdout and stderr of every worker); "" before it starts."""
-        return self._backend.logs(self.record, self._user, tail)
+        return self.scheduler.logs(self.record, self._user, tail)
 
     def cancel(self) -> None:
-        self._backend.cancel(self.record, self._user)
+        self.scheduler.cancel(self.record, self._user)
 
     def history(self) -> list[str]:
         """What happened across the job's runs ("requeued after node2 failed ...; resumed at epoch 3"); only Slurm
         runs a job again."""
-        return self._backend.history(self.record, self._user)
+        return self.scheduler.history(self.record, self._user)
 
     def metrics(self) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
-        return self._backend.metrics(self.record, self._user)
+        return self.scheduler.metrics(self.record, self._user)
 
     def queued(self, snapshot: Any) -> Any:
         """The job's line in a snapshot of its scheduler's queue (portal.scheduler.snapshot), or None."""
-        return self._backend.queued(snapshot, self.record)
+        return self.scheduler.queued(snapshot, self.record)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "backend": self.backend, "user": self.record.user, "state": self.state,
@@ -178,14 +169,14 @@ def limits(backend: str | None = None, user: str | None = None, groups: Sequence
     """What the user may ask for on this backend now."""
     cfg = cfg or load()
     chosen = scheduler_for(cfg, backend)
-    return chosen.limits(_who(chosen, user, groups, cfg))
+    return chosen.limits(chosen.person(user, groups))
 
 
 def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str | None,
              groups: Sequence[str] | None, cfg: PortalConfig,
              job_limits: JobLimits | None = None) -> tuple[Scheduler, Who, JobSpec, JobLimits]:
     chosen = scheduler_for(cfg, backend)
-    who = _who(chosen, user, groups, cfg)
+    who = chosen.person(user, groups)  # a Unix account (Slurm, local) or a Kubernetes identity
     raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
     job_limits = job_limits or chosen.limits(who)
     return chosen, who, parse_job_spec(raw, job_limits, who.can_read_dir), job_limits
@@ -232,7 +223,7 @@ def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> J
         raise UnreadableRecord(UnreadableJob(job_id, who.name, str(place.job_dir), str(err))) from None
     job = Job(record, scheduler_for(cfg, record.backend), who)
     if check:
-        job._backend.state(record, who)  # the scheduler's own check that the job is the user's
+        job.scheduler.state(record, who)  # the scheduler's own check that the job is the user's
     return job
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -128,8 +129,8 @@ class SlurmScheduler(JobsInHome):
     def _slurm(self, user: JobUser, *argv: str, input: str | None = None, check: bool = True) -> str:
         return self.commands.run(*argv, user=user, input=input, check=check)
 
-    def snapshot(self, clock: Callable[[], float] | None = None) -> ClusterSnapshot:
-        return self.commands.snapshot(clock) if clock else self.commands.snapshot()
+    def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
+        return self.commands.snapshot(clock)
 
     def limits(self, user: JobUser, snapshot: ClusterSnapshot | None = None,
                held: Sequence[tuple[str, int]] = ()) -> JobLimits:
@@ -139,16 +140,12 @@ class SlurmScheduler(JobsInHome):
             partitions, queued = self.commands.partitions(user), users_jobs(self._squeue(user), user.name)
         else:
             partitions, queued = snapshot.partitions, users_jobs(snapshot.queue, user.name)
-        quota = GpuQuota(0, holders=gpu_holders(queued)).with_submitted(held)  # and those submitted since
-        return limits_from(self.cfg, partitions, quota.holders, user.groups, len(queued) + len(held))
+        limits = limits_from(self.cfg, partitions, gpu_holders(queued), user.groups, len(queued) + len(held))
+        return replace(limits, quota=limits.quota.with_submitted(held))
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         found = snapshot.queue.get(record.id)
         return found if found is not None and found.user == record.user else None
-
-    def without(self, snapshot: ClusterSnapshot, job_ids: set[str]) -> ClusterSnapshot:
-        """The snapshot as if these jobs (cancelled since it was taken) had left the queue."""
-        return replace(snapshot, queue={k: v for k, v in snapshot.queue.items() if k not in job_ids})
 
     def _squeue(self, user: JobUser) -> dict[str, QueuedJob]:
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""

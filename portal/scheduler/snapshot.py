@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from portal.config import PortalConfig
@@ -32,6 +32,10 @@ class ClusterSnapshot:
     partitions: tuple[SlurmPartition, ...] = ()
     nodes: dict[str, SlurmNode] = field(default_factory=dict)
     asked_at: float = 0.0  # when squeue was started: a job submitted before this is in `queue` unless it has left
+
+    def without(self, job_ids: Collection[str]) -> ClusterSnapshot:
+        """The snapshot as if these jobs (cancelled since it was taken) had left the queue."""
+        return replace(self, queue={k: v for k, v in self.queue.items() if k not in job_ids})
 
     def to_dict(self) -> dict:
         return {

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from portal import jobs as jobs_api
@@ -186,8 +186,8 @@ class JobBoard(UsageViews):
         submitted, cancelled = self._since(snapshot)
         since = [(job_id, gpus) for (owner, job_id, _), gpus in submitted.items()
                  if owner == user.name and job_id not in snapshot.queue]
-        current = replace(snapshot, queue={k: v for k, v in snapshot.queue.items() if k not in cancelled})
-        return self.scheduler.limits(user, current, since)  # from the snapshot: only the name and groups are read
+        # from the snapshot: only the user's name and groups are read, no command runs as them
+        return self.scheduler.limits(user, snapshot.without(cancelled), since)
 
     def state_of(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, str]:
         """(state, elapsed): from the shared squeue answer while the job is queued, else from the job itself (which
