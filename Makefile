@@ -80,7 +80,8 @@ screenshots: install
 images:
 	@docker/build.sh
 
-# kube-apiserver and kube-controller-manager v1.20.2 for deploy/kubernetes/kubebox.py: built from Debian's source
-# package once per machine (about 6.5 min on 2 cores), then a no-op.
+# The Kubernetes v1.20.2 servers (apiserver, controller-manager, scheduler, kubelet, proxy) for the Kubernetes box,
+# built from Debian's source package once per machine (about 9.5 min on 2 cores), with containerd, runc and the CNI
+# plugins from apt; then a no-op.
 kube-build:
-	@deploy/kubernetes/build-apiserver.sh
+	@deploy/kubernetes/build-kubernetes.sh

@@ -114,18 +114,25 @@ class HubClient:
         model = self.api("GET", f"users/{username}").json()
         return model.get("servers", {}).get("")
 
-    def follow_progress(self, username: str, timeout: float) -> None:
-        """Follow the progress event stream, as the spawn-pending page does, until it says ready."""
+    def progress_events(self, username: str, timeout: float) -> list[dict[str, Any]]:
+        """The progress event stream, as the spawn-pending page reads it, until its last event (ready or failed)."""
         url = f"{self.url}/hub/api/users/{username}/server/progress"
+        events = []
         with self.session.get(url, stream=True, timeout=timeout) as stream:
             for line in stream.iter_lines(decode_unicode=True):
                 if line and line.startswith("data:"):
-                    event = json.loads(line[5:])
-                    if event.get("failed"):
-                        raise HubError(f"{self.url}: the spawn failed: {event.get('message')}")
-                    if event.get("ready"):
-                        return
-        raise HubError(f"{self.url}: the progress stream ended without ready")
+                    events.append(json.loads(line[5:]))
+                    if events[-1].get("failed") or events[-1].get("ready"):
+                        break
+        return events
+
+    def follow_progress(self, username: str, timeout: float) -> None:
+        """Follow the progress event stream until it says ready."""
+        events = self.progress_events(username, timeout)
+        if events and events[-1].get("failed"):
+            raise HubError(f"{self.url}: the spawn failed: {events[-1].get('message')}")
+        if not (events and events[-1].get("ready")):
+            raise HubError(f"{self.url}: the progress stream ended without ready")
 
     def stop(self, username: str, timeout: float = 60) -> None:
         """Stop the user's server and wait until the hub no longer lists it (400: it was not running)."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build what the test suites need before any of them starts (`make test` runs this; `make builds` alone):
 #   - the training and hub images (docker/build.sh, what `make images` runs);
-#   - kube-apiserver and kube-controller-manager (deploy/kubernetes/build-apiserver.sh, `make kube-build`).
+#   - the Kubernetes servers and containerd (deploy/kubernetes/build-kubernetes.sh, `make kube-build`).
 # Both are cached per machine: once built this takes a few seconds. On a new machine they take minutes on the
 # same 2 cores the suites would use, and a suite that times a server's start or a training run cannot share
 # them with a build, so the builds come first. The two run side by side: the image build spends much of its
@@ -26,7 +26,7 @@ start() {  # start NAME COMMAND...
 
 started=$SECONDS
 start images "$REPO/docker/build.sh"
-start kubernetes "$REPO/deploy/kubernetes/build-apiserver.sh"
+start kubernetes "$REPO/deploy/kubernetes/build-kubernetes.sh"
 say "images and kubernetes building (logs: $LOG_DIR/build-images.log, build-kubernetes.log)"
 
 running() { kill -0 "${pids[$1]}" 2>/dev/null; }
@@ -41,7 +41,7 @@ for name in images kubernetes; do
         done
     done
     if wait "${pids[$name]}"; then
-        say "$name ready after $((SECONDS - started)) s: $(grep -E '^(==>|build-apiserver:)' "${logs[$name]}" | tail -n 1)"
+        say "$name ready after $((SECONDS - started)) s: $(grep -E '^(==>|build-kubernetes:)' "${logs[$name]}" | tail -n 1)"
     else
         say "$name FAILED (whole log: ${logs[$name]}):"
         tail -n 40 "${logs[$name]}" | sed 's/^/    /'

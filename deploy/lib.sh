@@ -1,5 +1,5 @@
 # Shell functions shared by the set-up scripts (deploy/local/install.sh, docker/podman-setup.sh,
-# deploy/kubernetes/build-apiserver.sh). Source it, relative to the script:
+# deploy/kubernetes/build-kubernetes.sh). Source it, relative to the script:
 #     . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 # A script that words its lines differently defines its own `say` after sourcing this file.
 

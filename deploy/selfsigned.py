@@ -15,12 +15,13 @@ from supervise import run
 
 
 def ensure_ca_and_server_cert(tls: Path, server: str, *, ca_cn: str, server_cn: str, alt_names: list[str],
-                              what: str) -> None:
+                              what: str, organization: str = "dsportal", usage: str = "serverAuth") -> None:
     """tls/ca.pem + ca.key (a self-signed CA, CN `ca_cn`) and tls/SERVER.pem + SERVER.key signed by it.
 
     Each is made only when missing; a new CA remakes the server certificate. `alt_names` are openssl
     subjectAltName entries ("IP:127.0.0.1", "DNS:localhost"); `what` names the server in messages. Keys end
-    up 0600 and certificates 0644."""
+    up 0600 and certificates 0644. A client certificate is the same with `usage` "clientAuth", no alt names and
+    its groups as `organization` (how Kubernetes reads a certificate's user and groups)."""
     ca_pem, ca_key = tls / "ca.pem", tls / "ca.key"
     server_pem, server_key = tls / f"{server}.pem", tls / f"{server}.key"
     if not ca_pem.exists():
@@ -31,10 +32,11 @@ def ensure_ca_and_server_cert(tls: Path, server: str, *, ca_cn: str, server_cn: 
         server_pem.unlink(missing_ok=True)  # a new CA invalidates the old server certificate
     if not server_pem.exists():
         csr, ext = tls / f"{server}.csr", tls / f"{server}.ext"
-        ext.write_text(f"subjectAltName={','.join(alt_names)}\nbasicConstraints=CA:FALSE\n"
-                       "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+        ext.write_text((f"subjectAltName={','.join(alt_names)}\n" if alt_names else "")
+                       + f"basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                       f"extendedKeyUsage={usage}\n")
         run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(server_key),
-             "-out", str(csr), "-subj", f"/O=dsportal/CN={server_cn}"], f"TLS: creating the {what} key")
+             "-out", str(csr), "-subj", f"/O={organization}/CN={server_cn}"], f"TLS: creating the {what} key")
         run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_pem), "-CAkey", str(ca_key),
              "-set_serial", f"0x{secrets.token_hex(16)}", "-days", "825", "-extfile", str(ext),
              "-out", str(server_pem)], f"TLS: signing the {what} certificate")

@@ -11,25 +11,40 @@ What it adds to `kubespawner.KubeSpawner` (7.x), each through the Spawner's name
   (`portal.jobs.k8s_manifests.user_namespace_objects`).
 - Volumes: the user's home claim (KubeSpawner makes it), the data set's claim read-only, /dev/shm in memory.
 - The template notebooks are copied into the home by a postStart hook (never over the user's files).
-- Progress: KubeSpawner's own, from the pod's events.
+- Progress: the pod's events in words (`portal.scheduler.pods.event_in_words`).
+- A pod that cannot start (no node can hold it, its image is missing, its container keeps exiting) fails the
+  spawn within seconds with the reason (`portal.scheduler.pods.cannot_start`), where KubeSpawner waits out
+  start_timeout (kubespawner#795).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from kubespawner import KubeSpawner
+from tornado import web
 from traitlets import default
 
 from portal.config import PortalConfig
 from portal.inputs import seconds_of
 from portal.jobs.k8s_manifests import GPU_RESOURCE, user_namespace_objects
+from portal.scheduler.pods import cannot_start, event_in_words
 from portal.scheduler.quota import GpuQuota
 from portal.traits import fixed_default, portal_default
 from spawners.forms import ClusterLimits, Partition, ServerOptions
 from spawners.options import ServerOptionsMixin, tensorboard_proxy_url
 
 HOME, DATA, SHM = "home", "data", "dshm"  # volume names, as in the MPIJobs
+LOOK_EVERY_S = 1.0  # how often a starting pod is looked at for a reason it cannot start
+
+
+class PodCannotStart(web.HTTPError):
+    """The server's pod will not start without a change; the message says why, in words. An HTTP error (503), so
+    that a spawn which fails before the hub answers the request shows the message, not "Internal Server Error"."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(503, log_message=f"Your server cannot start: {why}.")
 
 
 def node_pools(cfg: PortalConfig) -> tuple[Partition, ...]:
@@ -113,6 +128,28 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
             if name.startswith("DSPORTAL_K8S_") and name not in environment and name != "DSPORTAL_K8S_KUBECONFIG":
                 environment[name] = value
         return environment
+
+    # --- starting: fail fast, say what happens ---
+
+    async def _start(self):
+        """KubeSpawner's start, failed as soon as the pod shows it cannot start (the hub then stops the server,
+        which deletes the pod)."""
+        starting = asyncio.ensure_future(super()._start())
+        key = f"{self.namespace}/{self.pod_name}"
+        while not starting.done():
+            pod = self.pod_reflector.pods.get(key) if self.pod_reflector else None
+            why = None if pod is None or pod["metadata"].get("deletionTimestamp") else cannot_start(pod)
+            if why:
+                starting.cancel()
+                self.log.warning("Spawn of %s refused by Kubernetes: %s", key, why)
+                raise PodCannotStart(why)
+            await asyncio.wait({starting}, timeout=LOOK_EVERY_S)
+        return starting.result()
+
+    async def progress(self):
+        async for update in super().progress():
+            event = update.get("raw_event")
+            yield {**update, "message": event_in_words(event)} if event else update
 
     # --- the form (shared with the Slurm spawner: spawners.options) ---
 

@@ -42,15 +42,19 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "deploy"), str(HERE)]  # portal; supervise, selfsigned; kubeparts
 
-from kubeparts import apiserver, bootstrap, etcd  # noqa: E402
+import netns  # noqa: E402
+from kubeparts import apiserver, bootstrap, etcd, nodes, volumes  # noqa: E402
+from kubeparts import images as box_images  # noqa: E402
 from kubeparts.api import (  # noqa: E402, F401  (the tests reach the box's clients through this module)
     ApiError,
+    api_client,
     as_user,
     ensure_user_namespace,
     from_kubeconfig,
@@ -58,49 +62,69 @@ from kubeparts.api import (  # noqa: E402, F401  (the tests reach the box's clie
     resource,
     with_token,
 )
-from kubeparts.identities import ensure_tls, ensure_tokens, write_kubeconfig  # noqa: E402
+from kubeparts.identities import ensure_tls, ensure_tokens, read_tokens, write_kubeconfig  # noqa: E402, F401
 from kubeparts.layout import (  # noqa: E402, F401
     DEFAULT_API_PORT,
+    DEFAULT_NETWORK,
     DEFAULT_STATE,
     DEMO_USERS,
     HUB_NAMESPACE,
     HUB_SERVICE_ACCOUNT,
     LOCALHOST,
+    PORTAL,
     Cluster,
     KubeBox,
     user_namespace,
     user_principal,
 )
-from supervise import BoxError, Lock, service_pid, start_service, stop_service  # noqa: E402
+from supervise import BoxError, Lock, Service, service_pid, start_service, stop_service  # noqa: E402
 
 KubeBoxError = BoxError
-SERVICES = [etcd.service(), apiserver.apiserver_service(), apiserver.controller_manager_service()]
+CONTROL_PLANE = [etcd.service(), apiserver.apiserver_service(), apiserver.controller_manager_service(),
+                 apiserver.scheduler_service()]
+PODS_GONE_S = 60  # `down` deletes every pod first and waits this long for the kubelets to stop them
+
+
+def services(box: KubeBox) -> list[Service]:
+    """In start order: the control plane, then each node (its containerd and kubelet)."""
+    return [*CONTROL_PLANE, *(nodes.service(node) for node in box.node_network.nodes)]
 
 
 def up(box: KubeBox, report: Callable[[str], None] = print) -> Cluster:
-    """Start what is stopped, apply the CRD and RBAC, write the kubeconfigs; idempotent. Run as root.
-
-    `report` gets one line per step (print by default)."""
+    """Start what is stopped, apply the CRD and RBAC, write the kubeconfigs, bring the nodes up with their fake
+    GPUs, routes and images (box.images); idempotent. Run as root. `report` gets one line per step."""
     for sub in ("run", "log", "auth", "kubeconfig"):
         box.path(sub).mkdir(parents=True, exist_ok=True)
     os.chmod(box.state_dir, 0o755)
     with Lock(box):
+        netns.ensure_bridge(box.node_network, nodes.record_file(box))  # the API server listens on it
         ensure_tls(box)
         tokens = ensure_tokens(box)
-        write_kubeconfig(box, box.path("auth", "controller-manager.kubeconfig"), "controller-manager",
-                         tokens["controller-manager"], "kube-system")
-        etcd_svc, apiserver_svc, cm_svc = SERVICES
+        for component, namespace in [("controller-manager", "kube-system"), ("scheduler", "kube-system"),
+                                     *((node.name, "default") for node in box.node_network.nodes)]:
+            write_kubeconfig(box, box.path("auth", f"{component}.kubeconfig"), component, tokens[component],
+                             namespace)
+        etcd_svc, apiserver_svc, cm_svc, scheduler_svc = CONTROL_PLANE
         for svc in (etcd_svc, apiserver_svc):
             _report(start_service(svc, box), report)
         admin = with_token(box, tokens["admin"])
         _report(bootstrap.apply_manifests(admin, box.log_file(apiserver_svc.name)), report)
-        _report(start_service(cm_svc, box), report)
+        for svc in (cm_svc, scheduler_svc):
+            _report(start_service(svc, box), report)
         hub_token = bootstrap.service_account_token(admin, HUB_NAMESPACE, HUB_SERVICE_ACCOUNT,
                                                     box.log_file(cm_svc.name))
         identities = {"admin": (tokens["admin"], "default"), "hub": (hub_token, HUB_NAMESPACE)}
         identities.update({name: (tokens[name], user_namespace(name)) for name in DEMO_USERS})
         for identity, (token, namespace) in identities.items():
             write_kubeconfig(box, box.kubeconfig(identity), identity, token, namespace)
+        _report(volumes.ensure_user_volumes(box, from_kubeconfig(box.kubeconfig("hub")), nodes.admin_api(box)),
+                report)
+        with ThreadPoolExecutor() as starting:  # the nodes register side by side
+            for lines in starting.map(lambda svc: start_service(svc, box), services(box)[len(CONTROL_PLANE):]):
+                _report(lines, report)
+        _report(nodes.ensure_routes(box), report)
+        wanted = [box_images.ensure_busybox(), *(box.images or [PORTAL.k8s_image])]
+        _report(box_images.ensure_images(box, box.node_network.nodes, nodes.socket, wanted), report)
     return cluster_of(box)
 
 
@@ -115,28 +139,70 @@ def cluster_of(box: KubeBox) -> Cluster:
 
 
 def down(box: KubeBox) -> list[str]:
-    """Stop every process by its recorded PID, in reverse order; state stays."""
+    """Delete every pod (so the kubelets stop them as a cluster would), stop every process by its recorded PID in
+    reverse order, then remove the nodes' namespaces, cgroups and routes and undo what the kubelets changed on
+    the machine. etcd's data, the keys and the image stores stay."""
     box.path("run").mkdir(parents=True, exist_ok=True)
     with Lock(box):
-        return [stop_service(svc, box) for svc in reversed(SERVICES)]
+        lines = _delete_pods(box)
+        lines += [stop_service(svc, box) for svc in reversed(services(box))]
+        return lines + nodes.teardown(box)
+
+
+def _delete_pods(box: KubeBox) -> list[str]:
+    """Best effort: only while the API server and a kubelet run."""
+    if not (service_pid(CONTROL_PLANE[1], box) and any(service_pid(nodes.service(n), box)
+                                                       for n in box.node_network.nodes)):
+        return []
+    try:
+        api = nodes.admin_api(box)
+        pods = api.list_pod_for_all_namespaces().items
+        for pod in pods:
+            api.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=5)
+        deadline = time.monotonic() + PODS_GONE_S
+        while api.list_pod_for_all_namespaces().items and time.monotonic() < deadline:
+            time.sleep(1)
+        left = len(api.list_pod_for_all_namespaces().items)
+    except Exception as err:  # noqa: BLE001  (whatever the API says, the processes are stopped next)
+        return [f"pods: not deleted ({err}); their processes are killed with the nodes"]
+    return [f"pods: deleted {len(pods)}" + (f" ({left} still there after {PODS_GONE_S} s: killed)" if left else "")]
 
 
 def status(box: KubeBox) -> dict[str, int | None]:
     """process name -> PID, or None when it is not running."""
-    return {svc.name: service_pid(svc, box) for svc in SERVICES}
+    return {svc.name: service_pid(svc, box) for svc in services(box)}
+
+
+def crash(box: KubeBox, name: str) -> str:
+    """A node lost (its kubelet, containerd and containers killed at once); `up` brings it back."""
+    found = [node for node in box.node_network.nodes if node.name == name]
+    if not found:
+        raise BoxError(f"no node {name!r}; the nodes are {', '.join(n.name for n in box.node_network.nodes)}")
+    with Lock(box):
+        return nodes.crash(box, found[0])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Kubernetes in a box: etcd, kube-apiserver, controller-manager.")
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser = argparse.ArgumentParser(description="Kubernetes in a box: a control plane and nodes that run pods.")
+    parser.add_argument("command", choices=["up", "down", "status", "crash"])
+    parser.add_argument("node", nargs="?", help="crash: the node to lose (its kubelet, containerd and pods)")
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state dir (default {DEFAULT_STATE})")
     parser.add_argument("--port", type=int, default=DEFAULT_API_PORT,
-                        help=f"the API server's HTTPS port on {LOCALHOST} (default {DEFAULT_API_PORT})")
+                        help=f"the API server's HTTPS port on the box's bridge (default {DEFAULT_API_PORT})")
     parser.add_argument("--etcd-port", type=int, default=0,
-                        help="etcd's client port (default: --port + 1; its peer port is the next one)")
+                        help=f"etcd's client port on {LOCALHOST} (default: --port + 1; its peer port the next one)")
+    parser.add_argument("--name", default="kube", help="names the bridge and the nodes (default kube)")
+    parser.add_argument("--network", default=DEFAULT_NETWORK,
+                        help=f"a /20 inside 198.19.0.0/16 for nodes, Services and pods (default {DEFAULT_NETWORK})")
+    parser.add_argument("--nodes", type=int, default=2, help="how many nodes (default 2)")
+    parser.add_argument("--gpus-per-node", type=int, default=4, help="fake GPUs per node (default 4)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    box = KubeBox(args.state.resolve(), args.port, args.etcd_port)
+    try:
+        box = KubeBox(args.state.resolve(), args.port, args.etcd_port, name=args.name, network=args.network,
+                      nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    except ValueError as err:
+        parser.error(str(err))
     if args.command == "status":
         for name, pid in status(box).items():
             print(f"{name}: {f'running ({pid})' if pid else 'stopped'}")
@@ -148,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "down":
             _report(down(box), print)
+            return 0
+        if args.command == "crash":
+            print(crash(box, args.node or ""))
             return 0
         cluster = up(box, report=lambda line: print(line, flush=True))
     except (BoxError, ValueError) as err:

@@ -1,8 +1,10 @@
-"""Test session set-up for the Kubernetes path: a private kubebox (real etcd, kube-apiserver, controller-manager).
+"""Test session set-up for the Kubernetes path: a private kubebox (etcd, the control plane, 2 nodes with containerd
+and a kubelet each, fake GPUs), its images imported from podman.
 
-The binaries are built once per machine by deploy/kubernetes/build-apiserver.sh (a no-op when cached; about
-6.5 minutes the first time). The box gets its own state dir and ports, apart from the Slurm test box
-(13389, 16636, 16817, 16818, 18000, 18001, 18081, 18090) and from a user's `kubebox.py up` (16443-16445).
+The binaries are built once per machine by deploy/kubernetes/build-kubernetes.sh (a no-op when cached; about
+9.5 minutes the first time); `make test` runs it before any suite. The box gets its own state dir, ports, names
+and addresses, apart from the Slurm test box (13389, 16636, 16817, 16818, 18000, 18001, 18081, 18090) and from a
+user's `kubebox.py up` (16443-16445, "kube", 198.19.0.0/20).
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ import kubebox  # noqa: E402  (deploy/kubernetes is not a package)
 # Two sessions at once need their own state dir and ports: set both variables (as for the Slurm test box).
 KUBE_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_STATE", "/var/tmp/dsportal-test-kube"))
 KUBE_API_PORT = 26443 + int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))  # etcd: the next two ports
-BUILD_TIMEOUT = 1800  # seconds; the first build takes about 6.5 minutes on 2 cores
+# Its bridge, nodes and cgroups are named by KUBE_NAME, and its addresses lie in KUBE_NETWORK (a `make up-k8s` box
+# has "kube" and 198.19.0.0/20): a second session needs other values too.
+KUBE_NAME = os.environ.get("DSPORTAL_TEST_KUBE_NAME", "kubet")
+KUBE_NETWORK = os.environ.get("DSPORTAL_TEST_KUBE_NETWORK", "198.19.16.0/20")
+BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 cores
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,8 @@ class Kube:
 
 
 def build_binaries() -> None:
-    """Build (or find cached) kube-apiserver and kube-controller-manager; fail the session, never skip."""
-    script = REPO / "deploy" / "kubernetes" / "build-apiserver.sh"
+    """Build (or find cached) the Kubernetes servers; fail the session, never skip."""
+    script = REPO / "deploy" / "kubernetes" / "build-kubernetes.sh"
     try:
         result = subprocess.run([str(script)], capture_output=True, text=True, timeout=BUILD_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -61,9 +67,10 @@ def build_binaries() -> None:
 
 @pytest.fixture(scope="session")
 def kube():
-    """Build if needed, start a kubebox from nothing, give alice and bob their namespaces; stop it afterwards."""
+    """Build if needed, start a kubebox from nothing (it gives alice and bob their namespaces and volumes); stop
+    it afterwards."""
     build_binaries()
-    box = kubebox.KubeBox(KUBE_STATE, api_port=KUBE_API_PORT)
+    box = kubebox.KubeBox(KUBE_STATE, api_port=KUBE_API_PORT, name=KUBE_NAME, network=KUBE_NETWORK)
     if KUBE_STATE.exists():
         kubebox.down(box)  # a box left by an interrupted session
     shutil.rmtree(KUBE_STATE, ignore_errors=True)
@@ -76,7 +83,5 @@ def kube():
         pytest.fail(f"the kubebox did not start: {err}\n" + "\n".join(lines), pytrace=False)
     print(f"\nkubebox up in {time.monotonic() - started:.1f} s at {cluster.api_url}")
     clients = {name: kubebox.from_kubeconfig(path) for name, path in cluster.kubeconfigs.items()}
-    for user in kubebox.DEMO_USERS:
-        kubebox.ensure_user_namespace(clients["hub"], user)  # as the hub does before a user's first job
     yield Kube(box, cluster, clients["admin"], clients["hub"], clients["alice"], clients["bob"], cluster.kubeconfigs)
     kubebox.down(box)

@@ -193,7 +193,7 @@ def test_ensure_user_namespace_is_idempotent_and_checks_names(kube):
             kubebox.ensure_user_namespace(kube.hub, bad)
 
 
-# --- Pods: admitted with their ServiceAccount, and Pending for want of nodes -----------------------------
+# --- Pods: admitted with their ServiceAccount, scheduled onto a node -------------------------------------
 
 
 def pod(name: str) -> dict:
@@ -215,18 +215,25 @@ def create_when_admitted(api, namespace: str, body: dict, timeout: float = 30) -
         time.sleep(0.5)
 
 
-def test_pod_in_user_namespace_gets_default_service_account_and_stays_pending(kube):
+def test_pod_in_user_namespace_gets_default_service_account_and_a_node(kube):
     created = create_when_admitted(kube.admin, ALICE_NS, pod("pending"))
     try:
         assert created["spec"]["serviceAccountName"] == "default"
         volumes = [v for v in created["spec"]["volumes"] if v.get("secret", {}).get("secretName", "")
                    .startswith("default-token-")]
         assert volumes, f"no ServiceAccount token volume in {created['spec']['volumes']}"
-        time.sleep(2)
-        # This box has no nodes (and no scheduler): nothing can ever run the pod, so it stays Pending.
-        current = kube.read("v1", "Pod", "pending", ALICE_NS)
+        # The scheduler binds it to a node of the GPU; its image exists nowhere, so the kubelet says so.
+        deadline = time.monotonic() + 30
+        while True:
+            current = kube.read("v1", "Pod", "pending", ALICE_NS)
+            waiting = [s["state"].get("waiting", {}).get("reason")
+                       for s in current["status"].get("containerStatuses") or []]
+            if waiting and waiting[0] in ("ErrImagePull", "ImagePullBackOff"):
+                break
+            assert time.monotonic() < deadline, current["status"]
+            time.sleep(0.5)
+        assert current["spec"]["nodeName"].startswith(kube.box.name)
         assert current["status"]["phase"] == "Pending"
-        assert not current["spec"].get("nodeName")
     finally:
         resource(kube.admin, "v1", "Pod").delete(name="pending", namespace=ALICE_NS)
 
@@ -235,7 +242,7 @@ def test_hub_creates_a_pod_in_its_namespace(kube):
     created = create_when_admitted(kube.hub, kubebox.HUB_NAMESPACE, pod("jupyter-alice"))
     try:
         assert created["metadata"]["namespace"] == kubebox.HUB_NAMESPACE
-        assert created["status"]["phase"] == "Pending"  # no nodes here
+        assert created["status"]["phase"] == "Pending"  # as created, before any node runs it
         pods = resource(kube.hub, "v1", "Pod").get(namespace="dsportal").to_dict()["items"]
         names = [p["metadata"]["name"] for p in pods]
         assert "jupyter-alice" in names

@@ -1,6 +1,7 @@
-"""Switching `scheduler` to kubernetes: a second hub (the test box's LDAP, the test session's real
-kube-apiserver) spawns through PortalKubeSpawner. No nodes run here, so the pod stays Pending and the spawn
-times out; the test reads what the hub asked the API server for: the pod, its claim, the user's namespace."""
+"""Switching `scheduler` to kubernetes: a second hub (the test box's LDAP, the test session's Kubernetes box)
+spawns through PortalKubeSpawner. alice's JupyterLab runs in a pod on one of the box's nodes, with her home and
+the data set mounted and the template notebooks copied in, and the hub's proxy reaches it at /user/alice/; a
+server that no node can hold fails within seconds, saying why; the REST API is held to the GPU profiles."""
 
 from __future__ import annotations
 
@@ -23,9 +24,8 @@ pytestmark = pytest.mark.integration
 HUB_STATE = Path(os.environ.get("DSPORTAL_TEST_K8S_HUB_STATE", "/var/tmp/dsportal-test-k8s-hub"))
 HUB_PORT = 18200 + PORT_OFFSET
 ALICE_NS = "dsportal-u-alice"
-# Short, on purpose: this box runs no node, so every spawn's pod stays Pending and the spawn ends at this timeout.
-# The hub makes the pod within its spawn, so that is the wait for the pod too.
-START_TIMEOUT_S = 20
+START_TIMEOUT_S = 120  # a pod starts in seconds here (its image is on every node); JupyterLab takes longer
+FAILS_WITHIN_S = 15  # a pod that cannot start fails the spawn within this (KubeSpawner alone: START_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,9 @@ def k8s_hub(cluster, kube):
         "ldap_port": cluster.ldap_port, "ldaps_port": cluster.ldaps_port, "ldap_ca_file": cluster.ca_file,
         "scheduler": "kubernetes", "k8s_kubeconfig": kube.kubeconfigs["hub"], "start_timeout": START_TIMEOUT_S,
         "slurm_conf": TEST_STATE / "slurm" / "slurm.conf",
+        # the pods reach the hub's API on the Kubernetes box's bridge; the box's nodes have 4 fake t4 GPUs each
+        "hub_api_ip": kube.box.api_address, "k8s_node_gpus": kube.box.gpus_per_node, "k8s_node_cpus": 2,
+        "k8s_node_memory_gb": 8,
     }
     config = HUB_STATE / "portal.yaml"
     config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
@@ -77,19 +80,25 @@ def pod_or_none(kube) -> dict | None:
         raise
 
 
-def test_alices_spawn_is_a_pod_with_two_v100s_her_volumes_and_her_namespace(k8s_hub, kube):
+def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(k8s_hub, kube):
     alice = k8s_hub.login("alice")
-    form = k8s_hub.spawn_form(alice, partition="v100", gpus="2", cpus="2", memory_gb="4", runtime="01:00:00")
+    form = k8s_hub.spawn_form(alice, partition="t4", gpus="1", cpus="1", memory_gb="2", runtime="01:00:00")
     assert form.status_code in (200, 302), form.text[-2000:]
     try:
-        pod = wait_for(lambda: pod_or_none(kube), START_TIMEOUT_S, interval=0.5, what="the hub to create alice's pod")
+        events = k8s_hub.client(alice).progress_events("alice", START_TIMEOUT_S + 15)
+        assert events[-1].get("ready"), events
+        messages = [event.get("message", "") for event in events]
+        assert any(m.startswith(f"Placed on node {kube.box.name}-node") for m in messages), messages
+        assert "Container started: JupyterLab is starting" in messages, messages
+        pod = kube.read("v1", "Pod", "jupyter-alice", ALICE_NS)
+        assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"].startswith(kube.box.name)
         spec = pod["spec"]
         (container,) = [c for c in spec["containers"] if c["name"] == "notebook"]
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
-        assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
-        assert spec["nodeSelector"] == {"nvidia": "v100"}
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
+        assert spec["nodeSelector"] == {"nvidia": "t4"}
         assert spec["activeDeadlineSeconds"] == 3600
-        assert pod["metadata"]["labels"]["dsportal/gpus"] == "2"
+        assert pod["metadata"]["labels"]["dsportal/gpus"] == "1"
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes["home"]["persistentVolumeClaim"]["claimName"] == "home-alice"
         assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "chestxray14", "readOnly": True}
@@ -97,23 +106,60 @@ def test_alices_spawn_is_a_pod_with_two_v100s_her_volumes_and_her_namespace(k8s_
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["DSPORTAL_GROUPS"] == "datascientists,gpu-users"
         assert env["DSPORTAL_SCHEDULER"] == "kubernetes"
-        assert pod["status"]["phase"] == "Pending"  # no nodes here
         rendered = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
                     "metadata": {k: pod["metadata"][k] for k in ("name", "namespace", "labels", "annotations")
                                  if k in pod["metadata"]}}
         for version in KUBERNETES_VERSIONS:  # what KubeSpawner rendered, checked offline as well
             kubernetes_validate.validate(rendered, version, strict=True)
         claim = kube.read("v1", "PersistentVolumeClaim", "home-alice", ALICE_NS)
-        assert claim["metadata"]["name"] == "home-alice"
+        assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == "dsportal-home-alice"
         quota = kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS)
         assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+        assert quota["status"]["used"] == {"requests.nvidia.com/gpu": "1"}  # counted by the quota controller
         binding = kube.read("rbac.authorization.k8s.io/v1", "RoleBinding", "dsportal-user", ALICE_NS)
         assert {"dsportal:alice", "default"} <= {s["name"] for s in binding["subjects"]}
+        # JupyterLab, through the hub's proxy to the pod's address; its API lists the copied templates.
+        lab = alice.get(f"{k8s_hub.url}/user/alice/lab", timeout=30)
+        assert lab.status_code == 200 and "JupyterLab" in lab.text
+        listing = wait_for(lambda: _templates(alice, k8s_hub.url), 30, what="the template notebooks in her home")
+        assert "02-train-chexnet-horovod.ipynb" in listing
+        home = kube.box.path("volumes", "home", "alice", "notebooks")
+        assert sorted(p.name for p in home.glob("*.ipynb")) == sorted(listing)  # on her volume, on this machine
+        data = alice.get(f"{k8s_hub.url}/user/alice/api/contents/", timeout=30)
+        assert data.status_code == 200
     finally:
         admin = k8s_hub.login("admin")
         k8s_hub.api(admin, "DELETE", "users/alice/server")
-        wait_for(lambda: pod_or_none(kube) is None or pod_or_none(kube)["metadata"].get("deletionTimestamp"),
-                 60, what="alice's pod to be deleted")
+        wait_for(lambda: pod_or_none(kube) is None, 60, what="alice's pod to be deleted")
+
+
+def _templates(session: requests.Session, url: str) -> list[str] | None:
+    answer = session.get(f"{url}/user/alice/api/contents/notebooks", timeout=30)
+    if answer.status_code != 200:
+        return None
+    return [item["name"] for item in answer.json()["content"] if item["name"].endswith(".ipynb")] or None
+
+
+def test_a_server_no_node_can_hold_fails_in_seconds_saying_why(k8s_hub, kube):
+    """The box has no v100 nodes: the scheduler can place the pod nowhere. The spawn fails at once with that in
+    words (KubeSpawner alone would wait out start_timeout), and the pod is deleted."""
+    alice = k8s_hub.login("alice")
+    wait_for(lambda: k8s_hub.server(alice, "alice") is None, 60, what="alice's server to be gone")
+    began = time.monotonic()
+    answer = k8s_hub.api(alice, "POST", "users/alice/server",
+                         json={"partition": "v100", "gpus": 1, "cpus": 1, "memory_gb": 2, "runtime": "01:00:00"})
+    if answer.status_code == 503:  # failed before the hub answered (JupyterHub waits up to 10 s)
+        message = answer.json()["message"]
+    else:  # failed later: the progress stream says so, as the spawn-pending page shows it
+        assert answer.status_code == 202, answer.text
+        events = k8s_hub.client(alice).progress_events("alice", START_TIMEOUT_S)
+        assert events[-1].get("failed"), events
+        message = events[-1]["message"]
+    took = time.monotonic() - began
+    assert took < FAILS_WITHIN_S, (took, message)
+    assert "Your server cannot start: none of the 2 nodes can run it now: 2 not of the GPU type asked for" in \
+        message, message
+    wait_for(lambda: pod_or_none(kube) is None, 60, what="the pod that could not start to be deleted")
 
 
 def test_the_rest_api_cannot_ask_for_a_count_that_is_not_a_profile(k8s_hub, kube):

@@ -6,6 +6,12 @@ Identities (static tokens, made once, in auth/tokens.csv; and one ServiceAccount
     hub                      ServiceAccount dsportal/dsportal-hub         kubeconfig/hub.kubeconfig
     alice, bob               user dsportal:<name>, group dsportal-users   kubeconfig/<name>.kubeconfig
     (controller-manager)     user system:kube-controller-manager          auth/controller-manager.kubeconfig
+    (scheduler)              user system:kube-scheduler                   auth/scheduler.kubeconfig
+    (each node's kubelet)    user system:node:<node>, group system:nodes  auth/<node>.kubeconfig
+
+The Node authorizer and NodeRestriction keep each kubelet to its own Node and the pods bound to it. The API server
+reaches the kubelets with a client certificate (tls/kubelet-client.pem, group system:masters), which the kubelets
+check against the box's CA; each kubelet serves with a certificate it makes itself.
 """
 
 from __future__ import annotations
@@ -18,28 +24,47 @@ import yaml
 from selfsigned import ensure_ca_and_server_cert, ensure_signing_key
 from supervise import write_if_changed
 
-from kubeparts.layout import ADMIN_USER, CONTROLLER_MANAGER_USER, DEMO_USERS, USERS_GROUP, KubeBox, user_principal
+from kubeparts.layout import (
+    ADMIN_USER,
+    CONTROLLER_MANAGER_USER,
+    DEMO_USERS,
+    SCHEDULER_USER,
+    USERS_GROUP,
+    KubeBox,
+    user_principal,
+)
 
 PRIVATE = 0o600  # keys, tokens and kubeconfigs: root only
 
 
 def ensure_tls(box: KubeBox) -> None:
-    """A CA, the API server's certificate and the ServiceAccount signing key, each made once."""
+    """A CA, the API server's certificate, its client certificate for the kubelets and the ServiceAccount signing
+    key, each made once (the server's again when its addresses change)."""
     tls = box.path("tls")
     tls.mkdir(parents=True, exist_ok=True)
-    # The names a client in or out of the (absent) cluster would use, and the Service IP of `kubernetes`.
+    # The names a client in or out of the cluster would use: the bridge address and the Service IP of `kubernetes`.
     names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
              "kubernetes.default.svc.cluster.local"]
+    alt_names = [f"IP:{box.api_address}", f"IP:{box.api_service_ip}", "IP:127.0.0.1",
+                 *(f"DNS:{name}" for name in names)]
+    made_for = tls / "apiserver.names"
+    if made_for.exists() and made_for.read_text() != ",".join(alt_names):
+        (tls / "apiserver.pem").unlink(missing_ok=True)
     ensure_ca_and_server_cert(tls, "apiserver", ca_cn="dsportal kubebox CA", server_cn="kube-apiserver",
-                              alt_names=["IP:127.0.0.1", "IP:10.0.0.1", *(f"DNS:{name}" for name in names)],
-                              what="API server")
+                              alt_names=alt_names, what="API server")
+    made_for.write_text(",".join(alt_names))
+    ensure_ca_and_server_cert(tls, "kubelet-client", ca_cn="dsportal kubebox CA",
+                              server_cn="kube-apiserver-kubelet-client", alt_names=[], what="kubelet client",
+                              organization="system:masters", usage="clientAuth")
     ensure_signing_key(tls, "sa", "ServiceAccount signing")
 
 
-def static_identities() -> dict[str, tuple[str, list[str]]]:
+def static_identities(box: KubeBox) -> dict[str, tuple[str, list[str]]]:
     """identity -> (Kubernetes user name, groups) for every static token."""
-    ids = {"admin": (ADMIN_USER, ["system:masters"]), "controller-manager": (CONTROLLER_MANAGER_USER, [])}
+    ids = {"admin": (ADMIN_USER, ["system:masters"]), "controller-manager": (CONTROLLER_MANAGER_USER, []),
+           "scheduler": (SCHEDULER_USER, [])}
     ids.update({name: (user_principal(name), [USERS_GROUP]) for name in DEMO_USERS})
+    ids.update({node.name: (f"system:node:{node.name}", ["system:nodes"]) for node in box.node_network.nodes})
     return ids
 
 
@@ -51,7 +76,7 @@ def ensure_tokens(box: KubeBox) -> dict[str, str]:
     """identity -> bearer token; made once, kept in auth/tokens.json, rendered for --token-auth-file."""
     store = box.path("auth", "tokens.json")
     tokens: dict[str, str] = json.loads(store.read_text()) if store.exists() else {}
-    identities = static_identities()
+    identities = static_identities(box)
     if any(identity not in tokens for identity in identities):
         tokens.update({i: secrets.token_urlsafe(32) for i in identities if i not in tokens})
         write_if_changed(store, json.dumps(tokens, indent=1) + "\n", PRIVATE)

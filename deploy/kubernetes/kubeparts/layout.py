@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from netns import Network, Node
 from supervise import Place
 
 from portal.config import PortalConfig
@@ -15,13 +17,21 @@ from portal.jobs import k8s_manifests
 HERE = Path(__file__).resolve().parents[1]  # deploy/kubernetes
 CRD_FILE = HERE / "mpijob-crd.yaml"
 RBAC_FILE = HERE / "rbac.yaml"
-BUILD_SCRIPT = HERE / "build-apiserver.sh"
+BUILD_SCRIPT = HERE / "build-kubernetes.sh"
 KUBE_BIN = Path(os.environ.get("DSPORTAL_KUBE_BIN", "/opt/dsportal/kubernetes/bin"))
 ETCD = os.environ.get("DSPORTAL_ETCD", "/usr/bin/etcd")
 
-LOCALHOST = "127.0.0.1"  # every process of the box listens here only
+LOCALHOST = "127.0.0.1"  # etcd listens here only; the API server on the box's bridge, where the nodes reach it
 DEFAULT_STATE = Path("/var/lib/dsportal/kube")
+DEFAULT_CACHE = Path("/var/cache/dsportal/kubebox")  # the nodes' image stores, kept when a state dir is removed
 DEFAULT_API_PORT = 16443  # etcd takes the next two ports unless told otherwise
+# Every address of a Kubernetes box lies in here: apart from the Slurm boxes' 198.18.0.0/24, and never 10/8,
+# 172.16/12 or 192.168/16. A box takes one /20 of it (DEFAULT_NETWORK; the tests' box another).
+KUBE_NETWORKS = ipaddress.ip_network("198.19.0.0/16")
+DEFAULT_NETWORK = "198.19.0.0/20"
+NODE_SUBNET_PREFIX = 26  # the bridge's: the host is .1, node i is .(10 + i)
+NODE_POD_PREFIX = 24  # each node's pod range, cut from the box's cluster range by the controller-manager
+MAX_NODES = 8
 
 # The portal's default settings name the users, groups and namespaces that rbac.yaml is written for.
 PORTAL = PortalConfig()
@@ -31,6 +41,7 @@ USERS_GROUP = PORTAL.k8s_users_group  # the only group the hub may impersonate
 DEMO_USERS = ("alice", "bob")
 ADMIN_USER = "kube-admin"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"  # bound to its role by the API server's bootstrap
+SCHEDULER_USER = "system:kube-scheduler"  # the same
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -43,23 +54,73 @@ class KubeBox(Place):
     api_port: int = DEFAULT_API_PORT
     etcd_port: int = 0  # 0: api_port + 1
     etcd_peer_port: int = 0  # 0: etcd_port + 1
+    name: str = "kube"  # names the bridge (br-NAME), the nodes (NAME-node1 ...) and their cgroups
+    network: str = DEFAULT_NETWORK  # a /20 inside 198.19.0.0/16: nodes, Services and pods
+    nodes: int = 2
+    gpus_per_node: int = 4  # fake GPUs: the extended resource nvidia.com/gpu on each node
+    gpu_type: str = PORTAL.k8s_gpu_types[0]  # the value of the node label k8s_gpu_node_label
+    cache_dir: Path = DEFAULT_CACHE
+    # What the nodes get from podman (kubeparts/images.py); empty: the busybox image and PORTAL.k8s_image.
+    images: tuple[str, ...] = ()
 
     script = "kubebox.py"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir))
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir))
         if not self.etcd_port:
             object.__setattr__(self, "etcd_port", self.api_port + 1)
         if not self.etcd_peer_port:
             object.__setattr__(self, "etcd_peer_port", self.etcd_port + 1)
+        try:
+            net = ipaddress.ip_network(self.network)
+        except ValueError:
+            net = None
+        if net is None or net.prefixlen != 20 or not net.subnet_of(KUBE_NETWORKS):
+            raise ValueError(f"network is {self.network!r}; allowed: a /20 inside {KUBE_NETWORKS}, such as "
+                             f"{DEFAULT_NETWORK}")
+        if not (re.fullmatch(r"[a-z][a-z0-9]{0,8}", self.name)):
+            raise ValueError(f"name is {self.name!r}; allowed: 1-9 lower-case letters and digits, first a letter")
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise ValueError(f"nodes is {self.nodes}; allowed: 1-{MAX_NODES}")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node is {self.gpus_per_node}; allowed: 0 or more")
 
     @property
     def root(self) -> Path:
         return self.state_dir
 
+    # --- the network: one bridge for the nodes; Service and pod ranges cut from the same /20 ----------------
+
+    @property
+    def node_network(self) -> Network:
+        subnet = next(ipaddress.ip_network(self.network).subnets(new_prefix=NODE_SUBNET_PREFIX))
+        return Network(bridge=f"br-{self.name}", gateway=str(subnet[1]), prefix_length=NODE_SUBNET_PREFIX,
+                       nodes=tuple(Node(f"{self.name}-node{i}", str(subnet[10 + i]), f"ve-{self.name}-{i}")
+                                   for i in range(1, self.nodes + 1)))
+
+    @property
+    def api_address(self) -> str:
+        """The API server's address: the host's on the bridge (loopback cannot be reached from a node)."""
+        return self.node_network.gateway
+
+    @property
+    def service_cidr(self) -> str:
+        return str(list(ipaddress.ip_network(self.network).subnets(new_prefix=24))[1])
+
+    @property
+    def api_service_ip(self) -> str:
+        """The ClusterIP of the `kubernetes` Service (the first of the Service range)."""
+        return str(ipaddress.ip_network(self.service_cidr)[1])
+
+    @property
+    def cluster_cidr(self) -> str:
+        """The pods' range (the /20's upper half), a /24 per node."""
+        return str(list(ipaddress.ip_network(self.network).subnets(new_prefix=21))[1])
+
     @property
     def api_url(self) -> str:
-        return f"https://{LOCALHOST}:{self.api_port}"
+        return f"https://{self.api_address}:{self.api_port}"
 
     @property
     def etcd_url(self) -> str:
@@ -74,6 +135,14 @@ class KubeBox(Place):
 
     def kubeconfig(self, identity: str) -> Path:
         return self.path("kubeconfig", f"{identity}.kubeconfig")
+
+    def node_dir(self, node: str) -> Path:
+        """A node's own files: its containerd's config and socket, its kubelet's config, its private dirs."""
+        return self.path("nodes", node)
+
+    def image_store(self, node: str) -> Path:
+        """A node's containerd root (its images): in the cache dir, so that a new state dir keeps the images."""
+        return self.cache_dir / self.name / node
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and kube-controller-manager v1.20.2 from Debian bookworm's `kubernetes` source package,
-# for the Kubernetes path of the cluster in a box (deploy/kubernetes/kubebox.py) and its tests.
+# Build the Kubernetes v1.20.2 servers from Debian bookworm's `kubernetes` source package, for the Kubernetes box
+# (deploy/kubernetes/kubebox.py) and its tests: kube-apiserver, kube-controller-manager, kube-scheduler, the kubelet
+# and kube-proxy; and install what runs the nodes' pods (containerd, runc, the CNI plugins, a static busybox).
 #
-#   sudo deploy/kubernetes/build-apiserver.sh        # or: make kube-build
+#   sudo deploy/kubernetes/build-kubernetes.sh        # or: make kube-build
 #
 # Nothing on the package registries ships a kube-apiserver (no kind, k3s or envtest binaries), so we build the
-# one Debian carries, with Debian's Go 1.19. About 6.5 minutes on 2 cores; the build tree is 2.4 GB and is
+# one Debian carries, with Debian's Go 1.19. About 9.5 minutes on 2 cores from an empty Go cache; the build tree is 2.4 GB and is
 # deleted after installing unless KEEP_BUILD=1.
 #
 # Idempotent and cached per machine: when the stamp file and both binaries exist it exits at once.
@@ -29,19 +30,20 @@ BUILD_ROOT=${BUILD_ROOT:-/var/cache/dsportal/kubernetes-build}
 GO_CACHE=${GO_CACHE:-/var/cache/dsportal/go-build-cache}
 GO_ROOT=/usr/lib/go-1.19
 REFLECT2_SRC=/usr/share/gocode/src/github.com/modern-go/reflect2
-COMMANDS=(kube-apiserver kube-controller-manager)
-PACKAGES=(etcd-server golang-1.19-go rsync dpkg-dev golang-github-modern-go-reflect2-dev)
+COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+PACKAGES=(etcd-server golang-1.19-go rsync dpkg-dev golang-github-modern-go-reflect2-dev
+          containerd runc containernetworking-plugins busybox-static iptables gcc libc6-dev)
 SRC_LIST=/etc/apt/sources.list.d/dsportal-deb-src.sources
 
-say() { echo "build-apiserver: $*"; }
-die() { echo "build-apiserver: error: $*" >&2; exit 1; }
+say() { echo "build-kubernetes: $*"; }
+die() { echo "build-kubernetes: error: $*" >&2; exit 1; }
 
 binaries_built() {
     [[ -f $STAMP ]] || return 1
     for cmd in "${COMMANDS[@]}"; do [[ -x $BIN_DIR/$cmd ]] || return 1; done
 }
 
-if binaries_built && [[ -x /usr/bin/etcd ]]; then
+if binaries_built && [[ -x /usr/bin/etcd && -x /usr/bin/containerd && -x /bin/busybox ]]; then
     say "cached: $(cat "$STAMP") (delete $STAMP to rebuild)"
     exit 0
 fi
@@ -67,7 +69,7 @@ if [[ ! -f $SRC_LIST ]]; then
     mirror=$(debian_mirror)
     say "adding deb-src for bookworm main from $mirror ($SRC_LIST)"
     cat >"$SRC_LIST" <<EOF
-# Written by dsportal deploy/kubernetes/build-apiserver.sh: \`apt-get source kubernetes\` needs it.
+# Written by dsportal deploy/kubernetes/build-kubernetes.sh: \`apt-get source kubernetes\` needs it.
 Types: deb-src
 URIs: $mirror
 Suites: bookworm
@@ -135,7 +137,7 @@ mkdir -p "$GOPATH/src/k8s.io"
 export KUBE_GIT_VERSION_FILE=$BUILD_ROOT/version.env
 cd "$src"
 what=$(printf 'cmd/%s ' "${COMMANDS[@]}")
-say "building ${COMMANDS[*]} with $(go version | cut -d' ' -f3) (about 6 minutes on 2 cores; log: $BUILD_ROOT/build.log)"
+say "building ${COMMANDS[*]} with $(go version | cut -d' ' -f3) (about 9 minutes on 2 cores from an empty Go cache; log: $BUILD_ROOT/build.log)"
 if ! make WHAT="${what% }" >"$BUILD_ROOT/build.log" 2>&1; then
     tail -n 30 "$BUILD_ROOT/build.log" >&2
     die "building ${COMMANDS[*]} failed; read $BUILD_ROOT/build.log"

@@ -1,0 +1,343 @@
+"""The nodes of the Kubernetes box: each a host of its own (deploy/netns.py: a network namespace on the box's
+bridge, as the Slurm box's nodes are) with its own containerd and kubelet (node.sh runs both in the node's mount
+namespace), a CNI bridge for its pods, its pods' cgroups under /<node>, and fake GPUs.
+
+The fake GPUs are the one thing that cannot exist here: each node advertises `nvidia.com/gpu` as an extended
+resource in its status (the documented way without a device plugin), with the GPU type as the node label
+`k8s_gpu_node_label`. The scheduler, the quota and the kubelet's admission then treat them as real; no container
+gets a device.
+
+Routing: the host routes each node's pod range to the node's address, and each node the other nodes' ranges, so
+pods, nodes and the hub reach each other; no node has a default route, so nothing leaves the machine.
+
+Machine-wide (shared by every box on the machine, undone when the last one goes): the mount points node.sh binds
+over, when they were missing, and the sysctls the kubelet changes (vm.overcommit_memory, kernel.panic,
+kernel.panic_on_oops), recorded under /run/dsportal-kubebox before the first kubelet starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import netns
+import yaml
+from kubernetes import client as k8s
+from netns import CGROUP_ROOT, NETNS_DIR, Node
+from supervise import BoxError, Service, write_if_changed
+
+from kubeparts.api import api_client
+from kubeparts.identities import read_tokens
+from kubeparts.images import PAUSE_IMAGE
+from kubeparts.layout import HERE, KUBE_BIN, PORTAL, KubeBox
+
+NODE_SCRIPT = HERE / "node.sh"
+CONTAINERD = "/usr/bin/containerd"
+CNI_BIN = "/usr/lib/cni"
+# Paths the kubelet and containerd hard-code, bound per node by node.sh (made on the host when missing).
+PRIVATE_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/containerd")
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+MACHINE = Path("/run/dsportal-kubebox")  # which boxes run nodes, and what the first one found
+GPU_RESOURCE = "nvidia.com/gpu"
+NETWORK_CHANGES = threading.Lock()  # kubebox starts the nodes side by side
+SOCKET_PATH_MAX = 104  # containerd's limit on a unix socket's path
+NODE_READY_S = 90
+GPUS_SHOWN_S = 60  # the kubelet's next status update carries the patched capacity into allocatable (~10 s)
+
+
+def record_file(box: KubeBox) -> Path:
+    return box.path("run", "network.json")
+
+
+def hosts_marker(box: KubeBox) -> str:
+    return f"# dsportal kubebox {box.state_dir}"
+
+
+def socket(box: KubeBox, node: Node) -> Path:
+    return box.node_dir(node.name) / "containerd.sock"
+
+
+def node_cgroups(node: Node) -> list[Path]:
+    """The node's cgroup (its --cgroup-root) in every v1 hierarchy: its pods' processes are all below it."""
+    return sorted(path for path in CGROUP_ROOT.glob(f"*/{node.name}") if path.is_dir())
+
+
+# --- configuration -------------------------------------------------------------------------------------
+
+
+def containerd_config(box: KubeBox, node: Node) -> str:
+    """containerd's config: everything of its own under the node's dir and its image store, and the CRI settings
+    this machine needs (restrict_oom_score_adj: no CAP_SYS_RESOURCE here, so runc cannot lower a sandbox's
+    oom_score_adj, and every pod would fail with `can't get final child's PID from pipe: EOF`)."""
+    own = box.node_dir(node.name)
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return f'''# Written by deploy/kubernetes/kubeparts/nodes.py for {node.name}.
+version = 2
+root = "{box.image_store(node.name)}"
+state = "{own / 'containerd-state'}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{socket(box, node)}"
+
+[ttrpc]
+  address = "{own / 'containerd.sock.ttrpc'}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{own / 'containerd-opt'}"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  netns_mounts_under_state_dir = true
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[{cri}.cni]
+  bin_dir = "{CNI_BIN}"
+  conf_dir = "{own / 'cni'}"
+  conf_template = "{own / 'cni-template.json'}"
+
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.runc.options]
+  Root = "{own / 'runc'}"
+  SystemdCgroup = false
+'''
+
+
+def cni_template(box: KubeBox, node: Node) -> str:
+    """The pods' network: a bridge in the node's namespace with the node's pod range (containerd fills in
+    {{.PodCIDR}} once the controller-manager gave the node one); addresses kept under the node's dir."""
+    return json.dumps({
+        "cniVersion": "0.4.0", "name": f"{node.name}-pods",
+        "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
+                     "ipam": {"type": "host-local", "dataDir": str(box.node_dir(node.name) / "ipam"),
+                              "ranges": [[{"subnet": "{{.PodCIDR}}"}]], "routes": [{"dst": "0.0.0.0/0"}]}}],
+    }, indent=2) + "\n"
+
+
+def kubelet_config(box: KubeBox, node: Node) -> str:
+    own = box.node_dir(node.name)
+    return yaml.safe_dump({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "address": node.address, "port": 10250, "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1", "healthzPort": 10248,  # the node's own loopback
+        # Only the API server (its client certificate, signed by the box's CA) may call the kubelet.
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(box.ca_file)}},
+        "authorization": {"mode": "Webhook"},
+        "cgroupDriver": "cgroupfs", "cgroupRoot": f"/{node.name}", "cgroupsPerQOS": True,
+        "failSwapOn": False, "makeIPTablesUtilChains": False, "hairpinMode": "hairpin-veth",
+        "resolvConf": "/etc/resolv.conf", "maxPods": 40, "serializeImagePulls": False,
+        # The images come from podman once per machine (images.py): never collect them, evict only when full.
+        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                         "nodefs.inodesFree": "1%"},
+        "volumePluginDir": str(own / "volume-plugins"),
+        "containerLogMaxSize": "10Mi",
+    }, sort_keys=False)
+
+
+def node_command(box: KubeBox, node: Node) -> list[str]:
+    """nsenter, unshare and node.sh all exec: the recorded PID becomes the kubelet's. Not `ip netns exec`: it
+    mounts a fresh sysfs over /sys, which hides the cgroup hierarchies from the kubelet."""
+    own = box.node_dir(node.name)
+    labels = f"{PORTAL.k8s_gpu_node_label}={box.gpu_type}"
+    return ["nsenter", f"--net={NETNS_DIR / node.name}", "unshare", "--mount", "--propagation", "slave", "--uts",
+            "/bin/sh", str(NODE_SCRIPT), node.name, str(own), str(own / "containerd.toml"), str(socket(box, node)),
+            "--", str(KUBE_BIN / "kubelet"), f"--config={own / 'kubelet.yaml'}",
+            f"--kubeconfig={box.path('auth', f'{node.name}.kubeconfig')}", "--container-runtime=remote",
+            f"--container-runtime-endpoint=unix://{socket(box, node)}", f"--hostname-override={node.name}",
+            f"--node-ip={node.address}", f"--node-labels={labels}", f"--pod-infra-container-image={PAUSE_IMAGE}",
+            "--v=1"]
+
+
+# --- a node's life -------------------------------------------------------------------------------------
+
+
+def prepare(box: KubeBox, node: Node) -> None:
+    for program in (KUBE_BIN / "kubelet", Path(CONTAINERD), Path(CNI_BIN) / "bridge"):
+        if not os.access(program, os.X_OK):
+            raise BoxError(f"{node.name}: {program} is missing; `make kube-build` installs it")
+    longest = box.node_dir(node.name) / "containerd.sock.ttrpc"
+    if len(str(longest)) > SOCKET_PATH_MAX:
+        raise BoxError(f"{node.name}: the state dir {box.state_dir} is too long for containerd's sockets "
+                       f"({longest} is over {SOCKET_PATH_MAX} characters): choose a shorter one")
+    with NETWORK_CHANGES:  # its record and /etc/hosts are read, changed and written
+        netns.ensure_node_network(box.node_network, node, record_file(box), hosts_marker(box))
+        claim_machine(box)
+    own = box.node_dir(node.name)
+    for path in (own / "cni", box.image_store(node.name)):
+        path.mkdir(parents=True, exist_ok=True)
+    write_if_changed(own / "containerd.toml", containerd_config(box, node))
+    write_if_changed(own / "cni-template.json", cni_template(box, node))
+    write_if_changed(own / "kubelet.yaml", kubelet_config(box, node))
+    for hierarchy in CGROUP_ROOT.iterdir():
+        if hierarchy.name != "unified" and (hierarchy / "cgroup.procs").exists():
+            _make_cgroup(hierarchy / node.name)
+
+
+def _make_cgroup(path: Path) -> None:
+    """The kubelet wants its --cgroup-root in every hierarchy; a v1 cpuset starts with no CPUs or memory nodes,
+    so it gets its parent's."""
+    path.mkdir(exist_ok=True)
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        if (path / name).exists() and not (path / name).read_text().strip():
+            (path / name).write_text((path.parent / name).read_text())
+
+
+def admin_api(box: KubeBox) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(api_client(box, read_tokens(box)["admin"]))
+
+
+def ready(box: KubeBox, node: Node) -> str | None:
+    try:
+        found = admin_api(box).read_node(node.name)
+    except k8s.ApiException as err:
+        return f"Node {node.name}: {err.status} {err.reason}" if err.status != 404 else \
+            f"Node {node.name} not registered yet"
+    except Exception as err:  # noqa: BLE001  (the API server restarting: connection errors of any kind)
+        return f"Node {node.name}: {err}"
+    conditions = {c.type: c for c in found.status.conditions or []}
+    if "Ready" in conditions and conditions["Ready"].status == "True":
+        return None
+    return f"Node {node.name} not Ready ({conditions['Ready'].message if 'Ready' in conditions else 'no status'})"
+
+
+def advertise_gpus(box: KubeBox, node: Node) -> str:
+    """The fake GPUs as capacity in the Node's status (once; it survives kubelet restarts), and as allocatable
+    until the kubelet's next status says the same; then wait until it did."""
+    api = admin_api(box)
+    want = str(box.gpus_per_node)
+    if (api.read_node(node.name).status.capacity or {}).get(GPU_RESOURCE) != want:
+        api.patch_node_status(node.name, [{"op": "add", "path": f"/status/{field}/nvidia.com~1gpu", "value": want}
+                                          for field in ("capacity", "allocatable")])
+    deadline = time.monotonic() + GPUS_SHOWN_S
+    while (api.read_node(node.name).status.allocatable or {}).get(GPU_RESOURCE) != want:
+        if time.monotonic() > deadline:
+            raise BoxError(f"{node.name}: {GPU_RESOURCE} not allocatable {GPUS_SHOWN_S} s after patching its "
+                           f"capacity; read {box.log_file(node.name)}")
+        time.sleep(1)
+    return f"{node.name}: {want} fake GPUs ({GPU_RESOURCE}, {PORTAL.k8s_gpu_node_label}={box.gpu_type})"
+
+
+def ensure_routes(box: KubeBox) -> list[str]:
+    """Each node's pod range, routed from the host and from every other node to the node's address."""
+    api = admin_api(box)
+    ranges = {node.name: api.read_node(node.name).spec.pod_cidr for node in box.node_network.nodes}
+    lines = []
+    for node in box.node_network.nodes:
+        cidr = ranges[node.name]
+        if not cidr:
+            raise BoxError(f"{node.name} has no pod range: read {box.log_file('kube-controller-manager')}")
+        netns.ip("route", "replace", cidr, "via", node.address, "dev", box.node_network.bridge)
+        for other in box.node_network.nodes:
+            if other != node:
+                netns.ip("-n", other.name, "route", "replace", cidr, "via", node.address, "dev", "eth0")
+        lines.append(f"{node.name}: pods {cidr}")
+    return lines
+
+
+def stop_pods(box: KubeBox, node: Node) -> None:
+    """After the kubelet (and its containerd) stopped: the shims (in the node's namespace) and the containers
+    (in the node's cgroups, in namespaces of their own), then the cgroups."""
+    netns.kill_namespace(node.name)
+    tops = node_cgroups(node)
+    left = netns.signal_all(netns.cgroup_pids(tops), signal.SIGKILL, netns.KILLED_GONE_S)
+    if left:
+        raise BoxError(f"{node.name}: pods' processes still there after SIGKILL: "
+                       + "; ".join(map(netns.describe_process, left)))
+    netns.remove_cgroups(tops)
+
+
+def crash(box: KubeBox, node: Node) -> str:
+    """A node lost: its link goes down, then its kubelet, containerd and every container are killed at once.
+    `kubebox.py start` (or up) brings it back."""
+    if not (NETNS_DIR / node.name).exists():
+        raise BoxError(f"{node.name}: the node is not up")
+    netns.ip("link", "set", node.host_link, "down", check=False)
+    pids = netns.namespace_pids(node.name) + netns.cgroup_pids(node_cgroups(node))
+    netns.signal_all(pids, signal.SIGKILL, netns.KILLED_GONE_S)
+    stop_pods(box, node)
+    box.pid_file(node.name).unlink(missing_ok=True)
+    netns.ip("link", "set", node.host_link, "up", check=False)  # the node's address answers nobody now
+    return f"{node.name}: crashed ({len(pids)} processes killed)"
+
+
+def service(node: Node) -> Service:
+    return Service(node.name, "kubelet", lambda box: prepare(box, node), lambda box: node_command(box, node),
+                   lambda box: ready(box, node), NODE_READY_S,
+                   extra_logs=lambda box: [box.node_dir(node.name) / "containerd.log"],
+                   after_start=lambda box: advertise_gpus(box, node),
+                   after_stop=lambda box: stop_pods(box, node))
+
+
+def teardown(box: KubeBox) -> list[str]:
+    """Every node's namespace and cgroups, the bridge and the hosts entries (netns.teardown), then what this
+    machine had before the first box's kubelet (release_machine)."""
+    lines = netns.teardown(record_file(box), hosts_marker(box), lambda node: [
+        (f"namespace {node.name}", lambda: netns.remove_node(node, lambda name: stop_pods(box, node))),
+        (f"cgroups of {node.name}", lambda: netns.remove_cgroups(node_cgroups(node)))])
+    return lines + release_machine(box)
+
+
+# --- what the kubelets change on the machine --------------------------------------------------------------
+
+
+def _box_id(box: KubeBox) -> str:
+    return hashlib.sha256(str(box.state_dir).encode()).hexdigest()[:16]
+
+
+def claim_machine(box: KubeBox) -> None:
+    """Before this box's first kubelet: record the sysctls and the missing mount points (the first box on the
+    machine), make those, and register this box."""
+    (MACHINE / "boxes").mkdir(parents=True, exist_ok=True)
+    before_file = MACHINE / "before.json"
+    before = json.loads(before_file.read_text()) if before_file.exists() else {
+        "sysctls": {name: Path("/proc/sys", name).read_text().strip() for name in KUBELET_SYSCTLS}, "made": []}
+    for path in map(Path, PRIVATE_PATHS):
+        if not path.exists():
+            path.mkdir(parents=True)
+            before["made"].append(str(path))
+    before_file.write_text(json.dumps(before, indent=1) + "\n")
+    (MACHINE / "boxes" / _box_id(box)).write_text(f"{box.state_dir}\n")
+
+
+def release_machine(box: KubeBox) -> list[str]:
+    """This box is gone; when it was the last, put the sysctls back and remove the mount points it made."""
+    (MACHINE / "boxes" / _box_id(box)).unlink(missing_ok=True)
+    before_file = MACHINE / "before.json"
+    if not before_file.exists() or any((MACHINE / "boxes").iterdir()):
+        return []
+    before = json.loads(before_file.read_text())
+    restored = []
+    for name, value in before["sysctls"].items():
+        if Path("/proc/sys", name).read_text().strip() != value:
+            Path("/proc/sys", name).write_text(value)
+            restored.append(f"{name.replace('/', '.')}={value}")
+    for path in map(Path, reversed(before["made"])):
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise BoxError(f"{path}: made for the kubelets, cannot be removed: {err.strerror}") from err
+    before_file.unlink()
+    (MACHINE / "boxes").rmdir()
+    MACHINE.rmdir()
+    return [f"machine: restored {', '.join(restored) or 'nothing (the sysctls were as before)'}; removed "
+            f"{', '.join(before['made']) or 'no directories'}"]
+

@@ -1,0 +1,75 @@
+"""Storage for the Kubernetes box's demo users, as a site's administrator provides it: Debian has no dynamic
+provisioner, so each user gets two static hostPath PersistentVolumes bound ahead to the claims the portal uses:
+
+    dsportal-home-<user>   -> claim <k8s_home_claim_template> (home-<user>, made by KubeSpawner) in their namespace:
+                              <state>/volumes/home/<user>, owned by the image's notebook user (1000:100)
+    dsportal-data-<user>   -> claim <k8s_data_claim> (chestxray14, made here, ReadOnlyMany): the demo data set,
+                              generated once per machine under the cache dir (portal.jobs.demo_data)
+
+A hostPath volume is a directory of this machine: every node of the box is this machine, as an NFS export would be
+on every node of a cluster. The homes are the box's own, apart from the Slurm box's users' homes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubernetes import client as k8s
+from kubernetes.dynamic import DynamicClient
+
+from kubeparts.api import ensure_user_namespace
+from kubeparts.layout import DEMO_USERS, PORTAL, KubeBox, user_namespace
+from portal.config import PortalConfig
+from portal.jobs.demo_data import ensure_demo_data
+
+NOTEBOOK_UID, NOTEBOOK_GID = 1000, 100  # the training image's jovyan, and KubeSpawner's fs_gid
+HOME_SIZE = "20Gi"  # what KubeSpawner's claim asks for (PortalKubeSpawner.storage_capacity)
+
+
+def data_dir(box: KubeBox) -> Path:
+    """The demo data set (its TFRecords), made once per machine for the boxes of this name."""
+    return ensure_demo_data(PortalConfig(state_dir=box.cache_dir / box.name))
+
+
+def home_dir(box: KubeBox, user: str) -> Path:
+    return box.path("volumes", "home", user)
+
+
+def _volume(name: str, path: Path, size: str, mode: str, namespace: str, claim: str) -> dict:
+    return {"metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "dsportal"}},
+            "spec": {"capacity": {"storage": size}, "accessModes": [mode], "storageClassName": "",
+                     "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(path), "type": "Directory"},
+                     "claimRef": {"namespace": namespace, "name": claim}}}
+
+
+def ensure_user_volumes(box: KubeBox, hub: DynamicClient, admin: k8s.CoreV1Api) -> list[str]:
+    """Each demo user's namespace (as the hub makes it), home and data volumes, and data claim; idempotent."""
+    data = data_dir(box)
+    lines = []
+    for user in DEMO_USERS:
+        namespace = ensure_user_namespace(hub, user)
+        home = home_dir(box, user)
+        home.mkdir(parents=True, exist_ok=True)
+        os.chown(home, NOTEBOOK_UID, NOTEBOOK_GID)
+        os.chmod(home, 0o750)
+        home_claim = PORTAL.k8s_home_claim_template.format(username=user)
+        wanted = [_volume(f"dsportal-home-{user}", home, HOME_SIZE, "ReadWriteOnce", namespace, home_claim),
+                  _volume(f"dsportal-data-{user}", data, "1Gi", "ReadOnlyMany", namespace, PORTAL.k8s_data_claim)]
+        for volume in wanted:
+            _create(admin.create_persistent_volume, volume)
+        _create(admin.create_namespaced_persistent_volume_claim, namespace, {
+            "metadata": {"name": PORTAL.k8s_data_claim},
+            "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": f"dsportal-data-{user}",
+                     "resources": {"requests": {"storage": "1Gi"}}}})
+        lines.append(f"volumes: {user_namespace(user)}: home {home}, data {data} (claims {home_claim}, "
+                     f"{PORTAL.k8s_data_claim})")
+    return lines
+
+
+def _create(create, *args) -> None:
+    try:
+        create(*args)
+    except k8s.ApiException as err:
+        if err.status != 409:  # made before: a volume's spec cannot change once bound
+            raise

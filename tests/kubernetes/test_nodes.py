@@ -1,0 +1,165 @@
+"""The Kubernetes box's nodes run pods: each node a network namespace with its own containerd and kubelet, the pods'
+network routed between nodes and from the host, fake GPUs scheduled as `nvidia.com/gpu`, a namespace's quota on
+them, pod logs through the API server (the kubelet's client certificate), and `down` leaving nothing behind."""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from kubernetes import client as k8s
+
+from tests.kubernetes.conftest import kubebox
+
+pytestmark = pytest.mark.integration
+BUSYBOX = "localhost/dsportal-busybox:latest"
+NAMESPACE = "dsportal-box-checks"
+
+
+def pod(name: str, command: str, node: str | None = None, gpus: int = 0) -> dict:
+    spec: dict = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [{
+        "name": "main", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sh", "-c", command],
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}]}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+
+
+def wait_phase(core: k8s.CoreV1Api, name: str, phases: set[str], timeout: float = 60) -> k8s.V1Pod:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = core.read_namespaced_pod(name, NAMESPACE)
+        if found.status.phase in phases:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pod {name} is {found.status.phase}, not {phases}, after {timeout} s: "
+                                 f"{found.status.conditions}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def core(kube):
+    api = k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
+    api.create_namespace({"metadata": {"name": NAMESPACE}})
+    yield api
+    api.delete_namespace(NAMESPACE)
+
+
+def test_every_node_is_ready_with_its_fake_gpus_and_its_own_pod_range(kube, core):
+    box = kube.box
+    nodes = {node.metadata.name: node for node in core.list_node().items}
+    assert sorted(nodes) == [f"{box.name}-node1", f"{box.name}-node2"]
+    ranges = []
+    for name, node in nodes.items():
+        ready = [c for c in node.status.conditions if c.type == "Ready"]
+        assert ready and ready[0].status == "True", (name, ready)
+        assert node.status.allocatable["nvidia.com/gpu"] == "4"
+        assert node.metadata.labels["nvidia"] == kubebox.PORTAL.k8s_gpu_types[0]
+        address = [a.address for a in node.status.addresses if a.type == "InternalIP"][0]
+        assert ipaddress.ip_address(address) in ipaddress.ip_network(box.network)
+        ranges.append(ipaddress.ip_network(node.spec.pod_cidr))
+    assert all(r.subnet_of(ipaddress.ip_network(box.cluster_cidr)) for r in ranges)
+    assert not ranges[0].overlaps(ranges[1])
+
+
+def test_pods_on_two_nodes_reach_each_other_and_the_host_reaches_them(kube, core):
+    node1, node2 = (node.name for node in kube.box.node_network.nodes)
+    core.create_namespaced_pod(NAMESPACE, pod("server", "echo serving; httpd -f -p 8080 -h /etc", node=node1))
+    server = wait_phase(core, "server", {"Running"})
+    assert server.spec.node_name == node1
+    assert ipaddress.ip_address(server.status.pod_ip) in ipaddress.ip_network(kube.box.cluster_cidr)
+    core.create_namespaced_pod(NAMESPACE, pod(
+        "client", f"wget -qO- http://{server.status.pod_ip}:8080/hostname && echo fetched", node=node2))
+    client = wait_phase(core, "client", {"Succeeded", "Failed"})
+    assert client.spec.node_name == node2
+    log = core.read_namespaced_pod_log("client", NAMESPACE)  # through the API server to node2's kubelet
+    assert client.status.phase == "Succeeded", log
+    assert log.splitlines() == ["server", "fetched"]  # the server pod's hostname, served from node1
+    assert requests.get(f"http://{server.status.pod_ip}:8080/hostname", timeout=5).text.strip() == "server"
+    assert core.read_namespaced_pod_log("server", NAMESPACE).startswith("serving")
+    for name in ("server", "client"):
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+def test_gpus_are_scheduled_as_a_resource(kube, core):
+    """Two pods of 3 GPUs fill 3 of each node's 4; a third of 2 fits nowhere and says why."""
+    for name in ("gpus-a", "gpus-b", "gpus-c"):
+        core.create_namespaced_pod(NAMESPACE, pod(name, "sleep 600", gpus=3 if name != "gpus-c" else 2))
+    placed = {wait_phase(core, name, {"Running"}).spec.node_name for name in ("gpus-a", "gpus-b")}
+    assert len(placed) == 2
+    deadline = time.monotonic() + 30
+    while True:
+        waiting = core.read_namespaced_pod("gpus-c", NAMESPACE)
+        conditions = [c for c in waiting.status.conditions or [] if c.type == "PodScheduled"]
+        if conditions and "Insufficient nvidia.com/gpu" in (conditions[0].message or ""):
+            break
+        assert time.monotonic() < deadline, waiting.status
+        time.sleep(0.5)
+    assert waiting.status.phase == "Pending" and not waiting.spec.node_name
+    core.delete_namespaced_pod("gpus-a", NAMESPACE, grace_period_seconds=0)
+    assert wait_phase(core, "gpus-c", {"Running"}).spec.node_name  # the freed GPUs are used
+    for name in ("gpus-b", "gpus-c"):
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+def test_a_namespace_quota_on_gpus_refuses_a_pod_over_it(core):
+    core.create_namespaced_resource_quota(NAMESPACE, {"metadata": {"name": "gpus"},
+                                                      "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}})
+    try:
+        deadline = time.monotonic() + 30
+        while not (core.read_namespaced_resource_quota("gpus", NAMESPACE).status.hard or {}):
+            assert time.monotonic() < deadline, "the quota controller never filled in the quota's status"
+            time.sleep(0.5)
+        with pytest.raises(k8s.ApiException) as refused:
+            core.create_namespaced_pod(NAMESPACE, pod("over-quota", "true", gpus=3))
+        assert refused.value.status == 403
+        assert "exceeded quota: gpus" in refused.value.body and "requested: requests.nvidia.com/gpu=3" in \
+            refused.value.body
+    finally:
+        core.delete_namespaced_resource_quota("gpus", NAMESPACE)
+
+
+def machine_state(box: kubebox.KubeBox) -> dict:
+    """What a box leaves on the machine, by name."""
+    names = [node.name for node in box.node_network.nodes]
+    return {
+        "namespaces": [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                 text=True).stdout.split() if n in names],
+        "links": [n for n in (box.node_network.bridge, *(node.host_link for node in box.node_network.nodes))
+                  if Path("/sys/class/net", n).exists()],
+        "cgroups": [str(p) for name in names for p in Path("/sys/fs/cgroup").glob(f"*/{name}")],
+        "mounts": [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                   if str(box.state_dir) in line or str(box.image_store("")) in line],
+        "processes": [pid for pid in kubebox.status(box).values() if pid],
+        "hosts": [line for line in Path("/etc/hosts").read_text().splitlines() if str(box.state_dir) in line],
+        "routes": [line for line in subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
+                   .splitlines() if box.node_network.bridge in line],
+    }
+
+
+def test_down_deletes_the_pods_and_leaves_nothing_behind(kube):
+    """A second, one-node box with a pod running: after `down`, none of its namespaces, links, cgroups, mounts,
+    processes, hosts entries or routes is left (the test session's box keeps the machine-wide sysctls)."""
+    state = Path(f"{kube.box.state_dir}-down")  # short: containerd's sockets live there
+    shutil.rmtree(state, ignore_errors=True)
+    box = kubebox.KubeBox(state, api_port=kube.box.api_port + 10, name="kubed",
+                          network="198.19.48.0/20", nodes=1, images=(BUSYBOX,), cache_dir=kube.box.cache_dir)
+    try:
+        kubebox.up(box, report=lambda line: None)
+        api = k8s.CoreV1Api(kubebox.api_client(box, kubebox.read_tokens(box)["admin"]))
+        api.create_namespaced_pod("default", {**pod("left", "sleep 600"), "metadata": {"name": "left"}})
+        deadline = time.monotonic() + 60
+        while api.read_namespaced_pod("left", "default").status.phase != "Running":
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        assert machine_state(box)["cgroups"] and machine_state(box)["namespaces"]
+    finally:
+        lines = kubebox.down(box)
+        shutil.rmtree(state, ignore_errors=True)
+    assert "pods: deleted 1" in lines
+    assert machine_state(box) == {key: [] for key in machine_state(box)}, lines
