@@ -165,8 +165,8 @@ class PortalConfig:
     jobs_nccl_ib_disable: str = setting("", 'NCCL_IB_DISABLE: "1" where InfiniBand is absent or broken (NCCL then '
                                         'uses sockets), "0" to insist on it; empty means not set.')
 
-    # Kubernetes (scheduler: kubernetes): KubeSpawner for the servers, MPIJobs (kubeflow.org/v2beta1) for
-    # training.
+    # Kubernetes (scheduler: kubernetes): KubeSpawner for the servers; training jobs as plain Jobs (no operator)
+    # or as MPIJobs (kubeflow.org/v2beta1) where the MPI Operator runs.
     k8s_kubeconfig: str = setting("", "The credentials: a kubeconfig file, or empty for the pod's service account "
                                   "(in the cluster).")
     k8s_namespace: str = setting("dsportal", "The hub's namespace.")
@@ -192,6 +192,9 @@ class PortalConfig:
     k8s_data_mount: str = setting("/data", "Where the data set is mounted.")
     k8s_home_claim_template: str = setting("home-{username}", "Each user's home claim.")
     k8s_home_mount: str = setting("/home/jovyan", "Where the user's home is mounted.")
+    k8s_jobs: str = setting("plain", "How a training job runs: plain (a launcher Job running mpirun over ssh and a "
+                            "workers Job, owned by it; needs no operator) or mpijob (an MPIJob, where the Kubeflow "
+                            "MPI Operator runs).")
     k8s_shm_gb: int = setting(8, "/dev/shm as an in-memory emptyDir of this size in GB (Horovod and tf.data use "
                               "shared memory).")
 
@@ -245,6 +248,8 @@ class PortalConfig:
             raise ConfigError("k8s_gpu_types is empty; allowed: one or more GPU types (node label values)")
         if not all(ascii_digits(p) for p in self.k8s_gpu_profiles) or "0" not in self.k8s_gpu_profiles:
             raise ConfigError(f"k8s_gpu_profiles is {self.k8s_gpu_profiles}; allowed: whole numbers, 0 among them")
+        if self.k8s_jobs not in ("plain", "mpijob"):
+            raise ConfigError(f"k8s_jobs is {self.k8s_jobs!r}; allowed: plain, mpijob")
         if self.k8s_image_pull_policy not in ("Always", "IfNotPresent", "Never"):
             raise ConfigError(f"k8s_image_pull_policy is {self.k8s_image_pull_policy!r}; "
                               "allowed: Always, IfNotPresent, Never")

@@ -28,7 +28,7 @@ from traitlets import default
 
 from portal.config import PortalConfig
 from portal.inputs import seconds_of
-from portal.jobs.k8s_manifests import GPU_RESOURCE, user_namespace_objects
+from portal.jobs.k8s_manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
 from portal.scheduler.pods import cannot_start, event_in_words
 from portal.scheduler.quota import GpuQuota
 from portal.traits import fixed_default, portal_default
@@ -90,7 +90,7 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
         "user_namespace_labels", {"app.kubernetes.io/part-of": "dsportal", "dsportal/user": "{username}"})
     _pvc_ensure_default = fixed_default("storage_pvc_ensure", True)
     _pvc_name_default = portal_default("pvc_name_template", "k8s_home_claim_template")
-    _capacity_default = fixed_default("storage_capacity", "20Gi")
+    _capacity_default = fixed_default("storage_capacity", HOME_CLAIM_SIZE)
     _working_dir_default = portal_default("working_dir", "k8s_home_mount")
     _uid_default = fixed_default("uid", 1000)  # the image's notebook user
     _fs_gid_default = fixed_default("fs_gid", 100)

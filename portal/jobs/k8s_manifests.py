@@ -1,6 +1,12 @@
 """Pure builders of the Kubernetes path: a validated spec (or a user) in, a manifest out; unit-tested without a
 cluster. `portal.scheduler.kubernetes` submits them; the spawner and deploy/kubernetes/kubebox.py build a user's
 namespace with the same functions.
+
+A training job is one of two shapes (setting `k8s_jobs`):
+- "plain" (the default; no operator needed), as NetApp's procedure runs Horovod: a launcher Job (the job's record,
+  named by the job id) running mpirun over ssh, a workers Job of `spec.nodes` pods running sshd, and a Secret with
+  the job's ssh key, both owned by the launcher Job so that deleting it removes all (`plain_job_objects`);
+- "mpijob": an MPIJob (kubeflow.org/v2beta1) for clusters that run the Kubeflow MPI Operator (`mpijob_manifest`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,15 @@ ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
 GPU_RESOURCE = "nvidia.com/gpu"
 USER_ROLE = "dsportal-user"  # the ClusterRole of deploy/kubernetes/rbac.yaml, bound in each user's namespace
 LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}  # mpirun and its ssh sessions; the work is in the workers
-HOME, DATA, SHM = "home", "data", "dshm"  # volume names
+HOME, DATA, SHM, SSH = "home", "data", "dshm", "ssh"  # volume names
+LABEL_ROLE = "dsportal/role"  # launcher or worker, on a plain job's pods
+HOME_CLAIM_SIZE = "20Gi"  # what a user's home claim asks for (KubeSpawner's storage_capacity, the same)
+SSH_PORT = 2222  # each worker pod's sshd (as the notebook user, so not 22)
+SSH_DIR = "/etc/dsportal-ssh"  # the job's Secret, mounted read-only
+# A plain job's launcher runs again from the last checkpoint when a worker pod is lost, at most this often; its
+# pods leave a lost node after LOST_NODE_S (the default toleration is 300 s), and the workers Job replaces them.
+RESTARTS, LOST_NODE_S = 2, 30
+STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
 
 
 def user_principal(cfg: PortalConfig, user: str) -> str:
@@ -59,6 +73,14 @@ def gpu_quota_manifest(cfg: PortalConfig, user: str, gpu_quota: int) -> dict:
     return {"apiVersion": "v1", "kind": "ResourceQuota",
             "metadata": {"name": "dsportal-gpus", "namespace": cfg.user_namespace(user), "labels": _labels(user)},
             "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(gpu_quota)}}}
+
+
+def home_claim_manifest(cfg: PortalConfig, user: str) -> dict:
+    """The user's home claim as KubeSpawner makes it on their first server: made by the portal too, so that a job
+    submitted before any server has a home to write to."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": cfg.home_claim(user), "namespace": cfg.user_namespace(user), "labels": _labels(user)},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": HOME_CLAIM_SIZE}}}}
 
 
 def user_namespace_objects(cfg: PortalConfig, user: str, gpu_quota: int) -> list[dict]:
@@ -146,3 +168,97 @@ def manifest_yaml(manifest: Mapping[str, Any]) -> str:
 
     Dumper.add_representer(str, text)
     return yaml.dump(manifest, Dumper=Dumper, sort_keys=False, width=120)
+
+
+def _job_labels(user: str, job_id: str) -> dict[str, str]:
+    return {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "training",
+            LABEL_USER: user, LABEL_JOB: job_id}
+
+
+def _job_metadata(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, submitted_at: str) -> dict:
+    """The record a job's top object carries: its name is the job id, its labels whose it is, its annotations the
+    spec and the submit time."""
+    return {"name": job_id, "namespace": cfg.user_namespace(user), "labels": _job_labels(user, job_id),
+            "annotations": {ANNOTATION_SPEC: json.dumps(spec.to_dict(), sort_keys=True),
+                            ANNOTATION_SUBMITTED: submitted_at or now_utc()}}
+
+
+def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str, *,
+                      private_key: str, public_key: str, submitted_at: str = "") -> tuple[dict, list[dict]]:
+    """A Horovod job with plain objects: (the launcher Job, [its Secret, the workers Job]). The two are created
+    after the launcher, with an owner reference to it (`owned_by`), so the garbage collector deletes them with
+    it; the launcher waits for the workers itself (chexnet.k8s.sh)."""
+    job_dir = posixpath.join(cfg.k8s_home_mount, "jobs", job_id)
+    secret_name, workers_name = f"{job_id}-ssh", f"{job_id}-workers"
+    home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
+    mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}, {"name": SSH, "mountPath": SSH_DIR, "readOnly": True}]
+    ssh = {"name": SSH, "secret": {"secretName": secret_name, "defaultMode": 0o440}}
+    env = template_environment()
+    values = {"spec": spec, "job_id": job_id, "job_dir": job_dir, "ssh_port": SSH_PORT}
+    launcher_script = env.get_template(f"{spec.template}.k8s.sh").render(
+        **values, venv_bin=str(cfg.venv / "bin"), python=str(cfg.venv / "bin" / "python"),
+        nccl_env=nccl_environment(cfg), map_by=cfg.jobs_mpi_map_by, bind_to=cfg.jobs_mpi_bind_to,
+        mpirun_args=cfg.jobs_mpirun_args, exported=(*MPI_EXPORTED, *(n for n, _ in nccl_environment(cfg))),
+        key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS)
+    worker_script = env.get_template(f"{spec.template}.k8s-worker.sh").render(
+        **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
+    worker_resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),
+                                        "memory": f"{spec.memory_gb}Gi"}
+    if spec.gpus_per_node:
+        worker_resources[GPU_RESOURCE] = str(spec.gpus_per_node)
+    deadline = minutes_of(spec.time_limit) * 60
+    # A lost node's pods go after LOST_NODE_S, so the workers Job replaces them on the nodes that are left.
+    tolerations = [{"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": LOST_NODE_S} for taint in ("unreachable", "not-ready")]
+    launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
+                "command": ["/bin/bash", "-c", launcher_script],
+                "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
+                "volumeMounts": mounts}
+    worker = {"name": "worker", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
+              "command": ["/bin/bash", "-c", worker_script],
+              "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                      {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+              "ports": [{"name": "ssh", "containerPort": SSH_PORT}],
+              "readinessProbe": {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 10},
+              "resources": {"requests": dict(worker_resources), "limits": dict(worker_resources)},
+              "volumeMounts": [*mounts, {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
+                               {"name": SHM, "mountPath": "/dev/shm"}]}
+    worker_volumes = [home, ssh, {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim,
+                                                                          "readOnly": True}},
+                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+    selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
+    labels = _job_labels(user, job_id)
+
+    def pod(role: str, container: dict, volumes: list[dict], node_selector=None) -> dict:
+        template = _pod_template({**labels, LABEL_ROLE: role}, container, volumes, node_selector)
+        template["spec"].update(restartPolicy="Never", tolerations=tolerations, enableServiceLinks=False,
+                                automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
+        if role == "worker":  # one worker pod per node where the nodes allow (a node's GPUs are one pod's)
+            template["spec"]["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
+                    "matchLabels": {LABEL_JOB: job_id, LABEL_ROLE: "worker"}}}}]}}
+        return template
+
+    launcher_job = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": _job_metadata(spec, job_id, user, cfg, submitted_at),
+        # A launcher pod lost with its node is made again (it resumes); the wall time is the job's deadline.
+        "spec": {"backoffLimit": RESTARTS, "activeDeadlineSeconds": deadline,
+                 "template": pod("launcher", launcher, [home, ssh])}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": secret_name, "namespace": cfg.user_namespace(user), "labels": labels},
+              "stringData": {"id_ed25519": private_key, "authorized_keys": public_key}}
+    workers = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": workers_name, "namespace": cfg.user_namespace(user), "labels": labels},
+        "spec": {"parallelism": spec.nodes, "completions": spec.nodes, "backoffLimit": spec.nodes * (RESTARTS + 1),
+                 "activeDeadlineSeconds": deadline,
+                 "template": pod("worker", worker, worker_volumes, selector)}}
+    return launcher_job, [secret, workers]
+
+
+def owned_by(manifest: Mapping[str, Any], owner: Mapping[str, Any]) -> dict:
+    """`manifest` with an owner reference to `owner` (as the API server returned it, with its uid)."""
+    meta = owner["metadata"]
+    reference = {"apiVersion": owner.get("apiVersion", "batch/v1"), "kind": owner.get("kind", "Job"),
+                 "name": meta["name"], "uid": meta["uid"], "blockOwnerDeletion": True}
+    return {**manifest, "metadata": {**manifest["metadata"], "ownerReferences": [reference]}}

@@ -1,16 +1,18 @@
-"""Training jobs on Kubernetes: a Horovod job as an MPIJob (kubeflow.org/v2beta1) in the user's own namespace.
+"""Training jobs on Kubernetes, in the user's own namespace: a Horovod job as plain objects (a launcher Job and a
+workers Job; setting k8s_jobs "plain", the default) or as an MPIJob (kubeflow.org/v2beta1; "mpijob").
 
-The manifests are built by `portal.jobs.k8s_manifests`; here the pure readers first (an MPIJob in, a state or
-a record out), unit-tested without a cluster; `KubernetesScheduler` then makes the calls with the `kubernetes`
-client. The dashboard (the hub's service account) acts for a user by impersonating `<k8s_user_prefix><name>`,
-so the API server's RBAC (deploy/kubernetes/rbac.yaml) keeps each user to their namespace, as `runuser` + Slurm
-do on the Slurm path. A notebook in the user's own pod uses that pod's service account, which is bound to the
-same role in the same namespace.
+The manifests are built by `portal.jobs.k8s_manifests`; here the pure readers first (a Job or an MPIJob in, a
+state or a record out), unit-tested without a cluster; `KubernetesScheduler` then makes the calls with the
+`kubernetes` client. The dashboard (the hub's service account) acts for a user by impersonating
+`<k8s_user_prefix><name>`, so the API server's RBAC (deploy/kubernetes/rbac.yaml) keeps each user to their
+namespace, as `runuser` + Slurm do on the Slurm path. A notebook in the user's own pod uses that pod's service
+account, which is bound to the same role in the same namespace.
 
-The MPIJob is the job's record: its name is the job id, its labels say whose it is, its annotations carry the
-spec and the submit time. Cancelling deletes it (a deleted or deleting MPIJob reads as CANCELLED). The
-launcher pod's log is the job's output (mpirun gathers every worker's); the launcher also tees it to
-`~/jobs/<id>/output.log` on the user's home volume, beside the TensorBoard logdir and the checkpoints.
+The launcher Job (or the MPIJob) is the job's record: its name is the job id, its labels say whose it is, its
+annotations carry the spec and the submit time. Cancelling deletes it, and with it what it owns (a deleted or
+deleting one reads as CANCELLED). The launcher pod's log is the job's output (mpirun gathers every worker's); the
+launcher also tees it to `~/jobs/<id>/output.log` on the user's home volume, beside the TensorBoard logdir and the
+checkpoints.
 """
 
 from __future__ import annotations
@@ -34,11 +36,15 @@ from portal.jobs.k8s_manifests import (
     ANNOTATION_SUBMITTED,
     GROUP,
     LABEL_JOB,
+    LABEL_ROLE,
     LABEL_USER,
     PLURAL,
     VERSION,
+    home_claim_manifest,
     manifest_yaml,
     mpijob_manifest,
+    owned_by,
+    plain_job_objects,
     user_namespace_manifest,
     user_namespace_objects,
     user_principal,
@@ -136,12 +142,38 @@ def mpijob_state(mpijob: Mapping[str, Any]) -> str:
     return PENDING
 
 
+def plain_job_state(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str:
+    """A plain job's state from its launcher Job's conditions, and while it runs from its pods: RUNNING once the
+    launcher and every worker pod run (the launcher waits for the workers), PENDING before."""
+    if job.get("metadata", {}).get("deletionTimestamp"):
+        return CANCELLED
+    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []
+                  if c.get("status") == "True"}
+    if "Complete" in conditions:
+        return COMPLETED
+    if "Failed" in conditions:
+        return TIMEOUT if conditions["Failed"].get("reason") == "DeadlineExceeded" else FAILED
+    nodes = recorded_nodes(job)
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+               and not p.get("metadata", {}).get("deletionTimestamp")]
+    roles = [(p.get("metadata", {}).get("labels") or {}).get(LABEL_ROLE) for p in running]
+    return RUNNING if "launcher" in roles and roles.count("worker") >= nodes else PENDING
+
+
+def recorded_nodes(job: Mapping[str, Any]) -> int:
+    try:
+        return int(json.loads((job.get("metadata", {}).get("annotations") or {})[ANNOTATION_SPEC])["nodes"])
+    except (KeyError, TypeError, ValueError):
+        return 1
+
+
 def mpijob_record(mpijob: Mapping[str, Any], cfg: PortalConfig) -> JobRecord:
-    """The job record an MPIJob carries; ValueError when it is not one of ours (or was edited to claim so)."""
+    """The job record a launcher Job or an MPIJob carries; ValueError when it is not one of ours (or was edited
+    to claim so)."""
     meta = mpijob.get("metadata") or {}
     name, labels, notes = meta.get("name", ""), meta.get("labels") or {}, meta.get("annotations") or {}
     if not K8S_ID.match(name) or labels.get(LABEL_JOB) != name or not labels.get(LABEL_USER):
-        raise ValueError(f"MPIJob {name!r} is not a portal job")
+        raise ValueError(f"{mpijob.get('kind', 'object')} {name!r} is not a portal job")
     # The annotation is the user's to edit (their namespace): a record from an adversary, checked like a job.json.
     text = notes.get(ANNOTATION_SPEC)
     if not isinstance(text, str) or len(text) > MAX_RECORD_BYTES:
@@ -205,26 +237,30 @@ def impersonate(api, principal: str, group: str | None = None):
 
 
 class KubernetesScheduler:
-    """Submit, watch, cancel and read MPIJobs, always as the job's user (impersonated or their own pod)."""
+    """Submit, watch, cancel and read training jobs (plain Jobs, or MPIJobs), always as the job's user
+    (impersonated, or their own pod)."""
 
     name = "kubernetes"
 
     def __init__(self, cfg: PortalConfig, client_for=api_client):
         self.cfg = cfg
         self._client_for = client_for
+        self.plain = cfg.k8s_jobs == "plain"
+        self.kind = "Job" if self.plain else "MPIJob"
 
     def _apis(self, user: KubeUser):
+        """(custom objects, core, batch) clients, each answering plain dicts as the API server sends them."""
         from kubernetes import client
 
         api = self._client_for(self.cfg, user)
-        return client.CustomObjectsApi(api), client.CoreV1Api(api)
+        return client.CustomObjectsApi(api), client.CoreV1Api(api), client.BatchV1Api(api)
 
     def _call(self, what: str, fn, *args, **kwargs):
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            return fn(*args, **kwargs)
+            answer = fn(*args, **kwargs)
         except ApiException as err:
             if err.status == 404:
                 raise JobNotFound(f"{what}: not found") from None
@@ -232,24 +268,27 @@ class KubernetesScheduler:
                                   err.status) from None
         except (HTTPError, OSError) as err:
             raise KubernetesError(f"the Kubernetes API did not answer ({what}): {err}") from None
+        api = getattr(getattr(fn, "__self__", None), "api_client", None)  # a model object: as the API sent it
+        return api.sanitize_for_serialization(answer) if api is not None and not isinstance(answer, dict) \
+            else answer
 
-    records_in_home = False  # each job's record is its MPIJob (`records`, `load`)
+    records_in_home = False  # each job's record is its launcher Job or MPIJob (`records`, `load`)
     queue_in_snapshot = False
 
     def person(self, user: str | None, groups: Sequence[str] | None) -> KubeUser:
         return kube_user(user, groups, self.cfg)
 
     def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
-        """The GPU pools as configured (the hub does not list nodes); each job's state comes from its MPIJob."""
+        """The GPU pools as configured (the hub does not list nodes); each job's state comes from its objects."""
         pools = tuple(SlurmPartition(name=t, nodes=(), max_minutes=None, default=i == 0)
                       for i, t in enumerate(self.cfg.k8s_gpu_types))
         return ClusterSnapshot(taken_at=clock(), partitions=pools)
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> None:
-        return None  # no queue in the snapshot: each job's state is its MPIJob's
+        return None  # no queue in the snapshot: each job's state is its objects'
 
     def history(self, record: JobRecord, user: KubeUser) -> list[str]:
-        return []  # Kubernetes does not run a job again after a node fails; the operator restarts pods
+        return []  # a lost worker is replaced by its Job, and the launcher resumes: one run, no requeue
 
     def usage(self, user: KubeUser, everyone: bool, now: datetime) -> UsageReport:
         raise NoAccounting("usage: GPU-hours come from Slurm's accounting; this portal runs jobs on Kubernetes")
@@ -258,14 +297,23 @@ class KubernetesScheduler:
                held: Sequence[tuple[str, int]] = ()) -> JobLimits:
         return limits_for(self.cfg, user.groups)
 
+    def _objects(self, spec: JobSpec, job_id: str, user: KubeUser, partition: str, **plain) -> list[dict]:
+        if not self.plain:
+            return [mpijob_manifest(spec, job_id, user.name, self.cfg, partition,
+                                    submitted_at=plain.get("submitted_at", ""))]
+        launcher, owned = plain_job_objects(spec, job_id, user.name, self.cfg, partition, **plain)
+        return [launcher, *owned]
+
     def render(self, spec: JobSpec, user: KubeUser, partition: str = "") -> str:
-        manifest = mpijob_manifest(spec, "k8s-<date>-<time>-<random>", user.name, self.cfg, partition,
-                                   submitted_at="<submit time>")
-        return manifest_yaml(manifest)
+        made = "<made at submit>"
+        objects = self._objects(spec, "k8s-<date>-<time>-<random>", user, partition, submitted_at="<submit time>",
+                                **({"private_key": made, "public_key": made} if self.plain else {}))
+        return "---\n".join(manifest_yaml(manifest) for manifest in objects)
 
     def ensure_namespace(self, user: KubeUser) -> None:
         """Make the user's namespace theirs, as the portal itself (the spawner does the same on a server's
-        start): a user may submit from the dashboard before ever starting a server. Idempotent."""
+        start): a user may submit from the dashboard before ever starting a server, so their home claim is made
+        too. Idempotent."""
         from kubernetes import client
 
         api = self._client_for(self.cfg, None)
@@ -274,7 +322,9 @@ class KubernetesScheduler:
         binding, quota = user_namespace_objects(self.cfg, user.name, self.cfg.gpu_quota_for(list(user.groups)))
         steps = [(core.create_namespace, None, (user_namespace_manifest(self.cfg, user.name),)),
                  (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, (namespace, binding)),
-                 (core.create_namespaced_resource_quota, core.replace_namespaced_resource_quota, (namespace, quota))]
+                 (core.create_namespaced_resource_quota, core.replace_namespaced_resource_quota, (namespace, quota)),
+                 (core.create_namespaced_persistent_volume_claim, None,
+                  (namespace, home_claim_manifest(self.cfg, user.name)))]
         for create, replace, args in steps:
             try:
                 self._call(f"preparing namespace {namespace}", create, *args)
@@ -285,73 +335,117 @@ class KubernetesScheduler:
                     self._call(f"preparing namespace {namespace}", replace, args[1]["metadata"]["name"], *args)
 
     def submit(self, spec: JobSpec, user: KubeUser, partition: str = "") -> tuple[JobRecord, None]:
-        """Create the MPIJob; (its record, None: the record is the MPIJob, there is no directory)."""
+        """Create the job's objects; (its record, None: the record is the launcher Job or the MPIJob, there is
+        no directory). A plain job's Secret and workers are made after its launcher Job, owned by it; when one
+        cannot be made, the launcher Job is deleted again, so nothing is left half-made."""
         if not user.is_caller:
             self.ensure_namespace(user)
-        custom, _ = self._apis(user)
+        custom, core, batch = self._apis(user)
         namespace = self.cfg.user_namespace(user.name)
-        manifest = mpijob_manifest(spec, new_k8s_id(), user.name, self.cfg, partition)
-        created = self._call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
-                             GROUP, VERSION, namespace, PLURAL, manifest)
+        job_id = new_k8s_id()
+        if not self.plain:
+            created = self._call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
+                                 GROUP, VERSION, namespace, PLURAL, self._objects(spec, job_id, user, partition)[0])
+            return mpijob_record(created, self.cfg), None
+        private_key, public_key = new_ssh_key()
+        launcher, *owned = self._objects(spec, job_id, user, partition, private_key=private_key,
+                                         public_key=public_key)
+        created = self._call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace, launcher)
+        try:
+            for manifest in owned:
+                create = core.create_namespaced_secret if manifest["kind"] == "Secret" else \
+                    batch.create_namespaced_job
+                self._call(f"creating {manifest['kind']} {manifest['metadata']['name']} in {namespace}", create,
+                           namespace, owned_by(manifest, created))
+        except (KubernetesError, JobNotFound):
+            self._delete(user, job_id)
+            raise
         return mpijob_record(created, self.cfg), None
 
     def _get(self, user: KubeUser, job_id: str) -> dict:
         if not K8S_ID.match(job_id):
             raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs")
-        custom, _ = self._apis(user)
+        custom, _, batch = self._apis(user)
         namespace = self.cfg.user_namespace(user.name)
         try:
-            mpijob = self._call(f"job {job_id}", custom.get_namespaced_custom_object, GROUP, VERSION, namespace,
-                                PLURAL, job_id)
+            if self.plain:
+                found = self._call(f"job {job_id}", batch.read_namespaced_job, job_id, namespace)
+            else:
+                found = self._call(f"job {job_id}", custom.get_namespaced_custom_object, GROUP, VERSION,
+                                   namespace, PLURAL, job_id)
         except JobNotFound:
             raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs") from None
-        if (mpijob.get("metadata", {}).get("labels") or {}).get(LABEL_USER) != user.name:
+        if (found.get("metadata", {}).get("labels") or {}).get(LABEL_USER) != user.name:
             raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs")
-        return mpijob
+        return found
 
     def load(self, user: KubeUser, job_id: str) -> JobRecord:
         return mpijob_record(self._get(user, job_id), self.cfg)
 
     def records(self, user: KubeUser) -> list[JobRecord]:
-        custom, _ = self._apis(user)
+        custom, _, batch = self._apis(user)
         namespace = self.cfg.user_namespace(user.name)
-        listed = self._call(f"listing MPIJobs in {namespace}", custom.list_namespaced_custom_object, GROUP,
-                            VERSION, namespace, PLURAL, label_selector=f"{LABEL_USER}={user.name}")
+        selector = f"{LABEL_USER}={user.name}"
+        if self.plain:
+            listed = self._call(f"listing Jobs in {namespace}", batch.list_namespaced_job, namespace,
+                                label_selector=selector)
+        else:
+            listed = self._call(f"listing MPIJobs in {namespace}", custom.list_namespaced_custom_object, GROUP,
+                                VERSION, namespace, PLURAL, label_selector=selector)
         found = []
         for item in listed.get("items", []):
             try:
                 found.append(mpijob_record(item, self.cfg))
             except (ValueError, KeyError, TypeError):
-                continue  # an MPIJob that is not the portal's
+                continue  # not a job's record: a plain job's workers Job, or an object that is not the portal's
         return found
+
+    def _pods(self, user: KubeUser, job_id: str, role: str | None = None) -> list[dict]:
+        _, core, _ = self._apis(user)
+        labels = {LABEL_JOB: job_id, **({LABEL_ROLE: role} if role else {})} if self.plain else \
+            {OPERATOR_JOB_LABEL: job_id, **({OPERATOR_ROLE_LABEL: role} if role else {})}
+        listed = self._call(f"the pods of job {job_id}", core.list_namespaced_pod,
+                            self.cfg.user_namespace(user.name),
+                            label_selector=",".join(f"{key}={value}" for key, value in labels.items()))
+        return listed.get("items", [])
 
     def state(self, record: JobRecord, user: KubeUser) -> str:
         try:
-            return mpijob_state(self._get(user, record.id))
+            found = self._get(user, record.id)
+            return plain_job_state(found, self._pods(user, record.id)) if self.plain else mpijob_state(found)
         except JobNotFound:
             return CANCELLED  # deleted: cancelling is the only way the portal deletes a job
 
     def cancel(self, record: JobRecord, user: KubeUser) -> None:
-        custom, _ = self._apis(user)
         self._get(user, record.id)
-        self._call(f"deleting job {record.id}", custom.delete_namespaced_custom_object, GROUP, VERSION,
-                   self.cfg.user_namespace(user.name), PLURAL, record.id, propagation_policy="Foreground")
+        self._delete(user, record.id)
+
+    def _delete(self, user: KubeUser, job_id: str) -> None:
+        """Delete the job's top object; its pods and what it owns go with it (Foreground: the garbage collector
+        deletes them before the object itself)."""
+        custom, _, batch = self._apis(user)
+        namespace = self.cfg.user_namespace(user.name)
+        if self.plain:
+            self._call(f"deleting job {job_id}", batch.delete_namespaced_job, job_id, namespace,
+                       propagation_policy="Foreground")
+        else:
+            self._call(f"deleting job {job_id}", custom.delete_namespaced_custom_object, GROUP, VERSION,
+                       namespace, PLURAL, job_id, propagation_policy="Foreground")
 
     def logs(self, record: JobRecord, user: KubeUser, tail: int | None = None) -> str:
-        """The launcher pod's log; "" before it starts (or once its pod is gone)."""
-        _, core = self._apis(user)
-        namespace = self.cfg.user_namespace(user.name)
-        pods = self._call(f"the pods of job {record.id}", core.list_namespaced_pod, namespace,
-                          label_selector=f"{OPERATOR_JOB_LABEL}={record.id},{OPERATOR_ROLE_LABEL}=launcher")
-        running = [p for p in pods.items if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
-        if not running:
+        """The launcher pod's log (the latest launcher's); "" before it starts (or once its pod is gone)."""
+        _, core, _ = self._apis(user)
+        started = [p for p in self._pods(user, record.id, "launcher")
+                   if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]
+        if not started:
             return ""
+        latest = max(started, key=lambda p: p["metadata"].get("creationTimestamp", ""))
         kwargs = {"tail_lines": tail} if tail else {}
         try:
             return self._call(f"the log of job {record.id}", core.read_namespaced_pod_log,
-                              running[0].metadata.name, namespace, **kwargs)
-        except KubernetesError:
-            return ""  # the container has not started yet
+                              latest["metadata"]["name"], self.cfg.user_namespace(user.name), **kwargs)
+        except (KubernetesError, JobNotFound):
+            return ""  # the container has not started yet, or its pod went meanwhile
 
     def metrics(self, record: JobRecord, user: KubeUser) -> RunMetrics:
         """From the TensorBoard files where this process can read them (a notebook in the user's pod), else
@@ -361,6 +455,18 @@ class KubernetesScheduler:
         if user.is_caller and record.logdir.is_dir():
             return read_run_metrics(record.logdir)
         return log_metrics(self.logs(record, user))
+
+
+def new_ssh_key() -> tuple[str, str]:
+    """A plain job's own key pair (its launcher's ssh to its workers): (private, authorized_keys line)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return private, public.decode() + " dsportal-job\n"
 
 
 def _reason(err) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -222,14 +223,22 @@ def test_the_rendered_manifest_reads_back_and_keeps_the_script_readable():
     assert "command:\n" in text and "- |\n" in text  # the launcher script as a literal block
 
 
-def test_render_prints_an_mpijob(tmp_path):
+@pytest.mark.parametrize(("kind", "first"), [("plain", "Job"), ("mpijob", "MPIJob")])
+def test_render_prints_the_jobs_objects(kind, first):
+    env = {**os.environ, "DSPORTAL_K8S_JOBS": kind}
     result = subprocess.run([sys.executable, "-m", "portal.jobs", "render", "--backend", "kubernetes", "--user",
                              "alice", "--groups", "gpu-users", "--nodes", "2", "--gpus-per-node", "2"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
+                            cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr
-    rendered = yaml.safe_load(result.stdout)
-    assert rendered["kind"] == "MPIJob" and rendered["metadata"]["namespace"] == "dsportal-u-alice"
-    assert rendered["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    rendered = list(yaml.safe_load_all(result.stdout))
+    assert rendered[0]["kind"] == first and rendered[0]["metadata"]["namespace"] == "dsportal-u-alice"
+    if kind == "mpijob":
+        assert rendered[0]["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    else:
+        assert [m["kind"] for m in rendered] == ["Job", "Secret", "Job"]
+        assert rendered[2]["spec"]["parallelism"] == 2
+        assert rendered[1]["stringData"]["id_ed25519"] == "<made at submit>"  # no key in a dry run
     refused = subprocess.run([sys.executable, "-m", "portal.jobs", "render", "--backend", "kubernetes", "--user",
-                              "bob", "--gpus-per-node", "2"], cwd=REPO, capture_output=True, text=True, timeout=60)
+                              "bob", "--gpus-per-node", "2"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                             env=env)
     assert refused.returncode == 2 and "gpus_per_node" in refused.stderr

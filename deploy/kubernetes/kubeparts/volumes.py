@@ -3,8 +3,9 @@ provisioner, so each user gets two static hostPath PersistentVolumes bound ahead
 
     dsportal-home-<user>   -> claim <k8s_home_claim_template> (home-<user>, made by KubeSpawner) in their namespace:
                               <state>/volumes/home/<user>, owned by the image's notebook user (1000:100)
-    dsportal-data-<user>   -> claim <k8s_data_claim> (chestxray14, made here, ReadOnlyMany): the demo data set,
-                              generated once per machine under the cache dir (portal.jobs.demo_data)
+    dsportal-data-<user>   -> claim <k8s_data_claim> (chestxray14, made here, ReadOnlyMany): a directory with
+                              the demo data set's TFRecords as chestxray14-tfrecords (the jobs' default data_dir
+                              on Kubernetes), generated once per machine under the cache dir (portal.jobs.demo_data)
 
 A hostPath volume is a directory of this machine: every node of the box is this machine, as an NFS export would be
 on every node of a cluster. The homes are the box's own, apart from the Slurm box's users' homes.
@@ -13,6 +14,8 @@ on every node of a cluster. The homes are the box's own, apart from the Slurm bo
 from __future__ import annotations
 
 import os
+import posixpath
+import shutil
 from pathlib import Path
 
 from kubernetes import client as k8s
@@ -22,14 +25,27 @@ from kubeparts.api import ensure_user_namespace
 from kubeparts.layout import DEMO_USERS, PORTAL, KubeBox, user_namespace
 from portal.config import PortalConfig
 from portal.jobs.demo_data import ensure_demo_data
+from portal.jobs.k8s_manifests import HOME_CLAIM_SIZE
+from portal.scheduler.kubernetes import limits_for
 
 NOTEBOOK_UID, NOTEBOOK_GID = 1000, 100  # the training image's jovyan, and KubeSpawner's fs_gid
-HOME_SIZE = "20Gi"  # what KubeSpawner's claim asks for (PortalKubeSpawner.storage_capacity)
+DATA_SET = posixpath.basename(limits_for(PORTAL, ()).default_data_dir)  # chestxray14-tfrecords
 
 
 def data_dir(box: KubeBox) -> Path:
-    """The demo data set (its TFRecords), made once per machine for the boxes of this name."""
-    return ensure_demo_data(PortalConfig(state_dir=box.cache_dir / box.name))
+    """What the data claim holds: the demo data set's TFRecords as chestxray14-tfrecords (hard links to the files
+    portal.jobs.demo_data made once per machine for the boxes of this name)."""
+    root = box.cache_dir / box.name / "data"
+    records = root / DATA_SET
+    if not records.is_dir():
+        made = ensure_demo_data(PortalConfig(state_dir=box.cache_dir / box.name))
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, 0o755)
+        partial = root / f".{DATA_SET}"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(made, partial, copy_function=os.link)
+        partial.rename(records)
+    return root
 
 
 def home_dir(box: KubeBox, user: str) -> Path:
@@ -54,7 +70,7 @@ def ensure_user_volumes(box: KubeBox, hub: DynamicClient, admin: k8s.CoreV1Api) 
         os.chown(home, NOTEBOOK_UID, NOTEBOOK_GID)
         os.chmod(home, 0o750)
         home_claim = PORTAL.k8s_home_claim_template.format(username=user)
-        wanted = [_volume(f"dsportal-home-{user}", home, HOME_SIZE, "ReadWriteOnce", namespace, home_claim),
+        wanted = [_volume(f"dsportal-home-{user}", home, HOME_CLAIM_SIZE, "ReadWriteOnce", namespace, home_claim),
                   _volume(f"dsportal-data-{user}", data, "1Gi", "ReadOnlyMany", namespace, PORTAL.k8s_data_claim)]
         for volume in wanted:
             _create(admin.create_persistent_volume, volume)

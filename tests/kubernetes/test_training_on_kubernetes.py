@@ -1,0 +1,92 @@
+"""Horovod training across the Kubernetes box's two nodes with plain objects (k8s_jobs: plain, no operator): the
+portal's own API submits as alice, the launcher Job waits for both worker pods, mpirun runs one worker on each
+node over ssh, and the job completes with its TensorBoard files and checkpoints on her home volume. Cancelling
+deletes every object the job made."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+from kubernetes import client as k8s
+
+from portal import jobs
+from portal.config import load
+from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
+from tests.conftest import wait_for
+from tests.kubernetes.conftest import kubebox
+
+pytestmark = pytest.mark.integration
+ALICE = ("alice", ["datascientists", "gpu-users"])
+NAMESPACE = "dsportal-u-alice"
+TWO_NODES = {"nodes": 2, "gpus_per_node": 1, "epochs": 2, "batch_size": 8, "image_size": 64, "cpus_per_task": 1,
+             "memory_gb": 3, "time_limit": "00:15:00"}
+JOB_WAIT_S = 900
+
+
+@pytest.fixture(scope="module")
+def cfg(kube):
+    return dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]),
+                               k8s_jobs="plain")
+
+
+@pytest.fixture(scope="module")
+def core(kube):
+    return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
+
+
+def objects_of(kube, job_id: str) -> dict[str, list[str]]:
+    """What of the job exists, by kind (as the admin sees it)."""
+    api = kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"])
+    selector = f"{LABEL_JOB}={job_id}"
+    return {
+        "jobs": [j.metadata.name for j in k8s.BatchV1Api(api).list_namespaced_job(NAMESPACE,
+                                                                                  label_selector=selector).items],
+        "secrets": [s.metadata.name for s in k8s.CoreV1Api(api).list_namespaced_secret(
+            NAMESPACE, label_selector=selector).items],
+        "pods": [p.metadata.name for p in k8s.CoreV1Api(api).list_namespaced_pod(NAMESPACE,
+                                                                                 label_selector=selector).items],
+    }
+
+
+def test_a_two_node_job_runs_a_worker_on_each_node_and_completes(kube, cfg, core):
+    job = jobs.submit(TWO_NODES, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    try:
+        assert objects_of(kube, job.id)["jobs"] == sorted([job.id, f"{job.id}-workers"])
+        wait_for(lambda: job.state == "RUNNING", 300, interval=2, what=f"job {job.id} to run")
+        workers = core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOB}={job.id},{LABEL_ROLE}=worker")
+        assert sorted(p.spec.node_name for p in workers.items) == [f"{kube.box.name}-node1",
+                                                                  f"{kube.box.name}-node2"]
+        assert wait_for(lambda: job.state in ("COMPLETED", "FAILED", "TIMEOUT") and job.state, JOB_WAIT_S,
+                        interval=5, what=f"job {job.id} to end") == "COMPLETED", job.logs()
+        log = job.logs()
+        assert "chexnet: 2 worker pod(s) ready after" in log
+        assert "chexnet.train: epoch 2/2" in log
+        metrics = job.metrics()
+        assert metrics.epochs_done == 2 and metrics.images_per_sec
+        home = kube.box.path("volumes", "home", "alice", "jobs", job.id)
+        assert list((home / "tensorboard").rglob("events.out.tfevents.*")), sorted(home.rglob("*"))
+        assert list((home / "checkpoints").iterdir())
+        assert (home / "exit_status").read_text().strip() == "0"
+        # The workers end with the launcher: their pods succeed and hold no GPU any more.
+        wait_for(lambda: all(p.status.phase == "Succeeded" for p in core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"{LABEL_JOB}={job.id}").items), 60, what="the job's pods to end")
+        quota = core.read_namespaced_resource_quota("dsportal-gpus", NAMESPACE)
+        assert quota.status.used["requests.nvidia.com/gpu"] == "0"
+    finally:
+        if job.state in ("PENDING", "RUNNING"):
+            job.cancel()
+
+
+def test_cancelling_deletes_everything_the_job_made(kube, cfg):
+    job = jobs.submit({**TWO_NODES, "epochs": 20}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    wait_for(lambda: objects_of(kube, job.id)["pods"], 60, what="the job's pods")
+    made = objects_of(kube, job.id)
+    assert made["secrets"] == [f"{job.id}-ssh"] and len(made["jobs"]) == 2
+    job.cancel()
+    began = time.monotonic()
+    wait_for(lambda: objects_of(kube, job.id) == {"jobs": [], "secrets": [], "pods": []}, 90,
+             what=f"every object of job {job.id} to be deleted")
+    assert job.state == "CANCELLED"
+    assert time.monotonic() - began < 90

@@ -1,0 +1,113 @@
+"""A plain Kubernetes job (k8s_jobs: plain, no operator), built and read without a cluster: the launcher Job and
+what it owns, its scripts, its state from the Job and its pods, and its ssh key."""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import pytest
+
+from portal.jobs.k8s_manifests import ANNOTATION_SPEC, LABEL_JOB, LABEL_ROLE, owned_by, plain_job_objects
+from portal.scheduler.kubernetes import new_ssh_key, plain_job_state
+from tests.unit.test_jobs_kubernetes import CFG, JOB_ID, KUBERNETES_VERSIONS, spec
+from tests.unit.test_jobs_render import bash_syntax_ok
+
+
+def objects(**raw):
+    launcher, (secret, workers) = plain_job_objects(spec(**raw), JOB_ID, "alice", CFG, "v100", private_key="KEY",
+                                                    public_key="ssh-ed25519 AAAA dsportal-job\n",
+                                                    submitted_at="2026-11-21T10:15:00+00:00")
+    return launcher, secret, workers
+
+
+def as_pod(job: dict) -> dict:
+    template = job["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check", **template["metadata"]},
+            "spec": template["spec"]}
+
+
+def test_two_nodes_is_a_launcher_job_a_workers_job_of_two_pods_and_a_secret():
+    launcher, secret, workers = objects(nodes=2, gpus_per_node=4, cpus_per_task=2, memory_gb=64,
+                                        time_limit="02:00:00")
+    assert (launcher["kind"], launcher["metadata"]["name"]) == ("Job", JOB_ID)
+    assert json.loads(launcher["metadata"]["annotations"][ANNOTATION_SPEC])["nodes"] == 2
+    assert (workers["metadata"]["name"], workers["spec"]["parallelism"], workers["spec"]["completions"]) == \
+        (f"{JOB_ID}-workers", 2, 2)
+    worker = workers["spec"]["template"]["spec"]
+    limits = worker["containers"][0]["resources"]["limits"]
+    assert limits == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}  # 4 workers x 2 CPUs
+    assert worker["nodeSelector"] == {"nvidia": "v100"}
+    assert worker["affinity"]["podAntiAffinity"]  # one worker pod per node where the nodes allow it
+    assert workers["spec"]["template"]["metadata"]["labels"][LABEL_ROLE] == "worker"
+    assert launcher["spec"]["template"]["metadata"]["labels"][LABEL_ROLE] == "launcher"
+    assert launcher["spec"]["activeDeadlineSeconds"] == workers["spec"]["activeDeadlineSeconds"] == 7200
+    assert secret["stringData"] == {"id_ed25519": "KEY", "authorized_keys": "ssh-ed25519 AAAA dsportal-job\n"}
+    for job in (launcher, workers):  # no API access from the job's pods; a lost node's pods go in 30 s
+        pod = job["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+        assert {t["tolerationSeconds"] for t in pod["tolerations"]} == {30}
+
+
+def test_what_the_launcher_owns_goes_with_it():
+    _, secret, workers = objects()
+    created = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": JOB_ID, "uid": "u-1"}}
+    for manifest in (secret, workers):
+        (reference,) = owned_by(manifest, created)["metadata"]["ownerReferences"]
+        assert reference == {"apiVersion": "batch/v1", "kind": "Job", "name": JOB_ID, "uid": "u-1",
+                             "blockOwnerDeletion": True}
+        assert "ownerReferences" not in manifest["metadata"]  # the builder's dict is not changed
+
+
+def test_the_scripts_are_bash_and_wait_for_every_worker():
+    launcher, _, workers = objects(nodes=3, gpus_per_node=2)
+    launch = launcher["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    work = workers["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    bash_syntax_ok(launch)
+    bash_syntax_ok(work)
+    assert 'if [ "$ready" -ge 3 ]' in launch and "slots=2" in launch
+    assert "mpirun -np 6 --hostfile" in launch and "plm_rsh_agent" in launch
+    assert "--resume" in launch and "workers-done" in launch and "workers-done" in work
+    assert "Port 2222" in work and "/usr/sbin/sshd -D -e" in work
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_objects_validate_strictly(version):
+    launcher, secret, workers = objects(nodes=2, gpus_per_node=2)
+    for manifest in (launcher, workers, as_pod(launcher), as_pod(workers)):
+        kubernetes_validate.validate({**manifest, "metadata": {**manifest["metadata"]}}, version, strict=True)
+    kubernetes_validate.validate(secret, version, strict=True)
+
+
+def pod(role: str, phase: str, deleting: bool = False) -> dict:
+    meta = {"labels": {LABEL_JOB: JOB_ID, LABEL_ROLE: role}, **({"deletionTimestamp": "x"} if deleting else {})}
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def job(conditions=(), deleting=False, nodes=2) -> dict:
+    meta = {"name": JOB_ID, "annotations": {ANNOTATION_SPEC: json.dumps({"nodes": nodes})},
+            **({"deletionTimestamp": "x"} if deleting else {})}
+    return {"metadata": meta, "status": {"conditions": [{"type": t, "status": "True", "reason": r}
+                                                        for t, r in conditions]}}
+
+
+@pytest.mark.parametrize(("conditions", "deleting", "pods", "state"), [
+    ((), False, [], "PENDING"),
+    ((), False, [pod("launcher", "Running"), pod("worker", "Running"), pod("worker", "Pending")], "PENDING"),
+    ((), False, [pod("launcher", "Running"), pod("worker", "Running"), pod("worker", "Running")], "RUNNING"),
+    ((), False, [pod("launcher", "Running"), pod("worker", "Running"), pod("worker", "Running", True)],
+     "PENDING"),  # a lost worker being replaced
+    ((("Complete", ""),), False, [], "COMPLETED"),
+    ((("Failed", "BackoffLimitExceeded"),), False, [], "FAILED"),
+    ((("Failed", "DeadlineExceeded"),), False, [], "TIMEOUT"),
+    ((), True, [pod("launcher", "Running")], "CANCELLED"),
+])
+def test_the_state_comes_from_the_job_and_its_pods(conditions, deleting, pods, state):
+    assert plain_job_state(job(conditions, deleting), pods) == state
+
+
+def test_each_job_gets_its_own_openssh_key():
+    private, public = new_ssh_key()
+    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert public.startswith("ssh-ed25519 ") and public.endswith(" dsportal-job\n")
+    assert new_ssh_key()[1] != public
