@@ -4,7 +4,8 @@ PY := $(VENV)/bin/python
 BOX := $(PY) deploy/local/box.py
 PYTEST_ARGS ?=
 
-.PHONY: install up down status builds test unit lint fresh-test bench bench-chart kube-build images screenshots
+.PHONY: install up down status up-k8s down-k8s builds test unit lint fresh-test bench bench-chart kube-build images \
+        screenshots
 
 install:
 	@deploy/local/install.sh
@@ -18,6 +19,17 @@ down:
 
 status:
 	@$(BOX) status
+
+# The Kubernetes box (deploy/kubernetes/kubebox.py): etcd, the control plane and 2 nodes (containerd + kubelet each,
+# 4 fake GPUs each) in network namespaces, the images imported from podman. docs/kubernetes.md says what it is.
+KUBEBOX := $(PY) deploy/kubernetes/kubebox.py
+up-k8s: install
+	@deploy/kubernetes/build-kubernetes.sh
+	@docker/build.sh --only training
+	@$(KUBEBOX) up
+
+down-k8s:
+	@$(KUBEBOX) down
 
 # What the suites need built (the images, kube-apiserver), built before any suite starts so that no suite shares
 # the 2 cores with a build: seconds once cached, about 12 minutes on a new machine (deploy/build-for-tests.sh).

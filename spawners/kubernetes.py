@@ -29,8 +29,9 @@ from traitlets import default
 from portal.config import PortalConfig
 from portal.inputs import seconds_of
 from portal.jobs.k8s_manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
+from portal.scheduler.kubernetes import pod_holders
 from portal.scheduler.pods import cannot_start, event_in_words
-from portal.scheduler.quota import GpuQuota
+from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.traits import fixed_default, portal_default
 from spawners.forms import ClusterLimits, Partition, ServerOptions
 from spawners.options import ServerOptionsMixin, tensorboard_proxy_url
@@ -56,9 +57,10 @@ def node_pools(cfg: PortalConfig) -> tuple[Partition, ...]:
                  for index, gpu_type in enumerate(cfg.k8s_gpu_types))
 
 
-def cluster_limits(cfg: PortalConfig, groups: tuple[str, ...]) -> ClusterLimits:
-    # the user's pods are not counted here: the namespace's ResourceQuota holds the quota on Kubernetes
-    return ClusterLimits(partitions=node_pools(cfg), quota=GpuQuota(cfg.gpu_quota_for(groups), groups),
+def cluster_limits(cfg: PortalConfig, groups: tuple[str, ...], holders: tuple[GpuHolder, ...] = ()) -> ClusterLimits:
+    """The pools, and the quota with what the user's pods hold (`pod_holders`): the form refuses what the
+    namespace's ResourceQuota would, with the same words as on Slurm."""
+    return ClusterLimits(partitions=node_pools(cfg), quota=GpuQuota(cfg.gpu_quota_for(groups), groups, holders),
                          gpu_choices=cfg.gpu_profiles())
 
 
@@ -154,7 +156,16 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     # --- the form (shared with the Slurm spawner: spawners.options) ---
 
     async def limits(self) -> ClusterLimits:
-        return cluster_limits(self.portal, tuple(sorted(g.name for g in self.user.groups)))
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            listed = await self.api.list_namespaced_pod(self.namespace)
+            pods = self.api.api_client.sanitize_for_serialization(listed)["items"]
+        except ApiException as err:
+            if err.status != 404:  # 404: no namespace yet, so no pods
+                raise
+            pods = []
+        return cluster_limits(self.portal, tuple(sorted(g.name for g in self.user.groups)), pod_holders(pods))
 
     def apply_server_options(self, options: ServerOptions) -> None:
         """Set only checked values on the pod."""

@@ -101,6 +101,7 @@ def up(box: KubeBox, report: Callable[[str], None] = print) -> Cluster:
         ensure_tls(box)
         tokens = ensure_tokens(box)
         for component, namespace in [("controller-manager", "kube-system"), ("scheduler", "kube-system"),
+                                     ("kube-proxy", "kube-system"),
                                      *((node.name, "default") for node in box.node_network.nodes)]:
             write_kubeconfig(box, box.path("auth", f"{component}.kubeconfig"), component, tokens[component],
                              namespace)

@@ -17,6 +17,7 @@ checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import os
@@ -34,6 +35,7 @@ from portal.config import PortalConfig
 from portal.jobs.k8s_manifests import (
     ANNOTATION_SPEC,
     ANNOTATION_SUBMITTED,
+    GPU_RESOURCE,
     GROUP,
     LABEL_JOB,
     LABEL_ROLE,
@@ -65,7 +67,7 @@ from portal.jobs.spec import JobLimits, JobSpec
 from portal.metrics import MAX_SERIES, RunMetrics
 from portal.scheduler import NoAccounting
 from portal.scheduler.errors import JobNotFound, KubernetesError
-from portal.scheduler.quota import GpuQuota
+from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.slurm import SlurmPartition
 from portal.usage import UsageReport
@@ -127,32 +129,52 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "") ->
                      default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"))
 
 
-def mpijob_state(mpijob: Mapping[str, Any]) -> str:
-    """The job's state from the MPIJob's conditions (the operator's Created/Running/Succeeded/Failed/Suspended)."""
-    if mpijob.get("metadata", {}).get("deletionTimestamp"):
+def pod_holders(pods: Sequence[Mapping[str, Any]]) -> tuple[GpuHolder, ...]:
+    """What holds the user's GPUs, from the pods of their namespace (as the ResourceQuota counts them: the GPU
+    requests of every pod that has not ended): their server, and each job (its pods summed, by the job label)."""
+    held: dict[tuple[str, bool], int] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        gpus = sum(int(((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE, 0))
+                   for c in (pod.get("spec") or {}).get("containers", []))
+        if gpus:
+            meta = pod.get("metadata") or {}
+            job = (meta.get("labels") or {}).get(LABEL_JOB)
+            key = (job, False) if job else (meta.get("name", ""), True)  # no job label: the user's server
+            held[key] = held.get(key, 0) + gpus
+    return tuple(GpuHolder(job_id=name, gpus=gpus, server=server) for (name, server), gpus in sorted(held.items()))
+
+
+def _true_conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+
+
+def _ended(obj: Mapping[str, Any], succeeded: str) -> str | None:
+    """The end state a job's object says (deleted, succeeded or failed), or None while it has not ended."""
+    if obj.get("metadata", {}).get("deletionTimestamp"):
         return CANCELLED
-    conditions = {c.get("type"): c for c in (mpijob.get("status") or {}).get("conditions") or []
-                  if c.get("status") == "True"}
-    if "Succeeded" in conditions:
+    conditions = _true_conditions(obj)
+    if succeeded in conditions:
         return COMPLETED
     if "Failed" in conditions:
         return TIMEOUT if conditions["Failed"].get("reason") == "DeadlineExceeded" else FAILED
-    if "Running" in conditions and "Suspended" not in conditions:
-        return RUNNING
-    return PENDING
+    return None
+
+
+def mpijob_state(mpijob: Mapping[str, Any]) -> str:
+    """The job's state from the MPIJob's conditions (the operator's Created/Running/Succeeded/Failed/Suspended)."""
+    conditions = _true_conditions(mpijob)
+    return _ended(mpijob, "Succeeded") or (
+        RUNNING if "Running" in conditions and "Suspended" not in conditions else PENDING)
 
 
 def plain_job_state(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str:
     """A plain job's state from its launcher Job's conditions, and while it runs from its pods: RUNNING once the
     launcher and every worker pod run (the launcher waits for the workers), PENDING before."""
-    if job.get("metadata", {}).get("deletionTimestamp"):
-        return CANCELLED
-    conditions = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []
-                  if c.get("status") == "True"}
-    if "Complete" in conditions:
-        return COMPLETED
-    if "Failed" in conditions:
-        return TIMEOUT if conditions["Failed"].get("reason") == "DeadlineExceeded" else FAILED
+    ended = _ended(job, "Complete")
+    if ended:
+        return ended
     nodes = recorded_nodes(job)
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
                and not p.get("metadata", {}).get("deletionTimestamp")]
@@ -216,12 +238,17 @@ def api_client(cfg: PortalConfig, user: KubeUser | None = None):
     who is not the caller, it impersonates them."""
     from kubernetes import client, config
 
-    if cfg.k8s_kubeconfig:
-        api = config.new_client_from_config(config_file=cfg.k8s_kubeconfig)
-    else:
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        api = client.ApiClient(configuration)
+    try:
+        if cfg.k8s_kubeconfig:
+            api = config.new_client_from_config(config_file=cfg.k8s_kubeconfig)
+        else:
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            api = client.ApiClient(configuration)
+    except (config.ConfigException, OSError) as err:
+        where = f"k8s_kubeconfig {cfg.k8s_kubeconfig}" if cfg.k8s_kubeconfig else \
+            "the pod's service account (k8s_kubeconfig is empty and this is not a pod)"
+        raise KubernetesError(f"no credentials for the Kubernetes API from {where}: {err}") from None
     if user is not None and not user.is_caller:
         impersonate(api, user_principal(cfg, user.name), cfg.k8s_users_group)
     return api
@@ -295,7 +322,13 @@ class KubernetesScheduler:
 
     def limits(self, user: KubeUser, snapshot: ClusterSnapshot | None = None,
                held: Sequence[tuple[str, int]] = ()) -> JobLimits:
-        return limits_for(self.cfg, user.groups)
+        """The pool's shape, and the user's quota with what their pods hold now: the portal refuses what the
+        namespace's ResourceQuota would, with the same arithmetic and words as on Slurm."""
+        _, core, _ = self._apis(user)
+        pods = self._call(f"the pods of {user.name}", core.list_namespaced_pod, self.cfg.user_namespace(user.name))
+        limits = limits_for(self.cfg, user.groups)
+        quota = GpuQuota(limits.quota.limit, limits.quota.groups, pod_holders(pods.get("items", [])))
+        return dataclasses.replace(limits, quota=quota.with_submitted(held))
 
     def _objects(self, spec: JobSpec, job_id: str, user: KubeUser, partition: str, **plain) -> list[dict]:
         if not self.plain:

@@ -115,7 +115,8 @@ def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(
         assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == "dsportal-home-alice"
         quota = kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS)
         assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
-        assert quota["status"]["used"] == {"requests.nvidia.com/gpu": "1"}  # counted by the quota controller
+        wait_for(lambda: kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS)["status"]["used"] ==
+                 {"requests.nvidia.com/gpu": "1"}, 30, what="her server's GPU alone in her quota's use")
         binding = kube.read("rbac.authorization.k8s.io/v1", "RoleBinding", "dsportal-user", ALICE_NS)
         assert {"dsportal:alice", "default"} <= {s["name"] for s in binding["subjects"]}
         # JupyterLab, through the hub's proxy to the pod's address; its API lists the copied templates.

@@ -1,25 +1,21 @@
 """The notebook API (`portal.jobs`: submit, state, jobs, get, cancel) behaves the same on Slurm and on Kubernetes.
 
-Slurm: the test box's real slurmctld/slurmd run the job. Kubernetes: the test session's real kube-apiserver
-stores and validates the MPIJob, RBAC keeps users apart; no nodes and no MPI operator run here, so the test
-moves the job along by patching its status as the operator would (the conditions it writes), and says so.
+Slurm: the test box's real slurmctld/slurmd run the job. Kubernetes: the test session's Kubernetes box runs it as
+plain Jobs (k8s_jobs: plain) on its nodes, and RBAC keeps users apart.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import kubebox
 import pytest
 
 from portal import jobs
 from portal.config import PortalConfig, load
 from portal.jobs import JobNotFound, JobSpecError
 from portal.jobs.demo_data import ensure_demo_data
-from portal.jobs.k8s_manifests import API_VERSION, KIND
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration
@@ -32,18 +28,7 @@ TINY = {"epochs": 1, "batch_size": 8, "image_size": 64, "gpus_per_node": 1, "cpu
 class Backend:
     name: str
     cfg: PortalConfig
-    start: Callable[[jobs.Job], None]  # until the scheduler runs it (Kubernetes: as the operator would say)
-
-
-def operator_says(kube, job: jobs.Job, *conditions: tuple[str, str]) -> None:
-    """Patch the MPIJob's status subresource the way the MPI operator does: conditions of (type, reason)."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {"conditions": [{"type": kind, "status": "True", "reason": reason, "message": reason,
-                              "lastTransitionTime": now, "lastUpdateTime": now} for kind, reason in conditions],
-              "startTime": now}
-    mpijobs = kubebox.resource(kube.admin, API_VERSION, KIND)
-    mpijobs.status.patch(body={"status": status}, name=job.id, namespace=f"dsportal-u-{job.record.user}",
-                         content_type="application/merge-patch+json")
+    start: Callable[[jobs.Job], None]  # until the scheduler runs it
 
 
 @pytest.fixture(params=["slurm", "kubernetes"])
@@ -54,9 +39,10 @@ def backend(request) -> Backend:
         return Backend("slurm", cluster, lambda job: wait_for(lambda: job.state == "RUNNING", 120, interval=1,
                                                                 what=f"Slurm job {job.id} to run"))
     kube = request.getfixturevalue("kube")
-    cfg = dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]))
-    return Backend("kubernetes", cfg, lambda job: operator_says(kube, job, ("Created", "MPIJobCreated"),
-                                                                 ("Running", "MPIJobRunning")))
+    cfg = dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]),
+                              k8s_jobs="plain")
+    return Backend("kubernetes", cfg, lambda job: wait_for(lambda: job.state == "RUNNING", 180, interval=1,
+                                                           what=f"Kubernetes job {job.id} to run"))
 
 
 @pytest.fixture

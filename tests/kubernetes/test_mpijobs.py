@@ -1,11 +1,15 @@
-"""MPIJobs on the real kube-apiserver: what the server stores (validated by the CRD's schema), states read from
-the conditions the MPI operator would write (no operator and no nodes run here: the test patches the status as
-the operator would), cancel deletes, a notebook's own credentials reach only its own namespace."""
+"""MPIJobs (k8s_jobs: mpijob) on the Kubernetes box's API server: what the server stores (validated by the CRD's
+schema), states read from the conditions the MPI operator writes, cancel deletes, a notebook's own credentials
+reach only its own namespace. The box runs no MPI operator (it is not packaged for Debian; the box runs training
+as plain Jobs, test_training_on_kubernetes.py), so the state tests patch the status subresource with the
+conditions the operator writes, as its own API (v2beta1) documents them: the one place a test writes a status."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
+import kubebox
 import pytest
 
 from portal import jobs
@@ -13,14 +17,26 @@ from portal.config import load
 from portal.jobs.k8s_manifests import API_VERSION, KIND
 from portal.scheduler.kubernetes import KubernetesError
 from tests.conftest import wait_for
-from tests.kubernetes.test_jobs_on_both_backends import ALICE, TINY, operator_says
+from tests.kubernetes.test_jobs_on_both_backends import ALICE, TINY
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def cfg(kube):
-    return dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]))
+    return dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]),
+                               k8s_jobs="mpijob")
+
+
+def operator_says(kube, job: jobs.Job, *conditions: tuple[str, str]) -> None:
+    """Patch the MPIJob's status subresource the way the MPI operator does: conditions of (type, reason)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {"conditions": [{"type": kind, "status": "True", "reason": reason, "message": reason,
+                              "lastTransitionTime": now, "lastUpdateTime": now} for kind, reason in conditions],
+              "startTime": now}
+    mpijobs = kubebox.resource(kube.admin, API_VERSION, KIND)
+    mpijobs.status.patch(body={"status": status}, name=job.id, namespace=f"dsportal-u-{job.record.user}",
+                         content_type="application/merge-patch+json")
 
 
 def stored(kube, job) -> dict:

@@ -46,6 +46,11 @@ def wait_phase(core: k8s.CoreV1Api, name: str, phases: set[str], timeout: float 
 def core(kube):
     api = k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
     api.create_namespace({"metadata": {"name": NAMESPACE}})
+    deadline = time.monotonic() + 30  # pods are refused until the namespace's `default` ServiceAccount has a token
+    while not (api.read_namespaced_service_account("default", NAMESPACE).secrets
+               if api.list_namespaced_service_account(NAMESPACE).items else None):
+        assert time.monotonic() < deadline, "the controller-manager made no token for the default ServiceAccount"
+        time.sleep(0.5)
     yield api
     api.delete_namespace(NAMESPACE)
 
@@ -83,6 +88,21 @@ def test_pods_on_two_nodes_reach_each_other_and_the_host_reaches_them(kube, core
     assert requests.get(f"http://{server.status.pod_ip}:8080/hostname", timeout=5).text.strip() == "server"
     assert core.read_namespaced_pod_log("server", NAMESPACE).startswith("serving")
     for name in ("server", "client"):
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+def test_a_pod_reaches_the_api_server_at_its_service_ip(kube, core):
+    """kube-proxy in each node's namespace: the `kubernetes` Service's IP (what a pod's in-cluster client uses,
+    a notebook submitting a job) leads to the API server on the host."""
+    service = core.read_namespaced_service("kubernetes", "default")
+    assert service.spec.cluster_ip == kube.box.api_service_ip
+    for node in kube.box.node_network.nodes:
+        name = f"service-{node.name}"
+        reach = f"echo | nc -w 5 {service.spec.cluster_ip} 443 >/dev/null && echo reached"  # TLS closes on it
+        core.create_namespaced_pod(NAMESPACE, pod(name, reach, node=node.name))
+        done = wait_phase(core, name, {"Succeeded", "Failed"})
+        assert done.status.phase == "Succeeded", core.read_namespaced_pod_log(name, NAMESPACE)
+        assert core.read_namespaced_pod_log(name, NAMESPACE).strip() == "reached"
         core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 

@@ -6,13 +6,19 @@ deletes every object the job made."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import subprocess
+import sys
 import time
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from portal import jobs
 from portal.config import load
+from portal.jobs import JobSpecError
 from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
 from tests.conftest import wait_for
 from tests.kubernetes.conftest import kubebox
@@ -84,9 +90,64 @@ def test_cancelling_deletes_everything_the_job_made(kube, cfg):
     wait_for(lambda: objects_of(kube, job.id)["pods"], 60, what="the job's pods")
     made = objects_of(kube, job.id)
     assert made["secrets"] == [f"{job.id}-ssh"] and len(made["jobs"]) == 2
+    # Its 2 GPUs count against alice's quota of 4 before the ResourceQuota would: the portal says what holds them.
+    with pytest.raises(JobSpecError) as refused:
+        jobs.validate({**TWO_NODES, "gpus_per_node": 3, "nodes": 1}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    assert refused.value.field == "gpus_per_node"
+    assert f"you use 2 of your 4 GPUs (job {job.id}); ask for at most 2" in str(refused.value)
     job.cancel()
     began = time.monotonic()
     wait_for(lambda: objects_of(kube, job.id) == {"jobs": [], "secrets": [], "pods": []}, 90,
              what=f"every object of job {job.id} to be deleted")
     assert job.state == "CANCELLED"
     assert time.monotonic() - began < 90
+
+
+def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, core):
+    """The template notebook, run by papermill in a pod of alice's namespace as her JupyterLab runs it (the
+    spawner's environment, her namespace's service account, her home): it submits a 2-node job through the API
+    server's Service IP, watches it to COMPLETED and shows its AUROC table."""
+    name, out = "notebook-02", "/home/jovyan/notebook-02-out.ipynb"
+    notebook = "/opt/dsportal/venv/share/dsportal/notebooks/02-train-chexnet-horovod.ipynb"
+    parameters = [arg for key, value in {**TWO_NODES, "job_timeout_s": JOB_WAIT_S}.items()
+                  if key != "time_limit" for arg in ("-p", key, str(value))]
+    env = {"DSPORTAL_SCHEDULER": "kubernetes", "JUPYTERHUB_USER": "alice", "HOME": "/home/jovyan",
+           "DSPORTAL_GROUPS": ",".join(ALICE[1]), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    core.create_namespaced_pod(NAMESPACE, {
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "securityContext": {"runAsUser": 1000, "runAsGroup": 100},
+                 "containers": [{"name": "papermill", "image": kubebox.PORTAL.k8s_image,
+                                 "imagePullPolicy": "IfNotPresent",
+                                 "command": ["python", "-m", "papermill", notebook, out, *parameters,
+                                             "--kernel", "python3", "--log-output"],
+                                 "env": [{"name": k, "value": v} for k, v in env.items()],
+                                 "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}},
+                                 "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}]}],
+                 "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home-alice"}}]}})
+    try:
+        deadline = time.monotonic() + JOB_WAIT_S
+        while (phase := core.read_namespaced_pod(name, NAMESPACE).status.phase) not in ("Succeeded", "Failed"):
+            assert time.monotonic() < deadline, f"the notebook's pod is still {phase}"
+            time.sleep(5)
+        log = core.read_namespaced_pod_log(name, NAMESPACE)
+        assert phase == "Succeeded", log[-4000:]
+        executed = kube.box.path("volumes", "home", "alice", "notebook-02-out.ipynb").read_text()
+        assert "final state: COMPLETED" in executed and '<table class=\\"dsportal-auroc\\">' in executed
+        (job_id,) = set(re.findall(r"k8s-\d{8}-\d{6}-[0-9a-f]{6}", executed))
+        workers = core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOB}={job_id},{LABEL_ROLE}=worker")
+        assert sorted(p.spec.node_name for p in workers.items) == [f"{kube.box.name}-node1",
+                                                                  f"{kube.box.name}-node2"]
+    finally:
+        core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+def test_render_prints_what_submit_would_make_and_refuses_what_it_would_refuse(kube):
+    env = {**os.environ, "DSPORTAL_SCHEDULER": "kubernetes", "DSPORTAL_K8S_KUBECONFIG": str(kube.kubeconfigs["hub"])}
+    command = [sys.executable, "-m", "portal.jobs", "render", "--backend", "kubernetes", "--nodes", "2",
+               "--gpus-per-node", "2"]
+    shown = subprocess.run([*command, "--user", "alice", "--groups", "gpu-users"], capture_output=True, text=True,
+                           timeout=60, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert [m["kind"] for m in yaml.safe_load_all(shown.stdout)] == ["Job", "Secret", "Job"]
+    refused = subprocess.run([*command, "--user", "bob"], capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 2 and "gpus_per_node" in refused.stderr  # bob's groups carry no GPU quota

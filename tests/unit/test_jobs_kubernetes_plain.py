@@ -9,7 +9,9 @@ import kubernetes_validate
 import pytest
 
 from portal.jobs.k8s_manifests import ANNOTATION_SPEC, LABEL_JOB, LABEL_ROLE, owned_by, plain_job_objects
-from portal.scheduler.kubernetes import new_ssh_key, plain_job_state
+from portal.scheduler.kubernetes import new_ssh_key, plain_job_state, pod_holders
+from spawners.forms import OptionsError, parse_server_options
+from spawners.kubernetes import cluster_limits
 from tests.unit.test_jobs_kubernetes import CFG, JOB_ID, KUBERNETES_VERSIONS, spec
 from tests.unit.test_jobs_render import bash_syntax_ok
 
@@ -111,3 +113,19 @@ def test_each_job_gets_its_own_openssh_key():
     assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert public.startswith("ssh-ed25519 ") and public.endswith(" dsportal-job\n")
     assert new_ssh_key()[1] != public
+
+
+def test_what_holds_the_users_gpus_comes_from_their_pods():
+    def gpu_pod(name, gpus, phase="Running", job=None):
+        labels = {LABEL_JOB: job} if job else {"component": "singleuser-server"}
+        return {"metadata": {"name": name, "labels": labels}, "status": {"phase": phase},
+                "spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+    pods = [gpu_pod("jupyter-alice", 1), gpu_pod("w-1", 2, job=JOB_ID), gpu_pod("w-2", 2, "Pending", job=JOB_ID),
+            gpu_pod("launcher", 0, job=JOB_ID), gpu_pod("old", 4, "Succeeded", job="k8s-20261121-090000-000000")]
+    holders = pod_holders(pods)
+    assert [(h.describe(), h.gpus) for h in holders] == [("your server", 1), (f"job {JOB_ID}", 4)]
+    limits = cluster_limits(CFG, ("gpu-users",), holders)  # the spawn form: alice's quota 8, 5 held
+    with pytest.raises(OptionsError) as refused:
+        parse_server_options({"partition": "t4", "gpus": "4", "cpus": "1", "memory_gb": "2",
+                              "runtime": "01:00:00"}, limits)
+    assert f"(you use 5 of your 8 GPUs: your server, job {JOB_ID})" in str(refused.value)

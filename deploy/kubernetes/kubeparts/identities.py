@@ -8,6 +8,7 @@ Identities (static tokens, made once, in auth/tokens.csv; and one ServiceAccount
     (controller-manager)     user system:kube-controller-manager          auth/controller-manager.kubeconfig
     (scheduler)              user system:kube-scheduler                   auth/scheduler.kubeconfig
     (each node's kubelet)    user system:node:<node>, group system:nodes  auth/<node>.kubeconfig
+    (every node's proxy)     user system:kube-proxy                       auth/kube-proxy.kubeconfig
 
 The Node authorizer and NodeRestriction keep each kubelet to its own Node and the pods bound to it. The API server
 reaches the kubelets with a client certificate (tls/kubelet-client.pem, group system:masters), which the kubelets
@@ -62,7 +63,7 @@ def ensure_tls(box: KubeBox) -> None:
 def static_identities(box: KubeBox) -> dict[str, tuple[str, list[str]]]:
     """identity -> (Kubernetes user name, groups) for every static token."""
     ids = {"admin": (ADMIN_USER, ["system:masters"]), "controller-manager": (CONTROLLER_MANAGER_USER, []),
-           "scheduler": (SCHEDULER_USER, [])}
+           "scheduler": (SCHEDULER_USER, []), "kube-proxy": ("system:kube-proxy", [])}
     ids.update({name: (user_principal(name), [USERS_GROUP]) for name in DEMO_USERS})
     ids.update({node.name: (f"system:node:{node.name}", ["system:nodes"]) for node in box.node_network.nodes})
     return ids

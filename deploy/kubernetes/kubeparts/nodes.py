@@ -1,6 +1,6 @@
 """The nodes of the Kubernetes box: each a host of its own (deploy/netns.py: a network namespace on the box's
-bridge, as the Slurm box's nodes are) with its own containerd and kubelet (node.sh runs both in the node's mount
-namespace), a CNI bridge for its pods, its pods' cgroups under /<node>, and fake GPUs.
+bridge, as the Slurm box's nodes are) with its own containerd, kubelet and kube-proxy (node.sh runs them in the
+node's mount namespace), a CNI bridge for its pods, its pods' cgroups under /<node>, and fake GPUs.
 
 The fake GPUs are the one thing that cannot exist here: each node advertises `nvidia.com/gpu` as an extended
 resource in its status (the documented way without a device plugin), with the GPU type as the node label
@@ -151,6 +151,18 @@ def kubelet_config(box: KubeBox, node: Node) -> str:
     }, sort_keys=False)
 
 
+def proxy_config(box: KubeBox, node: Node) -> str:
+    """kube-proxy in the node's namespace: Service IPs (the `kubernetes` Service a pod's client uses) become
+    iptables rules there. It leaves the machine-wide conntrack settings alone (each 0: not set)."""
+    return yaml.safe_dump({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(box.path("auth", "kube-proxy.kubeconfig"))},
+        "hostnameOverride": node.name, "bindAddress": node.address, "clusterCIDR": box.cluster_cidr,
+        "mode": "iptables", "metricsBindAddress": "127.0.0.1:10249", "healthzBindAddress": "127.0.0.1:10256",
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+    }, sort_keys=False)
+
+
 def node_command(box: KubeBox, node: Node) -> list[str]:
     """nsenter, unshare and node.sh all exec: the recorded PID becomes the kubelet's. Not `ip netns exec`: it
     mounts a fresh sysfs over /sys, which hides the cgroup hierarchies from the kubelet."""
@@ -158,7 +170,7 @@ def node_command(box: KubeBox, node: Node) -> list[str]:
     labels = f"{PORTAL.k8s_gpu_node_label}={box.gpu_type}"
     return ["nsenter", f"--net={NETNS_DIR / node.name}", "unshare", "--mount", "--propagation", "slave", "--uts",
             "/bin/sh", str(NODE_SCRIPT), node.name, str(own), str(own / "containerd.toml"), str(socket(box, node)),
-            "--", str(KUBE_BIN / "kubelet"), f"--config={own / 'kubelet.yaml'}",
+            str(own / "kube-proxy.yaml"), "--", str(KUBE_BIN / "kubelet"), f"--config={own / 'kubelet.yaml'}",
             f"--kubeconfig={box.path('auth', f'{node.name}.kubeconfig')}", "--container-runtime=remote",
             f"--container-runtime-endpoint=unix://{socket(box, node)}", f"--hostname-override={node.name}",
             f"--node-ip={node.address}", f"--node-labels={labels}", f"--pod-infra-container-image={PAUSE_IMAGE}",
@@ -169,7 +181,7 @@ def node_command(box: KubeBox, node: Node) -> list[str]:
 
 
 def prepare(box: KubeBox, node: Node) -> None:
-    for program in (KUBE_BIN / "kubelet", Path(CONTAINERD), Path(CNI_BIN) / "bridge"):
+    for program in (KUBE_BIN / "kubelet", KUBE_BIN / "kube-proxy", Path(CONTAINERD), Path(CNI_BIN) / "bridge"):
         if not os.access(program, os.X_OK):
             raise BoxError(f"{node.name}: {program} is missing; `make kube-build` installs it")
     longest = box.node_dir(node.name) / "containerd.sock.ttrpc"
@@ -185,6 +197,7 @@ def prepare(box: KubeBox, node: Node) -> None:
     write_if_changed(own / "containerd.toml", containerd_config(box, node))
     write_if_changed(own / "cni-template.json", cni_template(box, node))
     write_if_changed(own / "kubelet.yaml", kubelet_config(box, node))
+    write_if_changed(own / "kube-proxy.yaml", proxy_config(box, node))
     for hierarchy in CGROUP_ROOT.iterdir():
         if hierarchy.name != "unified" and (hierarchy / "cgroup.procs").exists():
             _make_cgroup(hierarchy / node.name)
@@ -280,7 +293,8 @@ def crash(box: KubeBox, node: Node) -> str:
 def service(node: Node) -> Service:
     return Service(node.name, "kubelet", lambda box: prepare(box, node), lambda box: node_command(box, node),
                    lambda box: ready(box, node), NODE_READY_S,
-                   extra_logs=lambda box: [box.node_dir(node.name) / "containerd.log"],
+                   extra_logs=lambda box: [box.node_dir(node.name) / name for name in ("containerd.log",
+                                                                                       "kube-proxy.log")],
                    after_start=lambda box: advertise_gpus(box, node),
                    after_stop=lambda box: stop_pods(box, node))
 
