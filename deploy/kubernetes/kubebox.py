@@ -140,13 +140,16 @@ def cluster_of(box: KubeBox) -> Cluster:
 
 
 def down(box: KubeBox) -> list[str]:
-    """Delete every pod (so the kubelets stop them as a cluster would), stop every process by its recorded PID in
-    reverse order, then remove the nodes' namespaces, cgroups and routes and undo what the kubelets changed on
-    the machine. etcd's data, the keys and the image stores stay."""
+    """Stop the scheduler and the controllers, delete every pod (so the kubelets stop them as a cluster would),
+    stop the other processes by their recorded PIDs in reverse order, then remove the nodes' namespaces, cgroups
+    and routes and undo what the kubelets changed on the machine. etcd's data, the keys and the image stores
+    stay: `up` gives back the same cluster, with its Jobs (which make their pods again)."""
     box.path("run").mkdir(parents=True, exist_ok=True)
     with Lock(box):
-        lines = _delete_pods(box)
-        lines += [stop_service(svc, box) for svc in reversed(services(box))]
+        # The scheduler and the controllers first: a Job would make its deleted pods again.
+        lines = [stop_service(svc, box) for svc in reversed(CONTROL_PLANE[2:])]
+        lines += _delete_pods(box)
+        lines += [stop_service(svc, box) for svc in reversed(services(box)) if svc not in CONTROL_PLANE[2:]]
         return lines + nodes.teardown(box)
 
 

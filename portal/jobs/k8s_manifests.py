@@ -37,6 +37,7 @@ SSH_DIR = "/etc/dsportal-ssh"  # the job's Secret, mounted read-only
 # A plain job's launcher runs again from the last checkpoint when a worker pod is lost, at most this often; its
 # pods leave a lost node after LOST_NODE_S (the default toleration is 300 s), and the workers Job replaces them.
 RESTARTS, LOST_NODE_S = 2, 30
+WATCH_EVERY_S = 10  # the launcher looks whether every worker still answers this often
 STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
 
 
@@ -199,7 +200,7 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
         **values, venv_bin=str(cfg.venv / "bin"), python=str(cfg.venv / "bin" / "python"),
         nccl_env=nccl_environment(cfg), map_by=cfg.jobs_mpi_map_by, bind_to=cfg.jobs_mpi_bind_to,
         mpirun_args=cfg.jobs_mpirun_args, exported=(*MPI_EXPORTED, *(n for n, _ in nccl_environment(cfg))),
-        key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS)
+        key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS, watch_every=WATCH_EVERY_S)
     worker_script = env.get_template(f"{spec.template}.k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
     worker_resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),

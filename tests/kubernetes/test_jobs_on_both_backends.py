@@ -58,6 +58,9 @@ def submitted(backend):
     for job in made:
         if job.state in ("PENDING", "RUNNING"):
             job.cancel()
+    if backend.name == "kubernetes":  # a cancelled job's pods hold their GPUs until they are gone
+        wait_for(lambda: jobs.limits(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg).quota.in_use == 0, 90,
+                 what="alice's cancelled jobs' pods to be gone")
 
 
 def test_submit_lists_runs_and_cancels(backend, submitted):

@@ -163,23 +163,27 @@ def machine_state(box: kubebox.KubeBox) -> dict:
 
 
 def test_down_deletes_the_pods_and_leaves_nothing_behind(kube):
-    """A second, one-node box with a pod running: after `down`, none of its namespaces, links, cgroups, mounts,
-    processes, hosts entries or routes is left (the test session's box keeps the machine-wide sysctls)."""
+    """A second, one-node box with a Job's pod running: `down` deletes it (and the Job does not make it again),
+    and afterwards none of the box's namespaces, links, cgroups, mounts, processes, hosts entries or routes is
+    left (the test session's box keeps the machine-wide sysctls)."""
     state = Path(f"{kube.box.state_dir}-down")  # short: containerd's sockets live there
     shutil.rmtree(state, ignore_errors=True)
     box = kubebox.KubeBox(state, api_port=kube.box.api_port + 10, name="kubed",
                           network="198.19.48.0/20", nodes=1, images=(BUSYBOX,), cache_dir=kube.box.cache_dir)
     try:
         kubebox.up(box, report=lambda line: None)
-        api = k8s.CoreV1Api(kubebox.api_client(box, kubebox.read_tokens(box)["admin"]))
-        api.create_namespaced_pod("default", {**pod("left", "sleep 600"), "metadata": {"name": "left"}})
+        admin = kubebox.api_client(box, kubebox.read_tokens(box)["admin"])
+        api = k8s.CoreV1Api(admin)
+        template = pod("left", "sleep 600")
+        k8s.BatchV1Api(admin).create_namespaced_job("default", {
+            "metadata": {"name": "left"}, "spec": {"template": {"spec": template["spec"]}}})
         deadline = time.monotonic() + 60
-        while api.read_namespaced_pod("left", "default").status.phase != "Running":
-            assert time.monotonic() < deadline
+        while not [p for p in api.list_namespaced_pod("default").items if p.status.phase == "Running"]:
+            assert time.monotonic() < deadline, "the Job's pod did not run"
             time.sleep(0.5)
         assert machine_state(box)["cgroups"] and machine_state(box)["namespaces"]
     finally:
         lines = kubebox.down(box)
         shutil.rmtree(state, ignore_errors=True)
-    assert "pods: deleted 1" in lines
+    assert "pods: deleted 1" in lines, lines  # not "... still there after 60 s": nothing made it again
     assert machine_state(box) == {key: [] for key in machine_state(box)}, lines

@@ -55,6 +55,14 @@ wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them
     done
 }
 
+lost_workers() {  # how many of the hostfile's workers no longer answer
+    local address count=0
+    for address in $(cut -d' ' -f1 "$job_dir/hostfile"); do
+        timeout 3 bash -c "exec 3<>/dev/tcp/$address/{{ ssh_port }}" 2>/dev/null || count=$((count + 1))
+    done
+    echo "$count"
+}
+
 rm -f "$job_dir/workers-done"
 echo "chexnet: job {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun over ssh"
 restarts=0
@@ -65,11 +73,25 @@ while :; do
         --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \
         {% for arg in mpirun_args %}{{ arg | q }} {% endfor %}\
         {% for name in exported %}-x {{ name }} {% endfor %}\
-        "${train[@]}" 2>&1 | tee -a "$job_dir/output.log"
-    status=${PIPESTATUS[0]}
-    [ "$status" -eq 0 ] && finish 0
-    answering > "$job_dir/hosts.alive"
-    lost=$(cut -d' ' -f1 "$job_dir/hostfile" | grep -cvxF -f "$job_dir/hosts.alive")
+        "${train[@]}" 2>&1 | tee -a "$job_dir/output.log" &
+    run=$!
+    # A worker whose node died sends no goodbye: mpirun would wait on its connections for many minutes. Its sshd
+    # not answering any more is the sign; this run is then stopped, to run again once a worker replaces it.
+    lost=0
+    while kill -0 "$run" 2>/dev/null; do
+        sleep {{ watch_every }}
+        kill -0 "$run" 2>/dev/null || break
+        lost=$(lost_workers)
+        if [ "$lost" -gt 0 ]; then
+            echo "chexnet: $lost worker pod(s) stopped answering; stopping this run" | tee -a "$job_dir/output.log"
+            pkill -TERM -x mpirun
+            break
+        fi
+    done
+    wait "$run"
+    status=$?  # mpirun's, when it failed (pipefail)
+    [ "$lost" -eq 0 ] && [ "$status" -eq 0 ] && finish 0
+    [ "$lost" -gt 0 ] || lost=$(lost_workers)
     if [ "$lost" -gt 0 ] && [ "$restarts" -lt {{ restarts }} ]; then
         restarts=$((restarts + 1))
         echo "chexnet: $lost worker pod(s) lost (mpirun exited $status); run $((restarts + 1)) resumes from the last checkpoint once {{ spec.nodes }} answer" | tee -a "$job_dir/output.log"
