@@ -90,13 +90,17 @@ def user_namespace_objects(cfg: PortalConfig, user: str, gpu_quota: int) -> list
     return [user_role_binding(cfg, user), gpu_quota_manifest(cfg, user, gpu_quota)]
 
 
-def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig) -> str:
+def _launcher_values(cfg: PortalConfig) -> dict[str, Any]:
+    """What every launcher script (MPIJob or plain) renders mpirun and the training command with."""
     nccl = nccl_environment(cfg)
+    return {"venv_bin": str(cfg.venv / "bin"), "python": str(cfg.venv / "bin" / "python"), "nccl_env": nccl,
+            "map_by": cfg.jobs_mpi_map_by, "bind_to": cfg.jobs_mpi_bind_to, "mpirun_args": cfg.jobs_mpirun_args,
+            "exported": (*MPI_EXPORTED, *(name for name, _ in nccl))}
+
+
+def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig) -> str:
     return template_environment().get_template(f"{spec.template}.mpijob.sh").render(
-        spec=spec, job_id=job_id, job_dir=job_dir, venv_bin=str(cfg.venv / "bin"),
-        python=str(cfg.venv / "bin" / "python"), nccl_env=nccl, map_by=cfg.jobs_mpi_map_by,
-        bind_to=cfg.jobs_mpi_bind_to, mpirun_args=cfg.jobs_mpirun_args,
-        exported=(*MPI_EXPORTED, *(name for name, _ in nccl)))
+        spec=spec, job_id=job_id, job_dir=job_dir, **_launcher_values(cfg))
 
 
 def _pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict],
@@ -197,10 +201,8 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     env = template_environment()
     values = {"spec": spec, "job_id": job_id, "job_dir": job_dir, "ssh_port": SSH_PORT}
     launcher_script = env.get_template(f"{spec.template}.k8s.sh").render(
-        **values, venv_bin=str(cfg.venv / "bin"), python=str(cfg.venv / "bin" / "python"),
-        nccl_env=nccl_environment(cfg), map_by=cfg.jobs_mpi_map_by, bind_to=cfg.jobs_mpi_bind_to,
-        mpirun_args=cfg.jobs_mpirun_args, exported=(*MPI_EXPORTED, *(n for n, _ in nccl_environment(cfg))),
-        key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS, watch_every=WATCH_EVERY_S)
+        **values, **_launcher_values(cfg), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
+        watch_every=WATCH_EVERY_S)
     worker_script = env.get_template(f"{spec.template}.k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
     worker_resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),
