@@ -79,4 +79,6 @@ if [ "$ONLY" != training ]; then
     # The hub needs no CUDA: with --gpu it keeps the base it had (HUB_BASE_IMAGE).
     build hub "$HUB_TAG" "$HUB_BASE_IMAGE"
 fi
-say "images built in $((SECONDS - started)) s"
+# Each rebuild leaves the previous image untagged (GBs each); the layers the new images use are kept.
+pruned=$(podman image prune -f | wc -l)
+say "images built in $((SECONDS - started)) s ($pruned untagged images removed)"

@@ -89,25 +89,40 @@ def ensure_images(box: KubeBox, nodes: tuple[Node, ...], socket, names: list[str
         archives = box.cache_dir / box.name / "archives"
         archives.mkdir(parents=True, exist_ok=True)
         archive = archives / f"{image_id[:12]}.tar"
+        staging = f"{name.rsplit(':', 1)[0]}:dsportal-import-{image_id[:12]}"
+        podman("tag", name, staging, what=f"podman tag {name}")
         try:
-            podman("save", "--format", "oci-archive", "-o", str(archive), name, what=f"podman save {name}")
+            podman("save", "--format", "oci-archive", "-o", str(archive), staging, what=f"podman save {name}")
             for node in missing:
-                _import(archive, name, socket(box, node), node)
+                _import(archive, staging, name, socket(box, node), node)
                 stamps[node.name][name] = image_id
                 _stamp(box, node).write_text(json.dumps(stamps[node.name], indent=1) + "\n")
         finally:
             archive.unlink(missing_ok=True)
+            subprocess.run(["podman", "untag", image_id, staging], capture_output=True, env=PODMAN_ENV)
         lines.append(f"images: {name} imported on {', '.join(n.name for n in missing)} ({image_id[:12]})")
     return lines
 
 
-def _import(archive: Path, name: str, address: Path, node: Node) -> None:
+def _import(archive: Path, staging: str, name: str, address: Path, node: Node) -> None:
+    """Import under a name of its own, then move `name` to it. Importing over `name` directly untags the old copy
+    while the new one unpacks, and containerd's garbage collector can then remove the layers the two share from
+    under the unpacking (containerd#3787: "parent snapshot ... does not exist"); the old copy's own layers go
+    only once `name` has moved. A failed unpack leaves the store consistent, so it is tried once more."""
     ctr = ["ctr", "--address", str(address), "--namespace", "k8s.io"]
-    try:  # unpacked for the overlayfs snapshotter too, so that the first pod does not wait for it
-        run([*ctr, "images", "import", "--snapshotter", "overlayfs", str(archive)],
-            f"{node.name}: importing {name}", timeout=IMPORT_TIMEOUT_S)
-    except subprocess.TimeoutExpired as err:
-        raise BoxError(f"{node.name}: importing {name} took over {IMPORT_TIMEOUT_S} s") from err
+    what = f"{node.name}: importing {name}"
+    for attempt in (1, 2):
+        try:  # unpacked for the overlayfs snapshotter too, so that the first pod does not wait for it
+            run([*ctr, "images", "import", "--snapshotter", "overlayfs", str(archive)], what,
+                timeout=IMPORT_TIMEOUT_S)
+            break
+        except subprocess.TimeoutExpired as err:
+            raise BoxError(f"{what} took over {IMPORT_TIMEOUT_S} s") from err
+        except BoxError:
+            if attempt == 2:
+                raise
+    run([*ctr, "images", "tag", "--force", staging, name], f"{node.name}: tagging {name}")
+    run([*ctr, "images", "rm", staging], f"{node.name}: removing the import's name {staging}")
 
 
 def _read(path: Path) -> dict[str, str]:
