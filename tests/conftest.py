@@ -7,6 +7,7 @@ the tests, the box and the hub all read the same values. A user's own `make up` 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -64,6 +65,7 @@ os.environ.setdefault("ASYNC_TEST_TIMEOUT", "30")
 from bench.hub_client import HubClient, wait_for  # noqa: E402
 from portal.config import load  # noqa: E402  (after DSPORTAL_CONFIG is set)
 from portal.inputs import seconds_of  # noqa: E402
+from portal.runas import RUNUSER  # noqa: E402
 
 PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "admin": "admin-demo"}
 
@@ -243,3 +245,20 @@ def every_node_held(cluster):
 def artifacts() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
+
+
+def tensorboard_steps(logdir: Path, user: str | None = "alice") -> dict[str, list[int]]:
+    """Every step written per tag, repeats included, over all of a job's event files, with TensorBoard's own reader;
+    read as `user` (the Slurm box's homes), or as root where the files are a pod's (the Kubernetes box's volumes)."""
+    script = ("import json, pathlib, sys\n"
+              "from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
+              "steps = {}\n"
+              "for path in sorted(pathlib.Path(sys.argv[1]).rglob('*tfevents*')):\n"
+              "    for event in EventFileLoader(str(path)).Load():\n"
+              "        for value in event.summary.value:\n"
+              "            steps.setdefault(value.tag, []).append(event.step)\n"
+              "print(json.dumps({tag: sorted(found) for tag, found in steps.items()}))\n")
+    as_user = [RUNUSER, "-u", user, "--"] if user else []
+    out = subprocess.run([*as_user, "/opt/dsportal/venv/bin/python", "-c", script, str(logdir)],
+                         capture_output=True, text=True, check=True, cwd="/tmp").stdout
+    return json.loads(out)

@@ -202,7 +202,7 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     values = {"spec": spec, "job_id": job_id, "job_dir": job_dir, "ssh_port": SSH_PORT}
     launcher_script = env.get_template(f"{spec.template}.k8s.sh").render(
         **values, **_launcher_values(cfg), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
-        watch_every=WATCH_EVERY_S)
+        watch_every=WATCH_EVERY_S, stop_grace=STOP_GRACE_S)
     worker_script = env.get_template(f"{spec.template}.k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
     worker_resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),

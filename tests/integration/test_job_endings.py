@@ -7,7 +7,6 @@ Sized for 2 CPU cores: the demo set's 64x64 images, batch 8, one worker on each 
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import subprocess
@@ -17,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from portal import jobs
-from portal.runas import RUNUSER
-from tests.conftest import NODES, box, job_wait_s, jobs_of, slurm, wait_for
+from tests.conftest import NODES, box, job_wait_s, jobs_of, slurm, tensorboard_steps, wait_for
 from tests.integration.test_cluster import JOB_TIMEOUT_S, TINY, as_user, portal_client
 
 pytestmark = pytest.mark.integration
@@ -116,22 +114,6 @@ def test_what_a_job_hides_from_slurm_ends_with_it_at_cancel_and_at_its_time_limi
 
 
 # --- a node dies in the middle of a 2-node training ------------------------------------------------------------
-
-
-def tensorboard_steps(logdir: Path) -> dict[str, list[int]]:
-    """Every step written per tag, repeats included, over all of the run's event files (read as alice, with
-    TensorBoard's own reader)."""
-    script = ("import json, pathlib, sys\n"
-              "from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
-              "steps = {}\n"
-              "for path in sorted(pathlib.Path(sys.argv[1]).glob('*tfevents*')):\n"
-              "    for event in EventFileLoader(str(path)).Load():\n"
-              "        for value in event.summary.value:\n"
-              "            steps.setdefault(value.tag, []).append(event.step)\n"
-              "print(json.dumps({tag: sorted(found) for tag, found in steps.items()}))\n")
-    out = subprocess.run([RUNUSER, "-u", "alice", "--", "/opt/dsportal/venv/bin/python", "-c", script, str(logdir)],
-                         capture_output=True, text=True, check=True, cwd="/tmp").stdout
-    return json.loads(out)
 
 
 def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cluster, hub, demo_data,

@@ -20,7 +20,7 @@ from portal import jobs
 from portal.config import load
 from portal.jobs import JobSpecError
 from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
-from tests.conftest import wait_for
+from tests.conftest import tensorboard_steps, wait_for
 from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration
@@ -136,3 +136,36 @@ def test_render_prints_what_submit_would_make_and_refuses_what_it_would_refuse(k
     assert [m["kind"] for m in yaml.safe_load_all(shown.stdout)] == ["Job", "Secret", "Job"]
     refused = subprocess.run([*command, "--user", "bob"], capture_output=True, text=True, timeout=60, env=env)
     assert refused.returncode == 2 and "gpus_per_node" in refused.stderr  # bob's groups carry no GPU quota
+
+
+def test_a_node_lost_mid_training_and_the_job_resumes_with_every_epoch_once(kube, cfg, core):
+    """A node dies in epoch 3 of a 2-node training: its link down, its kubelet, containerd and containers killed at
+    once, no goodbye to its peers. The launcher sees its worker stop answering, stops the run, waits for the
+    workers Job's replacement and runs again from the last checkpoint: every epoch is in TensorBoard once."""
+    epochs = 4
+    job = jobs.submit({**TWO_NODES, "epochs": epochs}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    home = kube.box.path("volumes", "home", "alice", "jobs", job.id)
+    try:
+        wait_for(lambda: list((home / "checkpoints").glob("ckpt-2.index")), JOB_WAIT_S, interval=1,
+                 what="the job's second checkpoint")
+        pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOB}={job.id}").items
+        (launcher_node,) = {p.spec.node_name for p in pods if p.metadata.labels[LABEL_ROLE] == "launcher"}
+        lost = next(p.spec.node_name for p in pods
+                    if p.metadata.labels[LABEL_ROLE] == "worker" and p.spec.node_name != launcher_node)
+        print(kubebox.crash(kube.box, lost))
+        wait_for(lambda: "worker pod(s) stopped answering" in job.logs() or "worker pod(s) lost" in job.logs(),
+                 120, interval=2, what="the launcher to see its worker lost")
+        kubebox.up(kube.box, report=print)  # the node comes back, as an operator brings it back
+        assert job.wait(timeout=JOB_WAIT_S, poll=5) == "COMPLETED", job.logs(tail=80)
+    finally:
+        if not job.done:
+            job.cancel()
+    log = job.logs()
+    assert "run 2 resumes from the last checkpoint" in log, log[-3000:]
+    assert f"continuing with epoch 3 of {epochs}" in log, log[-3000:]
+    steps = tensorboard_steps(home / "tensorboard", user=None)
+    for tag in ("loss/train", "loss/val", "lr", "auroc/mean"):
+        assert steps[tag] == list(range(1, epochs + 1)), (tag, steps[tag])
+    throughput = steps["throughput/images_per_sec"]
+    assert throughput and len(throughput) == len(set(throughput)), throughput
+    assert job.metrics().epochs_done == epochs

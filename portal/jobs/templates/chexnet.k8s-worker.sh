@@ -26,7 +26,9 @@ until timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/{{ ssh_port }}" 2>/dev/null;
     sleep 0.3
 done
 mkdir -p "$job_dir/workers" || exit 1
-echo "$POD_IP" > "$job_dir/workers/.$POD_NAME" && mv "$job_dir/workers/.$POD_NAME" "$job_dir/workers/$POD_NAME"
+# Its address and its hostname: the launcher asks the hostname back over ssh, so that another pod given the same
+# address later (this one lost with its node) is not taken for this one.
+echo "$POD_IP $(hostname)" > "$job_dir/workers/.$POD_NAME" && mv "$job_dir/workers/.$POD_NAME" "$job_dir/workers/$POD_NAME"
 echo "worker $POD_NAME ($POD_IP): sshd on port {{ ssh_port }}, waiting for the launcher"
 while kill -0 "$sshd" 2>/dev/null; do
     if [ -e "$job_dir/workers-done" ]; then

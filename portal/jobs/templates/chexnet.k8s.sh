@@ -20,22 +20,28 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PA
 # The job's key, from its Secret, where ssh accepts it (its own, not group-readable).
 key=$(mktemp -d)/id
 install -m 0600 {{ key_file | q }} "$key" || exit 1
-ssh_agent="ssh -p {{ ssh_port }} -i $key -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes"
+# ServerAlive: an ssh to a node that died ends in 15 s, so mpirun, which waits for its ssh children, ends too.
+ssh_agent="ssh -p {{ ssh_port }} -i $key -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
 
 finish() {
     echo "$1" > "$job_dir/exit_status"
     touch "$job_dir/workers-done"
     exit "$1"
 }
-answering() {  # the addresses in $job_dir/workers/ whose sshd answers, one per line
-    local file address
+probe() {  # probe ADDRESS HOSTNAME: true when the pod at ADDRESS takes the job's key and is HOSTNAME
+    [ -n "$2" ] && [ "$(timeout 10 $ssh_agent "$1" hostname < /dev/null 2>/dev/null)" = "$2" ]  # not the caller's stdin
+}
+answering() {  # "address hostname file" of each worker in $job_dir/workers/ that answers, one per line
+    local file address name
     for file in "$job_dir"/workers/*; do
         [ -f "$file" ] || continue
-        address=$(head -c 64 "$file" | tr -cd '0-9.')
-        if timeout 2 bash -c "exec 3<>/dev/tcp/$address/{{ ssh_port }}" 2>/dev/null; then
-            echo "$address"
+        read -r address name < <(head -c 200 "$file")
+        address=$(printf '%s' "$address" | tr -cd '0-9.')
+        name=$(printf '%s' "$name" | tr -cd 'a-z0-9.-')
+        if probe "$address" "$name"; then
+            echo "$address $name ${file##*/}"
         fi
-    done | sort -u
+    done | sort -u -k1,1
 }
 wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them
     local waited=0 ready
@@ -43,8 +49,8 @@ wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them
         answering | head -n {{ spec.nodes }} > "$job_dir/hosts.ready"
         ready=$(wc -l < "$job_dir/hosts.ready")
         if [ "$ready" -ge {{ spec.nodes }} ]; then
-            sed 's/$/ slots={{ spec.workers_per_node }}/' "$job_dir/hosts.ready" > "$job_dir/hostfile"
-            echo "chexnet: {{ spec.nodes }} worker pod(s) ready after ${waited} s: $(tr '\n' ' ' < "$job_dir/hosts.ready")"
+            sed 's/ .*/ slots={{ spec.workers_per_node }}/' "$job_dir/hosts.ready" > "$job_dir/hostfile"
+            echo "chexnet: {{ spec.nodes }} worker pod(s) ready after ${waited} s: $(cut -d' ' -f3 "$job_dir/hosts.ready" | tr '\n' ' ')"
             return
         fi
         if [ $((waited % 30)) -eq 0 ]; then
@@ -55,12 +61,25 @@ wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them
     done
 }
 
-lost_workers() {  # how many of the hostfile's workers no longer answer
-    local address count=0
-    for address in $(cut -d' ' -f1 "$job_dir/hostfile"); do
-        timeout 3 bash -c "exec 3<>/dev/tcp/$address/{{ ssh_port }}" 2>/dev/null || count=$((count + 1))
-    done
+lost_workers() {  # how many of this run's workers no longer answer as themselves; their files are removed
+    local address name file count=0
+    while read -r address name file; do
+        if ! probe "$address" "$name"; then
+            count=$((count + 1))
+            rm -f "$job_dir/workers/$file"
+        fi
+    done < "$job_dir/hosts.ready"
     echo "$count"
+}
+stop_run() {  # mpirun and its ssh children: asked first, then killed
+    local waited=0
+    pkill -TERM -x mpirun
+    while pgrep -x mpirun > /dev/null && [ "$waited" -lt {{ stop_grace }} ]; do
+        sleep 1
+        waited=$((waited + 1))
+    done
+    pkill -KILL -x mpirun
+    pkill -KILL -x ssh
 }
 
 rm -f "$job_dir/workers-done"
@@ -84,17 +103,19 @@ while :; do
         lost=$(lost_workers)
         if [ "$lost" -gt 0 ]; then
             echo "chexnet: $lost worker pod(s) stopped answering; stopping this run" | tee -a "$job_dir/output.log"
-            pkill -TERM -x mpirun
+            stop_run
             break
         fi
     done
     wait "$run"
     status=$?  # mpirun's, when it failed (pipefail)
-    [ "$lost" -eq 0 ] && [ "$status" -eq 0 ] && finish 0
+    # The workers are asked even when mpirun exited 0: Open MPI 4.1 exits 0 after "ORTE has lost communication
+    # with a remote daemon", with the training half done.
     [ "$lost" -gt 0 ] || lost=$(lost_workers)
+    [ "$lost" -eq 0 ] && [ "$status" -eq 0 ] && finish 0
     if [ "$lost" -gt 0 ] && [ "$restarts" -lt {{ restarts }} ]; then
         restarts=$((restarts + 1))
-        echo "chexnet: $lost worker pod(s) lost (mpirun exited $status); run $((restarts + 1)) resumes from the last checkpoint once {{ spec.nodes }} answer" | tee -a "$job_dir/output.log"
+        echo "chexnet: $lost worker pod(s) lost; run $((restarts + 1)) resumes from the last checkpoint once {{ spec.nodes }} answer" | tee -a "$job_dir/output.log"
         continue
     fi
     finish "$status"
