@@ -290,6 +290,13 @@ class PortalConfig:
     def user_namespace(self, username: str) -> str:
         return self.k8s_user_namespace_template.format(username=username)
 
+    def namespace_user(self, namespace: str) -> str | None:
+        """Whose namespace this is by k8s_user_namespace_template (user_namespace turned round), or None."""
+        before, _, after = self.k8s_user_namespace_template.partition("{username}")
+        name = namespace[len(before):len(namespace) - len(after)] if len(namespace) > len(before) + len(after) \
+            else ""
+        return name if name and self.user_namespace(name) == namespace else None
+
     def home_claim(self, username: str) -> str:
         return self.k8s_home_claim_template.format(username=username)
 

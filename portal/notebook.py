@@ -210,8 +210,10 @@ def _in_widget_frontend() -> bool:
 
 def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) -> str:
     """Follow a job until it ends: its state and epochs done, as a progress bar in JupyterLab and as printed lines
-    (one per change) everywhere, so a headless run leaves a record. Returns the final state."""
+    (one per change) everywhere, so a headless run leaves a record. Returns the final state. While the scheduler
+    does not answer (slurmctld or the API server restarting), it says so once and asks again: the job runs on."""
     from portal.jobs.record import ENDED_STATES
+    from portal.scheduler.errors import SchedulerUnavailable
 
     bar = label = None
     if _in_widget_frontend():
@@ -224,9 +226,12 @@ def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) ->
     deadline = None if timeout is None else time.monotonic() + timeout
     started, last = time.monotonic(), None
     while True:
-        state = job.state
-        epochs = job.metrics().epochs_done if state != "PENDING" else 0
-        line = f"job {job.id}: {state}, epoch {epochs}/{job.spec.epochs}"
+        try:
+            state = job.state
+            epochs = job.metrics().epochs_done if state != "PENDING" else 0
+            line = f"job {job.id}: {state}, epoch {epochs}/{job.spec.epochs}"
+        except SchedulerUnavailable as err:
+            state, line = "UNKNOWN", f"job {job.id}: the scheduler does not answer now; asking again ({err})"
         if line != last:
             print(f"[{time.monotonic() - started:6.0f} s] {line}", flush=True)
             last = line

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import aiohttp
 from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import default
@@ -29,7 +30,8 @@ from traitlets import default
 from portal.config import PortalConfig
 from portal.inputs import seconds_of
 from portal.jobs.k8s_manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
-from portal.scheduler.kubernetes import pod_holders
+from portal.scheduler.errors import kubernetes_failure
+from portal.scheduler.kubernetes import api_reason, pod_holders
 from portal.scheduler.pods import cannot_start, event_in_words
 from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.traits import fixed_default, portal_default
@@ -158,13 +160,16 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     async def limits(self) -> ClusterLimits:
         from kubernetes_asyncio.client.exceptions import ApiException
 
+        what = f"the pods of {self.user.name}"
         try:
             listed = await self.api.list_namespaced_pod(self.namespace)
             pods = self.api.api_client.sanitize_for_serialization(listed)["items"]
         except ApiException as err:
             if err.status != 404:  # 404: no namespace yet, so no pods
-                raise
+                raise kubernetes_failure(what, err.status, api_reason(err)) from None  # the form says it (503)
             pods = []
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            raise kubernetes_failure(what, 0, str(err) or type(err).__name__) from None
         return cluster_limits(self.portal, tuple(sorted(g.name for g in self.user.groups)), pod_holders(pods))
 
     def apply_server_options(self, options: ServerOptions) -> None:

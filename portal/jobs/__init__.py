@@ -38,7 +38,13 @@ from portal.jobs.record import (
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
 from portal.metrics import RunMetrics
 from portal.scheduler import SCHEDULERS, NoAccounting, Scheduler, UnknownScheduler, scheduler_for
-from portal.scheduler.errors import JobNotFound, KubernetesError, SchedulerError, SlurmError
+from portal.scheduler.errors import (
+    JobNotFound,
+    KubernetesError,
+    SchedulerError,
+    SchedulerUnavailable,
+    SlurmError,
+)
 from portal.scheduler.kubernetes import K8S_ID, KubeUser
 from portal.usage import UsageReport
 
@@ -126,10 +132,14 @@ class Job:
         return self.state in ENDED_STATES
 
     def wait(self, timeout: float | None = None, poll: float = DEFAULT_POLL_S) -> str:
-        """Block until the job has ended; its final state. TimeoutError after `timeout` seconds."""
+        """Block until the job has ended; its final state. TimeoutError after `timeout` seconds. A scheduler that
+        does not answer for a while (slurmctld or the API server restarting) is asked again: the job runs on."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            state = self.state
+            try:
+                state = self.state
+            except SchedulerUnavailable as err:
+                state = f"unknown ({err})"
             if state in ENDED_STATES:
                 return state
             if deadline is not None and time.monotonic() >= deadline:

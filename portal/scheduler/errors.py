@@ -3,7 +3,7 @@
     PortalError
     ├── JobNotFound          no such job for this user (another user's job is "not found" too)
     └── SchedulerError       the scheduler failed the request; the message has the scheduler's own words
-        ├── SchedulerUnavailable   it did not answer (timeout, controller down, command missing)
+        ├── SchedulerUnavailable   it did not answer (timeout, controller down, command missing): try again
         └── SchedulerRefused       it answered no (a policy, a limit, a bad request)
 
 Each scheduler names its own subclasses (portal.scheduler.slurm.SlurmError, portal.jobs.kubernetes.KubernetesError)
@@ -56,3 +56,21 @@ class KubernetesError(SchedulerError):
     def __init__(self, message: str, status: int = 0):
         super().__init__(message)
         self.status = status
+
+
+class KubernetesUnavailable(KubernetesError, SchedulerUnavailable):
+    """The API server did not answer (status 0), or answered that it cannot now (429, 5xx)."""
+
+
+class KubernetesRefused(KubernetesError, SchedulerRefused):
+    """The API server answered no: forbidden, invalid, a conflict, over a quota."""
+
+
+def kubernetes_failure(what: str, status: int, said: str) -> KubernetesError:
+    """The error for a failed call to the API server: status 0 when it did not answer (`said`: why), else its
+    HTTP status and message."""
+    if not status:
+        return KubernetesUnavailable(f"the Kubernetes API did not answer ({what}): {said}")
+    if status == 429 or status >= 500:
+        return KubernetesUnavailable(f"the Kubernetes API could not answer {what} now: {status} {said}", status)
+    return KubernetesRefused(f"the Kubernetes API refused {what}: {status} {said}", status)

@@ -27,7 +27,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +66,12 @@ from portal.jobs.record import (
 from portal.jobs.spec import JobLimits, JobSpec
 from portal.metrics import MAX_SERIES, RunMetrics
 from portal.scheduler import NoAccounting
-from portal.scheduler.errors import JobNotFound, KubernetesError
+from portal.scheduler.errors import JobNotFound, KubernetesError, kubernetes_failure
+from portal.scheduler.pods import scheduling_in_words
 from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.slurm import SlurmPartition
+from portal.slurm_json import QueuedJob, slurm_duration
 from portal.usage import UsageReport
 
 # The MPI operator's labels on the pods it makes (mpi-operator v2: training.kubeflow.org/*).
@@ -129,21 +131,75 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "") ->
                      default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"))
 
 
+def _pod_gpus(pod: Mapping[str, Any]) -> int:
+    return sum(int(((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE, 0))
+               for c in (pod.get("spec") or {}).get("containers", []))
+
+
+def _pod_ended(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def pod_holders(pods: Sequence[Mapping[str, Any]]) -> tuple[GpuHolder, ...]:
     """What holds the user's GPUs, from the pods of their namespace (as the ResourceQuota counts them: the GPU
     requests of every pod that has not ended): their server, and each job (its pods summed, by the job label)."""
     held: dict[tuple[str, bool], int] = {}
     for pod in pods:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        gpus = sum(int(((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE, 0))
-                   for c in (pod.get("spec") or {}).get("containers", []))
+        gpus = 0 if _pod_ended(pod) else _pod_gpus(pod)
         if gpus:
             meta = pod.get("metadata") or {}
             job = (meta.get("labels") or {}).get(LABEL_JOB)
             key = (job, False) if job else (meta.get("name", ""), True)  # no job label: the user's server
             held[key] = held.get(key, 0) + gpus
     return tuple(GpuHolder(job_id=name, gpus=gpus, server=server) for (name, server), gpus in sorted(held.items()))
+
+
+def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | None],
+              now: datetime) -> dict[str, QueuedJob]:
+    """What squeue is on Slurm, from the pods of the users' namespaces (`user_of`: whose a namespace is, None for
+    one that is no user's): one entry per job (its pods together) and per server that holds or waits for GPUs,
+    RUNNING once all its pods run, else PENDING with the scheduler's reason in words. The dashboard's usage panel
+    reads each user's from it. Whose a pod is comes from its namespace, never from its labels (which a user's own
+    Job template sets)."""
+    found: dict[str, dict[str, Any]] = {}
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        user = user_of(meta.get("namespace", ""))
+        gpus = _pod_gpus(pod)
+        if user is None or not gpus or _pod_ended(pod):
+            continue
+        job = (meta.get("labels") or {}).get(LABEL_JOB)
+        entry = found.setdefault(job or f"{meta.get('namespace')}/{meta.get('name')}", {
+            "id": job or meta.get("name", ""), "user": user, "name": "training" if job else "JupyterLab server",
+            "gpus": 0, "pods": 0, "waiting": "", "pending": False, "started": None, "nodes": set()})
+        entry["gpus"] += gpus
+        entry["pods"] += 1
+        if status.get("phase") == "Running":
+            entry["nodes"].add((pod.get("spec") or {}).get("nodeName", ""))
+            started = status.get("startTime")
+            entry["started"] = min(filter(None, (entry["started"], started)), default=None)
+        else:
+            entry["pending"] = True
+            unscheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"
+                                and c.get("status") == "False"), None)
+            if unscheduled and not entry["waiting"]:
+                entry["waiting"] = scheduling_in_words(unscheduled.get("message", ""))[:300]
+    queue = {}
+    for entry in found.values():
+        started = _timestamp(entry["started"]) if entry["started"] and not entry["pending"] else None
+        elapsed = slurm_duration((now - started).total_seconds()) if started else "0:00"
+        queue[entry["id"]] = QueuedJob(
+            id=entry["id"], user=entry["user"], state=PENDING if entry["pending"] else RUNNING, elapsed=elapsed,
+            nodes=entry["pods"], gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
+            name=entry["name"], node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"])
+    return queue
+
+
+def _timestamp(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _true_conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -291,10 +347,9 @@ class KubernetesScheduler:
         except ApiException as err:
             if err.status == 404:
                 raise JobNotFound(f"{what}: not found") from None
-            raise KubernetesError(f"the Kubernetes API refused {what}: {err.status} {_reason(err)}",
-                                  err.status) from None
+            raise kubernetes_failure(what, err.status, api_reason(err)) from None
         except (HTTPError, OSError) as err:
-            raise KubernetesError(f"the Kubernetes API did not answer ({what}): {err}") from None
+            raise kubernetes_failure(what, 0, str(err)) from None
         api = getattr(getattr(fn, "__self__", None), "api_client", None)  # a model object: as the API sent it
         return api.sanitize_for_serialization(answer) if api is not None and not isinstance(answer, dict) \
             else answer
@@ -306,13 +361,20 @@ class KubernetesScheduler:
         return kube_user(user, groups, self.cfg)
 
     def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
-        """The GPU pools as configured (the hub does not list nodes); each job's state comes from its objects."""
+        """The GPU pools as configured (the hub does not list nodes), and what holds or waits for GPUs in the
+        users' namespaces (one call as the portal: the pods that have not ended, of the namespaces that
+        k8s_user_namespace_template names). Each job's state still comes from its own objects."""
         pools = tuple(SlurmPartition(name=t, nodes=(), max_minutes=None, default=i == 0)
                       for i, t in enumerate(self.cfg.k8s_gpu_types))
-        return ClusterSnapshot(taken_at=clock(), partitions=pools)
+        asked_at = clock()
+        _, core, _ = self._apis(self.person(None, None))
+        pods = self._call("the users' pods", core.list_pod_for_all_namespaces,
+                          field_selector="status.phase!=Succeeded,status.phase!=Failed")
+        queue = pod_queue(pods.get("items", []), self.cfg.namespace_user, datetime.now(UTC))
+        return ClusterSnapshot(taken_at=clock(), partitions=pools, queue=queue, asked_at=asked_at)
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> None:
-        return None  # no queue in the snapshot: each job's state is its objects'
+        return None  # each job's state is its objects' (the snapshot's queue is what holds GPUs, for the usage)
 
     def history(self, record: JobRecord, user: KubeUser) -> list[str]:
         return []  # a lost worker is replaced by its Job, and the launcher resumes: one run, no requeue
@@ -502,7 +564,8 @@ def new_ssh_key() -> tuple[str, str]:
     return private, public.decode() + " dsportal-job\n"
 
 
-def _reason(err) -> str:
+def api_reason(err) -> str:
+    """The API server's own message in a failed call's answer (its Status), else the HTTP reason."""
     try:
         return json.loads(err.body).get("message", err.reason)
     except (TypeError, ValueError, AttributeError):

@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from tests.conftest import PORT_OFFSET, REPO, TEST_STATE, Hub, wait_for
+from tests.integration.test_cluster import portal_client
 from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 
 pytestmark = pytest.mark.integration
@@ -117,6 +118,13 @@ def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(
         assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
         wait_for(lambda: kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS)["status"]["used"] ==
                  {"requests.nvidia.com/gpu": "1"}, 30, what="her server's GPU alone in her quota's use")
+        # The dashboard's usage counts her pod, as it counts a server's Slurm job.
+        portal = portal_client(k8s_hub, "alice")
+        usage = wait_for(lambda: (u := portal.get(f"{portal.base}usage", timeout=30).json())
+                         ["quotas"][0]["gpus_in_use"] == 1 and u, 30, what="the dashboard to count her server")
+        (held,) = usage["quotas"][0]["holders"]
+        assert (held["job_id"], held["name"], held["state"], held["gpus"]) == \
+            ("jupyter-alice", "JupyterLab server", "RUNNING", 1), usage
         binding = kube.read("rbac.authorization.k8s.io/v1", "RoleBinding", "dsportal-user", ALICE_NS)
         assert {"dsportal:alice", "default"} <= {s["name"] for s in binding["subjects"]}
         # JupyterLab, through the hub's proxy to the pod's address; its API lists the copied templates.

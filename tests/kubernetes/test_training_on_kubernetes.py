@@ -20,6 +20,7 @@ from portal import jobs
 from portal.config import load
 from portal.jobs import JobSpecError
 from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
+from portal.scheduler.kubernetes import KubernetesScheduler
 from tests.conftest import tensorboard_steps, wait_for
 from tests.kubernetes.conftest import kubebox
 
@@ -29,6 +30,7 @@ NAMESPACE = "dsportal-u-alice"
 TWO_NODES = {"nodes": 2, "gpus_per_node": 1, "epochs": 2, "batch_size": 8, "image_size": 64, "cpus_per_task": 1,
              "memory_gb": 3, "time_limit": "00:15:00"}
 JOB_WAIT_S = 900
+APISERVER_DOWN_S = 12  # under node-monitor-grace (20 s): the nodes stay Ready
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +80,16 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
     """The template notebook, run by papermill in a pod of alice's namespace as her JupyterLab runs it (the
     spawner's environment, her namespace's service account, her home): it submits a 2-node job through the API
     server's Service IP, watches it to COMPLETED and shows its AUROC table. The launcher waited for a worker on
-    each node; the job's log, metrics, TensorBoard files and checkpoints are there, and its GPUs are free again."""
+    each node; the job's log, metrics, TensorBoard files and checkpoints are there, and its GPUs are free again.
+    The API server is restarted in the middle (stopped for APISERVER_DOWN_S): the job runs on, and the notebook's
+    watch says that it could not ask, then follows the job to its end."""
     name, out = "notebook-02", "/home/jovyan/notebook-02-out.ipynb"
     notebook = "/opt/dsportal/venv/share/dsportal/notebooks/02-train-chexnet-horovod.ipynb"
     parameters = [arg for key, value in {**TWO_NODES, "job_timeout_s": JOB_WAIT_S}.items()
                   if key != "time_limit" for arg in ("-p", key, str(value))]
+    # Her namespace made hers, with her home claim, as the spawner makes it before her JupyterLab pod starts.
+    scheduler = KubernetesScheduler(cfg)
+    scheduler.ensure_namespace(scheduler.person(*ALICE))
     env = {"DSPORTAL_SCHEDULER": "kubernetes", "JUPYTERHUB_USER": "alice", "HOME": "/home/jovyan",
            "DSPORTAL_GROUPS": ",".join(ALICE[1]), "TF_CPP_MIN_LOG_LEVEL": "2"}
     core.create_namespaced_pod(NAMESPACE, {
@@ -96,7 +103,15 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
                                  "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}},
                                  "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}]}],
                  "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home-alice"}}]}})
+    jobs_dir = kube.box.path("volumes", "home", "alice", "jobs")
+    before = set(jobs_dir.glob("k8s-*")) if jobs_dir.is_dir() else set()
     try:
+        wait_for(lambda: [d for d in jobs_dir.glob("k8s-*/checkpoints/ckpt-1.index") if d.parents[1] not in before],
+                 JOB_WAIT_S, interval=1, what="the notebook's job to save its first checkpoint")
+        apiserver = kubebox.CONTROL_PLANE[1]
+        print(kubebox.stop_service(apiserver, kube.box))
+        time.sleep(APISERVER_DOWN_S)
+        kubebox.up(kube.box, report=print)
         deadline = time.monotonic() + JOB_WAIT_S
         while (phase := core.read_namespaced_pod(name, NAMESPACE).status.phase) not in ("Succeeded", "Failed"):
             assert time.monotonic() < deadline, f"the notebook's pod is still {phase}"
@@ -105,6 +120,7 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
         assert phase == "Succeeded", log[-4000:]
         executed = kube.box.path("volumes", "home", "alice", "notebook-02-out.ipynb").read_text()
         assert "final state: COMPLETED" in executed and '<table class=\\"dsportal-auroc\\">' in executed
+        assert "the scheduler does not answer now; asking again" in executed
         (job_id,) = set(re.findall(r"k8s-\d{8}-\d{6}-[0-9a-f]{6}", executed))
         workers = core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOB}={job_id},{LABEL_ROLE}=worker")
         assert sorted(p.spec.node_name for p in workers.items) == [f"{kube.box.name}-node1",

@@ -209,3 +209,19 @@ def test_module_lists_settings_and_refuses_bad_values():
     refused = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env={"DSPORTAL_LDAP_TLS": "tls"})
     assert refused.returncode == 2
     assert "ldap_tls is 'tls'; allowed: starttls, ldaps, none (from environment DSPORTAL_LDAP_TLS)" in refused.stderr
+
+
+@pytest.mark.parametrize("template, namespace, user", [
+    ("dsportal-u-{username}", "dsportal-u-alice", "alice"),
+    ("dsportal-u-{username}", "dsportal-u-", None),
+    ("dsportal-u-{username}", "kube-system", None),
+    ("dsportal-u-{username}", "dsportal", None),
+    ("{username}-work", "bob-work", "bob"),
+    ("{username}-work", "-work", None),
+    ("u-{username}-x", "u-a-b-x", "a-b"),
+])
+def test_whose_namespace_is_the_template_turned_round(template, namespace, user):
+    cfg = PortalConfig(scheduler="kubernetes", k8s_user_namespace_template=template)
+    assert cfg.namespace_user(namespace) == user
+    if user:
+        assert cfg.user_namespace(user) == namespace

@@ -4,12 +4,15 @@ what it owns, its scripts, its state from the Job and its pods, and its ssh key.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import kubernetes_validate
 import pytest
 
 from portal.jobs.k8s_manifests import ANNOTATION_SPEC, LABEL_JOB, LABEL_ROLE, owned_by, plain_job_objects
-from portal.scheduler.kubernetes import new_ssh_key, plain_job_state, pod_holders
+from portal.scheduler.kubernetes import new_ssh_key, plain_job_state, pod_holders, pod_queue
+from portal.scheduler.snapshot import ClusterSnapshot
+from portal.service.summary import quota_of
 from spawners.forms import OptionsError, parse_server_options
 from spawners.kubernetes import cluster_limits
 from tests.unit.test_jobs_kubernetes import CFG, JOB_ID, KUBERNETES_VERSIONS, spec
@@ -129,3 +132,33 @@ def test_what_holds_the_users_gpus_comes_from_their_pods():
         parse_server_options({"partition": "t4", "gpus": "4", "cpus": "1", "memory_gb": "2",
                               "runtime": "01:00:00"}, limits)
     assert f"(you use 5 of your 8 GPUs: your server, job {JOB_ID})" in str(refused.value)
+
+
+def test_the_dashboards_queue_on_kubernetes_is_the_users_gpu_pods():
+    """What quota_of reads on Slurm from squeue: per job (its pods together) and per server, only in the users'
+    namespaces, only pods that have not ended; a job waits while any of its pods does, with the reason in words."""
+    def gpu_pod(name, gpus, phase="Running", job=None, namespace="dsportal-u-alice", node="node1", waiting=""):
+        labels = {LABEL_JOB: job} if job else {"component": "singleuser-server"}
+        status = {"phase": phase, "startTime": "2026-11-26T10:00:00Z"}
+        if waiting:
+            status["conditions"] = [{"type": "PodScheduled", "status": "False", "message": waiting}]
+        return {"metadata": {"name": name, "namespace": namespace, "labels": labels}, "status": status,
+                "spec": {"nodeName": node if phase == "Running" else None,
+                         "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+    other = "k8s-20261126-100000-bbbbbb"
+    pods = [gpu_pod("jupyter-alice", 1), gpu_pod("w-1", 1, job=JOB_ID), gpu_pod("w-2", 1, job=JOB_ID, node="node2"),
+            gpu_pod("launcher", 0, job=JOB_ID),
+            gpu_pod("b-1", 2, "Pending", job=other, namespace="dsportal-u-bob",
+                    waiting="0/2 nodes are available: 2 Insufficient nvidia.com/gpu."),
+            gpu_pod("b-2", 2, job=other, namespace="dsportal-u-bob"),
+            gpu_pod("old", 4, "Succeeded", job="k8s-20261121-090000-000000"),
+            gpu_pod("elsewhere", 1, namespace="kube-system")]
+    now = datetime(2026, 11, 26, 10, 5, 30, tzinfo=UTC)
+    queue = pod_queue(pods, CFG.namespace_user, now)
+    assert sorted(queue) == ["jupyter-alice", JOB_ID, other]
+    server, job, bobs = queue["jupyter-alice"], queue[JOB_ID], queue[other]
+    assert (server.user, server.state, server.gpus, server.name) == ("alice", "RUNNING", 1, "JupyterLab server")
+    assert (job.state, job.gpus, job.nodes, job.node_list, job.elapsed) == ("RUNNING", 2, 2, "node1,node2", "5:30")
+    assert (bobs.user, bobs.state, bobs.gpus) == ("bob", "PENDING", 4)
+    assert bobs.reason == "none of the 2 nodes can run it now: 2 with too few free GPUs"
+    assert quota_of("alice", 4, ClusterSnapshot(taken_at=0, queue=queue))["gpus_in_use"] == 3

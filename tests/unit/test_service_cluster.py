@@ -10,6 +10,7 @@ import pytest
 from portal.config import PortalConfig
 from portal.jobs import SlurmError
 from portal.scheduler import snapshot as cluster_module
+from portal.scheduler.kubernetes import KubernetesScheduler
 from portal.scheduler.snapshot import ClusterCache
 from tests.slurm_answers import squeue_job, squeue_json
 
@@ -99,13 +100,35 @@ def test_slurm_down_is_an_error_not_a_stale_answer():
         cache.snapshot()
 
 
-def test_on_kubernetes_the_pools_come_from_the_settings_and_slurm_is_never_asked():
+class FakeCore:
+    """CoreV1Api's call of the snapshot, answering as the API server would; it records what was asked."""
+
+    def __init__(self, pods: list[dict]):
+        self.pods, self.asked = pods, []
+
+    def list_pod_for_all_namespaces(self, **query):
+        self.asked.append(query)
+        return {"items": self.pods}
+
+
+def test_on_kubernetes_the_pools_come_from_the_settings_and_the_queue_from_the_users_pods():
     def no_slurm(argv):
         raise AssertionError(f"Slurm asked: {argv}")
-    cache = ClusterCache(PortalConfig(scheduler="kubernetes", k8s_gpu_types=("t4", "a100")), run=no_slurm)
-    snapshot = cache.snapshot().to_dict()
-    assert [p["name"] for p in snapshot["partitions"]] == ["t4", "a100"]
-    assert snapshot["partitions"][0]["default"] and snapshot["jobs_running"] == 0
+    server = {"metadata": {"name": "jupyter-alice", "namespace": "dsportal-u-alice", "labels": {}},
+              "status": {"phase": "Running", "startTime": "2026-11-26T10:00:00Z"},
+              "spec": {"nodeName": "kube-node1",
+                       "containers": [{"resources": {"requests": {"nvidia.com/gpu": "2"}}}]}}
+    core = FakeCore([server])
+    cfg = PortalConfig(scheduler="kubernetes", k8s_gpu_types=("t4", "a100"))
+    scheduler = KubernetesScheduler(cfg)
+    scheduler._apis = lambda user: (None, core, None)  # the API server's answers, as the client returns them
+    cache = ClusterCache(cfg, run=no_slurm)
+    cache._read = scheduler.snapshot
+    snapshot = cache.snapshot()
+    assert [p["name"] for p in snapshot.to_dict()["partitions"]] == ["t4", "a100"]
+    assert snapshot.to_dict()["partitions"][0]["default"] and snapshot.to_dict()["jobs_running"] == 1
+    assert (snapshot.queue["jupyter-alice"].user, snapshot.queue["jupyter-alice"].gpus) == ("alice", 2)
+    assert core.asked == [{"field_selector": "status.phase!=Succeeded,status.phase!=Failed"}]
     assert cache.squeue_calls == 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
-from portal.scheduler.snapshot import ClusterCache
+from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.board import USAGE_RETRY_S, HubUser, JobBoard, Refresher
 from tests.unit import test_service_api as fakes
 from tests.unit.test_service_board import CountingAPI
@@ -98,7 +98,7 @@ def test_off_slurm_usage_says_there_is_no_accounting_without_blaming_slurmdbd(tm
     cfg = PortalConfig(scheduler="kubernetes")
     api = UsageAPI(tmp_path)
     api.usage = lambda user, groups, cfg, everyone: jobs_api.usage(user=user, groups=groups, cfg=cfg)
-    board = JobBoard(cfg, ClusterCache(cfg, run=fakes.squeue_free), api=api)
+    board = JobBoard(cfg, ClusterCache(cfg, read=lambda: ClusterSnapshot(taken_at=0.0)), api=api)  # no pods held
     why = board.usage(HubUser("alice", ("gpu-users",)))["history_unavailable"]
     assert why == ("GPU-hours are not counted here: they come from Slurm's accounting, and this portal runs jobs "
                    "on kubernetes.")
