@@ -28,4 +28,4 @@ def test_main_prints_a_markdown_table(tmp_path, capsys):
     assert main(["--results", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| benchmark | target") and lines[1].startswith("|---")
-    assert len(lines) == 2 + 7  # one row per benchmark, none saved
+    assert len(lines) == 2 + 8  # one row per benchmark, none saved
