@@ -23,19 +23,17 @@ import argparse
 import dataclasses
 import os
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.hub_client import HubClient, HubError, wait_for, wait_until_up
+from bench.hub_client import HubClient, HubError, wait_for
 from bench.results import save
-from bench.spawn import PHASE_JITTER_S, open_lab, summary
-from bench.stock_hub import _yaml_value
+from bench.spawn import PHASE_JITTER_S, open_lab, start_spawn, summary
+from bench.stock_hub import HubProcess, _yaml_value
 from portal import jobs
 from portal.config import PortalConfig, load
 
@@ -80,66 +78,30 @@ def configure_stock_kube_spawner(c: Any, portal: PortalConfig) -> None:
     c.KubeSpawner.start_timeout = portal.start_timeout
 
 
-class KubeHub:
-    """A jupyterhub process with scheduler kubernetes on ports of its own, for the length of a `with`: the
-    portal's (jupyterhub_config.py) or stock KubeSpawner's (bench/stock_kube_hub_config.py)."""
+class KubeHub(HubProcess):
+    """A hub with scheduler kubernetes on ports of its own: the portal's (jupyterhub_config.py) or stock
+    KubeSpawner's (bench/stock_kube_hub_config.py)."""
 
     def __init__(self, cfg: PortalConfig, spawner: str, kube: Any):
-        import yaml
-
-        self.state_dir = cfg.state_dir / f"bench-kube-{spawner}"
-        (self.state_dir / "hub").mkdir(parents=True, exist_ok=True)
+        state_dir = cfg.state_dir / f"bench-kube-{spawner}"
         port = cfg.hub_port + PORT_SHIFT[spawner]
         settings = {f.name: _yaml_value(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
         settings.update(
-            state_dir=str(self.state_dir), ldap_ca_file=str(cfg.ca_file), hub_port=port, proxy_api_port=port + 1,
+            state_dir=str(state_dir), ldap_ca_file=str(cfg.ca_file), hub_port=port, proxy_api_port=port + 1,
             hub_api_port=port + 2, dashboard_port=port + 3, cull_idle_timeout=0, scheduler="kubernetes",
             # the pods reach the hub's API on the Kubernetes box's bridge
             k8s_kubeconfig=str(kube.kubeconfig("hub")), hub_api_ip=kube.api_address,
             k8s_node_gpus=kube.gpus_per_node)
-        self.config = self.state_dir / "portal.yaml"
-        self.config.write_text(yaml.safe_dump(settings))
-        self.hub_config = REPO / "jupyterhub_config.py" if spawner == "portal" else STOCK_KUBE_CONFIG
-        self.log = self.state_dir / "hub.log"
-        self.url = f"http://{cfg.hub_ip}:{port}"
-        self.cfg = cfg
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> KubeHub:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DSPORTAL_")}
-        env.update(DSPORTAL_CONFIG=str(self.config), PYTHONPATH=str(REPO),
-                   PATH=f"{self.cfg.venv}/bin:{self.cfg.node_prefix}/node_modules/.bin:{env.get('PATH', '/usr/bin')}")
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([str(self.cfg.venv / "bin" / "jupyterhub"), "-f", str(self.hub_config)],
-                                         cwd=self.state_dir / "hub", env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        wait_until_up(self.url, 60, alive=lambda: self.proc.poll() is None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.killpg(self.proc.pid, signal.SIGTERM)  # the hub stops its proxy and services
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        hub_config = REPO / "jupyterhub_config.py" if spawner == "portal" else STOCK_KUBE_CONFIG
+        super().__init__(cfg, state_dir, settings, hub_config, port)
 
 
 # --- (a) spawn ---------------------------------------------------------------------------------------------
 
 def spawn_once(spawner: str, client: HubClient, start_timeout: int) -> float:
     """Seconds from the request that starts the spawn to /user/alice/lab 200; the server is stopped after."""
-    if spawner == "portal":
-        action = client.spawn_form_action()
-        if not action:
-            raise HubError(f"{client.url}: no spawn form (is {USER}'s server already running?)")
-        fields = {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS, "memory_gb": MEMORY_GB, "runtime": RUNTIME}
-        started = time.time()
-        answer = client.post_spawn_form(action, fields)
-    else:
-        started = time.time()
-        answer = client.session.get(f"{client.url}/hub/spawn", allow_redirects=False, timeout=60)
-    if answer.status_code != 302:
-        raise HubError(f"{client.url}: the spawn did not start ({answer.status_code}): {answer.text[-500:]}")
+    started = start_spawn(client, spawner, {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS,
+                                            "memory_gb": MEMORY_GB, "runtime": RUNTIME})
     client.follow_progress(USER, start_timeout + 60)
     open_lab(client)
     took = time.time() - started

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from bench.hub_client import HubClient, HubError, wait_for
 from bench.results import Target, save
@@ -240,14 +241,15 @@ def slurm_jobs_of(cfg: PortalConfig, user: str) -> list[str]:
     return out.split()
 
 
-def start_spawn(client: HubClient, spawner: str) -> float:
-    """Submit the form (ours) or open /hub/spawn (stock has no form: the GET starts the spawn); when the clock
-    started."""
+def start_spawn(client: HubClient, spawner: str, fields: dict[str, Any] | None = None) -> float:
+    """Submit the form (ours, with `fields`: by default the Slurm server's) or open /hub/spawn (stock has no form:
+    the GET starts the spawn); when the clock started."""
     if spawner == "portal":
         action = client.spawn_form_action()
         if not action:
             raise HubError(f"{client.url}: no spawn form (is {USER}'s server already running?)")
-        fields = {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS, "memory_gb": MEMORY_GB, "runtime": RUNTIME}
+        fields = fields or {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS, "memory_gb": MEMORY_GB,
+                            "runtime": RUNTIME}
         started = time.time()  # the form's GET is not on the clock; stock's GET is the spawn
         answer = client.post_spawn_form(action, fields)
     else:

@@ -74,27 +74,29 @@ def stock_hub_settings(cfg: PortalConfig, state_dir: Path) -> dict[str, Any]:
     return settings
 
 
-class StockHub:
-    """A second jupyterhub process (jupyterhub_config.py, then stock batchspawner) for the length of a `with`."""
+class HubProcess:
+    """A jupyterhub process of the benchmark's own (`hub_config` with `settings`, in `state_dir`, public on `port`)
+    for the length of a `with`."""
 
-    def __init__(self, cfg: PortalConfig):
+    def __init__(self, cfg: PortalConfig, state_dir: Path, settings: dict[str, Any], hub_config: Path, port: int):
         import yaml
 
-        self.state_dir = cfg.state_dir / "bench-spawn-stock"
+        self.state_dir = state_dir
         (self.state_dir / "hub").mkdir(parents=True, exist_ok=True)
         self.config = self.state_dir / "portal.yaml"
-        self.config.write_text(yaml.safe_dump(stock_hub_settings(cfg, self.state_dir)))
+        self.config.write_text(yaml.safe_dump(settings))
+        self.hub_config = hub_config
         self.log = self.state_dir / "hub.log"
-        self.url = f"http://{cfg.hub_ip}:{cfg.hub_port + STOCK_PORT_SHIFT}"
+        self.url = f"http://{cfg.hub_ip}:{port}"
         self.cfg = cfg
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> StockHub:
+    def __enter__(self) -> HubProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DSPORTAL_")}
         env.update(DSPORTAL_CONFIG=str(self.config), PYTHONPATH=str(REPO),
                    PATH=f"{self.cfg.venv}/bin:{self.cfg.node_prefix}/node_modules/.bin:{env.get('PATH', '/usr/bin')}")
         with self.log.open("ab") as log:
-            command = [str(self.cfg.venv / "bin" / "jupyterhub"), "-f", str(STOCK_HUB_CONFIG)]
+            command = [str(self.cfg.venv / "bin" / "jupyterhub"), "-f", str(self.hub_config)]
             self.proc = subprocess.Popen(command, cwd=self.state_dir / "hub", env=env, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -109,3 +111,10 @@ class StockHub:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
+class StockHub(HubProcess):
+    """A second hub (jupyterhub_config.py, then stock batchspawner) beside the box's."""
+
+    def __init__(self, cfg: PortalConfig):
+        state_dir = cfg.state_dir / "bench-spawn-stock"
+        super().__init__(cfg, state_dir, stock_hub_settings(cfg, state_dir), STOCK_HUB_CONFIG,
+                         cfg.hub_port + STOCK_PORT_SHIFT)
