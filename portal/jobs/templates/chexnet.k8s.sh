@@ -118,5 +118,9 @@ while :; do
         echo "chexnet: $lost worker pod(s) lost; run $((restarts + 1)) resumes from the last checkpoint once {{ spec.nodes }} answer" | tee -a "$job_dir/output.log"
         continue
     fi
+    if [ "$lost" -gt 0 ]; then  # a run that lost a worker did not finish, whatever mpirun returned
+        echo "chexnet: $lost worker pod(s) lost after {{ restarts }} restart(s); giving up (the checkpoints are in $job_dir/checkpoints)" | tee -a "$job_dir/output.log"
+        [ "$status" -ne 0 ] || status=1
+    fi
     finish "$status"
 done
