@@ -12,6 +12,8 @@ import socket
 import time
 from pathlib import Path
 
+CMDLINE_TRIES = 50  # x 10 ms: an exec in progress on a loaded machine
+
 KILL_TIMEOUT = 5.0  # seconds a SIGKILLed process gets to disappear before it counts as unkillable
 
 
@@ -35,12 +37,23 @@ def running_pid(pid_file: Path, program: str) -> int | None:
     try:
         pid = int(pid_file.read_text().strip())
         state = _proc_state(pid)
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        argv = _cmdline(pid) if state != "Z" else []
     except (OSError, ValueError, IndexError):
         return None
     if state == "Z" or not any(os.path.basename(a.decode(errors="replace")) == program for a in argv):
         return None
     return pid
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    """The process's arguments. Just after its parent saw the exec succeed, the kernel may not have set up the new
+    program's arguments yet and the file reads empty (a process of ours always has some): read it again then."""
+    for _ in range(CMDLINE_TRIES):
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if raw:
+            break
+        time.sleep(0.01)
+    return raw.split(b"\0")
 
 
 def port_in_use(host: str, port: int) -> bool:
