@@ -140,18 +140,41 @@ def _pod_ended(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def pod_holders(pods: Sequence[Mapping[str, Any]]) -> tuple[GpuHolder, ...]:
-    """What holds the user's GPUs, from the pods of their namespace (as the ResourceQuota counts them: the GPU
-    requests of every pod that has not ended): their server, and each job (its pods summed, by the job label)."""
-    held: dict[tuple[str, bool], int] = {}
+def _gpu_groups(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | None]) -> list[dict[str, Any]]:
+    """The pods that hold or wait for GPUs and have not ended (as the ResourceQuota counts them), grouped: a job's
+    pods together (by the job label), each other pod alone (the user's server). Groups never span namespaces: a
+    job label is the user's to write, so two users' pods with the same one stay apart. `user_of`: whose a
+    namespace is (None: no user's, left out)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for pod in pods:
-        gpus = 0 if _pod_ended(pod) else _pod_gpus(pod)
-        if gpus:
-            meta = pod.get("metadata") or {}
-            job = (meta.get("labels") or {}).get(LABEL_JOB)
-            key = (job, False) if job else (meta.get("name", ""), True)  # no job label: the user's server
-            held[key] = held.get(key, 0) + gpus
-    return tuple(GpuHolder(job_id=name, gpus=gpus, server=server) for (name, server), gpus in sorted(held.items()))
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        namespace = meta.get("namespace", "")
+        user = user_of(namespace)
+        gpus = _pod_gpus(pod)
+        if user is None or not gpus or _pod_ended(pod):
+            continue
+        job = (meta.get("labels") or {}).get(LABEL_JOB)
+        entry = found.setdefault((namespace, job or meta.get("name", "")), {
+            "id": job or meta.get("name", ""), "namespace": namespace, "user": user, "server": not job, "gpus": 0,
+            "pods": 0, "waiting": "", "pending": False, "started": None, "nodes": set()})
+        entry["gpus"] += gpus
+        entry["pods"] += 1
+        if status.get("phase") == "Running":
+            entry["nodes"].add((pod.get("spec") or {}).get("nodeName", ""))
+            entry["started"] = min(filter(None, (entry["started"], status.get("startTime"))), default=None)
+        else:
+            entry["pending"] = True
+            unscheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"
+                                and c.get("status") == "False"), None)
+            if unscheduled and not entry["waiting"]:
+                entry["waiting"] = scheduling_in_words(unscheduled.get("message", ""))[:300]
+    return sorted(found.values(), key=lambda entry: (entry["id"], entry["server"]))
+
+
+def pod_holders(pods: Sequence[Mapping[str, Any]]) -> tuple[GpuHolder, ...]:
+    """What holds the user's GPUs, from the pods of their namespace: their server, and each job (its pods summed)."""
+    return tuple(GpuHolder(job_id=entry["id"], gpus=entry["gpus"], server=entry["server"])
+                 for entry in _gpu_groups(pods, lambda namespace: ""))
 
 
 def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | None],
@@ -160,38 +183,17 @@ def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | 
     one that is no user's): one entry per job (its pods together) and per server that holds or waits for GPUs,
     RUNNING once all its pods run, else PENDING with the scheduler's reason in words. The dashboard's usage panel
     reads each user's from it. Whose a pod is comes from its namespace, never from its labels (which a user's own
-    Job template sets)."""
-    found: dict[str, dict[str, Any]] = {}
-    for pod in pods:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        user = user_of(meta.get("namespace", ""))
-        gpus = _pod_gpus(pod)
-        if user is None or not gpus or _pod_ended(pod):
-            continue
-        job = (meta.get("labels") or {}).get(LABEL_JOB)
-        entry = found.setdefault(job or f"{meta.get('namespace')}/{meta.get('name')}", {
-            "id": job or meta.get("name", ""), "user": user, "name": "training" if job else "JupyterLab server",
-            "gpus": 0, "pods": 0, "waiting": "", "pending": False, "started": None, "nodes": set()})
-        entry["gpus"] += gpus
-        entry["pods"] += 1
-        if status.get("phase") == "Running":
-            entry["nodes"].add((pod.get("spec") or {}).get("nodeName", ""))
-            started = status.get("startTime")
-            entry["started"] = min(filter(None, (entry["started"], started)), default=None)
-        else:
-            entry["pending"] = True
-            unscheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"
-                                and c.get("status") == "False"), None)
-            if unscheduled and not entry["waiting"]:
-                entry["waiting"] = scheduling_in_words(unscheduled.get("message", ""))[:300]
+    Job template sets); a job id that two namespaces claim is keyed by namespace the second time."""
     queue = {}
-    for entry in found.values():
+    for entry in _gpu_groups(pods, user_of):
         started = _timestamp(entry["started"]) if entry["started"] and not entry["pending"] else None
-        elapsed = slurm_duration((now - started).total_seconds()) if started else "0:00"
-        queue[entry["id"]] = QueuedJob(
-            id=entry["id"], user=entry["user"], state=PENDING if entry["pending"] else RUNNING, elapsed=elapsed,
-            nodes=entry["pods"], gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
-            name=entry["name"], node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"])
+        key = entry["id"] if entry["id"] not in queue else f"{entry['namespace']}/{entry['id']}"
+        queue[key] = QueuedJob(
+            id=entry["id"], user=entry["user"], state=PENDING if entry["pending"] else RUNNING,
+            elapsed=slurm_duration((now - started).total_seconds()) if started else "0:00", nodes=entry["pods"],
+            gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
+            name="JupyterLab server" if entry["server"] else "training",
+            node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"])
     return queue
 
 

@@ -162,3 +162,8 @@ def test_the_dashboards_queue_on_kubernetes_is_the_users_gpu_pods():
     assert (bobs.user, bobs.state, bobs.gpus) == ("bob", "PENDING", 4)
     assert bobs.reason == "none of the 2 nodes can run it now: 2 with too few free GPUs"
     assert quota_of("alice", 4, ClusterSnapshot(taken_at=0, queue=queue))["gpus_in_use"] == 3
+    # bob's pods labelled with alice's job id stay his, and hers stay 2 GPUs
+    forged = pod_queue([*pods, gpu_pod("b-3", 4, job=JOB_ID, namespace="dsportal-u-bob")], CFG.namespace_user, now)
+    assert (forged[JOB_ID].user, forged[JOB_ID].gpus) == ("alice", 2)
+    assert (forged[f"dsportal-u-bob/{JOB_ID}"].user, forged[f"dsportal-u-bob/{JOB_ID}"].gpus) == ("bob", 4)
+    assert quota_of("alice", 4, ClusterSnapshot(taken_at=0, queue=forged))["gpus_in_use"] == 3
