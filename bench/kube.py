@@ -124,7 +124,7 @@ def spawn_benchmark(cfg: PortalConfig, kube: Any, runs: int, warmup: int,
                 time.sleep(random.uniform(0, PHASE_JITTER_S))
                 seconds = spawn_once(name, clients[name], cfg.start_timeout)
                 # the next spawn makes a pod of the same name: this one must be gone
-                wait_for(lambda: not _server_pod(core), 90, what=f"{USER}'s pod to be deleted")
+                wait_for(lambda: not _server_pod(core, cfg), 90, what=f"{USER}'s pod to be deleted")
                 counted = index >= warmup
                 report(f"spawn {'run' if counted else 'warm-up'} {index - warmup + 1 if counted else index + 1} "
                        f"{name}: {seconds:.2f} s")
@@ -136,11 +136,12 @@ def spawn_benchmark(cfg: PortalConfig, kube: Any, runs: int, warmup: int,
 def _core(kube: Any):
     from kubernetes import client
 
-    return client.CoreV1Api(_kubebox().api_client(kube, _kubebox().read_tokens(kube)["admin"]))
+    kubebox = _kubebox()
+    return client.CoreV1Api(kubebox.api_client(kube, kubebox.read_tokens(kube)["admin"]))
 
 
-def _server_pod(core) -> bool:
-    pods = core.list_namespaced_pod(load().user_namespace(USER), label_selector="component=singleuser-server")
+def _server_pod(core, cfg: PortalConfig) -> bool:
+    pods = core.list_namespaced_pod(cfg.user_namespace(USER), label_selector="component=singleuser-server")
     return bool(pods.items)
 
 
@@ -200,8 +201,9 @@ def training_benchmark(cfg: PortalConfig, kube: Any, epochs: int, report: Callab
 # --- the run -----------------------------------------------------------------------------------------------
 
 def _kubebox():
-    sys.path.insert(0, str(REPO / "deploy" / "kubernetes"))
-    sys.path.insert(0, str(REPO / "deploy"))
+    for folder in (REPO / "deploy" / "kubernetes", REPO / "deploy"):  # the box's scripts are not a package
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
     import kubebox
 
     return kubebox
