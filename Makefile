@@ -21,15 +21,20 @@ status:
 	@$(BOX) status
 
 # The Kubernetes box (deploy/kubernetes/kubebox.py): etcd, the control plane and 2 nodes (containerd + kubelet each,
-# 4 fake GPUs each) in network namespaces, the images imported from podman. docs/kubernetes.md says what it is.
+# 4 fake GPUs each) in network namespaces, the images imported from podman, and the hub in a pod. The hub logs users
+# in against the Slurm box's directory: its slapd alone is started here (`make up` starts it with the rest).
+# docs/kubernetes.md says what it is.
 KUBEBOX := $(PY) deploy/kubernetes/kubebox.py
 up-k8s: install
 	@deploy/kubernetes/build-kubernetes.sh
-	@docker/build.sh --only training
-	@$(KUBEBOX) up
+	@docker/build.sh
+	@$(BOX) start slapd
+	@$(KUBEBOX) up --hub
 
+# Then the directory too, unless the Slurm box runs (its slurmctld): `make down` stops it with the rest.
 down-k8s:
 	@$(KUBEBOX) down
+	@$(BOX) status | grep -q '^slurmctld: running' || $(BOX) stop slapd
 
 # What the suites need built (the images, kube-apiserver), built before any suite starts so that no suite shares
 # the 2 cores with a build: seconds once cached, about 12 minutes on a new machine (deploy/build-for-tests.sh).

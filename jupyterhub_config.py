@@ -16,6 +16,9 @@ hub_dir = portal.state_dir / "hub"
 # The cluster in a box marks its hub's processes with its state dir (deploy/local/parts/hub.py): the services carry
 # it too, so that what a killed hub left running is found and stopped by the next `up`.
 BOX_MARKER = "CLUSTER_IN_A_BOX"
+# In a pod, the Kubernetes client finds the API server through these (its in-cluster configuration): a service
+# started without them has no credentials.
+IN_CLUSTER = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
 
 c.JupyterHub.ip = portal.hub_ip
@@ -62,7 +65,8 @@ c.JupyterHub.services = [{
     "command": [sys.executable, "-m", "portal.service"],
     "url": portal.dashboard_url,
     "oauth_no_confirm": True,
-    "environment": {k: v for k, v in os.environ.items() if k.startswith("DSPORTAL_") or k == BOX_MARKER},
+    "environment": {k: v for k, v in os.environ.items()
+                    if k.startswith("DSPORTAL_") or k == BOX_MARKER or k in IN_CLUSTER},
 }]
 c.JupyterHub.load_roles = [
     # Groups (GPU quota) and the admin flag decide what a user may do; read:servers says whether TensorBoard runs.

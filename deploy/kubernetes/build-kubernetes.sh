@@ -32,7 +32,8 @@ GO_ROOT=/usr/lib/go-1.19
 REFLECT2_SRC=/usr/share/gocode/src/github.com/modern-go/reflect2
 COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 PACKAGES=(etcd-server golang-1.19-go rsync dpkg-dev golang-github-modern-go-reflect2-dev
-          containerd runc containernetworking-plugins busybox-static iptables gcc libc6-dev)
+          containerd runc containernetworking-plugins busybox-static iptables gcc libc6-dev
+          socat)  # socat: the hub pod's LDAP relay (kubeparts/hub.py)
 SRC_LIST=/etc/apt/sources.list.d/dsportal-deb-src.sources
 
 say() { echo "build-kubernetes: $*"; }
@@ -43,7 +44,7 @@ binaries_built() {
     for cmd in "${COMMANDS[@]}"; do [[ -x $BIN_DIR/$cmd ]] || return 1; done
 }
 
-if binaries_built && [[ -x /usr/bin/etcd && -x /usr/bin/containerd && -x /bin/busybox ]]; then
+if binaries_built && [[ -x /usr/bin/etcd && -x /usr/bin/containerd && -x /bin/busybox && -x /usr/bin/socat ]]; then
     say "cached: $(cat "$STAMP") (delete $STAMP to rebuild)"
     exit 0
 fi

@@ -1,17 +1,18 @@
-"""Kubernetes in a box: etcd, kube-apiserver and kube-controller-manager as plain processes, no containers.
+"""Kubernetes in a box: etcd and the control plane as plain processes, nodes (each a network namespace with its own
+containerd and kubelet) that run pods, and the hub in a pod.
 
-Run as root from the repository root (after `make kube-build`, which builds the two Kubernetes binaries):
+Run as root from the repository root (after `make kube-build`, which builds the Kubernetes servers):
 
-    /opt/dsportal/venv/bin/python deploy/kubernetes/kubebox.py up     [--state DIR] [--port 16443] [--etcd-port N]
+    /opt/dsportal/venv/bin/python deploy/kubernetes/kubebox.py up     [--hub] [--state DIR] [--port 16443] ...
     /opt/dsportal/venv/bin/python deploy/kubernetes/kubebox.py status [--state DIR]
-    /opt/dsportal/venv/bin/python deploy/kubernetes/kubebox.py down   [--state DIR]
+    /opt/dsportal/venv/bin/python deploy/kubernetes/kubebox.py crash NODE | down [--state DIR]
 
-It is the Kubernetes side of the cluster in a box: a real API server (RBAC, admission, the MPIJob CRD with its
-schema enforced) but no nodes, so Pods are accepted and stay Pending. `up` starts what is stopped, waits for
-/readyz, applies mpijob-crd.yaml (waits until Established) and rbac.yaml, waits for the hub ServiceAccount's
-token and writes a kubeconfig per identity (kubeparts/identities.py). `down` stops the processes by their
-recorded PIDs. It is built like deploy/local/box.py: supervision (deploy/supervise.py) and TLS
-(deploy/selfsigned.py) are the local box's; one module per service (kubeparts/etcd.py, kubeparts/apiserver.py).
+`up` starts what is stopped, waits for /readyz, applies mpijob-crd.yaml (waits until Established) and rbac.yaml,
+waits for the hub ServiceAccount's token, writes a kubeconfig per identity (kubeparts/identities.py), starts the
+nodes with their fake GPUs and imports the images; with `--hub` (and on every later `up`) it runs the hub in a pod
+(kubeparts/hub.py). `down` deletes the pods, stops the processes by their recorded PIDs and removes what the nodes
+made on the machine. It is built like deploy/local/box.py: supervision (deploy/supervise.py) and TLS
+(deploy/selfsigned.py) are the local box's; one module per part (kubeparts/).
 
 Everything lives under the state dir; certificates, keys, tokens and etcd's data are kept, so `down` then `up`
 gives back the same cluster:
@@ -23,6 +24,7 @@ gives back the same cluster:
     etcd/                       etcd's data
     kubeconfig/NAME.kubeconfig  one per identity (0600)
     run/NAME.pid, log/NAME.log  recorded PIDs and each process's output; run/kubebox.lock
+    hub/, volumes/hub/          the hub's directory settings and CA; its claim (database, cookie secret)
 
 As a module, for the tests (clients are the official `kubernetes` client's DynamicClient):
 
@@ -51,6 +53,7 @@ sys.path[:0] = [str(REPO), str(REPO / "deploy"), str(HERE)]  # portal; supervise
 
 import netns  # noqa: E402
 from kubeparts import apiserver, bootstrap, etcd, nodes, volumes  # noqa: E402
+from kubeparts import hub as box_hub  # noqa: E402
 from kubeparts import images as box_images  # noqa: E402
 from kubeparts.api import (  # noqa: E402, F401  (the tests reach the box's clients through this module)
     ApiError,
@@ -79,20 +82,30 @@ from kubeparts.layout import (  # noqa: E402, F401
 )
 from supervise import BoxError, Lock, Service, service_pid, start_service, stop_service  # noqa: E402
 
+from portal.config import ConfigError, PortalConfig, load  # noqa: E402
+
 KubeBoxError = BoxError
 CONTROL_PLANE = [etcd.service(), apiserver.apiserver_service(), apiserver.controller_manager_service(),
                  apiserver.scheduler_service()]
+LDAP_RELAY = box_hub.relay_service()  # runs while the hub is installed (kubeparts/hub.py)
 PODS_GONE_S = 60  # `down` deletes every pod first and waits this long for the kubelets to stop them
 
 
+def node_services(box: KubeBox) -> list[Service]:
+    return [nodes.service(node) for node in box.node_network.nodes]
+
+
 def services(box: KubeBox) -> list[Service]:
-    """In start order: the control plane, then each node (its containerd and kubelet)."""
-    return [*CONTROL_PLANE, *(nodes.service(node) for node in box.node_network.nodes)]
+    """In start order: the control plane, each node (its containerd and kubelet), the hub's LDAP relay."""
+    return [*CONTROL_PLANE, *node_services(box), LDAP_RELAY]
 
 
-def up(box: KubeBox, report: Callable[[str], None] = print) -> Cluster:
+def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: PortalConfig | None = None) -> Cluster:
     """Start what is stopped, apply the CRD and RBAC, write the kubeconfigs, bring the nodes up with their fake
-    GPUs, routes and images (box.images); idempotent. Run as root. `report` gets one line per step."""
+    GPUs, routes and images (box.images); idempotent. Run as root. `report` gets one line per step.
+
+    `hub_directory`: install the hub in a pod (kubeparts/hub.py), logging users in against that configuration's
+    LDAP directory. Once installed, every `up` runs it (its relay, image and objects)."""
     for sub in ("run", "log", "auth", "kubeconfig"):
         box.path(sub).mkdir(parents=True, exist_ok=True)
     os.chmod(box.state_dir, 0o755)
@@ -121,12 +134,25 @@ def up(box: KubeBox, report: Callable[[str], None] = print) -> Cluster:
         _report(volumes.ensure_user_volumes(box, from_kubeconfig(box.kubeconfig("hub")), nodes.admin_api(box)),
                 report)
         with ThreadPoolExecutor() as starting:  # the nodes register side by side
-            for lines in starting.map(lambda svc: start_service(svc, box), services(box)[len(CONTROL_PLANE):]):
+            for lines in starting.map(lambda svc: start_service(svc, box), node_services(box)):
                 _report(lines, report)
         _report(nodes.ensure_routes(box), report)
         wanted = [box_images.ensure_busybox(), *(box.images or [PORTAL.k8s_image])]
         _report(box_images.ensure_images(box, box.node_network.nodes, nodes.socket, wanted), report)
+        if hub_directory is not None:
+            box_hub.install(box, hub_directory)
+        if box_hub.installed(box):
+            _report(start_service(LDAP_RELAY, box), report)
+            box_hub.ensure(box, admin, nodes.admin_api(box), nodes.socket, report)
     return cluster_of(box)
+
+
+def remove_hub(box: KubeBox) -> list[str]:
+    """Delete the hub's pod and objects, stop its relay, forget its directory and state (the tests' undo of
+    `up(hub_directory=...)`)."""
+    with Lock(box):
+        admin = with_token(box, read_tokens(box)["admin"])
+        return box_hub.remove(box, admin, nodes.admin_api(box), lambda: stop_service(LDAP_RELAY, box))
 
 
 def _report(lines: list[str], report: Callable[[str], None]) -> None:
@@ -146,7 +172,7 @@ def down(box: KubeBox) -> list[str]:
     stay: `up` gives back the same cluster, with its Jobs (which make their pods again)."""
     box.path("run").mkdir(parents=True, exist_ok=True)
     with Lock(box):
-        # The scheduler and the controllers first: a Job would make its deleted pods again.
+        # The scheduler and the controllers first: a Job (or the hub's Deployment) would make its deleted pods again.
         lines = [stop_service(svc, box) for svc in reversed(CONTROL_PLANE[2:])]
         lines += _delete_pods(box)
         lines += [stop_service(svc, box) for svc in reversed(services(box)) if svc not in CONTROL_PLANE[2:]]
@@ -200,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"a /20 inside 198.19.0.0/16 for nodes, Services and pods (default {DEFAULT_NETWORK})")
     parser.add_argument("--nodes", type=int, default=2, help="how many nodes (default 2)")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="fake GPUs per node (default 4)")
+    parser.add_argument("--hub", action="store_true",
+                        help="up: run the hub in a pod, logging users in against the directory that portal.config "
+                             "names (the Slurm box's slapd: `make up`, or `deploy/local/box.py start slapd`); "
+                             "once installed, every `up` runs it")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
@@ -222,13 +252,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "crash":
             print(crash(box, args.node or ""))
             return 0
-        cluster = up(box, report=lambda line: print(line, flush=True))
-    except (BoxError, ValueError) as err:
+        cluster = up(box, report=lambda line: print(line, flush=True), hub_directory=load() if args.hub else None)
+    except (BoxError, ValueError, ConfigError) as err:
         print(f"kubebox.py {args.command}: {err}", file=sys.stderr)
         return 1
     print(f"\nkubebox is up ({time.monotonic() - began:.1f} s): {cluster.api_url}, CA {cluster.ca_file}")
     for identity, path in cluster.kubeconfigs.items():
         print(f"  {identity}: KUBECONFIG={path}")
+    if box_hub.installed(box):
+        sys.path.append(str(REPO / "deploy" / "local"))
+        from parts.slapd import DEMO_GROUPS
+        from parts.slapd import DEMO_USERS as ACCOUNTS
+
+        print(f"hub (in a pod): {box_hub.url(box)}/  (NodePort {box_hub.NODE_PORT} of Service "
+              f"{HUB_NAMESPACE}/proxy-public, on any node)")
+        print("demo accounts (user / password: groups):")
+        for uid, password, *_ in ACCOUNTS:
+            groups = [name for name, _, members in DEMO_GROUPS if uid in members]
+            print(f"  {uid} / {password}: {', '.join(groups) or '(no group: login refused)'}")
+    else:
+        print("hub: not in the box (`up --hub` runs it in a pod)")
     return 0
 
 

@@ -1,0 +1,345 @@
+"""The hub in a pod, as a site runs it on Kubernetes (issue 27, item 2).
+
+A Deployment from the project's hub image with the `dsportal-hub` service account (deploy/kubernetes/rbac.yaml),
+configured from deploy/kubernetes/values.yaml's `hub.extraEnv`, the variables the Helm chart's values give the hub,
+with the box's own values over them (BOX_VALUES says which and why). Objects, in namespace `dsportal`:
+
+    PersistentVolume dsportal-hub-state, claim hub-state   the hub's database and cookie secret (hostPath:
+                                                           <state>/volumes/hub), kept when the pod is replaced
+    Secret dsportal-ldap-ca                                the directory's CA (values.yaml: hub.extraVolumes)
+    Service hub                                            ClusterIP: 8081 the hub's own API, 8090 the dashboard;
+                                                           its address is the servers' way back to the hub
+                                                           (DSPORTAL_HUB_CONNECT_IP), whichever pod runs it
+    Service proxy-public                                   NodePort NODE_PORT to the proxy's 8000 (z2jh's name):
+                                                           the URL `make up-k8s` prints, on a node's address
+    Deployment hub                                         1 replica, Recreate (one hub at a time: sqlite)
+
+The directory is the Slurm box's slapd (`box.py start slapd`; the tests': their own box's). The pods reach only
+the box's bridge (the nodes have no default route) and slapd listens on 127.0.0.1: the service `ldap-relay`
+(socat) relays the bridge address's LDAP port to slapd's, for the pods' range only, and the pod names the
+directory by this machine's hostname, which slapd's certificate carries, with a hostAliases entry for the bridge
+address. `install` writes <state>/hub/directory.json; while it is there, every `up` starts the relay, imports
+the hub image again when podman's copy changed, and brings the objects in line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from daemons import port_in_use
+from kubernetes import client as k8s
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
+from supervise import BoxError, Service
+
+from kubeparts import images as box_images
+from kubeparts.api import resource
+from kubeparts.layout import HERE, HUB_NAMESPACE, HUB_SERVICE_ACCOUNT, PORTAL, KubeBox
+from portal.config import PortalConfig
+
+VALUES_FILE = HERE / "values.yaml"
+HUB_IMAGE = "localhost/dsportal-hub:latest"
+NODE_PORT = 30080
+HUB_API_PORT, DASHBOARD_PORT, PROXY_PORT = 8081, 8090, 8000
+STATE_MOUNT = "/var/lib/dsportal"  # the image's DSPORTAL_STATE_DIR default; /srv/jupyterhub holds its config
+CA_MOUNT = "/etc/dsportal/ldap-ca"
+SOCAT = "/usr/bin/socat"
+LABELS = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "hub"}
+IMAGE_ANNOTATION = "dsportal/hub-image"  # podman's image id: a rebuilt image rolls the Deployment
+READY_S = 180  # the hub's pod, from the Deployment's change to /hub/health: ~20 s here
+DIRECTORY_FIELDS = ("ldap_port", "ldap_base_dn", "ldap_bind_dn_template", "ldap_user_search_base",
+                    "ldap_group_search_base")
+# What the box sets over values.yaml, and why: values.yaml is written for a site (its LDAP, its registry).
+BOX_VALUES = {
+    "DSPORTAL_LDAP_HOST": "this machine's hostname: in slapd's certificate; hostAliases maps it to the bridge",
+    "DSPORTAL_LDAP_PORT": "the box's slapd port (relayed on the bridge)",
+    "DSPORTAL_LDAP_BASE_DN": "the demo directory's",
+    "DSPORTAL_LDAP_BIND_DN_TEMPLATE": "the demo directory's",
+    "DSPORTAL_LDAP_USER_SEARCH_BASE": "the demo directory's",
+    "DSPORTAL_LDAP_GROUP_SEARCH_BASE": "the demo directory's",
+    "DSPORTAL_STATE_DIR": f"{STATE_MOUNT}: the hub's claim is mounted there (the image keeps its config in "
+                          "/srv/jupyterhub, values.yaml's z2jh mount point)",
+    "DSPORTAL_K8S_IMAGE": "the image podman built, imported into the nodes",
+    "DSPORTAL_K8S_GPU_TYPES": "the box's nodes are all one GPU type",
+}
+# Not in values.yaml (a site's defaults or the chart's own wiring are right there), set for the box:
+BOX_EXTRA = {
+    "DSPORTAL_HUB_CONNECT_IP": "the Service `hub`'s address (the chart: the Service's DNS name; the box has no DNS)",
+    "DSPORTAL_K8S_NODE_GPUS": "the box's fake GPUs per node",
+    "DSPORTAL_K8S_NODE_CPUS": "every node reports the whole machine's CPUs",
+    "DSPORTAL_K8S_NODE_MEMORY_GB": "what a node can give one pod here",
+}
+
+
+# --- the directory the hub logs users in against ----------------------------------------------------------------
+
+def directory_file(box: KubeBox) -> Path:
+    """Written by `install`: the directory's settings; while it exists, the box runs the hub."""
+    return box.path("hub", "directory.json")
+
+
+def ca_file(box: KubeBox) -> Path:
+    return box.path("hub", "ldap-ca.pem")
+
+
+def installed(box: KubeBox) -> dict[str, Any] | None:
+    try:
+        return json.loads(directory_file(box).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def relay_port(box: KubeBox) -> int:
+    found = installed(box)
+    if found is None:
+        raise BoxError(f"ldap-relay: the hub is not installed ({directory_file(box)} is missing)")
+    return int(found["ldap_port"])
+
+
+def _relay_prepare(box: KubeBox) -> None:
+    if not os.access(SOCAT, os.X_OK):
+        raise BoxError(f"ldap-relay: {SOCAT} is missing: run deploy/kubernetes/build-kubernetes.sh (installs socat)")
+    relay_port(box)
+
+
+def relay_command(box: KubeBox) -> list[str]:
+    """The bridge address's LDAP port to slapd's on 127.0.0.1, for clients in the pods' range only."""
+    port = relay_port(box)
+    return [SOCAT, "-d", f"TCP-LISTEN:{port},bind={box.api_address},reuseaddr,fork,range={box.cluster_cidr}",
+            f"TCP:127.0.0.1:{port}"]
+
+
+def _relay_ready(box: KubeBox) -> str | None:
+    return None if port_in_use(box.api_address, relay_port(box)) else "not listening yet"
+
+
+def relay_service() -> Service:
+    return Service("ldap-relay", "socat", _relay_prepare, relay_command, _relay_ready, 10,
+                   ports=lambda box: [(box.api_address, relay_port(box))])
+
+
+# --- the hub's environment and objects ---------------------------------------------------------------------------
+
+def values_env(values_file: Path = VALUES_FILE) -> dict[str, str]:
+    """values.yaml's hub.extraEnv: what a Helm deployment puts in the hub's environment."""
+    values = yaml.safe_load(values_file.read_text())
+    return {str(k): str(v) for k, v in (values.get("hub", {}).get("extraEnv") or {}).items()}
+
+
+def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[str, str]:
+    """values.yaml's environment with the box's values over it (BOX_VALUES, BOX_EXTRA). `directory`: the LDAP
+    settings (DIRECTORY_FIELDS), as portal.config has them."""
+    env = values_env()
+    env.update({
+        "DSPORTAL_LDAP_HOST": socket.gethostname(), "DSPORTAL_LDAP_PORT": str(directory["ldap_port"]),
+        "DSPORTAL_LDAP_BASE_DN": directory["ldap_base_dn"],
+        "DSPORTAL_LDAP_BIND_DN_TEMPLATE": directory["ldap_bind_dn_template"],
+        "DSPORTAL_LDAP_USER_SEARCH_BASE": directory["ldap_user_search_base"],
+        "DSPORTAL_LDAP_GROUP_SEARCH_BASE": directory["ldap_group_search_base"],
+        "DSPORTAL_STATE_DIR": STATE_MOUNT, "DSPORTAL_K8S_IMAGE": PORTAL.k8s_image,
+        "DSPORTAL_K8S_GPU_TYPES": box.gpu_type,
+        "DSPORTAL_HUB_CONNECT_IP": connect_ip, "DSPORTAL_K8S_NODE_GPUS": str(box.gpus_per_node),
+        "DSPORTAL_K8S_NODE_CPUS": str(os.cpu_count() or 1), "DSPORTAL_K8S_NODE_MEMORY_GB": "8",
+    })
+    return env
+
+
+def hub_services() -> list[dict]:
+    """The two Services; `hub` first: its ClusterIP goes into the Deployment's environment."""
+    meta = {"namespace": HUB_NAMESPACE, "labels": LABELS}
+    return [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hub", **meta},
+         "spec": {"selector": LABELS, "ports": [{"name": "hub", "port": HUB_API_PORT, "targetPort": HUB_API_PORT},
+                                                {"name": "portal", "port": DASHBOARD_PORT,
+                                                 "targetPort": DASHBOARD_PORT}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "proxy-public", **meta},
+         "spec": {"type": "NodePort", "selector": LABELS,
+                  "ports": [{"name": "http", "port": 80, "targetPort": PROXY_PORT, "nodePort": NODE_PORT}]}}]
+
+
+def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = "") -> list[dict]:
+    """The claim, its volume, the CA's Secret and the Deployment (the Services: hub_services)."""
+    meta = {"namespace": HUB_NAMESPACE, "labels": LABELS}
+    return [
+        {"apiVersion": "v1", "kind": "PersistentVolume",
+         "metadata": {"name": "dsportal-hub-state", "labels": LABELS},
+         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                  "persistentVolumeReclaimPolicy": "Retain",
+                  "hostPath": {"path": str(state_dir(box)), "type": "Directory"},
+                  "claimRef": {"namespace": HUB_NAMESPACE, "name": "hub-state"}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "hub-state", **meta},
+         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": "dsportal-hub-state",
+                  "resources": {"requests": {"storage": "1Gi"}}}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "dsportal-ldap-ca", **meta},
+         "stringData": {"ca.pem": ca_pem}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hub", **meta},
+         "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": LABELS},
+                  "template": {"metadata": {"labels": LABELS, "annotations": {IMAGE_ANNOTATION: image_id}}, "spec": {
+                      "serviceAccountName": HUB_SERVICE_ACCOUNT, "enableServiceLinks": False,
+                      "hostAliases": [{"ip": box.api_address, "hostnames": [env["DSPORTAL_LDAP_HOST"]]}],
+                      "containers": [{
+                          "name": "hub", "image": HUB_IMAGE, "imagePullPolicy": "IfNotPresent",
+                          "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+                          "ports": [{"containerPort": p} for p in (PROXY_PORT, HUB_API_PORT, DASHBOARD_PORT)],
+                          "readinessProbe": {"httpGet": {"path": "/hub/health", "port": HUB_API_PORT},
+                                             "periodSeconds": 2},
+                          "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+                          "volumeMounts": [{"name": "state", "mountPath": STATE_MOUNT},
+                                           {"name": "ldap-ca", "mountPath": CA_MOUNT, "readOnly": True}]}],
+                      "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": "hub-state"}},
+                                  {"name": "ldap-ca", "secret": {"secretName": "dsportal-ldap-ca"}}]}}}}]
+
+
+def state_dir(box: KubeBox) -> Path:
+    """The hub's claim: its database and cookie secret in hub/ (the image runs the hub as root)."""
+    return box.path("volumes", "hub")
+
+
+def url(box: KubeBox) -> str:
+    return f"http://{box.node_network.nodes[0].address}:{NODE_PORT}"
+
+
+# --- install, bring in line, remove ----------------------------------------------------------------------------
+
+def install(box: KubeBox, cfg: PortalConfig) -> None:
+    """Record the directory the hub uses (cfg: its port, DNs and CA); `ensure` then runs the hub."""
+    ca = Path(cfg.ca_file)
+    if not ca.is_file():
+        raise BoxError(f"the directory's CA {ca} is missing: start the directory first (`make up`, or "
+                       "`deploy/local/box.py start slapd`)")
+    directory_file(box).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ca, ca_file(box))
+    directory_file(box).write_text(json.dumps({k: getattr(cfg, k) for k in DIRECTORY_FIELDS}, indent=1) + "\n")
+
+
+def ensure(box: KubeBox, admin: DynamicClient, core: k8s.CoreV1Api, socket_of: Callable,
+           report: Callable[[str], None]) -> None:
+    """The hub image on every node, then the objects (each brought in line), then wait until the hub answers its
+    readiness probe. Idempotent; run by `up` while `installed`."""
+    directory = installed(box)
+    assert directory is not None
+    for line in box_images.ensure_images(box, box.node_network.nodes, socket_of, [HUB_IMAGE]):
+        report(line)
+    hub_state = state_dir(box) / "hub"
+    hub_state.mkdir(parents=True, exist_ok=True)
+    os.chmod(hub_state, 0o700)
+    for manifest in hub_services():
+        report(_create_or_keep(admin, manifest))
+    connect_ip = resource(admin, "v1", "Service").get(name="hub", namespace=HUB_NAMESPACE).spec.clusterIP
+    env = box_env(box, connect_ip, directory)
+    image_id = box_images.podman_id(HUB_IMAGE) or ""
+    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id):
+        replace = manifest["kind"] in ("Secret", "Deployment")
+        report((_create_or_replace if replace else _create_or_keep)(admin, manifest))
+    report(wait_ready(box, core))
+
+
+def _label(manifest: dict) -> str:
+    meta = manifest["metadata"]
+    return f"{manifest['kind']} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta['name']}"
+
+
+def _create_or_keep(api: DynamicClient, manifest: dict) -> str:
+    """Services, volumes and claims: made once (their specs are the same each time, and partly immutable)."""
+    try:
+        resource(api, manifest["apiVersion"], manifest["kind"]).create(
+            body=manifest, namespace=manifest["metadata"].get("namespace"))
+        return f"hub: {_label(manifest)} created"
+    except ConflictError:
+        return f"hub: {_label(manifest)} exists"
+
+
+def _create_or_replace(api: DynamicClient, manifest: dict) -> str:
+    handle = resource(api, manifest["apiVersion"], manifest["kind"])
+    meta = manifest["metadata"]
+    try:
+        handle.create(body=manifest, namespace=meta["namespace"])
+        return f"hub: {_label(manifest)} created"
+    except ConflictError:
+        current = handle.get(name=meta["name"], namespace=meta["namespace"])
+    handle.replace(body={**manifest, "metadata": {**meta, "resourceVersion": current.metadata.resourceVersion}},
+                   namespace=meta["namespace"])
+    return f"hub: {_label(manifest)} brought in line"
+
+
+def hub_pods(core: k8s.CoreV1Api) -> list[k8s.V1Pod]:
+    selector = ",".join(f"{k}={v}" for k, v in LABELS.items())
+    return core.list_namespaced_pod(HUB_NAMESPACE, label_selector=selector).items
+
+
+def wait_ready(box: KubeBox, core: k8s.CoreV1Api, timeout: float = READY_S) -> str:
+    """Until the Deployment's newest pod is Ready (its /hub/health answers); BoxError with the pod's state, its
+    events and its log's tail when it is not within `timeout`."""
+    apps = k8s.AppsV1Api(core.api_client)
+    began = time.monotonic()
+    while True:
+        deployment = apps.read_namespaced_deployment("hub", HUB_NAMESPACE)
+        status = deployment.status
+        if (status.observed_generation or 0) >= deployment.metadata.generation and status.ready_replicas == 1 \
+                and status.updated_replicas == 1 and (status.replicas or 0) == 1:
+            pods = [p for p in hub_pods(core) if p.metadata.deletion_timestamp is None]
+            where = ", ".join(f"{p.metadata.name} on {p.spec.node_name}" for p in pods)
+            return f"hub: ready in {time.monotonic() - began:.1f} s ({where}); {url(box)}/"
+        if time.monotonic() - began > timeout:
+            raise BoxError(f"the hub's pod is not ready after {timeout:.0f} s:\n{describe(core)}")
+        time.sleep(1)
+
+
+def describe(core: k8s.CoreV1Api) -> str:
+    """The hub's pods: phase, waiting reasons, the last events and the log's tail; for an operator."""
+    lines = []
+    for pod in hub_pods(core):
+        name = pod.metadata.name
+        waiting = [f"{s.name}: {s.state.waiting.reason}: {s.state.waiting.message or ''}"
+                   for s in (pod.status.container_statuses or []) if s.state and s.state.waiting]
+        lines.append(f"pod {name}: {pod.status.phase} on {pod.spec.node_name or '(no node)'} {'; '.join(waiting)}")
+        events = core.list_namespaced_event(HUB_NAMESPACE, field_selector=f"involvedObject.name={name}").items
+        lines += [f"  event: {e.reason}: {e.message}" for e in events[-5:]]
+        try:
+            log = core.read_namespaced_pod_log(name, HUB_NAMESPACE, tail_lines=20)
+        except k8s.ApiException:
+            log = "(no log yet)"
+        lines += [f"  log: {line}" for line in log.splitlines()]
+    return "\n".join(lines) or "no pod of the hub's Deployment"
+
+
+def remove(box: KubeBox, admin: DynamicClient, core: k8s.CoreV1Api, stop_relay: Callable[[], str]) -> list[str]:
+    """Everything `install` and `ensure` made, and the hub's state: the Deployment (its pod gone first), the
+    Services, the claim, its volume, the Secret, the relay and the records."""
+    lines = []
+    for manifest in reversed([*hub_services(), *hub_objects(box, {"DSPORTAL_LDAP_HOST": ""}, "")]):
+        meta = manifest["metadata"]
+        try:
+            resource(admin, manifest["apiVersion"], manifest["kind"]).delete(
+                name=meta["name"], namespace=meta.get("namespace"), body={"propagationPolicy": "Foreground"})
+            lines.append(f"hub: {_label(manifest)} deleted")
+        except NotFoundError:
+            pass
+        if manifest["kind"] == "Deployment":
+            deadline = time.monotonic() + 60
+            while hub_pods(core) and time.monotonic() < deadline:
+                time.sleep(1)
+    lines.append(stop_relay())
+    directory_file(box).unlink(missing_ok=True)
+    shutil.rmtree(state_dir(box), ignore_errors=True)
+    return lines
+
+
+def hub_log(core: k8s.CoreV1Api, tail: int = 200) -> str:
+    """The running hub pod's log (for a test's failure message)."""
+    pods = [p for p in hub_pods(core) if p.status.phase == "Running"]
+    if not pods:
+        return "(no running hub pod)"
+    try:
+        return core.read_namespaced_pod_log(pods[0].metadata.name, HUB_NAMESPACE, tail_lines=tail)
+    except k8s.ApiException as err:
+        return f"(its log: {err.status} {err.reason})"
+

@@ -1,0 +1,117 @@
+"""The hub as a site runs it on Kubernetes: in a pod of the test box (deploy/kubernetes/kubeparts/hub.py), from the
+hub image, with values.yaml's settings, its own service account, and the test box's directory through the LDAP
+relay. alice logs in through the NodePort, spawns, reaches JupyterLab and the dashboard; then the hub's pod is
+deleted: the Deployment makes another, and alice's server, never stopped, answers through the new pod's proxy to
+the cookie she had."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+from kubernetes import client as k8s
+
+from portal.config import load
+from tests.conftest import Hub, wait_for
+from tests.integration.test_cluster import portal_client
+from tests.kubernetes.conftest import kubebox
+
+pytestmark = pytest.mark.integration
+ALICE_NS = "dsportal-u-alice"
+SPAWN_S = 150  # the hub's own start_timeout (values.yaml leaves the default, 120 s), and its verdict
+HUB_BACK_S = 120  # a new hub pod: scheduled, the hub and its proxy started, the readiness probe passed (~20 s)
+
+
+@pytest.fixture(scope="module")
+def core(kube):
+    return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
+
+
+@pytest.fixture(scope="module")
+def pod_hub(cluster, kube, core):
+    """`kubebox up` with the hub: its image imported, its objects made, its pod ready; removed afterwards."""
+    lines: list[str] = []
+    started = time.monotonic()
+    try:
+        kubebox.up(kube.box, report=lines.append, hub_directory=load())
+    except kubebox.KubeBoxError as err:
+        print("\n".join(kubebox.remove_hub(kube.box)))
+        pytest.fail(f"the hub's pod did not start: {err}\n" + "\n".join(lines[-20:]), pytrace=False)
+    print(f"\nthe hub in a pod, up in {time.monotonic() - started:.1f} s:\n" + "\n".join(lines[-8:]))
+    try:
+        yield Hub(kubebox.box_hub.url(kube.box))
+    finally:
+        print("\n".join(kubebox.remove_hub(kube.box)))
+
+
+def hub_pod(core) -> k8s.V1Pod | None:
+    """The hub's one Ready pod, if there is one now."""
+    ready = [p for p in kubebox.box_hub.hub_pods(core) if p.metadata.deletion_timestamp is None and any(
+        c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+    return ready[0] if len(ready) == 1 else None
+
+
+def lab_answers(session: requests.Session, url: str) -> bool:
+    try:
+        answer = session.get(f"{url}/user/alice/lab", timeout=10)
+    except requests.ConnectionError:
+        return False
+    return answer.status_code == 200 and "JupyterLab" in answer.text
+
+
+def test_the_hub_pod_runs_with_the_helm_values_and_its_own_service_account(pod_hub, kube, core):
+    pod = hub_pod(core)
+    assert pod is not None
+    assert pod.spec.service_account_name == "dsportal-hub"
+    assert pod.spec.node_name.startswith(f"{kube.box.name}-node")
+    env = {e.name: e.value for e in pod.spec.containers[0].env}
+    values = kubebox.box_hub.values_env()
+    assert env["DSPORTAL_SCHEDULER"] == values["DSPORTAL_SCHEDULER"] == "kubernetes"
+    assert env["DSPORTAL_GPU_QUOTA"] == values["DSPORTAL_GPU_QUOTA"]
+    service = k8s.CoreV1Api(core.api_client).read_namespaced_service("hub", "dsportal")
+    assert env["DSPORTAL_HUB_CONNECT_IP"] == service.spec.cluster_ip
+    assert requests.get(f"{pod_hub.url}/hub/health", timeout=10).status_code == 200
+
+
+def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(pod_hub, kube, core):
+    alice = pod_hub.login("alice")  # the directory, through the relay on the box's bridge
+    form = pod_hub.spawn_form(alice, partition="t4", gpus="1", cpus="1", memory_gb="2", runtime="01:00:00")
+    assert form.status_code in (200, 302), form.text[-2000:]
+    try:
+        events = pod_hub.client(alice).progress_events("alice", SPAWN_S)
+        assert events[-1].get("ready"), (events, kubebox.box_hub.hub_log(core))
+        server_pod = core.read_namespaced_pod("jupyter-alice", ALICE_NS)
+        assert server_pod.status.phase == "Running"
+        assert lab_answers(alice, pod_hub.url)
+        # The dashboard in the hub's pod acts for alice with the pod's service account: it counts her server.
+        portal = portal_client(pod_hub, "alice")
+        answers = []
+
+        def counted() -> bool:
+            answers.append(portal.get(f"{portal.base}usage", timeout=30))
+            return answers[-1].ok and answers[-1].json()["quotas"][0]["gpus_in_use"] == 1
+        try:
+            wait_for(counted, 60, what="the dashboard in the hub's pod to count her server")
+        except TimeoutError as err:
+            raise AssertionError(f"{err}; its last answer: {answers[-1].status_code} {answers[-1].text[-2000:]}\n"
+                                 f"{kubebox.box_hub.hub_log(core)[-4000:]}") from None
+
+        old = hub_pod(core)
+        assert old is not None
+        core.delete_namespaced_pod(old.metadata.name, "dsportal")
+        deleted = time.monotonic()
+        new = wait_for(lambda: (p := hub_pod(core)) and p.metadata.name != old.metadata.name and p, HUB_BACK_S,
+                       what="the Deployment's new hub pod to be ready")
+        wait_for(lambda: lab_answers(alice, pod_hub.url), 60,
+                 what="alice's JupyterLab through the new hub pod's proxy, with her cookie")
+        print(f"hub pod {old.metadata.name} deleted; {new.metadata.name} on {new.spec.node_name} routes to "
+              f"alice's server again {time.monotonic() - deleted:.1f} s later")
+        # Her server was never stopped: the same pod, and the new hub knows it as ready.
+        assert core.read_namespaced_pod("jupyter-alice", ALICE_NS).metadata.uid == server_pod.metadata.uid
+        assert pod_hub.server(alice, "alice")["ready"]
+    finally:
+        admin = pod_hub.login("admin")
+        pod_hub.api(admin, "DELETE", "users/alice/server")
+        wait_for(lambda: not core.list_namespaced_pod(ALICE_NS, field_selector="metadata.name=jupyter-alice").items,
+                 90, what="alice's pod to be deleted")
