@@ -1,8 +1,8 @@
 """The hub as a site runs it on Kubernetes: in a pod of the test box (deploy/kubernetes/kubeparts/hub.py), from the
 hub image, with values.yaml's settings, its own service account, and the test box's directory through the LDAP
-relay. alice logs in through the NodePort, spawns, reaches JupyterLab and the dashboard; then the hub's pod is
-deleted: the Deployment makes another, and alice's server, never stopped, answers through the new pod's proxy to
-the cookie she had."""
+relay. alice logs in through the NodePort, spawns, reaches JupyterLab, her TensorBoard and the dashboard; then the
+hub's pod is deleted: the Deployment makes another, and alice's server, never stopped, answers through the new
+pod's proxy to the cookie she had."""
 
 from __future__ import annotations
 
@@ -84,6 +84,10 @@ def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(po
         server_pod = core.read_namespaced_pod("jupyter-alice", ALICE_NS)
         assert server_pod.status.phase == "Running"
         assert lab_answers(alice, pod_hub.url)
+        # TensorBoard over her ~/jobs, in her pod, through jupyter-server-proxy (it starts on the first request).
+        board = wait_for(lambda: (a := alice.get(f"{pod_hub.url}/user/alice/tensorboard/data/environment",
+                                                  timeout=60)).ok and a.json(), 90, what="her TensorBoard")
+        assert board["data_location"].endswith("/jobs"), board
         # The dashboard in the hub's pod acts for alice with the pod's service account: it counts her server.
         portal = portal_client(pod_hub, "alice")
         answers = []
