@@ -41,6 +41,10 @@ TENSORBOARD_START_TIMEOUT_S = 60
 PANEL_HEIGHT = 640
 PROXY_NAME = TENSORBOARD_PREFIX.strip("/")  # the entry point's name is the URL path: <server>/tensorboard/
 WATCH_POLL_S = 5.0
+# JupyterLab's launcher draws an item's own icon only in its Notebook and Console rows (jupyter-server-proxy's
+# default category is Notebook for this reason); in any other row a card shows no icon.
+LAUNCHER_CATEGORY = "Notebook"
+ICONS = Path(__file__).resolve().parent / "icons"
 PORTAL_SERVICE_PATH = "services/portal/"  # the dashboard, under the hub's base URL (jupyterhub_config.py's service)
 
 
@@ -58,7 +62,8 @@ def tensorboard_proxy() -> dict[str, Any]:
                     "--reload_interval", str(TENSORBOARD_RELOAD_S)],
         "absolute_url": True,
         "timeout": TENSORBOARD_START_TIMEOUT_S,
-        "launcher_entry": {"enabled": True, "title": "TensorBoard", "category": "Other"},
+        "launcher_entry": {"enabled": True, "title": "TensorBoard", "category": LAUNCHER_CATEGORY,
+                           "icon_path": str(ICONS / "tensorboard.svg")},
         "new_browser_tab": False,
     }
 
@@ -86,8 +91,8 @@ def portal_launcher() -> dict[str, Any]:
     return {
         "command": [],
         "new_browser_tab": True,
-        "launcher_entry": {"enabled": path_info is not None, "title": "Portal", "category": "Other",
-                           "path_info": path_info or PORTAL_SERVICE_PATH},
+        "launcher_entry": {"enabled": path_info is not None, "title": "Portal", "category": LAUNCHER_CATEGORY,
+                           "path_info": path_info or PORTAL_SERVICE_PATH, "icon_path": str(ICONS / "portal.svg")},
     }
 
 

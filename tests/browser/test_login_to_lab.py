@@ -1,5 +1,5 @@
 """A person's path in headless Chromium: log in as alice, choose one GPU, reach a clean JupyterLab (no news
-prompt, a "Portal" card that opens the dashboard in a new tab)."""
+prompt, "Portal" and "TensorBoard" cards with their icons, the first opening the dashboard in a new tab)."""
 
 from playwright import sync_api as playwright
 
@@ -22,6 +22,7 @@ def test_alice_logs_in_chooses_a_gpu_and_reaches_jupyterlab(hub, admin, page, ar
         page.screenshot(path=str(artifacts / "browser-2-jupyterlab.png"))
         assert "JupyterLab" in page.title()
         assert_no_news_prompt(page)
+        assert_the_cards_have_icons(page)
         open_the_portal_card(page, artifacts)
     finally:
         if hub.server(admin, "alice") is not None:
@@ -38,6 +39,14 @@ def assert_no_news_prompt(page) -> None:
     except playwright.TimeoutError:
         return
     raise AssertionError(f"JupyterLab shows the {NEWS_PROMPT!r} prompt (fetchNews is not set: overrides.d?)")
+
+
+def assert_the_cards_have_icons(page) -> None:
+    """The Portal and TensorBoard cards show their own icons, loaded (not a letter in place of one)."""
+    for title in ("Portal", "TensorBoard"):
+        icon = page.locator(".jp-LauncherCard", has_text=title).locator("img")
+        icon.wait_for(timeout=30_000)
+        assert icon.evaluate("img => img.complete && img.naturalWidth > 0"), f"the {title} card's icon did not load"
 
 
 def open_the_portal_card(page, artifacts) -> None:

@@ -10,6 +10,7 @@ import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
 from unittest import mock
+from xml.etree import ElementTree
 
 import jsonschema
 import pytest
@@ -20,7 +21,7 @@ from jupyterlab_server.settings_utils import get_settings
 from bench import spawn
 from bench.spawn import Run
 from portal.config import PortalConfig
-from portal.notebook import portal_launcher, portal_path_info
+from portal.notebook import portal_launcher, portal_path_info, tensorboard_proxy
 from spawners.slurm import SERVER_LOG_DIR, PortalSlurmSpawner
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,3 +136,14 @@ def test_outside_a_hub_there_is_no_card(monkeypatch):
 def test_the_portal_entry_point_is_installed():
     found = {ep.name: ep.value for ep in entry_points(group="jupyter_serverproxy_servers")}
     assert found.get("portal") == "portal.notebook:portal_launcher"
+
+
+@pytest.mark.parametrize("name, entry", [("portal", portal_launcher), ("tensorboard", tensorboard_proxy)])
+def test_the_launcher_cards_have_icons_in_a_row_that_draws_them(monkeypatch, name, entry):
+    """JupyterLab's launcher draws an entry's own icon only in its Notebook and Console rows."""
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
+    process = ServerProcess(name=name, **entry())
+    assert process.launcher_entry.category in ("Notebook", "Console")
+    icon = ElementTree.parse(process.launcher_entry.icon_path).getroot()
+    assert icon.tag == "{http://www.w3.org/2000/svg}svg"
+    assert icon.find("{http://www.w3.org/2000/svg}title").text == process.launcher_entry.title
