@@ -45,10 +45,18 @@ PENDING_REASONS = {
 }
 
 
+SLURM_REASON = re.compile(r"[A-Za-z_]+(,[A-Za-z_]+)*")  # Slurm's own word(s); a reason in words has spaces
+
+
 def pending_reason(reason: str) -> str:
-    """Slurm's reason with its meaning: "Resources (waiting for GPUs, CPUs or memory to free up)"."""
-    words = PENDING_REASONS.get(reason.strip("()").split(",")[0])
-    return f"{reason} ({words})" if words else reason
+    """Why a job waits, in words, once, with Slurm's word after them: "waiting for GPUs, CPUs or memory to free
+    up (Slurm: Resources)". Slurm's word may come in parentheses (squeue's %R): they are not repeated. A reason
+    that is words already (the Kubernetes scheduler's, put in words by portal.scheduler.pods) is kept as it is."""
+    word = reason.strip().strip("()").strip()
+    if not SLURM_REASON.fullmatch(word):
+        return reason.strip()
+    words = PENDING_REASONS.get(word.split(",")[0])
+    return f"{words} (Slurm: {word})" if words else f"Slurm: {word}"
 
 
 # What Slurm answers for a job it does not know: ended and forgotten (MinJobAge), or hidden from this user

@@ -34,6 +34,7 @@ SACCT_JSON = ("sacct", "--json")
 MAX_ANSWER_BYTES = 256 * 1024 * 1024  # ~100,000 jobs of ~2.5 KB: beyond that it is no answer of Slurm's
 ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?", re.IGNORECASE)  # POSIX-ish, as useradd and LDAP allow
 JOB_STATE = re.compile(r"[A-Z_]{1,32}")
+NOT_ASSIGNED = "None assigned"  # Slurm's node list for a job that has not run on any node
 
 
 class SlurmAnswerError(ValueError):
@@ -57,6 +58,7 @@ class QueuedJob:
     uid: int = -1
     exit_code: str = ""  # Slurm's "3:0" (exit status : signal), once it has ended
     restarts: int = 0  # how often Slurm requeued it
+    expected_start: int = 0  # a pending job's: when Slurm expects it to start (epoch seconds); 0: no estimate
 
     @property
     def queued(self) -> bool:
@@ -89,6 +91,12 @@ def _text(job: Mapping[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _node_list(job: Mapping[str, Any]) -> str:
+    """The job's hostlist; empty while (or when) it has not run on any node, where Slurm writes NOT_ASSIGNED."""
+    nodes = _text(job, "nodes")
+    return "" if nodes == NOT_ASSIGNED else nodes
+
+
 def _queued_job(job: Any, now: float) -> QueuedJob | None:
     if not isinstance(job, dict):
         return None
@@ -106,8 +114,9 @@ def _queued_job(job: Any, now: float) -> QueuedJob | None:
     status = _whole(job.get("exit_code"))
     return QueuedJob(
         id=str(job_id), user=user, uid=uid, state=state, elapsed=elapsed, nodes=nodes, gpus_per_node=per_node,
-        reason=_text(job, "state_reason"), name=_text(job, "name"), node_list=_text(job, "nodes"), gpus=requested,
-        exit_code=exit_code(status) if end and status is not None else "", restarts=_whole(job.get("restart_cnt")) or 0)
+        reason=_text(job, "state_reason"), name=_text(job, "name"), node_list=_node_list(job), gpus=requested,
+        exit_code=exit_code(status) if end and status is not None else "", restarts=_whole(job.get("restart_cnt")) or 0,
+        expected_start=start if state == "PENDING" else 0)
 
 
 def _jobs_in(answer: str | bytes, command: str) -> list[Any]:
@@ -152,7 +161,7 @@ class AccountedRun:
     start: datetime | None  # local time, as the dashboard shows it; None: never started
     end: datetime | None  # None: still running
     gpus: int  # allocated, all nodes together
-    nodes: str  # hostlist; "None assigned" when it never ran
+    nodes: str  # hostlist; "" when it never ran
 
 
 def _local_time(value: Any) -> datetime | None:
@@ -179,7 +188,7 @@ def _accounted_run(job: Any) -> AccountedRun | None:
         return None
     return AccountedRun(job_id=str(job_id), user=user, name=_text(job, "name"), state=current,
                         start=_local_time(times.get("start")), end=_local_time(times.get("end")),
-                        gpus=_allocated_gpus(job.get("tres")), nodes=_text(job, "nodes"))
+                        gpus=_allocated_gpus(job.get("tres")), nodes=_node_list(job))
 
 
 def read_sacct(answer: str | bytes, user: str | None = None) -> list[AccountedRun]:

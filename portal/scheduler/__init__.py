@@ -72,6 +72,10 @@ class Scheduler(Protocol):
         """The job's line in the snapshot's queue while it is queued there and is its record's user's; None when
         it is not, or when this scheduler's jobs are not in the snapshot (ask `state`)."""
 
+    def waiting(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
+        """The job's line in the snapshot while it waits there to start (its reason, Slurm's estimate of its
+        start), is its record's user's; else None."""
+
     def render(self, spec: JobSpec, user: Any, partition: str = "") -> str: ...
     def submit(self, spec: JobSpec, user: Any, partition: str = "") -> tuple[JobRecord, str | None]: ...
     def state(self, record: JobRecord, user: Any) -> str: ...

@@ -39,6 +39,9 @@ class JobsInHome:
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         return None
 
+    def waiting(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
+        return None
+
     def history(self, record: JobRecord, user: JobUser) -> list[str]:
         return []
 

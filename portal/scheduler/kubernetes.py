@@ -67,7 +67,7 @@ from portal.jobs.spec import JobLimits, JobSpec
 from portal.metrics import MAX_SERIES, RunMetrics
 from portal.scheduler import NoAccounting
 from portal.scheduler.errors import JobNotFound, KubernetesError, kubernetes_failure
-from portal.scheduler.pods import scheduling_in_words
+from portal.scheduler.pods import POD_SERVER_NAME, scheduling_in_words
 from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.slurm import SlurmPartition
@@ -192,7 +192,7 @@ def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | 
             id=entry["id"], user=entry["user"], state=PENDING if entry["pending"] else RUNNING,
             elapsed=slurm_duration((now - started).total_seconds()) if started else "0:00", nodes=entry["pods"],
             gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
-            name="JupyterLab server" if entry["server"] else "training",
+            name=POD_SERVER_NAME if entry["server"] else "training",
             node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"])
     return queue
 
@@ -377,6 +377,11 @@ class KubernetesScheduler:
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> None:
         return None  # each job's state is its objects' (the snapshot's queue is what holds GPUs, for the usage)
+
+    def waiting(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
+        """The job's pods that wait, with the scheduler's FailedScheduling message in words (pod_queue)."""
+        found = snapshot.queue.get(record.id)
+        return found if found is not None and found.user == record.user and found.state == PENDING else None
 
     def history(self, record: JobRecord, user: KubeUser) -> list[str]:
         return []  # a lost worker is replaced by its Job, and the launcher resumes: one run, no requeue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+POD_SERVER_NAME = "JupyterLab server"  # what the dashboard calls a pod that runs a user's server (pod_queue)
 # A container waiting for one of these will not start by itself: the spawn fails with the words.
 CANNOT_START = {
     "ErrImagePull": "its image {image} cannot be pulled (no node has it and no registry serves it)",

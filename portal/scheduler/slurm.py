@@ -26,6 +26,7 @@ from portal.jobs.record import (
     FAILED,
     FINAL_STATE_FILE,
     OUTPUT_FILE,
+    PENDING,
     RECORD_FILE,
     SCRIPT_FILES,
     UNKNOWN,
@@ -146,6 +147,10 @@ class SlurmScheduler(JobsInHome):
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         found = snapshot.queue.get(record.id)
         return found if found is not None and found.user == record.user else None
+
+    def waiting(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
+        found = self.queued(snapshot, record)
+        return found if found is not None and found.state == PENDING else None
 
     def _squeue(self, user: JobUser) -> dict[str, QueuedJob]:
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""

@@ -41,7 +41,7 @@ from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
 from portal.service.scans import DirStamp, UserRecords, jobs_dir_stamp
-from portal.service.summary import job_key, job_summary, unreadable_summary
+from portal.service.summary import job_key, job_summary, unreadable_summary, waiting
 
 log = logging.getLogger("portal.service")
 AnyJob = Job | UnreadableJob
@@ -243,9 +243,8 @@ class JobBoard(UsageViews):
         metrics = None
         if state != "PENDING":  # nothing written yet; spares a process run as the user
             metrics = self.metrics_of(job, state) if wait else self.known_metrics(job, state)
-        queued = job.queued(snapshot)
-        reason = queued.reason if queued is not None else ""
-        return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix, reason)
+        wait = waiting(job.scheduler.waiting(snapshot, job.record), snapshot) if state == "PENDING" else None
+        return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix, wait)
 
     def job_rows(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
         """The user's jobs, newest first; an admin's list has every user in `everyone` too."""

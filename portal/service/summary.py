@@ -6,24 +6,61 @@ Pure: everything comes in as arguments (the job, its state and metrics, the clus
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any
 
 from portal.jobs import Job, RunMetrics, UnreadableJob
 from portal.jobs.record import RUNNING, UNREADABLE
+from portal.scheduler.pods import POD_SERVER_NAME
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.slurm import pending_reason
-from portal.slurm_json import users_jobs
+from portal.slurm import SERVER_JOB_NAME, pending_reason
+from portal.slurm_json import QueuedJob, users_jobs
 from portal.tensorboard import panel_url
+
+NO_WAIT = {"reason": "", "held_by": "", "expected_start": ""}
+# Slurm's reasons that mean "the GPUs, CPUs or memory it asks for are held": what holds them is worth naming.
+HELD_REASONS = frozenset({"Resources", "Priority", "AssocGrpGRES", "AssocGrpGRESLimit", "QOSMaxGRESPerUser"})
+SERVER_NAMES = frozenset({SERVER_JOB_NAME, POD_SERVER_NAME})  # a server's queue entry, on Slurm and on Kubernetes
+
+
+def waiting(line: QueuedJob | None, snapshot: ClusterSnapshot, now: float | None = None) -> dict[str, str]:
+    """What a waiting job (its queue line, Scheduler.waiting) waits for, as far as the portal can tell: the
+    reason in words (once), what holds what it asks for, and when Slurm expects it to start.
+
+    `held_by` names the user's own servers and jobs that run now ("your server (job 4)"); with none of theirs,
+    "other users' jobs" when others run; nothing for a reason that is not about held resources (a held job, a
+    start time not come). `expected_start`: Slurm's estimate (squeue's start time for a pending job), local
+    time, when it has one that is still ahead."""
+    if line is None:
+        return dict(NO_WAIT)
+    word = line.reason.strip().strip("()").split(",")[0]
+    about_resources = word in HELD_REASONS or " " in line.reason.strip()  # Kubernetes: the scheduler's words
+    held_by = ""
+    if about_resources:
+        mine = [q for q in users_jobs(snapshot.queue, line.user) if q.state == RUNNING and q.id != line.id]
+        held_by = ", ".join(f"your server (job {q.id})" if q.name in SERVER_NAMES else f"your job {q.id}"
+                            for q in mine)
+        if not held_by and any(q.state == RUNNING and q.user != line.user for q in snapshot.queue.values()):
+            held_by = "other users' jobs"
+    now = time.time() if now is None else now
+    expected = ""
+    if line.expected_start > now:
+        at = datetime.fromtimestamp(line.expected_start)
+        same_day = at.date() == datetime.fromtimestamp(now).date()
+        expected = at.strftime("%H:%M" if same_day else "%a %d %b %H:%M")
+    return {"reason": pending_reason(line.reason) if line.reason else "", "held_by": held_by,
+            "expected_start": expected}
 
 
 def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, base_url: str = "/",
-                service_prefix: str = "/services/portal/", reason: str = "") -> dict[str, Any]:
-    """What the jobs list and the API show of one job (pure: everything it needs is passed in). `reason`: why a
-    pending job waits, in Slurm's word and ours."""
+                service_prefix: str = "/services/portal/", wait: dict[str, str] | None = None) -> dict[str, Any]:
+    """What the jobs list and the API show of one job (pure: everything it needs is passed in). `wait`: what a
+    pending job waits for (`waiting`)."""
     spec = job.spec
+    wait = wait if state == "PENDING" and wait else NO_WAIT
     return {
-        "id": job.id, "user": job.record.user, "backend": job.backend, "state": state,
-        "reason": pending_reason(reason) if state == "PENDING" and reason else "",
+        "id": job.id, "user": job.record.user, "backend": job.backend, "state": state, **wait,
         "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node, "elapsed": elapsed,
         "submitted_at": job.submitted_at, "job_dir": job.job_dir, "spec": spec.to_dict(),
         "images_per_sec": metrics.images_per_sec if metrics else None,
@@ -49,7 +86,7 @@ def time_left_s(state: str, epochs: int, metrics: RunMetrics | None) -> float | 
 
 def unreadable_summary(job: UnreadableJob, service_prefix: str = "/services/portal/") -> dict[str, Any]:
     """The list's row and the API's answer for a job whose record is not one: its id, whose home it is in, why."""
-    return {"id": job.id, "user": job.owner, "backend": "", "state": UNREADABLE, "reason": "",
+    return {"id": job.id, "user": job.owner, "backend": "", "state": UNREADABLE, **NO_WAIT,
             "unreadable": f"unreadable record: {job.reason}", "nodes": "-", "gpus_per_node": "-", "elapsed": "",
             "submitted_at": "", "job_dir": job.job_dir, "spec": {}, "images_per_sec": None, "best_mean_auroc": None,
             "epochs_done": 0, "epochs": None, "series": {"images_per_sec": [], "mean_auroc": []},

@@ -112,6 +112,28 @@ def test_gpu_hours_this_week_come_from_slurm_accounting(cluster, hub):
     assert {"alice", "bob"} <= {q["user"] for q in everyone["quotas"]}
 
 
+def test_a_job_behind_her_own_server_says_it_waits_for_it(cluster, hub, admin, alice, demo_data, no_jobs_left):
+    """Her server holds 4 GB on one node; a 2-node job asking for more than the rest of that node waits
+    (Resources), and the dashboard says so in words once and names her server as what holds it."""
+    assert hub.spawn_form(alice, gpus=1, memory_gb=4).status_code == 302
+    hub.wait_ready(admin, "alice")
+    (server,) = [line.split()[0] for line in jobs_of("alice")]
+    per_node = jobs.limits(backend="slurm", user="alice").memory_gb_per_node
+    client = portal_client(hub, "alice")
+    submitted = client.post(f"{client.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 1, "epochs": 1,
+                                                        "memory_gb": per_node - 4 + 1, "time_limit": "00:10:00"},
+                            timeout=60)
+    assert submitted.status_code == 201, submitted.text
+    job_id = submitted.json()["id"]
+
+    def waits() -> dict | None:
+        job = client.get(f"{client.base}jobs/{job_id}", timeout=60).json()
+        return job if job["state"] == "PENDING" and job["reason"] else None
+    job = wait_for(waits, 60, what="the dashboard to say why the job waits")
+    assert job["reason"] == "waiting for GPUs, CPUs or memory to free up (Slurm: Resources)", job
+    assert job["held_by"] == f"your server (job {server})", job
+
+
 def test_what_a_user_writes_into_a_job_forges_no_job_of_anothers(cluster, hub, no_jobs_left):
     """A job's name, comment and working directory are its user's text (issue 25): bob's CPU job whose name,
     comment and directory hold lines of squeue's, sacct's and scontrol's formats (a job of alice's with 4 GPUs, her

@@ -46,7 +46,7 @@ def test_slurmctld_down_during_a_spawn_and_with_the_dashboard_open(cluster, hub,
     assert api.get(f"{hub.url}{PORTAL}api/jobs", timeout=60).status_code == 200
     answered = time.monotonic()
     events, done = start_in_background(hub, admin, "alice", {"gpus": 0})
-    wait_for(lambda: any("pending: Resources" in e[1].get("message", "") for e in events), 30,
+    wait_for(lambda: any("(Slurm: Resources)" in e[1].get("message", "") for e in events), 30,
              what="alice's server job pending")
     (job,) = jobs_of("alice")
 

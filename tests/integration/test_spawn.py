@@ -81,6 +81,11 @@ def assert_a_clean_lab(hub, alice, job_id: str) -> None:
     servers = alice.get(f"{hub.url}/user/alice/server-proxy/servers-info", timeout=30).json()["server_processes"]
     (portal,) = [s for s in servers if s["name"] == "portal"]
     assert portal["new_browser_tab"] and portal["launcher_entry"]["path_info"] == "../../services/portal/"
+    cards = [s for s in servers if s["name"] in ("portal", "tensorboard")]
+    assert len(cards) == 2, servers
+    for card in cards:  # the Portal and TensorBoard cards' icons, served by the server's jupyter-server-proxy
+        icon = alice.get(f"{hub.url}{card['launcher_entry']['icon_url']}", timeout=30)
+        assert icon.status_code == 200 and icon.headers["Content-Type"] == "image/svg+xml", card
     log_dir = HOME / SERVER_LOG_DIR
     assert (log_dir.stat().st_uid, oct(log_dir.stat().st_mode & 0o777)) == (user_uid("alice"), "0o700")
     assert "is running at" in (log_dir / f"jupyterhub_slurmspawner_{job_id}.log").read_text()
@@ -158,10 +163,11 @@ def start_in_background(hub, admin, user: str, options: dict) -> tuple[list, thr
 
 def test_progress_shows_the_job_and_slurms_pending_reason(hub, admin, alice, every_node_held):
     events, done = start_in_background(hub, admin, "alice", {"gpus": 0})
-    pending = wait_for(lambda: [e[1]["message"] for e in events if "pending: Resources" in e[1].get("message", "")],
+    pending = wait_for(lambda: [e[1]["message"] for e in events if "(Slurm: Resources)" in e[1].get("message", "")],
                        30, what="a progress event with Slurm's pending reason")
     (job,) = jobs_of("alice")
-    assert pending[0] == f"Slurm job {job.split()[0]} pending: Resources (waiting for GPUs, CPUs or memory to free up)"
+    assert pending[0] == (f"Slurm job {job.split()[0]} pending: waiting for GPUs, CPUs or memory to free up "
+                          "(Slurm: Resources)")
 
     slurm("scancel", every_node_held)
     assert done.wait(SERVER_START_S) and events[-1][1].get("ready"), events

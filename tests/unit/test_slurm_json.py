@@ -34,7 +34,7 @@ def test_the_real_sacct_answer():
     runs = read_sacct(REAL_SACCT.read_text())
     assert [(r.job_id, r.user, r.state, r.gpus, r.nodes) for r in runs] == [
         ("1", "root", "CANCELLED", 0, "node1"), ("2", "root", "CANCELLED", 4, "node[1-2]"),
-        ("3", "root", "CANCELLED", 0, "None assigned"), ("4", "root", "CANCELLED", 0, "None assigned")]
+        ("3", "root", "CANCELLED", 0, ""), ("4", "root", "CANCELLED", 0, "")]  # Slurm's "None assigned"
     assert runs[1].start == datetime.fromtimestamp(1_795_587_842) and runs[2].start is None
     assert read_sacct(REAL_SACCT.read_text(), user="alice") == []  # sacct's -u is ignored: the reader keeps hers
 

@@ -52,9 +52,12 @@ def test_a_users_gpus_count_every_node_and_pending_jobs():
 
 
 def test_pending_reasons_in_words():
-    assert pending_reason("Resources") == "Resources (waiting for GPUs, CPUs or memory to free up)"
-    assert pending_reason("AssocGrpGRES").startswith("AssocGrpGRES (your other jobs and servers hold your whole")
-    assert pending_reason("SomethingNew") == "SomethingNew"
+    assert pending_reason("Resources") == "waiting for GPUs, CPUs or memory to free up (Slurm: Resources)"
+    assert pending_reason("(Resources)") == pending_reason("Resources")  # squeue's %R: the word once
+    assert pending_reason("AssocGrpGRES").startswith("your other jobs and servers hold your whole GPU quota")
+    assert pending_reason("SomethingNew") == "Slurm: SomethingNew"
+    words = "none of the 2 nodes can run it now: 2 without enough nvidia.com/gpu free"
+    assert pending_reason(words) == words  # the Kubernetes scheduler's, in words already
 
 
 def test_time_limits():

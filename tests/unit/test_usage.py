@@ -30,7 +30,7 @@ def test_gpu_hours_per_job_clipped_to_the_week_and_to_now():
     by_id = {job.job_id: job for job in report.jobs}
     assert by_id["2"].gpu_hours == 1.0 and by_id["2"].kind == "server" and by_id["2"].end is None
     assert by_id["3"].gpu_hours == 1.0 and by_id["3"].name == "my | job" and by_id["3"].state == "CANCELLED"
-    assert by_id["4"].gpu_hours == 0.0  # never started
+    assert by_id["4"].gpu_hours == 0.0 and by_id["4"].nodes == ""  # never started (Slurm: "None assigned")
     assert by_id["5"].gpu_hours == 0.0  # no GPUs
     assert by_id["6"].gpu_hours == 4.0  # 4 GPUs, of which only the hour after Monday 00:00 is this week
     assert by_id["7"].gpu_hours == 0.0 and by_id["7"].name == FORGED and "900001" not in by_id
