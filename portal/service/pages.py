@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
+from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, minutes_of, shown, whole_number
 from portal.job_notebook import NOTEBOOK_NAME, job_notebook
 from portal.jobs import Job
 from portal.jobs.account import job_user
@@ -24,7 +26,10 @@ from portal.jobs.spec import (
     TEMPLATES,
     WHOLE,
     JobLimits,
+    JobSpec,
+    JobSpecError,
     format_minutes,
+    parse_job_spec,
 )
 from portal.logview import filter_log
 from portal.notebook import AurocTable
@@ -68,22 +73,60 @@ def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
     return spec
 
 
-def form_fields(limits: JobLimits) -> list[tuple[str, str, str]]:
-    """(field, input type, what is allowed) for the submit form, from the user's limits now."""
+@dataclass(frozen=True)
+class FormField:
+    """One field of the submit form: its input type ("number", "text" or "select", with its choices) and, beside
+    it, its unit and what is allowed."""
+
+    name: str
+    kind: str
+    hint: str
+    choices: tuple[str, ...] = ()
+
+
+def form_fields(limits: JobLimits) -> list[FormField]:
+    """The submit form's fields, from the user's limits now."""
     wall = "" if limits.max_minutes is None else f", at most {format_minutes(limits.max_minutes)}"
     return [
-        ("template", "text", f"one of: {', '.join(TEMPLATES)}"),
-        ("nodes", "number", f"1-{limits.nodes}"),
-        ("gpus_per_node", "number", f"0-{limits.max_gpus_per_node}"),
-        ("cpus_per_task", "number", f"per worker; {limits.cpus_per_node} CPUs per node"),
-        ("memory_gb", "number", f"per node, 1-{limits.memory_gb_per_node}"),
-        ("time_limit", "text", f"HH:MM:SS{wall}"),
-        ("epochs", "number", f"1-{MAX_EPOCHS}"),
-        ("batch_size", "number", f"per GPU, 1-{MAX_BATCH_SIZE}"),
-        ("image_size", "number", f"{MIN_IMAGE_SIZE}-{MAX_IMAGE_SIZE} pixels"),
-        ("model", "text", f"one of: {', '.join(MODELS)}"),
-        ("data_dir", "text", f"empty: {limits.default_data_dir}"),
+        FormField("template", "select", "the training script", TEMPLATES),
+        FormField("model", "select", "DenseNet-121 is CheXNet's", MODELS),
+        FormField("nodes", "number", f"1-{limits.nodes}"),
+        FormField("gpus_per_node", "number", f"0-{limits.max_gpus_per_node} (one Horovod worker per GPU)"),
+        FormField("cpus_per_task", "number", f"per worker; {limits.cpus_per_node} CPUs per node"),
+        FormField("memory_gb", "number", f"GB per node, 1-{limits.memory_gb_per_node}"),
+        FormField("time_limit", "text", f"HH:MM:SS{wall}"),
+        FormField("epochs", "number", f"1-{MAX_EPOCHS}"),
+        FormField("batch_size", "number", f"images per GPU per step, 1-{MAX_BATCH_SIZE}"),
+        FormField("image_size", "number", f"pixels, square, {MIN_IMAGE_SIZE}-{MAX_IMAGE_SIZE}"),
+        FormField("data_dir", "text", f"a directory you can read; the site's data set: {limits.default_data_dir}"),
     ]
+
+
+def form_values(limits: JobLimits, given: Mapping[str, object]) -> dict[str, object]:
+    """What the form shows: `given` (a job's settings for "run again", or what was posted) over the values that a
+    submit leaving the field out uses (parse_job_spec's defaults for these limits, the same as the API's)."""
+    try:
+        defaults = parse_job_spec({}, replace(limits, max_jobs=None), user_can_read=lambda path: True).to_dict()
+    except JobSpecError:  # limits with room for no job at all (no usable node): the plain defaults, shown
+        defaults = {**JobSpec().to_dict(), "data_dir": limits.default_data_dir}
+    return {**defaults, **{name: value for name, value in given.items() if value not in ("", None)}}
+
+
+def request_summary(values: Mapping[str, object], limits: JobLimits) -> str:
+    """One line that sums the request up: "2 nodes x 1 GPU, 8 CPUs and 32 GB in all, at most 4 h; 2 of your 4
+    GPUs (1 in use now)"; empty while a field it needs is not a value (the form shows that field's error)."""
+    try:
+        nodes, gpus, cpus, memory = (int(str(values[name])) for name in (
+            "nodes", "gpus_per_node", "cpus_per_task", "memory_gb"))
+        minutes = minutes_of(str(values["time_limit"]))
+    except (KeyError, ValueError, AttributeError):
+        return ""
+    hours, rest = divmod(minutes, 60)
+    limit = " ".join(part for part in (f"{hours} h" if hours else "", f"{rest} min" if rest else "") if part)
+    in_use = f" ({limits.quota.in_use} in use now)" if limits.quota.in_use else ""
+    return (f"{nodes} node{'s' if nodes != 1 else ''} x {gpus} GPU{'s' if gpus != 1 else ''}, "
+            f"{nodes * max(1, gpus) * cpus} CPUs and {nodes * memory} GB in all, at most {limit or '0 min'}; "
+            f"{nodes * gpus} of your {limits.quota.limit} GPUs{in_use}")
 
 
 class HomeHandler(PageHandler):
@@ -247,8 +290,10 @@ class JobNotebookHandler(PageHandler):
 class SubmitPageHandler(PageHandler):
     async def _show(self, values: dict, error: UserError | None = None, again_of: str = "") -> None:
         limits = await self.acting(self.board.limits, self.hub_user)
-        self.render_page("submit.html", http_status=error.status_code if error else None, limits=limits, values=values,
-                         error=error, fields=form_fields(limits), again_of=again_of)
+        shown_values = form_values(limits, values)
+        self.render_page("submit.html", http_status=error.status_code if error else None, limits=limits,
+                         values=shown_values, summary=request_summary(shown_values, limits), error=error,
+                         fields=form_fields(limits), again_of=again_of)
 
     async def get(self) -> None:
         """The form, empty, or holding job `from`'s settings ("run again with changes")."""

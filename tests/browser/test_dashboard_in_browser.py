@@ -52,8 +52,18 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
 
     page.click("nav >> text=Submit")
     page.wait_for_selector("#submit_form")
+    # Before anything is typed, every field shows the value a submit would use, and one line sums them up.
+    shown = dict(page.eval_on_selector_all("#submit_form input[name]:not([type=hidden]):not([type=checkbox]), "
+                                           "#submit_form select", "fields => fields.map(f => [f.name, f.value])"))
+    assert set(shown) >= {"template", "model", "nodes", "memory_gb", "time_limit", "data_dir"}, shown
+    assert all(shown.values()), shown
+    assert page.text_content("#request-summary").startswith(
+        f"{shown['nodes']} node x {shown['gpus_per_node']} GPU, "), page.text_content("#request-summary")
+    page.screenshot(path=str(artifacts / "dashboard-0-submit-form-defaults.png"), full_page=True)
     for name, value in FORM.items():
         page.fill(f"#submit_form input[name={name}]", value)
+    assert page.text_content("#request-summary").endswith("at most 20 min; 1 of your 4 GPUs"), \
+        page.text_content("#request-summary")  # portal.js follows the fields
     page.screenshot(path=str(artifacts / "dashboard-1-submit-form.png"), full_page=True)
     page.click("#submit_form button[type=submit]")
     page.wait_for_url(re.compile(r".*/services/portal/jobs/\d+$"))

@@ -1,7 +1,8 @@
 """portal.js alone in headless Chromium: its refreshes against answers this test gives (Playwright's routes, no
 box), for what the live pages cannot show on cue: a refresh that changes nothing leaves the page alone; one that
 changes the rows keeps focus on the same link; an AUROC table the reader opened stays open; the log's
-hidden-warnings count follows the `X-Log-Hidden` header; the XSRF token goes with every request.
+hidden-warnings count follows the `X-Log-Hidden` header; the XSRF token goes with every request; the submit
+form's summary line says what the server would say of the fields as they are edited.
 tests/browser/test_live_updates.py runs the same script against the real portal.
 """
 
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from portal.jobs.spec import JobLimits
+from portal.scheduler.quota import GpuHolder, GpuQuota
+from portal.service.pages import request_summary
 from tests.browser.conftest import new_context
 
 SCRIPT = Path(__file__).resolve().parents[2] / "portal" / "service" / "static" / "portal.js"
@@ -114,3 +118,22 @@ def test_an_opened_auroc_table_stays_open_and_the_hidden_count_follows_the_log(s
     page.wait_for_function("() => document.getElementById('log').textContent.includes('epoch 2')")
     assert page.is_hidden("#log-hidden-note")
     assert set(site.tokens) == {TOKEN}
+
+
+SUBMIT_FORM = """<form id="submit_form"><input name="nodes" value="1"><input name="gpus_per_node" value="1">
+<input name="cpus_per_task" value="4"><input name="memory_gb" value="16"><input name="time_limit" value="04:00:00">
+</form><p id="request-summary" data-gpu-quota="4" data-gpus-in-use="1">as the server wrote it</p>"""
+
+
+def test_the_submit_forms_summary_follows_its_fields_in_the_servers_words(site_page):
+    page = site_page(Site(SUBMIT_FORM))
+    limits = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
+                       max_minutes=None, quota=GpuQuota(4, (), (GpuHolder("4", 1, server=True),)),
+                       default_data_dir="/data")
+    values = {"nodes": "1", "gpus_per_node": "1", "cpus_per_task": "4", "memory_gb": "16", "time_limit": "04:00:00"}
+    for name, value in [("nodes", "2"), ("gpus_per_node", "0"), ("time_limit", "01:30:01"), ("memory_gb", "7")]:
+        page.fill(f"input[name={name}]", value)
+        values[name] = value
+        assert page.text_content("#request-summary") == request_summary(values, limits), name
+    page.fill("input[name=nodes]", "two")  # not a value: the line stays as it was
+    assert page.text_content("#request-summary") == request_summary(values, limits)

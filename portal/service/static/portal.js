@@ -1,5 +1,6 @@
 // The dashboard's live parts, without a page reload: the jobs list's rows and one job's figures and log are
-// fetched again every poll period (the page's data-poll-s) while the tab is visible. Pages work without it.
+// fetched again every poll period (the page's data-poll-s) while the tab is visible, and the submit form's
+// summary line follows its fields. Pages work without it.
 "use strict";
 
 (function () {
@@ -114,10 +115,41 @@
     });
   }
 
+  // The submit form's one-line sum of the request, as portal.service.pages.request_summary writes it, kept in
+  // step with the fields as they are edited; left as it was while a field it needs is not a value.
+  function plural(count, word) { return count + " " + word + (count === 1 ? "" : "s"); }
+
+  function requestSummary(form, line) {
+    var whole = function (name) {
+      var text = (form.elements[name] || {}).value || "";
+      return /^\s*\d+\s*$/.test(text) ? parseInt(text, 10) : null;
+    };
+    var nodes = whole("nodes"), gpus = whole("gpus_per_node"), cpus = whole("cpus_per_task"),
+      memory = whole("memory_gb");
+    var wall = /^\s*(\d{1,3}):([0-5]\d):([0-5]\d)\s*$/.exec((form.elements.time_limit || {}).value || "");
+    if (nodes === null || gpus === null || cpus === null || memory === null || !wall) { return null; }
+    var minutes = parseInt(wall[1], 10) * 60 + parseInt(wall[2], 10) + (parseInt(wall[3], 10) ? 1 : 0);
+    var hours = Math.floor(minutes / 60), rest = minutes % 60;
+    var limit = [hours ? hours + " h" : "", rest ? rest + " min" : ""].filter(Boolean).join(" ") || "0 min";
+    var inUse = parseInt(line.dataset.gpusInUse, 10);
+    return plural(nodes, "node") + " x " + plural(gpus, "GPU") + ", " + (nodes * Math.max(1, gpus) * cpus) +
+      " CPUs and " + (nodes * memory) + " GB in all, at most " + limit + "; " + (nodes * gpus) + " of your " +
+      line.dataset.gpuQuota + " GPUs" + (inUse ? " (" + inUse + " in use now)" : "");
+  }
+
+  function followForm(form, line) {
+    form.addEventListener("input", function () {
+      var text = requestSummary(form, line);
+      if (text !== null) { line.textContent = text; }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live-jobs");
     if (live) { followList(live); }
     var job = document.getElementById("job");
     if (job) { followJob(job); }
+    var form = document.getElementById("submit_form"), line = document.getElementById("request-summary");
+    if (form && line) { followForm(form, line); }
   });
 })();

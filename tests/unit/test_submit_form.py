@@ -1,0 +1,50 @@
+"""The dashboard's submit form shows the values a submit will use (portal.service.pages): choices as choices, every
+field prefilled with what leaving it out would give (the API's defaults for the user's limits now) or with what
+was given, and one line that sums the request up. portal.js keeps that line in step as fields change
+(tests/browser/test_portal_js.py checks that it writes the same words)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from portal.jobs.spec import MODELS, TEMPLATES, JobLimits, parse_job_spec
+from portal.scheduler.quota import GpuHolder, GpuQuota
+from portal.service.pages import form_fields, form_values, request_summary
+
+LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
+                   max_minutes=None, quota=GpuQuota(4, ("gpu-users",), (GpuHolder("4", 1, server=True),)),
+                   default_data_dir="/data/chestxray14")
+
+
+def test_every_field_is_prefilled_with_what_the_api_would_use_for_it():
+    shown = form_values(LIMITS, {})
+    assert shown == parse_job_spec({}, LIMITS, user_can_read=lambda path: True).to_dict()
+    assert (shown["memory_gb"], shown["cpus_per_task"], shown["gpus_per_node"]) == (16, 4, 1)
+    assert shown["data_dir"] == "/data/chestxray14" and shown["model"] in MODELS
+    small = replace(LIMITS, cpus_per_node=2, memory_gb_per_node=3, max_minutes=60, max_jobs=1, jobs_queued=1)
+    assert form_values(small, {})["memory_gb"] == 3 and form_values(small, {})["time_limit"] == "01:00:00"
+
+
+def test_what_was_given_is_shown_over_the_defaults_and_empty_fields_are_not():
+    shown = form_values(LIMITS, {"nodes": "2", "epochs": "", "model": "densenet121", "fp16": False})
+    assert shown["nodes"] == "2" and shown["epochs"] == 5 and shown["fp16"] is False
+
+
+def test_choices_are_selects_and_every_field_says_what_is_allowed():
+    fields = {field.name: field for field in form_fields(LIMITS)}
+    assert fields["template"].kind == "select" and fields["template"].choices == TEMPLATES
+    assert fields["model"].kind == "select" and fields["model"].choices == MODELS
+    assert fields["gpus_per_node"].hint.startswith("0-3")  # 1 of her 4 GPUs is her server's
+    assert fields["memory_gb"].hint == "GB per node, 1-20"
+    assert all(field.hint for field in fields.values())
+
+
+def test_the_summary_line_adds_the_request_up_against_the_quota():
+    values = {**form_values(LIMITS, {}), "nodes": "2"}
+    assert request_summary(values, LIMITS) == \
+        "2 nodes x 1 GPU, 8 CPUs and 32 GB in all, at most 4 h; 2 of your 4 GPUs (1 in use now)"
+    cpu = {**values, "nodes": 1, "gpus_per_node": 0, "cpus_per_task": 2, "time_limit": "00:30:05"}
+    assert request_summary(cpu, replace(LIMITS, quota=GpuQuota(4))) == \
+        "1 node x 0 GPUs, 2 CPUs and 16 GB in all, at most 31 min; 0 of your 4 GPUs"
+    assert request_summary({**values, "nodes": "two"}, LIMITS) == ""  # the field's own error says why
+    assert request_summary({**values, "time_limit": "4h"}, LIMITS) == ""
