@@ -126,7 +126,9 @@ class PortalConfig:
     slurmctld_port: int = setting(6817, "slurmctld's port (the cluster in a box).")
     slurmd_port: int = setting(6818, "slurmd's port (the cluster in a box).")
     slurm_node_cpus: int = setting(8, "CPUs of each demo compute node (the cluster in a box).")
-    slurm_node_memory_mb: int = setting(20000, "Memory (MB) of each demo compute node (the cluster in a box).")
+    slurm_node_memory_mb: int = setting(24576, "Memory (MB) of each demo compute node (the cluster in a box): the "
+                                              "default server (4 GB) and the default job (16 GB per node) fit "
+                                              "side by side.")
     slurm_node_gpus: int = setting(4, "Fake GPUs of each demo compute node (the cluster in a box).")
     slurmdbd_port: int = setting(6819, "Slurm accounting: slurmdbd's port.")
     accounting_db_port: int = setting(6820, "The port of the box's private MariaDB (which only slurmdbd uses).")

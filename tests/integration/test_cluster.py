@@ -112,6 +112,21 @@ def test_gpu_hours_this_week_come_from_slurm_accounting(cluster, hub):
     assert {"alice", "bob"} <= {q["user"] for q in everyone["quotas"]}
 
 
+def test_the_default_server_and_a_default_2_node_job_run_side_by_side(cluster, hub, admin, alice, demo_data,
+                                                                       no_jobs_left):
+    """The demo's defaults fit the box: the spawn form's default server, and beside it a 2-node job with every
+    other field left to its default, run at once."""
+    assert hub.spawn_form(alice, gpus=1).status_code == 302  # what the form shows first: one GPU, 2 CPUs, 4 GB
+    hub.wait_ready(admin, "alice")
+    client = portal_client(hub, "alice")
+    submitted = client.post(f"{client.base}jobs", json={"nodes": 2}, timeout=60)
+    assert submitted.status_code == 201, submitted.text
+    job = submitted.json()
+    assert (job["spec"]["memory_gb"], job["spec"]["gpus_per_node"]) == (16, 1), job["spec"]  # the defaults
+    wait_for(lambda: client.get(f"{client.base}jobs/{job['id']}", timeout=60).json()["state"] == "RUNNING", 90,
+             what="the default job to start beside her default server")
+
+
 def test_a_job_behind_her_own_server_says_it_waits_for_it(cluster, hub, admin, alice, demo_data, no_jobs_left):
     """Her server holds 4 GB on one node; a 2-node job asking for more than the rest of that node waits
     (Resources), and the dashboard says so in words once and names her server as what holds it."""
