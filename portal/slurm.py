@@ -115,6 +115,8 @@ class SlurmNode:
     partitions: tuple[str, ...]
     state: str = ""  # Slurm's, e.g. "IDLE", "MIXED", "IDLE+DRAIN", "DOWN+NOT_RESPONDING"
     address: str = ""
+    free_cpus: int = 0  # what no job holds now; 0 when the node cannot run anything now
+    free_memory_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,10 @@ class SlurmPartition:
         return f"; not usable now: {', '.join(f'{n.name} ({n.state.lower()})' for n in down)}"
 
 
+def _whole(text: str | None) -> int:
+    return int(text) if text and text.isdigit() else 0
+
+
 def nodes_from_scontrol(node_lines: str) -> dict[str, SlurmNode]:
     """`scontrol show node -d -o`, by node name."""
     nodes = {}
@@ -178,6 +184,8 @@ def nodes_from_scontrol(node_lines: str) -> dict[str, SlurmNode]:
             partitions=tuple(node.get("Partitions", "").split(",")),
             state=node.get("State", ""),
             address=node.get("NodeAddr", ""),
+            free_cpus=max(0, _whole(node.get("CPUTot")) - _whole(node.get("CPUAlloc"))) if usable else 0,
+            free_memory_mb=max(0, _whole(node.get("RealMemory")) - _whole(node.get("AllocMem"))) if usable else 0,
         )
     return nodes
 
@@ -207,3 +215,35 @@ def gpu_holders(jobs: Iterable[QueuedJob]) -> tuple[GpuHolder, ...]:
     too, they are a claim on the quota), in Slurm's order."""
     return tuple(GpuHolder(job_id=job.id, gpus=job.gpus, server=job.name == SERVER_JOB_NAME)
                  for job in jobs if job.gpus)
+
+
+def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partition: SlurmPartition,
+               mine: Iterable[QueuedJob]) -> str:
+    """Whether a job asking each of `nodes_needed` nodes for `gpus`, `cpus` (all its workers together) and
+    `memory_gb` can start now on the partition's usable nodes; "" when it can, else why it will wait, in words:
+    "will wait for your server (job 4) to end: node1 has 20 of 24 GB free". `mine`: the user's jobs now (their
+    own are named; anything else is "other users' jobs"). The request itself fits a node (parse_job_spec)."""
+    usable = partition.usable_nodes
+    need_mb = memory_gb * 1024
+
+    def short_of(node: SlurmNode) -> list[str]:
+        found = []
+        if node.free_gpus < gpus:
+            found.append(f"{node.free_gpus} of {node.gpus} GPUs")
+        if node.free_cpus < cpus:
+            found.append(f"{node.free_cpus} of {node.cpus} CPUs")
+        if node.free_memory_mb < need_mb:
+            found.append(f"{node.free_memory_mb // 1024} of {node.memory_mb // 1024} GB")
+        return found
+
+    short = {node.name: what for node in usable if (what := short_of(node))}
+    if len(usable) - len(short) >= nodes_needed:
+        return ""
+    from portal.jobs.history import expand_hostlist  # portal.jobs imports this module
+
+    holding = [job for job in mine if job.state == RUNNING and set(expand_hostlist(job.node_list)) & set(short)]
+    who = [f"your server (job {job.id})" if job.name == SERVER_JOB_NAME else f"your job {job.id}"
+           for job in holding]
+    holders = " and ".join(who) if who else "other users' jobs"
+    where = "; ".join(f"{name} has {' and '.join(what)} free" for name, what in short.items())
+    return f"will wait for {holders} to end: {where}"

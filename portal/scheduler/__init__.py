@@ -76,6 +76,10 @@ class Scheduler(Protocol):
         """The job's line in the snapshot while it waits there to start (its reason, Slurm's estimate of its
         start), is its record's user's; else None."""
 
+    def start_note(self, spec: JobSpec, user: str, snapshot: ClusterSnapshot) -> str:
+        """Why a job of `spec`, just submitted by `user`, will wait (the nodes it needs are busy, and with what of
+        the user's own), from `snapshot` taken before the submit; "" when it can start now or cannot tell."""
+
     def render(self, spec: JobSpec, user: Any, partition: str = "") -> str: ...
     def submit(self, spec: JobSpec, user: Any, partition: str = "") -> tuple[JobRecord, str | None]: ...
     def state(self, record: JobRecord, user: Any) -> str: ...

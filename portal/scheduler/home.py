@@ -13,6 +13,7 @@ from portal.metrics import MetricsError, RunMetrics, read_run_metrics
 if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.jobs.account import JobUser
+    from portal.jobs.spec import JobSpec
     from portal.scheduler.snapshot import ClusterSnapshot
     from portal.slurm_json import QueuedJob
 
@@ -41,6 +42,9 @@ class JobsInHome:
 
     def waiting(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         return None
+
+    def start_note(self, spec: JobSpec, user: str, snapshot: ClusterSnapshot) -> str:
+        return ""  # no snapshot of each node's free resources here: a waiting job's page says why it waits
 
     def history(self, record: JobRecord, user: JobUser) -> list[str]:
         return []

@@ -383,6 +383,9 @@ class KubernetesScheduler:
         found = snapshot.queue.get(record.id)
         return found if found is not None and found.user == record.user and found.state == PENDING else None
 
+    def start_note(self, spec: JobSpec, user: str, snapshot: ClusterSnapshot) -> str:
+        return ""  # no snapshot of each node's free resources here: a waiting job's page says why it waits
+
     def history(self, record: JobRecord, user: KubeUser) -> list[str]:
         return []  # a lost worker is replaced by its Job, and the launcher resumes: one run, no requeue
 

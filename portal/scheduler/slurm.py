@@ -41,7 +41,7 @@ from portal.scheduler.home import JobsInHome
 from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.scheduler.slurm_commands import SlurmCommands
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.slurm import SlurmPartition, gpu_holders, job_unknown
+from portal.slurm import SlurmPartition, gpu_holders, job_unknown, start_note
 from portal.slurm_json import SACCT_JSON, QueuedJob, SlurmAnswerError, read_sacct, users_jobs
 from portal.usage import UsageReport, usage_report, week_start
 
@@ -91,13 +91,8 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
     )
 
 
-def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders: Sequence[GpuHolder],
-                groups: Sequence[str], jobs_queued: int = 0) -> JobLimits:
-    """What a user in `groups` may ask for, given Slurm's partitions and the user's jobs that hold GPUs (pure):
-    the jobs partition's shape (its usable nodes, busy or not: a job may wait; drained or down ones are left out),
-    the user's group GPU quota and what their jobs and server hold of it, and how many of their jobs are queued
-    or running against max_jobs_per_user (Slurm holds the same limits for whatever does not come through the
-    portal). SlurmError when no partition can take a job."""
+def jobs_partition(cfg: PortalConfig, partitions: Sequence[SlurmPartition]) -> SlurmPartition:
+    """The partition jobs go to: `jobs_partition`, else Slurm's default. SlurmError when it is not up."""
     if not partitions:
         raise SlurmError("Slurm reports no partition that is up")
     wanted = cfg.jobs_partition
@@ -106,6 +101,17 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders
     if partition is None:
         raise SlurmError(f"jobs_partition {wanted!r} is not a partition that is up; up: "
                          f"{', '.join(p.name for p in partitions)}")
+    return partition
+
+
+def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders: Sequence[GpuHolder],
+                groups: Sequence[str], jobs_queued: int = 0) -> JobLimits:
+    """What a user in `groups` may ask for, given Slurm's partitions and the user's jobs that hold GPUs (pure):
+    the jobs partition's shape (its usable nodes, busy or not: a job may wait; drained or down ones are left out),
+    the user's group GPU quota and what their jobs and server hold of it, and how many of their jobs are queued
+    or running against max_jobs_per_user (Slurm holds the same limits for whatever does not come through the
+    portal). SlurmError when no partition can take a job."""
+    partition = jobs_partition(cfg, partitions)
     if not partition.usable_nodes:
         raise SlurmError(f"partition {partition.name} has no node that can run a job now"
                          f"{partition.unusable_note()}")
@@ -151,6 +157,16 @@ class SlurmScheduler(JobsInHome):
     def waiting(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         found = self.queued(snapshot, record)
         return found if found is not None and found.state == PENDING else None
+
+    def start_note(self, spec: JobSpec, user: str, snapshot: ClusterSnapshot) -> str:
+        """Why a job of `spec` just submitted will wait, from the nodes' free resources in `snapshot` (taken
+        before the submit); "" when it can start now, or when the snapshot has no partitions to tell."""
+        try:
+            partition = jobs_partition(self.cfg, snapshot.partitions)
+        except SlurmError:
+            return ""
+        return start_note(spec.nodes, spec.gpus_per_node, spec.workers_per_node * spec.cpus_per_task,
+                          spec.memory_gb, partition, users_jobs(snapshot.queue, user))
 
     def _squeue(self, user: JobUser) -> dict[str, QueuedJob]:
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""

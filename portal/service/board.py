@@ -327,8 +327,9 @@ class JobBoard(UsageViews):
                                        "that each is checked against the GPUs the others took); send it again once "
                                        "that one has answered")
             try:
+                snapshot = self.cluster.snapshot()
                 job = self.api.submit(spec, user=user.name, groups=user.groups, cfg=self.cfg,
-                                      limits=self.limits_now(user))
+                                      limits=self.limits_now(user, snapshot))
                 self._remember_job(job)
                 if job.scheduler.queue_in_snapshot:
                     with self._acted_lock:
@@ -338,7 +339,8 @@ class JobBoard(UsageViews):
         log.info("submit by %s: job %s on %s, %d node(s) x %d GPU(s), %d epoch(s)", user.name, job.id, job.backend,
                  job.spec.nodes, job.spec.gpus_per_node, job.spec.epochs)
         state = PENDING if job.scheduler.queue_in_snapshot else job.state
-        return job_summary(job, state, "", None, self.base_url, self.service_prefix)
+        warning = job.scheduler.start_note(job.spec, user.name, snapshot)
+        return {**job_summary(job, state, "", None, self.base_url, self.service_prefix), "warning": warning}
 
     def cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = ()) -> Job:
         """Cancel the user's own job, as them. The owner is checked once, by the cancel itself (Slurm's word on the

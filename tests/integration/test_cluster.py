@@ -128,18 +128,25 @@ def test_the_default_server_and_a_default_2_node_job_run_side_by_side(cluster, h
 
 
 def test_a_job_behind_her_own_server_says_it_waits_for_it(cluster, hub, admin, alice, demo_data, no_jobs_left):
-    """Her server holds 4 GB on one node; a 2-node job asking for more than the rest of that node waits
-    (Resources), and the dashboard says so in words once and names her server as what holds it."""
+    """Her server holds 4 GB on one node; a 2-node job asking for more than the rest of that node is accepted
+    with a warning naming her server, waits (Resources), and its page says why in words once and names her
+    server as what holds it."""
     assert hub.spawn_form(alice, gpus=1, memory_gb=4).status_code == 302
     hub.wait_ready(admin, "alice")
     (server,) = [line.split()[0] for line in jobs_of("alice")]
     per_node = jobs.limits(backend="slurm", user="alice").memory_gb_per_node
     client = portal_client(hub, "alice")
+    wait_for(lambda: client.get(f"{client.base}usage", timeout=60).json()["quotas"][0]["gpus_in_use"] == 1, 60,
+             what="the dashboard's view of the cluster to hold her server")
     submitted = client.post(f"{client.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 1, "epochs": 1,
                                                         "memory_gb": per_node - 4 + 1, "time_limit": "00:10:00"},
                             timeout=60)
     assert submitted.status_code == 201, submitted.text
     job_id = submitted.json()["id"]
+    # Accepted, saying before it waits what it will wait for.
+    assert submitted.json()["warning"].startswith(f"will wait for your server (job {server}) to end: "), \
+        submitted.json()
+    assert f"has {per_node - 4} of {per_node} GB free" in submitted.json()["warning"], submitted.json()
 
     def waits() -> dict | None:
         job = client.get(f"{client.base}jobs/{job_id}", timeout=60).json()
