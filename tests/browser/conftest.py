@@ -244,3 +244,25 @@ def submit_from_the_form(browser, hub, cookies: dict, submitted: list[str]) -> N
         submitted.append(page.url.rsplit("/", 1)[1])
     finally:
         context.close()
+
+
+# The browser's Notification API, recorded in localStorage (kept across the page loads of one origin): what the
+# pages showed, and how often they asked for permission. A browser keeps a granted permission the same way.
+RECORD_NOTIFICATIONS = """
+window.__notes = () => JSON.parse(localStorage.getItem("test-notes") || "[]");
+window.__asked = () => Number(localStorage.getItem("test-asked") || "0");
+window.Notification = class {
+  constructor(title, options) {
+    localStorage.setItem("test-notes", JSON.stringify(
+      window.__notes().concat([{title: title, body: options.body, tag: options.tag}])));
+  }
+  static requestPermission() {
+    localStorage.setItem("test-asked", String(window.__asked() + 1));
+    localStorage.setItem("test-permission", "granted");
+    window.Notification.permission = "granted";
+    return Promise.resolve("granted");
+  }
+  close() {}
+};
+window.Notification.permission = localStorage.getItem("test-permission") || "default";
+"""

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.jobs.record import ENDED_STATES
-from tests.browser.conftest import log_in, wait_for_job_state
+from tests.browser.conftest import RECORD_NOTIFICATIONS, log_in, wait_for_job_state
 from tests.conftest import SERVER_START_S, job_wait_s, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration
@@ -46,9 +46,14 @@ def alice_in_lab(hub, admin, cluster, page):
 
 def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboard(hub, alice_in_lab, artifacts):
     page, submitted = alice_in_lab
+    page.context.add_init_script(RECORD_NOTIFICATIONS)
     page.goto(f"{hub.url}/services/portal/")
     page.wait_for_url("**/services/portal/jobs")
     assert page.locator("nav").get_by_text("alice").count() == 1
+    # She asks to be told when a job ends (the browser is asked on her click, never on a page load).
+    assert page.evaluate("() => window.__asked()") == 0
+    page.click("#notify-toggle")
+    page.wait_for_function("() => document.getElementById('notify-toggle').getAttribute('aria-pressed') === 'true'")
 
     page.click("nav >> text=Submit")
     page.wait_for_selector("#submit_form")
@@ -76,6 +81,11 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
     page.screenshot(path=str(artifacts / "dashboard-3-job-running.png"), full_page=True)
     state = wait_for_job_state(page, ENDED_STATES, JOB_WAIT_S)
     assert state == "COMPLETED", f"job {job_id} ended {state}: {page.text_content('main')[:2000]}"
+    # The open page told her, once, naming the job, its state and its best mean AUROC.
+    page.wait_for_function(f"() => window.__notes().some(n => n.tag === 'dsportal-job-{job_id}')",
+                           timeout=FIGURES_WAIT_S * 1000)
+    (note,) = [n for n in page.evaluate("() => window.__notes()") if n["tag"] == f"dsportal-job-{job_id}"]
+    assert note["title"] == f"Job {job_id} COMPLETED" and "mean AUROC" in note["body"], note
 
     def final_figures():  # read from the job's event files; the page of an ended job does not refresh itself
         page.reload()

@@ -8,6 +8,7 @@ tests/browser/test_live_updates.py runs the same script against the real portal.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from portal.jobs.spec import JobLimits
 from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.service.pages import request_summary
-from tests.browser.conftest import new_context
+from tests.browser.conftest import RECORD_NOTIFICATIONS, new_context
 
 SCRIPT = Path(__file__).resolve().parents[2] / "portal" / "service" / "static" / "portal.js"
 ORIGIN = "http://portal.test"
@@ -44,7 +45,9 @@ class Site:
 
     def __init__(self, body: str):
         self.page_body, self.rows, self.figures, self.log, self.hidden = body, "", "", "", "0"
+        self.jobs: list[dict] = []
         self.tokens: list[str | None] = []
+        self.jobs_asked = 0
 
     def answer(self, route) -> None:
         request, path = route.request, route.request.url[len(ORIGIN):]
@@ -54,7 +57,10 @@ class Site:
             route.fulfill(body=PAGE.format(token=TOKEN, body=self.page_body), content_type="text/html")
         else:
             self.tokens.append(request.headers.get("x-xsrftoken"))
-            if "part=rows" in path:
+            if path.startswith("/api/jobs"):
+                self.jobs_asked += 1
+                route.fulfill(body=json.dumps({"jobs": self.jobs}), content_type="application/json")
+            elif "part=rows" in path:
                 signed = f"2|1:0|10:{1795578329 + len(self.tokens)}|5:_xsrf"  # a second later each time
                 route.fulfill(body=self.rows.replace(SIGNED_TOKEN, signed), content_type="text/html")
             elif "part=figures" in path:
@@ -137,3 +143,50 @@ def test_the_submit_forms_summary_follows_its_fields_in_the_servers_words(site_p
         assert page.text_content("#request-summary") == request_summary(values, limits), name
     page.fill("input[name=nodes]", "two")  # not a value: the line stays as it was
     assert page.text_content("#request-summary") == request_summary(values, limits)
+
+
+TOGGLE = """<button type="button" id="notify-toggle" hidden aria-pressed="false" data-user="alice"
+data-jobs-url="/api/jobs" data-poll-s="0.3" data-ended="CANCELLED COMPLETED FAILED TIMEOUT">Notify</button>"""
+
+
+def a_job(job_id: str, user: str, state: str, auroc: float | None = None) -> dict:
+    return {"id": job_id, "user": user, "state": state, "best_mean_auroc": auroc, "spec": {"model": "densenet121"},
+            "links": {"page": f"/jobs/{job_id}"}}
+
+
+def test_a_job_that_ends_is_announced_once_and_only_after_the_user_asked(browser):
+    context = new_context(browser)
+    context.add_init_script(RECORD_NOTIFICATIONS)
+    page = context.new_page()
+    site = Site(TOGGLE)
+    site.jobs = [a_job("7", "alice", "RUNNING"), a_job("9", "bob", "RUNNING")]
+    try:
+        page.route(f"{ORIGIN}/**", site.answer)
+        page.goto(f"{ORIGIN}/page")
+        page.wait_for_selector("#notify-toggle:not([hidden])")
+        page.wait_for_timeout(1000)  # three poll periods: nothing is asked or read before the click
+        assert page.evaluate("() => window.__asked()") == 0 and site.jobs_asked == 0
+        page.click("#notify-toggle")
+        page.wait_for_function("() => document.getElementById('notify-toggle').getAttribute('aria-pressed') "
+                               "=== 'true'")
+        asked_before = site.jobs_asked
+        for _ in range(50):
+            if site.jobs_asked >= asked_before + 2:
+                break
+            page.wait_for_timeout(100)
+        assert page.evaluate("() => window.__notes()") == []  # the first look only learns the states
+
+        # alice's job ends, and so does bob's (an admin's list holds everyone's): only hers is announced.
+        site.jobs = [a_job("7", "alice", "COMPLETED", 0.8123), a_job("9", "bob", "COMPLETED", 0.5)]
+        page.wait_for_function("() => window.__notes().length > 0")
+        page.wait_for_timeout(1000)
+        assert page.evaluate("() => window.__notes()") == [{
+            "title": "Job 7 COMPLETED", "body": "densenet121, best mean AUROC 0.812. Click to open its page.",
+            "tag": "dsportal-job-7"}]
+        # Another page of the portal (or a reload) announces nothing again: the states are shared.
+        page.reload()
+        page.wait_for_timeout(1000)
+        assert len(page.evaluate("() => window.__notes()")) == 1 and page.evaluate("() => window.__asked()") == 1
+        assert page.get_attribute("#notify-toggle", "aria-pressed") == "true"
+    finally:
+        context.close()

@@ -1,6 +1,7 @@
 // The dashboard's live parts, without a page reload: the jobs list's rows and one job's figures and log are
-// fetched again every poll period (the page's data-poll-s) while the tab is visible, and the submit form's
-// summary line follows its fields. Pages work without it.
+// fetched again every poll period (the page's data-poll-s) while the tab is visible; the submit form's summary
+// line follows its fields; a job that ends is announced by a browser notification, if the user asked for them.
+// Pages work without it.
 "use strict";
 
 (function () {
@@ -144,7 +145,64 @@
     });
   }
 
+  // A browser notification when one of the user's jobs ends while any portal page is open. The browser is asked
+  // only when the user clicks the toggle, never on page load. Then the user's jobs are read every poll period,
+  // in a background tab too. Each job's last state is kept in localStorage, which the portal's pages and tabs
+  // share: a job is announced once, when a page that saw it unended sees it ended. The notification names the
+  // job, its state and its best mean AUROC, and a click on it opens the job's page.
+  function notifyWhenJobsEnd(button) {
+    if (!("Notification" in window) || !window.localStorage) { return; }  // the toggle stays hidden
+    var user = button.dataset.user, ended = button.dataset.ended.split(" ");
+    var onKey = "dsportal-notify:" + user, statesKey = "dsportal-job-states:" + user;
+    function on() { return localStorage.getItem(onKey) === "on" && Notification.permission === "granted"; }
+    function show(blocked) {
+      button.setAttribute("aria-pressed", on() ? "true" : "false");
+      button.textContent = blocked ? "Notifications are blocked in this browser's settings" :
+        on() ? "Notifying when a job ends (turn off)" : "Notify me when a job ends";
+    }
+    function announce(job) {
+      var auroc = typeof job.best_mean_auroc === "number" ?
+        "best mean AUROC " + job.best_mean_auroc.toFixed(3) : "no mean AUROC recorded";
+      var note = new Notification("Job " + job.id + " " + job.state, {
+        body: (job.spec && job.spec.model ? job.spec.model + ", " : "") + auroc + ". Click to open its page.",
+        tag: "dsportal-job-" + job.id});
+      note.onclick = function () { window.open(job.links.page, "_blank"); note.close(); };
+    }
+    function look() {
+      return fetchText(button.dataset.jobsUrl).then(function (text) {
+        if (text === null || !on()) { return; }
+        var before = JSON.parse(localStorage.getItem(statesKey) || "null"), now = {};
+        JSON.parse(text).jobs.forEach(function (job) {
+          if (job.user !== user) { return; }  // an admin's list holds everyone's: only their own are announced
+          now[job.id] = job.state;
+          var was = before ? before[job.id] : undefined;
+          if (was !== undefined && ended.indexOf(was) < 0 && ended.indexOf(job.state) >= 0) { announce(job); }
+        });
+        localStorage.setItem(statesKey, JSON.stringify(now));
+      });
+    }
+    function tick() {
+      if (stopped) { return; }
+      Promise.resolve(on() ? look() : null).catch(function () {}).then(function () {
+        setTimeout(tick, Number(button.dataset.pollS) * 1000);
+      });
+    }
+    button.hidden = false;
+    show(false);
+    button.addEventListener("click", function () {
+      if (on()) { localStorage.removeItem(onKey); show(false); return; }
+      Notification.requestPermission().then(function (answer) {
+        if (answer === "granted") { localStorage.setItem(onKey, "on"); localStorage.removeItem(statesKey); }
+        show(answer === "denied");
+        if (answer === "granted") { look(); }
+      });
+    });
+    tick();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    var toggle = document.getElementById("notify-toggle");
+    if (toggle) { notifyWhenJobsEnd(toggle); }
     var live = document.getElementById("live-jobs");
     if (live) { followList(live); }
     var job = document.getElementById("job");
