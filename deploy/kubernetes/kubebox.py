@@ -96,8 +96,9 @@ def node_services(box: KubeBox) -> list[Service]:
 
 
 def services(box: KubeBox) -> list[Service]:
-    """In start order: the control plane, each node (its containerd and kubelet), the hub's LDAP relay."""
-    return [*CONTROL_PLANE, *node_services(box), LDAP_RELAY]
+    """In start order: the control plane, each node (its containerd and kubelet), and while the hub is
+    installed its LDAP relay."""
+    return [*CONTROL_PLANE, *node_services(box), *([LDAP_RELAY] if box_hub.installed(box) else [])]
 
 
 def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: PortalConfig | None = None) -> Cluster:
