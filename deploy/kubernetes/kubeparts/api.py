@@ -7,6 +7,7 @@ table of REST paths; errors are the client's `DynamicApiError` (`.status`, and t
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,9 @@ def load_manifests(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def apply(api: DynamicClient, manifest: dict[str, Any]) -> str:
-    """Create the object, or bring it in line when it exists (see REPLACEABLE); returns what was done."""
+def apply(api: DynamicClient, manifest: dict[str, Any], replaceable: Collection[str] = REPLACEABLE) -> str:
+    """Create the object, or bring it in line when it exists and its kind is `replaceable`; returns what was
+    done."""
     kind, meta = manifest["kind"], manifest["metadata"]
     handle = resource(api, manifest["apiVersion"], kind)
     label = f"{kind} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}{meta['name']}"
@@ -86,7 +88,7 @@ def apply(api: DynamicClient, manifest: dict[str, Any]) -> str:
         handle.create(body=manifest, namespace=meta.get("namespace"))
         return f"{label}: created"
     except ConflictError:
-        if kind not in REPLACEABLE:
+        if kind not in replaceable:
             return f"{label}: exists"
     current = handle.get(name=meta["name"], namespace=meta.get("namespace"))
     replacement = {**manifest, "metadata": {**meta, "resourceVersion": current.metadata.resourceVersion}}

@@ -37,11 +37,11 @@ import yaml
 from daemons import port_in_use
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
+from kubernetes.dynamic.exceptions import NotFoundError
 from supervise import BoxError, Service
 
 from kubeparts import images as box_images
-from kubeparts.api import resource
+from kubeparts.api import apply, resource
 from kubeparts.layout import HERE, HUB_NAMESPACE, HUB_SERVICE_ACCOUNT, PORTAL, KubeBox
 from portal.config import PortalConfig
 
@@ -225,49 +225,26 @@ def ensure(box: KubeBox, admin: DynamicClient, core: k8s.CoreV1Api, socket_of: C
     """The hub image on every node, then the objects (each brought in line), then wait until the hub answers its
     readiness probe. Idempotent; run by `up` while `installed`."""
     directory = installed(box)
-    assert directory is not None
+    if directory is None:
+        raise BoxError(f"the hub is not installed ({directory_file(box)} is missing)")
     for line in box_images.ensure_images(box, box.node_network.nodes, socket_of, [HUB_IMAGE]):
         report(line)
     hub_state = state_dir(box) / "hub"
     hub_state.mkdir(parents=True, exist_ok=True)
     os.chmod(hub_state, 0o700)
-    for manifest in hub_services():
-        report(_create_or_keep(admin, manifest))
+    for manifest in hub_services():  # made once: a Service's address must not change
+        report(f"hub: {apply(admin, manifest, replaceable=())}")
     connect_ip = resource(admin, "v1", "Service").get(name="hub", namespace=HUB_NAMESPACE).spec.clusterIP
     env = box_env(box, connect_ip, directory)
     image_id = box_images.podman_id(HUB_IMAGE) or ""
-    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id):
-        replace = manifest["kind"] in ("Secret", "Deployment")
-        report((_create_or_replace if replace else _create_or_keep)(admin, manifest))
+    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id):  # a bound claim's spec is fixed
+        report(f"hub: {apply(admin, manifest, replaceable=('Secret', 'Deployment'))}")
     report(wait_ready(box, core))
 
 
 def _label(manifest: dict) -> str:
     meta = manifest["metadata"]
     return f"{manifest['kind']} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta['name']}"
-
-
-def _create_or_keep(api: DynamicClient, manifest: dict) -> str:
-    """Services, volumes and claims: made once (their specs are the same each time, and partly immutable)."""
-    try:
-        resource(api, manifest["apiVersion"], manifest["kind"]).create(
-            body=manifest, namespace=manifest["metadata"].get("namespace"))
-        return f"hub: {_label(manifest)} created"
-    except ConflictError:
-        return f"hub: {_label(manifest)} exists"
-
-
-def _create_or_replace(api: DynamicClient, manifest: dict) -> str:
-    handle = resource(api, manifest["apiVersion"], manifest["kind"])
-    meta = manifest["metadata"]
-    try:
-        handle.create(body=manifest, namespace=meta["namespace"])
-        return f"hub: {_label(manifest)} created"
-    except ConflictError:
-        current = handle.get(name=meta["name"], namespace=meta["namespace"])
-    handle.replace(body={**manifest, "metadata": {**meta, "resourceVersion": current.metadata.resourceVersion}},
-                   namespace=meta["namespace"])
-    return f"hub: {_label(manifest)} brought in line"
 
 
 def hub_pods(core: k8s.CoreV1Api) -> list[k8s.V1Pod]:
