@@ -9,7 +9,7 @@ Pure parsers shared by the spawner (spawners/slurm.py: what a JupyterLab server 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -217,6 +217,13 @@ def gpu_holders(jobs: Iterable[QueuedJob]) -> tuple[GpuHolder, ...]:
                  for job in jobs if job.gpus)
 
 
+def own_jobs_in_words(jobs: Iterable[QueuedJob], server_names: Collection[str] = (SERVER_JOB_NAME,)) -> str:
+    """A user's own jobs as they read of them, for what holds what their waiting job asks for: "your server
+    (job 4), your job 7"; "" for none. `server_names`: the queue names of a server (Kubernetes's too)."""
+    return ", ".join(f"your server (job {job.id})" if job.name in server_names else f"your job {job.id}"
+                     for job in jobs)
+
+
 def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partition: SlurmPartition,
                mine: Iterable[QueuedJob]) -> str:
     """Whether a job asking each of `nodes_needed` nodes for `gpus`, `cpus` (all its workers together) and
@@ -242,8 +249,6 @@ def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partitio
     from portal.jobs.history import expand_hostlist  # portal.jobs imports this module
 
     holding = [job for job in mine if job.state == RUNNING and set(expand_hostlist(job.node_list)) & set(short)]
-    who = [f"your server (job {job.id})" if job.name == SERVER_JOB_NAME else f"your job {job.id}"
-           for job in holding]
-    holders = " and ".join(who) if who else "other users' jobs"
+    holders = own_jobs_in_words(holding) or "other users' jobs"
     where = "; ".join(f"{name} has {' and '.join(what)} free" for name, what in short.items())
     return f"will wait for {holders} to end: {where}"

@@ -14,7 +14,7 @@ from portal.jobs import Job, RunMetrics, UnreadableJob
 from portal.jobs.record import RUNNING, UNREADABLE
 from portal.scheduler.pods import POD_SERVER_NAME
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.slurm import SERVER_JOB_NAME, pending_reason
+from portal.slurm import SERVER_JOB_NAME, own_jobs_in_words, pending_reason
 from portal.slurm_json import QueuedJob, users_jobs
 from portal.tensorboard import panel_url
 
@@ -39,8 +39,7 @@ def waiting(line: QueuedJob | None, snapshot: ClusterSnapshot, now: float | None
     held_by = ""
     if about_resources:
         mine = [q for q in users_jobs(snapshot.queue, line.user) if q.state == RUNNING and q.id != line.id]
-        held_by = ", ".join(f"your server (job {q.id})" if q.name in SERVER_NAMES else f"your job {q.id}"
-                            for q in mine)
+        held_by = own_jobs_in_words(mine, SERVER_NAMES)
         if not held_by and any(q.state == RUNNING and q.user != line.user for q in snapshot.queue.values()):
             held_by = "other users' jobs"
     now = time.time() if now is None else now
