@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import ldap3
-from ldap3.core.exceptions import LDAPException, LDAPInvalidDnError
-from ldap3.utils.dn import parse_dn
+from ldap3.core.exceptions import LDAPException, LDAPInvalidDnError, LDAPNoSuchObjectResult
+from ldap3.utils.conv import escape_filter_chars
+from ldap3.utils.dn import escape_rdn, parse_dn
 
 from portal.config import ConfigError, PortalConfig, load
 from portal.inputs import ascii_digits
@@ -38,6 +39,9 @@ SLURM_ROOT = "root"  # Slurm's own account and user: never changed here
 QOS, DENY_ON_LIMIT = "normal", "DenyOnLimit"
 ASSOC_FORMAT = "Cluster,Account,User,GrpTRES,MaxSubmitJobs"
 SACCTMGR = ("sacctmgr", "-i")  # -i: commit without asking
+USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}", re.IGNORECASE)  # a Unix login name
+# An address as a directory's `mail` holds it (local@domain, no display name): anything else is not mailed to.
+MAIL_ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 GROUP_FILTER = "(|(objectClass=posixGroup)(objectClass=groupOfNames)(objectClass=groupOfUniqueNames))"
 LDAP_PAGE_SIZE = 500  # below slapd's default size limit, so a large directory is read page by page
 # sacctmgr lower-cases names and splits arguments at ',', '=' and blanks: other names would become other accounts.
@@ -134,6 +138,33 @@ def ldap_connection(cfg: PortalConfig) -> ldap3.Connection:
     return ldap3.Connection(server, user=cfg.ldap_search_user or None, password=cfg.ldap_search_password or None,
                             auto_bind=auto_bind, receive_timeout=cfg.ldap_timeout, read_only=True,
                             raise_exceptions=True)
+
+
+def directory_mail(user: str, cfg: PortalConfig,
+                   connect: Callable[[PortalConfig], ldap3.Connection] = ldap_connection) -> str | None:
+    """The user's e-mail address from the directory's `mail` attribute (its first value), None when the entry has
+    none. The entry is found as the hub finds it for a login: by ldap_bind_dn_template, or with ldap_lookup_dn by
+    ldap_user_attribute under ldap_user_search_base. DirectoryError when the directory does not answer."""
+    if not USER_NAME.fullmatch(user):
+        raise DirectoryError(f"{user[:40]!r} is not a user name")
+    if cfg.ldap_lookup_dn:
+        base, scope = cfg.ldap_user_search_base, ldap3.SUBTREE
+        query = f"({cfg.ldap_user_attribute}={escape_filter_chars(user)})"
+    else:
+        base, scope, query = cfg.ldap_bind_dn_template.format(username=escape_rdn(user)), ldap3.BASE, "(objectClass=*)"
+    try:
+        conn = connect(cfg)
+        try:
+            conn.search(base, query, scope, attributes=["mail"], size_limit=2)
+            entries = [e.entry_attributes_as_dict for e in conn.entries]
+        finally:
+            conn.unbind()
+    except LDAPNoSuchObjectResult:
+        return None
+    except (LDAPException, OSError) as err:
+        raise DirectoryError(f"LDAP at {cfg.ldap_url}: {one_line(str(err)) or type(err).__name__}") from None
+    addresses = [str(a).strip() for e in entries[:1] for a in e.get("mail", [])]
+    return next((a for a in addresses if MAIL_ADDRESS.fullmatch(a)), None)
 
 
 def read_directory(cfg: PortalConfig,

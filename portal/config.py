@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from email.utils import parseaddr
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -133,6 +134,15 @@ class PortalConfig:
     slurmdbd_port: int = setting(6819, "Slurm accounting: slurmdbd's port.")
     accounting_db_port: int = setting(6820, "The port of the box's private MariaDB (which only slurmdbd uses).")
 
+    # E-mail at a job's end: Slurm's own (--mail-type=END,FAIL); slurm.conf's MailProg is portal.jobmail, which
+    # adds the job's best mean AUROC and its page and hands the message to an MTA over SMTP.
+    job_mail: bool = setting(True, "Offer e-mail at a Slurm job's end (each job's `mail` field; users may turn it "
+                             "off for themselves). Needs MailProg=portal.jobmail in slurm.conf and an MTA.")
+    smtp_host: str = setting("127.0.0.1", "The MTA that job-end e-mail is handed to (SMTP, no authentication): "
+                             "the box's exim4, or a site's relay.")
+    smtp_port: int = setting(2525, "The MTA's port. The box runs Debian's exim4 there, local delivery only.")
+    mail_from: str = setting("Data Scientist Portal <portal@dsportal.local>", "The From: of job-end e-mail.")
+
     # The cluster in a box's compute nodes: each a host of its own on this machine (a network and UTS namespace
     # named like its hostname), on a bridge the box makes for box_subnet, with its own slurmd and fake GPUs.
     box_nodes: int = setting(2, "How many compute nodes the cluster in a box runs, each a host of its own on this "
@@ -220,10 +230,13 @@ class PortalConfig:
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: {', '.join(map(repr, allowed))}")
         for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port",
-                     "slurmctld_port", "slurmd_port", "slurmdbd_port", "accounting_db_port"):
+                     "slurmctld_port", "slurmd_port", "slurmdbd_port", "accounting_db_port", "smtp_port"):
             port = getattr(self, name)
             if not 1 <= port <= 65535:
                 raise ConfigError(f"{name} is {port}; allowed: 1-65535")
+        if any(c in self.mail_from for c in "\r\n") or "@" not in parseaddr(self.mail_from)[1]:
+            raise ConfigError(f"mail_from is {self.mail_from!r}; allowed: one address on one line, such as "
+                              "'Portal <portal@example.org>'")
         if not self.ldap_lookup_dn and "{username}" not in self.ldap_bind_dn_template:
             raise ConfigError("ldap_bind_dn_template must contain {username} unless ldap_lookup_dn is set")
         for group, quota in self.gpu_quota.items():

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,7 @@ TEST_SETTINGS = {
     "slurmd_port": 16818 + PORT_OFFSET,
     "slurmdbd_port": 16819 + PORT_OFFSET,
     "accounting_db_port": 16820 + PORT_OFFSET,
+    "smtp_port": 12525 + PORT_OFFSET,
     "box_nodes": 2,
     "box_node_prefix": NODE_PREFIX,
     "box_subnet": BOX_SUBNET,
@@ -262,3 +264,32 @@ def tensorboard_steps(logdir: Path, user: str | None = "alice") -> dict[str, lis
     out = subprocess.run([*as_user, "/opt/dsportal/venv/bin/python", "-c", script, str(logdir)],
                          capture_output=True, text=True, check=True, cwd="/tmp").stdout
     return json.loads(out)
+
+
+class Mailbox:
+    """A user's local mailbox (/var/mail/<user>, where the box's exim4 delivers), read from where it ended when
+    made: the homes and mailboxes are shared with every box, and Slurm's job ids start again in each."""
+
+    def __init__(self, user: str):
+        self.path = Path("/var/mail") / user
+        self.start = self.path.stat().st_size if self.path.exists() else 0
+
+    def messages(self) -> list:
+        from email import policy
+        from email.parser import BytesParser
+
+        data = self.path.read_bytes() if self.path.exists() else b""
+        data = data[self.start:] if len(data) >= self.start else data  # emptied by its user: all of it is new
+        chunks = re.split(rb"^From \S+ [^\n]*\n", data, flags=re.M)
+        return [BytesParser(policy=policy.default).parsebytes(chunk) for chunk in chunks if chunk.strip()]
+
+    def about(self, job_id: str) -> list:
+        """The messages whose subject names this job ("Job 42 COMPLETED: ...")."""
+        return [m for m in self.messages() if str(m["Subject"] or "").startswith(f"Job {job_id} ")]
+
+
+def user_settings_cleared(user: str) -> None:
+    """Remove the user's portal settings (~/.config/dsportal/settings.json): every test starts from the defaults."""
+    from portal.settings import SETTINGS_FILE
+
+    (Path(pwd.getpwnam(user).pw_dir) / SETTINGS_FILE).unlink(missing_ok=True)

@@ -8,7 +8,7 @@ Run as root from the repository root:
 
 Every port and path comes from ``portal.config.load()``; a second box beside a user's is just another
 ``DSPORTAL_CONFIG`` (its own state dir, ports, box_subnet and box_node_prefix). Services start in the order
-slapd, munged, mariadb, slurmdbd, slurmctld, node1..N, hub, and stop by their recorded PID (never by name) in
+slapd, munged, exim4, mariadb, slurmdbd, slurmctld, node1..N, hub, and stop by their recorded PID (never by name) in
 reverse; `down` then removes the network it made (deploy/local/parts/nodes.py). `stop NODE` shuts a node down
 with everything running on it; `crash NODE` cuts its power (link down, every process killed at once), so that
 Slurm finds it dead and requeues its jobs; `start NODE` brings it back. `crash` alone cuts the whole box's power:
@@ -23,6 +23,7 @@ Everything lives under ``cfg.state_dir`` (mode 0755: job users must reach the mu
     munge/                      owned by munge: munge.key (0400), munge.socket.2, munged.pid/.log/.seed
     accounting/                 MariaDB's data directory and socket, slurmdbd's database password (0600)
     slurm/slurm.conf, slurmdbd.conf, cgroup.conf, gres.conf, epilog.sh   rewritten from templates/ on every `up`
+    slurm/mailprog.sh, jobmail.log   Slurm's MailProg (portal.jobmail, with this box's settings) and its log
     slurm/state/, spool/<node>/ StateSaveLocation, each node's SlurmdSpoolDir
     slurm/fakegpu/<node>/nvidia0..N   FAKE GPUs: character devices 1:3 (/dev/null)
     slurm/*.pid, *.log          Slurm's own PID and log files (slurmd.<node>.log per node)
@@ -47,7 +48,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "deploy"), str(REPO / "deploy" / "local")]  # portal, daemons, parts
 
 from daemons import descendants  # noqa: E402
-from parts import accounting, hub, munge, nodes, slapd, slurm, users  # noqa: E402
+from parts import accounting, hub, mail, munge, nodes, slapd, slurm, users  # noqa: E402
 from parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir  # noqa: E402
 from supervise import Lock, Service, service_pid, start_service, stop_service  # noqa: E402
 
@@ -60,6 +61,7 @@ def services(cfg: PortalConfig, no_hub: bool = False) -> list[Service]:
     return [
         slapd.service(after_start=users.report_sync),
         munge.service(),
+        mail.service(),
         accounting.mariadb_service(),
         accounting.slurmdbd_service(),
         slurm.slurmctld_service(after_start=accounting.sync_accounts),
@@ -82,6 +84,7 @@ def cmd_up(lay: Layout, no_hub: bool) -> None:
           f"{nodes.network_of(cfg).bridge} ({cfg.box_gateway}); e.g. `ip netns exec {cfg.box_node_names()[0]} bash`")
     print(f"ldap: ldap://{LOCALHOST}:{cfg.ldap_port} (StartTLS), ldaps://{LOCALHOST}:{cfg.ldaps_port},"
           f" CA {lay.tls / 'ca.pem'}")
+    print(f"mail: exim4 on {LOCALHOST}:{cfg.smtp_port} delivers job e-mail to /var/mail/<user> (`mail` reads it)")
     print("demo accounts (user / password: groups):")
     for uid, password, *_ in slapd.DEMO_USERS:
         groups = [name for name, _, members in slapd.DEMO_GROUPS if uid in members]

@@ -12,12 +12,25 @@ STAMPS=$(dirname "$VENV")/stamps
 APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client slurmdbd mariadb-server munge openssl iproute2
               python3-venv python3-dev
               chromium chromium-driver procps psmisc curl
-              cmake g++ libopenmpi-dev openmpi-bin)  # the last four build and run Horovod
+              cmake g++ libopenmpi-dev openmpi-bin  # these four build and run Horovod
+              exim4-daemon-light bsd-mailx)  # the box's MTA for job-end e-mail (local delivery only), and `mail`
 
 mkdir -p "$STAMPS"
 
 apt_install_missing "${APT_PACKAGES[@]}"
 # Debian's packages start nothing here (policy-rc.d); the box runs its own private daemons.
+
+# Debian's exim4 installs as "local delivery only" (nothing leaves the machine); the box runs it on its own port.
+# It must also hold the demo directory's mail domain local, so that alice@dsportal.local is /var/mail/alice.
+# A site's exim set up otherwise (a smarthost, the internet) is left alone.
+EXIM_CONF=/etc/exim4/update-exim4.conf.conf
+if grep -q "^dc_eximconfig_configtype='local'" "$EXIM_CONF" \
+   && ! grep -q "^dc_other_hostnames='\(.*;\)\?dsportal\.local\(;.*\)\?'" "$EXIM_CONF"; then
+    say "exim4: delivering dsportal.local (the demo directory's mail domain) to local mailboxes"
+    hosts=$(sed -n "s/^dc_other_hostnames='\(.*\)'$/\1/p" "$EXIM_CONF")
+    sed -i "s/^dc_other_hostnames=.*/dc_other_hostnames='${hosts:+$hosts;}dsportal.local'/" "$EXIM_CONF"
+    update-exim4.conf
+fi
 
 if [ ! -x "$VENV/bin/python" ]; then
     say "python: creating $VENV with Debian's /usr/bin/python3"

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from portal import settings
 from portal.config import PortalConfig, load
 from portal.jobs.account import JobAccessError, JobUser, job_user
 from portal.jobs.record import (
@@ -98,6 +99,8 @@ class Job:
         self.record, self.scheduler, self._user = record, scheduler, user
         # The job directory's inode when this process made it (submit): what job_entries will list for it.
         self.dir_stamp = dir_stamp
+        # Set by `submit`: why the job will wait to start, from a look at the cluster just before; "" otherwise.
+        self.warning = ""
 
     @property
     def id(self) -> str:
@@ -189,6 +192,8 @@ def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str |
     who = chosen.person(user, groups)  # a Unix account (Slurm, local) or a Kubernetes identity
     raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
     job_limits = job_limits or chosen.limits(who)
+    if job_limits.mail and isinstance(raw, Mapping) and "mail" not in raw and isinstance(who, JobUser):
+        raw = {**raw, "mail": settings.read(who).job_mail}  # the user's default for e-mail at a job's end
     return chosen, who, parse_job_spec(raw, job_limits, who.can_read_dir), job_limits
 
 
@@ -210,10 +215,19 @@ def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: 
            limits: JobLimits | None = None) -> Job:
     """Validate and submit a training job; returns at once (the job may still be pending). `limits`: what the
     user may ask for, as the caller already knows it (the dashboard, from its shared view of the cluster); by
-    default the backend is asked (`limits()`). The backend's scheduler enforces the quota again either way."""
-    chosen, who, checked, job_limits = _checked(spec, backend, user, groups, cfg or load(), limits)
+    default the backend is asked, with one look at the cluster that also gives the job's `warning` (on Slurm:
+    why it will wait, such as "will wait for your server (job 4) to end: node1 has 20 of 24 GB free"). The
+    backend's scheduler enforces the quota again either way."""
+    cfg = cfg or load()
+    chosen, snapshot = scheduler_for(cfg, backend), None
+    if limits is None and chosen.queue_in_snapshot:
+        snapshot = chosen.snapshot()
+        limits = chosen.limits(chosen.person(user, groups), snapshot)
+    chosen, who, checked, job_limits = _checked(spec, backend, user, groups, cfg, limits)
     record, dir_stamp = chosen.submit(checked, who, job_limits.partition)
-    return Job(record, chosen, who, dir_stamp)
+    job = Job(record, chosen, who, dir_stamp)
+    job.warning = chosen.start_note(checked, who.name, snapshot) if snapshot is not None else ""
+    return job
 
 
 def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> Job:

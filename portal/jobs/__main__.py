@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from portal.config import ConfigError
 from portal.jobs import BACKENDS, JobAccessError, SchedulerError, UnknownScheduler, render
-from portal.jobs.spec import FIELDS, JobSpecError
+from portal.jobs.spec import BOOLEAN_FIELDS, FIELDS, JobSpecError
 
 EXIT_USAGE = 2
 PROG = "python -m portal.jobs"
@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--groups", help="the user's groups, comma-separated (their GPU quota); default: their Unix "
                    "groups, or DSPORTAL_GROUPS on Kubernetes")
     for name in FIELDS:
-        if name in ("fp16", "xla"):  # --fp16 alone means true; --fp16 false is allowed too
+        if name in BOOLEAN_FIELDS:  # --fp16 alone means true; --fp16 false is allowed too
             r.add_argument(f"--{name.replace('_', '-')}", dest=name, nargs="?", const="true", metavar="true|false")
         else:
             r.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=name.upper())

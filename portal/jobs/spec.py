@@ -55,6 +55,7 @@ class JobSpec:
     model: str = "densenet121"
     fp16: bool = False
     xla: bool = False
+    mail: bool = False  # e-mail at the job's end (Slurm's --mail-type=END,FAIL); parse_job_spec's default: the user's
     data_dir: str = ""  # empty only before parsing: parse_job_spec puts the configured default here
 
     @property
@@ -75,6 +76,7 @@ class JobSpec:
 
 
 FIELDS = tuple(f.name for f in fields(JobSpec))
+BOOLEAN_FIELDS = tuple(f.name for f in fields(JobSpec) if f.type in (bool, "bool"))  # switches: fp16, xla, mail
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class JobLimits:
     unusable_note: str = ""  # "; not usable now: node2 (idle+drain)": why `nodes` is fewer than the partition's
     jobs_queued: int = 0  # the user's jobs queued or running now, servers included
     max_jobs: int | None = None  # the most of those at once (max_jobs_per_user); None: no limit
+    mail: bool = False  # e-mail at a job's end is offered (Slurm, with job_mail)
 
     @property
     def max_gpus_per_node(self) -> int:
@@ -139,6 +142,16 @@ def _gpus_per_node(raw: Mapping[str, Any], limits: JobLimits, nodes: int, most: 
         raise JobSpecError("gpus_per_node", f"{limits.quota.held()} ({limits.quota.holders_text()}); ask for at "
                                             f"most {most}{per_node}")
     return value
+
+
+def _mail(raw: Mapping[str, Any], limits: JobLimits) -> bool:
+    if "mail" not in raw:
+        return limits.mail
+    wanted = inputs.boolean(raw["mail"], "mail")
+    if wanted and not limits.mail:
+        raise JobSpecError("mail", "e-mail at a job's end is not offered here (only on Slurm, where the site has "
+                                   "job_mail); allowed: false")
+    return wanted
 
 
 @inputs.refused_as(JobSpecError)
@@ -199,5 +212,6 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
         model=inputs.choice(raw["model"], "model", MODELS) if "model" in raw else defaults.model,
         fp16=inputs.boolean(raw["fp16"], "fp16") if "fp16" in raw else defaults.fp16,
         xla=inputs.boolean(raw["xla"], "xla") if "xla" in raw else defaults.xla,
+        mail=_mail(raw, limits),
         data_dir=_data_dir(raw, limits, user_can_read),
     )

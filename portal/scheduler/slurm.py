@@ -120,7 +120,7 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders
         cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
         max_minutes=partition.max_minutes, quota=GpuQuota(cfg.gpu_quota_for(groups), tuple(groups), tuple(holders)),
         default_data_dir=str(cfg.default_data_path), unusable_note=partition.unusable_note(),
-        jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user)
+        jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user, mail=cfg.job_mail)
 
 
 class SlurmScheduler(JobsInHome):

@@ -53,6 +53,22 @@ class JobAPIHandler(APIHandler):
         self.finish()
 
 
+class SettingsAPIHandler(APIHandler):
+    """The user's own settings (portal.settings): GET them; POST a JSON object of the ones to change."""
+
+    async def get(self) -> None:
+        found = await self.blocking(self.board.user_settings, self.hub_user)
+        self.write_json({**found.to_dict(), "problem": found.problem})
+
+    async def post(self) -> None:
+        try:
+            given = read_json_object(self.request.body, "settings")
+            saved = await self.acting(self.board.save_user_settings, self.hub_user, given)
+        except InputError as err:
+            raise UserError(400, str(err), err.field) from None
+        self.write_json(saved.to_dict())
+
+
 class UsageAPIHandler(APIHandler):
     async def get(self) -> None:
         everyone = await self.everyone()

@@ -48,6 +48,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         (f"api/jobs/{JOB_ID}", api.JobAPIHandler),
         ("api/cluster", api.ClusterAPIHandler),
         ("api/usage", api.UsageAPIHandler),
+        ("api/settings", api.SettingsAPIHandler),
         ("", pages.HomeHandler),
         ("templates", pages.TemplatesHandler),
         ("jobs", pages.JobsPageHandler),
@@ -56,6 +57,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         (f"jobs/{JOB_ID}/cancel", pages.CancelHandler),
         (f"jobs/{JOB_ID}/notebook", pages.JobNotebookHandler),
         ("submit", pages.SubmitPageHandler),
+        ("settings", pages.SettingsPageHandler),
         ("cluster", pages.ClusterPageHandler),
         ("usage", pages.UsagePageHandler),
     ]

@@ -31,9 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from portal import jobs as jobs_api
+from portal import settings as user_settings
 from portal.config import PortalConfig
 from portal.inputs import one_line
 from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SchedulerError, UnreadableJob, UnreadableRecord
+from portal.jobs.account import JobUser, job_user
 from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
 from portal.jobs.spec import JobLimits
 from portal.scheduler import scheduler_for
@@ -393,3 +395,19 @@ class JobBoard(UsageViews):
     def limits(self, user: HubUser) -> JobLimits:
         """What the submit form offers: the limits a submit is checked against (`limits_now`)."""
         return self.limits_now(user)
+
+    def user_settings(self, user: HubUser) -> user_settings.Settings:
+        """The user's own settings (portal.settings), read as them from their home: Slurm's users only."""
+        return user_settings.read(self._home_user(user))
+
+    def save_user_settings(self, user: HubUser, given: Mapping[str, Any]) -> user_settings.Settings:
+        """Change the user's settings (InputError naming a field that is not allowed), written as them."""
+        saved = user_settings.write(self._home_user(user), dict(given))
+        log.info("settings of %s: %s", user.name, saved.to_dict())
+        return saved
+
+    def _home_user(self, user: HubUser) -> JobUser:
+        if not self.scheduler.records_in_home:
+            raise JobAccessError(f"settings are kept in the user's home, which the {self.scheduler.name} "
+                                 "backend does not reach; there are none to change here")
+        return job_user(user.name, user.groups)

@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from portal import settings as user_settings
 from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, minutes_of, shown, whole_number
 from portal.job_notebook import NOTEBOOK_NAME, job_notebook
 from portal.jobs import Job
 from portal.jobs.account import job_user
 from portal.jobs.record import UNREADABLE
 from portal.jobs.spec import (
+    BOOLEAN_FIELDS,
     FIELDS,
     MAX_BATCH_SIZE,
     MAX_EPOCHS,
@@ -36,7 +38,6 @@ from portal.notebook import AurocTable
 from portal.service.base import PageHandler, UserError
 from portal.tensorboard import lab_url, panel_url
 
-BOOLEAN_FIELDS = ("fp16", "xla")
 # The jobs list's filter: these first (in this order) when a job has them, then any other state a job is in.
 FILTER_ORDER = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 STATE_NAME = re.compile(r"[A-Z][A-Z_]{0,31}")  # Slurm's spelling (COMPLETED, OUT_OF_MEMORY) and ours (UNREADABLE)
@@ -288,18 +289,22 @@ class JobNotebookHandler(PageHandler):
 
 
 class SubmitPageHandler(PageHandler):
-    async def _show(self, values: dict, error: UserError | None = None, again_of: str = "") -> None:
+    async def _show(self, values: dict, error: UserError | None = None, again_of: str = "",
+                    saved: bool = False) -> None:
         limits = await self.acting(self.board.limits, self.hub_user)
+        mine = await self.acting(self.board.user_settings, self.hub_user) if limits.mail else None
+        if mine is not None and "mail" not in values:  # what a submit leaving `mail` out uses: the user's default
+            values = {**values, "mail": mine.job_mail}
         shown_values = form_values(limits, values)
         self.render_page("submit.html", http_status=error.status_code if error else None, limits=limits,
                          values=shown_values, summary=request_summary(shown_values, limits), error=error,
-                         fields=form_fields(limits), again_of=again_of)
+                         fields=form_fields(limits), again_of=again_of, mine=mine, saved=saved)
 
     async def get(self) -> None:
         """The form, empty, or holding job `from`'s settings ("run again with changes")."""
         job_id = self.get_argument("from", None)
         if not job_id:
-            await self._show({})
+            await self._show({}, saved=self.get_argument("saved", "") == "1")
             return
         job = await self.blocking(self.board.get, self.hub_user, job_id, await self.everyone())
         if not isinstance(job, Job):
@@ -325,6 +330,28 @@ class SubmitPageHandler(PageHandler):
         if len(self.request.body) > MAX_BODY_BYTES:
             raise InputError(WHOLE, f"the form is {len(self.request.body)} bytes; allowed: at most {MAX_BODY_BYTES}")
         return form_spec(self.request.body_arguments)
+
+
+class SettingsPageHandler(SubmitPageHandler):
+    """The submit page's "your default" form: the user's own settings (portal.settings), then the submit page."""
+
+    async def get(self) -> None:
+        self.redirect(f"{self.settings['service_prefix']}submit")
+
+    async def post(self) -> None:
+        try:
+            given = decode_form(self.request.body_arguments, user_settings.FIELDS, "settings", cap=MAX_PATH)
+            for name, values in given.items():
+                if len(values) != 1 or values[0] != CHECKED:
+                    raise InputError(name, f"{shown(values[0])} is not a checkbox's value; allowed: {CHECKED} or "
+                                           "absent")
+            # a checkbox left unticked is not sent: every setting the form has is on or off
+            await self.acting(self.board.save_user_settings, self.hub_user,
+                              {name: name in given for name in user_settings.FIELDS})
+        except InputError as err:
+            await self._show({}, UserError(400, str(err), err.field))
+            return
+        self.redirect(f"{self.settings['service_prefix']}submit?saved=1")
 
 
 class UsagePageHandler(PageHandler):

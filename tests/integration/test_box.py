@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.conftest import NODES, PASSWORDS, box, jobs_of, slurm, wait_for
 
-SERVICES = ("slapd", "munged", "mariadb", "slurmdbd", "slurmctld", *NODES, "hub")
+SERVICES = ("slapd", "munged", "exim4", "mariadb", "slurmdbd", "slurmctld", *NODES, "hub")
 
 
 def listening(port: int) -> bool:
@@ -125,7 +125,7 @@ def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, a
     box("down")
     assert all(state.startswith("stopped") for state in pids().values()), pids()
     ports = (cluster.ldap_port, cluster.ldaps_port, cluster.slurmctld_port, cluster.slurmdbd_port,
-             cluster.accounting_db_port, cluster.hub_port, cluster.proxy_api_port)
+             cluster.accounting_db_port, cluster.smtp_port, cluster.hub_port, cluster.proxy_api_port)
     assert not [port for port in ports if listening(port)]
     assert leftovers(cluster) == []
 

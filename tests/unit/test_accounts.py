@@ -20,6 +20,7 @@ from portal.accounts import (
     cluster_name,
     desired_state,
     directory_from_entries,
+    directory_mail,
     gpu_limit,
     ldap_connection,
     parse_associations,
@@ -349,3 +350,25 @@ def test_a_leaver_with_several_associations_loses_the_default_last():
     users = IN_SYNC_USERS + "mallory|gpu-users\n"
     assert lines(assoc=assoc, users=users) == ["remove mallory's association (account portal-admins)",
                                                "remove mallory's association (account gpu-users)"]
+
+
+def test_a_users_mail_is_the_directorys_first_address_found_as_a_login_finds_them():
+    people = "ou=people,dc=dsportal,dc=local"
+
+    def directory(cfg):  # a new connection each time: directory_mail unbinds the one it gets
+        return mock_connection(
+            (f"uid=alice,{people}", {"objectClass": ["inetOrgPerson"], "uid": "alice", "sn": "L",
+                                     "mail": ["alice@dsportal.local", "a2@dsportal.local"]}),
+            (f"uid=bob,{people}", {"objectClass": ["inetOrgPerson"], "uid": "bob", "sn": "B"}),
+            (f"uid=eve,{people}", {"objectClass": ["inetOrgPerson"], "uid": "eve", "sn": "E",
+                                   "mail": ["eve@x, bob@dsportal.local"]}))
+
+    assert directory_mail("alice", CFG, connect=directory) == "alice@dsportal.local"
+    assert directory_mail("bob", CFG, connect=directory) is None  # no `mail`
+    assert directory_mail("eve", CFG, connect=directory) is None  # not one address: not mailed to
+    assert directory_mail("nobody", CFG, connect=directory) is None  # no entry
+    lookup = dataclasses.replace(CFG, ldap_lookup_dn=True, ldap_user_search_base=people)
+    assert directory_mail("alice", lookup, connect=directory) == "alice@dsportal.local"
+    assert directory_mail("nobody", lookup, connect=directory) is None
+    with pytest.raises(DirectoryError, match="is not a user name"):
+        directory_mail("alice)(uid=*", lookup, connect=directory)

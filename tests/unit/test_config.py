@@ -225,3 +225,10 @@ def test_whose_namespace_is_the_template_turned_round(template, namespace, user)
     assert cfg.namespace_user(namespace) == user
     if user:
         assert cfg.user_namespace(user) == namespace
+
+
+@pytest.mark.parametrize("sender", ["portal", "Portal <portal@x.org>\nBcc: all@x.org", "", "<>"])
+def test_mail_from_is_one_address_on_one_line(sender):
+    with pytest.raises(ConfigError, match="mail_from is .*allowed: one address on one line"):
+        PortalConfig(mail_from=sender)
+    assert PortalConfig(mail_from="Ops <ops@hospital.example>").mail_from == "Ops <ops@hospital.example>"

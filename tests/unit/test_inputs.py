@@ -85,7 +85,7 @@ def test_unknown_form_fields_are_refused_and_xsrf_is_the_forms_own():
         form_spec({"epochs": [b"1"], "x" * 10_000: [b""]})
     assert err.value.field == "spec" and len(str(err.value)) < MAX_MESSAGE
     assert form_spec({"epochs": [b" 3 "], "nodes": [b""], "_xsrf": [b"t"]}) == {"epochs": "3", "fp16": False,
-                                                                                 "xla": False}
+                                                                                 "xla": False, "mail": False}
 
 
 def test_a_form_field_sent_twice_or_no_field_at_all_is_refused():

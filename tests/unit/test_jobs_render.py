@@ -174,3 +174,10 @@ def test_render_cli_refuses_bad_flags_in_one_line(tmp_path):
 
 def test_the_spec_defaults_match_the_design():
     assert JobSpec().template == "chexnet" and JobSpec().model == "densenet121"
+
+
+def test_mail_at_the_end_is_slurms_own_and_only_when_asked():
+    asked = render_sbatch(dataclasses.replace(parse(), mail=True), JOB_DIR, CFG)
+    assert "\n#SBATCH --mail-type=END,FAIL\n" in asked and "--mail-user" not in asked  # MailProg finds the address
+    assert "mail-type" not in render_sbatch(parse(), JOB_DIR, CFG)
+    bash_syntax_ok(asked)

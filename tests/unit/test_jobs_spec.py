@@ -38,7 +38,7 @@ def refused(field: str, *allowed: str, limits: JobLimits = LIMITS, **raw) -> str
 
 def test_the_spec_has_exactly_the_designed_fields():
     assert FIELDS == ("template", "nodes", "gpus_per_node", "cpus_per_task", "memory_gb", "time_limit", "epochs",
-                      "batch_size", "image_size", "model", "fp16", "xla", "data_dir")
+                      "batch_size", "image_size", "model", "fp16", "xla", "mail", "data_dir")
 
 
 def test_template_alone_is_a_valid_job_with_sensible_defaults():
@@ -284,3 +284,12 @@ def test_generated_specs_are_valid_within_bounds_or_refused_naming_a_field(raw, 
     assert 1 <= spec.cpus_per_task * spec.workers_per_node <= limits.cpus_per_node
     assert 1 <= spec.memory_gb <= limits.memory_gb_per_node and 1 <= spec.epochs <= 1000
     assert spec.time_limit.isascii() and spec.data_dir in (DATA, "/scratch/set")
+
+
+def test_mail_is_offered_only_where_the_limits_say_so():
+    slurm = replace(LIMITS, mail=True)
+    assert parse(slurm).mail is True and parse(slurm, mail=False).mail is False  # omitted: the backend's default
+    assert parse(LIMITS).mail is False and parse(LIMITS, mail=False).mail is False
+    refused("mail", "not offered here", "allowed: false", mail=True)  # Kubernetes, or a site without job_mail
+    refused("mail", "is not a boolean; allowed: true, false", limits=slurm, mail="yes")
+    refused("mail", "is not a boolean", limits=slurm, mail=1)

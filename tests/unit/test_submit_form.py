@@ -48,3 +48,10 @@ def test_the_summary_line_adds_the_request_up_against_the_quota():
         "1 node x 0 GPUs, 2 CPUs and 16 GB in all, at most 31 min; 0 of your 4 GPUs"
     assert request_summary({**values, "nodes": "two"}, LIMITS) == ""  # the field's own error says why
     assert request_summary({**values, "time_limit": "4h"}, LIMITS) == ""
+
+
+def test_mail_starts_as_the_backend_offers_it_and_a_given_no_stays_no():
+    assert form_values(LIMITS, {})["mail"] is False  # no e-mail offered (Kubernetes, or job_mail off)
+    slurm = replace(LIMITS, mail=True)
+    assert form_values(slurm, {})["mail"] is True
+    assert form_values(slurm, {"mail": False})["mail"] is False  # the user's default, or the old job's choice

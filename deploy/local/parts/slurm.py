@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import stat
 import subprocess
+import sys
+from pathlib import Path
 
 from supervise import Service, write_if_changed
 
@@ -54,9 +58,23 @@ def ensure_slurm(lay: Layout) -> None:
         node_names=",".join(node.name for node in nodes)))
     write_if_changed(conf_dir / "cgroup.conf", render("cgroup.conf"))
     write_if_changed(slurm / "epilog.sh", (TEMPLATES / "epilog.sh").read_text(), mode=0o755)
+    write_if_changed(slurm / "mailprog.sh", mailprog(slurm), mode=0o700)
     write_if_changed(conf_dir / "gres.conf", render(
         "gres.conf", gpu_dir=slurm / "fakegpu",
         gpu_lines="\n".join(f"NodeName={name} Name=gpu File={files}" for name, files in gpu_files.items())))
+
+
+def mailprog(slurm_dir: Path) -> str:
+    """Slurm's MailProg for the box: portal.jobmail with this box's settings. slurmctld runs it with Slurm's
+    variables only, so the settings `up` was given (DSPORTAL_CONFIG, DSPORTAL_*) are written into it; it is
+    root's alone (0700), as a DSPORTAL_LDAP_SEARCH_PASSWORD may be among them."""
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("DSPORTAL_"))
+    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in settings
+                      if re.fullmatch(r"DSPORTAL_[A-Z0-9_]+", name))
+    log = shlex.quote(str(slurm_dir / "jobmail.log"))
+    return ("#!/bin/sh\n# Slurm's MailProg for the cluster in a box: the portal's e-mail at a job's end. Written by "
+            "deploy/local on every `up`.\n" + exports +
+            f"cd / && exec {shlex.quote(sys.executable)} -m portal.jobmail \"$@\" >>{log} 2>&1\n")
 
 
 def slurmctld_ready(lay: Layout) -> str | None:

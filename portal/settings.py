@@ -1,0 +1,71 @@
+"""A user's own portal settings, kept in their home: `~/.config/dsportal/settings.json`.
+
+    {"job_mail": false}    # no e-mail at my jobs' end unless a job asks for it (its `mail` field)
+
+The file is the user's: read and written as them (runuser when the dashboard acts for them), so nothing else of
+theirs is reached, and treated as hostile: a FIFO, a link elsewhere, a huge or broken file gives the defaults and
+says why (`Settings.problem`), never an error that stops a submit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+from typing import Any
+
+from portal.inputs import InputError, boolean
+
+SETTINGS_DIR = PurePosixPath(".config/dsportal")
+SETTINGS_FILE = SETTINGS_DIR / "settings.json"
+MAX_SETTINGS_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Settings:
+    job_mail: bool = True  # a job's `mail` when it does not say
+    problem: str = ""  # why the file was not read ("" when it was, or is not there)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_mail": self.job_mail}
+
+
+FIELDS = tuple(name for name in Settings().to_dict())
+
+
+def parse(text: str | None) -> Settings:
+    """The settings in the file's text (None: no file, or one the user cannot read)."""
+    if text is None:
+        return Settings()
+    if len(text.encode()) > MAX_SETTINGS_BYTES:
+        return Settings(problem=f"~/{SETTINGS_FILE} is larger than {MAX_SETTINGS_BYTES} bytes; the defaults apply")
+    try:
+        given = json.loads(text)
+        if not isinstance(given, dict):
+            raise InputError("settings", "is not a JSON object")
+        return Settings(**updates(given))
+    except (ValueError, InputError) as err:
+        return Settings(problem=f"~/{SETTINGS_FILE}: {err}; the defaults apply")
+
+
+def updates(given: dict[str, Any]) -> dict[str, Any]:
+    """Checked values of the fields in `given`; InputError naming the first field that is not allowed."""
+    unknown = sorted(set(given) - set(FIELDS))
+    if unknown:
+        raise InputError(str(unknown[0])[:40], f"is not a setting; allowed: {', '.join(FIELDS)}")
+    return {name: boolean(value, name) for name, value in given.items()}
+
+
+def read(who: Any) -> Settings:
+    """`who`'s settings (a portal.jobs.account.JobUser), read as them."""
+    return parse(who.read_text(who.home / SETTINGS_FILE, MAX_SETTINGS_BYTES))
+
+
+def write(who: Any, given: dict[str, Any]) -> Settings:
+    """Change the fields in `given` (checked: InputError naming the field) and save; the settings now."""
+    now = replace(read(who), **updates(given), problem="")
+    who.make_dir(who.home / SETTINGS_DIR)  # mkdir -p, mode 0700
+    # A new file renamed over the old one: whatever was there (a FIFO, a link) is replaced, never written through.
+    who.run(["/bin/sh", "-c", 'new=$(mktemp "$1.XXXXXX") && cat > "$new" && mv -f -- "$new" "$1"', "sh",
+             str(who.home / SETTINGS_FILE)], input=json.dumps(now.to_dict(), indent=1) + "\n")
+    return now

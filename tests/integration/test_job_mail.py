@@ -1,0 +1,73 @@
+"""E-mail at a job's end, for real: Slurm's --mail-type, slurm.conf's MailProg (portal.jobmail), the box's exim4
+delivering to /var/mail/alice, the address from the directory. One job asks for it and gets it; one that says no,
+and one whose user said no, get none. The jobs fail at once (their data directory is empty), which is also Slurm's
+FAIL mail; a completed job's e-mail is checked by the dashboard's browser test.
+"""
+
+from __future__ import annotations
+
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from portal import jobs, settings
+from portal.config import load
+from portal.jobs.account import job_user
+from tests.conftest import JOB_END_GRACE_S, Mailbox, user_settings_cleared, wait_for
+
+pytestmark = pytest.mark.integration
+# Fails at its start: no TFRecords in its data directory (the job's own error says so).
+FAILING = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 2,
+           "gpus_per_node": 0, "time_limit": "00:05:00"}
+MAIL_WAIT_S = 60  # MailProg runs when slurmctld records the end; exim delivers at once
+
+
+@pytest.fixture
+def empty_data(cluster):
+    """A directory of alice's with no data in it, and her settings as a newcomer's (none)."""
+    home = Path(pwd.getpwnam("alice").pw_dir)
+    path = home / "mail-test-empty-data"
+    subprocess.run(["runuser", "-u", "alice", "--", "mkdir", "-p", str(path)], check=True, cwd="/tmp")
+    user_settings_cleared("alice")
+    yield str(path)
+    user_settings_cleared("alice")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, empty_data):
+    mailbox = Mailbox("alice")
+    log = load().slurm_conf_path.parent / "jobmail.log"
+    log_start = log.stat().st_size if log.exists() else 0
+    quiet = jobs.submit({**FAILING, "data_dir": empty_data, "mail": False}, backend="slurm", user="alice")
+    asked = jobs.submit({**FAILING, "data_dir": empty_data}, backend="slurm", user="alice")  # alice's default: on
+    assert (quiet.spec.mail, asked.spec.mail) == (False, True)
+    for job in (quiet, asked):
+        job.wait(timeout=JOB_END_GRACE_S + 300)
+        assert job.state == "FAILED", (job.id, job.state, job.logs(tail=20))
+
+    (message,) = wait_for(lambda: mailbox.about(asked.id), MAIL_WAIT_S, interval=2,
+                          what=f"the e-mail about job {asked.id} in /var/mail/alice")
+    assert message["Subject"] == f"Job {asked.id} FAILED: best mean AUROC none recorded"
+    assert message["To"] == "alice@dsportal.local"  # the directory's `mail`, not Slurm's bare user name
+    assert message["From"] == load().mail_from
+    body = message.get_content()
+    assert f"{load().hub_url}/services/portal/jobs/{asked.id}" in body and "Its exit code:" in body
+    # The job that said no: MailProg was never run for it (its log names every job it was run for).
+    said = log.read_text()[log_start:]
+    assert f"job {asked.id} of alice: 'Job {asked.id} FAILED" in said and f"job {quiet.id} of" not in said, said
+    assert mailbox.about(quiet.id) == []
+
+
+def test_the_users_own_default_decides_when_a_job_does_not_say(cluster, empty_data):
+    def spec(**given) -> dict:
+        return {"template": "chexnet", "data_dir": "/tmp", **given}  # any directory the user can read
+
+    assert jobs.validate(spec(), backend="slurm", user="alice").mail is True  # a newcomer's default: on
+    settings.write(job_user("alice"), {"job_mail": False})
+    assert jobs.validate(spec(), backend="slurm", user="alice").mail is False
+    assert "--mail-type" not in jobs.render(spec(), backend="slurm", user="alice")
+    assert jobs.validate(spec(mail=True), backend="slurm", user="alice").mail is True  # the job's own word wins
+    assert jobs.validate(spec(), backend="slurm", user="bob").mail is True  # alice's setting is hers alone

@@ -1,0 +1,77 @@
+"""The e-mail at a job's end (portal.jobmail, Slurm's MailProg): the message, its recipient, and what it refuses."""
+
+from __future__ import annotations
+
+import smtplib
+
+import pytest
+
+from portal import jobmail
+from portal.accounts import DirectoryError
+from portal.config import PortalConfig
+from portal.jobmail import compose, recipient_of
+
+ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURM_JOB_STATE": "COMPLETED",
+       "SLURM_JOB_MAIL_TYPE": "Ended", "SLURM_JOB_RUN_TIME": "00:02:31", "SLURM_JOB_EXIT_CODE_MAX": "0"}
+SENDER = PortalConfig().mail_from
+
+
+def test_the_message_names_the_job_its_state_its_best_auroc_and_its_page():
+    message = compose(ENV, "alice@dsportal.local", 0.81234, "http://portal.example/services/portal/jobs/42", SENDER)
+    assert message["Subject"] == "Job 42 COMPLETED: best mean AUROC 0.812"
+    assert message["To"] == "alice@dsportal.local" and message["From"] == SENDER and message["Message-ID"]
+    body = message.get_content()
+    assert "ended: COMPLETED" in body and "ran for 00:02:31" in body and "exit code" not in body
+    assert "http://portal.example/services/portal/jobs/42" in body
+
+
+def test_a_failed_job_without_metrics_or_page_says_so():
+    message = compose({**ENV, "SLURM_JOB_STATE": "FAILED", "SLURM_JOB_EXIT_CODE_MAX": "3"}, "alice", None, None,
+                      SENDER)
+    assert message["Subject"] == "Job 42 FAILED: best mean AUROC none recorded"
+    assert "Its exit code: 3." in message.get_content() and "no page" in message.get_content()
+
+
+def test_nothing_but_slurms_own_words_reaches_the_headers():
+    message = compose({**ENV, "SLURM_JOB_STATE": "COMPLETED\nBcc: bob@dsportal.local"}, "alice", None, None, SENDER)
+    assert message["Subject"] == "Job 42 ENDED: best mean AUROC none recorded" and "Bcc" not in message.as_string()
+
+
+@pytest.mark.parametrize("argv", [[], ["-s", "subject"], ["alice"], ["-s", "x", "-t"], ["-x", "s", "alice"]])
+def test_only_slurms_own_arguments_are_taken(argv):
+    with pytest.raises(ValueError, match="-s SUBJECT ADDRESS"):
+        recipient_of(argv)
+    assert recipient_of(["-s", "Slurm Job_id=42 Ended", "alice"]) == "alice"
+
+
+def test_the_address_is_the_directorys_for_the_jobs_own_user(monkeypatch):
+    cfg = PortalConfig()
+    monkeypatch.setattr("portal.accounts.directory_mail", lambda user, cfg: f"{user}@dsportal.local")
+    assert jobmail.address_for("alice", "alice", cfg) == "alice@dsportal.local"
+    assert jobmail.address_for("ops@example.org", "alice", cfg) == "ops@example.org"  # given to sbatch: as given
+    with pytest.raises(ValueError, match="is not one address"):
+        jobmail.address_for("a@b, bob@dsportal.local", "alice", cfg)
+    monkeypatch.setattr("portal.accounts.directory_mail", lambda user, cfg: None)
+    assert jobmail.address_for("alice", "alice", cfg) == "alice"  # no `mail` in the directory: the MTA's local user
+
+    def down(user, cfg):
+        raise DirectoryError("LDAP at ldap://x: timed out")
+    monkeypatch.setattr("portal.accounts.directory_mail", down)
+    assert jobmail.address_for("alice", "alice", cfg) == "alice"
+
+
+def test_main_hands_the_message_to_the_mta_and_says_so(monkeypatch, capsys):
+    sent = []
+    monkeypatch.setattr(jobmail, "address_for", lambda recipient, user, cfg: "alice@dsportal.local")
+    monkeypatch.setattr(jobmail, "job_figures", lambda job_id, user, cfg: (0.75, "http://h/jobs/42"))
+    monkeypatch.setattr(jobmail, "send", lambda message, cfg: sent.append(message))
+    assert jobmail.main(["-s", "Slurm Job_id=42 Ended", "alice"], ENV) == 0
+    assert sent[0]["To"] == "alice@dsportal.local" and "0.750" in sent[0]["Subject"]
+    assert "sent to alice@dsportal.local" in capsys.readouterr().err
+
+    def refused(message, cfg):
+        raise smtplib.SMTPRecipientsRefused({"alice@dsportal.local": (550, b"Unrouteable address")})
+    monkeypatch.setattr(jobmail, "send", refused)
+    assert jobmail.main(["-s", "s", "alice"], ENV) == jobmail.EXIT_FAILURE
+    assert "did not take the message" in capsys.readouterr().err
+    assert jobmail.main(["alice"], ENV) == jobmail.EXIT_USAGE
