@@ -17,6 +17,7 @@ in their kernel or their server's batch job; none of it runs in the hub.
 from __future__ import annotations
 
 import argparse
+import gzip
 import html
 import os
 import shutil
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from portal.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
 from portal.tensorboard import TENSORBOARD_PREFIX, panel_url
@@ -40,6 +42,7 @@ TENSORBOARD_RELOAD_S = 5
 TENSORBOARD_START_TIMEOUT_S = 60
 PANEL_HEIGHT = 640
 PROXY_NAME = TENSORBOARD_PREFIX.strip("/")  # the entry point's name is the URL path: <server>/tensorboard/
+TENSORBOARD_FONTS = b"url(/font-roboto/"  # in TensorBoard's index.html: its fonts, at the site's root
 WATCH_POLL_S = 5.0
 # JupyterLab's launcher draws an item's own icon only in its Notebook and Console rows (jupyter-server-proxy's
 # default category is Notebook for this reason); in any other row a card shows no icon.
@@ -61,11 +64,34 @@ def tensorboard_proxy() -> dict[str, Any]:
                     "--port", "{port}", "--host", "127.0.0.1", "--path_prefix", "{base_url}" + PROXY_NAME,
                     "--reload_interval", str(TENSORBOARD_RELOAD_S)],
         "absolute_url": True,
+        "rewrite_response": tensorboard_fonts_under_prefix,
         "timeout": TENSORBOARD_START_TIMEOUT_S,
         "launcher_entry": {"enabled": True, "title": "TensorBoard", "category": LAUNCHER_CATEGORY,
                            "icon_path": str(ICONS / "tensorboard.svg")},
         "new_browser_tab": False,
     }
+
+
+def tensorboard_fonts_under_prefix(response: Any, request: Any) -> None:
+    """jupyter-server-proxy's rewrite_response for TensorBoard's page: its index.html names its fonts at the
+    site's root (`url(/font-roboto/...)`, whatever --path_prefix says), which under the hub is a 404 (the hub
+    redirects /font-roboto/ to /hub/font-roboto/). They are TensorBoard's own files under its path: point the
+    page there. TensorBoard gzips the page for a browser that accepts it; the proxy passes it on compressed."""
+    content_type = str(response.headers.get("Content-Type", ""))
+    if response.code != 200 or not content_type.startswith("text/html"):
+        return
+    gzipped = str(response.headers.get("Content-Encoding", "")).lower() == "gzip"
+    try:
+        body = gzip.decompress(response.body) if gzipped else response.body
+    except (OSError, EOFError):
+        return  # not what TensorBoard sends: passed on as it is
+    if TENSORBOARD_FONTS not in body:
+        return
+    base = quote(request.path.rsplit("/", 1)[0], safe="/")  # <prefix>/tensorboard of <prefix>/tensorboard/[index.html]
+    body = body.replace(TENSORBOARD_FONTS, f"url({base}/font-roboto/".encode())
+    response.body = gzip.compress(body) if gzipped else body
+    if "Content-Length" in response.headers:
+        response.headers["Content-Length"] = str(len(response.body))
 
 
 def portal_path_info(service_prefix: str, base_url: str) -> str | None:
@@ -197,6 +223,8 @@ def submit_form(defaults: Mapping[str, Any] | None = None, submit=None):
             message.value = f'<span style="color:#b00">{html.escape(str(err))}</span>'
             return
         message.value = f"Submitted job <b>{html.escape(form.job.id)}</b>; watch it with <code>watch(form.job)</code>."
+        if getattr(form.job, "warning", ""):
+            message.value += f'<br><span style="color:#8a5300">{html.escape(form.job.warning)}</span>'
 
     button.on_click(on_click)
     form.fields, form.button, form.message = fields, button, message

@@ -64,6 +64,8 @@ async def accepts_connections(host: str, port: int) -> bool:
 class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     """SlurmSpawner with a validated GPU form, Slurm's pending reason as progress, and fail-fast starts."""
 
+    start_note = ""  # why this start's job will wait, seen just before its submit (slurm_cluster.server_start_note)
+
     progress_poll_interval = Float(
         1.0, config=True,
         help="Most seconds between looks at the job's state for the progress page; a change that the spawner "
@@ -159,6 +161,11 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         address; wait until the server accepts connections. Raises ServerJobEnded when the job ends first,
         SlurmUnavailable when Slurm stays silent for slurm_unavailable_timeout."""
         self.ip, self.port = self.traits()["ip"].default_value, 0  # this start's port is the one its job reports
+        options = self.user_options or {}
+        # Said while it waits (the progress page): what of the user's own holds the resources it asks for.
+        self.start_note = await slurm_cluster.server_start_note(
+            self.portal, self.req_username, self.req_partition, int(options.get("gpus", 0)),
+            int(self.req_nprocs or 1), int(options.get("memory_gb", 0)))
         job_id = await self.submit_batch_script()  # saves the job id with the state (spawners.slurm_state)
         if not job_id:
             raise SlurmError("sbatch answered no job id for the server's job (the hub's log has its answer)")
@@ -239,7 +246,8 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         if self.slurm_unavailable:
             return self.unavailable_message()
         if self.state_ispending():
-            return f"Slurm job {self.job_id} pending: {pending_reason(reason.partition(' ')[2])}"
+            note = f"; {self.start_note}" if self.start_note else ""
+            return f"Slurm job {self.job_id} pending: {pending_reason(reason.partition(' ')[2])}{note}"
         if self.state_isrunning():
             return f"Slurm job {self.job_id} running on {self.state_gethost()}; JupyterLab is starting"
         return f"Slurm job {self.job_id}: {state or 'waiting for Slurm'}"

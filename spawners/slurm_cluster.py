@@ -18,7 +18,7 @@ from portal.jobs.account import job_user
 from portal.scheduler.errors import SlurmError
 from portal.scheduler.quota import GpuQuota
 from portal.scheduler.slurm_commands import SlurmCommands
-from portal.slurm import gpu_holders, slurm_partitions
+from portal.slurm import gpu_holders, slurm_partitions, start_note
 from portal.slurm_json import QueuedJob, users_jobs
 from spawners.forms import ClusterLimits, Partition
 
@@ -45,6 +45,25 @@ async def cluster_limits(portal: PortalConfig, user: str, groups: tuple[str, ...
                                           await slurm.arun("scontrol", "show", "node", "-d", "-o"))
     holders = gpu_holders(users_jobs(await squeue(portal), user))
     return ClusterLimits(partitions=partitions, quota=GpuQuota(portal.gpu_quota_for(groups), groups, holders))
+
+
+async def server_start_note(portal: PortalConfig, user: str, partition: str, gpus: int, cpus: int,
+                            memory_gb: int) -> str:
+    """Why a server of this size, about to be submitted, will wait (portal.slurm.start_note, as a training job's
+    submit says it): "will wait for your job 7 to end: node1 has 0 of 4 GPUs free"; "" when it can start now, or
+    when Slurm does not answer (the start itself then says so)."""
+    slurm = SlurmCommands(portal)
+    try:  # the three at once: this look comes before the server's sbatch, on the spawn's own clock
+        partition_lines, node_lines, queue = await asyncio.gather(
+            slurm.arun("scontrol", "show", "partition", "-o"), slurm.arun("scontrol", "show", "node", "-d", "-o"),
+            squeue(portal))
+    except SlurmError:
+        return ""
+    found = slurm_partitions(partition_lines, node_lines)
+    chosen = next((p for p in found if p.name == partition or (not partition and p.default)), None)
+    if chosen is None:
+        return ""
+    return start_note(1, gpus, cpus, memory_gb, chosen, users_jobs(queue, user))
 
 
 async def node_address(portal: PortalConfig, node: str) -> str:

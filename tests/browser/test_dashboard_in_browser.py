@@ -1,6 +1,7 @@
 """The user's day in headless Chromium: alice logs in, starts JupyterLab, opens the dashboard, submits a tiny
-training job from its form, watches it run on the job page, and sees its throughput and AUROC charts in the
-embedded TensorBoard. Screenshots go to tests/artifacts/dashboard-*.png (dashboard-5: the finished job's whole page).
+training job from its form, watches it run on the job page, is told when it ends (a browser notification and an
+e-mail), and sees its throughput and AUROC charts in the embedded TensorBoard. Then she turns job e-mail off for
+herself. Screenshots go to tests/artifacts/dashboard-*.png (dashboard-5: the finished job's whole page).
 
 Sized for 2 CPU cores: the demo set (64x64 images), 1 epoch, batch 8, one worker on one (fake) GPU.
 """
@@ -14,8 +15,8 @@ from playwright.sync_api import expect
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.jobs.record import ENDED_STATES
-from tests.browser.conftest import RECORD_NOTIFICATIONS, log_in, wait_for_job_state
-from tests.conftest import SERVER_START_S, job_wait_s, jobs_of, slurm, wait_for
+from tests.browser.conftest import PORTAL, RECORD_NOTIFICATIONS, log_in, new_context, wait_for_job_state
+from tests.conftest import SERVER_START_S, Mailbox, job_wait_s, jobs_of, slurm, user_settings_cleared, wait_for
 
 pytestmark = pytest.mark.integration
 FORM = {"gpus_per_node": "1", "cpus_per_task": "1", "memory_gb": "4", "epochs": "1", "batch_size": "8",
@@ -30,6 +31,7 @@ CHARTS = ("throughput/images_per_sec", "auroc/mean")
 def alice_in_lab(hub, admin, cluster, page):
     """alice logged in, with her JupyterLab server running (no GPU): TensorBoard lives in it."""
     ensure_demo_data(cluster)
+    user_settings_cleared("alice")  # a newcomer's defaults: e-mail at a job's end on
     log_in(page, hub, "alice", "wonderland")
     page.wait_for_url("**/hub/spawn**")
     page.fill("input[name=gpus]", "0")
@@ -47,6 +49,8 @@ def alice_in_lab(hub, admin, cluster, page):
 def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboard(hub, alice_in_lab, artifacts):
     page, submitted = alice_in_lab
     page.context.add_init_script(RECORD_NOTIFICATIONS)
+    fonts = []  # what TensorBoard's page asks for its fonts, and what it gets
+    page.on("response", lambda r: fonts.append((r.url, r.status)) if "font-roboto" in r.url else None)
     page.goto(f"{hub.url}/services/portal/")
     page.wait_for_url("**/services/portal/jobs")
     assert page.locator("nav").get_by_text("alice").count() == 1
@@ -62,6 +66,7 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
                                            "#submit_form select", "fields => fields.map(f => [f.name, f.value])"))
     assert set(shown) >= {"template", "model", "nodes", "memory_gb", "time_limit", "data_dir"}, shown
     assert all(shown.values()), shown
+    assert page.is_checked("#submit_form #mail")  # e-mail at its end: her default, shown
     assert page.text_content("#request-summary").startswith(
         f"{shown['nodes']} node x {shown['gpus_per_node']} GPU, "), page.text_content("#request-summary")
     page.screenshot(path=str(artifacts / "dashboard-0-submit-form-defaults.png"), full_page=True)
@@ -70,6 +75,7 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
     assert page.text_content("#request-summary").endswith("at most 20 min; 1 of your 4 GPUs"), \
         page.text_content("#request-summary")  # portal.js follows the fields
     page.screenshot(path=str(artifacts / "dashboard-1-submit-form.png"), full_page=True)
+    mailbox = Mailbox("alice")
     page.click("#submit_form button[type=submit]")
     page.wait_for_url(re.compile(r".*/services/portal/jobs/\d+$"))
     job_id = page.url.rsplit("/", 1)[1]
@@ -93,6 +99,10 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
         return shown if all(re.fullmatch(r"\d+(\.\d+)?", figure) for figure in shown) else None
     epochs, images_per_sec, auroc = wait_for(final_figures, FIGURES_WAIT_S, interval=3, what="the final figures")
     assert epochs == "1" and float(images_per_sec) > 0 and 0 <= float(auroc) <= 1, (epochs, images_per_sec, auroc)
+    # ...and so did an e-mail in her local mailbox (Slurm's MailProg, the box's exim4), with the same AUROC.
+    (mail,) = wait_for(lambda: mailbox.about(job_id), FIGURES_WAIT_S, interval=2, what=f"job {job_id}'s e-mail")
+    assert mail["Subject"] == f"Job {job_id} COMPLETED: best mean AUROC {float(auroc):.3f}", mail["Subject"]
+    assert mail["To"] == "alice@dsportal.local" and f"/services/portal/jobs/{job_id}" in mail.get_content()
     assert "Start your server" not in page.content()
 
     # TensorBoard's time-series view, narrowed by the panel's URL to this job's run and its two charts; each
@@ -111,4 +121,35 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
     expect(runs.first).to_be_attached()
     listed = [runs.nth(i).get_attribute("data-id") for i in range(runs.count())]
     assert listed == [f"defaultExperimentId/{job_id}/tensorboard"], listed  # not alice's other jobs
+    # Its fonts come from TensorBoard's own path, not the site's root (the hub's 404s, before).
+    assert fonts and all(status in (200, 304) and "/user/alice/tensorboard/font-roboto/" in url
+                         for url, status in fonts), \
+        fonts
     page.screenshot(path=str(artifacts / "dashboard-5-job-completed.png"), full_page=True)
+
+
+def test_alice_turns_job_email_off_for_herself_on_the_submit_page(hub, browser, alice_cookies, artifacts):
+    user_settings_cleared("alice")
+    context = new_context(browser, storage_state=alice_cookies)
+    try:
+        page = context.new_page()
+        page.goto(f"{hub.url}/{PORTAL}submit")
+        assert page.is_checked("#submit_form #mail") and page.is_checked("#settings_form #job_mail")
+        page.uncheck("#settings_form #job_mail")
+        page.click("#settings_form button[type=submit]")
+        page.wait_for_url("**/submit?saved=1")
+        said = " ".join(page.text_content("#settings-saved").split())
+        assert said == 'Saved: new jobs start with "E-mail me when it ends" unticked.', said
+        # Her default is what the form starts with now, and what a submit that does not say gets (the API's too).
+        assert not page.is_checked("#submit_form #mail") and not page.is_checked("#settings_form #job_mail")
+        page.screenshot(path=str(artifacts / "dashboard-settings-mail-off.png"), full_page=True)
+        answer = page.evaluate(f"""() => fetch('{hub.url}/{PORTAL}api/settings',
+            {{headers: {{"X-XSRFToken": window.jhdata.xsrf_token}}}}).then(r => r.json())""")  # as portal.js asks
+        assert answer == {"job_mail": False, "problem": ""}, answer
+        page.check("#settings_form #job_mail")
+        page.click("#settings_form button[type=submit]")
+        page.wait_for_url("**/submit?saved=1")
+        assert page.is_checked("#submit_form #mail")
+    finally:
+        context.close()
+        user_settings_cleared("alice")

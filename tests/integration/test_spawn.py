@@ -166,8 +166,10 @@ def test_progress_shows_the_job_and_slurms_pending_reason(hub, admin, alice, eve
     pending = wait_for(lambda: [e[1]["message"] for e in events if "(Slurm: Resources)" in e[1].get("message", "")],
                        30, what="a progress event with Slurm's pending reason")
     (job,) = jobs_of("alice")
-    assert pending[0] == (f"Slurm job {job.split()[0]} pending: waiting for GPUs, CPUs or memory to free up "
-                          "(Slurm: Resources)")
+    # Slurm's reason, then what holds the nodes (a job of root's here) and what each has free, as a job's submit says.
+    assert pending[0].startswith(f"Slurm job {job.split()[0]} pending: waiting for GPUs, CPUs or memory to free up "
+                                 "(Slurm: Resources); will wait for other users' jobs to end: "), pending[0]
+    assert all(f"{node} has 0 of 8 CPUs free" in pending[0] for node in NODES), pending[0]
 
     slurm("scancel", every_node_held)
     assert done.wait(SERVER_START_S) and events[-1][1].get("ready"), events
