@@ -217,10 +217,12 @@ def gpu_holders(jobs: Iterable[QueuedJob]) -> tuple[GpuHolder, ...]:
                  for job in jobs if job.gpus)
 
 
-def own_jobs_in_words(jobs: Iterable[QueuedJob], server_names: Collection[str] = (SERVER_JOB_NAME,)) -> str:
+def own_jobs_in_words(jobs: Iterable[QueuedJob], server_names: Collection[str] = (SERVER_JOB_NAME,),
+                      whose: str = "your") -> str:
     """A user's own jobs as they read of them, for what holds what their waiting job asks for: "your server
-    (job 4), your job 7"; "" for none. `server_names`: the queue names of a server (Kubernetes's too)."""
-    return ", ".join(f"your server (job {job.id})" if job.name in server_names else f"your job {job.id}"
+    (job 4), your job 7"; "" for none. `server_names`: the queue names of a server (Kubernetes's too); `whose`:
+    "alice's" for someone else reading of them (an admin)."""
+    return ", ".join(f"{whose} server (job {job.id})" if job.name in server_names else f"{whose} job {job.id}"
                      for job in jobs)
 
 

@@ -38,7 +38,7 @@ class JobAPIHandler(APIHandler):
     async def get(self, job_id: str) -> None:
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
-        summary = await self.blocking(self.board.summary, job)
+        summary = await self.blocking(self.board.summary, job, viewer=self.hub_user.name)
         detail = {"per_class_auroc": {}, "best_epoch": None}
         if summary["state"] != "PENDING":  # nothing written yet; spares a process run as the user
             metrics = await self.blocking(self.board.metrics_of, job, summary["state"])

@@ -236,8 +236,10 @@ class JobBoard(UsageViews):
                 cached = self._metrics.get_any(key)
         return cached
 
-    def summary(self, job: AnyJob, snapshot: ClusterSnapshot | None = None, wait: bool = True) -> dict[str, Any]:
-        """What the list and the API show of the job; `wait=False`: with the metrics known now (see known_metrics)."""
+    def summary(self, job: AnyJob, snapshot: ClusterSnapshot | None = None, wait: bool = True,
+                viewer: str | None = None) -> dict[str, Any]:
+        """What the list and the API show of the job; `wait=False`: with the metrics known now (see known_metrics).
+        `viewer`: who reads it, when it may be someone else (an admin): their words name the owner's jobs."""
         if isinstance(job, UnreadableJob):
             return unreadable_summary(job, self.service_prefix)
         snapshot = snapshot or self.cluster.snapshot()
@@ -245,7 +247,9 @@ class JobBoard(UsageViews):
         metrics = None
         if state != "PENDING":  # nothing written yet; spares a process run as the user
             metrics = self.metrics_of(job, state) if wait else self.known_metrics(job, state)
-        wait = waiting(job.scheduler.waiting(snapshot, job.record), snapshot) if state == "PENDING" else None
+        whose = "your" if viewer in (None, job.record.user) else f"{job.record.user}'s"
+        wait = waiting(job.scheduler.waiting(snapshot, job.record), snapshot, whose=whose) if state == "PENDING" \
+            else None
         return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix, wait)
 
     def job_rows(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
@@ -262,7 +266,7 @@ class JobBoard(UsageViews):
         listed = []
         for job in found:
             try:
-                listed.append(self.summary(job, snapshot, wait=False))
+                listed.append(self.summary(job, snapshot, wait=False, viewer=user.name))
             except JobNotFound:
                 continue  # a job.json that claims a job Slurm says is someone else's
             except SchedulerError as err:  # this job's own question failed (say, accounting is down): not a state

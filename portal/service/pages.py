@@ -194,7 +194,7 @@ class JobPageHandler(PageHandler):
         figures_only = part(self, "figures")
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
-        summary = await self.blocking(self.board.summary, job)
+        summary = await self.blocking(self.board.summary, job, viewer=self.hub_user.name)
         history = await self.blocking(self.board.history, job)
         best_epoch, auroc = None, None
         if summary["state"] not in ("PENDING", UNREADABLE):  # nothing written yet; spares a process as the user

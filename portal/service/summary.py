@@ -24,11 +24,13 @@ HELD_REASONS = frozenset({"Resources", "Priority", "AssocGrpGRES", "AssocGrpGRES
 SERVER_NAMES = frozenset({SERVER_JOB_NAME, POD_SERVER_NAME})  # a server's queue entry, on Slurm and on Kubernetes
 
 
-def waiting(line: QueuedJob | None, snapshot: ClusterSnapshot, now: float | None = None) -> dict[str, str]:
+def waiting(line: QueuedJob | None, snapshot: ClusterSnapshot, now: float | None = None,
+            whose: str = "your") -> dict[str, str]:
     """What a waiting job (its queue line, Scheduler.waiting) waits for, as far as the portal can tell: the
     reason in words (once), what holds what it asks for, and when Slurm expects it to start.
 
-    `held_by` names the user's own servers and jobs that run now ("your server (job 4)"); with none of theirs,
+    `held_by` names the user's own servers and jobs that run now ("your server (job 4)"; `whose` says "alice's"
+    to an admin reading of alice's job); with none of theirs,
     "other users' jobs" when others run; nothing for a reason that is not about held resources (a held job, a
     start time not come). `expected_start`: Slurm's estimate (squeue's start time for a pending job), local
     time, when it has one that is still ahead."""
@@ -39,7 +41,7 @@ def waiting(line: QueuedJob | None, snapshot: ClusterSnapshot, now: float | None
     held_by = ""
     if about_resources:
         mine = [q for q in users_jobs(snapshot.queue, line.user) if q.state == RUNNING and q.id != line.id]
-        held_by = own_jobs_in_words(mine, SERVER_NAMES)
+        held_by = own_jobs_in_words(mine, SERVER_NAMES, whose)
         if not held_by and any(q.state == RUNNING and q.user != line.user for q in snapshot.queue.values()):
             held_by = "other users' jobs"
     now = time.time() if now is None else now

@@ -8,11 +8,17 @@ Sized for 2 CPU cores: the demo set (64x64 images), 1 epoch, batch 8, one worker
 
 from __future__ import annotations
 
+import pwd
 import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
+from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
 from portal.jobs.record import ENDED_STATES
 from tests.browser.conftest import PORTAL, RECORD_NOTIFICATIONS, log_in, new_context, wait_for_job_state
@@ -25,6 +31,9 @@ FORM = {"gpus_per_node": "1", "cpus_per_task": "1", "memory_gb": "4", "epochs": 
 JOB_WAIT_S = job_wait_s(FORM["time_limit"])
 FIGURES_WAIT_S = 60  # after the job ended, as tests/integration/test_dashboard.py gives the API
 CHARTS = ("throughput/images_per_sec", "auroc/mean")
+# A job that fails at once (the form's data_dir is an empty directory), for what happens at a job's end.
+FAILING_FORM = {"gpus_per_node": "0", "cpus_per_task": "1", "memory_gb": "2", "epochs": "1", "image_size": "64",
+                "time_limit": "00:05:00"}
 
 
 @pytest.fixture
@@ -130,6 +139,8 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
 
 def test_alice_turns_job_email_off_for_herself_on_the_submit_page(hub, browser, alice_cookies, artifacts):
     user_settings_cleared("alice")
+    empty_dir = str(Path(pwd.getpwnam("alice").pw_dir) / "mail-off-empty-data")
+    subprocess.run(["runuser", "-u", "alice", "--", "mkdir", "-p", empty_dir], check=True, cwd="/tmp")
     context = new_context(browser, storage_state=alice_cookies)
     try:
         page = context.new_page()
@@ -146,6 +157,23 @@ def test_alice_turns_job_email_off_for_herself_on_the_submit_page(hub, browser, 
         answer = page.evaluate(f"""() => fetch('{hub.url}/{PORTAL}api/settings',
             {{headers: {{"X-XSRFToken": window.jhdata.xsrf_token}}}}).then(r => r.json())""")  # as portal.js asks
         assert answer == {"job_mail": False, "problem": ""}, answer
+
+        # A job she submits now (the box left as it starts) sends no e-mail when it ends. It fails at once: its
+        # data directory is empty. Slurm runs MailProg within a second of a job's end, and logs each run.
+        mailbox, log = Mailbox("alice"), load().slurm_conf_path.parent / "jobmail.log"
+        log_start = log.stat().st_size if log.exists() else 0
+        for name, value in {**FAILING_FORM, "data_dir": empty_dir}.items():
+            page.fill(f"#submit_form input[name={name}]", value)
+        page.click("#submit_form button[type=submit]")
+        page.wait_for_url(re.compile(r".*/services/portal/jobs/\d+$"))
+        job_id = page.url.rsplit("/", 1)[1]
+        assert wait_for_job_state(page, ENDED_STATES, JOB_WAIT_S) == "FAILED"
+        time.sleep(5)
+        said = log.read_text()[log_start:] if log.exists() else ""
+        assert f"job {job_id} of" not in said and mailbox.about(job_id) == [], said
+        page.screenshot(path=str(artifacts / "dashboard-settings-mail-off-job.png"), full_page=True)
+
+        page.goto(f"{hub.url}/{PORTAL}submit")
         page.check("#settings_form #job_mail")
         page.click("#settings_form button[type=submit]")
         page.wait_for_url("**/submit?saved=1")
@@ -153,3 +181,4 @@ def test_alice_turns_job_email_off_for_herself_on_the_submit_page(hub, browser, 
     finally:
         context.close()
         user_settings_cleared("alice")
+        shutil.rmtree(empty_dir, ignore_errors=True)

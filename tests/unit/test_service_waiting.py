@@ -34,6 +34,8 @@ def test_a_job_behind_alices_own_server_names_it_and_slurms_estimate():
     assert said == {"reason": "waiting for GPUs, CPUs or memory to free up (Slurm: Resources)",
                     "held_by": "your server (job 4), your job 7",  # not bob's: alice can act on her own
                     "expected_start": "18:25"}
+    # An admin reading of alice's job: they are alice's, not "yours".
+    assert waiting(line, found, NOW, whose="alice's")["held_by"] == "alice's server (job 4), alice's job 7"
 
 
 def test_with_nothing_of_hers_running_it_is_other_users_jobs_and_no_estimate_is_said_as_none():
