@@ -30,6 +30,7 @@ NAMESPACE = "dsportal-u-alice"
 TWO_NODES = {"nodes": 2, "gpus_per_node": 1, "epochs": 2, "batch_size": 8, "image_size": 64, "cpus_per_task": 1,
              "memory_gb": 3, "time_limit": "00:15:00"}
 JOB_WAIT_S = 900
+CANCEL_WAIT_S = 180  # a cancelled job's objects gone (see test_cancelling_deletes_everything_the_job_made)
 APISERVER_DOWN_S = 12  # under node-monitor-grace (20 s): the nodes stay Ready
 
 
@@ -70,10 +71,15 @@ def test_cancelling_deletes_everything_the_job_made(kube, cfg):
     assert f"you use 2 of your 4 GPUs (job {job.id}); ask for at most 2" in str(refused.value)
     job.cancel()
     began = time.monotonic()
-    wait_for(lambda: objects_of(kube, job.id) == {"jobs": [], "secrets": [], "pods": []}, 90,
-             what=f"every object of job {job.id} to be deleted")
+    # The pods stop within their grace period (10 s), then the garbage collector removes what the launcher owned:
+    # 14 s on a quiet box; once over 90 s in a whole `make test` (stop 36), the pods perhaps still being made.
+    try:
+        wait_for(lambda: objects_of(kube, job.id) == {"jobs": [], "secrets": [], "pods": []}, CANCEL_WAIT_S,
+                 what=f"every object of job {job.id} to be deleted")
+    except TimeoutError:
+        pytest.fail(f"{CANCEL_WAIT_S} s after the cancel, job {job.id} still has {objects_of(kube, job.id)}")
+    print(f"job {job.id}: every object deleted {time.monotonic() - began:.0f} s after the cancel")
     assert job.state == "CANCELLED"
-    assert time.monotonic() - began < 90
 
 
 def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
