@@ -237,7 +237,29 @@ def run(cfg: TrainConfig) -> int:
                   "or check the data (--skip-bad skips corrupt records).", file=sys.stderr, flush=True)
         return EXIT_NAN
     hooks.finished(model.get_weights())
+    if chief:
+        validation = next(c for c in callbacks if isinstance(c, cb.WholeSetValidation))
+        _write_model_card(cfg, hvd.size(), source, manager.latest_checkpoint, int(epoch_done.numpy()),
+                          validation.history[-1] if validation.history else {})
     return 0
+
+
+def _write_model_card(cfg: TrainConfig, workers: int, source: DataSource, checkpoint: str | None,
+                      epochs_done: int, last_validation: dict) -> None:
+    """model_card.json beside the checkpoint (chexnet.model_card): what produced it, for the job's page and the
+    evaluate notebook."""
+    from chexnet import callbacks as cb
+    from chexnet import model_card
+    from chexnet.labels import CLASSES
+
+    per_class = {name: last_validation.get(f"{cb.AUROC_TAG_PREFIX}{name}") for name in CLASSES}
+    spec = {**_hparams(cfg, workers), "epochs": cfg.epochs, "seed": cfg.seed, "warmup_epochs": cfg.warmup_epochs,
+            "weights": str(cfg.weights) if cfg.weights else None,
+            "weights_sha256": model_card.sha256_file(cfg.weights) if cfg.weights else None}
+    card = model_card.build_card(spec, model_card.data_section(source), per_class,
+                                 model_card.checkpoint_section(checkpoint), epochs_done)
+    path = model_card.write_card(cfg.checkpoint_dir, card)
+    cb.say(f"model card: {path}")
 
 
 def _report_skipped(chief: bool) -> None:

@@ -38,6 +38,7 @@ class DataSource:
     shards: dict[str, list[tuple[str, int]]] | None = None  # TFRECORD: split -> [(path, records)]
     index: Index | None = None  # IMAGES
     storage: Storage = ORIGINAL_PNG  # how the images are stored (an image directory: original PNGs)
+    fingerprints: dict | None = None  # TFRECORD: the image and patient lists' hashes its manifest records
 
     @property
     def resized(self) -> bool:
@@ -95,7 +96,8 @@ def _tfrecord_source(root: Path) -> DataSource:
     missing = [path for split in SPLITS for path, _ in shards[split] if not Path(path).is_file()]
     if missing:
         raise DataError(f"{root}: {len(missing)} shards named in {MANIFEST} are missing, e.g. {missing[:5]}")
-    return DataSource(kind=TFRECORD, root=root, shards=shards, storage=storage)
+    return DataSource(kind=TFRECORD, root=root, shards=shards, storage=storage,
+                      fingerprints=manifest.get("fingerprints"))
 
 
 def check_fits(source: DataSource, image_size: int, ten_crop: bool = False) -> None:

@@ -39,6 +39,7 @@ from PIL import Image
 
 from chexnet.data.chestxray14 import SPLITS, DataError, Record, load_index, progress
 from chexnet.labels import CLASSES, NUM_CLASSES
+from chexnet.model_card import split_fingerprints
 
 log = logging.getLogger(__name__)
 
@@ -188,13 +189,18 @@ def convert(source: str | Path, out: str | Path, shards: int, skip_bad: bool = F
     manifest = {"format": FORMAT, "encoding": storage.encoding, "short_side": storage.short_side,
                 "quality": storage.quality, "seed": seed, "source": str(Path(source).resolve()),
                 "classes": list(CLASSES), "skipped": index.skipped, "counts": {}, "shards": {}}
+    written: dict[str, list[tuple[str, str]]] = {}
     with _encoder(workers) as encode:
         for split in SPLITS:
             records = _ordered(index.split(split), split, seed)
             encoded = encode(_encode_file, [(r.path, storage) for r in records])
-            manifest["shards"][split], bad = _write_split(out, split, records, encoded, shards, skip_bad)
-            manifest["counts"][split] = len(records) - bad
+            manifest["shards"][split], kept = _write_split(out, split, records, encoded, shards, skip_bad)
+            bad = len(records) - len(kept)
+            written[split] = [(r.image_id, r.patient_id) for r in kept]
+            manifest["counts"][split] = len(kept)
             manifest["skipped"] += bad
+    # What a model card compares (chexnet.model_card): the records hold no patient, so the lists are hashed here.
+    manifest["fingerprints"] = split_fingerprints(written)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
@@ -234,14 +240,15 @@ def _ordered(records: list[Record], split: str, seed: int) -> list[Record]:
 
 
 def _write_split(out: Path, split: str, records: list[Record], encoded: Iterator, shards: int,
-                 skip_bad: bool) -> tuple[list[dict], int]:
+                 skip_bad: bool) -> tuple[list[dict], list[Record]]:
     """Contiguous, near-equal chunks by position; at least one (possibly empty) file, so every split has a shard
-    to list. Returns the shards with the records each holds, and how many images were left out as unreadable."""
+    to list. Returns the shards with the records each holds, and the records written (not those left out as
+    unreadable)."""
     count = max(1, min(shards, len(records)))
     sizes = [len(chunk) for chunk in np.array_split(np.arange(len(records)), count)]
     names = [shard_name(split, i, count) for i in range(count)]
     shard_of = np.repeat(np.arange(count), sizes)
-    written, bad = [0] * count, 0
+    written, kept = [0] * count, []
     with ExitStack() as stack:
         writers = [stack.enter_context(tf.io.TFRecordWriter(str(out / name))) for name in names]
         for record, shard, result in zip(records, shard_of, progress(encoded, len(records), f"{split:5s}"),
@@ -251,11 +258,11 @@ def _write_split(out: Path, split: str, records: list[Record], encoded: Iterator
                     raise DataError(f"{record.path}: cannot be read as an image ({result}); "
                                     "pass --skip-bad to leave it out")
                 log.warning("%s: left out, cannot be read as an image (%s)", record.path, result)
-                bad += 1
                 continue
             writers[shard].write(to_example(record, *result).SerializeToString())
             written[shard] += 1
-    return [{"file": name, "records": n} for name, n in zip(names, written, strict=True)], bad
+            kept.append(record)
+    return [{"file": name, "records": n} for name, n in zip(names, written, strict=True)], kept
 
 
 def main(argv: list[str] | None = None) -> int:

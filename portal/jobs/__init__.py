@@ -161,6 +161,11 @@ class Job:
         runs a job again."""
         return self.scheduler.history(self.record, self._user)
 
+    def model_card(self) -> dict[str, Any] | None:
+        """What produced the run's checkpoint (chexnet.model_card), as the run wrote it beside the checkpoint;
+        None until it has (a run writes it when training ends)."""
+        return self.scheduler.model_card(self.record, self._user)
+
     def metrics(self) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
         return self.scheduler.metrics(self.record, self._user)

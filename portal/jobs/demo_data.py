@@ -68,9 +68,27 @@ def ensure_demo_data(cfg: PortalConfig) -> Path:
                     "--size", str(DEMO_SIZE), "--seed", str(DEMO_SEED)])
     # The original PNGs, as ChestX-ray14 ships them: a job resizes them to any image_size it asks for (records
     # resized to a short side could only be cropped smaller, and the demo images are 64 px).
+    stale = _without_fingerprints(tfrecords)
     _build(tfrecords, [python, "-m", "chexnet.data.tfrecords", "--source", str(layout), "--out", "{out}",
                        "--shards", str(DEMO_SHARDS), "--encoding", "png"])
+    if stale is not None:
+        shutil.rmtree(stale, ignore_errors=True)  # a job reading it keeps its open files
     return tfrecords
+
+
+def _without_fingerprints(tfrecords: Path) -> Path | None:
+    """TFRecords converted before their manifest recorded the image and patient lists' hashes (what a model card
+    compares): moved aside, to be made again; where they went, or None when they are current or missing."""
+    manifest = tfrecords / "manifest.json"
+    try:
+        current = '"fingerprints"' in manifest.read_text()
+    except OSError:
+        return None
+    if current:
+        return None
+    old = tfrecords.with_name(f".{tfrecords.name}-before-fingerprints-{os.getpid()}")
+    tfrecords.rename(old)
+    return old
 
 
 def main() -> int:

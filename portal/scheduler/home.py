@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from chexnet.model_card import CARD_FILE, CARD_FORMAT  # TensorFlow-free
+from portal.inputs import finite_json
 from portal.jobs.record import OUTPUT_FILE, JobRecord
 from portal.metrics import MetricsError, RunMetrics, read_run_metrics
 
@@ -17,11 +19,16 @@ if TYPE_CHECKING:
     from portal.scheduler.snapshot import ClusterSnapshot
     from portal.slurm_json import QueuedJob
 
+MAX_CARD_BYTES = 256 * 1024  # a model card is a few KB; the user could put anything at its path
 METRICS_TIMEOUT_S = 60  # reading a run's event files as the user (at most portal.metrics.MAX_EVENT_BYTES)
 # $1 the logdir, $2 the venv's python: portal.metrics's own early answer, without Python, when there is no events file.
 # -I and the working directory "/" (JobUser.run): the user's own files never shadow portal.metrics (portal.runas).
 METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exec "$2" -I -m portal.metrics "$1"; '
                      'done; echo "{}"')
+
+
+class ModelCardError(ValueError):
+    """A job's model_card.json that is not one (the user's to write: read as hostile)."""
 
 
 class JobsInHome:
@@ -55,6 +62,20 @@ class JobsInHome:
     def logs(self, record: JobRecord, user: JobUser, tail: int | None = None) -> str:
         """The job's output (stdout and stderr of every worker); "" before it starts."""
         return user.tail(self.output_path(record, user), tail) or ""
+
+    def model_card(self, record: JobRecord, user: JobUser) -> dict[str, Any] | None:
+        """The run's model card (chexnet.model_card), read as the user: None before the run wrote one; a card
+        that is not one (too large, not JSON, not an object of that format) is ModelCardError, saying why."""
+        text = user.read_text(record.checkpoint_dir / CARD_FILE, MAX_CARD_BYTES)
+        if text is None:
+            return None
+        try:
+            card = finite_json(text, MAX_CARD_BYTES)
+        except ValueError as err:
+            raise ModelCardError(f"{CARD_FILE} of job {record.id}: {err}") from None
+        if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+            raise ModelCardError(f"{CARD_FILE} of job {record.id} is not a model card of format {CARD_FORMAT}")
+        return card
 
     def metrics(self, record: JobRecord, user: JobUser) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""

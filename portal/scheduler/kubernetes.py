@@ -386,6 +386,9 @@ class KubernetesScheduler:
     def start_note(self, spec: JobSpec, user: str, snapshot: ClusterSnapshot) -> str:
         return ""  # no snapshot of each node's free resources here: a waiting job's page says why it waits
 
+    def model_card(self, record: JobRecord, user: KubeUser) -> dict | None:
+        return None  # the card is on the user's volume, which the dashboard does not read yet (issue 29)
+
     def history(self, record: JobRecord, user: KubeUser) -> list[str]:
         return []  # a lost worker is replaced by its Job, and the launcher resumes: one run, no requeue
 

@@ -54,6 +54,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         ("jobs", pages.JobsPageHandler),
         (f"jobs/{JOB_ID}", pages.JobPageHandler),
         (f"jobs/{JOB_ID}/log", pages.JobLogHandler),
+        (f"jobs/{JOB_ID}/model_card.json", pages.ModelCardHandler),
         (f"jobs/{JOB_ID}/cancel", pages.CancelHandler),
         (f"jobs/{JOB_ID}/notebook", pages.JobNotebookHandler),
         ("submit", pages.SubmitPageHandler),

@@ -5,6 +5,7 @@ Forms post with `_xsrf`; errors in the submit form are shown beside the field th
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, min
 from portal.job_notebook import NOTEBOOK_NAME, job_notebook
 from portal.jobs import Job
 from portal.jobs.account import job_user
-from portal.jobs.record import UNREADABLE
+from portal.jobs.record import ENDED_STATES, UNREADABLE
 from portal.jobs.spec import (
     BOOLEAN_FIELDS,
     FIELDS,
@@ -35,6 +36,7 @@ from portal.jobs.spec import (
 )
 from portal.logview import filter_log
 from portal.notebook import AurocTable
+from portal.scheduler.home import ModelCardError
 from portal.service.base import PageHandler, UserError
 from portal.tensorboard import lab_url, panel_url
 
@@ -205,10 +207,17 @@ class JobPageHandler(PageHandler):
         if figures_only:
             self.render_page("job_figures.html", **figures)
             return
+        card, card_problem = None, ""
+        if summary["state"] in ENDED_STATES and summary["state"] != UNREADABLE:
+            try:
+                card = await self.blocking(job.model_card)
+            except ModelCardError as err:
+                card_problem = str(err)
         log, hidden = filter_log(await self.blocking(self.board.log_tail, job))
         owner = job.owner
         server_ready = await self.server_ready() if owner == self.hub_user.name else False
         self.render_page("job.html", **figures, log=log, log_hidden=hidden, server_ready=server_ready,
+                         card=card, card_problem=card_problem,
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
                          tensorboard=panel_url(owner, job.id, self.settings["hub_base_url"]),
                          start_url=f"{self.settings['hub_base_url']}hub/spawn/{owner}")
@@ -250,6 +259,24 @@ class JobLogHandler(PageHandler):
         shown, hidden = filter_log(text)
         self.set_header("X-Log-Hidden", str(hidden))
         self.finish(shown)
+
+
+class ModelCardHandler(PageHandler):
+    """The run's model_card.json, to download: the card as read and checked, written out again (never the bytes
+    of whatever file is at its path)."""
+
+    async def get(self, job_id: str) -> None:
+        everyone = await self.everyone()
+        job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
+        try:
+            card = await self.blocking(job.model_card)
+        except ModelCardError as err:
+            raise UserError(409, str(err)) from None
+        if card is None:
+            raise UserError(404, f"job {job.id} has no model card yet: its run writes one when training ends")
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.set_header("Content-Disposition", f'attachment; filename="model_card-{job.id}.json"')
+        self.finish(json.dumps(card, indent=1) + "\n")
 
 
 class CancelHandler(PageHandler):

@@ -7,8 +7,11 @@ Sized for 2 CPU cores: the demo set (64x64 images), 1 epoch, batch 8, one worker
 
 from __future__ import annotations
 
+import json
+import pwd
 import re
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -166,3 +169,28 @@ def test_the_job_completes_with_throughput_and_auroc(hub, clients, portal_api, a
     listed = portal_api(clients["alice"], "GET", "jobs").json()["jobs"]
     links = next(j["links"] for j in listed if j["id"] == alice_job["id"])
     assert links["tensorboard"] == panel_url("alice", alice_job["id"])
+
+
+
+def test_the_completed_jobs_page_offers_its_model_card_and_its_hashes_hold(hub, clients, portal_api, alice_job,
+                                                                            demo_data):
+    from chexnet import model_card
+    from chexnet.data.sources import source_of
+
+    job_id = alice_job["id"]
+    assert portal_api(clients["alice"], "GET", f"jobs/{job_id}").json()["state"] == "COMPLETED"
+    session = browser(hub, "alice")
+    page = session.get(f"{hub.url}{PORTAL}jobs/{job_id}", timeout=60).text
+    assert 'id="model-card"' in page and f"jobs/{job_id}/model_card.json" in page
+    download = session.get(f"{hub.url}{PORTAL}jobs/{job_id}/model_card.json", timeout=60)
+    assert download.status_code == 200 and "attachment" in download.headers["Content-Disposition"]
+    card = download.json()
+    # The hashes hold: the data's against the demo set as it is, the checkpoint's against its files on disk.
+    assert card["data"] == json.loads(json.dumps(model_card.data_section(source_of(demo_data))))
+    checkpoints = Path(pwd.getpwnam("alice").pw_dir) / "jobs" / job_id / "checkpoints"
+    assert card["checkpoint"]["files"] and all(
+        model_card.sha256_file(checkpoints / f["file"]) == f["sha256"] for f in card["checkpoint"]["files"])
+    assert card["spec"]["workers"] == 2 and card["epochs_done"] == 1
+    assert session.get(f"{hub.url}{PORTAL}jobs/{job_id}/model_card.json", timeout=60).json() == card
+    bob = browser(hub, "bob").get(f"{hub.url}{PORTAL}jobs/{job_id}/model_card.json", timeout=60)
+    assert bob.status_code == 404  # not his job

@@ -178,6 +178,28 @@ def test_hparams_summary_names_the_run(two_workers):
     assert values["fp16"] is False and values["xla"] is False
 
 
+def test_the_model_card_names_the_data_the_checkpoint_and_the_auroc(two_workers, dataset):
+    from chexnet import model_card
+    from chexnet.callbacks import AUROC_TAG_PREFIX
+    from chexnet.data.sources import source_of
+    from chexnet.labels import CLASSES
+
+    card = json.loads((two_workers.checkpoints / model_card.CARD_FILE).read_text())
+    assert card["epochs_done"] == EPOCHS and card["spec"]["workers"] == WORKERS and card["spec"]["lr"] == float(LR)
+    # The data: the same fingerprints as the directory's own records give, computed here afresh.
+    assert card["data"] == json.loads(json.dumps(model_card.data_section(source_of(dataset))))
+    # The checkpoint: the latest one's files, with the hashes of the files on disk now.
+    assert card["checkpoint"]["prefix"] == f"ckpt-{EPOCHS}" and card["checkpoint"]["files"]
+    for entry in card["checkpoint"]["files"]:
+        assert model_card.sha256_file(two_workers.checkpoints / entry["file"]) == entry["sha256"]
+    # The AUROC: the last epoch's, as TensorBoard holds it, beside the paper's.
+    logged = scalars(two_workers.logdir)
+    for row in card["auroc"]["per_class"]:
+        assert row["auroc"] == pytest.approx(logged[f"{AUROC_TAG_PREFIX}{row['class']}"][-1][1], abs=1e-6)
+    assert [row["class"] for row in card["auroc"]["per_class"]] == list(CLASSES) and card["auroc"]["paper_mean"]
+    assert card["environment"]["tensorflow"].startswith("2.15") and card["environment"]["horovod"] == "0.28.1"
+
+
 def test_resume_continues_at_the_next_epoch_with_the_saved_rate(two_workers, dataset, tmp_path):
     assert two_workers.proc.returncode == 0
     checkpoints = tmp_path / "checkpoints"

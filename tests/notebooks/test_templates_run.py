@@ -108,6 +108,8 @@ def test_03_evaluate_shows_test_auroc_roc_curves_and_grad_cam(cluster, workdir, 
                             {"job_id": trained_job, "batch_size": 8, "gradcam_images": 2})
     out = texts(notebook)
     assert f"job {trained_job}: test AUROC vs CheXNet" in out and "mean test AUROC:" in out
+    # Its model card's data is the data evaluated on: said before any figure, and no warning.
+    assert f"the same images and patient split as job {trained_job} was trained on" in out and "WARNING" not in out
     assert "Grad-CAM maps: 2" in out
     assert images(notebook) == 2  # ROC curves, Grad-CAM row
     report = json.loads((Path(pwd.getpwnam(USER).pw_dir) / "jobs" / trained_job / "evaluation" / "auroc.json")
