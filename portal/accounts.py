@@ -39,7 +39,6 @@ SLURM_ROOT = "root"  # Slurm's own account and user: never changed here
 QOS, DENY_ON_LIMIT = "normal", "DenyOnLimit"
 ASSOC_FORMAT = "Cluster,Account,User,GrpTRES,MaxSubmitJobs"
 SACCTMGR = ("sacctmgr", "-i")  # -i: commit without asking
-USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}", re.IGNORECASE)  # a Unix login name
 # An address as a directory's `mail` holds it (local@domain, no display name): anything else is not mailed to.
 MAIL_ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 GROUP_FILTER = "(|(objectClass=posixGroup)(objectClass=groupOfNames)(objectClass=groupOfUniqueNames))"
