@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from portal.inputs import InputError, boolean
+from portal.inputs import InputError, boolean, finite_json
 
 SETTINGS_DIR = PurePosixPath(".config/dsportal")
 SETTINGS_FILE = SETTINGS_DIR / "settings.json"
@@ -37,10 +37,8 @@ def parse(text: str | None) -> Settings:
     """The settings in the file's text (None: no file, or one the user cannot read)."""
     if text is None:
         return Settings()
-    if len(text.encode()) > MAX_SETTINGS_BYTES:
-        return Settings(problem=f"~/{SETTINGS_FILE} is larger than {MAX_SETTINGS_BYTES} bytes; the defaults apply")
-    try:
-        given = json.loads(text)
+    try:  # bounded, and no NaN, nor nesting deep enough to end json's recursion
+        given = finite_json(text, MAX_SETTINGS_BYTES)
         if not isinstance(given, dict):
             raise InputError("settings", "is not a JSON object")
         return Settings(**updates(given))

@@ -67,13 +67,18 @@ def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
         if values and len(values) > 1:
             raise InputError(name, f"sent {len(values)} times; allowed: once")
         if name in BOOLEAN_FIELDS:
-            if values and values[0] != CHECKED:
-                raise InputError(name, f"{shown(values[0])} is not a checkbox's value; allowed: {CHECKED} or absent")
-            spec[name] = bool(values)
+            spec[name] = checkbox(name, values)
             continue
         if values and values[0].strip():
             spec[name] = values[0].strip()
     return spec
+
+
+def checkbox(name: str, values: list[str] | None) -> bool:
+    """A checkbox of a posted form (sent at most once): ticked when sent, as browsers send it; unticked, absent."""
+    if values and values[0] != CHECKED:
+        raise InputError(name, f"{shown(values[0])} is not a checkbox's value; allowed: {CHECKED} or absent")
+    return bool(values)
 
 
 @dataclass(frozen=True)
@@ -369,12 +374,11 @@ class SettingsPageHandler(SubmitPageHandler):
         try:
             given = decode_form(self.request.body_arguments, user_settings.FIELDS, "settings", cap=MAX_PATH)
             for name, values in given.items():
-                if len(values) != 1 or values[0] != CHECKED:
-                    raise InputError(name, f"{shown(values[0])} is not a checkbox's value; allowed: {CHECKED} or "
-                                           "absent")
-            # a checkbox left unticked is not sent: every setting the form has is on or off
+                if len(values) > 1:
+                    raise InputError(name, f"sent {len(values)} times; allowed: once")
+            # every setting the form has is a checkbox: on or off
             await self.acting(self.board.save_user_settings, self.hub_user,
-                              {name: name in given for name in user_settings.FIELDS})
+                              {name: checkbox(name, given.get(name)) for name in user_settings.FIELDS})
         except InputError as err:
             await self._show({}, UserError(400, str(err), err.field))
             return

@@ -19,7 +19,8 @@ from portal.inputs import InputError
     ('{"job_mail": false, "theme": "dark"}', True, "is not a setting; allowed: job_mail"),
     ("[false]", True, "is not a JSON object"),
     ("{", True, "the defaults apply"),
-    ("x" * 5000, True, "larger than 4096 bytes"),
+    ("x" * 5000, True, "more than the 4096 allowed"),
+    ("[" * 2000 + "]" * 2000, True, "not JSON"),  # within the size, deeper than json's recursion
 ])
 def test_the_file_is_read_as_hostile_text(text, job_mail, problem):
     found = settings.parse(text)
