@@ -24,6 +24,8 @@ TRAIN = [
     "scikit-learn>=1.3",
     "matplotlib>=3.7",
     "pillow>=10",
+    # Sweeps (chexnet.sweep): the search and the early stopping, its journal storage on the shared home.
+    "optuna==4.1.0",
 ]
 
 K8S = [

@@ -17,7 +17,7 @@ from bench.common import markdown_table
 from bench.results import load, results_dir
 
 # The benchmarks in the order docs/benchmarks.md presents them (`make bench` runs them in this order too).
-BENCHMARKS = ("pipeline", "parity", "scaling", "spawn", "dashboard", "liveness", "nodes", "kube")
+BENCHMARKS = ("pipeline", "parity", "scaling", "spawn", "dashboard", "liveness", "nodes", "sweep", "kube")
 
 
 def measured_text(value: float | None) -> str:

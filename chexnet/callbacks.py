@@ -327,6 +327,35 @@ class CheckpointSaver(DeclaredCallback):
         return self.epoch_log.record(values) if values["epoch"] == epoch else None
 
 
+@dataclass(eq=False)
+class SweepPruning(DeclaredCallback):
+    """A sweep's trial (chexnet.sweep): after each epoch rank 0 reports the validation mean AUROC to the study and
+    asks its pruner; the answer goes to every rank (a broadcast), so all stop after the same epoch. Last in the
+    list: the epoch is checkpointed and logged before the trial may end. `reporter` is rank 0's, None elsewhere.
+    A study that cannot be reached (its storage fails) prunes nothing: the trial trains on and says why."""
+
+    reporter: object | None  # chexnet.sweep.TrialReporter on rank 0
+    pruned_at: int | None = None  # the epoch (from 1) after which the pruner stopped the trial
+
+    def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:
+        stop = False
+        if self.reporter is not None:
+            value = (logs or {}).get("val_auroc")
+            try:
+                stop = bool(self.reporter.report(epoch + 1, None if value is None else float(value)))
+            except Exception as err:  # noqa: BLE001 - any storage failure: rank 0 alone must not raise here
+                say(f"sweep: could not report epoch {epoch + 1} to the study ({type(err).__name__}: {err}); "
+                    "training on without pruning this epoch")
+        stop = bool(hvd.broadcast_object(stop, root_rank=0, name="sweep_prune"))
+        if stop:
+            self.pruned_at = epoch + 1
+            self.model.stop_training = True
+            if self.reporter is not None:
+                value = (logs or {}).get("val_auroc")
+                say(f"sweep: pruned at epoch {epoch + 1} by the {self.reporter.plan.pruner} pruner (mean AUROC "
+                    f"{math.nan if value is None else float(value):.4f})")
+
+
 def write_layout(writer: tf.summary.SummaryWriter) -> None:
     """TensorBoard's custom-scalars layout: throughput on one chart, the AUROCs on another, losses on a third."""
     def chart(title: str, *patterns: str) -> layout_pb2.Chart:
@@ -342,7 +371,9 @@ def write_layout(writer: tf.summary.SummaryWriter) -> None:
 
 
 def write_hparams(writer: tf.summary.SummaryWriter, hparams: Mapping[str, object], trial_id: str) -> None:
-    """The hparams plugin's experiment config and this run's values, so runs compare in the HPARAMS tab."""
+    """The hparams plugin's experiment config and this run's values, so runs compare in the HPARAMS tab. Every
+    run writes the same config (the same hparams, whatever it sets), and `trial_id` must be the run's own: runs
+    with one id are folded into one row."""
     domains = {"model": hp.Discrete(list(MODELS)), "pipeline": hp.Discrete(list(PIPELINES)),
                "fp16": hp.Discrete([False, True]), "xla": hp.Discrete([False, True])}
     params = {name: hp.HParam(name, domains.get(name)) for name in hparams}

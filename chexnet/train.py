@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +60,7 @@ class TrainConfig(InputFlags):
     seed: int = 0
     weights_digest_dir: Path | None = None
     progress: str = "auto"
+    trial: Path | None = None  # a sweep's trial file (chexnet.sweep): its parameters, and rank 0 reports to its study
     max_skipped_fraction: float = 0.1  # chexnet.data.integrity.DEFAULT_MAX_SKIPPED_FRACTION, without importing TF
 
     def validate(self) -> None:
@@ -103,6 +104,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--progress", default=TrainConfig.progress,
                    help="bar: Keras' step-by-step bar; epoch: one line per epoch (for log files); "
                         "auto: bar on a terminal")
+    p.add_argument("--trial", type=Path,
+                   help="a sweep's trial.json (python -m chexnet.sweep attach): its hyperparameters replace the "
+                        "flags', and rank 0 reports each epoch's AUROC to the sweep's study, which may prune it")
     p.add_argument("--max-skipped-fraction", type=float, default=TrainConfig.max_skipped_fraction,
                    help="stop when more than this share of a split's records is unreadable in an epoch (0..1)")
     a = p.parse_args(argv)
@@ -111,7 +115,25 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         batch_size=a.batch_size, image_size=a.image_size, model=a.model, pipeline=a.pipeline, fp16=a.fp16,
         xla=a.xla, resume=a.resume, weights=a.weights, lr=a.lr, warmup_epochs=a.warmup_epochs,
         skip_bad=a.skip_bad, threads=a.threads, seed=a.seed, weights_digest_dir=a.weights_digest_dir,
-        progress=a.progress, max_skipped_fraction=a.max_skipped_fraction)
+        progress=a.progress, max_skipped_fraction=a.max_skipped_fraction, trial=a.trial)
+
+
+# What a sweep's trial may set (portal.jobs.sweep.PARAMS): the TrainConfig field of each, by the same name.
+TRIAL_PARAMS = {"lr": float, "warmup_epochs": int, "batch_size": int, "image_size": int, "model": str, "fp16": bool}
+
+
+def with_trial(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with the sweep trial's parameters (every rank reads the same file); UsageError when it is unreadable."""
+    if cfg.trial is None:
+        return cfg
+    import json
+
+    try:
+        params = json.loads(cfg.trial.read_text()[:65536])["params"]
+        values = {name: TRIAL_PARAMS[name](params[name]) for name in params}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UsageError(f"--trial {cfg.trial}: not a sweep's trial file ({type(err).__name__}: {err})") from None
+    return replace(cfg, **values)
 
 
 def _keras_verbosity(progress: str, chief: bool) -> int:
@@ -141,7 +163,7 @@ def usage_failure(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cfg = parse_args(argv)
+        cfg = with_trial(parse_args(argv))
         cfg.validate()
     except UsageError as error:
         return usage_failure(str(error))
@@ -198,16 +220,19 @@ def run(cfg: TrainConfig) -> int:
     # Before the early return below: a run killed after its last checkpoint but before logging that epoch is
     # re-run with nothing left to train, and must still write the epoch.
     epoch_log = resume.epoch_log(cfg.logdir, cfg.checkpoint_dir, start_epoch, resume=cfg.resume) if chief else None
+    reporter = _sweep_reporter(cfg, start_epoch) if chief else None
     if start_epoch >= cfg.epochs:
         if epoch_log is not None:
             cb.say(f"the checkpoint has finished {start_epoch} epochs, --epochs is {cfg.epochs}: nothing to do")
             epoch_log.close()
+        if reporter is not None:
+            reporter.complete(_recorded_auroc(cfg).get(start_epoch))
         return 0
 
     writer = epoch_log.writer if epoch_log is not None else None
     if writer is not None:
         cb.write_layout(writer)
-        cb.write_hparams(writer, _hparams(cfg, hvd.size()), trial_id=cfg.logdir.name)
+        cb.write_hparams(writer, _hparams(cfg, hvd.size()), trial_id=_run_name(cfg.logdir))
         cb.say(f"{cfg.model} at {cfg.image_size}px: {source.count('train')} training images, {steps_per_epoch} "
                f"steps/epoch x batch {cfg.batch_size} x {hvd.size()} workers; {source.count('val')} validation "
                f"images; epochs {start_epoch + 1}..{cfg.epochs} at lr {cb.current_lr(model):.3g} "
@@ -216,6 +241,9 @@ def run(cfg: TrainConfig) -> int:
     skipped = cb.SkippedRecords(skip_counters("train", "val"), cfg.max_skipped_fraction, None, chief)
     callbacks = _callbacks(cfg, hvd, model, eval_ds, loss, epoch_log, guard, manager, epoch_done, saved_lr,
                            scaled_lr, steps_per_epoch, chief, skipped)
+    pruning = cb.SweepPruning(reporter) if cfg.trial is not None else None
+    if pruning is not None:
+        callbacks.append(pruning)  # last: the epoch is checkpointed and logged before the trial may stop
     hooks = testing.hooks_for(hvd.rank(), cfg.weights_digest_dir)
     try:
         model.fit(hooks.feed(train_ds), epochs=cfg.epochs, initial_epoch=start_epoch,
@@ -239,9 +267,49 @@ def run(cfg: TrainConfig) -> int:
     hooks.finished(model.get_weights())
     if chief:
         validation = next(c for c in callbacks if isinstance(c, cb.WholeSetValidation))
-        _write_model_card(cfg, hvd.size(), source, manager.latest_checkpoint, int(epoch_done.numpy()),
-                          validation.history[-1] if validation.history else {})
+        last = validation.history[-1] if validation.history else {}
+        _write_model_card(cfg, hvd.size(), source, manager.latest_checkpoint, int(epoch_done.numpy()), last)
+        if reporter is not None and pruning is not None and pruning.pruned_at is not None:
+            reporter.pruned(pruning.pruned_at)
+        elif reporter is not None:
+            reporter.complete(last.get(cb.TAG_AUROC_MEAN))
+            cb.say(f"sweep: trial {reporter.number} completed: mean AUROC {last.get(cb.TAG_AUROC_MEAN)}")
     return 0
+
+
+def _run_name(logdir: Path) -> str:
+    """The run's name in TensorBoard's HPARAMS tab: its logdir below ~/jobs ("42/tensorboard",
+    "57/tensorboard/trial-3"), one per run, so that runs are rows of their own."""
+    parts = logdir.resolve().parts
+    below = parts[len(parts) - parts[::-1].index("jobs"):] if "jobs" in parts else parts[-2:]
+    return "/".join(below) or logdir.name
+
+
+def _recorded_auroc(cfg: TrainConfig) -> dict[int, float | None]:
+    """Each checkpointed epoch's mean AUROC, from the run's record (chexnet.tblog)."""
+    from chexnet import tblog
+    from chexnet.callbacks import TAG_AUROC_MEAN
+
+    return {entry.epoch: entry.scalars.get(TAG_AUROC_MEAN)
+            for entry in tblog.read_record(tblog.record_path(cfg.checkpoint_dir)).values()}
+
+
+def _sweep_reporter(cfg: TrainConfig, start_epoch: int):
+    """Rank 0's reporter to the sweep's study (chexnet.sweep), with what a resumed run's checkpoint measured
+    reported again; None outside a sweep."""
+    if cfg.trial is None:
+        return None
+    from chexnet import sweep
+    from chexnet.callbacks import say
+
+    try:
+        reporter = sweep.TrialReporter.from_trial_file(cfg.trial)
+    except (OSError, ValueError, KeyError, TypeError, sweep.SweepError) as err:
+        raise UsageError(f"--trial {cfg.trial}: the sweep's study cannot be opened ({err})") from None
+    if start_epoch:
+        reporter.catch_up({epoch: value for epoch, value in _recorded_auroc(cfg).items() if epoch <= start_epoch})
+    say(f"sweep: trial {reporter.number}: {', '.join(f'{k}={v}' for k, v in reporter.trial.params.items())}")
+    return reporter
 
 
 def _write_model_card(cfg: TrainConfig, workers: int, source: DataSource, checkpoint: str | None,
@@ -355,8 +423,10 @@ def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, epoch_log, guard, ma
 
 
 def _hparams(cfg: TrainConfig, workers: int) -> dict[str, object]:
+    """The same names in every run, a sweep's trial or not (TensorBoard takes one run's list for all)."""
     return {"model": cfg.model, "batch_size": cfg.batch_size, "workers": workers, "image_size": cfg.image_size,
-            "fp16": cfg.fp16, "xla": cfg.xla, "pipeline": cfg.pipeline, "lr": cfg.lr}
+            "fp16": cfg.fp16, "xla": cfg.xla, "pipeline": cfg.pipeline, "lr": cfg.lr,
+            "warmup_epochs": cfg.warmup_epochs}
 
 
 if __name__ == "__main__":

@@ -189,6 +189,81 @@ def auroc_table(metrics: Any, title: str = "AUROC vs the CheXNet paper (Rajpurka
     return AurocTable({k: v for k, v in per_class.items() if v is not None}, title)
 
 
+class SweepTable:
+    """A sweep's trials (job.sweep(), portal.jobs.sweep.SweepView): one row per task with its parameters, state,
+    epochs run and AUROC, the best trial marked; HTML in a notebook, text elsewhere."""
+
+    def __init__(self, view: Any, title: str = ""):
+        self.view, self.title = view, title or "sweep trials"
+        self.names = list(view.plan.names)
+
+    def _rows(self) -> list[list[str]]:
+        best = self.view.best
+        rows = []
+        for row in self.view.rows:
+            state = row.state.lower() + (f" at epoch {row.pruned_at}" if row.pruned_at is not None else "")
+            rows.append([str(row.task), "-" if row.number is None else str(row.number),
+                         *(_value(row.params.get(name)) for name in self.names), state,
+                         f"{row.epochs_run}/{self.view.plan.epochs}", _value(row.best_auroc), _value(row.value),
+                         "best" if best is not None and row.task == best.task else ""])
+        return rows
+
+    def header(self) -> list[str]:
+        return ["task", "trial", *self.names, "state", "epochs", "best AUROC", "final AUROC", ""]
+
+    def __str__(self) -> str:
+        table = [self.header(), *self._rows()]
+        widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+        return "\n".join([self.title, *("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
+                                         .rstrip() for line in table)])
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(name)}</th>" for name in self.header())
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in line) + "</tr>"
+                       for line in self._rows())
+        return (f'<table class="dsportal-sweep"><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr>'
+                f"</thead><tbody>{body}</tbody></table>")
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}" if 1e-3 <= abs(value) < 1e4 else f"{value:.3g}"
+    return str(value)
+
+
+def sweep_table(job: Any) -> SweepTable:
+    """The sweep's trials now (`job` a sweep: jobs.submit with a "sweep" field)."""
+    return SweepTable(job.sweep(), f"sweep {job.id}: trials, best so far marked")
+
+
+def sweep_chart(job: Any):
+    """Mean AUROC (each trial's last, or where it was pruned) against each searched parameter, one panel each:
+    a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    view = job.sweep()
+    names = list(view.plan.names)
+    figure, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3), squeeze=False)
+    for axis, param in zip(axes[0], view.plan.space, strict=True):
+        points = [(row.params[param.name], row.value) for row in view.rows
+                  if param.name in row.params and row.value is not None]
+        pruned = [row.pruned_at is not None for row in view.rows if param.name in row.params and row.value is not None]
+        xs = [x if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x) for x, _ in points]
+        axis.scatter(xs, [y for _, y in points], c=["tab:orange" if p else "tab:blue" for p in pruned])
+        if param.log:
+            axis.set_xscale("log")
+        axis.set_xlabel(param.name)
+        axis.set_ylabel("mean AUROC")
+    figure.suptitle(f"sweep {job.id}: blue completed, orange pruned")
+    figure.tight_layout()
+    return figure
+
+
 # --- submitting and watching jobs ---
 
 def submit_form(defaults: Mapping[str, Any] | None = None, submit=None):
@@ -253,7 +328,9 @@ def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) ->
         import ipywidgets as widgets
         from IPython.display import display
 
-        bar = widgets.IntProgress(value=0, min=0, max=job.spec.epochs, description="epochs")
+        plan = getattr(job, "plan", None)
+        bar = widgets.IntProgress(value=0, min=0, max=plan.trials if plan is not None else job.spec.epochs,
+                                  description="trials done" if plan is not None else "epochs")
         label = widgets.Label()
         display(widgets.HBox([bar, label]))
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -261,8 +338,14 @@ def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) ->
     while True:
         try:
             state = job.state
-            epochs = job.metrics().epochs_done if state != "PENDING" else 0
-            line = f"job {job.id}: {state}, epoch {epochs}/{job.spec.epochs}"
+            if getattr(job, "plan", None) is not None:  # a sweep: its trials by state
+                view = job.sweep()
+                epochs = sum(row.state not in ("PENDING", "RUNNING") for row in view.rows)
+                counts = ", ".join(f"{n} {name.lower()}" for name, n in sorted(view.counts().items()))
+                line = f"sweep {job.id}: {state}; trials: {counts}"
+            else:
+                epochs = job.metrics().epochs_done if state != "PENDING" else 0
+                line = f"job {job.id}: {state}, epoch {epochs}/{job.spec.epochs}"
         except SchedulerUnavailable as err:
             state, line = "UNKNOWN", f"job {job.id}: the scheduler does not answer now; asking again ({err})"
         if line != last:

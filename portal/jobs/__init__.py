@@ -37,6 +37,8 @@ from portal.jobs.record import (
     RecordPlace,
 )
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
+from portal.jobs.sweep import FIELD as SWEEP_FIELD
+from portal.jobs.sweep import SweepPlan, SweepView, parse_sweep
 from portal.metrics import RunMetrics
 from portal.scheduler import SCHEDULERS, NoAccounting, Scheduler, UnknownScheduler, scheduler_for
 from portal.scheduler.errors import (
@@ -149,8 +151,11 @@ class Job:
                 raise TimeoutError(f"job {self.id} is still {state} after {timeout} s")
             time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
-    def logs(self, tail: int | None = None) -> str:
-        """The job's output (stdout and stderr of every worker); "" before it starts."""
+    def logs(self, tail: int | None = None, task: int | None = None) -> str:
+        """The job's output (stdout and stderr of every worker); "" before it starts. A sweep's: one task's
+        (`task`, default 0)."""
+        if task is not None:
+            return self.scheduler.logs(self.record, self._user, tail, task)
         return self.scheduler.logs(self.record, self._user, tail)
 
     def cancel(self) -> None:
@@ -161,9 +166,22 @@ class Job:
         runs a job again."""
         return self.scheduler.history(self.record, self._user)
 
-    def model_card(self) -> dict[str, Any] | None:
+    @property
+    def plan(self) -> SweepPlan | None:
+        """A sweep's plan (portal.jobs.sweep); None for a single run."""
+        return self.record.sweep
+
+    def sweep(self) -> SweepView:
+        """A sweep's trials now: each task's parameters, state, AUROC, epochs, whether it was pruned; `best`."""
+        if self.record.sweep is None:
+            raise ValueError(f"job {self.id} is a single run, not a sweep")
+        return self.scheduler.sweep(self.record, self._user)
+
+    def model_card(self, task: int | None = None) -> dict[str, Any] | None:
         """What produced the run's checkpoint (chexnet.model_card), as the run wrote it beside the checkpoint;
-        None until it has (a run writes it when training ends)."""
+        None until it has (a run writes it when training ends). A sweep's: the trial of task `task`."""
+        if task is not None:
+            return self.scheduler.model_card(self.record, self._user, task)
         return self.scheduler.model_card(self.record, self._user)
 
     def metrics(self) -> RunMetrics:
@@ -175,8 +193,9 @@ class Job:
         return self.scheduler.queued(snapshot, self.record)
 
     def to_dict(self) -> dict[str, Any]:
+        sweep = {"sweep": self.plan.to_dict()} if self.plan is not None else {}
         return {"id": self.id, "backend": self.backend, "user": self.record.user, "state": self.state,
-                "submitted_at": self.submitted_at, "job_dir": self.job_dir, "spec": self.spec.to_dict()}
+                "submitted_at": self.submitted_at, "job_dir": self.job_dir, "spec": self.spec.to_dict(), **sweep}
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, backend={self.backend!r}, user={self.record.user!r})"
@@ -192,14 +211,23 @@ def limits(backend: str | None = None, user: str | None = None, groups: Sequence
 
 def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str | None,
              groups: Sequence[str] | None, cfg: PortalConfig,
-             job_limits: JobLimits | None = None) -> tuple[Scheduler, Who, JobSpec, JobLimits]:
+             job_limits: JobLimits | None = None) -> tuple[Scheduler, Who, JobSpec, JobLimits, SweepPlan | None]:
     chosen = scheduler_for(cfg, backend)
     who = chosen.person(user, groups)  # a Unix account (Slurm, local) or a Kubernetes identity
     raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
+    sweep = None
+    if isinstance(raw, Mapping) and SWEEP_FIELD in raw:  # a sweep: the job spec's fields are every trial's
+        raw = dict(raw)
+        sweep = raw.pop(SWEEP_FIELD)
+        if not chosen.sweeps:
+            raise JobSpecError(SWEEP_FIELD, f"sweeps run as Slurm job arrays; this portal's {chosen.name} backend "
+                                            "has none yet: submit single runs")
     job_limits = job_limits or chosen.limits(who)
     if job_limits.mail and isinstance(raw, Mapping) and "mail" not in raw and isinstance(who, JobUser):
         raw = {**raw, "mail": settings.read(who).job_mail}  # the user's default for e-mail at a job's end
-    return chosen, who, parse_job_spec(raw, job_limits, who.can_read_dir), job_limits
+    checked = parse_job_spec(raw, job_limits, who.can_read_dir)
+    plan = parse_sweep(sweep, checked.epochs, job_limits, checked.gpus) if sweep is not None else None
+    return chosen, who, checked, job_limits, plan
 
 
 def validate(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
@@ -208,17 +236,28 @@ def validate(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user
     return _checked(spec, backend, user, groups, cfg or load())[2]
 
 
+def validate_sweep(spec: Mapping[str, Any], backend: str | None = None, user: str | None = None,
+                   groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> SweepPlan:
+    """A sweep request's plan, validated with every default filled in (its "sweep" field; the rest is every
+    trial's job spec); JobSpecError naming the field otherwise."""
+    plan = _checked({SWEEP_FIELD: {}, **spec}, backend, user, groups, cfg or load())[4]
+    assert plan is not None
+    return plan
+
+
 def render(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> str:
     """What `submit` would submit: the batch script (slurm), shell script (local) or MPIJob (kubernetes)."""
-    chosen, who, checked, job_limits = _checked(spec, backend, user, groups, cfg or load())
-    return chosen.render(checked, who, job_limits.partition)
+    chosen, who, checked, job_limits, plan = _checked(spec, backend, user, groups, cfg or load())
+    return chosen.render(checked, who, job_limits.partition, plan) if plan else chosen.render(
+        checked, who, job_limits.partition)
 
 
 def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
            limits: JobLimits | None = None) -> Job:
-    """Validate and submit a training job; returns at once (the job may still be pending). `limits`: what the
+    """Validate and submit a training job, or a sweep of them (a "sweep" field: portal.jobs.sweep); returns at
+    once (the job may still be pending). `limits`: what the
     user may ask for, as the caller already knows it (the dashboard, from its shared view of the cluster); by
     default the backend is asked, with one look at the cluster that also gives the job's `warning` (on Slurm:
     why it will wait, such as "will wait for your server (job 4) to end: node1 has 20 of 24 GB free"). The
@@ -228,8 +267,9 @@ def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: 
     if limits is None and chosen.queue_in_snapshot:
         snapshot = chosen.snapshot()
         limits = chosen.limits(chosen.person(user, groups), snapshot)
-    chosen, who, checked, job_limits = _checked(spec, backend, user, groups, cfg, limits)
-    record, dir_stamp = chosen.submit(checked, who, job_limits.partition)
+    chosen, who, checked, job_limits, plan = _checked(spec, backend, user, groups, cfg, limits)
+    record, dir_stamp = chosen.submit(checked, who, job_limits.partition, plan) if plan else chosen.submit(
+        checked, who, job_limits.partition)
     job = Job(record, chosen, who, dir_stamp)
     job.warning = chosen.start_note(checked, who.name, snapshot) if snapshot is not None else ""
     return job

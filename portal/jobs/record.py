@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from portal.inputs import finite_json
-from portal.jobs.spec import JobSpec
+from portal.jobs.spec import JobSpec, JobSpecError
+from portal.jobs.sweep import SweepPlan, recorded_plan
 from portal.slurm import CANCELLED, COMPLETED, ENDED_STATES, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN  # noqa: F401
 
 # The states above, which the API reports, are Slurm's own names (portal.slurm): the other backends use them too.
@@ -50,10 +51,13 @@ class JobRecord:
     spec: JobSpec
     submitted_at: str  # ISO 8601, UTC
     job_dir: Path
+    sweep: SweepPlan | None = None  # a sweep's plan (portal.jobs.sweep): the job is a job array of its trials
 
     def to_json(self) -> str:
+        sweep = {"sweep": self.sweep.to_dict()} if self.sweep is not None else {}
         return json.dumps({"id": self.id, "backend": self.backend, "user": self.user, "spec": self.spec.to_dict(),
-                           "submitted_at": self.submitted_at, "job_dir": str(self.job_dir)}, indent=2) + "\n"
+                           "submitted_at": self.submitted_at, "job_dir": str(self.job_dir), **sweep},
+                          indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str, expect: RecordPlace | None = None) -> JobRecord:
@@ -62,9 +66,10 @@ class JobRecord:
         data = finite_json(text, MAX_RECORD_BYTES, RecordError)
         if not isinstance(data, dict):
             raise RecordError(f"a JSON {type(data).__name__}, not an object")
+        spec = recorded_spec(data.get("spec"))
         record = cls(id=_text(data, "id"), backend=_text(data, "backend"), user=_text(data, "user"),
-                     spec=recorded_spec(data.get("spec")), submitted_at=_timestamp(data),
-                     job_dir=Path(_text(data, "job_dir")))
+                     spec=spec, submitted_at=_timestamp(data), job_dir=Path(_text(data, "job_dir")),
+                     sweep=_recorded_sweep(data, spec))
         if not JOB_ID.match(record.id):
             raise RecordError(f"id: {record.id[:20]!r} is not a job id")
         if record.backend not in BACKEND_NAMES:
@@ -76,6 +81,14 @@ class JobRecord:
     @property
     def output_path(self) -> Path:
         return self.job_dir / OUTPUT_FILE
+
+    def task_log(self, task: int) -> Path:
+        """A sweep's task's output (portal.scheduler.slurm.SWEEP_TASK_LOG)."""
+        return self.job_dir / f"trial-{int(task)}.log"
+
+    def task_checkpoint_dir(self, task: int) -> Path:
+        """A sweep's task's checkpoints (and its model card), as its batch script makes them (chexnet.sweep)."""
+        return self.job_dir / "trials" / str(int(task)) / "checkpoints"
 
     @property
     def logdir(self) -> Path:
@@ -133,6 +146,15 @@ def _timestamp(data: dict[str, Any]) -> str:
     except ValueError:
         raise RecordError(f"submitted_at: {value[:32]!r} is not an ISO 8601 time") from None
     return value
+
+
+def _recorded_sweep(data: dict[str, Any], spec: JobSpec) -> SweepPlan | None:
+    if "sweep" not in data:
+        return None
+    try:
+        return recorded_plan(data["sweep"], spec.epochs)
+    except JobSpecError as err:
+        raise RecordError(str(err)) from None
 
 
 def recorded_spec(raw: Any) -> JobSpec:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.jobs.record import JobRecord
     from portal.jobs.spec import JobLimits, JobSpec
+    from portal.jobs.sweep import SweepView
     from portal.metrics import RunMetrics
     from portal.scheduler.snapshot import ClusterSnapshot
     from portal.slurm_json import QueuedJob
@@ -56,6 +57,7 @@ class Scheduler(Protocol):
     cfg: PortalConfig
     records_in_home: bool  # each job's record is ~/jobs/<id>/job.json; else `records` and `load` ask the scheduler
     queue_in_snapshot: bool  # its jobs are in the snapshot's queue (`queued`); else each job's `state` is asked
+    sweeps: bool  # it runs sweeps (portal.jobs.sweep): `submit` and `render` take a plan, `sweep` reads one
 
     def person(self, user: str | None, groups: Sequence[str] | None) -> Any:
         """The scheduler's view of the person (None: the calling process's user)."""
@@ -88,6 +90,8 @@ class Scheduler(Protocol):
     def metrics(self, record: JobRecord, user: Any) -> RunMetrics: ...
     def model_card(self, record: JobRecord, user: Any) -> dict[str, Any] | None: ...
     def history(self, record: JobRecord, user: Any) -> list[str]: ...
+    def sweep(self, record: JobRecord, user: Any) -> SweepView:
+        """A sweep's trials (where `sweeps`)."""
     def usage(self, user: Any, everyone: bool, now: Any) -> UsageReport:
         """GPU-hours from the scheduler's accounting; NoAccounting where it keeps none."""
 

@@ -59,14 +59,21 @@ class JobsInHome:
     def output_path(self, record: JobRecord, user: JobUser):
         return record.job_dir / OUTPUT_FILE
 
-    def logs(self, record: JobRecord, user: JobUser, tail: int | None = None) -> str:
-        """The job's output (stdout and stderr of every worker); "" before it starts."""
+    def logs(self, record: JobRecord, user: JobUser, tail: int | None = None, task: int | None = None) -> str:
+        """The job's output (stdout and stderr of every worker); "" before it starts. A sweep's: its task's
+        (task 0 unless `task` is given)."""
+        if record.sweep is not None:
+            return user.tail(record.task_log(task or 0), tail) or ""
         return user.tail(self.output_path(record, user), tail) or ""
 
-    def model_card(self, record: JobRecord, user: JobUser) -> dict[str, Any] | None:
+    def model_card(self, record: JobRecord, user: JobUser, task: int | None = None) -> dict[str, Any] | None:
         """The run's model card (chexnet.model_card), read as the user: None before the run wrote one; a card
-        that is not one (too large, not JSON, not an object of that format) is ModelCardError, saying why."""
-        text = user.read_text(record.checkpoint_dir / CARD_FILE, MAX_CARD_BYTES)
+        that is not one (too large, not JSON, not an object of that format) is ModelCardError, saying why. A
+        sweep's: its task's trial's (None without a `task`)."""
+        if record.sweep is not None and task is None:
+            return None
+        directory = record.task_checkpoint_dir(task) if record.sweep is not None else record.checkpoint_dir
+        text = user.read_text(directory / CARD_FILE, MAX_CARD_BYTES)
         if text is None:
             return None
         try:

@@ -326,6 +326,7 @@ class KubernetesScheduler:
     (impersonated, or their own pod)."""
 
     name = "kubernetes"
+    sweeps = False  # a sweep is a Slurm job array (portal.jobs.sweep)
 
     def __init__(self, cfg: PortalConfig, client_for=api_client):
         self.cfg = cfg

@@ -74,6 +74,7 @@ class LocalScheduler(JobsInHome):
     """Jobs under horovodrun on this machine, the user's own (no cluster, no queue, no accounting)."""
 
     name = "local"
+    sweeps = False  # a sweep is a Slurm job array (portal.jobs.sweep)
 
     def __init__(self, cfg: PortalConfig):
         self.cfg = cfg

@@ -8,6 +8,7 @@ one Slurm command through the one runner (portal.scheduler.slurm_commands), run 
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import time
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from chexnet.sweep import EXIT_FINISHED, PLAN_FILE
 from portal.config import PortalConfig
 from portal.inputs import ascii_digits
 from portal.jobs import history
@@ -35,6 +37,15 @@ from portal.jobs.record import (
     now_utc,
 )
 from portal.jobs.spec import WHOLE, JobLimits, JobSpec, JobSpecError
+from portal.jobs.sweep import (
+    RUNNING_STATES,
+    SweepPlan,
+    SweepStatusError,
+    SweepView,
+    read_status,
+    sweep_view,
+    task_states,
+)
 from portal.jobs.templating import template_environment
 from portal.scheduler.errors import JobNotFound, SlurmError, SlurmRefused
 from portal.scheduler.home import JobsInHome
@@ -46,6 +57,8 @@ from portal.slurm_json import SACCT_JSON, QueuedJob, SlurmAnswerError, read_sacc
 from portal.usage import UsageReport, usage_report, week_start
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
+SLURM_ARRAY_JOB_ID = "%A"  # ... and for a job array's (a sweep's), which every task of the array shares
+SWEEP_TASK_LOG = "trial-%a.log"  # each task's output, in the sweep's directory (%a: the task's index)
 POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a job over the association's limits
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
 MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
@@ -59,9 +72,12 @@ class JobDirError(SlurmError):
 
 
 def shell_path(path: str) -> str:
-    """A path for the script's shell, quoted, with Slurm's %j standing for "$SLURM_JOB_ID"."""
-    parts = path.split(SLURM_JOB_ID)
-    return '"$SLURM_JOB_ID"'.join(shlex.quote(p) if p else "" for p in parts)
+    """A path for the script's shell, quoted, with Slurm's %j standing for "$SLURM_JOB_ID" (and %A for
+    "$SLURM_ARRAY_JOB_ID")."""
+    pattern, variable = (SLURM_ARRAY_JOB_ID, "SLURM_ARRAY_JOB_ID") if SLURM_ARRAY_JOB_ID in path else (
+        SLURM_JOB_ID, "SLURM_JOB_ID")
+    parts = path.split(pattern)
+    return f'"${variable}"'.join(shlex.quote(p) if p else "" for p in parts)
 
 
 def nccl_environment(cfg: PortalConfig) -> list[tuple[str, str]]:
@@ -70,14 +86,20 @@ def nccl_environment(cfg: PortalConfig) -> list[tuple[str, str]]:
     return [(name, value) for name, value in settings.items() if value]
 
 
-def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str = "") -> str:
+def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str = "",
+                  plan: SweepPlan | None = None) -> str:
     """The batch script for `spec`. `job_dir` is where the job writes everything; `%j` in it stands for the Slurm
-    job id (as in sbatch's own --output patterns), which is how `submit` names a job's directory after its id."""
+    job id (as in sbatch's own --output patterns), which is how `submit` names a job's directory after its id.
+    With a sweep's `plan`: a job array, one trial per task, `%A` (the array's id) in `job_dir`."""
     nccl = nccl_environment(cfg)
+    if plan is not None:
+        job_dir = job_dir.replace(SLURM_JOB_ID, SLURM_ARRAY_JOB_ID)
     return template_environment().get_template(f"{spec.template}.sbatch").render(
         spec=spec,
+        plan=plan,
+        finished_exit=EXIT_FINISHED,
         partition=partition,
-        output=f"{job_dir}/{OUTPUT_FILE}",
+        output=f"{job_dir}/{SWEEP_TASK_LOG if plan is not None else OUTPUT_FILE}",
         job_dir_sh=shell_path(job_dir),
         venv_bin=str(cfg.venv / "bin"),
         python=str(cfg.venv / "bin" / "python"),
@@ -127,6 +149,7 @@ class SlurmScheduler(JobsInHome):
     """Submit, watch, cancel and read training jobs on Slurm, always as the job's user; the cluster's snapshot."""
 
     name = "slurm"
+    sweeps = True  # a sweep is a job array (portal.jobs.sweep)
     queue_in_snapshot = True  # its jobs are in the snapshot's queue (`queued`)
 
     def __init__(self, cfg: PortalConfig, run: Callable[[Sequence[str]], str] | None = None):
@@ -151,6 +174,8 @@ class SlurmScheduler(JobsInHome):
         return replace(limits, quota=limits.quota.with_submitted(held))
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
+        if record.sweep is not None:  # the array's line is one of its tasks': its state is the tasks' together
+            return None
         found = snapshot.queue.get(record.id)
         return found if found is not None and found.user == record.user else None
 
@@ -172,8 +197,8 @@ class SlurmScheduler(JobsInHome):
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""
         return self.commands.queue(user)
 
-    def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
-        return render_sbatch(spec, f"{user.jobs_dir}/{SLURM_JOB_ID}", self.cfg, partition)
+    def render(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None) -> str:
+        return render_sbatch(spec, f"{user.jobs_dir}/{SLURM_JOB_ID}", self.cfg, partition, plan)
 
     def test_only(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         """`sbatch --test-only`: Slurm's own check that the script's request can ever run (nothing is queued)."""
@@ -182,7 +207,8 @@ class SlurmScheduler(JobsInHome):
             raise SlurmError(f"sbatch --test-only refused the script: {result.stderr.strip()}")
         return result.stderr.strip()  # "sbatch: Job 7 to start at ... using 8 processors on nodes localhost ..."
 
-    def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> tuple[JobRecord, str]:
+    def submit(self, spec: JobSpec, user: JobUser, partition: str = "",
+               plan: SweepPlan | None = None) -> tuple[JobRecord, str]:
         """Submit held, make ~/jobs/<id>/ with the script and job.json, then release; (the record, the directory's
         inode).
 
@@ -194,7 +220,7 @@ class SlurmScheduler(JobsInHome):
         Slurm counts ids again from 1 when its state is reset (a new cluster, the box rebuilt), so an old job may
         have this id's directory: it is kept, renamed, and jobs() no longer lists it.
         """
-        script = self.render(spec, user, partition)
+        script = self.render(spec, user, partition, plan)
         try:
             answer = self._slurm(user, "sbatch", "--parsable", "--hold", input=script)
         except SlurmRefused as err:  # a limit of the user's association: their request, not Slurm being down
@@ -207,11 +233,13 @@ class SlurmScheduler(JobsInHome):
             raise SlurmError(f"sbatch answered {answer.strip()!r}, not a job id")
         job_dir = user.jobs_dir / job_id
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
-                           job_dir=job_dir)
+                           job_dir=job_dir, sweep=plan)
+        files = [(SCRIPT_FILES[self.name], script, "700"), (RECORD_FILE, record.to_json(), "600")]
+        if plan is not None:  # what every trial reads (chexnet.sweep); released, the whole array goes
+            files.append((PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n", "600"))
         USER_SLURM_CALLS.add("scontrol")  # run by make_job_dir's process, after the directory
         try:
-            inode = user.make_job_dir(job_dir, [(SCRIPT_FILES[self.name], script, "700"),
-                                                (RECORD_FILE, record.to_json(), "600")], replace=True,
+            inode = user.make_job_dir(job_dir, files, replace=True,
                                       then=[str(self.cfg.slurm_bin_dir / "scontrol"), "release", job_id],
                                       env={"SLURM_CONF": str(self.cfg.slurm_conf_path)})
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
@@ -244,7 +272,10 @@ class SlurmScheduler(JobsInHome):
 
     def state(self, record: JobRecord, user: JobUser) -> str:
         """Slurm's state: squeue's (queued, running, or ended within MinJobAge), then sacct's (where accounting
-        runs), then what the job itself left (its exit status, or the ended state once seen)."""
+        runs), then what the job itself left (its exit status, or the ended state once seen). A sweep's is its
+        tasks' together (`sweep_state`)."""
+        if record.sweep is not None:
+            return self._sweep_state(record, user)
         facts = self._job_facts(user, record.id)
         self._check_owner(user, facts, record.id)
         state = facts.state if facts else None
@@ -263,6 +294,66 @@ class SlurmScheduler(JobsInHome):
             _remember(record, user, state)
         return state or UNKNOWN
 
+    def _tasks(self, record: JobRecord, user: JobUser) -> dict[int, str]:
+        """Each task's state, asked as the user (a sweep's trials are an array's tasks): Slurm's accounting for
+        every task that has run, squeue's over it for those queued or running now (accounting hears of a job a
+        moment after it is submitted). The only fields read are Slurm's ids and states: no user text."""
+        try:
+            accounted = task_states(self._slurm(user, "sacct", "-n", "-X", "-P", "-j", record.id, "-u", user.name,
+                                                "-o", "JobID,State"), record.id)
+        except SlurmRefused:
+            accounted = {}
+        # An array Slurm has forgotten (MinJobAge) is refused as an invalid id: nothing queued.
+        queued = task_states(self._slurm(user, "squeue", "-h", "-r", "-j", record.id, "-u", user.name,
+                                         "-o", "%i|%T", check=False), record.id)
+        return {**accounted, **queued}
+
+    def _sweep_state(self, record: JobRecord, user: JobUser) -> str:
+        """RUNNING while a task runs, PENDING while the rest wait, then CANCELLED when any task was cancelled,
+        COMPLETED when any ran to its end (a pruned trial's task ends COMPLETED too), else FAILED."""
+        try:
+            tasks = self._tasks(record, user)
+        except SlurmError as err:
+            left = _left_behind(record, user)
+            if left is None:
+                raise SlurmError(f"sweep {record.id}: Slurm's accounting does not answer ({err})") from None
+            return left
+        if not tasks:
+            left = _left_behind(record, user)
+            if left is None:
+                raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
+            return left
+        states = set(tasks.values())
+        if states & set(RUNNING_STATES):
+            return "RUNNING"
+        if PENDING in states:
+            return PENDING
+        state = "CANCELLED" if "CANCELLED" in states else COMPLETED if COMPLETED in states else FAILED
+        _remember(record, user, state)
+        return state
+
+    def sweep(self, record: JobRecord, user: JobUser) -> SweepView:
+        """The sweep's trials: the study's (chexnet.sweep status, run as the user over their journal) beside
+        Slurm's tasks. A study that cannot be read leaves the rows to Slurm and says why in `problem`."""
+        assert record.sweep is not None
+        try:
+            tasks = self._tasks(record, user)
+        except SlurmError:
+            tasks = {}
+        problem, trials = "", {}
+        try:
+            result = user.run([str(self.cfg.venv / "bin" / "python"), "-m", "chexnet.sweep", "status",
+                               str(record.job_dir)], check=False, timeout=READ_TIMEOUT_S * 3)
+            if result.returncode != 0:
+                problem = f"the study could not be read: {result.stderr.strip()[-300:]}"
+            else:
+                trials = read_status(result.stdout, record.sweep)
+        except subprocess.TimeoutExpired:
+            problem = "the study could not be read in time"
+        except SweepStatusError as err:
+            problem = f"the study's answer was not understood ({err})"
+        return sweep_view(record.sweep, trials, tasks, problem)
+
     def cancel(self, record: JobRecord, user: JobUser) -> None:
         """scancel as the user: Slurm itself refuses to cancel anyone else's job. A job Slurm does not know (ended
         and forgotten) and one that is not the user's are refused alike, JobNotFound: the refusal must not tell
@@ -275,6 +366,12 @@ class SlurmScheduler(JobsInHome):
                 raise JobNotFound(f"job {record.id}: not in Slurm's queue for {user.name} (it has ended, or it is "
                                   f"not {user.name}'s)") from None
             raise
+        if record.sweep is not None:  # every task is cancelled with the array: their trials end as FAIL
+            try:
+                user.run([str(self.cfg.venv / "bin" / "python"), "-m", "chexnet.sweep", "close",
+                          str(record.job_dir)], check=False, timeout=READ_TIMEOUT_S * 3)
+            except subprocess.TimeoutExpired:
+                pass  # the page still shows each task as Slurm ended it
 
     def usage(self, user: JobUser, everyone: bool, now: datetime) -> UsageReport:
         """This week's jobs and GPU-hours from Slurm's accounting: the user's (sacct as them), or with `everyone`

@@ -44,7 +44,8 @@ class JobAPIHandler(APIHandler):
             metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
             detail = {"per_class_auroc": metrics.per_class_auroc, "best_epoch": metrics.best_epoch}
         history = await self.blocking(self.board.history, job)
-        self.write_json({**summary, **detail, "history": history})
+        sweep = await self.blocking(self.board.sweep_of, job, summary["state"])
+        self.write_json({**summary, **detail, "history": history, **({"sweep": sweep.to_dict()} if sweep else {})})
 
     async def delete(self, job_id: str) -> None:
         everyone = await self.everyone()

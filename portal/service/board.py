@@ -38,6 +38,7 @@ from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SchedulerE
 from portal.jobs.account import JobUser, job_user
 from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
 from portal.jobs.spec import JobLimits
+from portal.jobs.sweep import SweepView
 from portal.scheduler import scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
@@ -87,6 +88,7 @@ class JobBoard(UsageViews):
                  dir_stamp: Callable[[str], DirStamp | None] = jobs_dir_stamp):
         self.cfg, self.cluster, self.api = cfg, cluster, api
         self.scheduler = scheduler_for(cfg)
+        self.sweeps = self.scheduler.sweeps  # the submit form offers "sweep" beside "single run"
         self._dir_stamp = dir_stamp
         self.base_url, self.service_prefix = base_url, service_prefix
         self.rescan_s, self._clock = rescan_s, clock
@@ -224,6 +226,19 @@ class JobBoard(UsageViews):
             cached = self._metrics.put(key, job.metrics(), final=ended)
         return cached
 
+    def sweep_of(self, job: AnyJob, state: str) -> SweepView | None:
+        """A sweep's trials (a process of the user's reads the study), at most every metrics refresh while it
+        runs, once for good when it has ended; None for a single run."""
+        if isinstance(job, UnreadableJob) or job.plan is None:
+            return None
+        key = ("sweep", *job_key(job))
+        ended = state in ENDED_STATES
+        cached = self._metrics.get(key, want_final=ended)
+        if cached is None:
+            view = job.sweep()
+            cached = self._metrics.put(key, view, final=ended and not view.problem)
+        return cached
+
     def known_metrics(self, job: Job, state: str) -> RunMetrics | None:
         """The job's metrics as known now, never waiting: a missing or stale value is read in the background
         (what was known meanwhile is shown; nothing from a run for a job that has just ended)."""
@@ -309,10 +324,11 @@ class JobBoard(UsageViews):
             cached = self._history.put(key, job.history(), final=job.done)
         return cached
 
-    def log_tail(self, job: AnyJob, lines: int | None = None) -> str:
+    def log_tail(self, job: AnyJob, lines: int | None = None, task: int | None = None) -> str:
+        """The last lines of the job's output (a sweep's: of its task `task`)."""
         if isinstance(job, UnreadableJob):
             return ""  # its page says why; its directory is not read on the word of a broken record
-        return job.logs(tail=lines or self.cfg.dashboard_log_lines)
+        return job.logs(tail=lines or self.cfg.dashboard_log_lines, task=task)
 
     # --- acting ---
 
@@ -339,11 +355,14 @@ class JobBoard(UsageViews):
                 self._remember_job(job)
                 if job.scheduler.queue_in_snapshot:
                     with self._acted_lock:
-                        self._submitted[job_key(job)] = (self._clock(), job.spec.nodes * job.spec.gpus_per_node)
+                        # a sweep's trials hold `parallel` times a trial's GPUs once they run
+                        at_once = job.plan.parallel if job.plan is not None else 1
+                        self._submitted[job_key(job)] = (self._clock(), job.spec.gpus * at_once)
             finally:
                 decision.release()
-        log.info("submit by %s: job %s on %s, %d node(s) x %d GPU(s), %d epoch(s)", user.name, job.id, job.backend,
-                 job.spec.nodes, job.spec.gpus_per_node, job.spec.epochs)
+        sweep = f", a sweep of {job.plan.trials} trials, {job.plan.parallel} at once" if job.plan else ""
+        log.info("submit by %s: job %s on %s, %d node(s) x %d GPU(s), %d epoch(s)%s", user.name, job.id, job.backend,
+                 job.spec.nodes, job.spec.gpus_per_node, job.spec.epochs, sweep)
         state = PENDING if job.scheduler.queue_in_snapshot else job.state
         warning = job.scheduler.start_note(job.spec, user.name, snapshot)
         return {**job_summary(job, state, "", None, self.base_url, self.service_prefix), "warning": warning}

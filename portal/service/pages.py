@@ -34,6 +34,7 @@ from portal.jobs.spec import (
     format_minutes,
     parse_job_spec,
 )
+from portal.jobs.sweep import MAX_TRIALS, PRUNERS, SAMPLERS, SweepView
 from portal.logview import filter_log
 from portal.notebook import AurocTable
 from portal.scheduler.home import ModelCardError
@@ -52,13 +53,75 @@ def notebook_templates(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.glob("*.ipynb")) if directory.is_dir() else []
 
 
+# The form's sweep fields (kind "sweep"), each to its place in the request's "sweep" (portal.jobs.sweep); the lists
+# ("8, 16") are searched as choices, an empty one is not searched; the learning rate is a range on a log scale.
+KIND = "kind"
+KINDS = ("single", "sweep")
+SWEEP_FORM = {"sweep_trials": ("trials",), "sweep_parallel": ("parallel",), "sweep_sampler": ("sampler",),
+              "sweep_pruner": ("pruner",), "sweep_min_epochs": ("min_epochs",),
+              "sweep_lr_low": ("space", "lr", "low"), "sweep_lr_high": ("space", "lr", "high"),
+              "sweep_batch_size": ("space", "batch_size"), "sweep_image_size": ("space", "image_size"),
+              "sweep_model": ("space", "model")}
+
+
+def form_sweep(decoded: Mapping[str, list[str]]) -> dict[str, object]:
+    """The "sweep" of a posted form whose kind is "sweep": its fields as the API takes them."""
+    sweep: dict[str, object] = {}
+    space: dict[str, object] = {}
+    for name, where in SWEEP_FORM.items():
+        text = (decoded.get(name) or [""])[0].strip()
+        if not text:
+            continue
+        if where[0] != "space":
+            sweep[where[0]] = text
+        elif len(where) == 3:
+            space.setdefault(where[1], {"log": True})[where[2]] = text  # type: ignore[index]
+        else:
+            space[where[1]] = [item.strip() for item in text.split(",") if item.strip()]
+    if space:
+        sweep["space"] = space
+    return sweep
+
+
+SWEEP_FORM_DEFAULTS = {"sweep_trials": "8", "sweep_parallel": "2", "sweep_lr_low": "1e-4", "sweep_lr_high": "1e-2",
+                       "sweep_sampler": "tpe", "sweep_pruner": "median", "sweep_min_epochs": "2"}
+
+
+def sweep_form_values(given: Mapping[str, object]) -> dict[str, str]:
+    """What the form's sweep fields show: the "sweep" of what was posted (or of the job run again), else the
+    defaults."""
+    sweep = given.get("sweep")
+    if not isinstance(sweep, Mapping):
+        return dict(SWEEP_FORM_DEFAULTS)
+    shown_values: dict[str, str] = {}
+    for name, where in SWEEP_FORM.items():
+        value: object = sweep
+        for key in where:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, Mapping) and "choices" in value:  # a recorded plan's list
+            value = value["choices"]
+        shown_values[name] = ", ".join(map(str, value)) if isinstance(value, list) else "" if value is None \
+            else str(value)
+    return shown_values
+
+
+def sweep_form_field(field: str | None) -> str:
+    """The form field of an error about the sweep ("sweep.space.lr.low" -> "sweep_lr_low"); "" for others."""
+    if not field or not field.startswith("sweep"):
+        return ""
+    path = tuple(part.split("[")[0] for part in field.split(".")[1:])
+    return next((name for name, where in SWEEP_FORM.items() if path[:len(where)] == where or
+                 (len(where) == 2 and path[:2] == where)), "")
+
+
 def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
-    """The JobSpec fields of a posted form: empty fields mean the default; checkboxes are present or not.
+    """The JobSpec fields of a posted form: empty fields mean the default; checkboxes are present or not. With
+    kind "sweep", its sweep fields too (`form_sweep`).
 
     Refused (InputError, naming the field): a field the form does not have, a value that is not UTF-8 or longer
     than a path may be, a field sent twice, and a post with no field at all (a browser sends every input of the
     form, empty or not: nothing at all is not a person submitting the form)."""
-    decoded = decode_form(arguments, FIELDS, WHOLE, cap=MAX_PATH)
+    decoded = decode_form(arguments, (*FIELDS, KIND, *SWEEP_FORM), WHOLE, cap=MAX_PATH)
     if not decoded:
         raise InputError("template", f"no field was sent; allowed: the form's fields ({', '.join(FIELDS)})")
     spec: dict[str, object] = {}
@@ -71,6 +134,14 @@ def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
             continue
         if values and values[0].strip():
             spec[name] = values[0].strip()
+    for name in (KIND, *SWEEP_FORM):
+        if len(decoded.get(name) or []) > 1:
+            raise InputError(name, "sent more than once; allowed: once")
+    kind = (decoded.get(KIND) or ["single"])[0]
+    if kind not in KINDS:
+        raise InputError(KIND, f"{shown(kind)} is not a kind of job; allowed: {', '.join(KINDS)}")
+    if kind == "sweep":
+        spec["sweep"] = form_sweep(decoded)
     return spec
 
 
@@ -203,29 +274,55 @@ class JobPageHandler(PageHandler):
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
         summary = await self.blocking(self.board.summary, job, viewer=self.hub_user.name)
         history = await self.blocking(self.board.history, job)
+        sweep = await self.blocking(self.board.sweep_of, job, summary["state"])
         best_epoch, auroc = None, None
-        if summary["state"] not in ("PENDING", UNREADABLE):  # nothing written yet; spares a process as the user
+        if summary["state"] not in ("PENDING", UNREADABLE) and sweep is None:  # nothing written yet / per trial
             metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
             best_epoch = metrics.best_epoch
             auroc = AurocTable(metrics.per_class_auroc) if metrics.per_class_auroc else None
-        figures = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc}
+        figures = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc,
+                   "sweep": sweep.to_dict() if sweep else None}
         if figures_only:
             self.render_page("job_figures.html", **figures)
             return
+        # A sweep's page shows its best trial's card and output (else the first running or last started task's).
+        task = shown_task(sweep)
         card, card_problem = None, ""
-        if summary["state"] in ENDED_STATES and summary["state"] != UNREADABLE:
+        if summary["state"] in ENDED_STATES and summary["state"] != UNREADABLE or task is not None:
             try:
-                card = await self.blocking(job.model_card)
+                card = await self.blocking(job.model_card, task)
             except ModelCardError as err:
                 card_problem = str(err)
-        log, hidden = filter_log(await self.blocking(self.board.log_tail, job))
+        log, hidden = filter_log(await self.blocking(self.board.log_tail, job, None, task))
         owner = job.owner
         server_ready = await self.server_ready() if owner == self.hub_user.name else False
         self.render_page("job.html", **figures, log=log, log_hidden=hidden, server_ready=server_ready,
-                         card=card, card_problem=card_problem,
+                         card=card, card_problem=card_problem, task=task,
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
                          tensorboard=panel_url(owner, job.id, self.settings["hub_base_url"]),
                          start_url=f"{self.settings['hub_base_url']}hub/spawn/{owner}")
+
+
+def shown_task(sweep: SweepView | None) -> int | None:
+    """The task whose card and output a sweep's page shows: the best trial's, else the first running, else the
+    last that started; None for a single run (or a sweep none of whose tasks has started)."""
+    if sweep is None:
+        return None
+    if sweep.best is not None:
+        return sweep.best.task
+    started = [row for row in sweep.rows if row.number is not None]
+    running = [row for row in started if row.state == "RUNNING"]
+    return (running or started[-1:] or [None])[0].task if started else None
+
+
+def task_argument(value: str | None) -> int | None:
+    """The `task` argument of a sweep's log and card: a task index of the job array."""
+    if value is None:
+        return None
+    try:
+        return whole_number(value, "task", 0, MAX_TRIALS - 1, " (a task of the sweep)")
+    except InputError as err:
+        raise UserError(400, str(err), err.field) from None
 
 
 def tail_lines(value: str | None) -> int | None:
@@ -254,9 +351,10 @@ class JobLogHandler(PageHandler):
     async def get(self, job_id: str) -> None:
         lines = tail_lines(self.get_argument("tail", None))
         framework = flag(self.get_argument("framework", None), "framework")
+        task = task_argument(self.get_argument("task", None))
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
-        text = await self.blocking(job.logs, lines)
+        text = await self.blocking(job.logs, lines, task)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         if framework or lines is None:
             self.finish(text)
@@ -271,16 +369,21 @@ class ModelCardHandler(PageHandler):
     of whatever file is at its path)."""
 
     async def get(self, job_id: str) -> None:
+        task = task_argument(self.get_argument("task", None))
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
         try:
-            card = await self.blocking(job.model_card)
+            card = await self.blocking(job.model_card, task)
         except ModelCardError as err:
             raise UserError(409, str(err)) from None
         if card is None:
-            raise UserError(404, f"job {job.id} has no model card yet: its run writes one when training ends")
+            which = f"job {job.id}" if task is None else f"task {task} of sweep {job.id}"
+            raise UserError(404, f"{which} has no model card yet: its run writes one when training ends"
+                                 + (" (a sweep's card is its trial's: add ?task=N)" if job.plan and task is None
+                                    else ""))
         self.set_header("Content-Type", "application/json; charset=utf-8")
-        self.set_header("Content-Disposition", f'attachment; filename="model_card-{job.id}.json"')
+        name = job.id if task is None else f"{job.id}-task{task}"
+        self.set_header("Content-Disposition", f'attachment; filename="model_card-{name}.json"')
         self.finish(json.dumps(card, indent=1) + "\n")
 
 
@@ -330,7 +433,11 @@ class SubmitPageHandler(PageHandler):
         shown_values = form_values(limits, values)
         self.render_page("submit.html", http_status=error.status_code if error else None, limits=limits,
                          values=shown_values, summary=request_summary(shown_values, limits), error=error,
-                         fields=form_fields(limits), again_of=again_of, mine=mine, saved=saved)
+                         fields=form_fields(limits), again_of=again_of, mine=mine, saved=saved,
+                         kind="sweep" if isinstance(values.get("sweep"), Mapping) else "single",
+                         sweep_values=sweep_form_values(values), sampler_choices=SAMPLERS, pruner_choices=PRUNERS,
+                         model_choices=MODELS, sweep_error=sweep_form_field(error.field if error else None),
+                         sweeps=self.board.sweeps)
 
     async def get(self) -> None:
         """The form, empty, or holding job `from`'s settings ("run again with changes")."""
@@ -341,7 +448,8 @@ class SubmitPageHandler(PageHandler):
         job = await self.blocking(self.board.get, self.hub_user, job_id, await self.everyone())
         if not isinstance(job, Job):
             raise UserError(409, f"job {job.id}'s record is unreadable: it has no settings to start from")
-        await self._show(job.spec.to_dict(), again_of=job.id)
+        await self._show({**job.spec.to_dict(), **({"sweep": job.plan.to_dict()} if job.plan else {})},
+                         again_of=job.id)
 
     async def post(self) -> None:
         try:

@@ -23,7 +23,7 @@ from tornado.web import StaticFileHandler
 
 from portal.jobs.record import ENDED_STATES
 from portal.service import HUB_TEMPLATES
-from portal.service.sparkline import format_duration, sparkline
+from portal.service.sparkline import format_duration, scatter, sparkline
 
 HUB_DATA = Path(DATA_FILES_PATH)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -39,6 +39,7 @@ def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
     env.filters["number"] = number
     env.filters["duration"] = format_duration
     env.globals["sparkline"] = sparkline
+    env.globals["scatter"] = scatter
     env.globals["ENDED_STATES"] = ENDED_STATES
     return env
 

@@ -104,3 +104,39 @@ def format_duration(seconds: float | None) -> str:
         return f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+def scatter(pairs: Iterable[tuple[object, object]], width: int = 240, height: int = 120, label: str = "values",
+            log_x: bool = False, marked: object = None) -> Markup:
+    """An inline `<svg role="img">` of (x, y) points, such as a sweep's mean AUROC (y) against one parameter (x):
+    x numeric (log-scaled with `log_x`) or categories (spread evenly, in the order first met). The point whose x is
+    `marked` (the best trial's) is drawn larger. Non-finite y: left out. Nothing to draw: empty markup."""
+    width, height = _side("width", width), _side("height", height)
+    found = [(x, y) for x, y in pairs if isinstance(y, int | float) and not isinstance(y, bool) and math.isfinite(y)]
+    if not found:
+        return Markup("")
+    numeric = all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and (x > 0 or not log_x)
+                  for x, _ in found)
+    if numeric:
+        xs = [math.log10(x) if log_x else float(x) for x, _ in found]
+    else:
+        order = list(dict.fromkeys(str(x) for x, _ in found))
+        xs = [float(order.index(str(x))) for x, _ in found]
+    ys = [float(y) for _, y in found]
+    (x_low, x_high), (y_low, y_high) = (min(xs), max(xs)), (min(ys), max(ys))
+    inner_w, inner_h = width - 4 * PAD, height - 4 * PAD
+    dots = []
+    for (x_raw, _), x, y in zip(found, xs, ys, strict=True):
+        cx = width / 2 if x_high == x_low else 2 * PAD + (x - x_low) / (x_high - x_low) * inner_w
+        cy = height / 2 if y_high == y_low else 2 * PAD + (y_high - y) / (y_high - y_low) * inner_h
+        radius = STROKE + 2.5 if marked is not None and x_raw == marked else STROKE + 1
+        dots.append(f'<circle cx="{cx:.2f}" cy="{cy:.2f}" r="{radius:g}" fill="currentColor" fill-opacity="0.7"/>')
+    x_words = (f"from {short_number(min(x for x, _ in found))} to {short_number(max(x for x, _ in found))}"
+               if numeric else ", ".join(dict.fromkeys(str(x) for x, _ in found)))
+    words = escape(f"{label}: {len(found)} point(s); x {x_words}{' (log scale)' if log_x and numeric else ''}; "
+                   f"y from {short_number(y_low)} to {short_number(y_high)}")
+    return Markup(
+        f'<svg class="scatter" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{words}" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" focusable="false"><title>{words}</title>'
+        f'<rect x="0.5" y="0.5" width="{width - 1}" height="{height - 1}" fill="none" stroke="currentColor" '
+        f'stroke-opacity="0.25"/>{"".join(dots)}</svg>')

@@ -64,6 +64,7 @@ def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, 
         "id": job.id, "user": job.record.user, "backend": job.backend, "state": state, **wait,
         "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node, "elapsed": elapsed,
         "submitted_at": job.submitted_at, "job_dir": job.job_dir, "spec": spec.to_dict(),
+        "sweep": job.plan.to_dict() if job.plan is not None else None,
         "images_per_sec": metrics.images_per_sec if metrics else None,
         "best_mean_auroc": metrics.best_mean_auroc if metrics else None,
         "epochs_done": metrics.epochs_done if metrics else 0, "epochs": spec.epochs,
@@ -89,7 +90,8 @@ def unreadable_summary(job: UnreadableJob, service_prefix: str = "/services/port
     """The list's row and the API's answer for a job whose record is not one: its id, whose home it is in, why."""
     return {"id": job.id, "user": job.owner, "backend": "", "state": UNREADABLE, **NO_WAIT,
             "unreadable": f"unreadable record: {job.reason}", "nodes": "-", "gpus_per_node": "-", "elapsed": "",
-            "submitted_at": "", "job_dir": job.job_dir, "spec": {}, "images_per_sec": None, "best_mean_auroc": None,
+            "submitted_at": "", "job_dir": job.job_dir, "spec": {}, "sweep": None, "images_per_sec": None,
+            "best_mean_auroc": None,
             "epochs_done": 0, "epochs": None, "series": {"images_per_sec": [], "mean_auroc": []},
             "epoch_seconds": None, "time_left_s": None, "metrics_unreadable": "",
             "links": {"page": f"{service_prefix}jobs/{job.id}", "log": "", "tensorboard": ""}}

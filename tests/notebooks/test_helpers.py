@@ -28,9 +28,9 @@ def templates(tmp_path: Path) -> Path:
     return source
 
 
-def test_the_repository_has_the_four_templates():
+def test_the_repository_has_the_five_templates():
     assert TEMPLATES == ["01-explore-chestxray14.ipynb", "02-train-chexnet-horovod.ipynb", "03-evaluate.ipynb",
-                         "04-scaling-study.ipynb"]
+                         "04-scaling-study.ipynb", "05-sweep.ipynb"]
 
 
 def test_every_template_starts_with_a_tagged_parameters_cell():

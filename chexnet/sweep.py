@@ -1,0 +1,340 @@
+"""A sweep's trials, each one task of a Slurm job array, sharing one Optuna study in the job's directory.
+
+    python -m chexnet.sweep attach JOB_DIR TASK     # the trial of task TASK: prints its number (once per task)
+    python -m chexnet.train ... --trial JOB_DIR/trials/TASK/trial.json   # trains it; rank 0 reports, prunes, tells
+    python -m chexnet.sweep fail JOB_DIR TASK       # the training failed: the trial is FAIL
+    python -m chexnet.sweep close JOB_DIR           # the sweep was cancelled: every unfinished trial is FAIL
+    python -m chexnet.sweep status JOB_DIR          # every trial as JSON (the portal reads it as the user)
+
+The study is Optuna's journal storage, `study.journal` in the job's directory: a file on the shared home that every
+node appends to under Optuna's own lock file (made with O_EXCL, which NFSv3 and later honour), so no database or
+service is needed. Its plan, `sweep.json`, is what the portal validated at submit (portal.jobs.sweep).
+
+One trial per task, counted once: the trial is made with the task's index in its user attributes, in one journal
+line, and written to `trials/<task>/trial.json`. A task Slurm runs again (its node failed, `--requeue`) finds the
+same trial, resumes training from `trials/<task>/checkpoints`, re-reports what its checkpoint's epochs measured
+(Optuna keeps the first value of a step), and goes on; a task whose trial has already finished does nothing.
+
+Pruning happens inside `chexnet.train`: rank 0 reports each epoch's validation mean AUROC (step = the epoch, from
+1, as in TensorBoard) and asks the pruner, then tells every rank (a Horovod broadcast), so all stop together after
+the same epoch and the process exits 0: the trial is PRUNED in the study, its task COMPLETED in Slurm.
+
+Only Optuna is imported here (not TensorFlow): `attach` runs once per task before any worker starts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PLAN_FILE = "sweep.json"
+JOURNAL_FILE = "study.journal"
+TRIALS_DIR = "trials"
+TRIAL_FILE = "trial.json"
+STUDY_NAME = "sweep"
+TASK_ATTR = "task"  # the trial's user attribute: the index of the array task that runs it
+EXIT_FINISHED = 10  # `attach`: the task's trial has already finished (a requeued task after its tell)
+STALE_LOCK_S = 60.0  # a journal write holds the lock for milliseconds: older than this, its writer was killed
+MAX_PLAN_BYTES = 64 * 1024
+MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # 200 trials x 30 epochs is ~1 MB
+
+
+class SweepError(RuntimeError):
+    """The sweep's files are not what the portal wrote (edited, or not a sweep's directory)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The parts of `sweep.json` a trial needs (validated by the portal at submit; here only read carefully)."""
+
+    space: dict[str, dict[str, Any]]
+    sampler: str
+    pruner: str
+    min_epochs: int
+    seed: int
+    epochs: int
+
+    @classmethod
+    def read(cls, job_dir: Path) -> Plan:
+        path = job_dir / PLAN_FILE
+        try:
+            with open(path, "rb") as file:
+                text = file.read(MAX_PLAN_BYTES + 1)
+            if len(text) > MAX_PLAN_BYTES:
+                raise ValueError(f"more than {MAX_PLAN_BYTES} bytes")
+            data = json.loads(text)
+            plan = cls(space=dict(data["space"]), sampler=str(data["sampler"]), pruner=str(data["pruner"]),
+                       min_epochs=int(data["min_epochs"]), seed=int(data["seed"]), epochs=int(data["epochs"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise SweepError(f"{path}: not a sweep's plan ({err})") from None
+        return plan
+
+
+def _optuna():
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per trial in every task's log
+    # TPE's constant_liar is "experimental" in 4.1 (and recommended for parallel trials): not worth a warning per task.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    return optuna
+
+
+def clear_stale_lock(journal: Path, now: float | None = None) -> bool:
+    """Remove the journal's lock file when its writer was killed holding it (SIGKILL mid-append: a lost node, the
+    end of KillWait). Optuna's lock has no timeout: every writer would otherwise wait forever. True if removed."""
+    lock = Path(f"{journal}.lock")
+    try:
+        age = (time.time() if now is None else now) - lock.lstat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age < STALE_LOCK_S:
+        return False
+    try:
+        lock.unlink()
+    except FileNotFoundError:
+        return False
+    print(f"chexnet.sweep: removed {lock}, left {age:.0f} s ago by a writer that was killed", file=sys.stderr)
+    return True
+
+
+def storage(job_dir: Path):
+    """The sweep's journal storage (a regular file of the user's, not a link or a FIFO)."""
+    optuna = _optuna()
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+    journal = job_dir / JOURNAL_FILE
+    try:
+        info = journal.lstat()
+    except FileNotFoundError:
+        info = None
+    if info is not None and (not journal.is_file() or journal.is_symlink()):
+        raise SweepError(f"{journal} is not a regular file")
+    if info is not None and info.st_size > MAX_JOURNAL_BYTES:
+        raise SweepError(f"{journal} is {info.st_size} bytes, more than a sweep writes ({MAX_JOURNAL_BYTES})")
+    clear_stale_lock(journal)
+    return optuna.storages.JournalStorage(JournalFileBackend(str(journal), lock_obj=JournalFileOpenLock(str(journal))))
+
+
+def sampler_for(plan: Plan, task: int):
+    """Seeded per task: the same seed in every task draws the same values in each (Optuna's samplers are
+    per-process), so trial `task` draws with seed + task, the same values when its task runs again."""
+    optuna = _optuna()
+    seed = plan.seed + task
+    if plan.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # constant_liar: a running trial counts as a bad one, so parallel trials spread out (Optuna's advice).
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+
+
+def pruner_for(plan: Plan):
+    """Steps are epochs from 1. Median: a trial is stopped after epoch >= min_epochs when its AUROC is below the
+    median of the completed trials' at that epoch (once one has completed). Hyperband: rungs from min_epochs up
+    to the sweep's epochs, a third kept at each."""
+    optuna = _optuna()
+    if plan.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=plan.min_epochs)
+    if plan.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=plan.min_epochs, max_resource=plan.epochs,
+                                              reduction_factor=3)
+    return optuna.pruners.NopPruner()
+
+
+def open_study(job_dir: Path, plan: Plan, task: int = 0, create: bool = False):
+    """The sweep's study, with the sampler and pruner of its plan (Optuna stores neither). Only a task's `attach`
+    creates it (every creation appends to the journal, so everything else loads)."""
+    optuna = _optuna()
+    sampler, pruner = sampler_for(plan, task), pruner_for(plan)
+    if create:
+        return optuna.create_study(storage=storage(job_dir), study_name=STUDY_NAME, direction="maximize",
+                                   sampler=sampler, pruner=pruner, load_if_exists=True)
+    try:
+        return optuna.load_study(storage=storage(job_dir), study_name=STUDY_NAME, sampler=sampler, pruner=pruner)
+    except KeyError:
+        raise SweepError(f"{job_dir / JOURNAL_FILE} holds no study named {STUDY_NAME!r}") from None
+
+
+def _suggest(trial, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    params = {}
+    for name, spec in space.items():
+        if "choices" in spec:
+            params[name] = trial.suggest_categorical(name, list(spec["choices"]))
+        elif isinstance(spec["low"], int) and isinstance(spec["high"], int) and name != "lr":
+            params[name] = trial.suggest_int(name, spec["low"], spec["high"])
+        else:
+            params[name] = trial.suggest_float(name, float(spec["low"]), float(spec["high"]),
+                                               log=bool(spec.get("log")))
+    return params
+
+
+def trial_of_task(study, task: int):
+    """The study's trial of this task (FrozenTrial), or None."""
+    for frozen in study.get_trials(deepcopy=False):
+        if frozen.user_attrs.get(TASK_ATTR) == task:
+            return frozen
+    return None
+
+
+def attach(job_dir: Path, task: int) -> tuple[int, dict[str, Any], bool]:
+    """(trial number, its parameters, whether it has already finished) of the task's trial, made if new."""
+    optuna = _optuna()
+    from optuna.trial import TrialState
+
+    plan = Plan.read(job_dir)
+    study = open_study(job_dir, plan, task, create=True)
+    frozen = trial_of_task(study, task)
+    if frozen is None:  # one journal line makes the trial with its task: no window where a kill leaves an orphan
+        template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs={TASK_ATTR: task})
+        trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    else:
+        trial_id = frozen._trial_id
+        if frozen.state.is_finished():
+            return frozen.number, dict(frozen.params), True
+    trial = optuna.trial.Trial(study, trial_id)
+    params = _suggest(trial, plan.space)  # a trial asked again gets the values it drew the first time
+    return trial.number, params, False
+
+
+def write_trial_file(job_dir: Path, task: int, number: int, params: dict[str, Any]) -> Path:
+    directory = job_dir / TRIALS_DIR / str(task)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / TRIAL_FILE
+    partial = directory / f".{TRIAL_FILE}.{os.getpid()}"
+    partial.write_text(json.dumps({"number": number, "task": task, "params": params}) + "\n")
+    partial.replace(path)
+    return path
+
+
+class TrialReporter:
+    """Rank 0's line to the study during training: report each epoch's AUROC, ask the pruner, tell the end."""
+
+    def __init__(self, job_dir: Path, task: int, number: int):
+        optuna = _optuna()
+        self.plan = Plan.read(job_dir)
+        self.study = open_study(job_dir, self.plan, task)
+        self.number = number
+        self.trial = optuna.trial.Trial(self.study, self.study._storage.get_trial_id_from_study_id_trial_number(
+            self.study._study_id, number))
+        self.pruned_at: int | None = None
+
+    @classmethod
+    def from_trial_file(cls, path: Path) -> TrialReporter:
+        data = json.loads(path.read_text()[:MAX_PLAN_BYTES])
+        return cls(path.parent.parent.parent, int(data["task"]), int(data["number"]))
+
+    def report(self, epoch: int, value: float | None) -> bool:
+        """Report epoch `epoch` (from 1); whether the pruner stops the trial here. NaN (undefined AUROC) is
+        reported as such: the median pruner stops such a trial. After the last epoch nothing is left to save: the
+        trial is complete, whatever the pruner would say."""
+        self.trial.report(math.nan if value is None else float(value), epoch)
+        return epoch < self.plan.epochs and self.trial.should_prune()
+
+    def catch_up(self, values: dict[int, float | None]) -> None:
+        """Report the epochs a resumed run's checkpoint has done (the run before may have died before reporting
+        them); steps already reported keep their first value."""
+        reported = set(self.study._storage.get_trial(self.trial._trial_id).intermediate_values)
+        for epoch in sorted(values):
+            if epoch not in reported:
+                self.trial.report(math.nan if values[epoch] is None else float(values[epoch]), epoch)
+
+    def pruned(self, epoch: int) -> None:
+        from optuna.trial import TrialState
+
+        self.pruned_at = epoch
+        self.study.tell(self.number, state=TrialState.PRUNED, skip_if_finished=True)
+
+    def complete(self, value: float | None) -> None:
+        from optuna.trial import TrialState
+
+        if value is None or not math.isfinite(value):
+            self.study.tell(self.number, state=TrialState.FAIL, skip_if_finished=True)
+        else:
+            self.study.tell(self.number, float(value), skip_if_finished=True)
+
+
+def fail(job_dir: Path, task: int) -> bool:
+    """Mark the task's trial FAIL unless it has finished; whether it was marked."""
+    from optuna.trial import TrialState
+
+    if not (job_dir / JOURNAL_FILE).exists():
+        return False
+    study = open_study(job_dir, Plan.read(job_dir), task)
+    frozen = trial_of_task(study, task)
+    if frozen is None or frozen.state.is_finished():
+        return False
+    study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
+    return True
+
+
+def close(job_dir: Path) -> int:
+    """Every unfinished trial FAIL (the sweep was cancelled: no task runs any more); how many."""
+    from optuna.trial import TrialState
+
+    if not (job_dir / JOURNAL_FILE).exists():
+        return 0
+    study = open_study(job_dir, Plan.read(job_dir))
+    count = 0
+    for frozen in study.get_trials(deepcopy=False):
+        if not frozen.state.is_finished():
+            study.tell(frozen.number, state=TrialState.FAIL, skip_if_finished=True)
+            count += 1
+    return count
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def status(job_dir: Path) -> dict[str, Any]:
+    """Every trial of the study: number, task, state, parameters, final value, AUROC per epoch."""
+    if not (job_dir / JOURNAL_FILE).exists():
+        return {"trials": []}
+    study = open_study(job_dir, Plan.read(job_dir))
+    trials = []
+    for frozen in study.get_trials(deepcopy=False):
+        trials.append({"number": frozen.number, "task": frozen.user_attrs.get(TASK_ATTR),
+                       "state": frozen.state.name, "params": frozen.params, "value": _finite(frozen.value),
+                       "epochs": {str(step): _finite(value) for step, value in
+                                  sorted(frozen.intermediate_values.items())}})
+    return {"trials": trials}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    usage = "usage: python -m chexnet.sweep {attach JOB_DIR TASK | fail JOB_DIR TASK | close JOB_DIR | status JOB_DIR}"
+    commands = {"attach": 2, "fail": 2, "close": 1, "status": 1}
+    if not args or args[0] not in commands or len(args) != commands[args[0]] + 1 or (
+            len(args) == 3 and not (args[2].isascii() and args[2].isdigit())):
+        print(usage, file=sys.stderr)
+        return 2
+    job_dir = Path(args[1])
+    try:
+        if args[0] == "attach":
+            task = int(args[2])
+            number, params, finished = attach(job_dir, task)
+            if finished:
+                print(f"chexnet.sweep: trial {number} of task {task} has already finished", file=sys.stderr)
+                return EXIT_FINISHED
+            write_trial_file(job_dir, task, number, params)
+            print(number)
+        elif args[0] == "fail":
+            fail(job_dir, int(args[2]))
+        elif args[0] == "close":
+            print(f"chexnet.sweep: {close(job_dir)} unfinished trial(s) marked FAIL", file=sys.stderr)
+        else:
+            print(json.dumps(status(job_dir)))
+    except (SweepError, OSError, ValueError, KeyError, TypeError) as err:  # the files are the user's: any content
+        print(f"chexnet.sweep: error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Sweeps on the box's Slurm (portal.jobs.sweep, chexnet.sweep): a job array of trials sharing one Optuna study
+in the job's directory, at most `parallel` at once, bad trials pruned early; a node lost mid-sweep, and the trial
+it ran resumes from its checkpoint, counted once.
+
+Sized for 2 CPU cores: the demo set's 64x64 images, batch 8, 3 epochs, one worker per trial. The learning rate is
+the searched parameter, with two choices far apart: 1e-3 learns the demo set's signal (mean AUROC ~0.98 after
+2 epochs), 1e-8 does not move from its start (~0.4). The random sampler draws trial `task` with seed + task, so
+the seed below is picked (with the sampler the trials use) for tasks 0 and 1, the first two to run, to learn and
+for a later one not to: the median pruner then has completed trials to compare with and a trial below them.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from portal import jobs
+from portal.jobs.sweep import parse_sweep
+from portal.runas import RUNUSER
+from tests.conftest import box, slurm, tensorboard_steps, wait_for
+from tests.integration.test_cluster import JOB_TIMEOUT_S, PORTAL, TINY, portal_client
+from tests.integration.test_job_endings import KILL_WAIT_S, user_processes
+
+pytestmark = pytest.mark.integration
+GOOD_LR, BAD_LR = 1e-3, 1e-8
+SWEEP_TIMEOUT_S = 1500
+
+
+def drawn_lr(seed: int, task: int) -> float:
+    """The learning rate the sweep's task `task` draws (chexnet.sweep.sampler_for, as the trial runs it)."""
+    import optuna
+
+    from chexnet import sweep
+
+    plan = sweep.Plan(space={"lr": {"choices": [GOOD_LR, BAD_LR]}}, sampler="random", pruner="median",
+                      min_epochs=2, seed=seed, epochs=3)
+    study = optuna.create_study(direction="maximize", sampler=sweep.sampler_for(plan, task))
+    return study.ask().suggest_categorical("lr", [GOOD_LR, BAD_LR])
+
+
+def seed_for(trials: int) -> int:
+    """A seed whose tasks 0 and 1 learn and at least one later task does not."""
+    for seed in range(200):
+        lrs = [drawn_lr(seed, task) for task in range(trials)]
+        if lrs[0] == lrs[1] == GOOD_LR and BAD_LR in lrs[2:]:
+            return seed
+    raise AssertionError("no seed in 0-199 draws the trials this test needs")
+
+
+def most_at_once(array_id: str) -> int:
+    """The most tasks of the array that ran at the same time, from Slurm's accounting (every run of every task,
+    requeued ones included: -D): a sweep over (start, +1) and (end, -1), ends first within a second."""
+    rows = slurm("sacct", "-X", "-D", "-P", "-n", "-j", array_id, "-o", "JobID,Start,End").splitlines()
+    events = []
+    for row in rows:
+        _, start, end = row.split("|")
+        if start in ("Unknown", "None", ""):
+            continue  # the pending rest of the array
+        events.append((datetime.fromisoformat(start), 1))
+        events.append((datetime.fromisoformat(end) if end not in ("Unknown", "None", "") else datetime.now(), -1))
+    running = most = 0
+    for _, step in sorted(events):
+        running += step
+        most = max(most, running)
+    return most
+
+
+def hparams_groups(logdir: Path, port: int = 16106) -> list[dict]:
+    """The session groups (rows) of TensorBoard's HPARAMS tab over `logdir`, from TensorBoard itself run as alice."""
+    import requests
+
+    server = subprocess.Popen([RUNUSER, "-u", "alice", "--", "/opt/dsportal/venv/bin/tensorboard", "--logdir",
+                               str(logdir), "--host", "127.0.0.1", "--port", str(port)], cwd="/tmp",
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    body = {"experimentName": "", "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                                                      "STATUS_RUNNING"], "colParams": [], "startIndex": 0,
+            "sliceSize": 100}
+    try:
+        def groups():
+            try:
+                answer = requests.post(f"http://127.0.0.1:{port}/data/plugin/hparams/session_groups", json=body,
+                                       timeout=10)
+            except requests.ConnectionError:
+                return None
+            return answer.json()["sessionGroups"] if answer.ok else None
+        return wait_for(groups, 90, interval=2, what="TensorBoard's hparams plugin")
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_a_sweep_prunes_a_bad_trial_and_runs_at_most_its_parallel(cluster, hub, demo_data, no_jobs_left):
+    trials = 6
+    seed = seed_for(trials)
+    client = portal_client(hub, "alice")
+    request = {**TINY, "epochs": 3, "gpus_per_node": 1,
+               "sweep": {"trials": trials, "parallel": 2, "sampler": "random", "pruner": "median", "min_epochs": 2,
+                         "seed": seed, "space": {"lr": [GOOD_LR, BAD_LR]}}}
+    submitted = client.post(f"{client.base}jobs", json=request, timeout=60)
+    assert submitted.status_code == 201, submitted.text
+    sweep_id = submitted.json()["id"]
+    job = jobs.get(sweep_id, user="alice")
+    assert job.plan is not None and job.plan.parallel == 2
+    script = Path(job.job_dir, "job.sbatch").read_text()
+    assert f"#SBATCH --array=0-{trials - 1}%2" in script
+
+    # While it runs: never more than 2 tasks at once, and the page lists every task.
+    deadline = time.monotonic() + SWEEP_TIMEOUT_S
+    while (state := job.state) not in ("COMPLETED", "FAILED", "CANCELLED"):
+        assert most_at_once(sweep_id) <= 2
+        assert time.monotonic() < deadline, f"sweep {sweep_id} still {state}"
+        time.sleep(5)
+    assert state == "COMPLETED", job.logs(tail=60, task=0)
+    assert most_at_once(sweep_id) <= 2
+    assert most_at_once(sweep_id) == 2  # it did run two at once
+
+    answer = client.get(f"{client.base}jobs/{sweep_id}", timeout=60).json()
+    rows = answer["sweep"]["trials"]
+    assert [row["task"] for row in rows] == list(range(trials)), rows
+    assert sorted(row["trial"] for row in rows) == list(range(trials)), rows  # each trial once
+    pruned = [row for row in rows if row["pruned"]]
+    assert pruned, rows
+    for row in pruned:  # min_epochs 2: the first epoch it may be; after the last (3) it is complete, not pruned
+        assert row["state"] == "PRUNED" and row["pruned_at"] == 2 and row["epochs_run"] == 2, row
+    # A trial that does not learn is stopped at the first epoch it may be (one that learns may be too, when it is
+    # below the median of those that completed: that is the pruner's call).
+    assert all(row["pruned"] for row in rows if row["params"]["lr"] == BAD_LR and row["task"] >= 2), rows
+    completed = [row for row in rows if row["state"] == "COMPLETED"]
+    assert {row["task"] for row in completed} >= {0, 1}, rows
+    best = answer["sweep"]["best"]
+    assert best["params"]["lr"] == GOOD_LR and best["value"] == max(row["value"] for row in completed), best
+    assert best["value"] > 0.8, best
+    # A pruned trial's task ended COMPLETED in Slurm (it exited 0): Slurm's word, not the study's.
+    tasks = slurm("sacct", "-X", "-P", "-n", "-j", sweep_id, "-o", "JobID,State").split()
+    assert all(line.endswith("|COMPLETED") for line in tasks), tasks
+
+    # The sweep's page: the best trial, every task, a chart per parameter; the best trial's model card.
+    session = hub.login("alice")
+    page = session.get(f"{hub.url}{PORTAL}jobs/{sweep_id}", timeout=60)
+    assert page.status_code == 200
+    assert f"trial {best['trial']}</strong> (task {best['task']})" in page.text
+    assert page.text.count("<tr data-task=") == trials and "pruned at epoch 2" in page.text
+    assert 'class="scatter"' in page.text and 'id="card-download"' in page.text
+    card = session.get(f"{hub.url}{PORTAL}jobs/{sweep_id}/model_card.json?task={best['task']}", timeout=60)
+    assert card.status_code == 200 and card.json()["spec"]["lr"] == GOOD_LR
+    log = session.get(f"{hub.url}{PORTAL}jobs/{sweep_id}/log?task={pruned[0]['task']}", timeout=60).text
+    assert "sweep: pruned at epoch 2 by the median pruner" in log
+
+    # Every trial is a row of its own in TensorBoard's HPARAMS tab, with its learning rate and its AUROC.
+    groups = hparams_groups(Path(job.job_dir) / "tensorboard")
+    by_name = {group["name"]: group for group in groups}
+    assert sorted(by_name) == sorted(f"{sweep_id}/tensorboard/trial-{n}" for n in range(trials)), sorted(by_name)
+    for row in rows:
+        group = by_name[f"{sweep_id}/tensorboard/trial-{row['trial']}"]
+        assert group["hparams"]["lr"] == pytest.approx(row["params"]["lr"])
+        mean = next(m["value"] for m in group["metricValues"] if m["name"]["tag"] == "auroc/mean")
+        assert mean == pytest.approx(row["value"], abs=1e-6)
+
+
+def test_a_node_lost_mid_sweep_resumes_its_trial_counted_once(cluster, hub, demo_data, no_jobs_left):
+    client = portal_client(hub, "alice")
+    request = {**TINY, "epochs": 4, "gpus_per_node": 1,
+               "sweep": {"trials": 2, "parallel": 2, "sampler": "random", "pruner": "none",
+                         "space": {"lr": {"low": 5e-4, "high": 2e-3, "log": True}}}}
+    submitted = client.post(f"{client.base}jobs", json=request, timeout=60)
+    assert submitted.status_code == 201, submitted.text
+    job = jobs.get(submitted.json()["id"], user="alice")
+
+    def node_of(task: int) -> str | None:
+        found = re.search(r"chexnet: Slurm job \d+ on (\S+), ", job.logs(task=task))
+        return found.group(1) if found else None
+
+    def checkpointed():  # a task that has saved its first epoch, and the node it runs on
+        for task in (0, 1):
+            if node_of(task) and Path(job.job_dir, "trials", str(task), "checkpoints", "ckpt-1.index").exists():
+                return task, node_of(task)
+        return None
+    task, node = wait_for(checkpointed, JOB_TIMEOUT_S, interval=1, what="a task's first checkpoint")
+    lost = [t for t in (0, 1) if node_of(t) == node]  # both tasks, when Slurm put them on the same node
+    trials_before = {t: job.sweep().rows[t].number for t in lost}
+    assert box("crash", node).returncode == 0  # its power lost: every process on it killed, no goodbye
+    wait_for(lambda: all(job.sweep().rows[t].state == "PENDING" for t in lost), 120, interval=2,
+             what="Slurm to requeue the lost tasks")
+    wait_for(lambda: not user_processes("alice")[node], KILL_WAIT_S, what=f"{node}'s processes to end")
+    assert box("start", node).returncode == 0
+    time.sleep(5)
+    for t in lost:  # as an admin would once the node is back; Slurm would wait 120 s
+        slurm("scontrol", "update", f"jobid={job.id}_{t}", "starttime=now")
+    assert job.wait(timeout=JOB_TIMEOUT_S, poll=3) == "COMPLETED", job.logs(tail=60, task=task)
+
+    for t, number in trials_before.items():
+        log = job.logs(task=t)
+        assert "restarted (restart 1) after it was requeued" in log, log[-2000:]
+        assert log.count(f"sweep task {t} is trial {number}") == 2, log[-2000:]  # both runs: the same trial
+        assert "epochs done, continuing with epoch" in log, log[-2000:]
+        steps = tensorboard_steps(Path(job.job_dir) / "tensorboard" / f"trial-{number}")
+        assert steps["auroc/mean"] == [1, 2, 3, 4], steps  # every epoch once across the two runs
+    view = job.sweep()
+    assert [row.state for row in view.rows] == ["COMPLETED", "COMPLETED"], view.rows
+    assert sorted(row.number for row in view.rows) == [0, 1]
+    assert all(row.epochs_run == 4 for row in view.rows), view.rows
+    status = subprocess.run([RUNUSER, "-u", "alice", "--", "/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep",
+                             "status", job.job_dir], capture_output=True, text=True, check=True, cwd="/tmp").stdout
+    assert status.count('"number"') == 2  # the study holds each trial once: the resumed one was not asked again
+
+
+def test_sweep_requests_are_checked_before_anything_is_submitted(cluster, hub, demo_data, no_jobs_left):
+    client = portal_client(hub, "alice")
+    before = slurm("squeue", "-h", "-u", "alice", "-o", "%i")
+    for sweep, field in (({"trials": 0}, "sweep.trials"), ({"space": {"lr": {"low": 0.1, "high": 0.01}}},
+                                                            "sweep.space.lr.high"),
+                         ({"space": {"weights": ["/etc/shadow"]}}, "sweep.space.weights"),
+                         ({"parallel": 99, "trials": 99}, "sweep.parallel"), ({"seed": "x"}, "sweep.seed")):
+        answer = client.post(f"{client.base}jobs", json={**TINY, "epochs": 3, "sweep": sweep}, timeout=60)
+        assert answer.status_code == 400 and answer.json()["field"] == field, (sweep, answer.text)
+    pruning_too_soon = client.post(f"{client.base}jobs", json={**TINY, "epochs": 2, "sweep": {}}, timeout=60)
+    assert pruning_too_soon.status_code == 400 and "epochs of at least 3" in pruning_too_soon.text
+    assert slurm("squeue", "-h", "-u", "alice", "-o", "%i") == before
+    # The parser's defaults, as the API's callers read them back.
+    assert parse_sweep({}, 3, None, 0).parallel == 2

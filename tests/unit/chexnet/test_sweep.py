@@ -1,0 +1,130 @@
+"""A sweep's trials against a real Optuna journal in a temporary directory (chexnet.sweep): one trial per task,
+found again when the task runs again, distinct draws for concurrent tasks, reports, pruning, the end told once; a
+stale lock cleared; the files of a user's making refused with a reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from chexnet import sweep  # noqa: E402
+
+PLAN = {"space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "batch_size": {"choices": [8, 16, 32]},
+                  "image_size": {"low": 64, "high": 128}},
+        "trials": 4, "parallel": 2, "sampler": "tpe", "pruner": "median", "min_epochs": 2, "seed": 0, "epochs": 4}
+
+
+@pytest.fixture
+def job_dir(tmp_path: Path) -> Path:
+    (tmp_path / sweep.PLAN_FILE).write_text(json.dumps(PLAN))
+    return tmp_path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chexnet.sweep", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_each_task_gets_one_trial_and_finds_it_again_when_run_again(job_dir):
+    first = [sweep.attach(job_dir, task) for task in range(3)]
+    assert [number for number, _, _ in first] == [0, 1, 2]
+    assert all(not finished for _, _, finished in first)
+    # Seeded per task: concurrent tasks do not draw the same values.
+    assert len({params["lr"] for _, params, _ in first}) == 3
+    number, params, finished = sweep.attach(job_dir, 1)  # Slurm runs task 1 again (its node failed)
+    assert (number, params, finished) == (1, first[1][1], False)
+    assert 8 <= params["batch_size"] <= 32 and isinstance(params["image_size"], int)
+    study = sweep.open_study(job_dir, sweep.Plan.read(job_dir))
+    assert len(study.get_trials()) == 3  # counted once
+
+
+def test_the_cli_writes_the_trial_file_and_a_finished_trial_is_not_run_again(job_dir):
+    answer = cli("attach", str(job_dir), "0")
+    assert answer.returncode == 0 and answer.stdout.strip() == "0", answer.stderr
+    trial = json.loads((job_dir / "trials" / "0" / "trial.json").read_text())
+    assert trial["number"] == 0 and trial["task"] == 0 and set(trial["params"]) == {"lr", "batch_size", "image_size"}
+    assert "ExperimentalWarning" not in answer.stderr
+    assert cli("fail", str(job_dir), "0").returncode == 0
+    again = cli("attach", str(job_dir), "0")
+    assert again.returncode == sweep.EXIT_FINISHED and "already finished" in again.stderr
+    status = json.loads(cli("status", str(job_dir)).stdout)
+    assert [t["state"] for t in status["trials"]] == ["FAIL"]
+    assert cli("attach", str(job_dir), "x").returncode == 2 and cli("nothing").returncode == 2
+
+
+def test_a_trial_reports_each_epoch_is_pruned_below_the_median_and_told_once(job_dir):
+    for task in (0, 1):
+        sweep.attach(job_dir, task)
+    good = sweep.TrialReporter(job_dir, 0, 0)
+    assert not good.report(1, 0.6) and not good.report(2, 0.9)
+    good.complete(0.95)
+    bad = sweep.TrialReporter(job_dir, 1, 1)
+    assert not bad.report(1, 0.3)  # epoch 1 < min_epochs 2: never pruned there
+    assert bad.report(2, 0.4)  # below the completed trial's 0.9 at epoch 2
+    bad.pruned(2)
+    bad.complete(0.5)  # a late tell after the prune changes nothing
+    sweep.attach(job_dir, 2)
+    last = sweep.TrialReporter(job_dir, 2, 2)
+    for epoch in (1, 2, 3):
+        last.report(epoch, 0.95)
+    assert not last.report(4, 0.1)  # below the median, but after the last epoch: complete, not pruned
+    status = sweep.status(job_dir)
+    assert [(t["state"], t["value"]) for t in status["trials"][:2]] == [("COMPLETE", 0.95), ("PRUNED", 0.4)]
+    assert status["trials"][1]["epochs"] == {"1": 0.3, "2": 0.4}
+
+
+def test_a_resumed_trial_reports_its_checkpoints_epochs_again_keeping_the_first(job_dir):
+    sweep.attach(job_dir, 0)
+    reporter = sweep.TrialReporter(job_dir, 0, 0)
+    reporter.report(1, 0.5)  # the run killed after epoch 2's checkpoint, before its report
+    again = sweep.TrialReporter(job_dir, 0, 0)
+    again.catch_up({1: 0.55, 2: 0.7})
+    assert sweep.status(job_dir)["trials"][0]["epochs"] == {"1": 0.5, "2": 0.7}
+
+
+def test_nan_auroc_fails_the_trial_rather_than_completing_it(job_dir):
+    sweep.attach(job_dir, 0)
+    sweep.TrialReporter(job_dir, 0, 0).complete(float("nan"))
+    assert sweep.status(job_dir)["trials"][0]["state"] == "FAIL"
+
+
+def test_close_fails_every_unfinished_trial(job_dir):
+    for task in (0, 1, 2):
+        sweep.attach(job_dir, task)
+    sweep.TrialReporter(job_dir, 0, 0).complete(0.8)
+    assert sweep.close(job_dir) == 2
+    assert [t["state"] for t in sweep.status(job_dir)["trials"]] == ["COMPLETE", "FAIL", "FAIL"]
+
+
+def test_a_lock_left_by_a_killed_writer_is_cleared_a_fresh_one_is_not(job_dir):
+    lock = Path(f"{job_dir / sweep.JOURNAL_FILE}.lock")
+    lock.write_text("")
+    assert not sweep.clear_stale_lock(job_dir / sweep.JOURNAL_FILE)
+    old = time.time() - sweep.STALE_LOCK_S - 5
+    os.utime(lock, (old, old))
+    started = time.monotonic()
+    assert sweep.attach(job_dir, 0)[0] == 0  # not a wait forever
+    assert time.monotonic() - started < 10 and not lock.exists()
+
+
+def test_files_of_the_users_making_are_refused_with_a_reason(job_dir):
+    journal = job_dir / sweep.JOURNAL_FILE
+    os.mkfifo(journal)
+    answer = cli("status", str(job_dir))
+    assert answer.returncode == 2 and "not a regular file" in answer.stderr
+    journal.unlink()
+    journal.symlink_to("/etc/passwd")
+    assert "not a regular file" in cli("attach", str(job_dir), "0").stderr
+    journal.unlink()
+    journal.write_text("not json\n")
+    assert cli("status", str(job_dir)).returncode == 2
+    (job_dir / sweep.PLAN_FILE).write_text("[1, 2]")
+    assert "not a sweep's plan" in cli("attach", str(job_dir), "0").stderr
+    assert sweep.status(job_dir.parent / "nothing-here") == {"trials": []}
