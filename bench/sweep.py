@@ -1,6 +1,6 @@
 """A sweep with pruning against the same trials without: wall time, epochs trained, the best trial found.
 
-    python -m bench.sweep [--trials 6] [--parallel 2] [--epochs 4] [--user alice]
+    python -m bench.sweep [--trials 6] [--parallel 2] [--epochs 8] [--user alice]
 
 Against the running box (`make up`, or DSPORTAL_CONFIG's), as root: two sweeps of the user's through
 `portal.jobs`, one after the other, on the demo data set (64 px, batch 8, one worker and one GPU per trial):
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--parallel", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=4, help="per trial, 3 or more (pruning needs them)")
+    parser.add_argument("--epochs", type=int, default=8, help="per trial, 3 or more (pruning needs them)")
     parser.add_argument("--user", default="alice", help="whose sweeps (needs a GPU quota of --parallel or more)")
     args = parser.parse_args(argv)
     if args.epochs < 3 or not 1 <= args.parallel < args.trials:

@@ -223,3 +223,21 @@ def test_sweep_requests_are_checked_before_anything_is_submitted(cluster, hub, d
     assert slurm("squeue", "-h", "-u", "alice", "-o", "%i") == before
     # The parser's defaults, as the API's callers read them back.
     assert parse_sweep({}, 3, None, 0).parallel == 2
+
+
+def test_cancelling_a_sweep_cancels_every_trial(cluster, hub, demo_data, no_jobs_left):
+    client = portal_client(hub, "alice")
+    request = {**TINY, "epochs": 20, "gpus_per_node": 1, "sweep": {"trials": 4, "parallel": 2, "pruner": "none"}}
+    submitted = client.post(f"{client.base}jobs", json=request, timeout=60)
+    assert submitted.status_code == 201, submitted.text
+    job = jobs.get(submitted.json()["id"], user="alice")
+    wait_for(lambda: sum(row.number is not None for row in job.sweep().rows) == 2, JOB_TIMEOUT_S, interval=2,
+             what="two trials to start")
+    assert client.delete(f"{client.base}jobs/{job.id}", timeout=60).status_code == 204
+    assert job.wait(timeout=120, poll=2) == "CANCELLED"
+    states = slurm("sacct", "-X", "-P", "-n", "-j", job.id, "-o", "JobID,State").splitlines()
+    assert len(states) >= 3 and all("|CANCELLED" in line for line in states), states  # 2 ran, the rest pending
+    view = job.sweep()
+    assert [row.state for row in view.rows[:2]] == ["FAILED", "FAILED"], view.rows  # told FAIL by the cancel
+    assert [row.state for row in view.rows[2:]] == ["CANCELLED", "CANCELLED"], view.rows  # never started
+    wait_for(lambda: not any(user_processes("alice").values()), KILL_WAIT_S, what="the trials' processes to end")
