@@ -184,6 +184,7 @@ def run(cfg: TrainConfig) -> int:
     from chexnet.data.datasets import skip_counters, train_labels
     from chexnet.data.integrity import unreadable_message
     from chexnet.model import build_model, class_weights, weighted_bce
+    from chexnet.model_card import CARD_FILE
 
     hvd.init()
     # Every rank, so that a multi-node job's log tells which host each rank ran on.
@@ -225,8 +226,12 @@ def run(cfg: TrainConfig) -> int:
         if epoch_log is not None:
             cb.say(f"the checkpoint has finished {start_epoch} epochs, --epochs is {cfg.epochs}: nothing to do")
             epoch_log.close()
-        if reporter is not None:
-            reporter.complete(_recorded_auroc(cfg).get(start_epoch))
+        if chief:  # killed after its last checkpoint, before its card or its tell: both from the checkpoint's record
+            last = _recorded(cfg).get(start_epoch, {})
+            if not (cfg.checkpoint_dir / CARD_FILE).exists():
+                _write_model_card(cfg, hvd.size(), source, manager.latest_checkpoint, start_epoch, last)
+            if reporter is not None:
+                reporter.complete(last.get(cb.TAG_AUROC_MEAN))
         return 0
 
     writer = epoch_log.writer if epoch_log is not None else None
@@ -285,12 +290,11 @@ def _run_name(logdir: Path) -> str:
     return "/".join(below) or logdir.name
 
 
-def _recorded_auroc(cfg: TrainConfig) -> dict[int, float | None]:
-    """Each checkpointed epoch's mean AUROC, from the run's record (chexnet.tblog)."""
+def _recorded(cfg: TrainConfig) -> dict[int, dict[str, float | None]]:
+    """Each checkpointed epoch's scalars by tag, from the run's record (chexnet.tblog)."""
     from chexnet import tblog
-    from chexnet.callbacks import TAG_AUROC_MEAN
 
-    return {entry.epoch: entry.scalars.get(TAG_AUROC_MEAN)
+    return {entry.epoch: dict(entry.scalars)
             for entry in tblog.read_record(tblog.record_path(cfg.checkpoint_dir)).values()}
 
 
@@ -300,14 +304,15 @@ def _sweep_reporter(cfg: TrainConfig, start_epoch: int):
     if cfg.trial is None:
         return None
     from chexnet import sweep
-    from chexnet.callbacks import say
+    from chexnet.callbacks import TAG_AUROC_MEAN, say
 
     try:
         reporter = sweep.TrialReporter.from_trial_file(cfg.trial)
     except (OSError, ValueError, KeyError, TypeError, sweep.SweepError) as err:
         raise UsageError(f"--trial {cfg.trial}: the sweep's study cannot be opened ({err})") from None
     if start_epoch:
-        reporter.catch_up({epoch: value for epoch, value in _recorded_auroc(cfg).items() if epoch <= start_epoch})
+        reporter.catch_up({epoch: scalars.get(TAG_AUROC_MEAN) for epoch, scalars in _recorded(cfg).items()
+                           if epoch <= start_epoch})
     say(f"sweep: trial {reporter.number}: {', '.join(f'{k}={v}' for k, v in reporter.trial.params.items())}")
     return reporter
 

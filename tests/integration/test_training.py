@@ -219,6 +219,23 @@ def test_resume_continues_at_the_next_epoch_with_the_saved_rate(two_workers, dat
     assert (checkpoints / "checkpoint").read_text().count(f"ckpt-{EPOCHS + 1}") >= 1
 
 
+def test_a_run_killed_before_its_card_writes_it_when_it_runs_again(two_workers, dataset, tmp_path):
+    """Killed after its last checkpoint but before its model card (a node lost, Slurm requeues it): run again,
+    it has nothing left to train and writes the card from the checkpoint's record."""
+    from chexnet import model_card
+
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(two_workers.checkpoints, checkpoints)
+    written = json.loads((checkpoints / model_card.CARD_FILE).read_text())
+    (checkpoints / model_card.CARD_FILE).unlink()
+    again = train(tmp_path, "--epochs", str(EPOCHS), "--resume", checkpoints=checkpoints, data=dataset, workers=1)
+    assert again.proc.returncode == 0, again.output[-3000:]
+    assert "nothing to do" in again.output and "model card:" in again.output
+    card = json.loads((checkpoints / model_card.CARD_FILE).read_text())
+    assert card["epochs_done"] == EPOCHS and card["checkpoint"] == written["checkpoint"]
+    assert card["auroc"] == written["auroc"] and card["data"] == written["data"]
+
+
 def event_records(path: Path) -> list[tuple[bytes, event_pb2.Event]]:
     """An event file's records: each one's framed bytes (length, CRC, event, CRC) and its event."""
     data, pos, records = path.read_bytes(), 0, []
