@@ -17,6 +17,7 @@ from portal.jobs import Job, JobNotFound, JobSpecError, SlurmError
 from portal.jobs.account import job_user
 from portal.jobs.record import JobRecord
 from portal.jobs.spec import JobLimits, JobSpec
+from portal.jobs.sweep import parse_sweep, sweep_view
 from portal.scheduler.quota import GpuQuota
 from portal.scheduler.slurm import SlurmScheduler
 from portal.scheduler.snapshot import ClusterCache
@@ -49,6 +50,14 @@ class FakeBackend(SlurmScheduler):
     def history(self, record, user):
         return []
 
+    def sweep(self, record, user):
+        """Three tasks: one completed (the best), one pruned at epoch 2, one pending."""
+        trials = {0: {"number": 0, "state": "COMPLETE", "params": {"lr": 0.001}, "value": 0.91,
+                      "epochs": {1: 0.6, 2: 0.85, 3: 0.91}},
+                  1: {"number": 1, "state": "PRUNED", "params": {"lr": 1e-08}, "value": 0.4,
+                      "epochs": {1: 0.38, 2: 0.4}}}
+        return sweep_view(record.sweep, trials, {0: "COMPLETED", 1: "COMPLETED", 2: "PENDING"})
+
 
 
 class FakeJobsAPI:
@@ -63,13 +72,15 @@ class FakeJobsAPI:
         self.submitting = 0
         self.limits_given: list[JobLimits | None] = []  # submit()'s `limits`, call by call
 
-    def add(self, owner: str, job_id: str, state: str = "COMPLETED", second: int | None = None) -> Job:
+    def add(self, owner: str, job_id: str, state: str = "COMPLETED", second: int | None = None,
+            sweep: dict | None = None) -> Job:
         job_dir = self.tmp / owner / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "output.log").write_text("".join(f"line {i}\n" for i in range(100)))
         second = int(job_id) % 60 if second is None else second
+        plan = parse_sweep(sweep, 3, None, 0) if sweep is not None else None
         record = JobRecord(id=job_id, backend="slurm", user=owner, spec=JobSpec(gpus_per_node=2, data_dir="/d"),
-                           submitted_at=f"2026-01-01T00:00:{second:02d}+00:00", job_dir=job_dir)
+                           submitted_at=f"2026-01-01T00:00:{second:02d}+00:00", job_dir=job_dir, sweep=plan)
         self.backend.states[job_id] = state
         job = Job(record, self.backend, job_user())
         self.owned.setdefault(owner, []).append(job)
@@ -288,6 +299,30 @@ class DashboardTest(AsyncHTTPTestCase):
         templates = self.call("GET", "templates")
         assert b"/user/alice/lab/tree/notebooks/01-explore.ipynb" in templates.body
         assert b"gpus_per_node" in self.call("GET", "submit").body
+
+    def test_a_sweeps_page_lists_its_trials_the_best_and_a_chart_per_parameter(self):
+        job = self.api.add("alice", "8", "RUNNING", sweep={"trials": 3, "space": {"lr": [0.001, 1e-08]}})
+        for task in (0, 1):
+            Path(job.job_dir, f"trial-{task}.log").write_text(f"task {task}'s output\n")
+        page = self.call("GET", "jobs/8")
+        assert page.code == 200, page.body[-2000:]
+        body = page.body.decode()
+        assert body.count("<tr data-task=") == 3 and "pruned at epoch 2" in body
+        assert "trial 0</strong> (task 0)" in body and "0.910" in body
+        assert 'class="scatter"' in body and 'aria-label="mean AUROC against lr' in body
+        assert "task 0&#39;s output" in body and "(last lines of task 0)" in body  # the best trial's output
+        assert self.call("GET", "jobs/8/log?task=1").body == b"task 1's output\n"
+        refused = self.call("GET", "jobs/8/log?task=x")
+        assert refused.code == 400 and b"task" in refused.body
+        answer = json.loads(self.call("GET", "api/jobs/8").body)
+        assert answer["sweep"]["best"]["trial"] == 0 and answer["sweep"]["counts"] == {
+            "COMPLETED": 1, "PRUNED": 1, "PENDING": 1}
+        assert [row["pruned_at"] for row in answer["sweep"]["trials"]] == [None, 2, None]
+        listed = self.call("GET", "jobs").body.decode()
+        assert "sweep of 3" in listed
+        form = self.call("GET", "submit?from=8").body.decode()
+        assert 'id="kind-sweep" value="sweep" checked' in form  # "run again with changes" of a sweep
+        assert re.search(r'id="sweep_trials" name="sweep_trials" type="number"\s+value="3"', form)
 
     def test_the_log_tail_hides_framework_warnings_and_says_how_many(self):
         job = self.api.add("alice", "7", "RUNNING")
