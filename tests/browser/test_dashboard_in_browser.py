@@ -72,9 +72,16 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
     page.wait_for_selector("#submit_form")
     # Before anything is typed, every field shows the value a submit would use, and one line sums them up.
     shown = dict(page.eval_on_selector_all("#submit_form input[name]:not([type=hidden]):not([type=checkbox]), "
-                                           "#submit_form select", "fields => fields.map(f => [f.name, f.value])"))
+                                           "#submit_form select", "fields => fields.filter(f => f.offsetParent !== "
+                                           "null && f.type !== 'radio').map(f => [f.name, f.value])"))
     assert set(shown) >= {"template", "model", "nodes", "memory_gb", "time_limit", "data_dir"}, shown
     assert all(shown.values()), shown
+    # "Single run" is chosen: the sweep's fields are hidden until "Sweep" is (and then every one is labelled).
+    assert page.is_checked("#kind-single") and page.is_hidden("#sweep-fields")
+    page.check("#kind-sweep")
+    assert page.is_visible("#sweep_trials") and page.input_value("#sweep_trials") == "8"
+    page.check("#kind-single")
+    assert page.is_hidden("#sweep-fields")
     assert page.is_checked("#submit_form #mail")  # e-mail at its end: her default, shown
     assert page.text_content("#request-summary").startswith(
         f"{shown['nodes']} node x {shown['gpus_per_node']} GPU, "), page.text_content("#request-summary")

@@ -200,6 +200,19 @@
     tick();
   }
 
+  // The submit form's sweep fields: shown and sent only while "Sweep" is chosen (without script they are always
+  // shown, and the server ignores them for a single run).
+  function followKind(form, fields) {
+    function show() {
+      var sweep = form.querySelector("input[name=kind]:checked");
+      var on = sweep !== null && sweep.value === "sweep";
+      fields.hidden = !on;
+      fields.disabled = !on;
+    }
+    form.querySelectorAll("input[name=kind]").forEach(function (radio) { radio.addEventListener("change", show); });
+    show();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     var toggle = document.getElementById("notify-toggle");
     if (toggle) { notifyWhenJobsEnd(toggle); }
@@ -209,5 +222,7 @@
     if (job) { followJob(job); }
     var form = document.getElementById("submit_form"), line = document.getElementById("request-summary");
     if (form && line) { followForm(form, line); }
+    var sweepFields = document.getElementById("sweep-fields");
+    if (form && sweepFields) { followKind(form, sweepFields); }
   });
 })();
