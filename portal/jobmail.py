@@ -37,10 +37,16 @@ def _env(env: Mapping[str, str], name: str, default: str = "") -> str:
     return value if re.fullmatch(SLURM_WORD, value) else default
 
 
+def job_of(env: Mapping[str, str]) -> str:
+    """The portal's id of the job `env` describes: a job array's (a sweep's) when it is one, else the job's."""
+    array = _env(env, "SLURM_ARRAY_JOB_ID")
+    return array if array.isascii() and array.isdigit() else _env(env, "SLURM_JOB_ID")
+
+
 def compose(env: Mapping[str, str], recipient: str, best_auroc: float | None, page_url: str | None,
             sender: str) -> EmailMessage:
     """The message for the job that `env` (MailProg's environment) describes."""
-    job_id, state = _env(env, "SLURM_JOB_ID", "?"), _env(env, "SLURM_JOB_STATE", "ENDED")
+    job_id, state = job_of(env) or "?", _env(env, "SLURM_JOB_STATE", "ENDED")
     auroc = f"{best_auroc:.3f}" if best_auroc is not None else "none recorded"
     message = EmailMessage()
     message["From"], message["To"] = sender, recipient
@@ -96,6 +102,9 @@ def job_figures(job_id: str, user: str, cfg: PortalConfig) -> tuple[float | None
         return None, None
     page = f"{cfg.hub_url}/services/portal/jobs/{job_id}"
     try:
+        if job.plan is not None:  # a sweep: its best trial's
+            best = job.sweep().best
+            return (best.value if best is not None else None), page
         return job.metrics().best_mean_auroc, page
     except Exception:  # noqa: BLE001
         return None, page
@@ -110,7 +119,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     from portal.config import ConfigError, load
 
     env = os.environ if env is None else env
-    job_id, user = _env(env, "SLURM_JOB_ID"), _env(env, "SLURM_JOB_USER")
+    job_id, user = job_of(env), _env(env, "SLURM_JOB_USER")
     where = f"portal.jobmail: job {job_id or '?'} of {user or '?'}"
     try:
         recipient = recipient_of(sys.argv[1:] if argv is None else argv)

@@ -32,6 +32,13 @@ def test_a_failed_job_without_metrics_or_page_says_so():
     assert "Its exit code: 3." in message.get_content() and "no page" in message.get_content()
 
 
+def test_a_sweeps_message_names_the_array_the_portal_knows_it_by():
+    env = {**ENV, "SLURM_JOB_ID": "47", "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "5"}
+    assert jobmail.job_of(env) == "42" and jobmail.job_of(ENV) == "42"
+    assert jobmail.job_of({**env, "SLURM_ARRAY_JOB_ID": "4\n2"}) == "47"  # not Slurm's: the job's own id
+    assert compose(env, "alice", 0.9, None, SENDER)["Subject"] == "Job 42 COMPLETED: best mean AUROC 0.900"
+
+
 def test_nothing_but_slurms_own_words_reaches_the_headers():
     message = compose({**ENV, "SLURM_JOB_STATE": "COMPLETED\nBcc: bob@dsportal.local"}, "alice", None, None, SENDER)
     assert message["Subject"] == "Job 42 ENDED: best mean AUROC none recorded" and "Bcc" not in message.as_string()
