@@ -257,11 +257,10 @@ def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: 
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
            limits: JobLimits | None = None) -> Job:
     """Validate and submit a training job, or a sweep of them (a "sweep" field: portal.jobs.sweep); returns at
-    once (the job may still be pending). `limits`: what the
-    user may ask for, as the caller already knows it (the dashboard, from its shared view of the cluster); by
-    default the backend is asked, with one look at the cluster that also gives the job's `warning` (on Slurm:
-    why it will wait, such as "will wait for your server (job 4) to end: node1 has 20 of 24 GB free"). The
-    backend's scheduler enforces the quota again either way."""
+    once (the job may still be pending). `limits`: what the user may ask for, as the caller already knows it
+    (the dashboard, from its shared view of the cluster); by default the backend is asked, with one look at the
+    cluster that also gives the job's `warning` (on Slurm: why it will wait, such as "will wait for your server
+    (job 4) to end: node1 has 20 of 24 GB free"). The backend's scheduler enforces the quota again either way."""
     cfg = cfg or load()
     chosen, snapshot = scheduler_for(cfg, backend), None
     if limits is None and chosen.queue_in_snapshot:
