@@ -175,18 +175,18 @@ def test_a_node_lost_mid_sweep_resumes_its_trial_counted_once(cluster, hub, demo
         found = re.search(r"chexnet: Slurm job \d+ on (\S+), ", job.logs(task=task))
         return found.group(1) if found else None
 
-    def checkpointed():  # a task that has saved its first epoch, and the node it runs on
-        for task in (0, 1):
-            if node_of(task) and Path(job.job_dir, "trials", str(task), "checkpoints", "ckpt-1.index").exists():
-                return task, node_of(task)
-        return None
-    task, node = wait_for(checkpointed, JOB_TIMEOUT_S, interval=1, what="a task's first checkpoint")
+    def has_checkpoint(task: int) -> bool:  # its checkpoint state file names one (written after the files)
+        state = Path(job.job_dir, "trials", str(task), "checkpoints", "checkpoint")
+        return state.exists() and "ckpt-" in state.read_text()
+
+    def first_checkpointed():  # a task that has saved its first epoch, and the node it runs on
+        return next(((t, node_of(t)) for t in (0, 1) if node_of(t) and has_checkpoint(t)), None)
+    task, node = wait_for(first_checkpointed, JOB_TIMEOUT_S, interval=1, what="a task's first checkpoint")
     lost = [t for t in (0, 1) if node_of(t) == node]  # both tasks, when Slurm put them on the same node
     trials_before = {t: job.sweep().rows[t].number for t in lost}
     assert box("crash", node).returncode == 0  # its power lost: every process on it killed, no goodbye
     # The other task on that node, if any, may not have saved an epoch yet: it starts its trial again from epoch 1.
-    state_files = {t: Path(job.job_dir, "trials", str(t), "checkpoints", "checkpoint") for t in lost}
-    checkpointed = {t for t, path in state_files.items() if path.exists() and "ckpt-" in path.read_text()}
+    checkpointed = {t for t in lost if has_checkpoint(t)}
     assert task in checkpointed
     wait_for(lambda: all(job.sweep().rows[t].state == "PENDING" for t in lost), 120, interval=2,
              what="Slurm to requeue the lost tasks")
