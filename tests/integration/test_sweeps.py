@@ -5,8 +5,9 @@ it ran resumes from its checkpoint, counted once.
 Sized for 2 CPU cores: the demo set's 64x64 images, batch 8, 3 epochs, one worker per trial. The learning rate is
 the searched parameter, with two choices far apart: 1e-3 learns the demo set's signal (mean AUROC ~0.98 after
 2 epochs), 1e-8 does not move from its start (~0.4). The random sampler draws trial `task` with seed + task, so
-the seed below is picked (with the sampler the trials use) for tasks 0 and 1, the first two to run, to learn and
-for a later one not to: the median pruner then has completed trials to compare with and a trial below them.
+the seed is picked (bench.sweep.seed_for, with the sampler the trials use) for tasks 0 and 1, the first two to
+run, to learn and for a later one not to: the median pruner then has completed trials to compare with and a
+trial below them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.sweep import BAD_LR, GOOD_LR, seed_for
 from portal import jobs
 from portal.jobs.sweep import parse_sweep
 from portal.runas import RUNUSER
@@ -27,29 +29,7 @@ from tests.integration.test_cluster import JOB_TIMEOUT_S, PORTAL, TINY, portal_c
 from tests.integration.test_job_endings import KILL_WAIT_S, user_processes
 
 pytestmark = pytest.mark.integration
-GOOD_LR, BAD_LR = 1e-3, 1e-8
 SWEEP_TIMEOUT_S = 1500
-
-
-def drawn_lr(seed: int, task: int) -> float:
-    """The learning rate the sweep's task `task` draws (chexnet.sweep.sampler_for, as the trial runs it)."""
-    import optuna
-
-    from chexnet import sweep
-
-    plan = sweep.Plan(space={"lr": {"choices": [GOOD_LR, BAD_LR]}}, sampler="random", pruner="median",
-                      min_epochs=2, seed=seed, epochs=3)
-    study = optuna.create_study(direction="maximize", sampler=sweep.sampler_for(plan, task))
-    return study.ask().suggest_categorical("lr", [GOOD_LR, BAD_LR])
-
-
-def seed_for(trials: int) -> int:
-    """A seed whose tasks 0 and 1 learn and at least one later task does not."""
-    for seed in range(200):
-        lrs = [drawn_lr(seed, task) for task in range(trials)]
-        if lrs[0] == lrs[1] == GOOD_LR and BAD_LR in lrs[2:]:
-            return seed
-    raise AssertionError("no seed in 0-199 draws the trials this test needs")
 
 
 def most_at_once(array_id: str) -> int:
@@ -96,7 +76,7 @@ def hparams_groups(logdir: Path, port: int = 16106) -> list[dict]:
 
 def test_a_sweep_prunes_a_bad_trial_and_runs_at_most_its_parallel(cluster, hub, demo_data, no_jobs_left):
     trials = 6
-    seed = seed_for(trials)
+    seed = seed_for(trials, parallel=2)  # tasks 0 and 1 learn, a later one does not
     client = portal_client(hub, "alice")
     request = {**TINY, "epochs": 3, "gpus_per_node": 1,
                "sweep": {"trials": trials, "parallel": 2, "sampler": "random", "pruner": "median", "min_epochs": 2,

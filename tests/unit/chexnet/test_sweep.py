@@ -128,3 +128,16 @@ def test_files_of_the_users_making_are_refused_with_a_reason(job_dir):
     (job_dir / sweep.PLAN_FILE).write_text("[1, 2]")
     assert "not a sweep's plan" in cli("attach", str(job_dir), "0").stderr
     assert sweep.status(job_dir.parent / "nothing-here") == {"trials": []}
+
+
+def test_the_benchmarks_seed_draws_learning_trials_first_and_a_bad_one_later(tmp_path):
+    from bench.sweep import BAD_LR, GOOD_LR, drawn_lr, seed_for
+
+    seed = seed_for(6, 2)
+    lrs = [drawn_lr(seed, task) for task in range(6)]
+    assert lrs[:2] == [GOOD_LR, GOOD_LR] and BAD_LR in lrs[2:]
+    # As the trials draw it: each task's attach, in any order, gets the value drawn_lr says.
+    (tmp_path / sweep.PLAN_FILE).write_text(json.dumps({**PLAN, "sampler": "random", "seed": seed,
+                                                        "space": {"lr": {"choices": [GOOD_LR, BAD_LR]}}}))
+    for task in (3, 0, 5, 1):
+        assert sweep.attach(tmp_path, task)[1]["lr"] == lrs[task]
