@@ -153,20 +153,12 @@ def _param(name: Any, raw: Any) -> Param:
     return Param(name, low=first, high=last, log=log)
 
 
+@inputs.refused_as(JobSpecError)
 def parse_sweep(raw: Any, epochs: int, limits: JobLimits | None, gpus_per_trial: int) -> SweepPlan:
     """The sweep part of a request, validated; `limits` None re-reads a recorded plan (nothing is capped then).
 
     `parallel` is capped so that that many trials fit the user's GPU quota now (each trial holds
     `gpus_per_trial`); asked for more, the user gets the refusal saying how many fit."""
-    try:
-        return _parse(raw, epochs, limits, gpus_per_trial)
-    except JobSpecError:
-        raise
-    except InputError as err:
-        raise JobSpecError(err.field, err.message) from None
-
-
-def _parse(raw: Any, epochs: int, limits: JobLimits | None, gpus_per_trial: int) -> SweepPlan:
     raw = inputs.fields_of(raw, SWEEP_FIELDS, FIELD)
     space_raw = raw.get("space", DEFAULT_SPACE)
     if not isinstance(space_raw, Mapping) or not space_raw:

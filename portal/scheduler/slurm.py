@@ -311,18 +311,18 @@ class SlurmScheduler(JobsInHome):
     def _sweep_state(self, record: JobRecord, user: JobUser) -> str:
         """RUNNING while a task runs, PENDING while the rest wait, then CANCELLED when any task was cancelled,
         COMPLETED when any ran to its end (a pruned trial's task ends COMPLETED too), else FAILED."""
+        unanswered = None
         try:
             tasks = self._tasks(record, user)
         except SlurmError as err:
+            tasks, unanswered = {}, err
+        if not tasks:  # Slurm has forgotten it (or does not answer): what its directory kept, if it ended
             left = _left_behind(record, user)
-            if left is None:
-                raise SlurmError(f"sweep {record.id}: Slurm's accounting does not answer ({err})") from None
-            return left
-        if not tasks:
-            left = _left_behind(record, user)
-            if left is None:
-                raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
-            return left
+            if left is not None:
+                return left
+            if unanswered is not None:
+                raise SlurmError(f"sweep {record.id}: Slurm's accounting does not answer ({unanswered})")
+            raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
         states = set(tasks.values())
         if states & set(RUNNING_STATES):
             return "RUNNING"

@@ -88,7 +88,6 @@ class JobBoard(UsageViews):
                  dir_stamp: Callable[[str], DirStamp | None] = jobs_dir_stamp):
         self.cfg, self.cluster, self.api = cfg, cluster, api
         self.scheduler = scheduler_for(cfg)
-        self.sweeps = self.scheduler.sweeps  # the submit form offers "sweep" beside "single run"
         self._dir_stamp = dir_stamp
         self.base_url, self.service_prefix = base_url, service_prefix
         self.rescan_s, self._clock = rescan_s, clock

@@ -124,19 +124,17 @@ def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
     decoded = decode_form(arguments, (*FIELDS, KIND, *SWEEP_FORM), WHOLE, cap=MAX_PATH)
     if not decoded:
         raise InputError("template", f"no field was sent; allowed: the form's fields ({', '.join(FIELDS)})")
+    for name, values in decoded.items():
+        if len(values) > 1:
+            raise InputError(name, f"sent {len(values)} times; allowed: once")
     spec: dict[str, object] = {}
     for name in FIELDS:
         values = decoded.get(name)
-        if values and len(values) > 1:
-            raise InputError(name, f"sent {len(values)} times; allowed: once")
         if name in BOOLEAN_FIELDS:
             spec[name] = checkbox(name, values)
             continue
         if values and values[0].strip():
             spec[name] = values[0].strip()
-    for name in (KIND, *SWEEP_FORM):
-        if len(decoded.get(name) or []) > 1:
-            raise InputError(name, "sent more than once; allowed: once")
     kind = (decoded.get(KIND) or ["single"])[0]
     if kind not in KINDS:
         raise InputError(KIND, f"{shown(kind)} is not a kind of job; allowed: {', '.join(KINDS)}")
@@ -437,7 +435,7 @@ class SubmitPageHandler(PageHandler):
                          kind="sweep" if isinstance(values.get("sweep"), Mapping) else "single",
                          sweep_values=sweep_form_values(values), sampler_choices=SAMPLERS, pruner_choices=PRUNERS,
                          model_choices=MODELS, sweep_error=sweep_form_field(error.field if error else None),
-                         sweeps=self.board.sweeps)
+                         sweeps=self.board.scheduler.sweeps)  # "Sweep" beside "Single run"
 
     async def get(self) -> None:
         """The form, empty, or holding job `from`'s settings ("run again with changes")."""
