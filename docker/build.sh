@@ -49,6 +49,22 @@ started=$SECONDS
 "$REPO/docker/podman-setup.sh"
 say "podman ready in $((SECONDS - started)) s"
 
+# One build at a time on this machine (two would race for the tags and the layer cache).
+mkdir -p /run/lock && exec 9> /run/lock/dsportal-images.lock
+flock -w 3600 9 || { echo "build.sh: another image build held /run/lock/dsportal-images.lock for an hour" >&2; exit 1; }
+
+# A build that was killed (a timeout, ^C, a machine stopped mid-build) leaves buildah's working containers behind:
+# each pins an image and keeps its step's files (GBs for the pip steps), and nothing else removes them. With the
+# lock held, no build of ours is running, so those of our bases and of untagged (intermediate) images are stale.
+stale=()
+while IFS='|' read -r id image; do
+    case $image in ''|"$BASE_IMAGE"|"$HUB_BASE_IMAGE"|"$LOCAL_BASE") stale+=("$id") ;; esac
+done < <(buildah containers --format '{{.ContainerID}}|{{.ImageName}}')
+if ((${#stale[@]})); then
+    buildah rm "${stale[@]}" > /dev/null
+    say "removed ${#stale[@]} working containers left by interrupted builds"
+fi
+
 # pip behind this machine's HTTPS proxy needs the CA that re-signs; a site without one passes the system bundle.
 if [ -z "${CA_BUNDLE:-}" ]; then
     CA_BUNDLE=${PIP_CERT:-$(python3 -m pip config get global.cert 2>/dev/null || true)}
@@ -64,7 +80,7 @@ build() {  # build NAME TAG BASE [--build-arg ...]
     fi
     say "$name: building $tag from $base"
     # --network=host: RUN steps use the host's resolver and routes (apt's mirror, PyPI through the proxy).
-    podman build --layers --network=host --ignorefile "$REPO/docker/.dockerignore" \
+    podman build --layers --force-rm --network=host --ignorefile "$REPO/docker/.dockerignore" \
         --secret "id=ca-bundle,src=$CA_BUNDLE" --build-arg "BASE_IMAGE=$base" "$@" "${EXTRA[@]}" \
         -f "$REPO/docker/$name/Dockerfile" -t "$tag" "$REPO"
     say "$name: $tag built in $((SECONDS - t0)) s ($(podman image inspect --format '{{.Size}}' "$tag" \
@@ -79,6 +95,9 @@ if [ "$ONLY" != training ]; then
     # The hub needs no CUDA: with --gpu it keeps the base it had (HUB_BASE_IMAGE).
     build hub "$HUB_TAG" "$HUB_BASE_IMAGE"
 fi
-# Each rebuild leaves the previous image untagged (GBs each); the layers the new images use are kept.
-pruned=$(podman image prune -f | wc -l)
-say "images built in $((SECONDS - started)) s ($pruned untagged images removed)"
+# Each rebuild leaves the previous image untagged (GBs each); the layers the new images use are kept. Removing an
+# image can leave its parent (an older build's step) dangling in turn, hence the loop.
+pruned=0
+while removed=$(podman image prune -f | grep -c .); ((removed)); do pruned=$((pruned + removed)); done
+say "images built in $((SECONDS - started)) s ($pruned untagged images removed; $(df -h --output=avail \
+    /var/lib/containers | tail -1 | tr -d ' ') left on the disk)"

@@ -170,11 +170,54 @@ def pytest_collection_modifyitems(session, config, items):
             build.start()
 
 
+# The demo users' homes are the machine's, shared with a `make up` box: the test box's jobs land in ~/jobs beside
+# theirs. What a session adds there (a few GB of checkpoints per run) is removed when it ends, or, when it was
+# killed, by the next session: without that, every `make test` left its jobs behind and the disk filled.
+DEMO_HOMES = tuple(Path("/home") / user for user in ("alice", "bob", "mallory", "admin"))
+HOMES_SNAPSHOT = "homes-before.json"  # in TEST_STATE: each ~/jobs entry's (name, inode) before the session
+
+
+def jobs_entries() -> dict[str, list[list]]:
+    found = {}
+    for home in DEMO_HOMES:
+        try:
+            with os.scandir(home / "jobs") as entries:
+                found[str(home)] = [[entry.name, entry.inode()] for entry in entries]
+        except FileNotFoundError:
+            found[str(home)] = []
+    return found
+
+
+def remove_jobs_made_since(snapshot: dict[str, list[list]]) -> list[str]:
+    """Every ~/jobs entry of a demo user that is not in `snapshot`, by inode: a directory the test box renamed
+    out of its way (`<id>.replaced-<time>`, the same inode) was there before, and stays."""
+    removed = []
+    for home, before in snapshot.items():
+        kept = {inode for _, inode in before}
+        jobs = Path(home) / "jobs"
+        for name, inode in jobs_entries().get(home, []):
+            if inode in kept:
+                continue
+            path = jobs / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(str(path))
+    return removed
+
+
 @pytest.fixture(scope="session")
 def cluster():
-    """Start the test box from nothing; stop it after the session."""
+    """Start the test box from nothing; stop it after the session, and remove the jobs it made in the homes."""
     box("down", check=False)
+    snapshot_file = TEST_STATE / HOMES_SNAPSHOT
+    if snapshot_file.exists():  # a session killed before its end
+        remove_jobs_made_since(json.loads(snapshot_file.read_text()))
     shutil.rmtree(TEST_STATE, ignore_errors=True)
+    before = jobs_entries()
+    TEST_STATE.mkdir(parents=True)
+    snapshot_file.write_text(json.dumps(before))
     started = time.monotonic()
     result = box("up", check=False)
     if result.returncode != 0:
@@ -182,6 +225,9 @@ def cluster():
     print(f"\ncluster in a box up in {time.monotonic() - started:.1f} s")
     yield load()
     box("down", check=False)
+    removed = remove_jobs_made_since(before)
+    snapshot_file.unlink(missing_ok=True)
+    print(f"\njob directories the session made in the demo users' homes, removed: {len(removed)}")
 
 
 @pytest.fixture(scope="session")

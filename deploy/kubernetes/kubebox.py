@@ -9,10 +9,11 @@ Run as root from the repository root (after `make kube-build`, which builds the 
 
 `up` starts what is stopped, waits for /readyz, applies mpijob-crd.yaml (waits until Established) and rbac.yaml,
 waits for the hub ServiceAccount's token, writes a kubeconfig per identity (kubeparts/identities.py), starts the
-nodes with their fake GPUs and imports the images; with `--hub` (and on every later `up`) it runs the hub in a pod
-(kubeparts/hub.py). `down` deletes the pods, stops the processes by their recorded PIDs and removes what the nodes
-made on the machine. It is built like deploy/local/box.py: supervision (deploy/supervise.py) and TLS
-(deploy/selfsigned.py) are the local box's; one module per part (kubeparts/).
+nodes with their fake GPUs, imports the images and waits until every node takes pods (no taint, no pressure);
+with `--hub` (and on every later `up`) it runs the hub in a pod (kubeparts/hub.py). `down` deletes the pods,
+stops the processes by their recorded PIDs and removes what the nodes made on the machine. It is built like
+deploy/local/box.py: supervision (deploy/supervise.py) and TLS (deploy/selfsigned.py) are the local box's; one
+module per part (kubeparts/).
 
 Everything lives under the state dir; certificates, keys, tokens and etcd's data are kept, so `down` then `up`
 gives back the same cluster:
@@ -140,6 +141,7 @@ def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: Porta
         _report(nodes.ensure_routes(box), report)
         wanted = [box_images.ensure_busybox(), *(box.images or [PORTAL.k8s_image])]
         _report(box_images.ensure_images(box, box.node_network.nodes, nodes.socket, wanted), report)
+        _report(nodes.wait_schedulable(box), report)
         if hub_directory is not None:
             box_hub.install(box, hub_directory)
         if box_hub.installed(box):

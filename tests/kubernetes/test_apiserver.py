@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import time
 import uuid
 
 import kubebox
 import pytest
 from kubebox import ApiError, impersonating, resource
+from kubeparts import nodes
 
 from portal.jobs.k8s_manifests import LABEL_USER, USER_ROLE
 
@@ -230,7 +232,8 @@ def test_pod_in_user_namespace_gets_default_service_account_and_a_node(kube):
                        for s in current["status"].get("containerStatuses") or []]
             if waiting and waiting[0] in ("ErrImagePull", "ImagePullBackOff"):
                 break
-            assert time.monotonic() < deadline, current["status"]
+            assert time.monotonic() < deadline, \
+                f"{json.dumps(current['status'].get('conditions'))}; nodes: {nodes.unschedulable(kube.box)}"
             time.sleep(0.5)
         assert current["spec"]["nodeName"].startswith(kube.box.name)
         assert current["status"]["phase"] == "Pending"

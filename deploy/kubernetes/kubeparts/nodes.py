@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -48,6 +49,9 @@ NETWORK_CHANGES = threading.Lock()  # kubebox starts the nodes side by side
 SOCKET_PATH_MAX = 104  # containerd's limit on a unix socket's path
 NODE_READY_S = 90
 GPUS_SHOWN_S = 60  # the kubelet's next status update carries the patched capacity into allocatable (~10 s)
+EVICTION_DISK_FREE = "512Mi"  # the kubelet evicts pods (and taints its node) below this much free disk
+PRESSURE_TRANSITION = "10s"  # how long a node keeps a pressure condition after the pressure ended
+SCHEDULABLE_S = 90  # after the images: the eviction manager's next look (10 s) plus PRESSURE_TRANSITION, with margin
 
 
 def record_file(box: KubeBox) -> Path:
@@ -144,8 +148,12 @@ def kubelet_config(box: KubeBox, node: Node) -> str:
         "resolvConf": "/etc/resolv.conf", "maxPods": 40, "serializeImagePulls": False,
         # The images come from podman once per machine (images.py): never collect them, evict only when full.
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                         "nodefs.inodesFree": "1%"},
+        # The nodes share the machine's disk with everything else on it, so a percentage of it says little: 1% of
+        # a 252 GB disk is 2.5 GB. Pressure means "this disk is nearly full", and it ends as soon as the disk is
+        # not: the default 5 min would keep a short dip (an image import) as a NoSchedule taint on every node.
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": EVICTION_DISK_FREE,
+                         "imagefs.available": EVICTION_DISK_FREE, "nodefs.inodesFree": "1%"},
+        "evictionPressureTransitionPeriod": PRESSURE_TRANSITION,
         "volumePluginDir": str(own / "volume-plugins"),
         "containerLogMaxSize": "10Mi",
     }, sort_keys=False)
@@ -228,6 +236,40 @@ def ready(box: KubeBox, node: Node) -> str | None:
     if "Ready" in conditions and conditions["Ready"].status == "True":
         return None
     return f"Node {node.name} not Ready ({conditions['Ready'].message if 'Ready' in conditions else 'no status'})"
+
+
+def unschedulable(box: KubeBox) -> list[str]:
+    """What keeps a pod off each node: its taints (with the condition behind each, such as DiskPressure and the
+    kubelet's message) or `spec.unschedulable`; empty when every node takes pods."""
+    found = []
+    for node in admin_api(box).list_node().items:
+        conditions = {c.type: c for c in node.status.conditions or []}
+        reasons = [f"{taint.key}:{taint.effect}" for taint in node.spec.taints or []]
+        reasons += [f"{kind} ({c.message})" for kind, c in conditions.items() if kind != "Ready" and c.status == "True"]
+        if node.spec.unschedulable:
+            reasons.append("cordoned")
+        if reasons:
+            found.append(f"{node.metadata.name}: {', '.join(reasons)}")
+    return found
+
+
+def wait_schedulable(box: KubeBox) -> list[str]:
+    """Until no node is tainted or under pressure: importing the images can fill the disk for a moment, and the
+    kubelet then taints its node (node.kubernetes.io/disk-pressure) for PRESSURE_TRANSITION after it ends. A
+    BoxError names what stays, with the disk's free space."""
+    started = time.monotonic()
+    first = blocked = unschedulable(box)
+    while blocked:
+        if time.monotonic() > started + SCHEDULABLE_S:
+            free = shutil.disk_usage(box.cache_dir).free / 2**30
+            raise BoxError(f"nodes still take no pods {SCHEDULABLE_S} s after the images: {'; '.join(blocked)}. "
+                           f"{free:.1f} GiB free on the disk of {box.cache_dir} (the kubelet wants "
+                           f"{EVICTION_DISK_FREE}); read {box.log_file(box.node_network.nodes[0].name)}")
+        time.sleep(1)
+        blocked = unschedulable(box)
+    if not first:
+        return ["nodes: every node takes pods"]
+    return [f"nodes: every node takes pods after {time.monotonic() - started:.0f} s ({'; '.join(first)})"]
 
 
 def advertise_gpus(box: KubeBox, node: Node) -> str:
