@@ -1,10 +1,12 @@
-"""A sweep's trials, each one task of a Slurm job array, sharing one Optuna study in the job's directory.
+"""A sweep's trials, each one task of a Slurm job array (or one pod of a Kubernetes Job), sharing one Optuna study
+in the job's directory.
 
+    python -m chexnet.sweep claim JOB_DIR HOLDER TRIALS  # Kubernetes: which task this pod runs (prints it)
     python -m chexnet.sweep attach JOB_DIR TASK     # the trial of task TASK: prints its number (once per task)
     python -m chexnet.train ... --trial JOB_DIR/trials/TASK/trial.json   # trains it; rank 0 reports, prunes, tells
     python -m chexnet.sweep fail JOB_DIR TASK       # the training failed: the trial is FAIL
     python -m chexnet.sweep close JOB_DIR           # the sweep was cancelled: every unfinished trial is FAIL
-    python -m chexnet.sweep status JOB_DIR          # every trial as JSON (the portal reads it as the user)
+    python -m chexnet.sweep status JOB_DIR [TASK]   # every trial (or TASK's) as JSON (the portal reads it)
 
 The study is Optuna's journal storage, `study.journal` in the job's directory: a file on the shared home that every
 node appends to under Optuna's own lock file (made with O_EXCL, which NFSv3 and later honour), so no database or
@@ -19,6 +21,14 @@ Pruning happens inside `chexnet.train`: rank 0 reports each epoch's validation m
 1, as in TensorBoard) and asks the pruner, then tells every rank (a Horovod broadcast), so all stop together after
 the same epoch and the process exits 0: the trial is PRUNED in the study, its task COMPLETED in Slurm.
 
+On Kubernetes (v1.20 has no Indexed Jobs) a sweep is one Job of TRIALS completions, PARALLEL at a time, whose
+pods carry no index: each pod `claim`s a task. Under a lock on the shared home it takes the lowest task whose
+trial has not finished and that no live pod holds. A holder's script touches `claims/<task>` every HEARTBEAT_S
+(while the claim still names it); a claim not touched for STALE_CLAIM_S was its pod's, lost with its node. The
+Job controller replaces that pod; the replacement finds the stale claim, takes the task over and resumes its
+trial from the checkpoint, as a requeued Slurm task does. A pod that finds every unfinished task held waits (the
+holder's node may be on its way out); one that finds every trial finished exits EXIT_FINISHED.
+
 Only Optuna is imported here (not TensorFlow): `attach` runs once per task before any worker starts.
 """
 
@@ -27,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -43,6 +54,10 @@ EXIT_FINISHED = 10  # `attach`: the task's trial has already finished (a requeue
 STALE_LOCK_S = 60.0  # a journal write holds the lock for milliseconds: older than this, its writer was killed
 MAX_PLAN_BYTES = 64 * 1024
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # 200 trials x 30 epochs is ~1 MB
+CLAIMS_DIR = "claims"  # Kubernetes: claims/<task> names the pod that runs it; its mtime is the pod's heartbeat
+HEARTBEAT_S = 10  # how often a holder touches its claim
+STALE_CLAIM_S = 45.0  # a claim untouched this long (4 heartbeats missed) was a lost pod's
+CLAIM_WAIT_S = 5  # how often a pod that found every task held asks again
 
 
 class SweepError(RuntimeError):
@@ -202,6 +217,58 @@ def attach(job_dir: Path, task: int) -> tuple[int, dict[str, Any], bool]:
     return trial.number, params, False
 
 
+def _finished_tasks(job_dir: Path) -> set[int]:
+    if not (job_dir / JOURNAL_FILE).exists():
+        return set()
+    study = open_study(job_dir, Plan.read(job_dir))
+    return {frozen.user_attrs.get(TASK_ATTR) for frozen in study.get_trials(deepcopy=False)
+            if frozen.state.is_finished()}
+
+
+def _read_head(path: Path) -> str:
+    with open(path, errors="replace") as file:
+        return file.read(200).strip()
+
+
+def claim(job_dir: Path, holder: str, trials: int, now: float | None = None) -> tuple[int | None, bool]:
+    """(the task `holder` now holds, or None; whether a live holder keeps one that is not finished). Under an
+    exclusive lock on `claims/.lock`: the lowest task whose trial has not finished, unclaimed, or claimed by
+    `holder` already, or by a holder silent for STALE_CLAIM_S."""
+    import fcntl
+
+    claims = job_dir / CLAIMS_DIR
+    claims.mkdir(exist_ok=True)
+    with open(claims / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        finished = _finished_tasks(job_dir)
+        now = time.time() if now is None else now
+        held = False
+        for task in range(trials):
+            if task in finished:
+                continue
+            path = claims / str(task)
+            try:
+                info = path.lstat()
+            except FileNotFoundError:
+                info = None
+            if info is not None:  # a regular file of a holder's; anything else (a link, a FIFO) is no claim
+                regular = stat.S_ISREG(info.st_mode)
+                owner = _read_head(path) if regular else ""
+                if regular and owner != holder and now - info.st_mtime < STALE_CLAIM_S:
+                    held = True
+                    continue
+                if regular and owner != holder:
+                    print(f"chexnet.sweep: task {task}'s holder {owner or '?'} has been silent for "
+                          f"{now - info.st_mtime:.0f} s: {holder} takes it over", file=sys.stderr)
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                raise SweepError(f"{path} is a directory, not a claim")
+            partial = claims / f".{task}.{os.getpid()}"
+            partial.write_text(holder + "\n")
+            partial.replace(path)
+            return task, held
+        return None, held
+
+
 def write_trial_file(job_dir: Path, task: int, number: int, params: dict[str, Any]) -> Path:
     directory = job_dir / TRIALS_DIR / str(task)
     directory.mkdir(parents=True, exist_ok=True)
@@ -292,13 +359,16 @@ def _finite(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def status(job_dir: Path) -> dict[str, Any]:
-    """Every trial of the study: number, task, state, parameters, final value, AUROC per epoch."""
+def status(job_dir: Path, task: int | None = None) -> dict[str, Any]:
+    """Every trial of the study (or the one of `task`): number, task, state, parameters, final value, AUROC per
+    epoch."""
     if not (job_dir / JOURNAL_FILE).exists():
         return {"trials": []}
     study = open_study(job_dir, Plan.read(job_dir))
     trials = []
     for frozen in study.get_trials(deepcopy=False):
+        if task is not None and frozen.user_attrs.get(TASK_ATTR) != task:
+            continue
         trials.append({"number": frozen.number, "task": frozen.user_attrs.get(TASK_ATTR),
                        "state": frozen.state.name, "params": frozen.params, "value": _finite(frozen.value),
                        "epochs": {str(step): _finite(value) for step, value in
@@ -306,17 +376,42 @@ def status(job_dir: Path) -> dict[str, Any]:
     return {"trials": trials}
 
 
+def _number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 6
+
+
+def _holder(text: str) -> bool:
+    return 0 < len(text) <= 200 and text.isascii() and all(c.isalnum() or c in ".-_" for c in text)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    usage = "usage: python -m chexnet.sweep {attach JOB_DIR TASK | fail JOB_DIR TASK | close JOB_DIR | status JOB_DIR}"
-    commands = {"attach": 2, "fail": 2, "close": 1, "status": 1}
-    if not args or args[0] not in commands or len(args) != commands[args[0]] + 1 or (
-            len(args) == 3 and not (args[2].isascii() and args[2].isdigit())):
+    usage = ("usage: python -m chexnet.sweep {claim JOB_DIR HOLDER TRIALS | attach JOB_DIR TASK | "
+             "fail JOB_DIR TASK | close JOB_DIR | status JOB_DIR [TASK]}")
+    commands = {"claim": (3,), "attach": (2,), "fail": (2,), "close": (1,), "status": (1, 2)}
+    if not args or args[0] not in commands or len(args) - 1 not in commands[args[0]] or not all(
+            _number(arg) for arg in ([args[3]] if args[0] == "claim" else args[2:3])) or (
+            args[0] == "claim" and not _holder(args[2])):
         print(usage, file=sys.stderr)
         return 2
     job_dir = Path(args[1])
     try:
-        if args[0] == "attach":
+        if args[0] == "claim":
+            waited = 0.0
+            while True:
+                task, held = claim(job_dir, args[2], int(args[3]))
+                if task is not None:
+                    print(task)
+                    return 0
+                if not held:
+                    print("chexnet.sweep: every trial has finished: nothing left to run", file=sys.stderr)
+                    return EXIT_FINISHED
+                if waited % 60 == 0:
+                    print("chexnet.sweep: every unfinished task is held by a running pod; waiting for one whose "
+                          f"pod was lost ({STALE_CLAIM_S:.0f} s without a heartbeat)", file=sys.stderr)
+                time.sleep(CLAIM_WAIT_S)
+                waited += CLAIM_WAIT_S
+        elif args[0] == "attach":
             task = int(args[2])
             number, params, finished = attach(job_dir, task)
             if finished:
@@ -329,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args[0] == "close":
             print(f"chexnet.sweep: {close(job_dir)} unfinished trial(s) marked FAIL", file=sys.stderr)
         else:
-            print(json.dumps(status(job_dir)))
+            print(json.dumps(status(job_dir, int(args[2]) if len(args) == 3 else None)))
     except (SweepError, OSError, ValueError, KeyError, TypeError) as err:  # the files are the user's: any content
         print(f"chexnet.sweep: error: {type(err).__name__}: {err}", file=sys.stderr)
         return 2

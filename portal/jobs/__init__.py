@@ -220,13 +220,15 @@ def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str |
         raw = dict(raw)
         sweep = raw.pop(SWEEP_FIELD)
         if not chosen.sweeps:
-            raise JobSpecError(SWEEP_FIELD, f"sweeps run as Slurm job arrays; this portal's {chosen.name} backend "
-                                            "has none yet: submit single runs")
+            raise JobSpecError(SWEEP_FIELD, f"this portal's {chosen.name} backend runs no sweeps (Slurm runs them "
+                                            "as job arrays, Kubernetes as plain Jobs): submit single runs")
     job_limits = job_limits or chosen.limits(who)
     if job_limits.mail and isinstance(raw, Mapping) and "mail" not in raw and isinstance(who, JobUser):
         raw = {**raw, "mail": settings.read(who).job_mail}  # the user's default for e-mail at a job's end
     checked = parse_job_spec(raw, job_limits, who.can_read_dir)
     plan = parse_sweep(sweep, checked.epochs, job_limits, checked.gpus) if sweep is not None else None
+    if plan is not None and hasattr(chosen, "check_sweep"):
+        chosen.check_sweep(checked)  # what the backend's trials cannot be (Kubernetes: one pod each)
     return chosen, who, checked, job_limits, plan
 
 

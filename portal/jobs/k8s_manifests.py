@@ -7,6 +7,9 @@ A training job is one of two shapes (setting `k8s_jobs`):
   named by the job id) running mpirun over ssh, a workers Job of `spec.nodes` pods running sshd, and a Secret with
   the job's ssh key, both owned by the launcher Job so that deleting it removes all (`plain_job_objects`);
 - "mpijob": an MPIJob (kubeflow.org/v2beta1) for clusters that run the Kubeflow MPI Operator (`mpijob_manifest`).
+
+A sweep (plain only) is one Job, the record, of `trials` completions and `parallel` pods at once, each pod one
+trial on one node (`sweep_job_manifest`, chexnet.sweep's `claim`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from chexnet.sweep import EXIT_FINISHED, HEARTBEAT_S, PLAN_FILE, STALE_CLAIM_S
 from portal.config import PortalConfig
 from portal.jobs.record import now_utc
 from portal.jobs.spec import JobSpec, minutes_of
+from portal.jobs.sweep import SweepPlan
 from portal.jobs.templating import template_environment
 from portal.scheduler.slurm import MPI_EXPORTED, nccl_environment
 
@@ -26,6 +31,7 @@ GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
 API_VERSION = f"{GROUP}/{VERSION}"
 LABEL_USER, LABEL_JOB = "dsportal/user", "dsportal/job-id"
 ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
+ANNOTATION_SWEEP = "dsportal/sweep"  # a sweep's plan, on its Job
 GPU_RESOURCE = "nvidia.com/gpu"
 USER_ROLE = "dsportal-user"  # the ClusterRole of deploy/kubernetes/rbac.yaml, bound in each user's namespace
 LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}  # mpirun and its ssh sessions; the work is in the workers
@@ -39,6 +45,8 @@ SSH_DIR = "/etc/dsportal-ssh"  # the job's Secret, mounted read-only
 RESTARTS, LOST_NODE_S = 2, 30
 WATCH_EVERY_S = 10  # the launcher looks whether every worker still answers this often
 STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
+CARD_IN_LOG_BYTES = 64 * 1024  # the model card a script copies into its pod's log (a card is a few KB)
+MODEL_CARD_LINE = "chexnet: model card "  # chexnet.card-in-log.sh: the line's start, the card's JSON after it
 
 
 def user_principal(cfg: PortalConfig, user: str) -> str:
@@ -94,6 +102,7 @@ def _launcher_values(cfg: PortalConfig) -> dict[str, Any]:
     """What every launcher script (MPIJob or plain) renders mpirun and the training command with."""
     nccl = nccl_environment(cfg)
     return {"venv_bin": str(cfg.venv / "bin"), "python": str(cfg.venv / "bin" / "python"), "nccl_env": nccl,
+            "card_bytes": CARD_IN_LOG_BYTES, "card_line": MODEL_CARD_LINE,
             "map_by": cfg.jobs_mpi_map_by, "bind_to": cfg.jobs_mpi_bind_to, "mpirun_args": cfg.jobs_mpirun_args,
             "exported": (*MPI_EXPORTED, *(name for name, _ in nccl))}
 
@@ -210,9 +219,7 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     if spec.gpus_per_node:
         worker_resources[GPU_RESOURCE] = str(spec.gpus_per_node)
     deadline = minutes_of(spec.time_limit) * 60
-    # A lost node's pods go after LOST_NODE_S, so the workers Job replaces them on the nodes that are left.
-    tolerations = [{"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute",
-                    "tolerationSeconds": LOST_NODE_S} for taint in ("unreachable", "not-ready")]
+    tolerations = _lost_node_tolerations()  # the workers Job replaces a lost node's pods on the nodes left
     launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
                 "command": ["/bin/bash", "-c", launcher_script],
                 "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
@@ -257,6 +264,52 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
                  "activeDeadlineSeconds": deadline,
                  "template": pod("worker", worker, worker_volumes, selector)}}
     return launcher_job, [secret, workers]
+
+
+def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, cfg: PortalConfig, partition: str,
+                       submitted_at: str = "") -> dict:
+    """A sweep as one Job: `plan.trials` completions, `plan.parallel` pods at once, each pod one trial of one node
+    (chexnet.k8s-trial.sh). The Job is the record (its annotations hold the spec and the plan); a pod lost with
+    its node is made again by the Job and takes its task over. The deadline is every round of trials' wall time."""
+    job_dir = posixpath.join(cfg.k8s_home_mount, "jobs", job_id)
+    plan_json = json.dumps(plan.to_dict(), sort_keys=True)
+    script = template_environment().get_template(f"{spec.template}.k8s-trial.sh").render(
+        spec=spec, plan=plan, job_id=job_id, job_dir=job_dir, plan_json=plan_json, plan_file=PLAN_FILE,
+        finished_exit=EXIT_FINISHED, heartbeat_s=HEARTBEAT_S, stale_s=int(STALE_CLAIM_S), **_launcher_values(cfg))
+    resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),
+                                 "memory": f"{spec.memory_gb}Gi"}
+    if spec.gpus_per_node:
+        resources[GPU_RESOURCE] = str(spec.gpus_per_node)
+    trial = {"name": "trial", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
+             "command": ["/bin/bash", "-c", script],
+             "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+             "resources": {"requests": dict(resources), "limits": dict(resources)},
+             "volumeMounts": [{"name": HOME, "mountPath": cfg.k8s_home_mount},
+                              {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
+                              {"name": SHM, "mountPath": "/dev/shm"}]}
+    volumes = [{"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}},
+               {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim, "readOnly": True}},
+               {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+    selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
+    labels = {**_job_labels(user, job_id), LABEL_ROLE: "trial"}
+    template = _pod_template(labels, trial, volumes, selector)
+    template["spec"].update(restartPolicy="Never", tolerations=_lost_node_tolerations(), enableServiceLinks=False,
+                            automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
+    rounds = -(-plan.trials // plan.parallel)
+    metadata = _job_metadata(spec, job_id, user, cfg, submitted_at)
+    metadata["annotations"][ANNOTATION_SWEEP] = plan_json
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+            # Every pod lost with a node is one failure; a task's trial fails inside its pod, which exits 0.
+            "spec": {"completions": plan.trials, "parallelism": plan.parallel,
+                     "backoffLimit": plan.trials * RESTARTS,
+                     "activeDeadlineSeconds": minutes_of(spec.time_limit) * 60 * rounds,
+                     "template": template}}
+
+
+def _lost_node_tolerations() -> list[dict]:
+    """A lost node's pods go after LOST_NODE_S (not the default 300 s), so their Job replaces them elsewhere."""
+    return [{"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": LOST_NODE_S} for taint in ("unreachable", "not-ready")]
 
 
 def owned_by(manifest: Mapping[str, Any], owner: Mapping[str, Any]) -> dict:

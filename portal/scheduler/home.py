@@ -31,6 +31,18 @@ class ModelCardError(ValueError):
     """A job's model_card.json that is not one (the user's to write: read as hostile)."""
 
 
+def checked_card(text: str, job_id: str) -> dict[str, Any]:
+    """A model card's text (the user's: a file, or a line of their pod's log) read as hostile: ModelCardError
+    saying why it is not a card."""
+    try:
+        card = finite_json(text, MAX_CARD_BYTES)
+    except ValueError as err:
+        raise ModelCardError(f"{CARD_FILE} of job {job_id}: {err}") from None
+    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+        raise ModelCardError(f"{CARD_FILE} of job {job_id} is not a model card of format {CARD_FORMAT}")
+    return card
+
+
 class JobsInHome:
     """Output, metrics and (by default) no history or shared queue line, for jobs in ~/jobs/<id>/."""
 
@@ -74,15 +86,7 @@ class JobsInHome:
             return None
         directory = record.task_checkpoint_dir(task) if record.sweep is not None else record.checkpoint_dir
         text = user.read_text(directory / CARD_FILE, MAX_CARD_BYTES)
-        if text is None:
-            return None
-        try:
-            card = finite_json(text, MAX_CARD_BYTES)
-        except ValueError as err:
-            raise ModelCardError(f"{CARD_FILE} of job {record.id}: {err}") from None
-        if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-            raise ModelCardError(f"{CARD_FILE} of job {record.id} is not a model card of format {CARD_FORMAT}")
-        return card
+        return None if text is None else checked_card(text, record.id)
 
     def metrics(self, record: JobRecord, user: JobUser) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""

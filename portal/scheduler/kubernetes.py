@@ -13,6 +13,11 @@ annotations carry the spec and the submit time. Cancelling deletes it, and with 
 deleting one reads as CANCELLED). The launcher pod's log is the job's output (mpirun gathers every worker's); the
 launcher also tees it to `~/jobs/<id>/output.log` on the user's home volume, beside the TensorBoard logdir and the
 checkpoints.
+
+A sweep is one Job whose pods are its trials (portal.jobs.k8s_manifests.sweep_job_manifest). The dashboard cannot
+open the study on the user's volume, so it reads each trial from its pod: a pod that ended leaves its trial's row
+(chexnet.sweep status) as its termination message; a running pod's log names its task, trial and parameters, and
+has a line per epoch.
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ from portal.config import PortalConfig
 from portal.jobs.k8s_manifests import (
     ANNOTATION_SPEC,
     ANNOTATION_SUBMITTED,
+    ANNOTATION_SWEEP,
     GPU_RESOURCE,
     GROUP,
     LABEL_JOB,
     LABEL_ROLE,
     LABEL_USER,
+    MODEL_CARD_LINE,
     PLURAL,
     VERSION,
     home_claim_manifest,
@@ -47,6 +54,7 @@ from portal.jobs.k8s_manifests import (
     mpijob_manifest,
     owned_by,
     plain_job_objects,
+    sweep_job_manifest,
     user_namespace_manifest,
     user_namespace_objects,
     user_principal,
@@ -63,10 +71,13 @@ from portal.jobs.record import (
     RecordError,
     recorded_spec,
 )
-from portal.jobs.spec import JobLimits, JobSpec
+from portal.jobs.spec import JobLimits, JobSpec, JobSpecError
+from portal.jobs.sweep import FIELD as SWEEP_FIELD
+from portal.jobs.sweep import SweepPlan, SweepStatusError, SweepView, read_status, recorded_plan, sweep_view
 from portal.metrics import MAX_SERIES, RunMetrics
 from portal.scheduler import NoAccounting
 from portal.scheduler.errors import JobNotFound, KubernetesError, kubernetes_failure
+from portal.scheduler.home import checked_card
 from portal.scheduler.pods import POD_SERVER_NAME, scheduling_in_words
 from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.scheduler.snapshot import ClusterSnapshot
@@ -80,6 +91,13 @@ K8S_ID = re.compile(r"^k8s-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}\Z")  # also a valid MPI
 NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
 EPOCH_LINE = re.compile(rf"chexnet\.train: epoch ([0-9]{{1,7}})/[0-9]+: .*?auroc/mean=({NUMBER}|n/a)"
                         rf".*?images/sec=({NUMBER}|n/a)")
+# A trial pod's log (chexnet.k8s-trial.sh): its task and trial, then the trial's parameters (trial.json).
+TRIAL_LINE = re.compile(r"^chexnet: sweep task ([0-9]{1,6}) is trial ([0-9]{1,6}), on pod ", re.MULTILINE)
+PARAMS_LINE = re.compile(r"^chexnet: trial parameters (\{[^\n]{0,2000}\})$", re.MULTILINE)
+MAX_TRIAL_LOG_BYTES = 1024 * 1024  # a running trial's log, read for its task and epochs
+LOG_TIMEOUT_S = 10
+CARD_TAIL_LINES = 20  # the card is the script's last line but one or two
+IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
 def new_k8s_id() -> str:
@@ -240,6 +258,103 @@ def plain_job_state(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     return RUNNING if "launcher" in roles and roles.count("worker") >= nodes else PENDING
 
 
+def sweep_job_state(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str:
+    """A sweep's state from its Job's conditions (Complete: every trial ran), and while it runs from its pods:
+    RUNNING while a trial pod runs, PENDING while they all wait."""
+    ended = _ended(job, "Complete")
+    if ended:
+        return ended
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+               and not p.get("metadata", {}).get("deletionTimestamp")]
+    return RUNNING if running else PENDING
+
+
+def _termination_message(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if isinstance(terminated.get("message"), str):
+            return terminated["message"]
+    return ""
+
+
+@dataclass(frozen=True)
+class PodTrials:
+    trials: dict[int, dict[str, Any]]  # by task, as chexnet.sweep status gives them (read_status)
+    states: dict[int, str]  # each task's latest pod: RUNNING, or COMPLETED once it ended
+    holders: dict[int, str]  # each task's latest pod's name
+    problem: str = ""
+
+
+def pod_trials(plan: SweepPlan, pods: Sequence[Mapping[str, Any]], read_log: Callable[[str], str]) -> PodTrials:
+    """A sweep's trials from its pods, oldest first so that a task's latest pod wins. An ended pod's termination
+    message is its trial's row; a running pod's log (`read_log(pod name)`) names its task, trial and parameters,
+    and has its epochs. Both are the user's text: read as read_status reads the study's answer, every field
+    checked."""
+    trials: dict[int, dict[str, Any]] = {}
+    tasks: dict[int, str] = {}
+    holders: dict[int, str] = {}
+    problems = []
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
+        name = (pod.get("metadata") or {}).get("name", "")
+        phase = (pod.get("status") or {}).get("phase")
+        message = _termination_message(pod)
+        try:
+            if message:
+                found = read_status(message, plan)
+                state = "COMPLETED"
+            elif phase == "Running" and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                found = _running_trial(read_log(name), plan)
+                state = "RUNNING"
+            else:
+                continue  # waiting for a node or a task; or lost with its node (its log with it), and replaced
+        except SweepStatusError as err:
+            problems.append(f"pod {name}: {err}")
+            continue
+        for task, trial in found.items():
+            trials[task], tasks[task], holders[task] = trial, state, name
+    return PodTrials(trials, tasks, holders, "; ".join(problems)[:300])
+
+
+def _running_trial(log: str, plan: SweepPlan) -> dict[int, dict[str, Any]]:
+    """A running trial pod's trial from its log; {} before it has one."""
+    named = TRIAL_LINE.findall(log)
+    if not named:
+        return {}
+    task, number = (int(x) for x in named[-1])
+    params_lines = PARAMS_LINE.findall(log)
+    try:
+        params = json.loads(params_lines[-1]).get("params", {}) if params_lines else {}
+    except (ValueError, AttributeError):
+        params = {}
+    epochs = {}
+    for match in EPOCH_LINE.finditer(log):
+        epochs[match.group(1)] = None if match.group(2) == "n/a" else float(match.group(2))
+    return read_status(json.dumps({"trials": [{"number": number, "task": task, "state": "RUNNING",
+                                               "params": params, "value": None, "epochs": epochs}]}), plan)
+
+
+def _image_id(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(status.get("imageID"), str):
+            return status["imageID"]
+    return ""
+
+
+def card_from_log(log: str, job_id: str, image_id: str = "") -> dict[str, Any] | None:
+    """The last model card line of a pod's log (chexnet.card-in-log.sh), checked as the card file is; its
+    image digest, when the run could not know it, is the one the kubelet reports having run (`image_id`, the
+    pod's containerStatuses[].imageID), marked as such."""
+    lines = [line for line in log.splitlines() if line.startswith(MODEL_CARD_LINE)]
+    if not lines:
+        return None
+    card = checked_card(lines[-1][len(MODEL_CARD_LINE):], job_id)
+    environment = card.get("environment")
+    digest = IMAGE_DIGEST.search(image_id or "")
+    if isinstance(environment, dict) and not environment.get("image_digest") and digest:
+        card["environment"] = {**environment, "image_digest": digest.group(0), "image_digest_from": "kubelet"}
+    return card
+
+
 def recorded_nodes(job: Mapping[str, Any]) -> int:
     try:
         return int(json.loads((job.get("metadata", {}).get("annotations") or {})[ANNOTATION_SPEC])["nodes"])
@@ -262,9 +377,18 @@ def mpijob_record(mpijob: Mapping[str, Any], cfg: PortalConfig) -> JobRecord:
         spec = recorded_spec(json.loads(text))
     except (ValueError, RecursionError) as err:
         raise RecordError(f"annotation {ANNOTATION_SPEC}: {str(err)[:120]}") from None
+    plan = None
+    if ANNOTATION_SWEEP in notes:
+        text = notes[ANNOTATION_SWEEP]
+        if not isinstance(text, str) or len(text) > MAX_RECORD_BYTES:
+            raise RecordError(f"annotation {ANNOTATION_SWEEP}: longer than {MAX_RECORD_BYTES} bytes")
+        try:
+            plan = recorded_plan(json.loads(text), spec.epochs)
+        except (ValueError, RecursionError) as err:
+            raise RecordError(f"annotation {ANNOTATION_SWEEP}: {str(err)[:120]}") from None
     return JobRecord(id=name, backend="kubernetes", user=labels[LABEL_USER], spec=spec,
                      submitted_at=notes.get(ANNOTATION_SUBMITTED, meta.get("creationTimestamp", "")),
-                     job_dir=Path(cfg.k8s_home_mount) / "jobs" / name)
+                     job_dir=Path(cfg.k8s_home_mount) / "jobs" / name, sweep=plan)
 
 
 def log_metrics(text: str) -> RunMetrics:
@@ -326,13 +450,19 @@ class KubernetesScheduler:
     (impersonated, or their own pod)."""
 
     name = "kubernetes"
-    sweeps = False  # a sweep is a Slurm job array (portal.jobs.sweep)
 
     def __init__(self, cfg: PortalConfig, client_for=api_client):
         self.cfg = cfg
         self._client_for = client_for
         self.plain = cfg.k8s_jobs == "plain"
         self.kind = "Job" if self.plain else "MPIJob"
+        self.sweeps = self.plain  # a sweep is one Job of trial pods (portal.jobs.k8s_manifests)
+
+    def check_sweep(self, spec: JobSpec) -> None:
+        """Each trial is one pod here: one node's GPUs."""
+        if spec.nodes != 1:
+            raise JobSpecError("nodes", f"{spec.nodes}: a sweep's trial on Kubernetes is one pod, on one node; "
+                                        "allowed: 1 (use gpus_per_node for more GPUs per trial)")
 
     def _apis(self, user: KubeUser):
         """(custom objects, core, batch) clients, each answering plain dicts as the API server sends them."""
@@ -387,8 +517,21 @@ class KubernetesScheduler:
     def start_note(self, spec: JobSpec, user: str, snapshot: ClusterSnapshot) -> str:
         return ""  # no snapshot of each node's free resources here: a waiting job's page says why it waits
 
-    def model_card(self, record: JobRecord, user: KubeUser) -> dict | None:
-        return None  # the card is on the user's volume, which the dashboard does not read yet (issue 29)
+    def model_card(self, record: JobRecord, user: KubeUser, task: int | None = None) -> dict | None:
+        """The run's model card from the log of the pod that ran it (its script copies the card there at the
+        end: the dashboard cannot open the user's volume), with the image's digest as the kubelet ran it. None
+        before the run wrote one; ModelCardError when the line is not a card. A sweep's: its task's trial's."""
+        if record.sweep is not None:
+            holder = self._trials(record, user).holders.get(task) if task is not None else None
+            pods = [p for p in self._pods(user, record.id) if p["metadata"].get("name") == holder]
+        else:
+            pods = [p for p in self._pods(user, record.id, "launcher")
+                    if (p.get("status") or {}).get("phase") == "Succeeded"]
+        if not pods:
+            return None
+        pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        return card_from_log(self._pod_log(user, pod["metadata"]["name"], CARD_TAIL_LINES), record.id,
+                             _image_id(pod))
 
     def history(self, record: JobRecord, user: KubeUser) -> list[str]:
         return []  # a lost worker is replaced by its Job, and the launcher resumes: one run, no requeue
@@ -413,7 +556,10 @@ class KubernetesScheduler:
         launcher, owned = plain_job_objects(spec, job_id, user.name, self.cfg, partition, **plain)
         return [launcher, *owned]
 
-    def render(self, spec: JobSpec, user: KubeUser, partition: str = "") -> str:
+    def render(self, spec: JobSpec, user: KubeUser, partition: str = "", plan: SweepPlan | None = None) -> str:
+        if plan is not None:
+            return manifest_yaml(sweep_job_manifest(spec, plan, "k8s-<date>-<time>-<random>", user.name, self.cfg,
+                                                    partition, submitted_at="<submit time>"))
         made = "<made at submit>"
         objects = self._objects(spec, "k8s-<date>-<time>-<random>", user, partition, submitted_at="<submit time>",
                                 **({"private_key": made, "public_key": made} if self.plain else {}))
@@ -443,15 +589,22 @@ class KubernetesScheduler:
                 if replace is not None:  # the quota (the user's groups) may have changed
                     self._call(f"preparing namespace {namespace}", replace, args[1]["metadata"]["name"], *args)
 
-    def submit(self, spec: JobSpec, user: KubeUser, partition: str = "") -> tuple[JobRecord, None]:
+    def submit(self, spec: JobSpec, user: KubeUser, partition: str = "",
+               plan: SweepPlan | None = None) -> tuple[JobRecord, None]:
         """Create the job's objects; (its record, None: the record is the launcher Job or the MPIJob, there is
         no directory). A plain job's Secret and workers are made after its launcher Job, owned by it; when one
-        cannot be made, the launcher Job is deleted again, so nothing is left half-made."""
+        cannot be made, the launcher Job is deleted again, so nothing is left half-made. A sweep is one Job."""
         if not user.is_caller:
             self.ensure_namespace(user)
         custom, core, batch = self._apis(user)
         namespace = self.cfg.user_namespace(user.name)
         job_id = new_k8s_id()
+        if plan is not None:
+            if not self.plain:
+                raise JobSpecError(SWEEP_FIELD, "sweeps run as plain Jobs; this portal runs MPIJobs (k8s_jobs)")
+            created = self._call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace,
+                                 sweep_job_manifest(spec, plan, job_id, user.name, self.cfg, partition))
+            return mpijob_record(created, self.cfg), None
         if not self.plain:
             created = self._call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
                                  GROUP, VERSION, namespace, PLURAL, self._objects(spec, job_id, user, partition)[0])
@@ -521,9 +674,31 @@ class KubernetesScheduler:
     def state(self, record: JobRecord, user: KubeUser) -> str:
         try:
             found = self._get(user, record.id)
+            if record.sweep is not None:
+                return sweep_job_state(found, self._pods(user, record.id))
             return plain_job_state(found, self._pods(user, record.id)) if self.plain else mpijob_state(found)
         except JobNotFound:
             return CANCELLED  # deleted: cancelling is the only way the portal deletes a job
+
+    def _pod_log(self, user: KubeUser, name: str, tail: int | None = None) -> str:
+        _, core, _ = self._apis(user)
+        kwargs = {"tail_lines": tail} if tail else {"limit_bytes": MAX_TRIAL_LOG_BYTES}
+        try:  # the API server asks the pod's kubelet, which may be on a node that just died
+            return self._call(f"the log of pod {name}", core.read_namespaced_pod_log, name,
+                              self.cfg.user_namespace(user.name), _request_timeout=LOG_TIMEOUT_S, **kwargs)
+        except (KubernetesError, JobNotFound):
+            return ""  # the container has not started yet, or its pod went meanwhile
+
+    def _trials(self, record: JobRecord, user: KubeUser) -> PodTrials:
+        assert record.sweep is not None
+        return pod_trials(record.sweep, self._pods(user, record.id), lambda name: self._pod_log(user, name))
+
+    def sweep(self, record: JobRecord, user: KubeUser) -> SweepView:
+        """The sweep's trials, from its pods (pod_trials): what the study said at each ended pod's end, and what
+        each running pod's log says."""
+        assert record.sweep is not None
+        found = self._trials(record, user)
+        return sweep_view(record.sweep, found.trials, found.states, found.problem)
 
     def cancel(self, record: JobRecord, user: KubeUser) -> None:
         self._get(user, record.id)
@@ -541,8 +716,12 @@ class KubernetesScheduler:
             self._call(f"deleting job {job_id}", custom.delete_namespaced_custom_object, GROUP, VERSION,
                        namespace, PLURAL, job_id, propagation_policy="Foreground")
 
-    def logs(self, record: JobRecord, user: KubeUser, tail: int | None = None) -> str:
-        """The launcher pod's log (the latest launcher's); "" before it starts (or once its pod is gone)."""
+    def logs(self, record: JobRecord, user: KubeUser, tail: int | None = None, task: int | None = None) -> str:
+        """The launcher pod's log (the latest launcher's); "" before it starts (or once its pod is gone). A sweep's:
+        the log of the latest pod of task `task` (default 0)."""
+        if record.sweep is not None:
+            holder = self._trials(record, user).holders.get(task or 0)
+            return self._pod_log(user, holder, tail) if holder else ""
         _, core, _ = self._apis(user)
         started = [p for p in self._pods(user, record.id, "launcher")
                    if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]

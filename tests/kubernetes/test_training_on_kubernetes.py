@@ -6,6 +6,7 @@ portal counts a job's GPUs against her quota; cancelling deletes every object th
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -139,6 +140,13 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
         assert list((home / "tensorboard").rglob("events.out.tfevents.*")), sorted(home.rglob("*"))
         assert list((home / "checkpoints").iterdir())
         assert (home / "exit_status").read_text().strip() == "0"
+        # Its model card, as the dashboard reads it from the launcher's log: the card the run wrote beside its
+        # checkpoint, with the digest of the image the kubelet ran.
+        card = job.model_card()
+        written = json.loads((home / "checkpoints" / "model_card.json").read_text())
+        assert card["checkpoint"] == written["checkpoint"] and card["data"] == written["data"], card
+        launcher = core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOB}={job_id},{LABEL_ROLE}=launcher")
+        assert launcher.items[0].status.container_statuses[0].image_id.endswith(card["environment"]["image_digest"])
         # The workers end with the launcher: their pods succeed and hold no GPU any more.
         wait_for(lambda: all(p.status.phase == "Succeeded" for p in core.list_namespaced_pod(
             NAMESPACE, label_selector=f"{LABEL_JOB}={job_id}").items), 60, what="the job's pods to end")

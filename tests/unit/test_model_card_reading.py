@@ -52,3 +52,25 @@ def test_a_card_is_read_from_beside_the_checkpoint():
 def test_what_is_not_a_card_says_why(text, why):
     with pytest.raises(ModelCardError, match=why):
         read(text)
+
+
+def test_on_kubernetes_the_card_is_the_last_card_line_of_the_pods_log_with_the_kubelets_digest():
+    from portal.jobs import k8s_manifests  # noqa: F401  (portal.jobs before portal.scheduler.kubernetes)
+    from portal.scheduler.kubernetes import card_from_log
+
+    card = {"format": CARD_FORMAT, "environment": {"python": "3.11", "image_digest": None}, "epochs_done": 3}
+    digest = "sha256:" + "ab" * 32
+    log = ("chexnet.train: epoch 3/3: auroc/mean=0.9\n"
+           f"chexnet: model card {json.dumps({**card, 'epochs_done': 1})}\n"  # an earlier run's, resumed since
+           f"chexnet: model card {json.dumps(card)}\nchexnet: done\n")
+    found = card_from_log(log, "k8s-1", f"localhost/dsportal-training@{digest}")
+    assert found["epochs_done"] == 3
+    assert found["environment"] == {"python": "3.11", "image_digest": digest, "image_digest_from": "kubelet"}
+    assert card_from_log("chexnet: training\n", "k8s-1") is None  # not written yet
+    written = {**card, "environment": {"image_digest": "sha256:" + "cd" * 32}}  # the run knew it: kept
+    assert card_from_log(f"chexnet: model card {json.dumps(written)}", "k8s-1", digest)["environment"] == \
+        written["environment"]
+    for bad in ("chexnet: model card {", "chexnet: model card []", 'chexnet: model card {"format": "x"}',
+                "chexnet: model card " + json.dumps({"format": CARD_FORMAT, "x": float("nan")})):
+        with pytest.raises(ModelCardError):
+            card_from_log(bad, "k8s-1", digest)

@@ -17,6 +17,7 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PA
 {% endfor %}
 # --resume: a run again (a lost worker, a new launcher pod) continues from the last checkpoint.
 {% include "chexnet.train.sh" %}
+{% include "chexnet.card-in-log.sh" %}
 # The job's key, from its Secret, where ssh accepts it (its own, not group-readable).
 key=$(mktemp -d)/id
 install -m 0600 {{ key_file | q }} "$key" || exit 1
@@ -25,6 +26,7 @@ ssh_agent="ssh -p {{ ssh_port }} -i $key -o StrictHostKeyChecking=no -o UserKnow
 
 finish() {
     echo "$1" > "$job_dir/exit_status"
+    [ "$1" -ne 0 ] || card_in_log "$job_dir/checkpoints"
     touch "$job_dir/workers-done"
     exit "$1"
 }

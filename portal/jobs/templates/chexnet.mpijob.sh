@@ -12,6 +12,7 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 {% endfor %}
 # --resume: a restarted launcher continues from the last checkpoint (a fresh job starts at epoch 1).
 {% include "chexnet.train.sh" %}
+{% include "chexnet.card-in-log.sh" %}
 echo "chexnet: MPIJob {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun"
 status=0
 # -np is every worker on every pod; the operator's hostfile gives each pod slotsPerWorker slots.
@@ -20,5 +21,6 @@ mpirun -np {{ spec.workers }} --map-by {{ map_by | q }} --bind-to {{ bind_to | q
     {% for name in exported %}-x {{ name }} {% endfor %}\
     "${train[@]}" 2>&1 | tee "$job_dir/output.log"
 status=${PIPESTATUS[0]}
+[ "$status" -ne 0 ] || card_in_log "$job_dir/checkpoints"
 echo "$status" > "$job_dir/exit_status"
 exit "$status"

@@ -1,0 +1,133 @@
+"""A sweep on the Kubernetes box (portal.jobs.k8s_manifests.sweep_job_manifest, chexnet.sweep claim): one Job of
+trial pods in alice's namespace, at most `parallel` at once, sharing one Optuna study on her home volume; a bad
+trial pruned early; a node lost mid-sweep, and the task its pod ran taken over by the pod the Job makes again,
+which resumes the same trial from its checkpoint, counted once.
+
+Sized for 2 CPU cores as tests/integration/test_sweeps.py is: 64x64 images, batch 8, 3 epochs, one worker per
+trial, the learning rate searched between 1e-3 (learns) and 1e-8 (does not), with a seed whose tasks 0 and 1
+learn and task 2 does not (bench.sweep.seed_for): pods claim the lowest free task, so 0 and 1 run first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+
+import pytest
+from kubernetes import client as k8s
+
+from bench.sweep import BAD_LR, GOOD_LR, seed_for
+from portal import jobs
+from portal.config import load
+from portal.jobs import JobSpecError
+from portal.jobs.k8s_manifests import LABEL_JOB
+from tests.conftest import tensorboard_steps, wait_for
+from tests.kubernetes.conftest import kubebox
+
+pytestmark = pytest.mark.integration
+ALICE = ("alice", ["datascientists", "gpu-users"])
+NAMESPACE = "dsportal-u-alice"
+TRIAL = {"nodes": 1, "gpus_per_node": 1, "epochs": 3, "batch_size": 8, "image_size": 64, "cpus_per_task": 1,
+         "memory_gb": 3, "time_limit": "00:15:00"}
+SWEEP_WAIT_S = 1200
+LOST_S = 240  # the node NotReady (node-monitor-grace, 20 s), its pods' toleration (30 s), a claim silent 45 s
+
+
+@pytest.fixture(scope="module")
+def cfg(kube):
+    return dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]),
+                               k8s_jobs="plain")
+
+
+@pytest.fixture(scope="module")
+def core(kube):
+    return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
+
+
+def most_at_once(pods) -> int:
+    """The most trial containers that ran at the same time, from the start and end the kubelets recorded."""
+    events = []
+    for pod in pods:
+        for status in pod.status.container_statuses or []:
+            ran = status.state.terminated or status.state.running
+            if ran is None or ran.started_at is None:
+                continue
+            events.append((ran.started_at, 1))
+            end = getattr(ran, "finished_at", None)
+            if end is not None:
+                events.append((end, -1))
+    running = most = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        running += step
+        most = max(most, running)
+    return most
+
+
+def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resumes(kube, cfg, core):
+    trials = 3
+    seed = seed_for(trials, parallel=2)
+    request = {**TRIAL, "sweep": {"trials": trials, "parallel": 2, "sampler": "random", "pruner": "median",
+                                  "min_epochs": 2, "seed": seed, "space": {"lr": [GOOD_LR, BAD_LR]}}}
+    job = jobs.submit(request, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    home = kube.box.path("volumes", "home", "alice", "jobs", job.id)
+    selector = f"{LABEL_JOB}={job.id}"
+
+    def pods():
+        return core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+
+    def checkpointed_pod():  # a running trial pod whose task has saved an epoch: (pod, task)
+        for row in job.sweep().rows:
+            state = home / "trials" / str(row.task) / "checkpoints" / "checkpoint"
+            if row.state == "RUNNING" and state.exists() and "ckpt-" in state.read_text():
+                holder = (home / "claims" / str(row.task)).read_text().strip()
+                found = [p for p in pods() if p.metadata.name == holder and p.status.phase == "Running"]
+                if found:
+                    return found[0], row.task
+        return None
+
+    try:
+        pod, task = wait_for(checkpointed_pod, SWEEP_WAIT_S, interval=2, what="a trial's first checkpoint")
+        node = pod.spec.node_name
+        number = job.sweep().rows[task].number
+        print(kubebox.crash(kube.box, node))  # its power lost: the pod's process killed, no goodbye, no FAIL
+        wait_for(lambda: "takes it over" in job.logs(task=task), LOST_S, interval=3,
+                 what=f"a new pod to take task {task} over")
+        kubebox.up(kube.box, report=print)  # the node comes back, as an operator brings it back
+        assert job.wait(timeout=SWEEP_WAIT_S, poll=5) == "COMPLETED", job.logs(tail=60, task=task)
+    finally:
+        if not job.done:
+            job.cancel()
+
+    log = job.logs(task=task)
+    assert f"sweep task {task} is trial {number}" in log and "epochs done, continuing with epoch" in log, log[-3000:]
+    view = job.sweep()
+    resumed = view.rows[task]
+    assert resumed.number == number and resumed.state in ("COMPLETED", "PRUNED"), resumed
+    # Every epoch once across the two pods. The resumed trial may be pruned: it comes back after the other trial
+    # of its wave has completed, and is compared with it (the pruner's call: seen once at 0.93 against 0.96).
+    steps = tensorboard_steps(home / "tensorboard" / f"trial-{number}", user=None)
+    assert steps["auroc/mean"] == list(range(1, resumed.epochs_run + 1)) and resumed.epochs_run >= 2, steps
+
+    assert [row.task for row in view.rows] == [0, 1, 2] and not view.problem, view
+    assert sorted(row.number for row in view.rows) == [0, 1, 2], view.rows  # each trial once
+    assert {row.task for row in view.rows if row.state == "COMPLETED"} & {0, 1}, view.rows
+    bad = view.rows[2]
+    assert bad.params == {"lr": BAD_LR} and bad.state == "PRUNED" and bad.pruned_at == 2, bad
+    assert view.best.params == {"lr": GOOD_LR} and view.best.value > 0.8, view.best
+    study = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep", "status", str(home)],
+                           capture_output=True, text=True, check=True).stdout
+    assert sorted(trial["task"] for trial in json.loads(study)["trials"]) == [0, 1, 2]  # the study: each once
+    assert most_at_once(pods()) <= 2 < trials
+
+
+def test_a_sweep_refuses_a_trial_of_two_nodes_and_renders_one_job(kube, cfg):
+    batch = k8s.BatchV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
+    before = [j.metadata.name for j in batch.list_namespaced_job(NAMESPACE).items]
+    with pytest.raises(JobSpecError) as caught:
+        jobs.submit({**TRIAL, "nodes": 2, "sweep": {"trials": 2}}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    assert caught.value.field == "nodes" and "one pod" in str(caught.value)
+    assert [j.metadata.name for j in batch.list_namespaced_job(NAMESPACE).items] == before  # nothing made
+    rendered = jobs.render({**TRIAL, "sweep": {"trials": 4, "parallel": 2}}, user=ALICE[0], groups=ALICE[1],
+                           cfg=cfg)
+    assert rendered.count("kind: Job") == 1 and "completions: 4" in rendered and "parallelism: 2" in rendered
