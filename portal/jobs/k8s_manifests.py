@@ -102,7 +102,7 @@ def _launcher_values(cfg: PortalConfig) -> dict[str, Any]:
     """What every launcher script (MPIJob or plain) renders mpirun and the training command with."""
     nccl = nccl_environment(cfg)
     return {"venv_bin": str(cfg.venv / "bin"), "python": str(cfg.venv / "bin" / "python"), "nccl_env": nccl,
-            "card_bytes": CARD_IN_LOG_BYTES, "card_line": MODEL_CARD_LINE,
+            "card_bytes": CARD_IN_LOG_BYTES, "card_line": MODEL_CARD_LINE, "trainer_args": cfg.jobs_trainer_args,
             "map_by": cfg.jobs_mpi_map_by, "bind_to": cfg.jobs_mpi_bind_to, "mpirun_args": cfg.jobs_mpirun_args,
             "exported": (*MPI_EXPORTED, *(name for name, _ in nccl))}
 

@@ -57,7 +57,7 @@ def render_local(spec: JobSpec, job_dir: str, cfg: PortalConfig) -> str:
     return template_environment().get_template(f"{spec.template}.local.sh").render(
         spec=spec, job_dir=job_dir, output=OUTPUT_FILE, seconds=hours * 3600 + minutes * 60 + seconds,
         venv_bin=str(cfg.venv / "bin"), python=str(cfg.venv / "bin" / "python"),
-        horovodrun=str(cfg.venv / "bin" / "horovodrun"))
+        horovodrun=str(cfg.venv / "bin" / "horovodrun"), trainer_args=cfg.jobs_trainer_args)
 
 
 def local_gpus() -> int:

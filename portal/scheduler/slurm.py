@@ -108,6 +108,7 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
         map_by=cfg.jobs_mpi_map_by,
         bind_to=cfg.jobs_mpi_bind_to,
         mpirun_args=cfg.jobs_mpirun_args,
+        trainer_args=cfg.jobs_trainer_args,
         exported=(*MPI_EXPORTED, *(name for name, _ in nccl)),
         srun_mpi=cfg.jobs_srun_mpi,
     )

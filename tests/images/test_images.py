@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.conftest import TRAINER_SPEEDUP
 from tests.images.conftest import REPO, podman
 
 VENV = "/opt/dsportal/venv"
@@ -81,6 +82,7 @@ def training_run(images, tmp_path_factory) -> tuple[Path, str, float]:
         f" horovodrun -np {WORKERS} -H localhost:{WORKERS} python -m chexnet.train --data-dir /work/data"
         f" --logdir /work/logs --checkpoint-dir /work/checkpoints --epochs 1 --batch-size {BATCH}"
         f" --image-size {IMAGE_SIZE} --model densenet121 --pipeline parallel --progress epoch"
+        f" {' '.join(TRAINER_SPEEDUP)}"
     )
     started = time.monotonic()
     proc = podman("run", "--rm", "--network=none", "--shm-size=1g", "-e", "TF_CPP_MIN_LOG_LEVEL=2",

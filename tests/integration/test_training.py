@@ -29,6 +29,7 @@ from tensorboard.util import tensor_util
 
 from chexnet import tblog
 from chexnet.callbacks import ALL_TAGS, EPOCH_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LR, TAG_THROUGHPUT
+from tests.conftest import TRAINER_SPEEDUP
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -79,7 +80,7 @@ def train(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = Non
     command = [PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
                "--checkpoint-dir", str(checkpoints), "--batch-size", str(BATCH), "--image-size", str(IMAGE_SIZE),
                "--model", "densenet121", "--pipeline", "parallel", "--lr", LR, "--weights-digest-dir", str(digests),
-               *flags]
+               *TRAINER_SPEEDUP, *flags]
     if workers > 1:
         command = [HOROVODRUN, "-np", str(workers), "-H", f"localhost:{workers}", *command]
     started = time.monotonic()
@@ -320,7 +321,7 @@ def test_nan_loss_stops_every_worker_with_an_error(dataset, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["batch-size-0", "epochs-0", "empty-data-dir", "missing-data-dir",
-                                  "unknown-model", "unknown-progress"])
+                                  "unknown-model", "unknown-progress", "unknown-graph-optimizer"])
 def test_bad_arguments_fail_in_one_line_with_exit_2(case, tmp_path, dataset):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -331,6 +332,8 @@ def test_bad_arguments_fail_in_one_line_with_exit_2(case, tmp_path, dataset):
         "missing-data-dir": (tmp_path / "nope", [], "--data-dir"),
         "unknown-model": (dataset, ["--model", "vgg16"], "--model must be one of densenet121, resnet50"),
         "unknown-progress": (dataset, ["--progress", "dots"], "--progress must be one of auto, bar, epoch"),
+        "unknown-graph-optimizer": (dataset, ["--graph-optimizer", "maybe"],
+                                    "--graph-optimizer must be one of on, off"),
     }[case]
     proc = subprocess.run([PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(tmp_path / "l"),
                            "--checkpoint-dir", str(tmp_path / "c"), *flags], cwd=REPO, capture_output=True,
