@@ -9,6 +9,7 @@ user's `kubebox.py up` (16443-16445, "kube", 198.19.0.0/20).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,3 +87,18 @@ def kube():
     clients = {name: kubebox.from_kubeconfig(path) for name, path in cluster.kubeconfigs.items()}
     yield Kube(box, cluster, clients["admin"], clients["hub"], clients["alice"], clients["bob"], cluster.kubeconfigs)
     kubebox.down(box)
+
+
+@pytest.fixture(scope="module")
+def cfg(kube):
+    """The portal's settings for plain Kubernetes jobs on the test box, acting as the hub's ServiceAccount."""
+    from portal.config import load
+
+    return dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]),
+                               k8s_jobs="plain")
+
+
+@pytest.fixture(scope="module")
+def core(kube):
+    """The box's core API as its admin."""
+    return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))

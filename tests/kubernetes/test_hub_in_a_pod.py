@@ -23,10 +23,6 @@ SPAWN_S = 150  # the hub's own start_timeout (values.yaml leaves the default, 12
 HUB_BACK_S = 120  # a new hub pod: scheduled, the hub and its proxy started, the readiness probe passed (~20 s)
 
 
-@pytest.fixture(scope="module")
-def core(kube):
-    return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
-
 
 @pytest.fixture(scope="module")
 def pod_hub(cluster, kube, core):

@@ -10,7 +10,6 @@ learn and task 2 does not (bench.sweep.seed_for): pods claim the lowest free tas
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 
@@ -19,7 +18,6 @@ from kubernetes import client as k8s
 
 from bench.sweep import BAD_LR, GOOD_LR, seed_for
 from portal import jobs
-from portal.config import load
 from portal.jobs import JobSpecError
 from portal.jobs.k8s_manifests import LABEL_JOB
 from tests.conftest import tensorboard_steps, wait_for
@@ -34,15 +32,6 @@ SWEEP_WAIT_S = 1200
 LOST_S = 240  # the node NotReady (node-monitor-grace, 20 s), its pods' toleration (30 s), a claim silent 45 s
 
 
-@pytest.fixture(scope="module")
-def cfg(kube):
-    return dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]),
-                               k8s_jobs="plain")
-
-
-@pytest.fixture(scope="module")
-def core(kube):
-    return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
 
 
 def most_at_once(pods) -> int:

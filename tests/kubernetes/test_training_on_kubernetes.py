@@ -5,7 +5,6 @@ portal counts a job's GPUs against her quota; cancelling deletes every object th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -18,7 +17,6 @@ import yaml
 from kubernetes import client as k8s
 
 from portal import jobs
-from portal.config import load
 from portal.jobs import JobSpecError
 from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
 from portal.scheduler.kubernetes import KubernetesScheduler
@@ -35,15 +33,6 @@ CANCEL_WAIT_S = 180  # a cancelled job's objects gone (see test_cancelling_delet
 APISERVER_DOWN_S = 12  # under node-monitor-grace (20 s): the nodes stay Ready
 
 
-@pytest.fixture(scope="module")
-def cfg(kube):
-    return dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]),
-                               k8s_jobs="plain")
-
-
-@pytest.fixture(scope="module")
-def core(kube):
-    return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
 
 
 def objects_of(kube, job_id: str) -> dict[str, list[str]]:
