@@ -112,6 +112,14 @@ def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig)
         spec=spec, job_id=job_id, job_dir=job_dir, **_launcher_values(cfg))
 
 
+def _node_resources(spec: JobSpec) -> dict[str, str]:
+    """What one node's pod of the job asks for (and is limited to): its workers' CPUs, the memory, its GPUs."""
+    resources = {"cpu": str(spec.cpus_per_task * spec.workers_per_node), "memory": f"{spec.memory_gb}Gi"}
+    if spec.gpus_per_node:
+        resources[GPU_RESOURCE] = str(spec.gpus_per_node)
+    return resources
+
+
 def _pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict],
                   node_selector: Mapping[str, str] | None = None) -> dict:
     spec: dict[str, Any] = {"containers": [container], "volumes": volumes,
@@ -131,10 +139,7 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
               LABEL_USER: user, LABEL_JOB: job_id}
     mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}]
     home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
-    worker_resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),
-                                        "memory": f"{spec.memory_gb}Gi"}
-    if spec.gpus_per_node:
-        worker_resources[GPU_RESOURCE] = str(spec.gpus_per_node)
+    worker_resources = _node_resources(spec)
     launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
                 "command": ["/bin/bash", "-c", launcher_script(spec, job_id, job_dir, cfg)],
                 "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
@@ -214,10 +219,7 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
         watch_every=WATCH_EVERY_S, stop_grace=STOP_GRACE_S)
     worker_script = env.get_template(f"{spec.template}.k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
-    worker_resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),
-                                        "memory": f"{spec.memory_gb}Gi"}
-    if spec.gpus_per_node:
-        worker_resources[GPU_RESOURCE] = str(spec.gpus_per_node)
+    worker_resources = _node_resources(spec)
     deadline = minutes_of(spec.time_limit) * 60
     tolerations = _lost_node_tolerations()  # the workers Job replaces a lost node's pods on the nodes left
     launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
@@ -276,10 +278,7 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
     script = template_environment().get_template(f"{spec.template}.k8s-trial.sh").render(
         spec=spec, plan=plan, job_id=job_id, job_dir=job_dir, plan_json=plan_json, plan_file=PLAN_FILE,
         finished_exit=EXIT_FINISHED, heartbeat_s=HEARTBEAT_S, stale_s=int(STALE_CLAIM_S), **_launcher_values(cfg))
-    resources: dict[str, str] = {"cpu": str(spec.cpus_per_task * spec.workers_per_node),
-                                 "memory": f"{spec.memory_gb}Gi"}
-    if spec.gpus_per_node:
-        resources[GPU_RESOURCE] = str(spec.gpus_per_node)
+    resources = _node_resources(spec)
     trial = {"name": "trial", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
              "command": ["/bin/bash", "-c", script],
              "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],

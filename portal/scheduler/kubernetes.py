@@ -522,8 +522,11 @@ class KubernetesScheduler:
         end: the dashboard cannot open the user's volume), with the image's digest as the kubelet ran it. None
         before the run wrote one; ModelCardError when the line is not a card. A sweep's: its task's trial's."""
         if record.sweep is not None:
-            holder = self._trials(record, user).holders.get(task) if task is not None else None
-            pods = [p for p in self._pods(user, record.id) if p["metadata"].get("name") == holder]
+            # A card is written at a trial's end, so only an ended pod (its termination message names its task)
+            # can have one: no running pod's log is read to find the task's pod.
+            pods = self._pods(user, record.id)
+            holder = pod_trials(record.sweep, pods, lambda name: "").holders.get(task) if task is not None else None
+            pods = [p for p in pods if p["metadata"].get("name") == holder]
         else:
             pods = [p for p in self._pods(user, record.id, "launcher")
                     if (p.get("status") or {}).get("phase") == "Succeeded"]

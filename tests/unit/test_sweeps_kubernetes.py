@@ -148,3 +148,22 @@ def test_every_kubernetes_script_copies_the_model_card_into_its_pods_log():
                           (mpijob, '"$job_dir/checkpoints"')):
         bash_syntax_ok(script)
         assert f"card_in_log {where}" in script and 'echo "chexnet: model card $(head -c 65536' in script
+
+
+def test_a_trials_card_is_read_from_its_ended_pod_without_reading_running_pods_logs(monkeypatch):
+    from chexnet.model_card import CARD_FORMAT
+
+    record = mpijob_record(sweep_job(), CFG)
+    ended = trial_pod("p0", "2026-11-27T10:00:00Z", "Succeeded", row(0, 0, "COMPLETE", 0.8, {"4": 0.8}))
+    running = trial_pod("p1", "2026-11-27T10:00:00Z", "Running")
+    scheduler = KubernetesScheduler(CFG)
+    monkeypatch.setattr(scheduler, "_pods", lambda user, job_id, role=None: [ended, running])
+    asked = []
+
+    def log(user, name, tail=None):
+        asked.append(name)
+        return f'chexnet: model card {json.dumps({"format": CARD_FORMAT, "environment": {}})}\n'
+    monkeypatch.setattr(scheduler, "_pod_log", log)
+    assert scheduler.model_card(record, None, 0)["format"] == CARD_FORMAT
+    assert scheduler.model_card(record, None, 1) is None and scheduler.model_card(record, None) is None
+    assert asked == ["p0"]  # the ended pod's log once; never the running pod's
