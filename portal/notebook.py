@@ -319,9 +319,10 @@ def _in_widget_frontend() -> bool:
 def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) -> str:
     """Follow a job until it ends: its state and epochs done, as a progress bar in JupyterLab and as printed lines
     (one per change) everywhere, so a headless run leaves a record. Returns the final state. While the scheduler
-    does not answer (slurmctld or the API server restarting), it says so once and asks again: the job runs on."""
+    does not answer (slurmctld or the API server restarting), it says so once and asks again: the job runs on
+    (portal.jobs.Asker, which also rides through a restarted API server's refusals for a while)."""
+    from portal.jobs import Asker
     from portal.jobs.record import ENDED_STATES
-    from portal.scheduler.errors import SchedulerUnavailable
 
     bar = label = None
     if _in_widget_frontend():
@@ -333,21 +334,25 @@ def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) ->
                                   description="trials done" if plan is not None else "epochs")
         label = widgets.Label()
         display(widgets.HBox([bar, label]))
+
+    def look() -> tuple[str, int, str]:
+        state = job.state
+        if getattr(job, "plan", None) is not None:  # a sweep: its trials by state
+            view = job.sweep()
+            counts = ", ".join(f"{n} {name.lower()}" for name, n in sorted(view.counts().items()))
+            return (state, sum(row.state not in ("PENDING", "RUNNING") for row in view.rows),
+                    f"sweep {job.id}: {state}; trials: {counts}")
+        epochs = job.metrics().epochs_done if state != "PENDING" else 0
+        return state, epochs, f"job {job.id}: {state}, epoch {epochs}/{job.spec.epochs}"
+
     deadline = None if timeout is None else time.monotonic() + timeout
-    started, last = time.monotonic(), None
+    started, last, asker, epochs = time.monotonic(), None, Asker(), 0
     while True:
-        try:
-            state = job.state
-            if getattr(job, "plan", None) is not None:  # a sweep: its trials by state
-                view = job.sweep()
-                epochs = sum(row.state not in ("PENDING", "RUNNING") for row in view.rows)
-                counts = ", ".join(f"{n} {name.lower()}" for name, n in sorted(view.counts().items()))
-                line = f"sweep {job.id}: {state}; trials: {counts}"
-            else:
-                epochs = job.metrics().epochs_done if state != "PENDING" else 0
-                line = f"job {job.id}: {state}, epoch {epochs}/{job.spec.epochs}"
-        except SchedulerUnavailable as err:
-            state, line = "UNKNOWN", f"job {job.id}: the scheduler does not answer now; asking again ({err})"
+        answer, why = asker.ask(look)
+        if why is None:
+            state, epochs, line = answer
+        else:
+            state, line = "UNKNOWN", f"job {job.id}: {why}"
         if line != last:
             print(f"[{time.monotonic() - started:6.0f} s] {line}", flush=True)
             last = line

@@ -19,7 +19,7 @@ anyone else's job is "not found".
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +45,7 @@ from portal.scheduler.errors import (
     JobNotFound,
     KubernetesError,
     SchedulerError,
+    SchedulerRefused,
     SchedulerUnavailable,
     SlurmError,
 )
@@ -53,6 +54,10 @@ from portal.usage import UsageReport
 
 BACKENDS = tuple(SCHEDULERS)
 DEFAULT_POLL_S = 5.0
+# How long a waiter asks again when the scheduler refuses a job it answered for before. A Kubernetes API server
+# that has just started serves before its authorizer has read the cluster's roles: for some seconds it answers
+# 403 "RBAC: clusterrole ... not found" to every user (seen after a restart on the test box).
+REFUSED_AGAIN_S = 60.0
 
 __all__ = ["BACKENDS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
            "KubernetesError", "NoAccounting", "RunMetrics", "SchedulerError", "SlurmError", "UnknownScheduler",
@@ -92,6 +97,33 @@ class UnreadableJob:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "user": self.owner, "state": UNREADABLE, "job_dir": self.job_dir,
                 "unreadable": self.reason}
+
+
+class Asker:
+    """Asks the scheduler for a waiter (Job.wait, the notebooks' watch), riding through what passes: while the
+    scheduler does not answer (slurmctld or the API server restarting) it asks again, for as long as the waiter
+    waits; a refusal of a job it answered for before is asked again for up to REFUSED_AGAIN_S, then raised. A
+    refusal on the first ask is raised at once: that one is the user's to know."""
+
+    def __init__(self, refused_again_s: float | None = None):
+        self.refused_again_s = REFUSED_AGAIN_S if refused_again_s is None else refused_again_s
+        self.answered, self.refused_since = False, None
+
+    def ask(self, question: Callable[[], Any]) -> tuple[Any, str | None]:
+        """(answer, None), or (None, why there is none this time: a line for the user)."""
+        try:
+            answer = question()
+        except SchedulerUnavailable as err:
+            return None, f"the scheduler does not answer now; asking again ({err})"
+        except SchedulerRefused as err:
+            now = time.monotonic()
+            self.refused_since = self.refused_since if self.refused_since is not None else now
+            if not self.answered or now - self.refused_since >= self.refused_again_s:
+                raise
+            return None, (f"the scheduler refused what it answered before; asking again for up to "
+                          f"{self.refused_again_s:.0f} s ({err})")
+        self.answered, self.refused_since = True, None
+        return answer, None
 
 
 class Job:
@@ -138,13 +170,14 @@ class Job:
 
     def wait(self, timeout: float | None = None, poll: float = DEFAULT_POLL_S) -> str:
         """Block until the job has ended; its final state. TimeoutError after `timeout` seconds. A scheduler that
-        does not answer for a while (slurmctld or the API server restarting) is asked again: the job runs on."""
+        does not answer for a while (slurmctld or the API server restarting) is asked again: the job runs on
+        (see Asker)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        asker = Asker()
         while True:
-            try:
-                state = self.state
-            except SchedulerUnavailable as err:
-                state = f"unknown ({err})"
+            state, why = asker.ask(lambda: self.state)
+            if why is not None:
+                state = f"unknown: {why}"
             if state in ENDED_STATES:
                 return state
             if deadline is not None and time.monotonic() >= deadline:
