@@ -53,8 +53,9 @@ setup(
         "train": TRAIN,
         # The Kubernetes path (spawner_backend: kubernetes): KubeSpawner for servers, the client for MPIJobs.
         "k8s": K8S,
-        "test": ["pytest>=8", "hypothesis>=6.100", "requests>=2.31", "playwright>=1.45", "ruff>=0.6",
-                 "kubernetes-validate==1.37.0"],
+        # pytest-xdist: `make test` runs the unit tests on both cores.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "requests>=2.31", "playwright>=1.45",
+                 "ruff>=0.6", "kubernetes-validate==1.37.0"],
     },
     entry_points={
         # The Slurm spawner's server launcher: batchspawner-singleuser after a start-time fix (spawners/slurm.py).
