@@ -50,10 +50,11 @@ RUN_TIMEOUT_S = 420
 # the records hold 96 -> 72 and training crops 64 (CheXNet's 256 / 224 ratio, near enough).
 PARITY_ORIGINAL_SIZE = 96
 PARITY_SHORT_SIDE = 72
-PARITY_EPOCHS = 3
-# Issue 6's target is 0.01 (docs/benchmarks.md has the runs: 0.0052 and 0.0153 apart). One 3-epoch run on 1,200
-# images varies by about 0.01 by itself (parallel input and thread scheduling are not deterministic), so this test
+PARITY_EPOCHS = 2
+# Issue 6's target is 0.01 (docs/benchmarks.md has the runs: 0.0052 and 0.0153 apart). One run on 1,200 images
+# varies by about 0.01 by itself (parallel input and thread scheduling are not deterministic), so this test
 # compares the best epoch of each and allows twice that: it catches a pipeline that trains worse, not the noise.
+# Both reach about 0.97 after one epoch and 0.99 after three (2026-11-27: PNGs 0.9919, JPEG records 0.9855).
 PARITY_TOLERANCE = 0.02
 
 pytestmark = pytest.mark.skipif(not Path(HOROVODRUN).exists(), reason="Horovod is not installed in this venv")
@@ -72,9 +73,25 @@ class Run:
         return self.proc.stdout + self.proc.stderr
 
 
-def train(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
-          checkpoints: Path | None = None, data: Path | None = None) -> Run:
-    """One `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1."""
+@dataclass
+class Started:
+    command: list[str]
+    child: subprocess.Popen
+    started: float
+    logdir: Path
+    checkpoints: Path
+    digests: Path
+    flags: tuple[str, ...]
+
+    def kill(self) -> None:
+        if self.child.poll() is None:
+            os.killpg(self.child.pid, signal.SIGKILL)
+            self.child.communicate()
+
+
+def start(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
+          checkpoints: Path | None = None, data: Path | None = None) -> Started:
+    """Start one `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1."""
     logdir, digests = tmp / "logs", tmp / "digests"
     checkpoints = checkpoints or tmp / "checkpoints"
     command = [PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
@@ -83,20 +100,31 @@ def train(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = Non
                *TRAINER_SPEEDUP, *flags]
     if workers > 1:
         command = [HOROVODRUN, "-np", str(workers), "-H", f"localhost:{workers}", *command]
-    started = time.monotonic()
     # A session of its own, so that a run that hangs is ended with every process it started (mpirun, workers).
     child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, start_new_session=True)
+    return Started(command, child, time.monotonic(), logdir, checkpoints, digests, flags)
+
+
+def finish(run: Started) -> Run:
+    """The run once it has ended (killed, and the test failed, after RUN_TIMEOUT_S from its start)."""
     try:
-        stdout, stderr = child.communicate(timeout=RUN_TIMEOUT_S)
+        stdout, stderr = run.child.communicate(timeout=max(1.0, RUN_TIMEOUT_S - (time.monotonic() - run.started)))
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        stdout, stderr = child.communicate()
+        os.killpg(run.child.pid, signal.SIGKILL)
+        stdout, stderr = run.child.communicate()
         pytest.fail(f"training did not end within {RUN_TIMEOUT_S} s:\n{(stdout + stderr)[-4000:]}")
-    proc = subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
-    run = Run(proc, logdir, checkpoints, digests, time.monotonic() - started)
-    print(f"{' '.join(command[:4])}... {flags}: rc={proc.returncode} in {run.seconds:.0f} s\n{run.output[-6000:]}")
-    return run
+    proc = subprocess.CompletedProcess(run.command, run.child.returncode, stdout, stderr)
+    done = Run(proc, run.logdir, run.checkpoints, run.digests, time.monotonic() - run.started)
+    print(f"{' '.join(run.command[:4])}... {run.flags}: rc={proc.returncode} in {done.seconds:.0f} s\n"
+          f"{done.output[-6000:]}")
+    return done
+
+
+def train(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
+          checkpoints: Path | None = None, data: Path | None = None) -> Run:
+    """One `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1."""
+    return finish(start(tmp, *flags, workers=workers, env=env, checkpoints=checkpoints, data=data))
 
 
 def accumulator(logdir: Path) -> event_accumulator.EventAccumulator:
@@ -359,11 +387,19 @@ def parity_data(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_jpeg_records_train_as_well_as_the_original_pngs(parity_data, tmp_path):
+    # Both runs side by side, one worker each: each run's graph tracing keeps one core busy, so two overlap well
+    # (3 epochs: 131 s side by side, 164 s one after the other; 2 epochs side by side: 90 s).
+    started = {name: start(tmp_path / name, "--epochs", str(PARITY_EPOCHS), "--seed", "0", workers=1, data=data)
+               for name, data in zip(("png", "jpeg"), parity_data, strict=True)}
     finals = {}
-    for name, data in zip(("png", "jpeg"), parity_data, strict=True):
-        run = train(tmp_path / name, "--epochs", str(PARITY_EPOCHS), "--seed", "0", workers=1, data=data)
-        assert run.proc.returncode == 0, run.output[-3000:]
-        finals[name] = max(value for _, value in scalars(run.logdir)[TAG_AUROC_MEAN])
+    try:
+        for name, run in started.items():
+            done = finish(run)
+            assert done.proc.returncode == 0, done.output[-3000:]
+            finals[name] = max(value for _, value in scalars(done.logdir)[TAG_AUROC_MEAN])
+    finally:
+        for run in started.values():
+            run.kill()
     print(f"best mean validation AUROC in {PARITY_EPOCHS} epochs: original PNGs {finals['png']:.4f}, "
           f"JPEG records {finals['jpeg']:.4f}")
     assert finals["png"] >= 0.9 and finals["jpeg"] >= 0.9, finals
