@@ -1,7 +1,8 @@
 """A sweep on the Kubernetes box (portal.jobs.k8s_manifests.sweep_job_manifest, chexnet.sweep claim): one Job of
 trial pods in alice's namespace, at most `parallel` at once, sharing one Optuna study on her home volume; a bad
 trial pruned early; a node lost mid-sweep, and the task its pod ran taken over by the pod the Job makes again,
-which resumes the same trial from its checkpoint, counted once.
+which resumes the same trial from its checkpoint, counted once; a cancelled sweep's pods gone, its running trials
+marked failed in the study.
 
 Sized for 2 CPU cores as tests/integration/test_sweeps.py is: 64x64 images, batch 8, 3 epochs, one worker per
 trial, the learning rate searched between 1e-3 (learns) and 1e-8 (does not), with a seed whose tasks 0 and 1
@@ -104,10 +105,32 @@ def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resum
     bad = view.rows[2]
     assert bad.params == {"lr": BAD_LR} and bad.state == "PRUNED" and bad.pruned_at == 2, bad
     assert view.best.params == {"lr": GOOD_LR} and view.best.value > 0.8, view.best
-    study = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep", "status", str(home)],
-                           capture_output=True, text=True, check=True).stdout
-    assert sorted(trial["task"] for trial in json.loads(study)["trials"]) == [0, 1, 2]  # the study: each once
+    assert sorted(study_trials(home)) == [0, 1, 2]  # the study: each once
     assert most_at_once(pods()) <= 2 < trials
+
+
+def study_trials(home) -> dict[int, str]:
+    """The study's trials on alice's home volume: task -> Optuna's state."""
+    found = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep", "status", str(home)],
+                           capture_output=True, text=True, check=True).stdout
+    return {trial["task"]: trial["state"] for trial in json.loads(found)["trials"]}
+
+
+def test_cancelling_a_sweep_deletes_its_pods_and_fails_its_running_trials(kube, cfg, core):
+    request = {**TRIAL, "epochs": 20, "sweep": {"trials": 3, "parallel": 2, "pruner": "none"}}
+    job = jobs.submit(request, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    home = kube.box.path("volumes", "home", "alice", "jobs", job.id)
+    try:
+        wait_for(lambda: sum(row.state == "RUNNING" for row in job.sweep().rows) == 2, SWEEP_WAIT_S, interval=2,
+                 what="two trials to run")
+        assert study_trials(home) == {0: "RUNNING", 1: "RUNNING"}
+    finally:
+        job.cancel()
+    assert job.wait(timeout=120, poll=2) == "CANCELLED"
+    wait_for(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOB}={job.id}").items, 120,
+             interval=2, what="the sweep's pods to be deleted")
+    # Each trial pod's TERM trap told the study its trial failed; task 2 never ran.
+    assert study_trials(home) == {0: "FAIL", 1: "FAIL"}
 
 
 def test_a_sweep_refuses_a_trial_of_two_nodes_and_renders_one_job(kube, cfg):
