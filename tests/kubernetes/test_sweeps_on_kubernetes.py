@@ -54,6 +54,13 @@ def most_at_once(pods) -> int:
     return most
 
 
+def study_trials(home) -> dict[int, str]:
+    """The study's trials on alice's home volume: task -> Optuna's state."""
+    found = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep", "status", str(home)],
+                           capture_output=True, text=True, check=True).stdout
+    return {trial["task"]: trial["state"] for trial in json.loads(found)["trials"]}
+
+
 def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resumes(kube, cfg, core):
     trials = 3
     seed = seed_for(trials, parallel=2)
@@ -107,13 +114,6 @@ def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resum
     assert view.best.params == {"lr": GOOD_LR} and view.best.value > 0.8, view.best
     assert sorted(study_trials(home)) == [0, 1, 2]  # the study: each once
     assert most_at_once(pods()) <= 2 < trials
-
-
-def study_trials(home) -> dict[int, str]:
-    """The study's trials on alice's home volume: task -> Optuna's state."""
-    found = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep", "status", str(home)],
-                           capture_output=True, text=True, check=True).stdout
-    return {trial["task"]: trial["state"] for trial in json.loads(found)["trials"]}
 
 
 def test_cancelling_a_sweep_deletes_its_pods_and_fails_its_running_trials(kube, cfg, core):

@@ -83,7 +83,7 @@ def test_a_refusal_after_answers_is_asked_again_for_a_while(capsys, monkeypatch)
 
 
 def test_a_refusal_that_lasts_is_raised(monkeypatch):
-    clock = iter(range(0, 1000, 10))  # each ask 10 s after the last
+    clock = iter(range(0, 1000, 10))  # each refusal 10 s after the last (an answer reads no clock)
     monkeypatch.setattr(jobs.time, "monotonic", lambda: float(next(clock)))
     asker, answers = Asker(refused_again_s=30), iter(["RUNNING", *[RBAC_NOT_READY] * 10])
 
@@ -94,9 +94,9 @@ def test_a_refusal_that_lasts_is_raised(monkeypatch):
         return answer
 
     assert asker.ask(ask) == ("RUNNING", None)
-    for _ in range(3):  # refused at 10, 20 and 30 s after the first refusal's 0 s... asked again until 30 s
+    for _ in range(3):  # refused 0, 10 and 20 s into the 30-s window: asked again
         assert asker.ask(ask)[1] is not None
-    with pytest.raises(KubernetesRefused, match="system:basic-user"):
+    with pytest.raises(KubernetesRefused, match="system:basic-user"):  # refused for 30 s
         asker.ask(ask)
 
 
