@@ -48,7 +48,7 @@ from bench.hub_client import HubClient, HubError, wait_for
 from bench.results import Target, save
 from bench.stock_hub import CPUS, GPUS, MEMORY_GB, PARTITION, RUNTIME, StockHub
 from portal.config import PortalConfig, load
-from spawners.slurm import SERVER_LOG_DIR
+from spawners.slurm_script import server_log_dir
 
 USER, PASSWORD = "alice", "wonderland"
 SPAWNERS = ("portal", "stock")
@@ -298,9 +298,10 @@ def read_breakdown(run: Run, lines: dict[str, list[str]]) -> None:
 
 
 def server_output(run: Run) -> Path:
-    """The server job's output: the portal's spawner writes it under SERVER_LOG_DIR, stock batchspawner in the home."""
+    """The server job's output: the portal's spawner writes it in its cluster's server_log_dir, stock batchspawner in
+    the home."""
     home = Path(pwd.getpwnam(USER).pw_dir)
-    folder = home if run.spawner == "stock" else home / SERVER_LOG_DIR
+    folder = home if run.spawner == "stock" else Path(server_log_dir(str(home), load().cluster_name))
     return folder / f"jupyterhub_slurmspawner_{run.job_id}.log"
 
 

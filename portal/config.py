@@ -21,24 +21,13 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from email.utils import parseaddr
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from portal.config_checks import check_settings
 from portal.config_values import ConfigError, default_of, read_given
-from portal.inputs import ascii_digits
 from portal.scheduler.quota import quota_for
-
-TLS_MODES = ("starttls", "ldaps", "none")
-SCHEDULERS = ("slurm", "kubernetes")
-K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
-JOB_LAUNCHERS = ("mpirun", "srun")
-# The cluster in a box's own hosts live here: 198.18.0.0/15 is reserved for benchmarking (RFC 2544), so no real
-# network uses it, and the box never routes it anywhere.
-BOX_NETWORK = ipaddress.ip_network("198.18.0.0/24")
-BOX_NODE_PREFIX = r"^[a-z][a-z0-9]{0,7}$"  # interface names are at most 15 characters: "ve-" + prefix + number
-MPI_BINDINGS = ("none", "socket", "core")
 
 
 def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
@@ -121,6 +110,19 @@ class PortalConfig:
     scheduler: str = setting("slurm", "Where the users' JupyterLab servers and their training jobs run: slurm or "
                              "kubernetes. (Its old name, spawner_backend, still works, with a deprecation warning.)")
 
+    # Where this cluster keeps each job in the users' homes. Two clusters (a site's second one, or the tests' box
+    # beside a user's box) may share the homes: each keeps its jobs in a directory of its own.
+    cluster_name: str = setting("dsportal", "This cluster's name: Slurm's ClusterName (the box writes it into "
+                                "slurm.conf) and the directory under each user's ~/jobs where this portal keeps its "
+                                "jobs (~/jobs/<cluster_name>/<id>/), so two clusters that share the homes never "
+                                "share a job directory, even where their job ids are the same.")
+    jobs_old_layout: bool = setting(True, "Also list the job directories of the layout before per-cluster "
+                                    "directories (~/jobs/<id>/) as this cluster's jobs: on for the cluster whose "
+                                    "portal wrote them, off for any other cluster that shares the homes.")
+    user_settings_file: str = setting(".config/dsportal/settings.json", "Each user's own portal settings (their "
+                                      "default for e-mail at a job's end), relative to their home. Clusters that "
+                                      "share the homes share it unless one names another file (the tests' box does).")
+
     # Slurm: the client configuration, and the shape of the local demo node.
     slurm_conf: str = setting("", "Slurm's client configuration; empty means <state_dir>/slurm/slurm.conf.")
     slurm_bin_dir: Path = setting(Path("/usr/bin"), "Where Slurm's commands (sbatch, squeue, sacctmgr, ...) are.")
@@ -142,6 +144,9 @@ class PortalConfig:
                              "the box's exim4, or a site's relay.")
     smtp_port: int = setting(2525, "The MTA's port. The box runs Debian's exim4 there, local delivery only.")
     mail_from: str = setting("Data Scientist Portal <portal@dsportal.local>", "The From: of job-end e-mail.")
+    box_mail_dir: Path = setting(Path("/var/mail"), "Where the box's exim4 delivers each user's mail (a mailbox "
+                                 "file per user, as /var/mail/<user>). A second box beside a user's (the tests') "
+                                 "names a directory of its own, so its mail never reaches the users' mailboxes.")
 
     # The cluster in a box's compute nodes: each a host of its own on this machine (a network and UTS namespace
     # named like its hostname), on a bridge the box makes for box_subnet, with its own slurmd and fake GPUs.
@@ -224,77 +229,7 @@ class PortalConfig:
     dashboard_log_lines: int = setting(40, "Lines of a job's output shown on its page.")
 
     def __post_init__(self) -> None:
-        if self.ldap_tls not in TLS_MODES:
-            raise ConfigError(f"ldap_tls is {self.ldap_tls!r}; allowed: {', '.join(TLS_MODES)}")
-        if self.scheduler not in SCHEDULERS:
-            raise ConfigError(f"scheduler is {self.scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
-        choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS,
-                   "jobs_nccl_ib_disable": ("", "0", "1")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: {', '.join(map(repr, allowed))}")
-        for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port",
-                     "slurmctld_port", "slurmd_port", "slurmdbd_port", "accounting_db_port", "smtp_port"):
-            port = getattr(self, name)
-            if not 1 <= port <= 65535:
-                raise ConfigError(f"{name} is {port}; allowed: 1-65535")
-        if any(c in self.mail_from for c in "\r\n") or "@" not in parseaddr(self.mail_from)[1]:
-            raise ConfigError(f"mail_from is {self.mail_from!r}; allowed: one address on one line, such as "
-                              "'Portal <portal@example.org>'")
-        if not self.ldap_lookup_dn and "{username}" not in self.ldap_bind_dn_template:
-            raise ConfigError("ldap_bind_dn_template must contain {username} unless ldap_lookup_dn is set")
-        for group, quota in self.gpu_quota.items():
-            if quota < 0:
-                raise ConfigError(f"gpu_quota[{group}] is {quota}; allowed: 0 or more")
-        if not 0 <= self.dashboard_port <= 65535:
-            raise ConfigError(f"dashboard_port is {self.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
-        self._check_kubernetes()
-        self._check_box()
-        for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines", "max_jobs_per_user"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} is {getattr(self, name)}; allowed: 1 or more")
-
-    def _check_kubernetes(self) -> None:
-        names = {"k8s_namespace": self.k8s_namespace, "k8s_data_claim": self.k8s_data_claim,
-                 **{f"k8s_gpu_types[{t}]": t for t in self.k8s_gpu_types}}
-        for name, value in names.items():
-            if not re.match(K8S_NAME, value) or len(value) > 63:
-                raise ConfigError(f"{name} is {value!r}; allowed: lower-case letters, digits and '-' (a DNS label)")
-        for name in ("k8s_user_namespace_template", "k8s_home_claim_template"):
-            if "{username}" not in getattr(self, name):
-                raise ConfigError(f"{name} must contain {{username}}; it is {getattr(self, name)!r}")
-        if not self.k8s_gpu_types:
-            raise ConfigError("k8s_gpu_types is empty; allowed: one or more GPU types (node label values)")
-        if not all(ascii_digits(p) for p in self.k8s_gpu_profiles) or "0" not in self.k8s_gpu_profiles:
-            raise ConfigError(f"k8s_gpu_profiles is {self.k8s_gpu_profiles}; allowed: whole numbers, 0 among them")
-        if self.k8s_jobs not in ("plain", "mpijob"):
-            raise ConfigError(f"k8s_jobs is {self.k8s_jobs!r}; allowed: plain, mpijob")
-        if self.k8s_image_pull_policy not in ("Always", "IfNotPresent", "Never"):
-            raise ConfigError(f"k8s_image_pull_policy is {self.k8s_image_pull_policy!r}; "
-                              "allowed: Always, IfNotPresent, Never")
-        for name in ("k8s_node_cpus", "k8s_node_memory_gb", "k8s_max_nodes", "k8s_shm_gb"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} is {getattr(self, name)}; allowed: 1 or more")
-        if self.k8s_node_gpus < 0:
-            raise ConfigError(f"k8s_node_gpus is {self.k8s_node_gpus}; allowed: 0 or more")
-        for name in ("k8s_data_mount", "k8s_home_mount"):
-            if not getattr(self, name).startswith("/"):
-                raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: an absolute path")
-
-    def _check_box(self) -> None:
-        try:
-            subnet = ipaddress.ip_network(self.box_subnet)
-        except ValueError:
-            raise ConfigError(f"box_subnet is {self.box_subnet!r}; allowed: a network such as 198.18.0.0/27 "
-                              f"inside {BOX_NETWORK}") from None
-        if not subnet.subnet_of(BOX_NETWORK):  # never 10/8, 172.16/12, 192.168/16 or anything routed
-            raise ConfigError(f"box_subnet is {subnet}; allowed: a network inside {BOX_NETWORK}")
-        most = subnet.num_addresses - 3  # less the network, broadcast and bridge addresses
-        if not 1 <= self.box_nodes <= min(most, 99):
-            raise ConfigError(f"box_nodes is {self.box_nodes}; allowed: 1-{min(most, 99)} (box_subnet {subnet})")
-        if not re.match(BOX_NODE_PREFIX, self.box_node_prefix):
-            raise ConfigError(f"box_node_prefix is {self.box_node_prefix!r}; allowed: a lower-case letter, then up "
-                              "to 7 lower-case letters or digits")
+        check_settings(self)  # portal.config_checks: what each setting allows, named in every refusal
 
     def sources(self) -> dict[str, str]:
         """Where each value came from: "default", "YAML file <path>" or "environment DSPORTAL_<NAME>", as load()

@@ -132,7 +132,7 @@ def tensorboard_panel(job: Any, height: int = PANEL_HEIGHT):
     from IPython.display import IFrame
 
     user, base_url = _hub_user_and_base(job)
-    return IFrame(panel_url(user, job.id, base_url), width="100%", height=height)
+    return IFrame(panel_url(user, job.record.run_prefix, base_url), width="100%", height=height)
 
 
 # --- AUROC beside the paper ---

@@ -1,4 +1,5 @@
-"""A user's own portal settings, kept in their home: `~/.config/dsportal/settings.json`.
+"""A user's own portal settings, kept in their home: `~/.config/dsportal/settings.json` by default (the
+`user_settings_file` setting: clusters that share the homes share it, unless one names a file of its own).
 
     {"job_mail": false}    # no e-mail at my jobs' end unless a job asks for it (its `mail` field)
 
@@ -16,8 +17,7 @@ from typing import Any
 
 from portal.inputs import InputError, boolean, finite_json
 
-SETTINGS_DIR = PurePosixPath(".config/dsportal")
-SETTINGS_FILE = SETTINGS_DIR / "settings.json"
+SETTINGS_FILE = PurePosixPath(".config/dsportal/settings.json")  # the default: portal.config's user_settings_file
 MAX_SETTINGS_BYTES = 4096
 
 
@@ -33,8 +33,9 @@ class Settings:
 FIELDS = tuple(name for name in Settings().to_dict())
 
 
-def parse(text: str | None) -> Settings:
-    """The settings in the file's text (None: no file, or one the user cannot read)."""
+def parse(text: str | None, where: PurePosixPath | str = SETTINGS_FILE) -> Settings:
+    """The settings in the file's text (None: no file, or one the user cannot read); `where`: the file, relative
+    to the home, for the reason given when it is not read."""
     if text is None:
         return Settings()
     try:  # bounded, and no NaN, nor nesting deep enough to end json's recursion
@@ -43,7 +44,7 @@ def parse(text: str | None) -> Settings:
             raise InputError("settings", "is not a JSON object")
         return Settings(**updates(given))
     except (ValueError, InputError) as err:
-        return Settings(problem=f"~/{SETTINGS_FILE}: {err}; the defaults apply")
+        return Settings(problem=f"~/{where}: {err}; the defaults apply")
 
 
 def updates(given: dict[str, Any]) -> dict[str, Any]:
@@ -54,16 +55,18 @@ def updates(given: dict[str, Any]) -> dict[str, Any]:
     return {name: boolean(value, name) for name, value in given.items()}
 
 
-def read(who: Any) -> Settings:
-    """`who`'s settings (a portal.jobs.account.JobUser), read as them."""
-    return parse(who.read_text(who.home / SETTINGS_FILE, MAX_SETTINGS_BYTES))
+def read(who: Any, where: PurePosixPath | str = SETTINGS_FILE) -> Settings:
+    """`who`'s settings (a portal.jobs.account.JobUser), read as them from `where` in their home."""
+    return parse(who.read_text(who.home / where, MAX_SETTINGS_BYTES), where)
 
 
-def write(who: Any, given: dict[str, Any]) -> Settings:
-    """Change the fields in `given` (checked: InputError naming the field) and save; the settings now."""
-    now = replace(read(who), **updates(given), problem="")
-    who.make_dir(who.home / SETTINGS_DIR)  # mkdir -p, mode 0700
+def write(who: Any, given: dict[str, Any], where: PurePosixPath | str = SETTINGS_FILE) -> Settings:
+    """Change the fields in `given` (checked: InputError naming the field) and save them to `where` in `who`'s
+    home; the settings now."""
+    now = replace(read(who, where), **updates(given), problem="")
+    path = who.home / where
+    who.make_dir(path.parent)  # mkdir -p, mode 0700
     # A new file renamed over the old one: whatever was there (a FIFO, a link) is replaced, never written through.
     who.run(["/bin/sh", "-c", 'new=$(mktemp "$1.XXXXXX") && cat > "$new" && mv -f -- "$new" "$1"', "sh",
-             str(who.home / SETTINGS_FILE)], input=json.dumps(now.to_dict(), indent=1) + "\n")
+             str(path)], input=json.dumps(now.to_dict(), indent=1) + "\n")
     return now

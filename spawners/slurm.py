@@ -35,7 +35,7 @@ from spawners import slurm_cluster
 from spawners.forms import ClusterLimits, ServerOptions
 from spawners.options import ServerOptionsMixin, tensorboard_proxy_url
 from spawners.singleuser import SINGLEUSER_FAST_START
-from spawners.slurm_script import SERVER_JOB_SCRIPT, SERVER_LOG_DIR, SERVER_OUTPUT_FILE, SUBMIT_CREATING_LOG_DIR
+from spawners.slurm_script import SERVER_JOB_SCRIPT, SERVER_OUTPUT_FILE, SUBMIT_CREATING_LOG_DIR, server_log_dir
 from spawners.slurm_state import SlurmStateSpawner, SlurmUnavailable
 
 __all__ = ["SINGLEUSER_FAST_START", "PortalSlurmSpawner", "ServerJobEnded", "SlurmUnavailable",
@@ -83,13 +83,14 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     req_server_log_dir = Unicode(
         config=True,
         help="Directory of the server jobs' output (jupyterhub_slurmspawner_<job id>.log), made as the user "
-             "(mode 700) at a submit when missing. Default: ~/.cache/dsportal/servers. A site's own batch_script keeps "
-             "its own --output; {{server_log_dir}} names this directory there.",
+             "(mode 700) at a submit when missing. Default: ~/.cache/dsportal/servers/<cluster_name>: Slurm job ids "
+             "are the cluster's own, so clusters that share the homes each keep their servers' output apart. A "
+             "site's own batch_script keeps its own --output; {{server_log_dir}} names this directory there.",
     )
 
     @default("req_server_log_dir")
     def _server_log_dir_default(self) -> str:
-        return f"{self.req_homedir.rstrip('/')}/{SERVER_LOG_DIR}"
+        return server_log_dir(self.req_homedir, self.portal.cluster_name)
 
     _script_default = fixed_default("batch_script", SERVER_JOB_SCRIPT)
     _submit_default = fixed_default("batch_submit_cmd", SUBMIT_CREATING_LOG_DIR)

@@ -2,13 +2,22 @@
 
 batchspawner writes each server job's output (`jupyterhub_slurmspawner_<job id>.log`, one per start) in the
 home's top level, where it clutters JupyterLab's file browser; here it goes to `req_server_log_dir`
-(~/.cache/dsportal/servers). Slurm does not create an --output directory, so the submit command makes it.
+(~/.cache/dsportal/servers/<cluster_name>: Slurm's job ids are the cluster's own, and clusters that share the
+homes would otherwise write into each other's files). Slurm does not create an --output directory, so the submit
+command makes it.
 """
 
 from __future__ import annotations
 
-SERVER_LOG_DIR = ".cache/dsportal/servers"  # under the user's home
+SERVER_LOG_DIR = ".cache/dsportal/servers"  # under the user's home: a directory per cluster (server_log_dir)
 SERVER_OUTPUT_FILE = "jupyterhub_slurmspawner_%j.log"  # batchspawner's name; %j: Slurm's job id
+
+
+def server_log_dir(home: str, cluster: str) -> str:
+    """Where a cluster's server jobs write their output by default: ~/.cache/dsportal/servers/<cluster>."""
+    return f"{home.rstrip('/')}/{SERVER_LOG_DIR}/{cluster}"
+
+
 # batchspawner 1.3.0's SlurmSpawner.batch_script but for the --output line (its default writes the output in the
 # home's top level); tests/unit/test_server_job.py holds it beside upstream's. The working directory stays the home.
 SERVER_JOB_SCRIPT = "#!/bin/bash\n#SBATCH --output={{server_log_dir}}/" + SERVER_OUTPUT_FILE + """

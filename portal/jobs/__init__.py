@@ -8,7 +8,9 @@
     job.metrics()                # RunMetrics(images_per_sec=..., best_mean_auroc=..., per_class_auroc={...})
     jobs.jobs(); jobs.get("42"); job.cancel()
 
-A job lives in `~/jobs/<id>/` (script, output.log, tensorboard/, checkpoints/, job.json). The backend is config's
+A job lives in `~/jobs/<cluster>/<id>/` (script, output.log, tensorboard/, checkpoints/, job.json), `<cluster>`
+being the `cluster_name` setting: clusters that share the homes keep their jobs apart (portal.jobs.record). The
+older layout's `~/jobs/<id>/` is still read (`jobs_old_layout`). The backend is config's
 `scheduler` unless given: "slurm" (the cluster), "local" (horovodrun on this machine) or "kubernetes" (an
 MPIJob in the user's namespace, which is also the job's record): see portal.scheduler. Callers that act for
 a user (the dashboard runs as root, or as the hub's service account) pass `user=`: every file and scheduler
@@ -35,6 +37,8 @@ from portal.jobs.record import (
     JobRecord,
     RecordError,
     RecordPlace,
+    cluster_jobs_dir,
+    old_jobs_dir,
 )
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
 from portal.jobs.sweep import FIELD as SWEEP_FIELD
@@ -257,7 +261,8 @@ def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str |
                                             "as job arrays, Kubernetes as plain Jobs): submit single runs")
     job_limits = job_limits or chosen.limits(who)
     if job_limits.mail and isinstance(raw, Mapping) and "mail" not in raw and isinstance(who, JobUser):
-        raw = {**raw, "mail": settings.read(who).job_mail}  # the user's default for e-mail at a job's end
+        # The user's default for e-mail at a job's end.
+        raw = {**raw, "mail": settings.read(who, cfg.user_settings_file).job_mail}
     checked = parse_job_spec(raw, job_limits, who.can_read_dir)
     plan = parse_sweep(sweep, checked.epochs, job_limits, checked.gpus) if sweep is not None else None
     if plan is not None and hasattr(chosen, "check_sweep"):
@@ -310,16 +315,22 @@ def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: 
 
 
 def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> Job:
-    """A Slurm or local job, from its ~/jobs/<id>/job.json, checked with its scheduler (unless `check` is False:
-    then the caller must ask the scheduler for the job's state, which makes the same check, before showing it).
-    JobNotFound without a record; UnreadableRecord for one that is not a record of this user's job."""
+    """A Slurm or local job, from its ~/jobs/<cluster>/<id>/job.json (or, where `jobs_old_layout` is on and this
+    cluster has no directory of that id, the older layout's ~/jobs/<id>/job.json), checked with its scheduler
+    (unless `check` is False: then the caller must ask the scheduler for the job's state, which makes the same
+    check, before showing it). JobNotFound without a record; UnreadableRecord for one that is not a record of this
+    user's job."""
     missing = JobNotFound(f"job {str(job_id)[:40]}: not found among {who.name}'s jobs")
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):  # ids become paths: nothing like "../bob"
         raise missing
-    place = RecordPlace(job_id=job_id, user=who.name, job_dir=who.jobs_dir / job_id)
-    text = who.read_text(place.job_dir / RECORD_FILE, MAX_RECORD_BYTES)
+    job_dir = cluster_jobs_dir(who.home, cfg.cluster_name) / job_id
+    text = who.read_text(job_dir / RECORD_FILE, MAX_RECORD_BYTES)
+    if text is None and cfg.jobs_old_layout and not who.exists(job_dir):  # mid-submit: no job.json yet
+        job_dir = old_jobs_dir(who.home) / job_id
+        text = who.read_text(job_dir / RECORD_FILE, MAX_RECORD_BYTES)
     if text is None:
         raise missing
+    place = RecordPlace(job_id=job_id, user=who.name, job_dir=job_dir)
     try:  # a record copied from elsewhere, or edited to claim another job or user, is refused here
         record = JobRecord.from_json(text, expect=place)
     except RecordError as err:
@@ -349,17 +360,30 @@ def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = Non
 
 def job_entries(user: str | None = None, groups: Sequence[str] | None = None,
                 cfg: PortalConfig | None = None) -> list[tuple[str, str]]:
-    """(job id, stamp) of each directory in the user's ~/jobs named like a job, listed as the user, nothing read
-    or checked: the stamp (the directory's inode) changes when a directory is replaced, so a caller that keeps
-    records reads job.json again only for new stamps. Not for Kubernetes, whose records are MPIJobs."""
-    unix = job_user(user, groups)
-    return [(name, inode) for name, inode in unix.list_dir_inodes(unix.jobs_dir) if JOB_ID.match(name)]
+    """(job id, stamp) of each of the user's job directories (`listed_jobs`), listed as the user in one process,
+    nothing read or checked: the stamp (the directory's inode) changes when a directory is replaced, so a caller
+    that keeps records reads job.json again only for new stamps. Not for Kubernetes, whose records are its Jobs
+    and MPIJobs."""
+    return listed_jobs(job_user(user, groups), cfg or load())
+
+
+def listed_jobs(who: JobUser, cfg: PortalConfig) -> list[tuple[str, str]]:
+    """(job id, inode) of each directory named like a job in `who`'s ~/jobs/<cluster>/ and, with
+    `jobs_old_layout`, in ~/jobs/ itself where the cluster's directory has no job of that id (the cluster's own
+    wins: `_load` reads it)."""
+    mine, old = cluster_jobs_dir(who.home, cfg.cluster_name), old_jobs_dir(who.home)
+    listed = who.list_dirs_inodes([mine, old] if cfg.jobs_old_layout else [mine])
+    entries = {name: inode for name, inode in listed[mine] if JOB_ID.match(name)}
+    for name, inode in listed.get(old, []):
+        if JOB_ID.match(name):
+            entries.setdefault(name, inode)
+    return list(entries.items())
 
 
 def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
          backend: str | None = None) -> list[Job]:
-    """The user's jobs, newest first: on Kubernetes the MPIJobs in their namespace, else ~/jobs/*/job.json
-    (each checked with its scheduler)."""
+    """The user's jobs, newest first: on Kubernetes its Jobs and MPIJobs in their namespace, else those of
+    `job_entries` (each checked with its scheduler)."""
     cfg = cfg or load()
     chosen = scheduler_for(cfg, backend)
     if not chosen.records_in_home:
@@ -368,7 +392,7 @@ def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: Port
     else:
         unix = job_user(user, groups)
         found = []
-        for name in unix.list_dir(unix.jobs_dir):
+        for name, _ in listed_jobs(unix, cfg):
             try:
                 found.append(_load(unix, name, cfg))
             except (JobNotFound, UnknownScheduler, UnreadableRecord):

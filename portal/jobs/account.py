@@ -101,10 +101,6 @@ class JobUser:
     groups: tuple[str, ...]  # Unix group names, or what the caller (the hub, from LDAP) says
 
     @property
-    def jobs_dir(self) -> Path:
-        return self.home / "jobs"
-
-    @property
     def is_caller(self) -> bool:
         return os.geteuid() == self.uid
 
@@ -179,15 +175,24 @@ class JobUser:
 
     def list_dir_inodes(self, path: Path) -> list[tuple[str, str]]:
         """(name, inode) of each entry: a directory removed and made again under the same name is a new inode."""
-        result = self.run(["ls", "-1Ai", "--", str(path)], check=False)
-        if result.returncode != 0:
-            return []
-        entries = []
+        return self.list_dirs_inodes([path])[path]
+
+    def list_dirs_inodes(self, paths: Sequence[Path]) -> dict[Path, list[tuple[str, str]]]:
+        """`list_dir_inodes` of each directory, in one process as the user; a missing one lists nothing."""
+        # Each listing follows a line "/<path>": no entry's line starts with "/", since no name holds one.
+        script = 'for dir in "$@"; do printf "/%s\\n" "$dir"; ls -1Ai -- "$dir" 2>/dev/null; done'
+        result = self.run(["/bin/sh", "-c", script, "ls", *map(str, paths)], check=False)
+        found: dict[Path, list[tuple[str, str]]] = {path: [] for path in paths}
+        heads = {f"/{path}": path for path in paths}
+        current = None
         for line in result.stdout.split("\n"):
+            if line in heads:
+                current = heads[line]
+                continue
             inode, _, name = line.strip().partition(" ")
-            if name:
-                entries.append((name, inode))
-        return entries
+            if name and current is not None and inode.isdigit():
+                found[current].append((name, inode))
+        return found
 
     def exists(self, path: Path) -> bool:
         return self.run(["test", "-e", str(path), "-o", "-L", str(path)], check=False).returncode == 0

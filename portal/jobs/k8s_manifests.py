@@ -21,7 +21,7 @@ from typing import Any
 
 from chexnet.sweep import EXIT_FINISHED, HEARTBEAT_S, PLAN_FILE, STALE_CLAIM_S
 from portal.config import PortalConfig
-from portal.jobs.record import now_utc
+from portal.jobs.record import JOBS_ROOT, now_utc
 from portal.jobs.spec import JobSpec, minutes_of
 from portal.jobs.sweep import SweepPlan
 from portal.jobs.templating import template_environment
@@ -32,6 +32,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 LABEL_USER, LABEL_JOB = "dsportal/user", "dsportal/job-id"
 ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
 ANNOTATION_SWEEP = "dsportal/sweep"  # a sweep's plan, on its Job
+# The cluster whose directory under ~/jobs holds the job's files (portal.jobs.record.cluster_jobs_dir); a job
+# submitted before clusters had directories of their own has none, and its files are in ~/jobs/<id>.
+ANNOTATION_CLUSTER = "dsportal/cluster"
 GPU_RESOURCE = "nvidia.com/gpu"
 USER_ROLE = "dsportal-user"  # the ClusterRole of deploy/kubernetes/rbac.yaml, bound in each user's namespace
 LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}  # mpirun and its ssh sessions; the work is in the workers
@@ -134,7 +137,7 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
                     submitted_at: str = "") -> dict:
     """The MPIJob for a validated spec: a launcher running mpirun, `spec.nodes` workers with
     `slotsPerWorker` = GPUs per worker pod, the data set (read-only), the user's home and /dev/shm in memory."""
-    job_dir = posixpath.join(cfg.k8s_home_mount, "jobs", job_id)
+    job_dir = pod_job_dir(cfg, job_id)
     labels = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "training",
               LABEL_USER: user, LABEL_JOB: job_id}
     mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}]
@@ -155,8 +158,7 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
     return {
         "apiVersion": API_VERSION, "kind": KIND,
         "metadata": {"name": job_id, "namespace": cfg.user_namespace(user), "labels": labels,
-                     "annotations": {ANNOTATION_SPEC: json.dumps(spec.to_dict(), sort_keys=True),
-                                     ANNOTATION_SUBMITTED: submitted_at or now_utc()}},
+                     "annotations": _record_annotations(spec, cfg, submitted_at)},
         "spec": {
             "slotsPerWorker": spec.workers_per_node,
             "mpiImplementation": "OpenMPI",
@@ -198,8 +200,17 @@ def _job_metadata(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, subm
     """The record a job's top object carries: its name is the job id, its labels whose it is, its annotations the
     spec and the submit time."""
     return {"name": job_id, "namespace": cfg.user_namespace(user), "labels": _job_labels(user, job_id),
-            "annotations": {ANNOTATION_SPEC: json.dumps(spec.to_dict(), sort_keys=True),
-                            ANNOTATION_SUBMITTED: submitted_at or now_utc()}}
+            "annotations": _record_annotations(spec, cfg, submitted_at)}
+
+
+def _record_annotations(spec: JobSpec, cfg: PortalConfig, submitted_at: str) -> dict[str, str]:
+    return {ANNOTATION_SPEC: json.dumps(spec.to_dict(), sort_keys=True),
+            ANNOTATION_SUBMITTED: submitted_at or now_utc(), ANNOTATION_CLUSTER: cfg.cluster_name}
+
+
+def pod_job_dir(cfg: PortalConfig, job_id: str) -> str:
+    """The job's directory as its pods see the user's home: <k8s_home_mount>/jobs/<cluster_name>/<id>."""
+    return posixpath.join(cfg.k8s_home_mount, JOBS_ROOT, cfg.cluster_name, job_id)
 
 
 def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str, *,
@@ -207,7 +218,7 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     """A Horovod job with plain objects: (the launcher Job, [its Secret, the workers Job]). The two are created
     after the launcher, with an owner reference to it (`owned_by`), so the garbage collector deletes them with
     it; the launcher waits for the workers itself (chexnet.k8s.sh)."""
-    job_dir = posixpath.join(cfg.k8s_home_mount, "jobs", job_id)
+    job_dir = pod_job_dir(cfg, job_id)
     secret_name, workers_name = f"{job_id}-ssh", f"{job_id}-workers"
     home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
     mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}, {"name": SSH, "mountPath": SSH_DIR, "readOnly": True}]
@@ -273,7 +284,7 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
     """A sweep as one Job: `plan.trials` completions, `plan.parallel` pods at once, each pod one trial of one node
     (chexnet.k8s-trial.sh). The Job is the record (its annotations hold the spec and the plan); a pod lost with
     its node is made again by the Job and takes its task over. The deadline is every round of trials' wall time."""
-    job_dir = posixpath.join(cfg.k8s_home_mount, "jobs", job_id)
+    job_dir = pod_job_dir(cfg, job_id)
     plan_json = json.dumps(plan.to_dict(), sort_keys=True)
     script = template_environment().get_template(f"{spec.template}.k8s-trial.sh").render(
         spec=spec, plan=plan, job_id=job_id, job_dir=job_dir, plan_json=plan_json, plan_file=PLAN_FILE,

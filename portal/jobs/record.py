@@ -1,4 +1,10 @@
-"""What a job leaves in its directory (`~/jobs/<id>/job.json`) and the states a job can be in.
+"""What a job leaves in its directory (`~/jobs/<cluster>/<id>/job.json`) and the states a job can be in.
+
+Each cluster keeps its users' jobs in a directory of its own under ~/jobs (`cluster_jobs_dir`), named by the
+`cluster_name` setting: two clusters that share the homes (a site's second cluster, the tests' box beside a user's)
+count their job ids apart, and would otherwise write into each other's directories. Jobs of the layout before
+that (`~/jobs/<id>/`, `old_jobs_dir`) are still read where the `jobs_old_layout` setting says they are this
+cluster's.
 
 job.json is in the user's home: they can write anything there. So it is read as untrusted input: size-capped,
 every field of the right type and size, and it must name the directory it is in and the user whose home that is
@@ -36,6 +42,7 @@ MAX_NUMBER = 1_000_000  # any whole number in a spec; the validator's bounds are
 BACKEND_NAMES = ("slurm", "local")
 EXIT_CODE = re.compile(r"^-?[0-9]{1,3}\Z")
 
+JOBS_ROOT = "jobs"  # under the user's home: one directory per cluster, and the older layout's job directories
 RECORD_FILE = "job.json"
 OUTPUT_FILE = "output.log"  # the Slurm job's or the local run's stdout and stderr
 SCRIPT_FILES = {"slurm": "job.sbatch", "local": "job.sh"}
@@ -95,8 +102,25 @@ class JobRecord:
         return self.job_dir / "tensorboard"
 
     @property
+    def run_prefix(self) -> str:
+        """What the names of this job's runs start with in the user's TensorBoard over ~/jobs (chexnet.train names
+        a run by its logdir below ~/jobs): "<cluster>/<id>", or "<id>" for a job of the older layout."""
+        parent = self.job_dir.parent.name
+        return self.id if parent == JOBS_ROOT else f"{parent}/{self.id}"
+
+    @property
     def checkpoint_dir(self) -> Path:
         return self.job_dir / "checkpoints"
+
+
+def cluster_jobs_dir(home: Path, cluster: str) -> Path:
+    """Where a cluster keeps a user's jobs: ~/jobs/<cluster>/ (`cluster` is the checked cluster_name setting)."""
+    return home / JOBS_ROOT / cluster
+
+
+def old_jobs_dir(home: Path) -> Path:
+    """Where jobs were kept before each cluster had a directory of its own: ~/jobs/<id>/ (read, never written)."""
+    return home / JOBS_ROOT
 
 
 def exit_code(text: str | None) -> int | None:
@@ -115,7 +139,8 @@ class RecordError(ValueError):
 
 @dataclass(frozen=True)
 class RecordPlace:
-    """Where a record was read: ~<user>/jobs/<job_id>/job.json. The record must say the same."""
+    """Where a record was read: ~<user>/jobs/<cluster>/<job_id>/job.json (or the older layout's
+    ~<user>/jobs/<job_id>/job.json). The record must say the same."""
 
     job_id: str
     user: str

@@ -55,7 +55,8 @@ class Scheduler(Protocol):
 
     name: str
     cfg: PortalConfig
-    records_in_home: bool  # each job's record is ~/jobs/<id>/job.json; else `records` and `load` ask the scheduler
+    # each job's record is ~/jobs/<cluster>/<id>/job.json; else `records` and `load` ask the scheduler
+    records_in_home: bool
     queue_in_snapshot: bool  # its jobs are in the snapshot's queue (`queued`); else each job's `state` is asked
     sweeps: bool  # it runs sweeps (portal.jobs.sweep): `submit` and `render` take a plan, `sweep` reads one
 

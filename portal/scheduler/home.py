@@ -1,15 +1,16 @@
 """What the schedulers whose jobs live in the user's home (Slurm, local) share: the job's output and metrics are
-files in ~/jobs/<id>/, read as the user (portal.jobs.account.JobUser), within bounds."""
+files in ~/jobs/<cluster>/<id>/, read as the user (portal.jobs.account.JobUser), within bounds."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chexnet.model_card import CARD_FILE, CARD_FORMAT  # TensorFlow-free
 from portal.inputs import finite_json
-from portal.jobs.record import OUTPUT_FILE, JobRecord
+from portal.jobs.record import OUTPUT_FILE, JobRecord, cluster_jobs_dir
 from portal.metrics import MetricsError, RunMetrics, read_run_metrics
 
 if TYPE_CHECKING:
@@ -44,11 +45,15 @@ def checked_card(text: str, job_id: str) -> dict[str, Any]:
 
 
 class JobsInHome:
-    """Output, metrics and (by default) no history or shared queue line, for jobs in ~/jobs/<id>/."""
+    """Output, metrics and (by default) no history or shared queue line, for jobs in ~/jobs/<cluster>/<id>/."""
 
     cfg: PortalConfig
-    records_in_home = True  # each job's record is ~/jobs/<id>/job.json
+    records_in_home = True  # each job's record is ~/jobs/<cluster>/<id>/job.json
     queue_in_snapshot = False  # a job's state is asked of it (`state`), never read from a snapshot
+
+    def jobs_dir(self, user: JobUser) -> Path:
+        """Where this cluster makes the user's new jobs: ~/jobs/<cluster_name>/."""
+        return cluster_jobs_dir(user.home, self.cfg.cluster_name)
 
     def person(self, user: str | None, groups: Sequence[str] | None) -> JobUser:
         """The user as a Unix account: `user` when acting for them, else the caller."""

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from portal.config import PortalConfig
+from portal.config_checks import CLUSTER_NAME
 from portal.jobs.k8s_manifests import (
+    ANNOTATION_CLUSTER,
     ANNOTATION_SPEC,
     ANNOTATION_SUBMITTED,
     ANNOTATION_SWEEP,
@@ -69,6 +71,8 @@ from portal.jobs.record import (
     TIMEOUT,
     JobRecord,
     RecordError,
+    cluster_jobs_dir,
+    old_jobs_dir,
     recorded_spec,
 )
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError
@@ -115,10 +119,6 @@ class KubeUser:
     home: Path
     data_root: Path
     is_caller: bool
-
-    @property
-    def jobs_dir(self) -> Path:
-        return self.home / "jobs"
 
     def can_read_dir(self, path: str) -> bool:
         """A job's data_dir: the data set volume or the user's home, as mounted in every job pod."""
@@ -388,7 +388,18 @@ def mpijob_record(mpijob: Mapping[str, Any], cfg: PortalConfig) -> JobRecord:
             raise RecordError(f"annotation {ANNOTATION_SWEEP}: {str(err)[:120]}") from None
     return JobRecord(id=name, backend="kubernetes", user=labels[LABEL_USER], spec=spec,
                      submitted_at=notes.get(ANNOTATION_SUBMITTED, meta.get("creationTimestamp", "")),
-                     job_dir=Path(cfg.k8s_home_mount) / "jobs" / name, sweep=plan)
+                     job_dir=_job_dir(notes, name, cfg), sweep=plan)
+
+
+def _job_dir(notes: Mapping[str, Any], name: str, cfg: PortalConfig) -> Path:
+    """Where the job's pods wrote its files on the user's home volume: its cluster's directory under ~/jobs, or
+    for a job submitted before clusters had directories of their own (no annotation), ~/jobs/<id>."""
+    cluster = notes.get(ANNOTATION_CLUSTER)
+    if cluster is None:
+        return old_jobs_dir(Path(cfg.k8s_home_mount)) / name
+    if not isinstance(cluster, str) or not CLUSTER_NAME.match(cluster):  # the user's to edit, like the spec
+        raise RecordError(f"annotation {ANNOTATION_CLUSTER}: {str(cluster)[:40]!r} is not a cluster's name")
+    return cluster_jobs_dir(Path(cfg.k8s_home_mount), cluster) / name
 
 
 def log_metrics(text: str) -> RunMetrics:

@@ -1,8 +1,8 @@
 """Training jobs on this machine (a laptop, a workstation): `horovodrun -np N -H localhost:N` started detached.
 
-`render_local` is pure, like the Slurm renderer. A job is `~/jobs/local-<time>-<random>/`: the script writes its
-PID (its session and process group id), its output, and its exit status; cancelling marks the job cancelled
-and signals its process group.
+`render_local` is pure, like the Slurm renderer. A job is `~/jobs/<cluster>/local-<time>-<random>/`: the script
+writes its PID (its session and process group id), its output, and its exit status; cancelling marks the job
+cancelled and signals its process group.
 """
 
 from __future__ import annotations
@@ -95,13 +95,13 @@ class LocalScheduler(JobsInHome):
                          quota=GpuQuota(gpus, tuple(user.groups)), default_data_dir=str(self.cfg.default_data_path))
 
     def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
-        return render_local(spec, str(user.jobs_dir / "local-<time>-<random>"), self.cfg)
+        return render_local(spec, str(self.jobs_dir(user) / "local-<time>-<random>"), self.cfg)
 
     def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> tuple[JobRecord, str]:
-        """Make ~/jobs/<id>/ (mkdir is atomic: the id is ours) with the script and job.json in one process as the
-        user, then start the script; (the record, the directory's inode)."""
+        """Make ~/jobs/<cluster>/<id>/ (mkdir is atomic: the id is ours) with the script and job.json in one
+        process as the user, then start the script; (the record, the directory's inode)."""
         job_id = new_local_id()
-        job_dir = user.jobs_dir / job_id
+        job_dir = self.jobs_dir(user) / job_id
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)
         script = job_dir / SCRIPT_FILES[self.name]

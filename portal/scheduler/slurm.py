@@ -67,7 +67,7 @@ USER_SLURM_CALLS = CallCounts()
 
 
 class JobDirError(SlurmError):
-    """The job was cancelled because its ~/jobs/<id>/ could not be made: the user's file system (full, over
+    """The job was cancelled because its ~/jobs/<cluster>/<id>/ could not be made: the user's file system (full, over
     quota, not writable), not Slurm. A SlurmError still, for every caller that handles a failed submit."""
 
 
@@ -199,7 +199,7 @@ class SlurmScheduler(JobsInHome):
         return self.commands.queue(user)
 
     def render(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None) -> str:
-        return render_sbatch(spec, f"{user.jobs_dir}/{SLURM_JOB_ID}", self.cfg, partition, plan)
+        return render_sbatch(spec, f"{self.jobs_dir(user)}/{SLURM_JOB_ID}", self.cfg, partition, plan)
 
     def test_only(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
         """`sbatch --test-only`: Slurm's own check that the script's request can ever run (nothing is queued)."""
@@ -210,16 +210,17 @@ class SlurmScheduler(JobsInHome):
 
     def submit(self, spec: JobSpec, user: JobUser, partition: str = "",
                plan: SweepPlan | None = None) -> tuple[JobRecord, str]:
-        """Submit held, make ~/jobs/<id>/ with the script and job.json, then release; (the record, the directory's
-        inode).
+        """Submit held, make ~/jobs/<cluster>/<id>/ with the script and job.json, then release; (the record, the
+        directory's inode).
 
         The job's directory is named after its Slurm id, which exists only once sbatch answers, and the job
         must not start before its directory (where Slurm opens its output file) exists. Submitting with --hold
         makes that race-free: the id is known, nothing runs, the directory is made, and `scontrol release` lets
         the job go. The directory, its files and the release are one process as the user (JobUser.make_job_dir);
         if any step fails the held job is cancelled and the directory removed, so nothing half-made ever runs.
-        Slurm counts ids again from 1 when its state is reset (a new cluster, the box rebuilt), so an old job may
-        have this id's directory: it is kept, renamed, and jobs() no longer lists it.
+        Slurm counts ids again from 1 when its state is reset (the box rebuilt), so an old job of this cluster may
+        have this id's directory: it is kept, renamed (`<id>.replaced-<time>`), and jobs() no longer lists it.
+        Another cluster's jobs, whatever their ids, are in that cluster's own directory and never meet these.
         """
         script = self.render(spec, user, partition, plan)
         try:
@@ -232,7 +233,7 @@ class SlurmScheduler(JobsInHome):
         job_id = answer.strip().split(";")[0]
         if not ascii_digits(job_id):
             raise SlurmError(f"sbatch answered {answer.strip()!r}, not a job id")
-        job_dir = user.jobs_dir / job_id
+        job_dir = self.jobs_dir(user) / job_id
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir, sweep=plan)
         files = [(SCRIPT_FILES[self.name], script, "700"), (RECORD_FILE, record.to_json(), "600")]

@@ -3,11 +3,12 @@
 Every call here may block (Slurm commands, files read as the user): the handlers run them in a thread pool. Jobs
 are read through `portal.jobs` acting for the user (`user=`, `groups=` from the hub), so a user reaches only their
 own jobs; an admin's request is run as the job's owner. What a request costs, once a user's jobs are known:
-- records: kept; job.json never changes after submit. ~/jobs is listed again (as the user) at most every
-  `rescan_s`, in the background, and only new directories' job.json are read; a submit through the dashboard adds
-  its job at once. Concurrent first loads of the same user share one scan. Before listing again, the service
-  compares the ctimes of the home and ~/jobs (`jobs_dir_stamp`, an lstat of its own) with those at the last
-  scan: unchanged, there is nothing new to list (a thousand idle users cost no process each every `rescan_s`).
+- records: kept; job.json never changes after submit. The user's jobs (portal.jobs.job_entries) are listed again
+  (as the user) at most every `rescan_s`, in the background, and only new directories' job.json are read; a submit
+  through the dashboard adds its job at once. Concurrent first loads of the same user share one scan. Before
+  listing again, the service compares the ctimes of the home, ~/jobs and ~/jobs/<cluster> (`jobs_dir_stamp`, an
+  lstat of its own) with those at the last scan: unchanged, there is nothing new to list (a thousand idle users
+  cost no process each every `rescan_s`).
 - states: a queued or running job's from the shared cluster snapshot (one squeue for everyone, whose user field is
   Slurm's word on the owner); a job that left the queue asks Slurm itself (as the user, which checks the owner),
   at most once per refresh interval, and once for good when it has ended.
@@ -23,6 +24,7 @@ is listed as "unreadable record" with the reason, and every other job, list and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -85,10 +87,10 @@ class JobBoard(UsageViews):
     def __init__(self, cfg: PortalConfig, cluster: ClusterCache, base_url: str = "/",
                  service_prefix: str = "/services/portal/", api: Any = jobs_api, rescan_s: float = RESCAN_S,
                  refresher: Refresher | None = None, clock: Callable[[], float] = time.monotonic,
-                 dir_stamp: Callable[[str], DirStamp | None] = jobs_dir_stamp):
+                 dir_stamp: Callable[[str], DirStamp | None] | None = None):
         self.cfg, self.cluster, self.api = cfg, cluster, api
         self.scheduler = scheduler_for(cfg)
-        self._dir_stamp = dir_stamp
+        self._dir_stamp = dir_stamp or functools.partial(jobs_dir_stamp, cluster=cfg.cluster_name)
         self.base_url, self.service_prefix = base_url, service_prefix
         self.rescan_s, self._clock = rescan_s, clock
         self._refresher = refresher or Refresher()
@@ -420,11 +422,11 @@ class JobBoard(UsageViews):
 
     def user_settings(self, user: HubUser) -> user_settings.Settings:
         """The user's own settings (portal.settings), read as them from their home: Slurm's users only."""
-        return user_settings.read(self._home_user(user))
+        return user_settings.read(self._home_user(user), self.cfg.user_settings_file)
 
     def save_user_settings(self, user: HubUser, given: Mapping[str, Any]) -> user_settings.Settings:
         """Change the user's settings (InputError naming a field that is not allowed), written as them."""
-        saved = user_settings.write(self._home_user(user), dict(given))
+        saved = user_settings.write(self._home_user(user), dict(given), self.cfg.user_settings_file)
         log.info("settings of %s: %s", user.name, saved.to_dict())
         return saved
 

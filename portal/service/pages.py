@@ -39,7 +39,7 @@ from portal.logview import filter_log
 from portal.notebook import AurocTable
 from portal.scheduler.home import ModelCardError
 from portal.service.base import PageHandler, UserError
-from portal.tensorboard import lab_url, panel_url
+from portal.tensorboard import lab_url
 
 # The jobs list's filter: these first (in this order) when a job has them, then any other state a job is in.
 FILTER_ORDER = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
@@ -297,7 +297,7 @@ class JobPageHandler(PageHandler):
         self.render_page("job.html", **figures, log=log, log_hidden=hidden, server_ready=server_ready,
                          card=card, card_problem=card_problem, task=task,
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
-                         tensorboard=panel_url(owner, job.id, self.settings["hub_base_url"]),
+                         tensorboard=summary["links"]["tensorboard"],
                          start_url=f"{self.settings['hub_base_url']}hub/spawn/{owner}")
 
 

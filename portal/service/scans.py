@@ -1,5 +1,6 @@
-"""What the board keeps of a scan of a user's ~/jobs, and whether ~/jobs may have changed since, found without
-running anything as the user: the (device, inode, ctime) of their home and of ~/jobs, read by lstat as the service.
+"""What the board keeps of a scan of a user's jobs, and whether they may have changed since, found without running
+anything as the user: the (device, inode, ctime) of their home, of ~/jobs and of this cluster's ~/jobs/<cluster>,
+read by lstat as the service.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from portal.jobs.record import JOBS_ROOT
+
 # A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
 # jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).
 RACY_NS = 1_000_000_000
@@ -17,7 +20,8 @@ RACY_NS = 1_000_000_000
 
 @dataclass(frozen=True)
 class DirStamp:
-    """What the file system says of a user's home and ~/jobs: (device, inode, ctime) of each, and when read."""
+    """What the file system says of a user's home, ~/jobs and ~/jobs/<cluster>: (device, inode, ctime) of each, and
+    when read."""
 
     fields: tuple[int, ...]
     newest_change_ns: int
@@ -31,23 +35,24 @@ class DirStamp:
             self.read_at_ns - self.newest_change_ns > RACY_NS
 
 
-def jobs_dir_stamp(user: str) -> DirStamp | None:
-    """The stamp of the user's home and ~/jobs (absent: zeros), by lstat as the service: no link is followed and
-    nothing is read, it only says whether to list again. None where the service may not look (a root-squashed NFS
-    home): then ~/jobs is listed as the user every `rescan_s`."""
+def jobs_dir_stamp(user: str, cluster: str) -> DirStamp | None:
+    """The stamp of the user's home, ~/jobs and ~/jobs/<cluster> (each absent: zeros), by lstat as the service: no
+    link is followed and nothing is read, it only says whether to list again. None where the service may not look
+    (a root-squashed NFS home): then the jobs are listed as the user every `rescan_s`."""
     try:
         home = pwd.getpwnam(user).pw_dir
         found = [os.lstat(home)]
     except (KeyError, OSError):
         return None
-    try:
-        found.append(os.lstat(os.path.join(home, "jobs")))
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return None
+    for place in (os.path.join(home, JOBS_ROOT), os.path.join(home, JOBS_ROOT, cluster)):
+        try:
+            found.append(os.lstat(place))
+        except FileNotFoundError:
+            break
+        except OSError:
+            return None
     fields = tuple(v for st in found for v in (st.st_dev, st.st_ino, st.st_ctime_ns))
-    return DirStamp(fields + (0,) * (6 - len(fields)), max(st.st_ctime_ns for st in found), time.time_ns())
+    return DirStamp(fields + (0,) * (9 - len(fields)), max(st.st_ctime_ns for st in found), time.time_ns())
 
 
 @dataclass

@@ -74,7 +74,7 @@ def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, 
         "time_left_s": time_left_s(state, spec.epochs, metrics),
         "metrics_unreadable": metrics.unreadable if metrics else "", "unreadable": "",
         "links": {"page": f"{service_prefix}jobs/{job.id}", "log": f"{service_prefix}jobs/{job.id}/log",
-                  "tensorboard": panel_url(job.record.user, job.id, base_url)},
+                  "tensorboard": panel_url(job.record.user, job.record.run_prefix, base_url)},
     }
 
 

@@ -20,9 +20,10 @@ from jupyterlab_server.settings_utils import get_settings
 
 from bench import spawn
 from bench.spawn import Run
-from portal.config import PortalConfig
+from portal.config import PortalConfig, load
 from portal.notebook import portal_launcher, portal_path_info, tensorboard_proxy
-from spawners.slurm import SERVER_LOG_DIR, PortalSlurmSpawner
+from spawners.slurm import PortalSlurmSpawner
+from spawners.slurm_script import server_log_dir
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDES = REPO / "deploy" / "jupyterlab" / "dsportal.json"
@@ -77,7 +78,7 @@ def test_the_submit_command_makes_the_directory_private_quotes_an_odd_home_and_k
     out = subprocess.run(cmd, shell=True, input="#!/bin/bash\n", capture_output=True, text=True, check=True,
                          cwd=tmp_path, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, preexec_fn=lambda: os.umask(0o022))
     assert out.stdout.strip() == "42"
-    log_dir = home / SERVER_LOG_DIR
+    log_dir = Path(server_log_dir(str(home), "dsportal"))
     assert stat.S_IMODE(log_dir.stat().st_mode) == 0o700 and stat.S_IMODE((home / ".cache").stat().st_mode) == 0o700
     assert (tmp_path / "script").read_text() == "#!/bin/bash\n"
     assert (tmp_path / "umask").read_text().strip() == "0022"
@@ -86,8 +87,9 @@ def test_the_submit_command_makes_the_directory_private_quotes_an_odd_home_and_k
 
 def test_the_spawn_benchmark_reads_the_portals_output_in_the_server_log_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(spawn.pwd, "getpwnam", lambda name: mock.Mock(pw_dir=str(tmp_path)))
-    (tmp_path / SERVER_LOG_DIR).mkdir(parents=True)
-    (tmp_path / SERVER_LOG_DIR / "jupyterhub_slurmspawner_7.log").write_text(
+    log_dir = Path(server_log_dir(str(tmp_path), load().cluster_name))  # the box's cluster: bench.spawn reads it
+    log_dir.mkdir(parents=True)
+    (log_dir / "jupyterhub_slurmspawner_7.log").write_text(
         "[I 2026-11-21 04:10:15.500 ServerApp] Jupyter Server 2.21.1 is running at:\n")
     (tmp_path / "jupyterhub_slurmspawner_7.log").write_text(
         "[I 2026-11-21 04:10:14.000 ServerApp] Jupyter Server 2.21.1 is running at:\n")  # stock's place

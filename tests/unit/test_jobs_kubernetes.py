@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from portal.config import PortalConfig
-from portal.jobs.k8s_manifests import ANNOTATION_SPEC, manifest_yaml, mpijob_manifest
+from portal.jobs.k8s_manifests import ANNOTATION_CLUSTER, ANNOTATION_SPEC, manifest_yaml, mpijob_manifest
 from portal.jobs.record import RecordError
 from portal.jobs.spec import JobSpecError, parse_job_spec
 from portal.metrics import RunMetrics
@@ -103,7 +103,7 @@ def test_the_launcher_runs_mpirun_over_every_worker_with_quoted_values():
     bash_syntax_ok(script)
     assert "mpirun -np 4 --map-by socket --bind-to none" in script
     assert "--data-dir '/data/set with '\"'\"'quotes'\"'\"' $(id)'" in script
-    assert f"job_dir=/home/jovyan/jobs/{JOB_ID}" in script and "--progress epoch" in script
+    assert f"job_dir=/home/jovyan/jobs/dsportal/{JOB_ID}" in script and "--progress epoch" in script
 
 
 def test_data_dir_must_be_on_the_data_or_home_volume():
@@ -157,7 +157,24 @@ def test_the_mpijob_is_the_record():
     record = mpijob_record(m, CFG)
     assert (record.id, record.backend, record.user) == (JOB_ID, "kubernetes", "alice")
     assert record.spec == spec(epochs=3) and record.submitted_at == "2026-11-21T10:15:00+00:00"
-    assert record.logdir == Path(f"/home/jovyan/jobs/{JOB_ID}/tensorboard")
+    assert record.logdir == Path(f"/home/jovyan/jobs/dsportal/{JOB_ID}/tensorboard")
+    assert record.run_prefix == f"dsportal/{JOB_ID}"
+
+
+def test_a_job_of_the_older_layout_keeps_its_directory_and_a_bad_cluster_is_not_a_record():
+    """An MPIJob submitted before each cluster had a directory under ~/jobs (no cluster annotation) wrote its files
+    in ~/jobs/<id>; the annotation is the user's to edit, so a cluster that is not a name is refused."""
+    m = manifest()
+    notes = m["metadata"]["annotations"]
+    assert notes[ANNOTATION_CLUSTER] == CFG.cluster_name
+    old = {**m, "metadata": {**m["metadata"], "annotations": {k: v for k, v in notes.items()
+                                                              if k != ANNOTATION_CLUSTER}}}
+    record = mpijob_record(old, CFG)
+    assert record.job_dir == Path(f"/home/jovyan/jobs/{JOB_ID}") and record.run_prefix == JOB_ID
+    for bad in ("../bob", "Other", 7, "", "x" * 41):
+        edited = {**m, "metadata": {**m["metadata"], "annotations": {**notes, ANNOTATION_CLUSTER: bad}}}
+        with pytest.raises(RecordError, match=ANNOTATION_CLUSTER):
+            mpijob_record(edited, CFG)
 
 
 def test_an_mpijob_that_is_not_the_portals_is_not_a_record():

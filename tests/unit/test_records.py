@@ -13,7 +13,7 @@ import pytest
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
-from portal.jobs import UnreadableJob, UnreadableRecord, _load
+from portal.jobs import UnreadableJob, UnreadableRecord, _load, listed_jobs
 from portal.jobs.account import JobUser
 from portal.jobs.record import JOB_ID, JobRecord, RecordError, RecordPlace, exit_code
 from portal.jobs.spec import JobSpec
@@ -40,21 +40,31 @@ class HomeUser(JobUser):
     def tail(self, path: Path, lines: int | None, max_bytes: int = 1 << 20) -> str | None:
         return self.read_text(path, max_bytes)
 
-    def list_dir_inodes(self, path: Path) -> list[tuple[str, str]]:
-        return [(p.name, str(p.stat().st_ino)) for p in path.iterdir()] if path.is_dir() else []
+    def list_dirs_inodes(self, paths) -> dict[Path, list[tuple[str, str]]]:
+        return {path: [(p.name, str(p.stat().st_ino)) for p in path.iterdir()] if path.is_dir() else []
+                for path in paths}
 
 
 def home_user(root: Path, name: str) -> HomeUser:
     return HomeUser(name=name, uid=os.geteuid(), gid=os.getegid(), home=root / name, groups=("datascientists",))
 
 
-def good_record(root: Path, user: str = "alice", job_id: str = LOCAL_ID) -> dict:
+CLUSTER = PortalConfig().cluster_name  # "dsportal": jobs in ~/jobs/dsportal/<id>
+OLD_LAYOUT = ""  # ~/jobs/<id>: before each cluster had a directory of its own
+
+
+def job_dir_of(root: Path, user: str, job_id: str, cluster: str = CLUSTER) -> Path:
+    return root / user / "jobs" / cluster / job_id if cluster else root / user / "jobs" / job_id
+
+
+def good_record(root: Path, user: str = "alice", job_id: str = LOCAL_ID, cluster: str = CLUSTER) -> dict:
     return {"id": job_id, "backend": "local", "user": user, "spec": JobSpec(data_dir="/data").to_dict(),
-            "submitted_at": "2026-11-22T10:10:10+00:00", "job_dir": str(root / user / "jobs" / job_id)}
+            "submitted_at": "2026-11-22T10:10:10+00:00", "job_dir": str(job_dir_of(root, user, job_id, cluster))}
 
 
-def write_job(root: Path, user: str, job_id: str, content: str | dict, exit_status: str = "0") -> Path:
-    job_dir = root / user / "jobs" / job_id
+def write_job(root: Path, user: str, job_id: str, content: str | dict, exit_status: str = "0",
+              cluster: str = CLUSTER) -> Path:
+    job_dir = job_dir_of(root, user, job_id, cluster)
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "job.json").write_text(content if isinstance(content, str) else json.dumps(content))
     (job_dir / "exit_status").write_text(exit_status)
@@ -68,8 +78,7 @@ class HomeJobsAPI:
         self.root = root
 
     def job_entries(self, user, groups, cfg):
-        return [(name, inode) for name, inode in home_user(self.root, user).list_dir_inodes(self.root / user / "jobs")
-                if JOB_ID.match(name)]
+        return listed_jobs(home_user(self.root, user), cfg)
 
     def get(self, job_id, user, groups, cfg, check=True):
         return _load(home_user(self.root, user), str(job_id), cfg, check=False)
@@ -81,7 +90,7 @@ class HomeJobsAPI:
 # --- the parser: each malformed shape is a RecordError that says what is wrong ---
 
 def test_a_good_record_reads_back(tmp_path):
-    place = RecordPlace(LOCAL_ID, "alice", tmp_path / "alice" / "jobs" / LOCAL_ID)
+    place = RecordPlace(LOCAL_ID, "alice", job_dir_of(tmp_path, "alice", LOCAL_ID))
     record = JobRecord.from_json(json.dumps(good_record(tmp_path)), expect=place)
     assert (record.id, record.user, record.spec.data_dir) == (LOCAL_ID, "alice", "/data")
 
@@ -122,7 +131,7 @@ ROOT = Path("/nonexistent/homes")
 
 @pytest.mark.parametrize(("what", "text", "words"), malformed(ROOT), ids=[m[0] for m in malformed(ROOT)])
 def test_each_malformed_shape_is_a_record_error_saying_why(what, text, words):
-    place = RecordPlace(LOCAL_ID, "alice", ROOT / "alice" / "jobs" / LOCAL_ID)
+    place = RecordPlace(LOCAL_ID, "alice", job_dir_of(ROOT, "alice", LOCAL_ID))
     with pytest.raises(RecordError) as caught:
         JobRecord.from_json(text, expect=place)
     assert words in str(caught.value), (what, str(caught.value))
@@ -161,6 +170,48 @@ def test_a_missing_record_is_not_found_and_a_good_one_loads(tmp_path):
     assert (job.owner, job.state) == ("alice", "COMPLETED")
     with pytest.raises(fakes.JobNotFound):
         _load(home_user(tmp_path, "alice"), OTHER_ID, PortalConfig(), check=False)
+
+
+# --- where records are: this cluster's directory, then the older layout's; never another cluster's ---
+
+def test_this_clusters_jobs_and_the_older_layouts_are_listed_and_another_clusters_are_not(tmp_path):
+    """alice's ~/jobs holds this cluster's jobs 5 and LOCAL_ID, the older layout's 5 and 6, and another cluster's
+    7. The cluster's own 5 is the job 5 (the older one of that id stays where it is, unlisted); 6 is read from
+    the older layout; 7 is another cluster's business."""
+    write_job(tmp_path, "alice", "5", {**good_record(tmp_path, job_id="5"), "submitted_at": "2026-11-23T10:00:00"})
+    write_job(tmp_path, "alice", LOCAL_ID, good_record(tmp_path))
+    old_five = write_job(tmp_path, "alice", "5", good_record(tmp_path, job_id="5", cluster=OLD_LAYOUT),
+                         cluster=OLD_LAYOUT)
+    write_job(tmp_path, "alice", "6", good_record(tmp_path, job_id="6", cluster=OLD_LAYOUT), cluster=OLD_LAYOUT)
+    write_job(tmp_path, "alice", "7", good_record(tmp_path, job_id="7", cluster="other"), cluster="other")
+    alice, cfg = home_user(tmp_path, "alice"), PortalConfig()
+    listed = dict(listed_jobs(alice, cfg))
+    assert sorted(listed) == sorted(["5", LOCAL_ID, "6"])
+    assert listed["5"] == str(job_dir_of(tmp_path, "alice", "5").stat().st_ino) != str(old_five.stat().st_ino)
+    assert _load(alice, "5", cfg, check=False).record.submitted_at == "2026-11-23T10:00:00"
+    six = _load(alice, "6", cfg, check=False)
+    assert six.job_dir == str(job_dir_of(tmp_path, "alice", "6", OLD_LAYOUT)) and six.record.run_prefix == "6"
+    assert _load(alice, LOCAL_ID, cfg, check=False).record.run_prefix == f"{CLUSTER}/{LOCAL_ID}"
+    with pytest.raises(fakes.JobNotFound):
+        _load(alice, "7", cfg, check=False)
+    assert old_five.is_dir()  # nothing moved aside or removed
+
+
+def test_without_the_older_layout_only_this_clusters_directory_counts(tmp_path):
+    write_job(tmp_path, "alice", "6", good_record(tmp_path, job_id="6", cluster=OLD_LAYOUT), cluster=OLD_LAYOUT)
+    write_job(tmp_path, "alice", "8", good_record(tmp_path, job_id="8"))
+    alice, cfg = home_user(tmp_path, "alice"), PortalConfig(jobs_old_layout=False)
+    assert [name for name, _ in listed_jobs(alice, cfg)] == ["8"]
+    with pytest.raises(fakes.JobNotFound):
+        _load(alice, "6", cfg, check=False)
+
+
+def test_a_job_being_made_in_this_clusters_directory_is_never_read_from_the_older_layout(tmp_path):
+    """Mid-submit, ~/jobs/<cluster>/9 exists before its job.json: not found yet, not the older layout's job 9."""
+    write_job(tmp_path, "alice", "9", good_record(tmp_path, job_id="9", cluster=OLD_LAYOUT), cluster=OLD_LAYOUT)
+    job_dir_of(tmp_path, "alice", "9").mkdir(parents=True)
+    with pytest.raises(fakes.JobNotFound):
+        _load(home_user(tmp_path, "alice"), "9", PortalConfig(), check=False)
 
 
 # --- the board and the pages: one broken record breaks nothing else ---

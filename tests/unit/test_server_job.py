@@ -5,7 +5,8 @@ from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import format_template
 
 from portal.config import PortalConfig
-from spawners.slurm import SERVER_JOB_SCRIPT, SERVER_LOG_DIR, PortalSlurmSpawner
+from spawners.slurm import SERVER_JOB_SCRIPT, PortalSlurmSpawner
+from spawners.slurm_script import server_log_dir
 
 
 def spawner(home: str, **traits) -> PortalSlurmSpawner:
@@ -31,7 +32,7 @@ def test_the_server_jobs_output_goes_to_the_server_log_dir_and_the_rest_of_the_s
     stock = format_template(SlurmSpawner.batch_script.default_value, **alice.get_req_subvars(), cmd="server")
     changed = [(a, b) for a, b in zip(stock.splitlines(), script.splitlines(), strict=True) if a != b]
     assert changed == [("#SBATCH --output=/home/alice/jupyterhub_slurmspawner_%j.log",
-                        f"#SBATCH --output=/home/alice/{SERVER_LOG_DIR}/jupyterhub_slurmspawner_%j.log")]
+                        f"#SBATCH --output={server_log_dir('/home/alice', 'dsportal')}/jupyterhub_slurmspawner_%j.log")]
     assert "#SBATCH --chdir=/home/alice" in script  # the server still starts in the home
     assert "#SBATCH --no-requeue" in script and "\nsrun server\n" in script
 
@@ -45,4 +46,6 @@ def test_a_sites_own_script_is_taken_whole_and_can_name_the_directory():
 def test_a_site_chooses_the_directory():
     assert spawner("/home/alice/", req_server_log_dir="/scratch/alice/logs").get_req_subvars()["server_log_dir"] \
         == "/scratch/alice/logs"
-    assert spawner("/home/alice/").get_req_subvars()["server_log_dir"] == f"/home/alice/{SERVER_LOG_DIR}"
+    # Each cluster's own: Slurm's job ids are the cluster's, and homes may be shared with another cluster.
+    assert spawner("/home/alice/").get_req_subvars()["server_log_dir"] == \
+        "/home/alice/.cache/dsportal/servers/dsportal" == server_log_dir("/home/alice", "dsportal")

@@ -198,10 +198,20 @@ def test_a_stamp_read_in_the_same_second_as_a_change_is_not_trusted(tmp_path):
     assert not stamp((1,), 1, 5).same_as(None)
 
 
-def test_the_stamp_reads_the_home_and_its_jobs_dir_without_following_links():
-    found = jobs_dir_stamp("root")
-    assert found is not None and len(found.fields) == 6 and found.read_at_ns > found.newest_change_ns
-    assert jobs_dir_stamp("no-such-user-here") is None
+def test_the_stamp_reads_the_home_its_jobs_dir_and_the_clusters_without_following_links(tmp_path, monkeypatch):
+    found = jobs_dir_stamp("root", "dsportal")
+    assert found is not None and len(found.fields) == 9 and found.read_at_ns > found.newest_change_ns
+    assert jobs_dir_stamp("no-such-user-here", "dsportal") is None
+    # A job made in the cluster's directory changes the stamp; one made in another cluster's does not.
+    home = tmp_path / "home"
+    (home / "jobs" / "dsportal").mkdir(parents=True)
+    (home / "jobs" / "other").mkdir()
+    monkeypatch.setattr("portal.service.scans.pwd.getpwnam", lambda name: type("Entry", (), {"pw_dir": str(home)}))
+    before = jobs_dir_stamp("alice", "dsportal")
+    (home / "jobs" / "other" / "7").mkdir()
+    assert jobs_dir_stamp("alice", "dsportal").fields == before.fields
+    (home / "jobs" / "dsportal" / "7").mkdir()
+    assert jobs_dir_stamp("alice", "dsportal").fields != before.fields
 
 
 def test_a_submitted_job_is_pending_without_asking_until_a_squeue_asked_after_it(tmp_path):

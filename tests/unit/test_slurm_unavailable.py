@@ -16,7 +16,7 @@ from batchspawner.batchspawner import JobStatus
 
 from portal.config import PortalConfig
 from portal.jobs.account import JobUser
-from portal.jobs.record import JobRecord
+from portal.jobs.record import JobRecord, cluster_jobs_dir
 from portal.jobs.spec import JobSpec
 from portal.scheduler.errors import SchedulerUnavailable
 from portal.scheduler.slurm import SlurmError, SlurmScheduler
@@ -130,7 +130,7 @@ class AnsweringUser(JobUser):
 
 def record_of(user: JobUser) -> JobRecord:
     return JobRecord(id="42", backend="slurm", user=user.name, spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
-                     job_dir=user.jobs_dir / "42")
+                     job_dir=cluster_jobs_dir(user.home, "dsportal") / "42")
 
 
 def answering(answers) -> AnsweringUser:

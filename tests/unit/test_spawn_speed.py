@@ -21,7 +21,8 @@ from portal.config import PortalConfig, load
 from portal.scheduler.errors import PortalError
 from portal.slurm_json import QueuedJob
 from spawners import slurm_cluster
-from spawners.slurm import SERVER_LOG_DIR, SINGLEUSER_FAST_START, PortalSlurmSpawner, ServerJobEnded
+from spawners.slurm import SINGLEUSER_FAST_START, PortalSlurmSpawner, ServerJobEnded
+from spawners.slurm_script import server_log_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -140,7 +141,7 @@ def test_a_job_that_ends_while_pending_fails_the_start_with_its_state_and_output
         asyncio.run(spawner.start())
     assert (ended.value.job_id, ended.value.state) == ("42", "CANCELLED")
     assert isinstance(ended.value, PortalError)
-    output = f"/nonexistent/alice/{SERVER_LOG_DIR}/jupyterhub_slurmspawner_42.log"
+    output = f"{server_log_dir('/nonexistent/alice', 'dsportal')}/jupyterhub_slurmspawner_42.log"
     assert reported == [("42", "CANCELLED", "alice", output, spawner.output_tail_lines)]
     assert spawner.job_id == "" and spawner.get_state() == {}  # nothing left for the hub's stop() to cancel
     assert "start of alice failed: Slurm job 42 ended (CANCELLED) before JupyterLab started" in caplog.text
@@ -333,6 +334,6 @@ def test_the_iri_parsers_are_built_at_the_first_check_and_the_check_still_works(
         "assert v.is_valid('https://example.org/r%C3%A9sum%C3%A9') and not v.is_valid('not an iri')\n"
         "assert 'lark' in sys.modules and not defer_iri_syntax_parsers()\n"
     )
-    pytest.importorskip("rfc3987_syntax")
+    import rfc3987_syntax  # noqa: F401  (jsonschema's, with jupyter_server: missing, this fails)
     repo = Path(__file__).resolve().parents[2]  # this checkout's spawners, whatever the venv installed
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60, cwd=repo)

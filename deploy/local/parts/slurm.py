@@ -52,10 +52,10 @@ def ensure_slurm(lay: Layout) -> None:
         "FAKE GPUs for the cluster in a box: character devices 1:3 (/dev/null), one directory per node.\n")
     conf_dir = cfg.slurm_conf_path.parent
     write_if_changed(cfg.slurm_conf_path, render(
-        "slurm.conf", gateway=cfg.box_gateway, slurmctld_port=cfg.slurmctld_port, slurmd_port=cfg.slurmd_port,
-        slurmdbd_port=cfg.slurmdbd_port, munge_socket=lay.munge_socket, state_save=state, slurm_dir=slurm,
-        slurmd_timeout=SLURMD_TIMEOUT_S, node_lines="\n".join(node_line(lay, node) for node in nodes),
-        node_names=",".join(node.name for node in nodes)))
+        "slurm.conf", cluster_name=cfg.cluster_name, gateway=cfg.box_gateway, slurmctld_port=cfg.slurmctld_port,
+        slurmd_port=cfg.slurmd_port, slurmdbd_port=cfg.slurmdbd_port, munge_socket=lay.munge_socket,
+        state_save=state, slurm_dir=slurm, slurmd_timeout=SLURMD_TIMEOUT_S,
+        node_lines="\n".join(node_line(lay, node) for node in nodes), node_names=",".join(node.name for node in nodes)))
     write_if_changed(conf_dir / "cgroup.conf", render("cgroup.conf"))
     write_if_changed(slurm / "epilog.sh", (TEMPLATES / "epilog.sh").read_text(), mode=0o755)
     write_if_changed(slurm / "mailprog.sh", mailprog(slurm), mode=0o700)

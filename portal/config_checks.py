@@ -1,0 +1,120 @@
+"""What each of the portal's settings allows: one check per setting, each refusal naming the setting and the values
+it takes (portal.config declares the settings and calls `check_settings` once per PortalConfig)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from email.utils import parseaddr
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+from portal.config_values import ConfigError
+from portal.inputs import ascii_digits
+
+if TYPE_CHECKING:
+    from portal.config import PortalConfig
+
+TLS_MODES = ("starttls", "ldaps", "none")
+SCHEDULERS = ("slurm", "kubernetes")
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
+JOB_LAUNCHERS = ("mpirun", "srun")
+# The cluster in a box's own hosts live here: 198.18.0.0/15 is reserved for benchmarking (RFC 2544), so no real
+# network uses it, and the box never routes it anywhere.
+BOX_NETWORK = ipaddress.ip_network("198.18.0.0/24")
+BOX_NODE_PREFIX = r"^[a-z][a-z0-9]{0,7}$"  # interface names are at most 15 characters: "ve-" + prefix + number
+MPI_BINDINGS = ("none", "socket", "core")
+# A cluster's name is Slurm's ClusterName (lower case; slurmdbd names its tables after it) and a directory under
+# every user's ~/jobs: a letter first and no '-', so that it is never a job id (portal.jobs.record.JOB_ID).
+CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}\Z")
+
+
+def check_settings(cfg: PortalConfig) -> None:
+    """ConfigError naming the first setting whose value is not allowed, and what is."""
+    if cfg.ldap_tls not in TLS_MODES:
+        raise ConfigError(f"ldap_tls is {cfg.ldap_tls!r}; allowed: {', '.join(TLS_MODES)}")
+    if cfg.scheduler not in SCHEDULERS:
+        raise ConfigError(f"scheduler is {cfg.scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
+    choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS,
+               "jobs_nccl_ib_disable": ("", "0", "1")}
+    for name, allowed in choices.items():
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(f"{name} is {getattr(cfg, name)!r}; allowed: {', '.join(map(repr, allowed))}")
+    for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port",
+                 "slurmctld_port", "slurmd_port", "slurmdbd_port", "accounting_db_port", "smtp_port"):
+        port = getattr(cfg, name)
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"{name} is {port}; allowed: 1-65535")
+    if any(c in cfg.mail_from for c in "\r\n") or "@" not in parseaddr(cfg.mail_from)[1]:
+        raise ConfigError(f"mail_from is {cfg.mail_from!r}; allowed: one address on one line, such as "
+                          "'Portal <portal@example.org>'")
+    if not cfg.ldap_lookup_dn and "{username}" not in cfg.ldap_bind_dn_template:
+        raise ConfigError("ldap_bind_dn_template must contain {username} unless ldap_lookup_dn is set")
+    for group, quota in cfg.gpu_quota.items():
+        if quota < 0:
+            raise ConfigError(f"gpu_quota[{group}] is {quota}; allowed: 0 or more")
+    if not 0 <= cfg.dashboard_port <= 65535:
+        raise ConfigError(f"dashboard_port is {cfg.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
+    _check_kubernetes(cfg)
+    _check_box(cfg)
+    _check_places(cfg)
+    for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines", "max_jobs_per_user"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 1 or more")
+
+
+def _check_kubernetes(cfg: PortalConfig) -> None:
+    names = {"k8s_namespace": cfg.k8s_namespace, "k8s_data_claim": cfg.k8s_data_claim,
+             **{f"k8s_gpu_types[{t}]": t for t in cfg.k8s_gpu_types}}
+    for name, value in names.items():
+        if not re.match(K8S_NAME, value) or len(value) > 63:
+            raise ConfigError(f"{name} is {value!r}; allowed: lower-case letters, digits and '-' (a DNS label)")
+    for name in ("k8s_user_namespace_template", "k8s_home_claim_template"):
+        if "{username}" not in getattr(cfg, name):
+            raise ConfigError(f"{name} must contain {{username}}; it is {getattr(cfg, name)!r}")
+    if not cfg.k8s_gpu_types:
+        raise ConfigError("k8s_gpu_types is empty; allowed: one or more GPU types (node label values)")
+    if not all(ascii_digits(p) for p in cfg.k8s_gpu_profiles) or "0" not in cfg.k8s_gpu_profiles:
+        raise ConfigError(f"k8s_gpu_profiles is {cfg.k8s_gpu_profiles}; allowed: whole numbers, 0 among them")
+    if cfg.k8s_jobs not in ("plain", "mpijob"):
+        raise ConfigError(f"k8s_jobs is {cfg.k8s_jobs!r}; allowed: plain, mpijob")
+    if cfg.k8s_image_pull_policy not in ("Always", "IfNotPresent", "Never"):
+        raise ConfigError(f"k8s_image_pull_policy is {cfg.k8s_image_pull_policy!r}; "
+                          "allowed: Always, IfNotPresent, Never")
+    for name in ("k8s_node_cpus", "k8s_node_memory_gb", "k8s_max_nodes", "k8s_shm_gb"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 1 or more")
+    if cfg.k8s_node_gpus < 0:
+        raise ConfigError(f"k8s_node_gpus is {cfg.k8s_node_gpus}; allowed: 0 or more")
+    for name in ("k8s_data_mount", "k8s_home_mount"):
+        if not getattr(cfg, name).startswith("/"):
+            raise ConfigError(f"{name} is {getattr(cfg, name)!r}; allowed: an absolute path")
+
+
+def _check_box(cfg: PortalConfig) -> None:
+    try:
+        subnet = ipaddress.ip_network(cfg.box_subnet)
+    except ValueError:
+        raise ConfigError(f"box_subnet is {cfg.box_subnet!r}; allowed: a network such as 198.18.0.0/27 "
+                          f"inside {BOX_NETWORK}") from None
+    if not subnet.subnet_of(BOX_NETWORK):  # never 10/8, 172.16/12, 192.168/16 or anything routed
+        raise ConfigError(f"box_subnet is {subnet}; allowed: a network inside {BOX_NETWORK}")
+    most = subnet.num_addresses - 3  # less the network, broadcast and bridge addresses
+    if not 1 <= cfg.box_nodes <= min(most, 99):
+        raise ConfigError(f"box_nodes is {cfg.box_nodes}; allowed: 1-{min(most, 99)} (box_subnet {subnet})")
+    if not re.match(BOX_NODE_PREFIX, cfg.box_node_prefix):
+        raise ConfigError(f"box_node_prefix is {cfg.box_node_prefix!r}; allowed: a lower-case letter, then up "
+                          "to 7 lower-case letters or digits")
+
+
+def _check_places(cfg: PortalConfig) -> None:
+    if not CLUSTER_NAME.match(cfg.cluster_name):
+        raise ConfigError(f"cluster_name is {cfg.cluster_name[:40]!r}; allowed: a lower-case letter, then up to 39 "
+                          "lower-case letters, digits or '_'")
+    settings_file = PurePosixPath(cfg.user_settings_file)
+    if settings_file.is_absolute() or ".." in settings_file.parts or not settings_file.name \
+            or str(settings_file) in (".", ""):
+        raise ConfigError(f"user_settings_file is {cfg.user_settings_file[:60]!r}; allowed: a file's path inside "
+                          "each user's home, relative to it, such as .config/dsportal/settings.json")
+    if not cfg.box_mail_dir.is_absolute():
+        raise ConfigError(f"box_mail_dir is {str(cfg.box_mail_dir)[:60]!r}; allowed: an absolute path")
