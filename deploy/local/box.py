@@ -22,6 +22,8 @@ Everything lives under ``cfg.state_dir`` (mode 0755: job users must reach the mu
     ldap/                       slapd's cn=config, the demo directory (loaded once), rootpw (0600)
     munge/                      owned by munge: munge.key (0400), munge.socket.2, munged.pid/.log/.seed
     accounting/                 MariaDB's data directory and socket, slurmdbd's database password (0600)
+    exim4/exim4.conf, spool/, log/   the box's own exim4: its configuration (listed in /etc/exim4/trusted_configs
+                                while exim4 runs), queue and logs; mail goes to box_mail_dir/<user> (/var/mail)
     slurm/slurm.conf, slurmdbd.conf, cgroup.conf, gres.conf, epilog.sh   rewritten from templates/ on every `up`
     slurm/mailprog.sh, jobmail.log   Slurm's MailProg (portal.jobmail, with this box's settings) and its log
     slurm/state/, spool/<node>/ StateSaveLocation, each node's SlurmdSpoolDir
@@ -84,7 +86,8 @@ def cmd_up(lay: Layout, no_hub: bool) -> None:
           f"{nodes.network_of(cfg).bridge} ({cfg.box_gateway}); e.g. `ip netns exec {cfg.box_node_names()[0]} bash`")
     print(f"ldap: ldap://{LOCALHOST}:{cfg.ldap_port} (StartTLS), ldaps://{LOCALHOST}:{cfg.ldaps_port},"
           f" CA {lay.tls / 'ca.pem'}")
-    print(f"mail: exim4 on {LOCALHOST}:{cfg.smtp_port} delivers job e-mail to /var/mail/<user> (`mail` reads it)")
+    print(f"mail: exim4 on {LOCALHOST}:{cfg.smtp_port} delivers job e-mail to {cfg.box_mail_dir}/<user> "
+          f"(`mail -f {cfg.box_mail_dir}/<user>` reads it)")
     print("demo accounts (user / password: groups):")
     for uid, password, *_ in slapd.DEMO_USERS:
         groups = [name for name, _, members in slapd.DEMO_GROUPS if uid in members]

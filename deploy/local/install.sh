@@ -20,17 +20,8 @@ mkdir -p "$STAMPS"
 apt_install_missing "${APT_PACKAGES[@]}"
 # Debian's packages start nothing here (policy-rc.d); the box runs its own private daemons.
 
-# Debian's exim4 installs as "local delivery only" (nothing leaves the machine); the box runs it on its own port.
-# It must also hold the demo directory's mail domain local, so that alice@dsportal.local is /var/mail/alice.
-# A site's exim set up otherwise (a smarthost, the internet) is left alone.
-EXIM_CONF=/etc/exim4/update-exim4.conf.conf
-if grep -q "^dc_eximconfig_configtype='local'" "$EXIM_CONF" \
-   && ! grep -q "^dc_other_hostnames='\(.*;\)\?dsportal\.local\(;.*\)\?'" "$EXIM_CONF"; then
-    say "exim4: delivering dsportal.local (the demo directory's mail domain) to local mailboxes"
-    hosts=$(sed -n "s/^dc_other_hostnames='\(.*\)'$/\1/p" "$EXIM_CONF")
-    sed -i "s/^dc_other_hostnames=.*/dc_other_hostnames='${hosts:+$hosts;}dsportal.local'/" "$EXIM_CONF"
-    update-exim4.conf
-fi
+# Debian's exim4 is only the box's binary: each box runs it with a configuration of its own (deploy/local/parts/
+# mail.py), so Debian's /etc/exim4 configuration is left as the package installs it.
 
 if [ ! -x "$VENV/bin/python" ]; then
     say "python: creating $VENV with Debian's /usr/bin/python3"
