@@ -9,6 +9,7 @@ whatever the settings say by then. Nothing here is routed off the machine: a nod
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -58,12 +59,20 @@ def hosts_without(text: str, marker: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if not line.rstrip().endswith(marker))
 
 
-def _rewrite_hosts(new_text: str) -> None:
-    # In place, not by rename: /etc/hosts is often a bind mount (containers), which a rename would break.
-    if HOSTS_FILE.read_text() != new_text:
-        with open(HOSTS_FILE, "r+") as hosts:
-            hosts.write(new_text)
+def _edit_hosts(change: Callable[[str], str]) -> bool:
+    """Rewrite /etc/hosts with `change` applied; whether it changed. Under an exclusive lock on the file: boxes
+    start side by side (`make test` starts the Slurm and the Kubernetes test boxes at once, beside a user's), and
+    each reads, changes and writes the whole file. In place, not by rename: /etc/hosts is often a bind mount
+    (containers), which a rename would break."""
+    with open(HOSTS_FILE, "r+") as hosts:
+        fcntl.flock(hosts, fcntl.LOCK_EX)
+        before = hosts.read()
+        after = change(before)
+        if after != before:
+            hosts.seek(0)
+            hosts.write(after)
             hosts.truncate()
+        return after != before
 
 
 def is_mount_point(path: Path, mountinfo: str | None = None) -> bool:
@@ -134,7 +143,7 @@ def ensure_node_network(net: Network, node: Node, record_file: Path, hosts_marke
     ip("-n", node.name, "link", "set", "lo", "up")
     ip("-n", node.name, "link", "set", "eth0", "up")
     hosts = recorded(record_file) or net
-    _rewrite_hosts(hosts_with(HOSTS_FILE.read_text(), [(n.address, n.name) for n in hosts.nodes], hosts_marker))
+    _edit_hosts(lambda text: hosts_with(text, [(n.address, n.name) for n in hosts.nodes], hosts_marker))
 
 
 # --- a node's processes ---------------------------------------------------------------------------------
@@ -284,6 +293,4 @@ def _remove_netns_mount() -> bool:
 
 
 def _remove_hosts(marker: str) -> bool:
-    before = HOSTS_FILE.read_text()
-    _rewrite_hosts(hosts_without(before, marker))
-    return HOSTS_FILE.read_text() != before
+    return _edit_hosts(lambda text: hosts_without(text, marker))

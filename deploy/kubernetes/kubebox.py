@@ -11,7 +11,9 @@ Run as root from the repository root (after `make kube-build`, which builds the 
 waits for the hub ServiceAccount's token, writes a kubeconfig per identity (kubeparts/identities.py), starts the
 nodes with their fake GPUs, imports the images and waits until every node takes pods (no taint, no pressure);
 with `--hub` (and on every later `up`) it runs the hub in a pod (kubeparts/hub.py). `down` deletes the pods,
-stops the processes by their recorded PIDs and removes what the nodes made on the machine. It is built like
+stops the processes by their recorded PIDs and removes what the nodes made on the machine; it tries every step,
+prints what it left ("left /var/lib/cni: holds networks/podman, not the box's") and exits 1 only when something
+of the box's own is left (kubeparts/machine.py). It is built like
 deploy/local/box.py: supervision (deploy/supervise.py) and TLS (deploy/selfsigned.py) are the local box's; one
 module per part (kubeparts/).
 
@@ -81,6 +83,7 @@ from kubeparts.layout import (  # noqa: E402, F401
     user_namespace,
     user_principal,
 )
+from kubeparts.machine import LeftBehind, Teardown  # noqa: E402
 from supervise import BoxError, Lock, Service, service_pid, start_service, stop_service  # noqa: E402
 
 from portal.config import ConfigError, PortalConfig, load  # noqa: E402
@@ -172,14 +175,25 @@ def down(box: KubeBox) -> list[str]:
     """Stop the scheduler and the controllers, delete every pod (so the kubelets stop them as a cluster would),
     stop the other processes by their recorded PIDs in reverse order, then remove the nodes' namespaces, cgroups
     and routes and undo what the kubelets changed on the machine. etcd's data, the keys and the image stores
-    stay: `up` gives back the same cluster, with its Jobs (which make their pods again)."""
+    stay: `up` gives back the same cluster, with its Jobs (which make their pods again).
+
+    Every step runs whatever failed before it. The lines end with what was left ("left WHAT: WHY"); LeftBehind
+    (a BoxError, its `lines` the same report) when any of that is the box's own, not when it is another
+    program's (podman's networks in a mount point the box made)."""
     box.path("run").mkdir(parents=True, exist_ok=True)
     with Lock(box):
+        done = Teardown()
         # The scheduler and the controllers first: a Job (or the hub's Deployment) would make its deleted pods again.
-        lines = [stop_service(svc, box) for svc in reversed(CONTROL_PLANE[2:])]
-        lines += _delete_pods(box)
-        lines += [stop_service(svc, box) for svc in reversed(services(box)) if svc not in CONTROL_PLANE[2:]]
-        return lines + nodes.teardown(box)
+        for svc in reversed(CONTROL_PLANE[2:]):
+            done.step(svc.name, lambda svc=svc: stop_service(svc, box))
+        done.lines += _delete_pods(box)
+        for svc in reversed(services(box)):
+            if svc not in CONTROL_PLANE[2:]:
+                done.step(svc.name, lambda svc=svc: stop_service(svc, box))
+        nodes.teardown(box, done)
+    if done.ours:
+        raise LeftBehind(done)
+    return done.report()
 
 
 def _delete_pods(box: KubeBox) -> list[str]:
@@ -256,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             print(crash(box, args.node or ""))
             return 0
         cluster = up(box, report=lambda line: print(line, flush=True), hub_directory=load() if args.hub else None)
+    except LeftBehind as err:  # down's whole report, then what of the box's own is left
+        _report(err.lines, print)
+        print(f"kubebox.py down: {err}", file=sys.stderr)
+        return 1
     except (BoxError, ValueError, ConfigError) as err:
         print(f"kubebox.py {args.command}: {err}", file=sys.stderr)
         return 1

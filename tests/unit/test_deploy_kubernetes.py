@@ -1,9 +1,14 @@
 """What deploy/kubernetes ships, checked offline: the Helm values wire classes that exist, and every built-in
-kind validates strictly (kubernetes-validate) for the Kubernetes versions docs/admin-guide.md claims."""
+kind validates strictly (kubernetes-validate) for the Kubernetes versions docs/admin-guide.md claims; the nodes keep
+their state in their own dirs, and the last box's teardown (kubeparts/machine.py) puts the machine back, leaving
+what is another program's. The real thing: tests/kubernetes/test_nodes.py."""
 
 from __future__ import annotations
 
 import importlib
+import json
+import re
+import sys
 from pathlib import Path
 
 import kubernetes_validate
@@ -16,6 +21,11 @@ from portal.jobs.k8s_manifests import user_namespace_objects
 from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+sys.path[:0] = [str(DEPLOY), str(DEPLOY.parent)]
+from kubeparts import machine, nodes  # noqa: E402
+from kubeparts.layout import KubeBox  # noqa: E402
+from supervise import BoxError  # noqa: E402
+
 BUILT_IN = ("rbac.yaml",)  # mpijob-crd.yaml is a CustomResourceDefinition: checked by the real API server
 
 
@@ -52,3 +62,136 @@ def test_every_built_in_manifest_we_ship_validates_strictly(version):
     assert len(shipped) >= 4
     for document in (*shipped, *made):
         kubernetes_validate.validate(document, version, strict=True)
+
+
+# --- what the box's nodes change on the machine, and how the last box puts it back (kubeparts/machine.py) --------
+
+KUBELET_SETS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
+
+
+@pytest.fixture
+def a_machine(tmp_path, monkeypatch):
+    """A machine in tmp_path: its /proc/sys with the sysctls as found, no /var/lib/cni nor /var/log/pods (the box
+    makes them as mount points), and the box's record under its own /run."""
+    sysctls = tmp_path / "proc" / "sys"
+    for name, value in {"vm/overcommit_memory": "0", "kernel/panic": "1", "kernel/panic_on_oops": "0"}.items():
+        (sysctls / name).parent.mkdir(parents=True, exist_ok=True)
+        (sysctls / name).write_text(f"{value}\n")
+    monkeypatch.setattr(machine, "SYSCTLS", sysctls)
+    monkeypatch.setattr(machine, "MACHINE", tmp_path / "run" / "dsportal-kubebox")
+    monkeypatch.setattr(machine, "PRIVATE_PATHS", (str(tmp_path / "var/log/pods"), str(tmp_path / "var/lib/cni")))
+    return tmp_path
+
+
+def run_a_box(root: Path, box_id: str = "box1") -> Path:
+    """claim as a box's first node does, then the kubelet's sysctls; the node's private root (what node.sh binds)."""
+    machine.claim(box_id, root / "state")
+    for name, value in KUBELET_SETS.items():
+        (machine.SYSCTLS / name).write_text(value)
+    private = root / "state" / "nodes" / "kube-node1" / "private"
+    results = private / root.relative_to("/") / "var/lib/cni" / "results"
+    results.mkdir(parents=True)
+    (results / "kube-node1-pods-0a1b-eth0").write_text("{}")  # what libcni writes, in the node's own copy
+    return private
+
+
+def test_an_empty_made_dir_is_removed_and_the_sysctls_put_back(a_machine):
+    private = run_a_box(a_machine)
+    assert (a_machine / "var/lib/cni").is_dir() and (machine.MACHINE / "before.json").exists()
+    done = machine.release("box1", [private])
+    assert done.left == [], done.left
+    assert not (a_machine / "var/lib/cni").exists() and not (a_machine / "var/log/pods").exists()
+    assert {name: (machine.SYSCTLS / name).read_text().strip() for name in KUBELET_SETS} == {
+        "vm/overcommit_memory": "0", "kernel/panic": "1", "kernel/panic_on_oops": "0"}
+    (line,) = done.lines
+    assert "restored vm.overcommit_memory=0, kernel.panic=1, kernel.panic_on_oops=0" in line, line
+    assert f"removed {a_machine / 'var/lib/cni'}, {a_machine / 'var/log/pods'}" in line, line
+    assert not machine.MACHINE.exists()  # before.json and boxes/: the next box records afresh
+
+
+def test_a_made_dir_holding_podmans_networks_is_left_and_said_and_the_rest_released(a_machine):
+    private = run_a_box(a_machine)
+    podman = a_machine / "var/lib/cni/networks/podman"  # podman's containers, on the machine, while the box ran
+    podman.mkdir(parents=True)
+    (podman / "last_reserved_ip.0").write_text("10.88.0.2")
+    done = machine.release("box1", [private])
+    (left,) = done.left
+    assert str(left) == f"left {a_machine / 'var/lib/cni'}: holds networks/podman, not the box's"
+    assert not left.ours and done.ours == []  # `down` says so, and does not fail for it
+    assert (podman / "last_reserved_ip.0").read_text() == "10.88.0.2"  # untouched
+    assert not (a_machine / "var/log/pods").exists()  # the other made dir still went
+    assert (machine.SYSCTLS / "kernel/panic").read_text().strip() == "1"
+    assert not machine.MACHINE.exists()  # the record released all the same: /var/lib/cni is podman's now
+
+
+def test_a_made_dir_holding_what_the_nodes_write_is_the_boxs_own_leftover(a_machine):
+    private = run_a_box(a_machine)
+    leaked = a_machine / "var/lib/cni/results"  # as if a node's bind had been missing
+    leaked.mkdir(parents=True)
+    (leaked / "kube-node1-pods-0a1b-eth0").write_text("{}")
+    done = machine.release("box1", [private])
+    (left,) = done.ours
+    assert left.what == str(a_machine / "var/lib/cni") and "results/kube-node1-pods-0a1b-eth0" in left.why
+    with pytest.raises(machine.LeftBehind) as raised:  # what kubebox.down raises: the box's own is left
+        raise machine.LeftBehind(done)
+    assert str(left) in raised.value.lines and "machine: restored" in raised.value.lines[0]
+
+
+def test_only_the_last_box_releases_the_machine(a_machine):
+    private = run_a_box(a_machine, "box1")
+    machine.claim("box2", a_machine / "other")  # found the sysctls as the kubelet left them: not recorded again
+    assert machine.release("box1", [private]).lines == []
+    assert (a_machine / "var/lib/cni").is_dir() and (machine.SYSCTLS / "kernel/panic").read_text() == "10"
+    assert machine.release("box2", []).left == []
+    assert (machine.SYSCTLS / "kernel/panic").read_text().strip() == "1" and not machine.MACHINE.exists()
+
+
+def test_a_failed_step_is_a_leftover_and_the_next_step_still_runs():
+    done = machine.Teardown()
+
+    def stuck() -> str:
+        raise BoxError("kubet-node1: still there 30 s after SIGKILL: pid 42 state D: containerd-shim")
+    done.step("kubet-node1", stuck)
+    done.step("etcd", lambda: "etcd: stopped (pid 7)")
+    assert done.lines == ["etcd: stopped (pid 7)"]
+    assert done.report()[-1] == "left kubet-node1: kubet-node1: still there 30 s after SIGKILL: pid 42 state D: " \
+                                "containerd-shim"
+    assert done.ours == done.left
+
+
+def test_the_verdict_on_a_made_dir():
+    assert machine.made_dir_verdict("/var/lib/cni", [], [], ["results/x"]) is None
+    podman = [f"results/podman-{i}-eth0" for i in range(6)]
+    foreign = machine.made_dir_verdict("/var/lib/cni", podman, podman, ["results/x"])
+    assert not foreign.ours and foreign.why.endswith("results/podman-3-eth0 and 2 more, not the box's"), foreign.why
+
+
+def test_an_empty_directory_of_the_same_name_is_not_the_boxs(a_machine):
+    """libcni leaves an empty results/ behind, podman's as the nodes' (seen after a real session): a name alone
+    is no evidence, so the dir is left as another program's and `down` does not fail."""
+    private = run_a_box(a_machine)
+    (private / a_machine.relative_to("/") / "var/lib/cni/results/kube-node1-pods-0a1b-eth0").unlink()
+    (a_machine / "var/lib/cni/results").mkdir()
+    (a_machine / "var/lib/cni/networks/podman").mkdir(parents=True)
+    (a_machine / "var/lib/cni/networks/podman/lock").touch()
+    done = machine.release("box1", [private])
+    assert [str(left) for left in done.left] == [
+        f"left {a_machine / 'var/lib/cni'}: holds networks/podman, results, not the box's"]
+    assert done.ours == [] and not machine.MACHINE.exists()
+
+
+def test_node_sh_binds_exactly_the_hard_coded_paths():
+    loop = re.search(r"^for path in (.*); do$", (DEPLOY / "node.sh").read_text(), re.MULTILINE)
+    assert tuple(loop.group(1).split()) == machine.PRIVATE_PATHS == tuple(machine.HARD_CODED_PATHS)
+
+
+def test_the_nodes_keep_their_cni_and_kubelet_state_in_their_own_dir(tmp_path):
+    box = KubeBox(tmp_path)
+    node = box.node_network.nodes[0]
+    own = box.node_dir(node.name)
+    (ipam,) = [plugin["ipam"] for plugin in json.loads(nodes.cni_template(box, node))["plugins"]]
+    assert ipam["type"] == "host-local" and Path(ipam["dataDir"]).is_relative_to(own)  # not /var/lib/cni/networks
+    command = nodes.node_command(box, node)
+    assert f"--root-dir={own / 'kubelet'}" in command and f"--cert-dir={own / 'kubelet' / 'pki'}" in command
+    config = nodes.containerd_config(box, node)
+    assert f'conf_dir = "{own / "cni"}"' in config and f'state = "{own / "containerd-state"}"' in config

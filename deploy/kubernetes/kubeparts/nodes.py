@@ -10,9 +10,12 @@ gets a device.
 Routing: the host routes each node's pod range to the node's address, and each node the other nodes' ranges, so
 pods, nodes and the hub reach each other; no node has a default route, so nothing leaves the machine.
 
-Machine-wide (shared by every box on the machine, undone when the last one goes): the mount points node.sh binds
-over, when they were missing, and the sysctls the kubelet changes (vm.overcommit_memory, kernel.panic,
-kernel.panic_on_oops), recorded under /run/dsportal-kubebox before the first kubelet starts.
+State: everything a node writes goes to its own dir (box.node_dir): containerd's root (the image store), state,
+sockets and runc root, the CNI config and the host-local IPAM's addresses, the kubelet's root and certificates.
+What a program hard-codes (machine.HARD_CODED_PATHS: libcni's result cache in /var/lib/cni, the pod logs...)
+node.sh binds from the node's dir/private, in the node's mount namespace only: no node writes to the machine's own
+/var/lib/cni, which podman shares. Machine-wide (kubeparts/machine.py): those mount points, made when missing, and
+the sysctls the kubelet changes, recorded before the first kubelet starts and put back when the last box goes.
 """
 
 from __future__ import annotations
@@ -32,21 +35,21 @@ from kubernetes import client as k8s
 from netns import CGROUP_ROOT, NETNS_DIR, Node
 from supervise import BoxError, Service, write_if_changed
 
+from kubeparts import machine
 from kubeparts.api import api_client
 from kubeparts.identities import read_tokens
 from kubeparts.images import PAUSE_IMAGE
 from kubeparts.layout import HERE, KUBE_BIN, PORTAL, KubeBox
+from kubeparts.machine import Leftover, Teardown
 
 NODE_SCRIPT = HERE / "node.sh"
 CONTAINERD = "/usr/bin/containerd"
 CNI_BIN = "/usr/lib/cni"
-# Paths the kubelet and containerd hard-code, bound per node by node.sh (made on the host when missing).
-PRIVATE_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/containerd")
-KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
-MACHINE = Path("/run/dsportal-kubebox")  # which boxes run nodes, and what the first one found
 GPU_RESOURCE = "nvidia.com/gpu"
 NETWORK_CHANGES = threading.Lock()  # kubebox starts the nodes side by side
 SOCKET_PATH_MAX = 104  # containerd's limit on a unix socket's path
+# The longest socket paths under a node's dir: containerd's ttrpc socket, the kubelet's pod-resources socket.
+NODE_SOCKETS = ("containerd.sock.ttrpc", "kubelet/pod-resources/kubelet.sock")
 NODE_READY_S = 90
 GPUS_SHOWN_S = 60  # the kubelet's next status update carries the patched capacity into allocatable (~10 s)
 EVICTION_DISK_FREE = "512Mi"  # the kubelet evicts pods (and taints its node) below this much free disk
@@ -64,6 +67,11 @@ def hosts_marker(box: KubeBox) -> str:
 
 def socket(box: KubeBox, node: Node) -> Path:
     return box.node_dir(node.name) / "containerd.sock"
+
+
+def private_root(box: KubeBox, node: Node) -> Path:
+    """What node.sh binds over the hard-coded paths: ROOT/var/lib/cni over /var/lib/cni, and so on."""
+    return box.node_dir(node.name) / "private"
 
 
 def node_cgroups(node: Node) -> list[Path]:
@@ -124,7 +132,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 def cni_template(box: KubeBox, node: Node) -> str:
     """The pods' network: a bridge in the node's namespace with the node's pod range (containerd fills in
-    {{.PodCIDR}} once the controller-manager gave the node one); addresses kept under the node's dir."""
+    {{.PodCIDR}} once the controller-manager gave the node one). host-local keeps the addresses it hands out in
+    the node's dir, not in its default /var/lib/cni/networks, where podman keeps its own."""
     return json.dumps({
         "cniVersion": "0.4.0", "name": f"{node.name}-pods",
         "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
@@ -173,13 +182,15 @@ def proxy_config(box: KubeBox, node: Node) -> str:
 
 def node_command(box: KubeBox, node: Node) -> list[str]:
     """nsenter, unshare and node.sh all exec: the recorded PID becomes the kubelet's. Not `ip netns exec`: it
-    mounts a fresh sysfs over /sys, which hides the cgroup hierarchies from the kubelet."""
+    mounts a fresh sysfs over /sys, which hides the cgroup hierarchies from the kubelet. The kubelet's state in
+    the node's dir: --root-dir, and --cert-dir, whose default is /var/lib/kubelet/pki whatever the root."""
     own = box.node_dir(node.name)
     labels = f"{PORTAL.k8s_gpu_node_label}={box.gpu_type}"
     return ["nsenter", f"--net={NETNS_DIR / node.name}", "unshare", "--mount", "--propagation", "slave", "--uts",
             "/bin/sh", str(NODE_SCRIPT), node.name, str(own), str(own / "containerd.toml"), str(socket(box, node)),
             str(own / "kube-proxy.yaml"), "--", str(KUBE_BIN / "kubelet"), f"--config={own / 'kubelet.yaml'}",
-            f"--kubeconfig={box.path('auth', f'{node.name}.kubeconfig')}", "--container-runtime=remote",
+            f"--kubeconfig={box.path('auth', f'{node.name}.kubeconfig')}", f"--root-dir={own / 'kubelet'}",
+            f"--cert-dir={own / 'kubelet' / 'pki'}", "--container-runtime=remote",
             f"--container-runtime-endpoint=unix://{socket(box, node)}", f"--hostname-override={node.name}",
             f"--node-ip={node.address}", f"--node-labels={labels}", f"--pod-infra-container-image={PAUSE_IMAGE}",
             "--v=1"]
@@ -192,13 +203,13 @@ def prepare(box: KubeBox, node: Node) -> None:
     for program in (KUBE_BIN / "kubelet", KUBE_BIN / "kube-proxy", Path(CONTAINERD), Path(CNI_BIN) / "bridge"):
         if not os.access(program, os.X_OK):
             raise BoxError(f"{node.name}: {program} is missing; `make kube-build` installs it")
-    longest = box.node_dir(node.name) / "containerd.sock.ttrpc"
+    longest = max((box.node_dir(node.name) / name for name in NODE_SOCKETS), key=lambda path: len(str(path)))
     if len(str(longest)) > SOCKET_PATH_MAX:
-        raise BoxError(f"{node.name}: the state dir {box.state_dir} is too long for containerd's sockets "
+        raise BoxError(f"{node.name}: the state dir {box.state_dir} is too long for the node's sockets "
                        f"({longest} is over {SOCKET_PATH_MAX} characters): choose a shorter one")
     with NETWORK_CHANGES:  # its record and /etc/hosts are read, changed and written
         netns.ensure_node_network(box.node_network, node, record_file(box), hosts_marker(box))
-        claim_machine(box)
+        machine.claim(_box_id(box), box.state_dir)
     own = box.node_dir(node.name)
     for path in (own / "cni", box.image_store(node.name)):
         path.mkdir(parents=True, exist_ok=True)
@@ -341,59 +352,30 @@ def service(node: Node) -> Service:
                    after_stop=lambda box: stop_pods(box, node))
 
 
-def teardown(box: KubeBox) -> list[str]:
-    """Every node's namespace and cgroups, the bridge and the hosts entries (netns.teardown), then what this
-    machine had before the first box's kubelet (release_machine)."""
-    lines = netns.teardown(record_file(box), hosts_marker(box), lambda node: [
-        (f"namespace {node.name}", lambda: netns.remove_node(node, lambda name: stop_pods(box, node))),
-        (f"cgroups of {node.name}", lambda: netns.remove_cgroups(node_cgroups(node)))])
-    return lines + release_machine(box)
-
-
-# --- what the kubelets change on the machine --------------------------------------------------------------
+def teardown(box: KubeBox, done: Teardown) -> None:
+    """Every node's namespace and cgroups, the bridge and the hosts entries (netns.teardown, whose record stays
+    when something could not go, so `down` again retries), then, once no process of the nodes is left, what the
+    machine had before the first box's kubelet (machine.release). Every step runs; what is left goes to
+    `done.left`."""
+    recorded = netns.recorded(record_file(box))
+    every = {node.name: node for node in (*(recorded.nodes if recorded else ()), *box.node_network.nodes)}
+    done.step("the nodes' network (its record is kept: `down` again retries)", lambda: netns.teardown(
+        record_file(box), hosts_marker(box), lambda node: [
+            (f"namespace {node.name}", lambda: netns.remove_node(node, lambda name: stop_pods(box, node))),
+            (f"cgroups of {node.name}", lambda: netns.remove_cgroups(node_cgroups(node)))]))
+    running = [pid for node in every.values()
+               for pid in (*netns.namespace_pids(node.name), *netns.cgroup_pids(node_cgroups(node)))]
+    if running:
+        # Released now, the sysctls would go back under a running kubelet, and removing a made mount point
+        # would take a running node's private copy away from it.
+        shown = "; ".join(map(netns.describe_process, running[:3]))
+        done.left.append(Leftover(f"the machine's record {machine.MACHINE}", f"kept while {len(running)} "
+                                  f"processes of the nodes run ({shown}): `down` again releases it"))
+        return
+    released = machine.release(_box_id(box), [private_root(box, node) for node in every.values()])
+    done.lines += released.lines
+    done.left += released.left
 
 
 def _box_id(box: KubeBox) -> str:
     return hashlib.sha256(str(box.state_dir).encode()).hexdigest()[:16]
-
-
-def claim_machine(box: KubeBox) -> None:
-    """Before this box's first kubelet: record the sysctls and the missing mount points (the first box on the
-    machine), make those, and register this box."""
-    (MACHINE / "boxes").mkdir(parents=True, exist_ok=True)
-    before_file = MACHINE / "before.json"
-    before = json.loads(before_file.read_text()) if before_file.exists() else {
-        "sysctls": {name: Path("/proc/sys", name).read_text().strip() for name in KUBELET_SYSCTLS}, "made": []}
-    for path in map(Path, PRIVATE_PATHS):
-        if not path.exists():
-            path.mkdir(parents=True)
-            before["made"].append(str(path))
-    before_file.write_text(json.dumps(before, indent=1) + "\n")
-    (MACHINE / "boxes" / _box_id(box)).write_text(f"{box.state_dir}\n")
-
-
-def release_machine(box: KubeBox) -> list[str]:
-    """This box is gone; when it was the last, put the sysctls back and remove the mount points it made."""
-    (MACHINE / "boxes" / _box_id(box)).unlink(missing_ok=True)
-    before_file = MACHINE / "before.json"
-    if not before_file.exists() or any((MACHINE / "boxes").iterdir()):
-        return []
-    before = json.loads(before_file.read_text())
-    restored = []
-    for name, value in before["sysctls"].items():
-        if Path("/proc/sys", name).read_text().strip() != value:
-            Path("/proc/sys", name).write_text(value)
-            restored.append(f"{name.replace('/', '.')}={value}")
-    for path in map(Path, reversed(before["made"])):
-        try:
-            path.rmdir()
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            raise BoxError(f"{path}: made for the kubelets, cannot be removed: {err.strerror}") from err
-    before_file.unlink()
-    (MACHINE / "boxes").rmdir()
-    MACHINE.rmdir()
-    return [f"machine: restored {', '.join(restored) or 'nothing (the sysctls were as before)'}; removed "
-            f"{', '.join(before['made']) or 'no directories'}"]
-
