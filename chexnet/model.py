@@ -20,11 +20,34 @@ import tensorflow as tf
 from chexnet.data.decoding import normalise
 from chexnet.labels import NUM_CLASSES
 
+TINY_FILTERS = (16, 32, 64)  # tinycnn: three stride-2 convolutions, about 25 k weights
+TINY_LAST_CONV = "tinycnn_conv3_relu"  # its last feature maps (Grad-CAM's layer in notebook 03)
+
+
+def tiny_cnn(include_top: bool = False, weights: None = None, input_tensor: tf.Tensor | None = None,
+             pooling: str = "avg") -> tf.keras.Model:
+    """A backbone of three convolutions (TINY_FILTERS), built like Keras' applications (headless, average-pooled):
+    for checking that data, jobs and a cluster work end to end in seconds on any CPU (the test boxes' jobs, a
+    site's first job). It learns the synthetic demo set's marks; it is no CheXNet, and its AUROC says nothing of
+    DenseNet-121's."""
+    if include_top or weights is not None or pooling != "avg":
+        raise ValueError("tinycnn is headless, average-pooled and has no pretrained weights")
+    x = input_tensor
+    for i, filters in enumerate(TINY_FILTERS, start=1):
+        x = tf.keras.layers.Conv2D(filters, 3, strides=2, padding="same", use_bias=False, name=f"tinycnn_conv{i}")(x)
+        x = tf.keras.layers.BatchNormalization(name=f"tinycnn_conv{i}_bn")(x)
+        x = tf.keras.layers.Activation("relu", name=f"tinycnn_conv{i}_relu")(x)
+    pooled = tf.keras.layers.GlobalAveragePooling2D(name="tinycnn_pool")(x)
+    # As Keras' applications do: the model starts where `input_tensor` comes from (the uint8 image Input).
+    return tf.keras.Model(tf.keras.utils.get_source_inputs(input_tensor), pooled, name="tinycnn")
+
+
 BACKBONES: dict[str, Callable[..., tf.keras.Model]] = {
     "densenet121": tf.keras.applications.DenseNet121,
     "resnet50": tf.keras.applications.ResNet50,
+    "tinycnn": tiny_cnn,
 }
-MIN_IMAGE_SIZE = 32  # both backbones downsample by 32; smaller inputs leave no spatial map to pool
+MIN_IMAGE_SIZE = 32  # the backbones downsample by 32 (tinycnn by 8); smaller inputs leave no spatial map to pool
 # Frequencies are clipped so that a class with no positives (or no negatives) in a small training set still gets
 # a finite, non-zero weight on both sides instead of silently dropping out of the loss.
 MIN_FREQUENCY = 1e-3

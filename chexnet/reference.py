@@ -7,7 +7,8 @@ is submitted, and they must stay quick to start.
 
 from __future__ import annotations
 
-MODELS = ("densenet121", "resnet50")
+# tinycnn: three convolutions, for checking a pipeline and a cluster in seconds (chexnet.model.tiny_cnn).
+MODELS = ("densenet121", "resnet50", "tinycnn")
 # "parallel": reads, decode and batching in parallel, prefetched so input overlaps training (what training uses);
 # "sequential": one element at a time, nothing prefetched (the pipeline as first written, for the benchmark).
 PIPELINES = ("parallel", "sequential")

@@ -12,7 +12,7 @@ from chexnet.model import ImageNetNormalisation, build_model, class_weights, wei
 ALL_LEVELS = np.arange(32 * 32, dtype=np.int64).reshape(1, 32, 32, 1).astype(np.uint8)  # 0..255, four times
 
 
-@pytest.mark.parametrize("name", ["densenet121", "resnet50"])
+@pytest.mark.parametrize("name", ["densenet121", "resnet50", "tinycnn"])
 def test_build_model_takes_uint8_grey_and_has_14_float32_sigmoid_outputs(name):
     model = build_model(name, image_size=32)
     assert model.input.dtype == tf.uint8 and tuple(model.input.shape) == (None, 32, 32, 1)
@@ -52,8 +52,21 @@ def test_a_saved_model_reloads_with_its_normalisation(tmp_path):
 
 
 def test_unknown_model_names_the_flag_and_the_choices():
-    with pytest.raises(ValueError, match=r"--model must be one of densenet121, resnet50; got 'vgg16'"):
+    with pytest.raises(ValueError, match=r"--model must be one of densenet121, resnet50, tinycnn; got 'vgg16'"):
         build_model("vgg16", image_size=64)
+
+
+def test_tinycnn_is_small_and_its_last_feature_maps_are_named_for_grad_cam():
+    """Three convolutions, tens of thousands of weights (DenseNet-121 has about 7 million): what the test boxes'
+    jobs train in seconds. Notebook 03's Grad-CAM takes its last feature maps by name."""
+    from chexnet.model import TINY_LAST_CONV
+
+    model = build_model("tinycnn", image_size=64)
+    assert 10_000 < model.count_params() < 50_000, model.count_params()
+    assert tuple(model.get_layer(TINY_LAST_CONV).output.shape) == (None, 8, 8, 64)
+    with pytest.raises(ValueError, match="no pretrained weights"):
+        from chexnet.model import tiny_cnn
+        tiny_cnn(weights="imagenet", input_tensor=tf.keras.Input((32, 32, 3)))
 
 
 def test_missing_weights_file_names_the_flag(tmp_path):
