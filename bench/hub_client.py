@@ -24,14 +24,23 @@ class HubError(RuntimeError):
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.5, what: str = "condition") -> Any:
-    """predicate()'s first true value, asked every `interval` s; TimeoutError naming `what` after `timeout` s."""
+    """predicate()'s first true value, asked every `interval` s; TimeoutError naming `what` after `timeout` s.
+
+    A question that could not be asked is a "not yet", never the wait's end: a transport error of the predicate's
+    (a refused connection, a read timeout while a server restarts: requests.RequestException, OSError) counts as
+    false, and the last one is named in the TimeoutError."""
     deadline = time.monotonic() + timeout
+    unasked = None
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except (requests.RequestException, OSError) as err:
+            value, unasked = None, err
         if value:
             return value
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+    last = f" (its last question could not be asked: {type(unasked).__name__}: {unasked})" if unasked else ""
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}{last}")
 
 
 def xsrf_of(page: str) -> str:

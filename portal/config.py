@@ -122,6 +122,13 @@ class PortalConfig:
     user_settings_file: str = setting(".config/dsportal/settings.json", "Each user's own portal settings (their "
                                       "default for e-mail at a job's end), relative to their home. Clusters that "
                                       "share the homes share it unless one names another file (the tests' box does).")
+    user_notebooks_dir: str = setting("notebooks", "Where each user's server copies the template notebooks they have "
+                                      "not had yet, at every start, relative to their home.")
+    server_environment: tuple[str, ...] = setting(
+        (), "Extra environment of every user's JupyterLab server, as NAME=value items; {home} stands for the "
+            "user's home as the server sees it. E.g. JUPYTER_RUNTIME_DIR={home}/.cache/jupyter-runtime where homes "
+            "are on a network file system; the tests' box keeps JupyterLab's workspaces, settings and runtime files "
+            "in a place of its own.")
 
     # Slurm: the client configuration, and the shape of the local demo node.
     slurm_conf: str = setting("", "Slurm's client configuration; empty means <state_dir>/slurm/slurm.conf.")

@@ -27,6 +27,7 @@ MPI_BINDINGS = ("none", "socket", "core")
 # A cluster's name is Slurm's ClusterName (lower case; slurmdbd names its tables after it) and a directory under
 # every user's ~/jobs: a letter first and no '-', so that it is never a job id (portal.jobs.record.JOB_ID).
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def check_settings(cfg: PortalConfig) -> None:
@@ -116,5 +117,14 @@ def _check_places(cfg: PortalConfig) -> None:
             or str(settings_file) in (".", ""):
         raise ConfigError(f"user_settings_file is {cfg.user_settings_file[:60]!r}; allowed: a file's path inside "
                           "each user's home, relative to it, such as .config/dsportal/settings.json")
+    notebooks = PurePosixPath(cfg.user_notebooks_dir)
+    if notebooks.is_absolute() or ".." in notebooks.parts or str(notebooks) in (".", ""):
+        raise ConfigError(f"user_notebooks_dir is {cfg.user_notebooks_dir[:60]!r}; allowed: a directory inside each "
+                          "user's home, relative to it, such as notebooks")
+    for item in cfg.server_environment:
+        name, equals, value = item.partition("=")
+        if not equals or not ENV_NAME.match(name) or any(c in value for c in "\r\n\0"):
+            raise ConfigError(f"server_environment has {item[:60]!r}; allowed: NAME=value items, NAME of letters, "
+                              "digits and '_', the value on one line ({home}: the user's home)")
     if not cfg.box_mail_dir.is_absolute():
         raise ConfigError(f"box_mail_dir is {str(cfg.box_mail_dir)[:60]!r}; allowed: an absolute path")

@@ -411,7 +411,9 @@ def install_templates(source: str | Path | None = None, dest: str | Path = USER_
         else:
             copied.append(template.name)
         installed.add(template.name)
-    record.write_text("".join(f"{name}\n" for name in sorted(installed)))
+    listed = "".join(f"{name}\n" for name in sorted(installed))
+    if not record.is_file() or record.read_text() != listed:  # a server's start changes nothing it need not
+        record.write_text(listed)
     return copied
 
 

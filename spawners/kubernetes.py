@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import posixpath
+import shlex
 
 import aiohttp
 from kubespawner import KubeSpawner
@@ -36,7 +38,7 @@ from portal.scheduler.pods import cannot_start, event_in_words
 from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.traits import fixed_default, portal_default
 from spawners.forms import ClusterLimits, Partition, ServerOptions
-from spawners.options import ServerOptionsMixin, tensorboard_proxy_url
+from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
 
 HOME, DATA, SHM = "home", "data", "dshm"  # volume names, as in the MPIJobs
 LOOK_EVERY_S = 1.0  # how often a starting pod is looked at for a reason it cannot start
@@ -115,8 +117,9 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     def _hooks_default(self) -> dict:
         # Copy the template notebooks the user does not have yet into ~/notebooks (never over their files).
         python = str(self.portal.venv / "bin" / "python")
+        dest = posixpath.join(self.portal.k8s_home_mount, self.portal.user_notebooks_dir)
         return {"postStart": {"exec": {"command": [
-            "/bin/sh", "-c", f"{python} -m portal.notebook install-templates || true"]}}}
+            "/bin/sh", "-c", f"{python} -m portal.notebook install-templates --dest {shlex.quote(dest)} || true"]}}}
 
     @default("environment")
     def _environment_default(self) -> dict:
@@ -124,6 +127,8 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
             "TENSORBOARD_PROXY_URL": tensorboard_proxy_url,
             # Notebooks submit MPIJobs with the pod's own service account, in their own namespace.
             "DSPORTAL_SCHEDULER": "kubernetes",
+            # Its jobs' directories under ~/jobs are the cluster's, as the dashboard reads them (portal.jobs.record).
+            "DSPORTAL_CLUSTER_NAME": self.portal.cluster_name,
             "DSPORTAL_K8S_USER_NAMESPACE_TEMPLATE": self.portal.k8s_user_namespace_template,
             "DSPORTAL_K8S_IMAGE": self.portal.k8s_image,
             "DSPORTAL_GROUPS": lambda spawner: ",".join(sorted(g.name for g in spawner.user.groups)),
@@ -131,7 +136,7 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
         for name, value in os.environ.items():  # the site's other portal settings travel with the user
             if name.startswith("DSPORTAL_K8S_") and name not in environment and name != "DSPORTAL_K8S_KUBECONFIG":
                 environment[name] = value
-        return environment
+        return {**environment, **server_environment(self.portal, lambda spawner: self.portal.k8s_home_mount)}
 
     # --- starting: fail fast, say what happens ---
 

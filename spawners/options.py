@@ -9,6 +9,7 @@ the options that were stored before the request: a refused request changes nothi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tornado import web
@@ -27,6 +28,17 @@ def tensorboard_proxy_url(spawner) -> str:
     """`<server URL>proxy/%PORT%/`: where `%tensorboard` (TensorBoard's notebook magic) finds the TensorBoard it
     starts, through jupyter-server-proxy; TensorBoard puts its port in place of %PORT%."""
     return f"{spawner.user.url}proxy/%PORT%/"
+
+
+def server_environment(portal: PortalConfig, home_of: Callable[[Any], str]) -> dict[str, Callable[[Any], str]]:
+    """The site's `server_environment` items as Spawner.environment values: each called with the spawner (as
+    JupyterHub calls callable values), {home} replaced by `home_of(spawner)`, the user's home as the server sees
+    it."""
+    found = {}
+    for item in portal.server_environment:
+        name, _, value = item.partition("=")
+        found[name] = lambda spawner, value=value: value.replace("{home}", home_of(spawner).rstrip("/"))
+    return found
 
 
 def refusal(err: OptionsError | SchedulerError) -> web.HTTPError:

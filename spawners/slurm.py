@@ -33,7 +33,7 @@ from portal.slurm import pending_reason
 from portal.traits import fixed_default
 from spawners import slurm_cluster
 from spawners.forms import ClusterLimits, ServerOptions
-from spawners.options import ServerOptionsMixin, tensorboard_proxy_url
+from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
 from spawners.singleuser import SINGLEUSER_FAST_START
 from spawners.slurm_script import SERVER_JOB_SCRIPT, SERVER_OUTPUT_FILE, SUBMIT_CREATING_LOG_DIR, server_log_dir
 from spawners.slurm_state import SlurmStateSpawner, SlurmUnavailable
@@ -127,15 +127,18 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         }
         if os.environ.get("DSPORTAL_CONFIG"):  # notebooks submit jobs with the portal's settings
             environment["DSPORTAL_CONFIG"] = os.environ["DSPORTAL_CONFIG"]
-        return environment
+        # Its jobs' directories under ~/jobs are the cluster's, as the dashboard reads them, however the hub was
+        # told the name (the file, or DSPORTAL_CLUSTER_NAME, which does not reach the server on its own).
+        environment["DSPORTAL_CLUSTER_NAME"] = self.portal.cluster_name
+        return {**environment, **server_environment(self.portal, lambda spawner: spawner.req_homedir)}
 
     @default("req_prologue")
     def _prologue_default(self) -> str:
         # Run as the user before the server starts: copy the template notebooks they do not have yet into
         # ~/notebooks (never over a file of theirs). A failure is reported and does not stop the server.
         python = shlex.quote(str(self.portal.venv / "bin" / "python"))
-        return (f"{python} -I -m portal.notebook install-templates "
-                "|| echo 'template notebooks were not copied' >&2")
+        return (f'{python} -I -m portal.notebook install-templates --dest "$HOME"/'
+                f"{shlex.quote(self.portal.user_notebooks_dir)} || echo 'template notebooks were not copied' >&2")
 
     @default("batchspawner_singleuser_cmd")
     def _singleuser_default(self) -> str:

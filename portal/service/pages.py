@@ -214,7 +214,8 @@ class HomeHandler(PageHandler):
 class TemplatesHandler(PageHandler):
     async def get(self) -> None:
         base = self.settings["hub_base_url"]
-        notebooks = [(name, lab_url(self.hub_user.name, f"notebooks/{name}", base))
+        folder = self.board.cfg.user_notebooks_dir  # where each server copies them, in the home
+        notebooks = [(name, lab_url(self.hub_user.name, f"{folder}/{name}", base))
                      for name in notebook_templates(self.settings["notebooks_dir"])]
         self.render_page("templates.html", notebooks=notebooks)
 

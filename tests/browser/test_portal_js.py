@@ -48,11 +48,20 @@ class Site:
         self.jobs: list[dict] = []
         self.tokens: list[str | None] = []
         self.jobs_asked = 0
+        self.panel_tags: list[dict] = [{}]  # what TensorBoard's server says its runs have, one answer a look
+        self.listings = self.panel_loads = 0
 
     def answer(self, route) -> None:
         request, path = route.request, route.request.url[len(ORIGIN):]
         if path == "/portal.js":
             route.fulfill(body=SCRIPT.read_text(), content_type="text/javascript")
+        elif path.startswith("/tb/data/plugin/scalars/tags"):
+            tags = self.panel_tags[min(self.listings, len(self.panel_tags) - 1)]
+            self.listings += 1
+            route.fulfill(body=json.dumps(tags), content_type="application/json")
+        elif path.startswith("/tb/"):
+            self.panel_loads += 1
+            route.fulfill(body="<html><body>TensorBoard</body></html>", content_type="text/html")
         elif path.startswith("/page"):
             route.fulfill(body=PAGE.format(token=TOKEN, body=self.page_body), content_type="text/html")
         else:
@@ -104,7 +113,7 @@ def test_the_list_is_left_alone_when_unchanged_and_keeps_focus_when_it_changes(s
     assert page.evaluate("() => document.querySelector('#live-jobs table').mark") == "first"
 
     site.rows = ROWS.format(job=7, state="RUNNING")
-    page.wait_for_function("() => document.querySelector('#live-jobs').textContent.includes('RUNNING')")
+    page.wait_for_function("() => document.querySelector('#live-jobs')?.textContent.includes('RUNNING')")
     assert page.evaluate("() => document.querySelector('#live-jobs table').mark") is None  # replaced
     assert page.evaluate("() => document.activeElement.getAttribute('href')") == "/jobs/7/log"
     assert set(site.tokens) == {TOKEN}  # read when asked, though the script loads before jhdata is set
@@ -115,13 +124,13 @@ def test_an_opened_auroc_table_stays_open_and_the_hidden_count_follows_the_log(s
     site.figures, site.log, site.hidden = FIGURES.format(epochs=1), "epoch 1\n", "2"
     page = site_page(site)
     page.click("details summary")
-    page.wait_for_function("() => document.getElementById('log').textContent === 'epoch 1\\n'")
+    page.wait_for_function("() => document.getElementById('log')?.textContent === 'epoch 1\\n'")
     assert page.text_content("#log-hidden") == "2" and page.is_visible("#log-hidden-note")
 
     site.figures, site.log, site.hidden = FIGURES.format(epochs=2), "epoch 1\nepoch 2\n", "0"
-    page.wait_for_function("() => document.getElementById('epochs').textContent === '2'")
+    page.wait_for_function("() => document.getElementById('epochs')?.textContent === '2'")
     assert page.evaluate("() => document.querySelector('#figures details').open")
-    page.wait_for_function("() => document.getElementById('log').textContent.includes('epoch 2')")
+    page.wait_for_function("() => document.getElementById('log')?.textContent.includes('epoch 2')")
     assert page.is_hidden("#log-hidden-note")
     assert set(site.tokens) == {TOKEN}
 
@@ -167,7 +176,7 @@ def test_a_job_that_ends_is_announced_once_and_only_after_the_user_asked(browser
         page.wait_for_timeout(1000)  # three poll periods: nothing is asked or read before the click
         assert page.evaluate("() => window.__asked()") == 0 and site.jobs_asked == 0
         page.click("#notify-toggle")
-        page.wait_for_function("() => document.getElementById('notify-toggle').getAttribute('aria-pressed') "
+        page.wait_for_function("() => document.getElementById('notify-toggle')?.getAttribute('aria-pressed') "
                                "=== 'true'")
         asked_before = site.jobs_asked
         for _ in range(50):
@@ -178,7 +187,7 @@ def test_a_job_that_ends_is_announced_once_and_only_after_the_user_asked(browser
 
         # alice's job ends, and so does bob's (an admin's list holds everyone's): only hers is announced.
         site.jobs = [a_job("7", "alice", "COMPLETED", 0.8123), a_job("9", "bob", "COMPLETED", 0.5)]
-        page.wait_for_function("() => window.__notes().length > 0")
+        page.wait_for_function("() => (window.__notes?.() ?? []).length > 0")
         page.wait_for_timeout(1000)
         assert page.evaluate("() => window.__notes()") == [{
             "title": "Job 7 COMPLETED", "body": "densenet121, best mean AUROC 0.812. Click to open its page.",
@@ -190,3 +199,29 @@ def test_a_job_that_ends_is_announced_once_and_only_after_the_user_asked(browser
         assert page.get_attribute("#notify-toggle", "aria-pressed") == "true"
     finally:
         context.close()
+
+
+PANEL = ('<iframe class="tensorboard" data-look-s="0.2" src="/tb/?runFilter=%5Eq%2F7%2F'
+         '&tagFilter=%5E(throughput%2Fimages_per_sec%7Cauroc%2Fmean)%24#timeseries"></iframe>')
+NONE: dict = {}
+THROUGHPUT = {"q/7/tensorboard": {"throughput/images_per_sec": {}, "loss/train": {}},
+              "q/71/tensorboard": {"auroc/mean": {}}}  # another job's run: not the panel's
+BOTH = {"q/7/tensorboard": {"throughput/images_per_sec": {}, "auroc/mean": {}, "loss/train": {}}}
+
+
+@pytest.mark.parametrize(("answers", "loads"), [([BOTH], 1), ([NONE, NONE, THROUGHPUT, THROUGHPUT, BOTH], 3),
+                                                 ([THROUGHPUT, THROUGHPUT, BOTH], 2)])
+def test_the_panel_is_loaded_again_when_its_run_has_charts_it_did_not_show(site_page, answers, loads):
+    """TensorBoard takes the charts it shows when its page loads: loaded before the run has written them, it shows
+    the time series as inactive, or some charts only. The job page asks TensorBoard's server (the same origin)
+    which of the panel's tags the panel's runs have, and loads the panel again each time there are more; a panel
+    that had them all is left alone, and another job's run does not count."""
+    site = Site(PANEL)
+    site.panel_tags = answers
+    page = site_page(site)
+    for _ in range(100):
+        if site.listings > len(answers) + 2:
+            break
+        page.wait_for_timeout(100)
+    assert site.panel_loads == loads
+    assert page.frame_locator("iframe.tensorboard").locator("body").text_content() == "TensorBoard"

@@ -145,7 +145,8 @@ def test_local_script_runs_horovodrun_on_localhost_with_the_time_limit():
     script = render_local(spec, "/home/alice/jobs/local-20260101T000000-abcdef", CFG)
     assert "job_dir=/home/alice/jobs/local-20260101T000000-abcdef\n" in script
     assert "timeout --foreground --kill-after=60 3723 \\\n" in script
-    assert "/opt/dsportal/venv/bin/horovodrun -np 2 -H localhost:2 \"${train[@]}\"" in script
+    # --disable-cache: one host, and nothing written to ~/.horovod, outside the job's directory.
+    assert "/opt/dsportal/venv/bin/horovodrun --disable-cache -np 2 -H localhost:2 \"${train[@]}\"" in script
     assert 'echo "$$" > "$job_dir/pid"' in script and '> "$job_dir/exit_status"' in script
     bash_syntax_ok(script)
 
@@ -169,7 +170,7 @@ def test_render_cli_refuses_bad_flags_in_one_line(tmp_path):
     result = cli("--backend", "local", "--image-size", "64", "--fp16", "--data-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "--image-size 64" in result.stdout and "--fp16" in result.stdout
-    assert "horovodrun -np 1 -H localhost:1" in result.stdout
+    assert "horovodrun --disable-cache -np 1 -H localhost:1" in result.stdout
 
 
 def test_the_spec_defaults_match_the_design():

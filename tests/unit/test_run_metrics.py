@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -26,6 +30,8 @@ from portal.metrics import (
     per_epoch,
     read_run_metrics,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_trainings_own_event_files_give_one_value_per_epoch(tmp_path):
@@ -49,6 +55,32 @@ def test_the_trainings_own_event_files_give_one_value_per_epoch(tmp_path):
     assert (metrics.images_per_sec, metrics.epochs_done, metrics.best_epoch) == (29.0, 3, 3)
     assert metrics.epoch_seconds is not None and 0.01 <= metrics.epoch_seconds < 5
     assert RunMetrics.from_json(json.dumps(metrics.to_dict())) == metrics  # what the dashboard reads back
+
+
+def test_the_helper_run_as_the_user_reads_the_same_without_tensorflow_and_writes_nothing_in_the_home(tmp_path):
+    """`python -m portal.metrics` (what the dashboard runs as the user) reads TensorBoard's files on TensorBoard's
+    own stub of TensorFlow: the same figures as a read with TensorFlow, without its import (1.7 s here) or the
+    ~/.keras/keras.json that the import writes into the user's home."""
+    logdir = tmp_path / "tensorboard"
+    log = EpochLog(logdir, tblog.record_path(tmp_path / "checkpoints"), tblog.LoggedSteps())
+    for epoch in (1, 2):
+        with log.writer.as_default():
+            tf.summary.scalar(TAG_THROUGHPUT, 10.0 * epoch, step=epoch * 10)
+        log.writer.flush()
+        log.publish(log.record({**{tag: 0.5 for tag in EPOCH_TAGS}, "epoch": epoch, TAG_AUROC_MEAN: 0.6 + epoch / 10}))
+    log.close()
+    home = tmp_path / "home"
+    home.mkdir()
+    found = subprocess.run([sys.executable, "-m", "portal.metrics", str(logdir)], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "HOME": str(home)}, cwd=REPO)
+    assert found.returncode == 0, found.stderr
+    assert RunMetrics.from_json(found.stdout) == read_run_metrics(logdir)
+    assert list(home.iterdir()) == []
+    probe = subprocess.run([sys.executable, "-c", "import sys; from portal import metrics; "
+                            "metrics.without_tensorflow(); metrics.read_run_metrics(sys.argv[1]); "
+                            "print('tensorflow' in sys.modules)", str(logdir)],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(home)}, cwd=REPO)
+    assert probe.stdout.strip() == "False", probe.stderr
 
 
 def write_tf1_events(logdir, epochs: dict[int, tuple[float, float, float]]) -> None:

@@ -17,8 +17,10 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 echo "chexnet: local job on $(hostname), {{ spec.workers }} worker(s), time limit {{ spec.time_limit }}"
 status=0
 # The wall-time limit, as Slurm would enforce it: TERM, then KILL a minute later. --foreground keeps timeout in
-# this process group, so a cancel reaches it too; it exits 124 when the limit struck.
+# this process group, so a cancel reaches it too; it exits 124 when the limit struck. --disable-cache: one host
+# has nothing to cache, and horovodrun would otherwise keep its checks in ~/.horovod, outside the job's directory.
 timeout --foreground --kill-after=60 {{ seconds }} \
-    {{ horovodrun | q }} -np {{ spec.workers }} -H localhost:{{ spec.workers }} "${train[@]}" || status=$?
+    {{ horovodrun | q }} --disable-cache -np {{ spec.workers }} -H localhost:{{ spec.workers }} "${train[@]}" \
+    || status=$?
 echo "$status" > "$job_dir/exit_status"
 exit "$status"

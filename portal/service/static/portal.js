@@ -213,7 +213,52 @@
     show();
   }
 
+  // TensorBoard's page takes the charts it shows when it loads: loaded before the run has written them (a job just
+  // started, or one that ended within TensorBoard's last read of its files), it shows the time series as inactive,
+  // or some of the charts only, and never looks again. While the panel may be missing charts, ask TensorBoard's own
+  // server (the same origin) which of the panel's tags its runs have; when there are more than when the panel
+  // loaded, load the panel again.
+  function followPanel(frame) {
+    var address = new URL(frame.src, location.href), params = address.searchParams;
+    var runs = new RegExp(params.get("runFilter") || ""), tags = new RegExp(params.get("tagFilter") || "");
+    var listing = new URL("data/plugin/scalars/tags", address.href.split(/[?#]/)[0]);
+    var tries = 0, shown = -1, lookS = parseFloat(frame.dataset.lookS) || PANEL_LOOK_S;
+    function count(answer) {  // {run: {tag: ...}}: the panel's runs' tags that the panel's filter keeps
+      var found = {};
+      Object.keys(answer || {}).forEach(function (run) {
+        if (!runs.test(run)) { return; }
+        Object.keys(answer[run]).forEach(function (tag) { if (tags.test(tag)) { found[tag] = true; } });
+      });
+      return Object.keys(found).length;
+    }
+    function look() {
+      if (tries++ >= PANEL_TRIES) { return; }
+      fetch(listing, {credentials: "same-origin", redirect: "manual"}).then(function (r) {
+        return r.ok ? r.json() : null;
+      }).then(function (answer) {
+        var now = count(answer);
+        if (shown >= 0 && now > shown) { reload(frame); }  // the first look is what the panel loaded with
+        shown = Math.max(shown, now);
+      }).catch(function () {}).then(function () { setTimeout(look, lookS * 1000); });
+    }
+    look();
+  }
+  // The same src again would only move to its #fragment: the frame's own page (same origin) is reloaded.
+  function reload(frame) {
+    try {
+      frame.contentWindow.location.reload();
+    } catch (e) {  // not the same origin after all: a new load of the same address
+      var src = frame.src;
+      frame.src = "about:blank";
+      frame.src = src;
+    }
+  }
+  var PANEL_LOOK_S = 5, PANEL_TRIES = 120;  // TensorBoard reads the files every 5 s; a run's first epoch may take
+                                            // minutes: up to 10 of them
+
   document.addEventListener("DOMContentLoaded", function () {
+    var panel = document.querySelector("iframe.tensorboard");
+    if (panel) { followPanel(panel); }
     var toggle = document.getElementById("notify-toggle");
     if (toggle) { notifyWhenJobsEnd(toggle); }
     var live = document.getElementById("live-jobs");
