@@ -41,12 +41,20 @@ down-k8s:
 builds:
 	@deploy/build-for-tests.sh
 
-# Every test: unit tests on both cores (pytest-xdist: 212 s on one core, 120 s on two), then integration and browser
-# tests against a private box (own state dir and ports), one at a time. Both run even when the first fails.
+# Every test, in four steps that all run even when one fails (docs/testing.md):
+# 1. the unit tests on both cores (pytest-xdist);
+# 2. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
+# 3. the suites against the test boxes, the Slurm box's and the Kubernetes box's side by side (pytest-xdist groups,
+#    one side per worker: tests/conftest.py); SUITE_WORKERS=1 runs them one after the other;
+# 4. the check that every file, record, process and mail of the users' boxes is as the suites found them.
 UNIT_WORKERS ?= 2
+SUITE_WORKERS ?= 2
+SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images
 test: install builds
 	@rc=0; set -x; $(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
-	$(PY) -m pytest $(PYTEST_ARGS) --ignore=tests/unit tests || rc=$$?; exit $$rc
+	$(PY) -m tests.users_boxes snapshot || rc=$$?; \
+	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) || rc=$$?; \
+	$(PY) -m pytest $(PYTEST_ARGS) tests/users || rc=$$?; exit $$rc
 
 unit: install
 	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit

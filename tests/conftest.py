@@ -6,6 +6,7 @@ the tests, the box and the hub all read the same values. A user's own `make up` 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -27,7 +28,13 @@ PORT_OFFSET = int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))
 # The test box's compute nodes (tnode1, tnode2) and their part of 198.18.0.0/24, apart from `make up`'s.
 NODE_PREFIX = os.environ.get("DSPORTAL_TEST_NODE_PREFIX", "tnode")
 BOX_SUBNET = os.environ.get("DSPORTAL_TEST_BOX_SUBNET", "198.18.0.32/27")
-TEST_CONFIG = TEST_STATE.with_suffix(".yaml")
+# The test box is a second cluster beside a user's `make up` box, sharing the users' homes as a site's second
+# cluster would: what it writes there is in places named after it (MARKS), and nothing else is its to touch.
+CLUSTER = os.environ.get("DSPORTAL_TEST_CLUSTER", "dsportal_test")
+# This session's own copy of the settings: a session of another checkout (say, unit tests run beside a full run)
+# must never rewrite the file that a running test box's hub, dashboard and jobs read. Removed when the session
+# ends; one left by a killed session is removed by the next (stale_configs_removed).
+TEST_CONFIG = TEST_STATE.parent / f"{TEST_STATE.name}.{os.getpid()}.yaml"
 TEST_SETTINGS = {
     "state_dir": str(TEST_STATE),
     "hub_port": 18000 + PORT_OFFSET,
@@ -40,6 +47,15 @@ TEST_SETTINGS = {
     "slurmdbd_port": 16819 + PORT_OFFSET,
     "accounting_db_port": 16820 + PORT_OFFSET,
     "smtp_port": 12525 + PORT_OFFSET,
+    "box_mail_dir": str(TEST_STATE / "mail"),  # its own mailboxes, never the users' /var/mail
+    "cluster_name": CLUSTER,  # its jobs in ~/jobs/<CLUSTER>/, its servers' output in ~/.cache/dsportal/servers/<...>
+    "jobs_old_layout": False,  # ~/jobs/<id> are the user's box's older jobs, not this cluster's
+    "user_settings_file": f".config/{CLUSTER}/settings.json",  # its own settings, never the users'
+    # Its servers' template copies and Jupyter's own per-user files (config, JupyterLab's workspaces and settings,
+    # runtime files, notebook signatures) in its scratch mark: a user's own ~/.jupyter is read by their box alone.
+    "user_notebooks_dir": f".cache/{CLUSTER}/notebooks",
+    "server_environment": [f"JUPYTER_CONFIG_DIR={{home}}/.cache/{CLUSTER}/jupyter/config",
+                           f"JUPYTER_DATA_DIR={{home}}/.cache/{CLUSTER}/jupyter/data"],
     "box_nodes": 2,
     "box_node_prefix": NODE_PREFIX,
     "box_subnet": BOX_SUBNET,
@@ -49,6 +65,10 @@ TEST_SETTINGS = {
     "jobs_trainer_args": ["--graph-optimizer", "off"],
 }
 TRAINER_SPEEDUP = ("--graph-optimizer", "off")
+# The model of every job that tests the portal, the schedulers and the boxes rather than the model: three
+# convolutions (chexnet.model.tiny_cnn), an epoch of the demo set in well under a second, learning its marks in a few
+# epochs. DenseNet-121 keeps its own tests (tests/integration/test_training.py).
+TINY_MODEL = "tinycnn"
 NODES = tuple(f"{NODE_PREFIX}{i}" for i in (1, 2))
 # Waits are derived from what is waited for, never picked for an idle machine. A server: the hub itself gives a
 # spawn start_timeout seconds, then a few more for its verdict to reach the REST API (it polls every second).
@@ -59,6 +79,8 @@ JOB_END_GRACE_S = 60
 ARTIFACTS = REPO / "tests" / "artifacts"
 
 TEST_CONFIG.write_text("".join(f"{k}: {v}\n" for k, v in TEST_SETTINGS.items()))
+os.chmod(TEST_CONFIG, 0o644)  # the test box's jobs read it as their users
+atexit.register(TEST_CONFIG.unlink, missing_ok=True)
 os.environ["DSPORTAL_CONFIG"] = str(TEST_CONFIG)
 for name in list(os.environ):
     if name.startswith("DSPORTAL_") and name != "DSPORTAL_CONFIG" and not name.startswith("DSPORTAL_TEST_"):
@@ -72,6 +94,7 @@ from bench.hub_client import HubClient, wait_for  # noqa: E402
 from portal.config import load  # noqa: E402  (after DSPORTAL_CONFIG is set)
 from portal.inputs import seconds_of  # noqa: E402
 from portal.runas import RUNUSER  # noqa: E402
+from spawners.slurm_script import server_log_dir  # noqa: E402
 
 PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "admin": "admin-demo"}
 
@@ -91,20 +114,9 @@ def slurm(*args: str) -> str:
     return subprocess.run(list(args), env=env, capture_output=True, text=True, check=True, timeout=30).stdout
 
 
-@contextlib.contextmanager
-def old_job_dir_aside(user: str, job_id: str):
-    """Slurm counts job ids from 1 again in each test box while the homes keep their old job directories: the
-    user's directory with this id (an old job of theirs, not the one the test is about) is moved aside (not
-    listed: not a job id) and put back afterwards."""
-    mine = Path(pwd.getpwnam(user).pw_dir) / "jobs" / job_id
-    aside = mine.with_name(f"{job_id}.aside-for-test")
-    if mine.exists():
-        mine.rename(aside)
-    try:
-        yield
-    finally:
-        if aside.exists():
-            aside.rename(mine)
+def job_dir_of(user: str, job_id: str) -> Path:
+    """Where the test box keeps a job of `user`'s: ~/jobs/<CLUSTER>/<id> (portal.jobs.record.cluster_jobs_dir)."""
+    return Path(pwd.getpwnam(user).pw_dir) / "jobs" / CLUSTER / job_id
 
 
 def job_wait_s(time_limit: str) -> float:
@@ -163,65 +175,132 @@ class Hub:
         self.client(session).stop(user)
 
 
+# The suites run on two boxes that share nothing but the machine: the Slurm test box (integration, browser,
+# notebooks) and the Kubernetes test box (kubernetes, images). `make test` runs the two sides side by side, each
+# whole on a worker of its own, in order (pytest-xdist, `--dist loadgroup`, with the scheduler below), so a test of
+# one box never waits for the other's trainings and restarts. A test is on one side only: by its path, or for a
+# test parametrized over both boxes, by its parameter ("slurm" or "kubernetes" in its id).
+KUBE_PATHS = ("tests/kubernetes/", "tests/images/")
+
+
+def side_of(nodeid: str) -> str:
+    """"slurm" or "kube": the test box a test (by its node id) runs against."""
+    params = nodeid.partition("[")[2].rstrip("]").split("-")
+    if "slurm" in params:
+        return "slurm"
+    if "kubernetes" in params:
+        return "kube"
+    return "kube" if nodeid.startswith(KUBE_PATHS) else "slurm"
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without pytest-xdist has no such hook
+def pytest_xdist_make_scheduler(config, log):
+    """With `--dist loadgroup`: each side's tests to one worker, in order. (pytest-xdist's own loadgroup reads
+    xdist_group marks into the node ids, which pytest 9.2's node ids no longer let it change.) Other modes (the unit
+    tests' `-n 2`) are left to pytest-xdist."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BySide(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return side_of(nodeid)
+    return BySide(config, log)
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The images tests run last, and their build is checked now in the background (tests/images/build.py):
-    `make test` built the images before the session, so podman's layer cache answers in seconds."""
+    """The images tests last on their side: they wait for the image build, which `make builds` did before the
+    session (podman's layer cache answers in seconds)."""
     images = [item for item in items if "tests/images/" in item.nodeid]
     if images:
         items[:] = [item for item in items if item not in images] + images
-        if not config.option.collectonly:
-            from tests.images import build
-            build.start()
 
 
-# The demo users' homes are the machine's, shared with a `make up` box: the test box's jobs land in ~/jobs beside
-# theirs. What a session adds there (a few GB of checkpoints per run) is removed when it ends, or, when it was
-# killed, by the next session: without that, every `make test` left its jobs behind and the disk filled.
-DEMO_HOMES = tuple(Path("/home") / user for user in ("alice", "bob", "mallory", "admin"))
-HOMES_SNAPSHOT = "homes-before.json"  # in TEST_STATE: each ~/jobs entry's (name, inode) before the session
+DEMO_USERS = ("alice", "bob", "mallory", "admin")
 
 
-def jobs_entries() -> dict[str, list[list]]:
-    found = {}
-    for home in DEMO_HOMES:
+def marks_in(home: Path) -> tuple[Path, ...]:
+    """What the test box writes in a user's home, each a place named after its cluster: its jobs, its settings, its
+    servers' output, and the tests' own scratch (scratch_dir). Its cleanup removes these and nothing else (and only
+    the parents it made for them)."""
+    return (home / "jobs" / CLUSTER, home / ".config" / CLUSTER, Path(server_log_dir(str(home), CLUSTER)),
+            home / ".cache" / CLUSTER)
+
+
+def scratch_dir(user: str) -> Path:
+    """A directory of the tests' own in the user's home (a mark), made as the user: what a test makes there is
+    removed with the marks."""
+    path = Path(pwd.getpwnam(user).pw_dir) / ".cache" / CLUSTER
+    as_user(user, "mkdir", "-p", "-m", "700", "--", str(path))
+    return path
+
+
+def homes_ledger() -> dict[str, list[str]]:
+    """Per demo user, the directories on the way to the marks that do not exist yet: the session will have made
+    them, and removes them again once empty. Kept in <state>/homes-ledger.json until the session's end."""
+    made: dict[str, list[str]] = {}
+    for user in DEMO_USERS:
         try:
-            with os.scandir(home / "jobs") as entries:
-                found[str(home)] = [[entry.name, entry.inode()] for entry in entries]
-        except FileNotFoundError:
-            found[str(home)] = []
-    return found
+            home = Path(pwd.getpwnam(user).pw_dir)
+        except KeyError:
+            continue  # not a user yet: the test box makes the account, its home is the test box's to clean
+        for mark in marks_in(home):
+            made.setdefault(user, []).extend(
+                str(parent) for parent in reversed(mark.relative_to(home).parents)
+                if str(parent) != "." and not (home / parent).exists())
+    return {user: sorted(set(paths), key=lambda p: -p.count("/")) for user, paths in made.items()}
 
 
-def remove_jobs_made_since(snapshot: dict[str, list[list]]) -> list[str]:
-    """Every ~/jobs entry of a demo user that is not in `snapshot`, by inode: a directory the test box renamed
-    out of its way (`<id>.replaced-<time>`, the same inode) was there before, and stays."""
+def remove_marks(ledger: dict[str, list[str]]) -> list[str]:
+    """Remove the test box's marks from every demo user's home, as that user (root never follows a path a user
+    controls), then the parents the session made for them when empty; what was removed."""
     removed = []
-    for home, before in snapshot.items():
-        kept = {inode for _, inode in before}
-        jobs = Path(home) / "jobs"
-        for name, inode in jobs_entries().get(home, []):
-            if inode in kept:
-                continue
-            path = jobs / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-            removed.append(str(path))
+    for user in DEMO_USERS:
+        try:
+            home = Path(pwd.getpwnam(user).pw_dir)
+        except KeyError:
+            continue
+        for mark in marks_in(home):
+            if os.path.lexists(mark):
+                as_user(user, "rm", "-rf", "--", str(mark))
+                removed.append(str(mark))
+        for parent in ledger.get(user, []):
+            # rmdir: a parent that the user's own box has meanwhile put something in stays.
+            if as_user(user, "rmdir", "--", str(home / parent), check=False) == 0:
+                removed.append(str(home / parent))
     return removed
+
+
+def as_user(user: str, *argv: str, check: bool = True) -> int:
+    """argv as `user`; its exit status (with `check`, a failure raises, showing what the command said)."""
+    return subprocess.run([RUNUSER, "-u", user, "--", *argv], cwd="/", check=check, capture_output=True,
+                          timeout=120).returncode
+
+
+def stale_configs_removed() -> None:
+    """The settings files of sessions that were killed (their process is gone)."""
+    for path in TEST_STATE.parent.glob(f"{TEST_STATE.name}.*.yaml"):
+        pid = path.suffixes[-2].lstrip(".") if len(path.suffixes) >= 2 else ""
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
+
+
+HOMES_LEDGER = "homes-ledger.json"  # in TEST_STATE while a session runs
 
 
 @pytest.fixture(scope="session")
 def cluster():
-    """Start the test box from nothing; stop it after the session, and remove the jobs it made in the homes."""
+    """Start the test box from nothing; stop it after the session, and remove what it wrote in the homes (its
+    marks). A session that was killed left its ledger: its marks are removed first."""
     box("down", check=False)
-    snapshot_file = TEST_STATE / HOMES_SNAPSHOT
-    if snapshot_file.exists():  # a session killed before its end
-        remove_jobs_made_since(json.loads(snapshot_file.read_text()))
+    stale_configs_removed()
+    ledger_file = TEST_STATE / HOMES_LEDGER
+    earlier = json.loads(ledger_file.read_text()) if ledger_file.exists() else {}
+    remove_marks(earlier)
     shutil.rmtree(TEST_STATE, ignore_errors=True)
-    before = jobs_entries()
     TEST_STATE.mkdir(parents=True)
-    snapshot_file.write_text(json.dumps(before))
+    ledger = homes_ledger()
+    ledger_file.write_text(json.dumps(ledger))
     started = time.monotonic()
     result = box("up", check=False)
     if result.returncode != 0:
@@ -229,9 +308,62 @@ def cluster():
     print(f"\ncluster in a box up in {time.monotonic() - started:.1f} s")
     yield load()
     box("down", check=False)
-    removed = remove_jobs_made_since(before)
-    snapshot_file.unlink(missing_ok=True)
-    print(f"\njob directories the session made in the demo users' homes, removed: {len(removed)}")
+    removed = remove_marks(ledger)
+    ledger_file.unlink(missing_ok=True)
+    print(f"\nwhat the test box wrote in the demo users' homes, removed: {len(removed)} places")
+
+
+BOX_SERVICES = ("slapd", "munged", "exim4", "mariadb", "slurmdbd", "slurmctld", *NODES, "hub")
+
+
+def box_parts_down() -> list[str]:
+    """The test box's services whose recorded process is gone, read from its pid files: nothing is run."""
+    down = []
+    for name in BOX_SERVICES:
+        try:
+            pid = int((TEST_STATE / "run" / f"{name}.pid").read_text().strip())
+            alive = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, ValueError, IndexError):
+            alive = False
+        if not alive:
+            down.append(name)
+    return down
+
+
+class BoxRestarts:
+    """What the box_up fixture did: a restart that failed is not tried again (its failure stays one failure)."""
+
+    failed = ""
+
+
+@pytest.fixture(autouse=True)
+def box_up(request):
+    """Before each test of the test box: a box found down (an earlier test stopped it and could not bring it back)
+    is said so and started again, once; one that does not start fails this test, and later ones at once."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("cluster")
+    down = box_parts_down()
+    if down:
+        if BoxRestarts.failed:
+            pytest.fail(f"the test box is down ({', '.join(down)}) and did not start again earlier: "
+                        f"{BoxRestarts.failed}", pytrace=False)
+        print(f"\nthe test box was found down before {request.node.nodeid} ({', '.join(down)}): starting it again")
+        result = box("up", check=False)
+        if result.returncode != 0:
+            BoxRestarts.failed = f"box.py up exited {result.returncode}: {result.stdout[-1500:]}{result.stderr[-1500:]}"
+            pytest.fail(f"the test box was down ({', '.join(down)}) and did not start again: {BoxRestarts.failed}",
+                        pytrace=False)
+    yield
+
+
+@pytest.fixture
+def box_brought_back(cluster):
+    """For a test that stops the shared test box: it is started again afterwards, even when the test failed."""
+    yield
+    if box_parts_down():
+        box("up")
 
 
 @pytest.fixture(scope="session")
@@ -317,11 +449,11 @@ def tensorboard_steps(logdir: Path, user: str | None = "alice") -> dict[str, lis
 
 
 class Mailbox:
-    """A user's local mailbox (/var/mail/<user>, where the box's exim4 delivers), read from where it ended when
-    made: the homes and mailboxes are shared with every box, and Slurm's job ids start again in each."""
+    """A user's mailbox where the test box's exim4 delivers: box_mail_dir/<user>, in the test state dir, so the users'
+    own /var/mail is never touched. Read from where it ended when made: a test sees only the messages after that."""
 
     def __init__(self, user: str):
-        self.path = Path("/var/mail") / user
+        self.path = load().box_mail_dir / user
         self.start = self.path.stat().st_size if self.path.exists() else 0
 
     def messages(self) -> list:
@@ -339,7 +471,6 @@ class Mailbox:
 
 
 def user_settings_cleared(user: str) -> None:
-    """Remove the user's portal settings (~/.config/dsportal/settings.json): every test starts from the defaults."""
-    from portal.settings import SETTINGS_FILE
-
-    (Path(pwd.getpwnam(user).pw_dir) / SETTINGS_FILE).unlink(missing_ok=True)
+    """Remove the user's portal settings of the test box (its own user_settings_file, never the file of the user's
+    box): every test starts from the defaults."""
+    (Path(pwd.getpwnam(user).pw_dir) / load().user_settings_file).unlink(missing_ok=True)

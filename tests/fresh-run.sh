@@ -2,7 +2,7 @@
 # The suite as a newcomer runs it: a fresh clone, `make up`, then `make test`, then `make down`, each step timed.
 # Run as root from a checkout (`make fresh-test`, or `make fresh-test FRESH_ARGS=--no-cache`):
 #
-#   tests/fresh-run.sh [--no-cache] [--ref REF] [--dir DIR] [--skip-up]
+#   tests/fresh-run.sh [--no-cache] [--ref REF] [--dir DIR] [--skip-up] [--user-work]
 #
 #   --no-cache  first remove every cache the project builds on this machine, as on a machine that has never
 #               run it: the venv and its stamps, the npm prefix (/opt/dsportal), the Kubernetes binaries and
@@ -11,13 +11,16 @@
 #   --ref REF   what to clone (default HEAD of this checkout: commit first; uncommitted changes are not run)
 #   --dir DIR   where to clone (default a new directory under /var/tmp); kept afterwards, with its logs
 #   --skip-up   `make test` alone (what CI runs), without `make up` before it
+#   --user-work the newcomer's order (issue 38): `make up`, alice's server, a 2-node job and a 4-trial sweep
+#               running in it (python -m tests.newcomer slurm), `make up-k8s` and her server there, then
+#               `make test` beside them (which checks that it left all of theirs as it was), then both boxes down
 #
 # Each step's output goes to DIR/fresh-run-logs/<step>.log; the summary (the times, the test counts and the
 # slowest tests) is printed at the end and written to DIR/fresh-run-logs/summary.txt. Exits 1 when a step fails.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-NO_CACHE=0 REF=HEAD DIR= SKIP_UP=0
+NO_CACHE=0 REF=HEAD DIR= SKIP_UP=0 USER_WORK=0
 usage() { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
@@ -25,6 +28,7 @@ while (($#)); do
         --ref) REF=${2:?--ref needs a commit or branch}; shift ;;
         --dir) DIR=${2:?--dir needs a path}; shift ;;
         --skip-up) SKIP_UP=1 ;;
+        --user-work) USER_WORK=1 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "fresh-run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -79,6 +83,14 @@ git clone -q --no-local "$REPO" "$DIR/repo" && git -C "$DIR/repo" checkout -q "$
 ((NO_CACHE)) && remove_caches
 if ((SKIP_UP)); then
     step test make test PYTEST_ARGS="-ra --durations=25"
+elif ((USER_WORK)); then
+    PY=/opt/dsportal/venv/bin/python
+    step up make up && step user-slurm "$PY" -m tests.newcomer slurm && step up-k8s make up-k8s \
+        && step user-k8s "$PY" -m tests.newcomer kubernetes \
+        && step test make test PYTEST_ARGS="-ra --durations=0"
+    step user-status "$PY" -m tests.newcomer status
+    step down-k8s make down-k8s
+    step down make down
 else
     step up make up && step test make test PYTEST_ARGS="-ra --durations=25"
     step down make down

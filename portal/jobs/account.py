@@ -169,16 +169,9 @@ class JobUser:
             return None
         return result.stdout if result.returncode == 0 else None
 
-    def list_dir(self, path: Path) -> list[str]:
-        result = self.run(["ls", "-1A", "--", str(path)], check=False)
-        return result.stdout.split("\n")[:-1] if result.returncode == 0 else []
-
-    def list_dir_inodes(self, path: Path) -> list[tuple[str, str]]:
-        """(name, inode) of each entry: a directory removed and made again under the same name is a new inode."""
-        return self.list_dirs_inodes([path])[path]
-
     def list_dirs_inodes(self, paths: Sequence[Path]) -> dict[Path, list[tuple[str, str]]]:
-        """`list_dir_inodes` of each directory, in one process as the user; a missing one lists nothing."""
+        """(name, inode) of each entry of each directory, in one process as the user (a missing one lists nothing):
+        a directory removed and made again under the same name is a new inode."""
         # Each listing follows a line "/<path>": no entry's line starts with "/", since no name holds one.
         script = 'for dir in "$@"; do printf "/%s\\n" "$dir"; ls -1Ai -- "$dir" 2>/dev/null; done'
         result = self.run(["/bin/sh", "-c", script, "ls", *map(str, paths)], check=False)
@@ -202,7 +195,7 @@ class JobUser:
         """A job's directory and its files in one process as the user (MAKE_JOB_DIR): ~/jobs made if missing,
         `job_dir` made (mkdir: atomic, fails when it exists; with `replace` an old directory of that name is kept,
         renamed), each (name, text, mode) written, then `then` run (scontrol release). Returns the directory's
-        inode (the stamp `list_dir_inodes` gives). If a step fails the directory is removed again and
+        inode (the stamp `list_dirs_inodes` gives). If a step fails the directory is removed again and
         CalledProcessError is raised; its returncode is THEN_FAILED when only `then` failed."""
         sizes = [(name, str(len(text.encode())), mode) for name, text, mode in files]
         if any("/" in name or not name for name, _, _ in sizes):

@@ -115,14 +115,15 @@ def test_hub_image_answers_its_rest_api(images):
         deadline = time.monotonic() + HUB_START_TIMEOUT_S
         answer, last_error = None, "no answer yet"
         while time.monotonic() < deadline and answer is None:
-            try:
+            try:  # any transport error (refused, reset, a read timeout) or a body not JSON yet: ask again
                 response = requests.get(f"http://127.0.0.1:{port}/hub/api/", timeout=5)
                 if response.status_code == 200:
                     answer = response.json()
-                else:
+                else:  # the proxy answers 503 until the hub behind it does
                     last_error = f"HTTP {response.status_code}"
             except requests.RequestException as err:
                 last_error = str(err)
+            if answer is None:
                 time.sleep(1)
         logs = podman("logs", name, check=False)
         assert answer is not None, (f"the hub did not answer /hub/api/ within {HUB_START_TIMEOUT_S} s ({last_error});"

@@ -3,6 +3,8 @@ links, host entries, mounts), `up` brings back the same state; the nodes are hos
 
 import hashlib
 import os
+import pwd
+import re
 import signal
 import socket
 import subprocess
@@ -50,9 +52,28 @@ def hub_family(cfg) -> set[int]:
     return {pid for pid in pids if marked_by(cfg, pid)}
 
 
-def leftovers(cfg) -> list[str]:
-    """Anything of the box still there: its processes (by state dir or user), namespaces, links, hosts entries,
-    the cgroups Slurm made for its nodes' jobs."""
+def node_namespaces() -> dict[str, str]:
+    """The test box's nodes' network namespaces, as a process's /proc/<pid>/ns/net names them ("net:[inode]")."""
+    found = {}
+    for node in NODES:
+        try:
+            found[node] = f"net:[{os.stat(f'/run/netns/{node}').st_ino}]"
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def names_state_dir(cfg, text: str) -> bool:
+    """Whether `text` names the box's state dir as a whole path (the Kubernetes test box beside it lives in
+    /var/tmp/dsportal-test-kube: not this box's)."""
+    return re.search(rf"{re.escape(str(cfg.state_dir))}(/|\s|$)", text) is not None
+
+
+def leftovers(cfg, namespaces: dict[str, str]) -> list[str]:
+    """Anything of the test box still there, found by its own marks only, never by a user id that a user's box
+    beside it shares: processes that name its state dir, carry its CLUSTER_IN_A_BOX mark or live in one of its
+    nodes' network namespaces (`namespaces`, read while the box ran); its namespaces, links, hosts entries, the
+    cgroups Slurm made for its nodes' jobs, its exim4 configuration's line in exim's list of trusted ones."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -60,11 +81,11 @@ def leftovers(cfg) -> list[str]:
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            uid = proc.stat().st_uid
+            network = os.readlink(proc / "ns" / "net")
         except OSError:
             continue
-        if state != "Z" and (str(cfg.state_dir) in cmdline or (uid in (10001, 10002) and cmdline)
-                             or marked_by(cfg, int(proc.name))):
+        if state != "Z" and (names_state_dir(cfg, cmdline) or marked_by(cfg, int(proc.name))
+                             or network in namespaces.values()):
             found.append(f"process {proc.name}: {cmdline[:120]}")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     found += [f"namespace {name}" for name in NODES if name in netns.split()]
@@ -72,8 +93,12 @@ def leftovers(cfg) -> list[str]:
     found += [f"link {name}" for name in (f"br-{cfg.box_node_prefix}", *(f"ve-{n}" for n in NODES))
               if f" {name}:" in links or f" {name}@" in links]
     hosts = Path("/etc/hosts").read_text().splitlines()
-    found += [f"hosts entry {line}" for line in hosts if str(cfg.state_dir) in line]
+    found += [f"hosts entry {line}" for line in hosts if names_state_dir(cfg, line)]
     found += [f"cgroup {path}" for node in NODES for path in Path("/sys/fs/cgroup").glob(f"*/slurm_{node}")]
+    trusted = Path("/etc/exim4/trusted_configs")
+    if trusted.exists():
+        found += [f"{trusted} line {line}" for line in trusted.read_text().splitlines()
+                  if line.startswith(f"{cfg.state_dir}/")]
     return found
 
 
@@ -110,7 +135,7 @@ def test_each_node_is_a_host_of_its_own(cluster):
     assert f"{cluster.box_node_address(2)}\t{NODES[1]}" in Path("/etc/hosts").read_text()
 
 
-def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, admin):
+def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, admin, box_brought_back):
     before = fingerprint(cluster)
     last_job = slurm("sbatch", "--parsable", "-o", "/dev/null", "--wrap=true").strip()
     # A user's running server and a job of theirs must not outlive `down` either (slurmstepd is not below slurmd).
@@ -122,16 +147,21 @@ def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, a
                    capture_output=True)
     wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-u", "bob", "-o", "%T"), 30, what="bob's job to run")
 
+    conf = f"{cluster.state_dir}/exim4/exim4.conf"  # trusted by exim while the box's exim4 runs, and then only
+    assert conf in Path("/etc/exim4/trusted_configs").read_text().splitlines()
+    namespaces = node_namespaces()
+    assert sorted(namespaces) == sorted(NODES)
     box("down")
     assert all(state.startswith("stopped") for state in pids().values()), pids()
     ports = (cluster.ldap_port, cluster.ldaps_port, cluster.slurmctld_port, cluster.slurmdbd_port,
              cluster.accounting_db_port, cluster.smtp_port, cluster.hub_port, cluster.proxy_api_port)
     assert not [port for port in ports if listening(port)]
-    assert leftovers(cluster) == []
+    assert leftovers(cluster, namespaces) == []
 
     shown = box("up").stdout
     assert f"{cluster.hub_url}/" in shown and "alice / wonderland" in shown and "mallory" in shown
     assert f"{NODES[0]} ({cluster.box_node_address(1)})" in shown
+    assert f"delivers job e-mail to {cluster.box_mail_dir}/<user>" in shown
     assert fingerprint(cluster) == before
     next_job = slurm("sbatch", "--parsable", "-o", "/dev/null", "--wrap=true").strip()
     assert int(next_job) > int(last_job)  # Slurm's saved state came back
@@ -141,11 +171,41 @@ def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, a
     hub.login("alice")
 
 
+def test_a_users_own_process_and_directory_outlive_the_test_boxs_down_and_up(cluster, box_brought_back):
+    """A user's box shares the homes and user ids with the test box: alice's process (her server or a job of the
+    user's box: here a plain process of hers, outside every node of the test box) and a directory she makes while
+    the tests run are hers. The test box's `down` and `up` find nothing of theirs among its leftovers, and both
+    outlive them."""
+    home = Path(pwd.getpwnam("alice").pw_dir)
+    made = home / f"made-by-alice-during-the-tests-{os.getpid()}"
+    assert not made.exists()
+    hers = subprocess.Popen(["/usr/sbin/runuser", "-u", "alice", "--", "sleep", "600"], cwd="/",
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", "mkdir", "--", str(made)], cwd="/", check=True)
+        (sleeper,) = wait_for(lambda: [p for p in Path("/proc").iterdir() if p.name.isdigit() and
+                                       (p / "cmdline").read_bytes() == b"sleep\x00600\x00" and
+                                       p.stat().st_uid == pwd.getpwnam("alice").pw_uid], 10,
+                              what="alice's own process to start")
+        namespaces = node_namespaces()
+        box("down")
+        assert leftovers(cluster, namespaces) == []  # hers is not the test box's
+        box("up")
+        assert sleeper.exists() and hers.poll() is None, "alice's own process did not outlive the test box"
+        assert made.is_dir(), "alice's own directory did not outlive the test box"
+    finally:
+        os.killpg(hers.pid, signal.SIGKILL)  # what this test made, and only that
+        hers.wait()
+        if made.is_dir():
+            made.rmdir()
+
+
 # Issue 25: a spawn works this soon after `up` has recovered the box from a crash.
 SPAWN_AFTER_CRASH_S = 15
 
 
-def test_after_a_power_cut_of_the_whole_box_up_recovers_and_a_spawn_works_at_once(cluster, hub, admin, alice):
+def test_after_a_power_cut_of_the_whole_box_up_recovers_and_a_spawn_works_at_once(cluster, hub, admin, alice,
+                                                                                 box_brought_back):
     """Every process of the box killed at once, alice's server among them, Slurm's saved state saying it runs."""
     assert hub.spawn_form(alice, gpus=0).status_code == 302
     before = hub.wait_ready(admin, "alice")
@@ -161,20 +221,21 @@ def test_after_a_power_cut_of_the_whole_box_up_recovers_and_a_spawn_works_at_onc
     assert not [name for name, state in pids().items() if not state.startswith("stopped")], pids()
     box("up")
     recovered = time.monotonic()
-    started = wait_for(lambda: hub.spawn_form(alice, gpus=0).status_code == 302, SPAWN_AFTER_CRASH_S, interval=1,
-                       what="the hub to take a spawn after `up`")
-    assert started
+    # wait_for raises when the hub has not taken a spawn in time; a refused connection meanwhile is a "not yet".
+    wait_for(lambda: hub.spawn_form(alice, gpus=0).status_code == 302, SPAWN_AFTER_CRASH_S, interval=1,
+             what="the hub to take a spawn after `up`")
     after = hub.wait_ready(admin, "alice", timeout=max(1.0, SPAWN_AFTER_CRASH_S - (time.monotonic() - recovered)))
     took = time.monotonic() - recovered
     print(f"after the crash, alice's new server was ready {took:.1f} s after `up`")
     assert after["url"] == before["url"] and took < SPAWN_AFTER_CRASH_S
     # The server from before the crash was found gone at the hub's startup check, and its job cancelled.
     assert old_job not in [job.split()[0] for job in jobs_of("alice")]
-    log = (cluster.state_dir / "log" / "hub.log").read_text()
-    assert f"Slurm job {old_job} is RUNNING, but its server at " in log and "is gone (Connection refused)" in log
+    said = [line for line in (cluster.state_dir / "log" / "hub.log").read_text().splitlines()
+            if f"Slurm job {old_job} is RUNNING, but its server at " in line]
+    assert said and all("is gone (Connection refused)" in line for line in said), said  # that job's own line
 
 
-def test_a_killed_hub_is_replaced_whole_and_the_running_server_is_kept(cluster, hub, admin, alice):
+def test_a_killed_hub_is_replaced_whole_and_the_running_server_is_kept(cluster, hub, admin, alice, box_brought_back):
     """SIGKILL to the hub alone: its proxy and services live on, reparented, holding its ports. `up` stops them and
     starts a whole new hub, which takes alice's running server up again (its job was never touched)."""
     assert hub.spawn_form(alice, gpus=0).status_code == 302

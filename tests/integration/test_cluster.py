@@ -22,11 +22,12 @@ from portal.config import load
 from portal.runas import RUNUSER
 from portal.service.board import USAGE_REFRESH_S
 from spawners import slurm_cluster
-from tests.conftest import NODES, REPO, TEST_CONFIG, box, jobs_of, slurm, wait_for
+from tests.conftest import NODES, REPO, TEST_CONFIG, TINY_MODEL, box, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration
 PORTAL = "/services/portal/"
-TINY = {"template": "chexnet", "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4}
+TINY = {"template": "chexnet", "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
+        "model": TINY_MODEL}
 JOB_TIMEOUT_S = 900
 
 

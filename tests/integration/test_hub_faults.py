@@ -23,7 +23,7 @@ import requests
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.service.base import SECURITY_HEADERS, XSRF_REFUSED_API, XSRF_REFUSED_PAGE
-from tests.conftest import box, jobs_of, slurm, wait_for
+from tests.conftest import box, job_dir_of, jobs_of, slurm, wait_for
 from tests.integration.test_dashboard import token_session
 
 pytestmark = pytest.mark.integration
@@ -178,11 +178,12 @@ def test_a_killed_proxy_comes_back_with_its_routes(cluster, hub, admin, alice):
 
 @pytest.fixture
 def alices_jobs_full(cluster):
-    """alice's ~/jobs on a 1 MB tmpfs, filled up; unmounted afterwards, whatever happens."""
+    """The test box's directory in alice's ~/jobs on a 1 MB tmpfs, filled up; unmounted afterwards, whatever
+    happens. Only the test box's own directory: her other jobs (a user's box beside) write on as before."""
     alice = pwd.getpwnam("alice")
-    jobs_dir = Path(alice.pw_dir) / "jobs"
+    jobs_dir = job_dir_of("alice", "")
     if not jobs_dir.exists():
-        subprocess.run(["runuser", "-u", "alice", "--", "mkdir", "-m", "700", str(jobs_dir)], check=True)
+        subprocess.run(["runuser", "-u", "alice", "--", "mkdir", "-p", "-m", "700", str(jobs_dir)], check=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=1m,mode=0700,uid={alice.pw_uid},gid={alice.pw_gid}",
                     "dsportal-test-full", str(jobs_dir)], check=True)
     try:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,9 @@ pytestmark = pytest.mark.integration
 
 # Slurm's KillWait (30 s): a signalled job's processes get that long before SIGKILL; then the epilog runs.
 KILL_WAIT_S = 45
+# The node-failure run: tinycnn trains an epoch of the 2-node run in about a second, so it needs this many for the
+# crash that follows its first checkpoint to find it training, with epochs left to resume.
+EPOCHS = 40
 # A process hidden in a cgroup below its step that holds the step's output keeps slurmstepd waiting for that
 # output for 60 s (fixed in slurmstepd) before the step ends and the epilog kills it.
 STEP_IO_WAIT_S = 60
@@ -119,18 +122,22 @@ def test_what_a_job_hides_from_slurm_ends_with_it_at_cancel_and_at_its_time_limi
 def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cluster, hub, demo_data,
                                                                               no_jobs_left):
     client = portal_client(hub, "alice")
-    submitted = client.post(f"{client.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 1, "epochs": 3},
+    submitted = client.post(f"{client.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 1, "epochs": EPOCHS},
                             timeout=60)
     assert submitted.status_code == 201, submitted.text
     job = jobs.get(submitted.json()["id"], user="alice")
     checkpoints = Path(job.job_dir) / "checkpoints"
-    wait_for(lambda: list(checkpoints.glob("ckpt-1.index")), JOB_TIMEOUT_S, interval=1,
+    wait_for(lambda: list(checkpoints.glob("ckpt-1.index")), JOB_TIMEOUT_S, interval=0.2,
              what="the job's first checkpoint")
-    # node2 loses its power in epoch 2: link down, every process on it killed, no goodbye to its peers.
+    # node2 loses its power mid-training: link down, every process on it killed, no goodbye to its peers.
     assert box("crash", NODES[1]).returncode == 0
     wait_for(lambda: job.state == "PENDING", 120, interval=2, what="Slurm to requeue the job")
     # The run's half on node1 (mpirun, its worker) ended with it: no process of alice's is left on either node.
     wait_for(lambda: not any(user_processes("alice").values()), KILL_WAIT_S, what="the first run's processes to end")
+    # What the first run saved is where the second must go on: read once nothing of it runs any more.
+    saved = int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', (checkpoints / "checkpoint").read_text(),
+                          re.M).group(1))
+    assert 1 <= saved < EPOCHS, saved
     page = wait_for(lambda: (j := client.get(f"{client.base}jobs/{job.id}", timeout=60).json())["history"] and j,
                     60, interval=3, what="the dashboard to tell the job's history")
     assert page["history"][0].startswith(f"requeued after {NODES[1]} failed (Not responding) at "), page
@@ -138,19 +145,21 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cl
     assert box("start", NODES[1]).returncode == 0
     # Slurm holds a requeued job for 120 s before it may start again; the admin who brought the node back lets it
     # go sooner, though not at once: a requeued job started within a second of its node's return can find that node
-    # still finishing the killed run (its first step is refused), which is what Slurm's hold avoids.
-    time.sleep(5)
+    # still finishing the killed run (its first step is refused), which is what Slurm's hold avoids. Once Slurm
+    # calls the node idle again, it has.
+    wait_for(lambda: slurm("sinfo", "-h", "-n", NODES[1], "-o", "%t").strip() == "idle", 60, interval=1,
+             what=f"Slurm to take {NODES[1]} back, idle")
     slurm("scontrol", "update", f"jobid={job.id}", "starttime=now")
     assert job.wait(timeout=JOB_TIMEOUT_S, poll=3) == "COMPLETED", job.logs(tail=60)
 
     log = job.logs()
     assert "restarted (restart 1) after it was requeued" in log
-    assert "1 epochs done, continuing with epoch 2 of 3" in log
+    assert f"{saved} epochs done, continuing with epoch {saved + 1} of {EPOCHS}" in log
     steps = tensorboard_steps(Path(job.job_dir) / "tensorboard")
     for tag in ("loss/train", "loss/val", "lr", "auroc/mean"):
-        assert steps[tag] == [1, 2, 3], (tag, steps[tag])
+        assert steps[tag] == list(range(1, EPOCHS + 1)), (tag, steps[tag])  # every epoch once
     throughput = steps["throughput/images_per_sec"]
     assert throughput and len(throughput) == len(set(throughput)), throughput
     history = client.get(f"{client.base}jobs/{job.id}", timeout=60).json()["history"]
-    assert len(history) == 1 and history[0].endswith("; resumed at epoch 2"), history
-    assert job.metrics().epochs_done == 3
+    assert len(history) == 1 and history[0].endswith(f"; resumed at epoch {saved + 1}"), history
+    assert job.metrics().epochs_done == EPOCHS

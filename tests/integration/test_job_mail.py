@@ -1,14 +1,12 @@
 """E-mail at a job's end, for real: Slurm's --mail-type, slurm.conf's MailProg (portal.jobmail), the box's exim4
-delivering to /var/mail/alice, the address from the directory. One job asks for it and gets it; one that says no,
-and one whose user said no, get none. The jobs fail at once (their data directory is empty), which is also Slurm's
-FAIL mail; a completed job's e-mail is checked by the dashboard's browser test.
+delivering to alice's mailbox in box_mail_dir (the test box's own, not /var/mail), the address from the directory.
+One job asks for it and gets it; one that says no, and one whose user said no, get none. The jobs fail at once (their
+data directory is empty), which is also Slurm's FAIL mail; a completed job's e-mail is checked by the dashboard's
+browser test.
 """
 
 from __future__ import annotations
 
-import pwd
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ import pytest
 from portal import jobs, settings
 from portal.config import load
 from portal.jobs.account import job_user
-from tests.conftest import JOB_END_GRACE_S, Mailbox, user_settings_cleared, wait_for
+from tests.conftest import JOB_END_GRACE_S, Mailbox, as_user, scratch_dir, user_settings_cleared, wait_for
 
 pytestmark = pytest.mark.integration
 # Fails at its start: no TFRecords in its data directory (the job's own error says so).
@@ -27,14 +25,14 @@ MAIL_WAIT_S = 60  # MailProg runs when slurmctld records the end; exim delivers 
 
 @pytest.fixture
 def empty_data(cluster):
-    """A directory of alice's with no data in it, and her settings as a newcomer's (none)."""
-    home = Path(pwd.getpwnam("alice").pw_dir)
-    path = home / "mail-test-empty-data"
-    subprocess.run(["runuser", "-u", "alice", "--", "mkdir", "-p", str(path)], check=True, cwd="/tmp")
+    """A directory of alice's with no data in it (in the tests' scratch of her home), and her settings of the test
+    box as a newcomer's (none)."""
+    path = scratch_dir("alice") / "mail-test-empty-data"
+    as_user("alice", "mkdir", "-p", "--", str(path))
     user_settings_cleared("alice")
     yield str(path)
     user_settings_cleared("alice")
-    shutil.rmtree(path, ignore_errors=True)
+    as_user("alice", "rm", "-rf", "--", str(path))
 
 
 def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, empty_data):
@@ -49,10 +47,12 @@ def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, 
         assert job.state == "FAILED", (job.id, job.state, job.logs(tail=20))
 
     (message,) = wait_for(lambda: mailbox.about(asked.id), MAIL_WAIT_S, interval=2,
-                          what=f"the e-mail about job {asked.id} in /var/mail/alice")
+                          what=f"the e-mail about job {asked.id} in {mailbox.path}")
     assert message["Subject"] == f"Job {asked.id} FAILED: best mean AUROC none recorded"
     assert message["To"] == "alice@dsportal.local"  # the directory's `mail`, not Slurm's bare user name
     assert message["From"] == load().mail_from
+    users_own = Path("/var/mail/alice")  # where her own box (`make up`) delivers: the tests' mail never goes there
+    assert not users_own.exists() or message["Message-ID"].encode() not in users_own.read_bytes()
     body = message.get_content()
     assert f"{load().hub_url}/services/portal/jobs/{asked.id}" in body and "Its exit code:" in body
     # The job that said no: MailProg was never run for it (its log names every job it was run for).
@@ -66,7 +66,7 @@ def test_the_users_own_default_decides_when_a_job_does_not_say(cluster, empty_da
         return {"template": "chexnet", "data_dir": "/tmp", **given}  # any directory the user can read
 
     assert jobs.validate(spec(), backend="slurm", user="alice").mail is True  # a newcomer's default: on
-    settings.write(job_user("alice"), {"job_mail": False})
+    settings.write(job_user("alice"), {"job_mail": False}, load().user_settings_file)  # the test box's file
     assert jobs.validate(spec(), backend="slurm", user="alice").mail is False
     assert "--mail-type" not in jobs.render(spec(), backend="slurm", user="alice")
     assert jobs.validate(spec(mail=True), backend="slurm", user="alice").mail is True  # the job's own word wins

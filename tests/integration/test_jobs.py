@@ -21,11 +21,11 @@ from portal.jobs.spec import format_minutes
 from portal.runas import RUNUSER
 from portal.scheduler.local import session_alive
 from portal.scheduler.slurm import SlurmScheduler
-from tests.conftest import job_wait_s, jobs_of, slurm, wait_for
+from tests.conftest import TINY_MODEL, job_dir_of, job_wait_s, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration
 TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
-        "time_limit": "00:15:00"}  # about 2.5 min alone on 2 cores
+        "time_limit": "00:15:00", "model": TINY_MODEL}
 JOB_WAIT_S = job_wait_s(TINY["time_limit"])  # submit (to an idle box) to ended
 
 
@@ -72,8 +72,7 @@ def test_alice_sees_her_job_pending_or_running(alice_job):
     assert f"{alice_job.id} RUNNING" in jobs_of("alice")
     details = slurm("scontrol", "show", "job", "-o", alice_job.id)
     assert "UserId=alice(" in details and "NumTasks=2" in details and "gres:gpu:2" in details, details
-    home = Path(pwd.getpwnam("alice").pw_dir)
-    assert alice_job.job_dir == str(home / "jobs" / alice_job.id)
+    assert alice_job.job_dir == str(job_dir_of("alice", alice_job.id))  # the test box's own directory
     assert [j.id for j in jobs.jobs(user="alice")][0] == alice_job.id
     assert jobs.get(alice_job.id, user="alice").spec.gpus_per_node == 2
 
@@ -85,18 +84,17 @@ def test_bob_can_neither_see_nor_cancel_alices_job(alice_job):
         jobs.cancel(alice_job.id, user="bob")
     assert alice_job.id not in [j.id for j in jobs.jobs(user="bob")]
     # A job.json forged in bob's own ~/jobs that claims alice's job: Slurm says whose it is.
-    bob_home = Path(pwd.getpwnam("bob").pw_dir)
+    forged_dir = job_dir_of("bob", alice_job.id)
     forged = alice_job.record.to_json().replace('"user": "alice"', '"user": "bob"').replace(
-        str(alice_job.record.job_dir), str(bob_home / "jobs" / alice_job.id))
+        str(alice_job.record.job_dir), str(forged_dir))
     bob = job_user("bob")
-    bob.make_dir(bob.jobs_dir)
-    bob.make_dir(bob.jobs_dir / alice_job.id)
-    bob.write_text(bob.jobs_dir / alice_job.id / "job.json", forged)
+    bob.make_dir(forged_dir)
+    bob.write_text(forged_dir / "job.json", forged)
     try:
         with pytest.raises(jobs.JobNotFound):
             jobs.cancel(alice_job.id, user="bob")
     finally:
-        as_user("bob", "rm", "-rf", "--", str(bob.jobs_dir / alice_job.id))
+        as_user("bob", "rm", "-rf", "--", str(forged_dir))
     # Slurm itself refuses bob's scancel of her job...
     refused = as_user("bob", "scancel", alice_job.id)
     assert refused.returncode != 0 and "denied" in refused.stderr.lower(), refused

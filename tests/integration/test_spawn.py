@@ -1,16 +1,19 @@
 """Spawning JupyterLab through Slurm: the GPU form, refusals, fail-fast starts and hub restarts."""
 
 import json
+import pwd
 import re
-import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from spawners.slurm import SERVER_LOG_DIR
-from tests.conftest import NODES, SERVER_START_S, box, jobs_of, slurm, wait_for
+from portal.config import load
+from portal.runas import RUNUSER
+from spawners.slurm_script import server_log_dir
+from tests.conftest import NODES, SERVER_START_S, as_user, box, jobs_of, scratch_dir, slurm, wait_for
 
 HOME = Path("/home/alice")
 NOTIFICATION_SETTINGS = "lab/api/settings/@jupyterlab/apputils-extension:notification"
@@ -86,7 +89,7 @@ def assert_a_clean_lab(hub, alice, job_id: str) -> None:
     for card in cards:  # the Portal and TensorBoard cards' icons, served by the server's jupyter-server-proxy
         icon = alice.get(f"{hub.url}{card['launcher_entry']['icon_url']}", timeout=30)
         assert icon.status_code == 200 and icon.headers["Content-Type"] == "image/svg+xml", card
-    log_dir = HOME / SERVER_LOG_DIR
+    log_dir = Path(server_log_dir(str(HOME), load().cluster_name))
     assert (log_dir.stat().st_uid, oct(log_dir.stat().st_mode & 0o777)) == (user_uid("alice"), "0o700")
     assert "is running at" in (log_dir / f"jupyterhub_slurmspawner_{job_id}.log").read_text()
 
@@ -191,27 +194,37 @@ def test_a_job_killed_right_after_submission_fails_the_spawn_with_the_reason(hub
     assert hub.server(admin, "alice") is None
 
 
+BROKEN = "alice"
+
+
 @pytest.fixture
 def broken_user_config():
-    """A user config that makes alice's JupyterLab exit on start, as a typo in a real one would."""
-    config = Path("/home/alice/.jupyter/jupyter_server_config.py")
-    config.parent.mkdir(exist_ok=True)
-    shutil.chown(config.parent, "alice", "users")  # JupyterLab writes its workspaces there
-    config.write_text('c.ServerApp.root_dir = "/home/alice/no-such-folder"\n')
+    """A user config that makes alice's JupyterLab exit on start, as a typo in a real one would: in the Jupyter
+    config directory of the test box's servers (its server_environment's JUPYTER_CONFIG_DIR, in its scratch mark),
+    so her own ~/.jupyter, which her servers of a user's box read, is never touched. Removed afterwards."""
+    home = Path(pwd.getpwnam(BROKEN).pw_dir)
+    (folder,) = [item.split("=", 1)[1].replace("{home}", str(home)) for item in load().server_environment
+                 if item.startswith("JUPYTER_CONFIG_DIR=")]
+    config = Path(folder) / "jupyter_server_config.py"
+    scratch_dir(BROKEN)
+    as_user(BROKEN, "mkdir", "-p", "--", str(config.parent))
+    subprocess.run([RUNUSER, "-u", BROKEN, "--", "/bin/sh", "-c", 'cat > "$1"', "sh", str(config)], cwd="/",
+                   input=f'c.ServerApp.root_dir = "{home}/no-such-folder"\n', text=True, check=True)
     yield config
     config.unlink()
 
 
 def test_a_server_that_dies_on_start_fails_the_spawn_within_seconds(hub, admin, alice, broken_user_config):
     started = time.monotonic()
-    events, done = start_in_background(hub, admin, "alice", {"gpus": 0})
+    events, done = start_in_background(hub, admin, BROKEN, {"gpus": 0})
     assert done.wait(30), f"no end to the spawn: {events}"
     failed_at, final = events[-1]
     assert final.get("failed"), final
     assert failed_at - started < 15  # stock batchspawner waits http_timeout (here 120 s) or start_timeout
     assert re.search(r"Slurm job \d+ ended \(FAILED, exit code 1:0", final["message"]), final["message"]
-    assert re.search(r"No such directory: '+/home/alice/no-such-folder", final["message"])  # the job's output
-    assert f"Last lines of {HOME / SERVER_LOG_DIR}/jupyterhub_slurmspawner_" in final["message"]
+    home = pwd.getpwnam(BROKEN).pw_dir
+    assert re.search(rf"No such directory: '+{home}/no-such-folder", final["message"])  # the job's output
+    assert f"Last lines of {server_log_dir(home, load().cluster_name)}/jupyterhub_slurmspawner_" in final["message"]
 
 
 def test_a_hub_restart_keeps_running_servers(hub, admin, alice):

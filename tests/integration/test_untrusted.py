@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -17,22 +18,26 @@ from pathlib import Path
 
 import pytest
 
+from portal.runas import RUNUSER
 from tests.answers import masked
-from tests.conftest import jobs_of, old_job_dir_aside, slurm, wait_for
+from tests.conftest import as_user, job_dir_of, jobs_of, slurm, wait_for
 from tests.integration.test_dashboard import PORTAL, browser, token_session
 
 pytestmark = pytest.mark.integration
-HOME = Path("/home/alice")
+# The hostile home is bob's: the files planted in it (a `portal` package and sitecustomize.py beside where a
+# Python started in the home looks, usercustomize.py in his user site) reach every Python he starts while the
+# test runs, so they go in the home of the demo user with nothing of his own running beside the tests (alice's
+# server, jobs and sweeps of a user's box run on untouched). A file of his own at any of those places is never
+# overwritten: the test then fails, naming it. Everything planted is removed again, and only that.
+HOSTILE, OTHER = "bob", "alice"
+HOME = Path(pwd.getpwnam(HOSTILE).pw_dir)
 LOCAL_ID = "local-20261122T101010-abcdef"  # a job of the local backend: its state is its exit_status file
 FORGED = '{"images_per_sec": 1e9, "best_mean_auroc": 1.0, "epochs_done": 999}'
 SITE = Path(".local") / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-# Removed again after the module: left behind, usercustomize.py would end every Python alice starts.
-MADE = ("portal", "sitecustomize.py", SITE / "sitecustomize.py", SITE / "usercustomize.py", "jobs/7001", "jobs/7002",
-        "jobs/0002", f"jobs/{LOCAL_ID}")
-
-
-def give_to_alice(path: Path) -> None:
-    subprocess.run(["chown", "-R", "alice:users", str(path)], check=True)
+PLANTED = {Path("portal") / "__init__.py": "", Path("portal") / "metrics.py": f"print({FORGED!r})\n",
+           Path("sitecustomize.py"): f"print({FORGED!r}); raise SystemExit(0)\n",
+           SITE / "sitecustomize.py": f"print({FORGED!r}); raise SystemExit(0)\n",
+           SITE / "usercustomize.py": f"print({FORGED!r}); raise SystemExit(0)\n"}
 
 
 def write_events(logdir: Path, images_per_sec: float) -> None:
@@ -47,7 +52,8 @@ def write_events(logdir: Path, images_per_sec: float) -> None:
 
 
 def job_dir(job_id: str, record: str | dict) -> Path:
-    path = HOME / "jobs" / job_id
+    """A job directory of the hostile user's in the test box's own ~/jobs/<cluster>/ (a mark of the test box)."""
+    path = job_dir_of(HOSTILE, job_id)
     path.mkdir(parents=True, exist_ok=True)
     (path / "job.json").write_text(record if isinstance(record, str) else json.dumps(record))
     (path / "exit_status").write_text("0\n")
@@ -56,27 +62,34 @@ def job_dir(job_id: str, record: str | dict) -> Path:
 
 @pytest.fixture(scope="module")
 def hostile_home(cluster):
-    """alice's home as a hostile alice leaves it."""
-    (HOME / "portal").mkdir(parents=True, exist_ok=True)
-    (HOME / "portal" / "__init__.py").write_text("")
-    (HOME / "portal" / "metrics.py").write_text(f"print({FORGED!r})\n")
-    (HOME / "sitecustomize.py").write_text(f"print({FORGED!r}); raise SystemExit(0)\n")
-    site = HOME / SITE
-    site.mkdir(parents=True, exist_ok=True)
-    for name in ("sitecustomize.py", "usercustomize.py"):
-        (site / name).write_text(f"print({FORGED!r}); raise SystemExit(0)\n")
-    good = {"id": LOCAL_ID, "backend": "local", "user": "alice", "spec": {"epochs": 1, "data_dir": "/data"},
-            "submitted_at": "2026-11-22T10:10:10+00:00", "job_dir": str(HOME / "jobs" / LOCAL_ID)}
+    """bob's home as a hostile bob leaves it; what was planted is removed afterwards (only that)."""
+    found = [str(HOME / path) for path in (*PLANTED, Path("portal")) if os.path.lexists(HOME / path)]
+    assert not found, f"{HOSTILE}'s own files are where this test plants its own; they are left alone: {found}"
+    made_dirs = [HOME / parent for path in PLANTED for parent in reversed(path.parents)
+                 if str(parent) != "." and not (HOME / parent).exists()]
+    for path, text in PLANTED.items():
+        as_user(HOSTILE, "mkdir", "-p", "--", str((HOME / path).parent))
+        subprocess.run([RUNUSER, "-u", HOSTILE, "--", "/bin/sh", "-c", 'cat > "$1"', "sh", str(HOME / path)],
+                       input=text, text=True, check=True, cwd="/")
+    as_user(HOSTILE, "mkdir", "-p", "-m", "700", "--", str(job_dir_of(HOSTILE, "")))  # the test box's, as his
+    good = {"id": LOCAL_ID, "backend": "local", "user": HOSTILE, "spec": {"epochs": 1, "data_dir": "/data"},
+            "submitted_at": "2026-11-22T10:10:10+00:00", "job_dir": str(job_dir_of(HOSTILE, LOCAL_ID))}
     write_events(job_dir(LOCAL_ID, good) / "tensorboard", 12.5)
     job_dir("7001", "[1, 2]")
-    job_dir("7002", {**good, "id": "7002", "backend": "slurm", "user": "bob", "job_dir": str(HOME / "jobs/7002")})
-    job_dir("0002", {**good, "id": "0002", "backend": "slurm", "job_dir": str(HOME / "jobs/0002")})
-    for name in ("portal", "sitecustomize.py", ".local", "jobs"):
-        give_to_alice(HOME / name)
-    yield HOME
-    for name in MADE:
-        target = HOME / name
-        shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+    job_dir("7002", {**good, "id": "7002", "backend": "slurm", "user": OTHER,
+                     "job_dir": str(job_dir_of(HOSTILE, "7002"))})
+    job_dir("0002", {**good, "id": "0002", "backend": "slurm", "job_dir": str(job_dir_of(HOSTILE, "0002"))})
+    subprocess.run(["chown", "-R", "-h", f"{HOSTILE}:users", str(job_dir_of(HOSTILE, ""))], check=True)
+    try:
+        yield HOME
+    finally:
+        for path in PLANTED:
+            (HOME / path).unlink(missing_ok=True)
+        for parent in sorted({*made_dirs, HOME / "portal"}, key=lambda p: -len(p.parts)):
+            if parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+        for job_id in ("7001", "7002", "0002", LOCAL_ID):
+            shutil.rmtree(job_dir_of(HOSTILE, job_id), ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -85,31 +98,30 @@ def bobs_job(cluster):
     job_id = subprocess.run(["runuser", "-u", "bob", "--", "env", f"SLURM_CONF={cluster.slurm_conf_path}", "sbatch",
                              "--parsable", "--mem=100M", "-o", "/dev/null", "--wrap=sleep 300"],
                             capture_output=True, text=True, check=True, cwd="/").stdout.strip()
-    with old_job_dir_aside("alice", job_id):  # the comparison is about bob's job, not an old one of hers
-        yield job_id
+    yield job_id
     slurm("scancel", job_id)
 
 
 def test_a_hostile_home_breaks_nothing_and_shows_only_its_own_real_metrics(hub, hostile_home):
-    alice, bob, admin = (token_session(hub, user) for user in ("alice", "bob", "admin"))
+    hostile, other, admin = (token_session(hub, user) for user in (HOSTILE, OTHER, "admin"))
     api = f"{hub.url}{PORTAL}api/"
-    detail = alice.get(f"{api}jobs/{LOCAL_ID}", timeout=60)
+    detail = hostile.get(f"{api}jobs/{LOCAL_ID}", timeout=60)
     assert detail.status_code == 200, detail.text
     job = detail.json()
     assert (job["state"], job["images_per_sec"], job["epochs_done"]) == ("COMPLETED", 12.5, 0), job
 
     def listed() -> dict | None:  # the board rescans a home in the background: up to a refresh period late
-        rows = {row["id"]: row for row in alice.get(f"{api}jobs", timeout=60).json()["jobs"]}
+        rows = {row["id"]: row for row in hostile.get(f"{api}jobs", timeout=60).json()["jobs"]}
         return rows if "7001" in rows and "7002" in rows else None
-    rows = wait_for(listed, 30, interval=1, what="alice's job list to show the records made for the test")
+    rows = wait_for(listed, 30, interval=1, what=f"{HOSTILE}'s job list to show the records made for the test")
     assert rows["7001"]["state"] == "UNREADABLE" and "not an object" in rows["7001"]["unreadable"]
-    assert rows["7002"]["user"] == "alice" and "says 'bob'" in rows["7002"]["unreadable"]
+    assert rows["7002"]["user"] == HOSTILE and f"says '{OTHER}'" in rows["7002"]["unreadable"]
     assert "0002" not in rows  # not a job id at all
-    assert alice.delete(f"{api}jobs/7002", timeout=30).status_code == 409  # nothing is done on its word
-    assert "7002" not in {row["id"] for row in bob.get(f"{api}jobs", timeout=60).json()["jobs"]}
-    assert bob.get(f"{api}jobs/7002", timeout=30).status_code == 404
+    assert hostile.delete(f"{api}jobs/7002", timeout=30).status_code == 409  # nothing is done on its word
+    assert "7002" not in {row["id"] for row in other.get(f"{api}jobs", timeout=60).json()["jobs"]}
+    assert other.get(f"{api}jobs/7002", timeout=30).status_code == 404
 
-    pages = browser(hub, "alice")
+    pages = browser(hub, HOSTILE)
     for path, text in (("jobs", "unreadable record"), ("jobs/7001", "unreadable record: a JSON list"),
                        (f"jobs/{LOCAL_ID}", "12.5")):
         page = pages.get(f"{hub.url}{PORTAL}{path}", timeout=60)
@@ -138,7 +150,6 @@ def test_another_users_job_answers_exactly_as_a_job_that_does_not_exist(hub, bob
     wait_for(lambda: any(line.startswith(f"{bobs_job} ") for line in jobs_of("bob")), 5, what="bob's job, intact")
 
 
-BOB = Path("/home/bob")
 HOSTILE_JOBS = {  # bob's local-backend jobs, whose output and event files are no files the portal may read
     "local-20261125T010101-f1f0f1": ("fifo", "fifo"),
     "local-20261125T010102-d0d0d0": ("/dev/zero", "/dev/urandom"),
@@ -155,9 +166,10 @@ def special(path: Path, kind: str) -> None:
 def bobs_hostile_files(cluster):
     """bob's jobs whose output.log and event files are FIFOs and links to endless devices (issue 25: they held
     the dashboard's workers for minutes, left a `tail` that grew to 22.5 GB, and a 408 MB metrics helper)."""
+    as_user("bob", "mkdir", "-p", "-m", "700", "--", str(job_dir_of("bob", "")))  # the test box's, as his
     made = []
     for job_id, (output, events) in HOSTILE_JOBS.items():
-        path = BOB / "jobs" / job_id
+        path = job_dir_of("bob", job_id)
         path.mkdir(parents=True, exist_ok=True)
         made.append(path)
         record = {"id": job_id, "backend": "local", "user": "bob", "spec": {"epochs": 1, "data_dir": "/data"},
@@ -167,7 +179,7 @@ def bobs_hostile_files(cluster):
         (path / "tensorboard").mkdir(exist_ok=True)
         special(path / "output.log", output)
         special(path / "tensorboard" / "events.out.tfevents.1.tnode1", events)
-    subprocess.run(["chown", "-R", "-h", "bob:users", str(BOB / "jobs")], check=True)
+    subprocess.run(["chown", "-R", "-h", "bob:users", *map(str, made)], check=True)
     yield list(HOSTILE_JOBS)
     for path in made:
         shutil.rmtree(path, ignore_errors=True)

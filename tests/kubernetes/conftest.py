@@ -15,10 +15,13 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
@@ -26,6 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "deploy" / "kubernetes"))
 
 import kubebox  # noqa: E402  (deploy/kubernetes is not a package)
+
+from tests.conftest import PORT_OFFSET, TEST_SETTINGS  # noqa: E402
 
 # Two sessions at once need their own state dir and ports: set both variables (as for the Slurm test box).
 KUBE_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_STATE", "/var/tmp/dsportal-test-kube"))
@@ -35,6 +40,11 @@ KUBE_API_PORT = 26443 + int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))  #
 KUBE_NAME = os.environ.get("DSPORTAL_TEST_KUBE_NAME", "kubet")
 KUBE_NETWORK = os.environ.get("DSPORTAL_TEST_KUBE_NETWORK", "198.19.16.0/20")
 BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 cores
+# The hubs on Kubernetes log users in against a directory of this side's own (a slapd started with box.py, as
+# `make up-k8s` starts the Slurm box's): the Slurm test box, which the other side of `make test` runs beside this
+# one and stops and restarts in its tests, is never needed here.
+DIRECTORY_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_DIRECTORY", "/var/tmp/dsportal-test-kube-ldap"))
+DIRECTORY_PORTS = {"ldap_port": 23389 + PORT_OFFSET, "ldaps_port": 26636 + PORT_OFFSET}
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,18 @@ class Kube:
     def read(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict:
         """One object as the admin reads it (the client raises NotFoundError, status 404, when it is not there)."""
         return kubebox.resource(self.admin, api_version, kind).get(name=name, namespace=namespace).to_dict()
+
+
+def answered(ask: Callable[[], Any]) -> Callable[[], Any]:
+    """`ask` as a wait_for predicate over HTTP: "not yet" (False) when the request did not get through (refused,
+    reset, a read timeout while a hub pod comes up: any requests.RequestException, a body that is not JSON yet
+    included). Anything else it raises still fails the test."""
+    def predicate() -> Any:
+        try:
+            return ask()
+        except requests.RequestException:
+            return False
+    return predicate
 
 
 def build_binaries() -> None:
@@ -86,7 +108,36 @@ def kube():
     print(f"\nkubebox up in {time.monotonic() - started:.1f} s at {cluster.api_url}")
     clients = {name: kubebox.from_kubeconfig(path) for name, path in cluster.kubeconfigs.items()}
     yield Kube(box, cluster, clients["admin"], clients["hub"], clients["alice"], clients["bob"], cluster.kubeconfigs)
-    kubebox.down(box)
+    # What it stopped and what it left ("left /var/lib/cni: holds networks/podman, not the box's"); KubeBoxError
+    # when something of the box's own is left.
+    print("\nkubebox down:\n" + "\n".join(kubebox.down(box)))
+
+
+def directory_box(*args: str, settings: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DSPORTAL_CONFIG": str(settings)}
+    return subprocess.run([sys.executable, str(REPO / "deploy" / "local" / "box.py"), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def directory():
+    """This side's own LDAP directory (the demo users, TLS with its own CA): the settings to reach it."""
+    from portal.config import load
+
+    settings = DIRECTORY_STATE.with_suffix(".yaml")
+    directory_box("down", settings=settings) if settings.exists() else None  # one a killed session left
+    shutil.rmtree(DIRECTORY_STATE, ignore_errors=True)
+    settings.write_text("".join(f"{k}: {v}\n" for k, v in {**TEST_SETTINGS, "state_dir": str(DIRECTORY_STATE),
+                                                            **DIRECTORY_PORTS}.items()))
+    started = directory_box("start", "slapd", settings=settings)
+    if started.returncode != 0:
+        pytest.fail(f"this side's directory did not start:\n{started.stdout}\n{started.stderr}", pytrace=False)
+    try:
+        yield load({"DSPORTAL_CONFIG": str(settings)})
+    finally:
+        directory_box("down", settings=settings)
+        shutil.rmtree(DIRECTORY_STATE, ignore_errors=True)
+        settings.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,9 @@ import pytest
 import requests
 from kubernetes import client as k8s
 
-from portal.config import load
 from tests.conftest import Hub, wait_for
 from tests.integration.test_cluster import portal_client
-from tests.kubernetes.conftest import kubebox
+from tests.kubernetes.conftest import answered, kubebox
 
 pytestmark = pytest.mark.integration
 ALICE_NS = "dsportal-u-alice"
@@ -25,12 +24,12 @@ HUB_BACK_S = 120  # a new hub pod: scheduled, the hub and its proxy started, the
 
 
 @pytest.fixture(scope="module")
-def pod_hub(cluster, kube, core):
+def pod_hub(directory, kube, core):
     """`kubebox up` with the hub: its image imported, its objects made, its pod ready; removed afterwards."""
     lines: list[str] = []
     started = time.monotonic()
     try:
-        kubebox.up(kube.box, report=lines.append, hub_directory=load())
+        kubebox.up(kube.box, report=lines.append, hub_directory=directory)
     except kubebox.KubeBoxError as err:
         print("\n".join(kubebox.remove_hub(kube.box)))
         pytest.fail(f"the hub's pod did not start: {err}\n" + "\n".join(lines[-20:]), pytrace=False)
@@ -49,9 +48,10 @@ def hub_pod(core) -> k8s.V1Pod | None:
 
 
 def lab_answers(session: requests.Session, url: str) -> bool:
+    """False while no answer gets through: refused, reset, or a read timeout while the new hub pod comes up."""
     try:
         answer = session.get(f"{url}/user/alice/lab", timeout=10)
-    except requests.ConnectionError:
+    except requests.RequestException:
         return False
     return answer.status_code == 200 and "JupyterLab" in answer.text
 
@@ -81,8 +81,8 @@ def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(po
         assert server_pod.status.phase == "Running"
         assert lab_answers(alice, pod_hub.url)
         # TensorBoard over her ~/jobs, in her pod, through jupyter-server-proxy (it starts on the first request).
-        board = wait_for(lambda: (a := alice.get(f"{pod_hub.url}/user/alice/tensorboard/data/environment",
-                                                  timeout=60)).ok and a.json(), 90, what="her TensorBoard")
+        board = wait_for(answered(lambda: (a := alice.get(f"{pod_hub.url}/user/alice/tensorboard/data/environment",
+                                                           timeout=60)).ok and a.json()), 90, what="her TensorBoard")
         assert board["data_location"].endswith("/jobs"), board
         # The dashboard in the hub's pod acts for alice with the pod's service account: it counts her server.
         portal = portal_client(pod_hub, "alice")
@@ -92,10 +92,10 @@ def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(po
             answers.append(portal.get(f"{portal.base}usage", timeout=30))
             return answers[-1].ok and answers[-1].json()["quotas"][0]["gpus_in_use"] == 1
         try:
-            wait_for(counted, 60, what="the dashboard in the hub's pod to count her server")
+            wait_for(answered(counted), 60, what="the dashboard in the hub's pod to count her server")
         except TimeoutError as err:
-            raise AssertionError(f"{err}; its last answer: {answers[-1].status_code} {answers[-1].text[-2000:]}\n"
-                                 f"{kubebox.box_hub.hub_log(core)[-4000:]}") from None
+            last = f"{answers[-1].status_code} {answers[-1].text[-2000:]}" if answers else "none got through"
+            raise AssertionError(f"{err}; its last answer: {last}\n{kubebox.box_hub.hub_log(core)[-4000:]}") from None
 
         old = hub_pod(core)
         assert old is not None

@@ -19,6 +19,7 @@ import requests
 
 from tests.conftest import PORT_OFFSET, REPO, TEST_STATE, Hub, wait_for
 from tests.integration.test_cluster import portal_client
+from tests.kubernetes.conftest import answered
 from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 
 pytestmark = pytest.mark.integration
@@ -30,14 +31,14 @@ FAILS_WITHIN_S = 15  # a pod that cannot start fails the spawn within this (Kube
 
 
 @pytest.fixture(scope="module")
-def k8s_hub(cluster, kube):
-    """A hub with scheduler: kubernetes, beside the test box's Slurm hub (its own ports and state)."""
+def k8s_hub(directory, kube):
+    """A hub with scheduler: kubernetes (its own ports and state), logging users in against this side's directory."""
     shutil.rmtree(HUB_STATE, ignore_errors=True)
     (HUB_STATE / "hub").mkdir(parents=True)
     settings = {
         "state_dir": HUB_STATE, "hub_port": HUB_PORT, "hub_api_port": HUB_PORT + 81,
         "proxy_api_port": HUB_PORT + 1, "dashboard_port": HUB_PORT + 90, "cull_idle_timeout": 0,
-        "ldap_port": cluster.ldap_port, "ldaps_port": cluster.ldaps_port, "ldap_ca_file": cluster.ca_file,
+        "ldap_port": directory.ldap_port, "ldaps_port": directory.ldaps_port, "ldap_ca_file": directory.ca_file,
         "scheduler": "kubernetes", "k8s_kubeconfig": kube.kubeconfigs["hub"], "start_timeout": START_TIMEOUT_S,
         "slurm_conf": TEST_STATE / "slurm" / "slurm.conf",
         # the pods reach the hub's API on the Kubernetes box's bridge; the box's nodes have 4 fake t4 GPUs each
@@ -58,7 +59,7 @@ def k8s_hub(cluster, kube):
             raise AssertionError(f"the Kubernetes hub exited ({proc.returncode}): {HUB_STATE}/hub.log")
         try:
             return requests.get(f"{url}/hub/api/", timeout=2).ok
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or too busy starting to answer in time
             return False
     try:
         wait_for(up, 60, what="the Kubernetes hub to answer")
@@ -116,12 +117,16 @@ def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(
         assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == "dsportal-home-alice"
         quota = kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS)
         assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
-        wait_for(lambda: kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS)["status"]["used"] ==
+        # The quota controller writes the status (`used`) after the quota is made: absent at first.
+        wait_for(lambda: kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS).get("status", {}).get("used") ==
                  {"requests.nvidia.com/gpu": "1"}, 30, what="her server's GPU alone in her quota's use")
         # The dashboard's usage counts her pod, as it counts a server's Slurm job.
         portal = portal_client(k8s_hub, "alice")
-        usage = wait_for(lambda: (u := portal.get(f"{portal.base}usage", timeout=30).json())
-                         ["quotas"][0]["gpus_in_use"] == 1 and u, 30, what="the dashboard to count her server")
+
+        def counted() -> dict | bool:
+            answer = portal.get(f"{portal.base}usage", timeout=30)
+            return answer.ok and answer.json()["quotas"][0]["gpus_in_use"] == 1 and answer.json()
+        usage = wait_for(answered(counted), 30, what="the dashboard to count her server")
         (held,) = usage["quotas"][0]["holders"]
         assert (held["job_id"], held["name"], held["state"], held["gpus"]) == \
             ("jupyter-alice", "JupyterLab server", "RUNNING", 1), usage
@@ -130,7 +135,8 @@ def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(
         # JupyterLab, through the hub's proxy to the pod's address; its API lists the copied templates.
         lab = alice.get(f"{k8s_hub.url}/user/alice/lab", timeout=30)
         assert lab.status_code == 200 and "JupyterLab" in lab.text
-        listing = wait_for(lambda: _templates(alice, k8s_hub.url), 30, what="the template notebooks in her home")
+        listing = wait_for(answered(lambda: _templates(alice, k8s_hub.url)), 30,
+                           what="the template notebooks in her home")
         assert "02-train-chexnet-horovod.ipynb" in listing
         home = kube.box.path("volumes", "home", "alice", "notebooks")
         assert sorted(p.name for p in home.glob("*.ipynb")) == sorted(listing)  # on her volume, on this machine
@@ -153,7 +159,7 @@ def test_a_server_no_node_can_hold_fails_in_seconds_saying_why(k8s_hub, kube):
     """The box has no v100 nodes: the scheduler can place the pod nowhere. The spawn fails at once with that in
     words (KubeSpawner alone would wait out start_timeout), and the pod is deleted."""
     alice = k8s_hub.login("alice")
-    wait_for(lambda: k8s_hub.server(alice, "alice") is None, 60, what="alice's server to be gone")
+    wait_for(answered(lambda: k8s_hub.server(alice, "alice") is None), 60, what="alice's server to be gone")
     began = time.monotonic()
     answer = k8s_hub.api(alice, "POST", "users/alice/server",
                          json={"partition": "v100", "gpus": 1, "cpus": 1, "memory_gb": 2, "runtime": "01:00:00"})
@@ -173,7 +179,7 @@ def test_a_server_no_node_can_hold_fails_in_seconds_saying_why(k8s_hub, kube):
 
 def test_the_rest_api_cannot_ask_for_a_count_that_is_not_a_profile(k8s_hub, kube):
     alice = k8s_hub.login("alice")
-    wait_for(lambda: k8s_hub.server(alice, "alice") is None, 60, what="alice's server to be gone")
+    wait_for(answered(lambda: k8s_hub.server(alice, "alice") is None), 60, what="alice's server to be gone")
     response = k8s_hub.api(alice, "POST", "users/alice/server", json={"partition": "t4", "gpus": 3})
     assert response.status_code == 400, response.text
     assert "gpus: 3 is not a GPU profile; allowed: 0, 1, 2, 4" in response.json()["message"]

@@ -1,6 +1,7 @@
 """The Kubernetes box's nodes run pods: each node a network namespace with its own containerd and kubelet, the pods'
 network routed between nodes and from the host, fake GPUs scheduled as `nvidia.com/gpu`, a namespace's quota on
-them, pod logs through the API server (the kubelet's client certificate), and `down` leaving nothing behind."""
+them, pod logs through the API server (the kubelet's client certificate), the nodes' CNI state in their own dirs,
+and `down` leaving nothing behind."""
 
 from __future__ import annotations
 
@@ -182,6 +183,12 @@ def test_down_deletes_the_pods_and_leaves_nothing_behind(kube):
             assert time.monotonic() < deadline, "the Job's pod did not run"
             time.sleep(0.5)
         assert machine_state(box)["cgroups"] and machine_state(box)["namespaces"]
+        # Its pod's CNI state is the node's own: the address host-local handed out and libcni's cached result in
+        # the node's dir, nothing in the machine's /var/lib/cni (where podman keeps its networks).
+        own = box.node_dir(box.node_network.nodes[0].name)
+        assert list((own / "ipam").glob(f"{box.name}-node1-pods/*")), sorted(own.rglob("*"))[:40]
+        assert list((own / "private" / "var/lib/cni" / "results").glob(f"{box.name}-node1-pods-*"))
+        assert not [p for p in Path("/var/lib/cni").rglob("*") if box.name in p.name]
     finally:
         lines = kubebox.down(box)
         shutil.rmtree(state, ignore_errors=True)

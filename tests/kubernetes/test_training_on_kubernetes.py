@@ -20,14 +20,17 @@ from portal import jobs
 from portal.jobs import JobSpecError
 from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
 from portal.scheduler.kubernetes import KubernetesScheduler
-from tests.conftest import tensorboard_steps, wait_for
+from tests.conftest import TINY_MODEL, tensorboard_steps, wait_for
 from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration
 ALICE = ("alice", ["datascientists", "gpu-users"])
 NAMESPACE = "dsportal-u-alice"
 TWO_NODES = {"nodes": 2, "gpus_per_node": 1, "epochs": 2, "batch_size": 8, "image_size": 64, "cpus_per_task": 1,
-             "memory_gb": 3, "time_limit": "00:15:00"}
+             "memory_gb": 3, "time_limit": "00:15:00", "model": TINY_MODEL}
+# tinycnn trains an epoch of the 2-node run in about a second: enough epochs that what a test does after the
+# first checkpoint (the API server stopped for APISERVER_DOWN_S, a node lost) finds the job training.
+LONG_EPOCHS = 40
 JOB_WAIT_S = 900
 CANCEL_WAIT_S = 180  # a cancelled job's objects gone (see test_cancelling_deletes_everything_the_job_made)
 APISERVER_DOWN_S = 12  # under node-monitor-grace (20 s): the nodes stay Ready
@@ -50,7 +53,7 @@ def objects_of(kube, job_id: str) -> dict[str, list[str]]:
 
 
 def test_cancelling_deletes_everything_the_job_made(kube, cfg):
-    job = jobs.submit({**TWO_NODES, "epochs": 20}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    job = jobs.submit({**TWO_NODES, "epochs": 500}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
     wait_for(lambda: objects_of(kube, job.id)["pods"], 60, what="the job's pods")
     made = objects_of(kube, job.id)
     assert made["secrets"] == [f"{job.id}-ssh"] and len(made["jobs"]) == 2
@@ -81,12 +84,13 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
     watch says that it could not ask, then follows the job to its end."""
     name, out = "notebook-02", "/home/jovyan/notebook-02-out.ipynb"
     notebook = "/opt/dsportal/venv/share/dsportal/notebooks/02-train-chexnet-horovod.ipynb"
-    parameters = [arg for key, value in {**TWO_NODES, "job_timeout_s": JOB_WAIT_S}.items()
+    parameters = [arg for key, value in {**TWO_NODES, "epochs": LONG_EPOCHS, "job_timeout_s": JOB_WAIT_S}.items()
                   if key != "time_limit" for arg in ("-p", key, str(value))]
     # Her namespace made hers, with her home claim, as the spawner makes it before her JupyterLab pod starts.
     scheduler = KubernetesScheduler(cfg)
     scheduler.ensure_namespace(scheduler.person(*ALICE))
-    env = {"DSPORTAL_SCHEDULER": "kubernetes", "JUPYTERHUB_USER": "alice", "HOME": "/home/jovyan",
+    env = {"DSPORTAL_SCHEDULER": "kubernetes", "DSPORTAL_CLUSTER_NAME": cfg.cluster_name,  # as the spawner sets
+           "JUPYTERHUB_USER": "alice", "HOME": "/home/jovyan",
            "DSPORTAL_GROUPS": ",".join(ALICE[1]), "TF_CPP_MIN_LOG_LEVEL": "2"}
     core.create_namespaced_pod(NAMESPACE, {
         "metadata": {"name": name},
@@ -99,7 +103,7 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
                                  "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}},
                                  "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}]}],
                  "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home-alice"}}]}})
-    jobs_dir = kube.box.path("volumes", "home", "alice", "jobs")
+    jobs_dir = kube.box.path("volumes", "home", "alice", "jobs", cfg.cluster_name)
     before = set(jobs_dir.glob("k8s-*")) if jobs_dir.is_dir() else set()
     try:
         wait_for(lambda: [d for d in jobs_dir.glob("k8s-*/checkpoints/ckpt-1.index") if d.parents[1] not in before],
@@ -123,9 +127,10 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
                                                                   f"{kube.box.name}-node2"]
         job = jobs.get(job_id, user=ALICE[0], groups=ALICE[1], cfg=cfg)  # as the dashboard reads it
         log = job.logs()
-        assert "chexnet: 2 worker pod(s) ready after" in log and "chexnet.train: epoch 2/2" in log
-        assert job.metrics().epochs_done == 2 and job.metrics().images_per_sec
-        home = kube.box.path("volumes", "home", "alice", "jobs", job_id)
+        assert "chexnet: 2 worker pod(s) ready after" in log
+        assert f"chexnet.train: epoch {LONG_EPOCHS}/{LONG_EPOCHS}" in log
+        assert job.metrics().epochs_done == LONG_EPOCHS and job.metrics().images_per_sec
+        home = kube.box.path("volumes", "home", "alice", "jobs", cfg.cluster_name, job_id)
         assert list((home / "tensorboard").rglob("events.out.tfevents.*")), sorted(home.rglob("*"))
         assert list((home / "checkpoints").iterdir())
         assert (home / "exit_status").read_text().strip() == "0"
@@ -158,12 +163,13 @@ def test_render_prints_what_submit_would_make_and_refuses_what_it_would_refuse(k
 
 
 def test_a_node_lost_mid_training_and_the_job_resumes_with_every_epoch_once(kube, cfg, core):
-    """A node dies in epoch 2 of a 2-node training: its link down, its kubelet, containerd and containers killed at
-    once, no goodbye to its peers. The launcher sees its worker stop answering, stops the run, waits for the
-    workers Job's replacement and runs again from the last checkpoint: every epoch is in TensorBoard once."""
-    epochs = 3
+    """A node dies after the first checkpoint of a 2-node training: its link down, its kubelet, containerd and
+    containers killed at once, no goodbye to its peers. The launcher sees its worker stop answering, stops the run,
+    waits for the workers Job's replacement and runs again from the last checkpoint: every epoch is in TensorBoard
+    once."""
+    epochs = LONG_EPOCHS
     job = jobs.submit({**TWO_NODES, "epochs": epochs}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
-    home = kube.box.path("volumes", "home", "alice", "jobs", job.id)
+    home = kube.box.path("volumes", "home", "alice", "jobs", cfg.cluster_name, job.id)
     try:
         wait_for(lambda: list((home / "checkpoints").glob("ckpt-1.index")), JOB_WAIT_S, interval=1,
                  what="the job's first checkpoint")
@@ -174,6 +180,10 @@ def test_a_node_lost_mid_training_and_the_job_resumes_with_every_epoch_once(kube
         print(kubebox.crash(kube.box, lost))
         wait_for(lambda: "worker pod(s) stopped answering" in job.logs() or "worker pod(s) lost" in job.logs(),
                  120, interval=2, what="the launcher to see its worker lost")
+        # The first run has stopped: what it saved is where the second must go on.
+        saved = int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', (home / "checkpoints" / "checkpoint")
+                              .read_text(), re.M).group(1))
+        assert 1 <= saved < epochs, saved
         kubebox.up(kube.box, report=print)  # the node comes back, as an operator brings it back
         assert job.wait(timeout=JOB_WAIT_S, poll=5) == "COMPLETED", job.logs(tail=80)
     finally:
@@ -181,7 +191,7 @@ def test_a_node_lost_mid_training_and_the_job_resumes_with_every_epoch_once(kube
             job.cancel()
     log = job.logs()
     assert "run 2 resumes from the last checkpoint" in log, log[-3000:]
-    assert f"1 epochs done, continuing with epoch 2 of {epochs}" in log, log[-3000:]
+    assert f"{saved} epochs done, continuing with epoch {saved + 1} of {epochs}" in log, log[-3000:]
     steps = tensorboard_steps(home / "tensorboard", user=None)
     for tag in ("loss/train", "loss/val", "lr", "auroc/mean"):
         assert steps[tag] == list(range(1, epochs + 1)), (tag, steps[tag])

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -54,6 +55,17 @@ def test_install_never_overwrites_an_edited_notebook(templates: Path, tmp_path: 
     (templates / "01-a.ipynb").write_text("a newer template")
     assert notebook.install_templates(templates, dest) == []
     assert (dest / "01-a.ipynb").read_text() == "alice's edits"
+
+
+def test_a_start_with_nothing_new_to_copy_writes_nothing(templates: Path, tmp_path: Path):
+    """Every server start runs the install: with nothing new, it changes nothing in the home (not even the list's
+    mtime), so a second cluster's servers beside a user's box leave their files as they were."""
+    dest = tmp_path / "notebooks"
+    notebook.install_templates(templates, dest)
+    before = {path.name: path.stat().st_mtime_ns for path in dest.iterdir()}
+    time.sleep(0.01)
+    assert notebook.install_templates(templates, dest) == []
+    assert {path.name: path.stat().st_mtime_ns for path in dest.iterdir()} == before
 
 
 def test_install_leaves_a_file_the_user_made_before_the_first_install(templates: Path, tmp_path: Path):
@@ -105,9 +117,9 @@ def test_the_proxy_entry_point_is_registered():
 def test_tensorboard_panel_uses_the_servers_base_url(monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")
     monkeypatch.setenv("JUPYTERHUB_BASE_URL", "/")
-    job = SimpleNamespace(id="7", record=SimpleNamespace(user="alice"))
+    job = SimpleNamespace(id="7", record=SimpleNamespace(user="alice", run_prefix="dsportal/7"))
     frame = notebook.tensorboard_panel(job, height=300)
-    assert frame.src.startswith("/user/alice/tensorboard/") and frame.height == 300
+    assert frame.src.startswith("/user/alice/tensorboard/?runFilter=%5Edsportal%2F7%2F") and frame.height == 300
 
 
 def test_auroc_table_sits_beside_the_paper_and_marks_undefined_classes():
@@ -158,6 +170,29 @@ def test_the_spawner_copies_templates_and_sets_the_tensorboard_proxy_url(monkeyp
     assert spawner.environment["DSPORTAL_CONFIG"] == os.environ["DSPORTAL_CONFIG"]
     fake = SimpleNamespace(user=SimpleNamespace(url="/user/alice/"))
     assert tensorboard_proxy_url(fake) == "/user/alice/proxy/%PORT%/"
+
+
+def test_the_sites_server_environment_and_notebooks_dir_reach_both_spawners():
+    """A second cluster sharing the homes (the tests' box) keeps JupyterLab's own files and the template copies in
+    places of its own: {home} is the user's home as each spawner's server sees it."""
+    from portal.config import PortalConfig
+    from spawners.kubernetes import PortalKubeSpawner
+    from spawners.slurm import PortalSlurmSpawner
+
+    portal = PortalConfig(user_notebooks_dir=".cache/other/notebooks", cluster_name="other",
+                          server_environment=("JUPYTERLAB_WORKSPACES_DIR={home}/.cache/other/lab", "A=b{c}"))
+    slurm = PortalSlurmSpawner(portal=portal)
+    found = {name: value(SimpleNamespace(req_homedir="/home/alice/")) if callable(value) else value
+             for name, value in slurm.environment.items() if name in ("JUPYTERLAB_WORKSPACES_DIR", "A")}
+    assert found == {"JUPYTERLAB_WORKSPACES_DIR": "/home/alice/.cache/other/lab", "A": "b{c}"}
+    assert 'install-templates --dest "$HOME"/.cache/other/notebooks ||' in slurm.req_prologue
+    assert slurm.environment["DSPORTAL_CLUSTER_NAME"] == "other"  # its notebooks' jobs: the cluster's directory
+    kube = SimpleNamespace(portal=portal)  # KubeSpawner's defaults need only the settings (no API server here)
+    environment = PortalKubeSpawner._environment_default(kube)
+    assert environment["JUPYTERLAB_WORKSPACES_DIR"](kube) == "/home/jovyan/.cache/other/lab"
+    assert environment["DSPORTAL_CLUSTER_NAME"] == "other"  # its notebooks' jobs: the cluster's directory
+    hooks = PortalKubeSpawner._hooks_default(kube)
+    assert "--dest /home/jovyan/.cache/other/notebooks" in hooks["postStart"]["exec"]["command"][2]
 
 
 def test_templates_come_from_the_installed_copy_before_the_source_tree(tmp_path, monkeypatch):

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from portal.config import load
 from portal.notebook import INSTALLED_LIST
-from tests.conftest import REPO, wait_for
+from tests.conftest import REPO, as_user, scratch_dir, wait_for
 
 pytestmark = pytest.mark.integration
 TEMPLATES = sorted(path.name for path in (REPO / "notebooks").glob("*.ipynb"))
@@ -33,8 +34,10 @@ def server_environ(user: str) -> dict[str, str]:
 def test_a_new_server_has_the_templates_and_tensorboard(hub, admin, alice):
     account = pwd.getpwnam("alice")
     home = Path(account.pw_dir)
-    edited = home / "notebooks" / TEMPLATES[0]
-    edited.parent.mkdir(exist_ok=True)
+    notebooks = home / load().user_notebooks_dir  # the test box's own place in the home, not ~/notebooks
+    edited = notebooks / TEMPLATES[0]
+    scratch_dir("alice")  # the mark it is in, made as alice
+    as_user("alice", "mkdir", "-p", "--", str(notebooks))
     if not (edited.parent / INSTALLED_LIST).exists():  # a first spawn: pretend alice made this file herself
         edited.write_text("alice's own notebook")
     for path in (edited.parent, edited):
@@ -44,9 +47,9 @@ def test_a_new_server_has_the_templates_and_tensorboard(hub, admin, alice):
     assert response.status_code == 302, response.text[-2000:]
     hub.wait_ready(admin, "alice")
 
-    assert sorted(p.name for p in (home / "notebooks").glob("*.ipynb")) == TEMPLATES
+    assert sorted(p.name for p in notebooks.glob("*.ipynb")) == TEMPLATES
     assert edited.read_text() == before  # never overwritten
-    assert (home / "notebooks" / TEMPLATES[1]).stat().st_uid == pwd.getpwnam("alice").pw_uid
+    assert (notebooks / TEMPLATES[1]).stat().st_uid == pwd.getpwnam("alice").pw_uid
     assert server_environ("alice")["TENSORBOARD_PROXY_URL"] == "/user/alice/proxy/%PORT%/"
 
     servers = alice.get(f"{hub.url}/user/alice/server-proxy/servers-info", timeout=30)

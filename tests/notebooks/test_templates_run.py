@@ -21,25 +21,26 @@ import yaml
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.runas import RUNUSER
-from tests.conftest import REPO, TEST_CONFIG
+from tests.conftest import REPO, TEST_CONFIG, TINY_MODEL, as_user, job_dir_of, scratch_dir
 
 pytestmark = pytest.mark.integration
 USER = "alice"
-TINY = {"epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4}
+TINY = {"epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4, "model": TINY_MODEL}
 NOTEBOOK_TIMEOUT_S = 900
 DURATIONS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
 def workdir(cluster) -> Path:
-    """A directory in alice's home for the notebooks and their outputs, and the demo data set."""
+    """A directory for the notebooks and their outputs in the tests' scratch in alice's home (a mark of the test
+    box's, removed with it), and the demo data set. The kernels' HOME is a directory beside it: what IPython and
+    Jupyter keep in a home (history, runtime files) never reaches alice's own."""
     ensure_demo_data(cluster)
-    account = pwd.getpwnam(USER)
-    work = Path(account.pw_dir) / "notebook-tests"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    os.chown(work, account.pw_uid, account.pw_gid)
-    yield work
+    scratch = scratch_dir(USER)
+    for name in ("notebook-tests", "home"):
+        as_user(USER, "rm", "-rf", "--", str(scratch / name))
+        as_user(USER, "mkdir", "-m", "700", "--", str(scratch / name))
+    yield scratch / "notebook-tests"
     print("\nnotebook durations: " + ", ".join(f"{name} {secs:.0f} s" for name, secs in DURATIONS.items()))
 
 
@@ -51,7 +52,7 @@ def run_notebook(cluster, workdir: Path, name: str, parameters: dict) -> dict:
     account = pwd.getpwnam(USER)
     for path in (source, params):
         os.chown(path, account.pw_uid, account.pw_gid)
-    env = [f"DSPORTAL_CONFIG={TEST_CONFIG}", f"SLURM_CONF={cluster.slurm_conf_path}", f"HOME={workdir.parent}",
+    env = [f"DSPORTAL_CONFIG={TEST_CONFIG}", f"SLURM_CONF={cluster.slurm_conf_path}", f"HOME={workdir.parent / 'home'}",
            f"PATH={cluster.venv / 'bin'}:/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL=2", f"JUPYTERHUB_USER={USER}"]
     started = time.monotonic()
     result = subprocess.run(
@@ -112,8 +113,7 @@ def test_03_evaluate_shows_test_auroc_roc_curves_and_grad_cam(cluster, workdir, 
     assert f"the same images and patient split as job {trained_job} was trained on" in out and "WARNING" not in out
     assert "Grad-CAM maps: 2" in out
     assert images(notebook) == 2  # ROC curves, Grad-CAM row
-    report = json.loads((Path(pwd.getpwnam(USER).pw_dir) / "jobs" / trained_job / "evaluation" / "auroc.json")
-                        .read_text())
+    report = json.loads((job_dir_of(USER, trained_job) / "evaluation" / "auroc.json").read_text())
     assert report["checkpoint"] and len(report["auroc"]) == 14
 
 
@@ -131,7 +131,7 @@ def test_05_sweep_runs_trials_and_tables_them(cluster, workdir):
     # One epoch each (pruning needs 3: tests/integration/test_sweeps.py prunes), to stay within a minute.
     notebook = run_notebook(cluster, workdir, "05-sweep.ipynb",
                             {"trials": 2, "parallel": 2, "epochs": 1, "pruner": "none", "min_epochs": 1,
-                             "batch_sizes": [], "lr_low": 5e-4, "lr_high": 2e-3})
+                             "model": TINY_MODEL, "batch_sizes": [], "lr_low": 5e-4, "lr_high": 2e-3})
     out = texts(notebook)
     assert "2 trials, at most 2 at once, tpe sampler, pruner none" in out, out[-3000:]
     assert "lr from 0.0005 to 0.002 (log scale)" in out

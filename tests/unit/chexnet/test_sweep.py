@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-optuna = pytest.importorskip("optuna")
-
 from chexnet import sweep  # noqa: E402
 
 PLAN = {"space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "batch_size": {"choices": [8, 16, 32]},

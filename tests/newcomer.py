@@ -1,0 +1,102 @@
+"""What a newcomer does in their own boxes before running `make test` beside them (issue 38's order), as alice:
+
+    python -m tests.newcomer slurm        # after `make up`: her JupyterLab, a 2-node job and a 4-trial sweep,
+                                          # submitted through the dashboard's API, running when this returns
+    python -m tests.newcomer kubernetes   # after `make up-k8s`: her JupyterLab as a pod, through the NodePort
+    python -m tests.newcomer status       # her servers, jobs and sweep in both boxes, as their hubs tell them
+
+`make fresh-test FRESH_ARGS=--user-work` runs the first (and with a Kubernetes box, the second) before `make test`;
+tests/users/test_users_boxes.py then checks that the suites left all of it as it was. Nothing here is a test: it is
+the user's side of the check, driven as a browser would (the hub's login form, its spawn form, the dashboard's API).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "deploy" / "kubernetes")]
+
+from bench.hub_client import HubClient, wait_for  # noqa: E402
+
+USER, PASSWORD = "alice", "wonderland"
+SLURM_HUB = "http://127.0.0.1:8000"  # `make up`'s
+SERVER_S = 300
+# The submit form's defaults (DenseNet-121 at 224 px), on 2 nodes, with epochs enough to still train when
+# `make up-k8s` is done and `make test` starts (about 45 s an epoch here, beside everything else).
+JOB = {"template": "chexnet", "nodes": 2, "epochs": 20}
+# The form's sweep, 4 trials, each in 4 GB: the box's nodes (8 CPUs, 24 GB each) then hold it beside her server
+# and the 2-node job (16 GB a node), so that all three run at once (each trial one of her 4 GPUs: one at a time).
+SWEEP = {"template": "chexnet", "memory_gb": 4, "epochs": 10, "sweep": {"trials": 4}}
+
+
+def spawned(client: HubClient, fields: dict) -> dict:
+    """Her server through the spawn form (when the hub offers one), ready."""
+    action = client.spawn_form_action()
+    if action is not None:
+        answer = client.post_spawn_form(action, fields)
+        if answer.status_code not in (200, 302):
+            raise SystemExit(f"{client.url}: the spawn form answered {answer.status_code}: {answer.text[-500:]}")
+    else:
+        client.api("POST", f"users/{USER}/server", json=fields)
+
+    def ready():
+        server = client.server(USER)
+        return server if server and server.get("ready") else None
+    return wait_for(ready, SERVER_S, interval=2, what=f"{USER}'s server at {client.url}")
+
+
+def slurm() -> None:
+    client = HubClient(SLURM_HUB).login(USER, PASSWORD)
+    server = spawned(client, {"gpus": 1})
+    print(f"her server: {SLURM_HUB}{server['url']}")
+    api = client.token_session(USER, "newcomer")
+    submitted = []
+    for request in (JOB, SWEEP):
+        answer = api.post(f"{SLURM_HUB}/services/portal/api/jobs", json=request, timeout=60)
+        if answer.status_code != 201:
+            raise SystemExit(f"the dashboard refused {request}: {answer.status_code} {answer.text[-500:]}")
+        submitted.append(answer.json()["id"])
+        print(f"submitted {json.dumps(request)}: job {submitted[-1]} ({answer.json().get('warning') or 'no wait'})")
+
+    def running():
+        states = {job: api.get(f"{SLURM_HUB}/services/portal/api/jobs/{job}", timeout=60).json()["state"]
+                  for job in submitted}
+        return states if all(state == "RUNNING" for state in states.values()) else None
+    print(f"running: {wait_for(running, SERVER_S, interval=3, what='her job and sweep to run')}")
+
+
+def kubernetes() -> None:
+    import kubebox  # noqa: PLC0415  (deploy/kubernetes, on sys.path above)
+
+    url = kubebox.box_hub.url(kubebox.KubeBox())
+    client = HubClient(url).login(USER, PASSWORD)
+    server = spawned(client, {"partition": "t4", "gpus": "1", "cpus": "1", "memory_gb": "2", "runtime": "01:00:00"})
+    print(f"her server on Kubernetes: {url}{server['url']}")
+
+
+def status() -> None:
+    client = HubClient(SLURM_HUB).login(USER, PASSWORD)
+    api = client.token_session(USER, "newcomer status")
+    jobs = api.get(f"{SLURM_HUB}/services/portal/api/jobs", timeout=60).json()["jobs"]
+    print(f"her server: {'ready' if (client.server(USER) or {}).get('ready') else 'none'}")
+    for job in jobs:
+        print(f"job {job['id']}: {job['state']}" + (" (a sweep)" if job.get("sweep") else ""))
+
+
+def main(argv: list[str]) -> int:
+    commands = {"slurm": slurm, "kubernetes": kubernetes, "status": status}
+    if argv[1:] and argv[1] in commands:
+        started = time.monotonic()
+        commands[argv[1]]()
+        print(f"newcomer {argv[1]}: done in {time.monotonic() - started:.0f} s")
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

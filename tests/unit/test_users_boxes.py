@@ -1,0 +1,83 @@
+"""The check that the suites leave the users' own boxes as they found them (tests/users_boxes.py) catches each
+kind of harm, and takes what the users' own boxes do meanwhile for what it is."""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+
+from tests.users_boxes import compare
+
+FILE, DIR = stat.S_IFREG, stat.S_IFDIR
+OLD_MAIL = b"From portal@dsportal.local Fri Nov 27\nSubject: Job 3 COMPLETED\n\nhttp://127.0.0.1:8000/services/portal/jobs/3\n"
+
+
+def entry(inode: int, kind: int = FILE, size: int = 10, mtime: int = 1) -> dict:
+    return {"type": kind, "inode": inode, "size": size, "mtime_ns": mtime}
+
+
+def boxes(home: dict, jobs: dict | None = None, processes: dict | None = None, mail: bytes = OLD_MAIL) -> dict:
+    return {"homes": {"alice": home}, "kube_homes": {"alice": {}},
+            "mail": {"alice": {"size": len(mail), "sha256": hashlib.sha256(mail).hexdigest()}},
+            "slurm": jobs or {}, "processes": processes or {}, "pods": {}}
+
+
+HOME = {"notebooks": entry(1, DIR), "notebooks/mine.ipynb": entry(2), "jobs": entry(3, DIR),
+        "jobs/dsportal": entry(4, DIR), "jobs/dsportal/11": entry(5, DIR), "jobs/dsportal/11/output.log": entry(6),
+        "jobs/dsportal/12": entry(7, DIR), "jobs/dsportal/12/job.json": entry(8)}
+SERVER = {"1000 555": {"user": "alice", "cmdline": "jupyterhub-singleuser", "job": "10", "node": "node1",
+                       "test_box": False}}
+JOB = {"1001 556": {"user": "alice", "cmdline": "python -m chexnet.train", "job": "11", "node": "node1",
+                    "test_box": False}}
+
+
+def check(before: dict, after: dict, now_mail: bytes = OLD_MAIL) -> list[str]:
+    return compare(before, after, "dsportal_test", mailbox=lambda user: now_mail)
+
+
+def test_what_the_users_box_does_meanwhile_is_not_harm():
+    before = boxes(HOME, {"10": "RUNNING", "11": "RUNNING", "12": "COMPLETED"}, {**SERVER, **JOB})
+    grown = {**HOME, "jobs/dsportal/11/output.log": entry(6, size=99, mtime=2),
+             "jobs/dsportal/11/checkpoints": entry(9, DIR), ".local/share/jupyter/runtime/jpserver-1.json": entry(10)}
+    after = boxes(grown, {"10": "RUNNING", "11": "COMPLETED", "12": "COMPLETED"}, SERVER)  # job 11 ended well
+    mailed = OLD_MAIL + b"From portal@dsportal.local Fri Nov 27\nSubject: Job 11 COMPLETED\n\n" \
+                        b"http://127.0.0.1:8000/services/portal/jobs/11\n"
+    assert check(before, after, mailed) == []
+    # The test box's own marks come and go: only one left behind is named.
+    marked = {**HOME, "jobs/dsportal_test": entry(20, DIR)}
+    assert check(boxes(HOME), boxes(HOME)) == []
+    assert check(boxes(HOME), boxes(marked)) == ["~alice/jobs/dsportal_test: the test box's, left behind"]
+
+
+def test_each_kind_of_harm_is_named():
+    before = boxes(HOME, {"10": "RUNNING", "11": "RUNNING"}, {**SERVER, **JOB})
+    removed = {k: v for k, v in HOME.items() if k != "notebooks/mine.ipynb"}
+    assert check(before, boxes(removed, before["slurm"], before["processes"])) == \
+        ["~alice/notebooks/mine.ipynb: removed"]
+    changed = {**HOME, "notebooks/mine.ipynb": entry(2, size=11)}
+    assert check(before, boxes(changed, before["slurm"], before["processes"])) == \
+        ["~alice/notebooks/mine.ipynb: changed"]
+    moved = {**HOME, "jobs/dsportal/12": entry(70, DIR)}  # moved aside and made again: another inode
+    assert check(before, boxes(moved, before["slurm"], before["processes"])) == \
+        ["~alice/jobs/dsportal/12: replaced (another inode or type)"]
+    left = {**HOME, "stray.txt": entry(30)}
+    assert check(before, boxes(left, before["slurm"], before["processes"])) == \
+        ["~alice/stray.txt: new, not the user's own box's"]
+    cancelled = check(before, boxes(HOME, {"10": "CANCELLED", "11": "RUNNING"}, JOB))
+    assert cancelled == ["Slurm job 10 of the user's box: RUNNING before, CANCELLED after",
+                         "process 1000 of alice (jupyterhub-singleuser): gone; its Slurm job 10 is CANCELLED"]
+    assert check(before, boxes(HOME, before["slurm"], before["processes"]), b"") == \
+        ["/var/mail/alice: what it held before was changed or removed"]
+    foreign = OLD_MAIL + b"From portal@dsportal.local Fri Nov 27\nSubject: Job 2 FAILED\n\nhttp://127.0.0.1:18000/x\n"
+    (said,) = check(before, boxes(HOME, before["slurm"], before["processes"]), foreign)
+    assert said.startswith("/var/mail/alice: a message that is not the user's box's: ")
+
+
+def test_the_way_a_killed_session_made_to_its_marks_is_not_the_users():
+    from tests.users_boxes import Marks, pruned
+
+    found = {"jobs": entry(3, DIR), "jobs/dsportal_test": entry(4, DIR), "jobs/dsportal_test/1": entry(5, DIR),
+             ".cache": entry(6, DIR), ".cache/dsportal": entry(7, DIR), ".cache/dsportal/servers": entry(8, DIR),
+             ".cache/dsportal/servers/dsportal_test": entry(9, DIR), ".cache/pip": entry(10, DIR),
+             "empty": entry(11, DIR)}
+    assert sorted(pruned(found, Marks("dsportal_test"))) == [".cache", ".cache/pip", "empty"]

@@ -1,0 +1,308 @@
+"""What the users' own boxes hold, before `make test` and after it: the suites must leave it as they found it.
+
+A newcomer's `make up` box (and `make up-k8s`'s) runs beside the tests' boxes, sharing the machine, the users'
+homes and their mailboxes. `make test` takes a snapshot of it first (`python -m tests.users_boxes snapshot`) and
+tests/users/test_users_boxes.py compares once every suite has run:
+
+- files: every file and directory of a demo user's home that was there before (the test box's own marks
+  excepted) is still there, the same inode; one that is not the output of a job of their own box that ran
+  meanwhile is unchanged (size, mtime); nothing new is left outside those jobs and the places their own server
+  writes (JupyterLab's runtime and workspace files, the kernels' history);
+- the Kubernetes box's home volumes, the same way;
+- mail: each user's mailbox holds what it held, and anything new is mail of their own box (its hub's links);
+- Slurm: every job of the user's box that was queued or running is still so, or ended COMPLETED (or TIMEOUT, its
+  own time limit), never cancelled, failed or lost by the tests;
+- processes: every process of a demo user's outside the test boxes is alive, or belonged to a job of their box
+  that has ended as above;
+- Kubernetes: every pod of the users' namespaces is there (the same UID), or belonged to a Job that completed.
+
+Nothing here runs as a user or follows a link in a home: lstat and reads of root's own view. Hashes are taken of
+small files only (checkpoints are large; their size and mtime say enough).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEMO_USERS = ("alice", "bob", "mallory", "admin")
+USER_BOX = Path("/var/lib/dsportal")  # `make up`'s state dir (portal.config's default)
+KUBE_BOX = USER_BOX / "kube"  # `make up-k8s`'s
+SNAPSHOT = Path("/var/tmp/dsportal-users-before.json")
+HASHED_BYTES = 256 * 1024  # files up to this size are compared by content too
+# Where a user's own running JupyterLab and kernels write as they run: not the tests' doing when they change.
+SERVER_WRITES = (".local/share/jupyter/runtime", ".jupyter/lab/workspaces", ".ipython/profile_default/history",
+                 ".cache/dsportal/servers/dsportal")
+ENDED_WELL = ("COMPLETED", "TIMEOUT")
+TEST_NODE_PREFIX = os.environ.get("DSPORTAL_TEST_NODE_PREFIX", "tnode")  # the test box's nodes (tests/conftest.py)
+TEST_CLUSTER = os.environ.get("DSPORTAL_TEST_CLUSTER", "dsportal_test")  # and its cluster's name
+USER_HUB = "http://127.0.0.1:8000/services/portal/jobs/"  # the user's box's job pages: its mail links there
+
+
+@dataclass(frozen=True)
+class Marks:
+    """The test boxes' own places in a home: what their cleanup removes (tests/conftest.py's marks_in)."""
+
+    cluster: str
+
+    def holds(self, relative: str) -> bool:
+        places = (f"jobs/{self.cluster}", f".config/{self.cluster}", f".cache/dsportal/servers/{self.cluster}",
+                  f".cache/{self.cluster}")
+        return any(relative == p or relative.startswith(p + "/") for p in places)
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    info = os.lstat(path)
+    entry = {"type": stat.S_IFMT(info.st_mode), "inode": info.st_ino, "size": info.st_size,
+             "mtime_ns": info.st_mtime_ns}
+    if stat.S_ISREG(info.st_mode) and info.st_size <= HASHED_BYTES:
+        try:
+            with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as stream:
+                entry["sha256"] = hashlib.sha256(stream.read(HASHED_BYTES + 1)).hexdigest()
+        except OSError:
+            pass
+    return entry
+
+
+def tree(root: Path) -> dict[str, dict[str, Any]]:
+    """Every entry under `root` (links not followed), by its path relative to `root`."""
+    found: dict[str, dict[str, Any]] = {}
+    if not root.is_dir():
+        return found
+    for top, dirs, files in os.walk(root):  # os.walk does not follow links to directories
+        for name in dirs + files:
+            path = Path(top) / name
+            try:
+                found[str(path.relative_to(root))] = _file_entry(path)
+            except OSError:
+                continue  # gone meanwhile
+    return found
+
+
+def pruned(found: dict[str, dict[str, Any]], marks: Marks) -> dict[str, dict[str, Any]]:
+    """The tree less the test box's marks and the directories that hold nothing but marks (the way the box made to
+    them, which its cleanup removes; a killed session's, which the next one removes after this snapshot)."""
+    keep = {relative for relative in found if not marks.holds(relative)}
+    for folder in sorted((r for r in keep if stat.S_ISDIR(found[r]["type"])), key=lambda r: -r.count("/")):
+        inside = [r for r in found if r.startswith(folder + "/")]
+        if inside and all(r not in keep for r in inside):
+            keep.discard(folder)
+    return {relative: found[relative] for relative in keep}
+
+
+def homes() -> dict[str, Path]:
+    found = {}
+    for user in DEMO_USERS:
+        try:
+            found[user] = Path(pwd.getpwnam(user).pw_dir)
+        except KeyError:
+            continue
+    return found
+
+
+def _running(pid_file: Path) -> bool:
+    try:
+        pid = int(pid_file.read_text().strip())
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def slurm_jobs() -> dict[str, str]:
+    """Every job of the user's Slurm box that it still knows (squeue) or accounts (sacct), id -> state."""
+    if not _running(USER_BOX / "run" / "slurmctld.pid"):
+        return {}
+    env = {**os.environ, "SLURM_CONF": str(USER_BOX / "slurm" / "slurm.conf")}
+    states = {}
+    accounted = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-S", "now-7days", "-o", "JobID,State"],
+                               env=env, capture_output=True, text=True, timeout=60).stdout
+    for line in accounted.splitlines():
+        job, _, state = line.partition("|")
+        if job:
+            states[job] = state.split()[0] if state else ""
+    queued = subprocess.run(["squeue", "-a", "-h", "-r", "-o", "%i|%T"], env=env, capture_output=True, text=True,
+                            timeout=60).stdout
+    for line in queued.splitlines():
+        job, _, state = line.partition("|")
+        if job:
+            states[job] = state
+    return states
+
+
+def user_processes() -> dict[str, dict[str, Any]]:
+    """Every process of a demo user's, by "<pid> <start time>": its user, command line and Slurm job (from its
+    cgroup, where Slurm put it)."""
+    uids = {pwd.getpwnam(user).pw_uid: user for user in homes()}
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            uid = proc.stat().st_uid
+            if uid not in uids:
+                continue
+            started = (proc / "stat").read_text().rsplit(")", 1)[1].split()[19]
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            cgroups = (proc / "cgroup").read_text()
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        # Slurm's cgroup: .../slurm_<node>/uid_<uid>/job_<id>/...: the node names the box (the tests' are tnode*).
+        parts = [part for line in cgroups.splitlines() for part in line.split(":", 2)[-1].split("/")]
+        job = next((part[4:] for part in parts if part.startswith("job_")), "")
+        node = next((part[6:] for part in parts if part.startswith("slurm_")), "")
+        found[f"{proc.name} {started}"] = {"user": uids[uid], "cmdline": cmdline[:200], "job": job, "node": node,
+                                           "test_box": node.startswith(TEST_NODE_PREFIX)
+                                           or b"/var/tmp/dsportal-test" in environ}
+    return found
+
+
+def kube_pods() -> dict[str, dict[str, Any]]:
+    """Every pod in the users' namespaces of the user's Kubernetes box, by UID: its namespace, name, phase and
+    the Job that owns it."""
+    kubeconfig = KUBE_BOX / "kubeconfig" / "admin.kubeconfig"
+    if not kubeconfig.exists() or not _running(KUBE_BOX / "run" / "apiserver.pid"):
+        return {}
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    found = {}
+    for pod in api.list_pod_for_all_namespaces(timeout_seconds=30).items:
+        if not pod.metadata.namespace.startswith("dsportal-u-"):
+            continue
+        owner = next((ref.name for ref in pod.metadata.owner_references or () if ref.kind == "Job"), "")
+        found[pod.metadata.uid] = {"namespace": pod.metadata.namespace, "name": pod.metadata.name,
+                                   "phase": pod.status.phase, "job": owner}
+    return found
+
+
+def mailboxes() -> dict[str, dict[str, Any]]:
+    found = {}
+    for user in homes():
+        path = Path("/var/mail") / user
+        if path.is_file():
+            data = path.read_bytes()
+            found[user] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return found
+
+
+def read_mailbox(user: str) -> bytes:
+    path = Path("/var/mail") / user
+    return path.read_bytes() if path.is_file() else b""
+
+
+def snapshot(cluster: str = TEST_CLUSTER) -> dict[str, Any]:
+    return {"homes": {user: pruned(tree(home), Marks(cluster)) for user, home in homes().items()},
+            "kube_homes": {user: tree(KUBE_BOX / "volumes" / "home" / user) for user in DEMO_USERS},
+            "mail": mailboxes(), "slurm": slurm_jobs(), "processes": user_processes(), "pods": kube_pods()}
+
+
+def job_dirs_that_ran(jobs_before: dict[str, str], jobs_after: dict[str, str]) -> set[str]:
+    """The user's box's jobs that were queued or running at some point of the run: their directories may change."""
+    ran = {job for job, state in jobs_before.items() if state not in ENDED_WELL}
+    ran |= {job for job, state in jobs_after.items() if state not in ENDED_WELL or job not in jobs_before}
+    return {job.split("_")[0] for job in ran}
+
+
+def _may_change(relative: str, running: set[str]) -> bool:
+    """A path the user's own box writes to while it runs: a job of theirs that ran (`running`) or their server."""
+    parts = relative.split("/")
+    if len(parts) >= 3 and parts[0] == "jobs" and parts[1] == "dsportal" and parts[2].split(".")[0] in running:
+        return True
+    if len(parts) >= 2 and parts[0] == "jobs" and parts[1].split(".")[0] in running:  # the older layout
+        return True
+    return any(relative == p or relative.startswith(p + "/") for p in SERVER_WRITES)
+
+
+def compare_trees(before: dict[str, dict], after: dict[str, dict], marks: Marks, running: set[str],
+                  where: str) -> list[str]:
+    problems = []
+    for relative, entry in before.items():
+        if marks.holds(relative):
+            continue
+        now = after.get(relative)
+        if now is None:
+            if not _may_change(relative, running):
+                problems.append(f"{where}/{relative}: removed")
+            continue
+        if now["inode"] != entry["inode"] or now["type"] != entry["type"]:
+            problems.append(f"{where}/{relative}: replaced (another inode or type)")
+        elif stat.S_ISREG(entry["type"]) and not _may_change(relative, running) and (
+                now["size"], now["mtime_ns"], now.get("sha256")) != (entry["size"], entry["mtime_ns"],
+                                                                     entry.get("sha256")):
+            problems.append(f"{where}/{relative}: changed")
+    for relative in sorted(set(after) - set(before)):
+        if marks.holds(relative):
+            problems.append(f"{where}/{relative}: the test box's, left behind")
+        elif not _may_change(relative, running):
+            problems.append(f"{where}/{relative}: new, not the user's own box's")
+    return problems
+
+
+def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
+            mailbox: Callable[[str], bytes] = read_mailbox) -> list[str]:
+    """What the suites changed of the users' boxes, as lines; [] when they left everything as they found it.
+    `mailbox`: a user's mailbox as it reads now."""
+    marks, problems = Marks(cluster), []
+    jobs_before, jobs_after = before["slurm"], after["slurm"]
+    for job, state in jobs_before.items():
+        now = jobs_after.get(job)
+        if state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING") and \
+                now not in (None, "PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", *ENDED_WELL):
+            problems.append(f"Slurm job {job} of the user's box: {state} before, {now} after")
+    running = job_dirs_that_ran(jobs_before, jobs_after)
+    for user, tree_before in before["homes"].items():
+        problems += compare_trees(tree_before, after["homes"].get(user, {}), marks, running, f"~{user}")
+    for user, tree_before in before["kube_homes"].items():
+        if tree_before:  # the tests' Kubernetes box has homes of its own: these are the user's box's alone
+            kube_jobs = {name.split("/")[2] for name in after["kube_homes"].get(user, {}) if name.count("/") >= 2}
+            problems += compare_trees(tree_before, after["kube_homes"].get(user, {}), marks, kube_jobs,
+                                      f"{KUBE_BOX}/volumes/home/{user}")
+    for user in set(before["mail"]) | set(after["mail"]):
+        size = before["mail"][user]["size"] if user in before["mail"] else 0
+        data = mailbox(user)
+        kept, added = data[:size], data[size:]
+        if user in before["mail"] and hashlib.sha256(kept).hexdigest() != before["mail"][user]["sha256"]:
+            problems.append(f"/var/mail/{user}: what it held before was changed or removed")
+        for message in (chunk for chunk in added.split(b"\nFrom ") if chunk.strip()):
+            # The user's own box mails about its jobs, with its page: anything else came from the tests.
+            if USER_HUB.encode() not in message:
+                problems.append(f"/var/mail/{user}: a message that is not the user's box's: "
+                                f"{message[:200].decode(errors='replace')!r}")
+    for key, process in before["processes"].items():
+        if process["test_box"] or key in after["processes"]:
+            continue
+        state = jobs_after.get(process["job"], "") if process["job"] else ""
+        if not (process["job"] and state in ENDED_WELL):
+            problems.append(f"process {key.split()[0]} of {process['user']} ({process['cmdline'][:80]}): gone"
+                            + (f"; its Slurm job {process['job']} is {state or 'unknown'}" if process["job"] else ""))
+    for uid, pod in before["pods"].items():
+        if uid not in after["pods"] and not (pod["job"] and pod["phase"] in ("Running", "Pending", "Succeeded")):
+            problems.append(f"pod {pod['namespace']}/{pod['name']}: gone")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:2] != ["snapshot"]:
+        print("usage: python -m tests.users_boxes snapshot", file=sys.stderr)
+        return 2
+    taken = snapshot()
+    SNAPSHOT.write_text(json.dumps(taken))
+    os.chmod(SNAPSHOT, 0o600)
+    print(f"users' boxes before the suites: {sum(len(t) for t in taken['homes'].values())} files in the homes, "
+          f"{len(taken['slurm'])} Slurm jobs, {len(taken['processes'])} processes, {len(taken['pods'])} pods "
+          f"(snapshot: {SNAPSHOT})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
