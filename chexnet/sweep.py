@@ -9,8 +9,9 @@ in the job's directory.
     python -m chexnet.sweep status JOB_DIR [TASK]   # every trial (or TASK's) as JSON (the portal reads it)
 
 The study is Optuna's journal storage, `study.journal` in the job's directory: a file on the shared home that every
-node appends to under Optuna's own lock file (made with O_EXCL, which NFSv3 and later honour), so no database or
-service is needed. Its plan, `sweep.json`, is what the portal validated at submit (portal.jobs.sweep).
+node appends to under Optuna's own lock file (made with O_EXCL, which NFSv3 and later honour; broken after a
+minute when its writer was killed holding it: chexnet.studylock), so no database or service is needed. Its
+plan, `sweep.json`, is what the portal validated at submit (portal.jobs.sweep).
 
 One trial per task, counted once: the trial is made with the task's index in its user attributes, in one journal
 line, and written to `trials/<task>/trial.json`. A task Slurm runs again (its node failed, `--requeue`) finds the
@@ -51,7 +52,6 @@ TRIAL_FILE = "trial.json"
 STUDY_NAME = "sweep"
 TASK_ATTR = "task"  # the trial's user attribute: the index of the array task that runs it
 EXIT_FINISHED = 10  # `attach`: the task's trial has already finished (a requeued task after its tell)
-STALE_LOCK_S = 60.0  # a journal write holds the lock for milliseconds: older than this, its writer was killed
 MAX_PLAN_BYTES = 64 * 1024
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # 200 trials x 30 epochs is ~1 MB
 CLAIMS_DIR = "claims"  # Kubernetes: claims/<task> names the pod that runs it; its mtime is the pod's heartbeat
@@ -102,28 +102,12 @@ def _optuna():
     return optuna
 
 
-def clear_stale_lock(journal: Path, now: float | None = None) -> bool:
-    """Remove the journal's lock file when its writer was killed holding it (SIGKILL mid-append: a lost node, the
-    end of KillWait). Optuna's lock has no timeout: every writer would otherwise wait forever. True if removed."""
-    lock = Path(f"{journal}.lock")
-    try:
-        age = (time.time() if now is None else now) - lock.lstat().st_mtime
-    except FileNotFoundError:
-        return False
-    if age < STALE_LOCK_S:
-        return False
-    try:
-        lock.unlink()
-    except FileNotFoundError:
-        return False
-    print(f"chexnet.sweep: removed {lock}, left {age:.0f} s ago by a writer that was killed", file=sys.stderr)
-    return True
-
-
 def storage(job_dir: Path):
     """The sweep's journal storage (a regular file of the user's, not a link or a FIFO)."""
     optuna = _optuna()
-    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+    from optuna.storages.journal import JournalFileBackend
+
+    from chexnet.studylock import StudyLock
 
     journal = job_dir / JOURNAL_FILE
     try:
@@ -134,8 +118,7 @@ def storage(job_dir: Path):
         raise SweepError(f"{journal} is not a regular file")
     if info is not None and info.st_size > MAX_JOURNAL_BYTES:
         raise SweepError(f"{journal} is {info.st_size} bytes, more than a sweep writes ({MAX_JOURNAL_BYTES})")
-    clear_stale_lock(journal)
-    return optuna.storages.JournalStorage(JournalFileBackend(str(journal), lock_obj=JournalFileOpenLock(str(journal))))
+    return optuna.storages.JournalStorage(JournalFileBackend(str(journal), lock_obj=StudyLock(journal)))
 
 
 def sampler_for(plan: Plan, task: int):

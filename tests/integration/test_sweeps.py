@@ -113,13 +113,15 @@ def test_a_sweep_prunes_a_bad_trial_and_runs_at_most_its_parallel(cluster, hub, 
     assert sorted(row["trial"] for row in rows) == list(range(trials)), rows  # each trial once
     pruned = [row for row in rows if row["pruned"]]
     assert pruned, rows
-    for row in pruned:  # min_epochs 2: the first epoch it may be pruned at
-        assert row["state"] == "PRUNED" and row["pruned_at"] == 2 and row["epochs_run"] == 2, row
-    # A trial that does not learn is stopped at the first epoch it may be (one that learns may be too, when it is
-    # below the median of those that completed: that is the pruner's call).
-    assert all(row["pruned"] for row in rows if row["params"]["lr"] == BAD_LR and row["task"] >= 2), rows
+    for row in pruned:  # min_epochs 2: the first epoch it may be pruned at; it trains no epoch after it
+        assert row["state"] == "PRUNED" and row["pruned_at"] >= 2 and row["epochs_run"] == row["pruned_at"], row
+    # A trial that does not learn is stopped at the first epoch it may be, once a trial has completed. One that
+    # learns may be stopped too, at any epoch it is below the median of those that completed at that epoch: the
+    # pruner's call (two learning trials running side by side differ by their random start).
+    late_bad = [row for row in rows if row["params"]["lr"] == BAD_LR and row["task"] >= 2]
+    assert late_bad and all(row["pruned"] and row["pruned_at"] == 2 for row in late_bad), rows
     completed = [row for row in rows if row["state"] == "COMPLETED"]
-    assert {row["task"] for row in completed} >= {0, 1}, rows
+    assert {row["task"] for row in completed} & {0, 1}, rows  # the first two: one completes before any is pruned
     best = answer["sweep"]["best"]
     assert best["params"]["lr"] == GOOD_LR and best["value"] == max(row["value"] for row in completed), best
     assert best["value"] > 0.8, best

@@ -8,12 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from chexnet import sweep  # noqa: E402
+from chexnet import studylock, sweep  # noqa: E402
 
 PLAN = {"space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "batch_size": {"choices": [8, 16, 32]},
                   "image_size": {"low": 64, "high": 128}},
@@ -104,12 +105,29 @@ def test_close_fails_every_unfinished_trial(job_dir):
 def test_a_lock_left_by_a_killed_writer_is_cleared_a_fresh_one_is_not(job_dir):
     lock = Path(f"{job_dir / sweep.JOURNAL_FILE}.lock")
     lock.write_text("")
-    assert not sweep.clear_stale_lock(job_dir / sweep.JOURNAL_FILE)
-    old = time.time() - sweep.STALE_LOCK_S - 5
+    assert not studylock.clear_stale_lock(job_dir / sweep.JOURNAL_FILE)
+    old = time.time() - studylock.STALE_LOCK_S - 5
     os.utime(lock, (old, old))
     started = time.monotonic()
     assert sweep.attach(job_dir, 0)[0] == 0  # not a wait forever
     assert time.monotonic() - started < 10 and not lock.exists()
+
+
+def test_a_writer_waiting_when_the_holder_is_killed_takes_the_lock_once_it_is_stale(job_dir, monkeypatch):
+    """The other task of a sweep, mid-training when a node dies with the lock: it waits, then goes on."""
+    monkeypatch.setattr(studylock, "STALE_LOCK_S", 1.5)
+    journal = job_dir / sweep.JOURNAL_FILE
+    Path(f"{journal}.lock").write_text("")  # fresh: a write in progress, whose writer is then killed
+    waiter = studylock.StudyLock(journal)
+    taken = threading.Event()
+    thread = threading.Thread(target=lambda: waiter.acquire() and taken.set(), daemon=True)
+    started = time.monotonic()
+    thread.start()
+    assert not taken.wait(0.5)  # a lock younger than STALE_LOCK_S is a live write: waited on
+    assert taken.wait(10)
+    assert time.monotonic() - started >= 1.4
+    waiter.release()
+    assert not Path(f"{journal}.lock").exists()
 
 
 def test_files_of_the_users_making_are_refused_with_a_reason(job_dir):

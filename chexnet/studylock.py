@@ -1,0 +1,65 @@
+"""The sweep journal's lock: Optuna's O_EXCL lock file, with a grace period for a writer killed holding it.
+
+Every task of a sweep appends to `study.journal` on the shared home under `study.journal.lock`, a file made with
+O_EXCL (Optuna's JournalFileOpenLock, which NFSv3 and later honour) and removed when the write is done, milliseconds
+later. A writer that dies holding it (its node lost, SIGKILL at the end of Slurm's KillWait) leaves the file behind,
+and Optuna 4.1's lock waits for it forever: every other task of the sweep stops at its next report, and the task
+Slurm runs again stops at its first. (Optuna 4.2 added a `grace_period` to this lock; 4.1 is the version pinned
+here.) StudyLock waits like Optuna's, and once the file it waits on is older than STALE_LOCK_S, removes it and
+takes the lock.
+
+The age is the lock file's mtime on the shared file system: a lock that old cannot be a live write, unless its
+writer was stopped in it (a suspended job), which then finds its lock gone when it releases (Optuna raises).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+from pathlib import Path
+
+from optuna.storages.journal import JournalFileOpenLock
+
+STALE_LOCK_S = 60.0  # a journal write holds the lock for milliseconds: older than this, its writer was killed
+MAX_WAIT_STEP_S = 1.0  # Optuna's own back-off: 1 ms, doubled up to a second
+
+
+def clear_stale_lock(journal: Path, now: float | None = None) -> bool:
+    """Remove the journal's lock file when its writer was killed holding it. True if removed."""
+    lock = Path(f"{journal}.lock")
+    try:
+        age = (time.time() if now is None else now) - lock.lstat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age < STALE_LOCK_S:
+        return False
+    try:
+        lock.unlink()
+    except FileNotFoundError:
+        return False  # another waiter removed it first
+    print(f"chexnet.sweep: removed {lock}, left {age:.0f} s ago by a writer that was killed", file=sys.stderr)
+    return True
+
+
+class StudyLock(JournalFileOpenLock):
+    """Optuna's O_EXCL lock file, broken once older than STALE_LOCK_S instead of waited on forever."""
+
+    def __init__(self, journal: Path) -> None:
+        super().__init__(str(journal))
+        self._journal = journal
+
+    def acquire(self) -> bool:
+        wait = 0.001
+        while True:
+            try:
+                os.close(os.open(self._lock_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                return True
+            except OSError as err:
+                if err.errno != errno.EEXIST:
+                    raise
+            if clear_stale_lock(self._journal):
+                continue
+            time.sleep(wait)
+            wait = min(wait * 2, MAX_WAIT_STEP_S)
