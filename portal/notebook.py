@@ -320,7 +320,7 @@ def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) ->
     """Follow a job until it ends: its state and epochs done, as a progress bar in JupyterLab and as printed lines
     (one per change) everywhere, so a headless run leaves a record. Returns the final state. While the scheduler
     does not answer (slurmctld or the API server restarting), it says so once and asks again: the job runs on
-    (portal.jobs.Asker, which also rides through a restarted API server's refusals for a while)."""
+    (portal.jobs.asker.Asker, which also rides through a restarted API server's refusals for a while)."""
     from portal.jobs import Asker
     from portal.jobs.record import ENDED_STATES
 
