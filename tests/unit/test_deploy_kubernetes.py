@@ -9,6 +9,7 @@ import importlib
 import json
 import re
 import sys
+import types
 from pathlib import Path
 
 import kubernetes_validate
@@ -22,6 +23,7 @@ from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 sys.path[:0] = [str(DEPLOY), str(DEPLOY.parent)]
+from kubeparts import api as kube_api  # noqa: E402
 from kubeparts import machine, nodes  # noqa: E402
 from kubeparts.layout import KubeBox  # noqa: E402
 from supervise import BoxError  # noqa: E402
@@ -195,3 +197,44 @@ def test_the_nodes_keep_their_cni_and_kubelet_state_in_their_own_dir(tmp_path):
     assert f"--root-dir={own / 'kubelet'}" in command and f"--cert-dir={own / 'kubelet' / 'pki'}" in command
     config = nodes.containerd_config(box, node)
     assert f'conf_dir = "{own / "cni"}"' in config and f'state = "{own / "containerd-state"}"' in config
+
+
+class FakeKind:
+    """One kind's handle as kubeparts.api.apply sees it, against an API server like v1.20's: a create of an object
+    that exists is refused by what it validates first (a Service's fixed nodePort: 422), not always with 409."""
+
+    def __init__(self, existing: dict | None = None):
+        self.existing, self.calls = existing, []
+
+    def get(self, name, namespace=None):
+        self.calls.append("get")
+        if self.existing is None:
+            raise kube_api.NotFoundError(kube_api.ApiException(status=404, reason="Not Found"))
+        return types.SimpleNamespace(metadata=types.SimpleNamespace(resourceVersion="7"))
+
+    def create(self, body, namespace=None):
+        self.calls.append("create")
+        if self.existing is not None:
+            raise kube_api.DynamicApiError(kube_api.ApiException(status=422, reason="port is already allocated"))
+        self.existing = body
+
+    def replace(self, body, namespace=None):
+        self.calls.append(("replace", body["metadata"]["resourceVersion"]))
+
+
+def fake_api(kind: FakeKind):
+    return types.SimpleNamespace(resources=types.SimpleNamespace(get=lambda **_: kind))
+
+
+def test_apply_creates_what_is_missing_and_never_creates_what_exists():
+    proxy = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "proxy-public", "namespace": "dsportal"},
+             "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}}
+    missing = FakeKind()
+    assert kube_api.apply(fake_api(missing), proxy, replaceable=()) == "Service dsportal/proxy-public: created"
+    assert missing.calls == ["get", "create"]
+    # A second `up` (or one after a crash): the Service is there, holding its nodePort.
+    there = FakeKind(existing=proxy)
+    assert kube_api.apply(fake_api(there), proxy, replaceable=()) == "Service dsportal/proxy-public: exists"
+    assert there.calls == ["get"]
+    assert kube_api.apply(fake_api(there), proxy, replaceable=("Service",)) == "Service dsportal/proxy-public: updated"
+    assert there.calls[-1] == ("replace", "7")

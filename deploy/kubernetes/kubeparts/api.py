@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from kubernetes import config as kubeconfig
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ConflictError, DynamicApiError
+from kubernetes.dynamic.exceptions import ConflictError, DynamicApiError, NotFoundError
 from supervise import BoxError
 from urllib3.exceptions import HTTPError
 
@@ -80,20 +80,35 @@ def load_manifests(path: Path) -> list[dict[str, Any]]:
 
 def apply(api: DynamicClient, manifest: dict[str, Any], replaceable: Collection[str] = REPLACEABLE) -> str:
     """Create the object, or bring it in line when it exists and its kind is `replaceable`; returns what was
-    done."""
+    done.
+
+    Asked first, then created: a create of an object that exists is not always a 409. A Service with a fixed
+    nodePort is refused with 422 "provided port is already allocated" (by itself), since the API server allocates
+    its ports before it looks for the name: a second `up` would fail on the hub's proxy-public."""
     kind, meta = manifest["kind"], manifest["metadata"]
     handle = resource(api, manifest["apiVersion"], kind)
     label = f"{kind} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}{meta['name']}"
-    try:
-        handle.create(body=manifest, namespace=meta.get("namespace"))
-        return f"{label}: created"
-    except ConflictError:
-        if kind not in replaceable:
-            return f"{label}: exists"
-    current = handle.get(name=meta["name"], namespace=meta.get("namespace"))
+    current = _current(handle, meta)
+    if current is None:
+        try:
+            handle.create(body=manifest, namespace=meta.get("namespace"))
+            return f"{label}: created"
+        except ConflictError:  # made meanwhile
+            current = _current(handle, meta)
+    if kind not in replaceable:
+        return f"{label}: exists"
+    if current is None:
+        raise BoxError(f"{label}: the API server said it exists, then that it does not")
     replacement = {**manifest, "metadata": {**meta, "resourceVersion": current.metadata.resourceVersion}}
     handle.replace(body=replacement, namespace=meta.get("namespace"))
     return f"{label}: updated"
+
+
+def _current(handle: Any, meta: dict[str, Any]) -> Any:
+    try:
+        return handle.get(name=meta["name"], namespace=meta.get("namespace"))
+    except NotFoundError:
+        return None
 
 
 def ensure_user_namespace(api: DynamicClient, name: str) -> str:
