@@ -18,6 +18,7 @@ import errno
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from optuna.storages.journal import JournalFileOpenLock
@@ -27,18 +28,33 @@ MAX_WAIT_STEP_S = 1.0  # Optuna's own back-off: 1 ms, doubled up to a second
 
 
 def clear_stale_lock(journal: Path, now: float | None = None) -> bool:
-    """Remove the journal's lock file when its writer was killed holding it. True if removed."""
+    """Remove the journal's lock file when its writer was killed holding it. True if removed.
+
+    Two waiters may find the same stale lock. Each renames it aside first (atomic: one of them gets it) and checks
+    that what it moved is still the file it judged stale (the same inode and mtime): if another waiter broke it
+    and a writer took a fresh lock between the look and the rename, the fresh one is put back."""
     lock = Path(f"{journal}.lock")
     try:
-        age = (time.time() if now is None else now) - lock.lstat().st_mtime
+        seen = lock.lstat()
     except FileNotFoundError:
         return False
+    age = (time.time() if now is None else now) - seen.st_mtime
     if age < STALE_LOCK_S:
         return False
+    aside = lock.with_name(f"{lock.name}.{uuid.uuid4().hex}.stale")
     try:
-        lock.unlink()
+        os.rename(lock, aside)
     except FileNotFoundError:
-        return False  # another waiter removed it first
+        return False  # another waiter broke it first
+    moved = os.lstat(aside)
+    if (moved.st_ino, moved.st_mtime_ns) != (seen.st_ino, seen.st_mtime_ns):
+        try:
+            os.link(aside, lock)  # a writer's fresh lock: back where its release looks for it
+        except FileExistsError:
+            pass  # yet another lock was taken meanwhile: the fresh one's writer finds it gone at its release
+        os.unlink(aside)
+        return False
+    os.unlink(aside)
     print(f"chexnet.sweep: removed {lock}, left {age:.0f} s ago by a writer that was killed", file=sys.stderr)
     return True
 

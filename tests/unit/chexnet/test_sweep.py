@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chexnet import studylock, sweep  # noqa: E402
+from chexnet import studylock, sweep
 
 PLAN = {"space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "batch_size": {"choices": [8, 16, 32]},
                   "image_size": {"low": 64, "high": 128}},
@@ -188,3 +188,23 @@ def test_the_claim_cli_checks_its_arguments(job_dir):
     assert not (job_dir / sweep.CLAIMS_DIR / "1").is_symlink()
     status = json.loads(cli("status", str(job_dir), "0").stdout)
     assert status == {"trials": []}  # no trial before the pod attaches
+
+
+def test_a_fresh_lock_taken_between_a_waiters_look_and_its_break_is_left_to_its_writer(job_dir, monkeypatch):
+    """Two waiters find the same stale lock: the first breaks it and a writer takes a fresh one before the second
+    acts on what it saw. The second must not remove the writer's lock."""
+    journal = job_dir / sweep.JOURNAL_FILE
+    lock = Path(f"{journal}.lock")
+    lock.write_text("")
+    old = time.time() - studylock.STALE_LOCK_S - 5
+    os.utime(lock, (old, old))
+    real_rename = os.rename
+
+    def others_act_first(src, dst):  # between the second waiter's lstat and its rename
+        lock.unlink()  # the first waiter broke the stale lock,
+        lock.write_text("")  # and a writer took a fresh one (its inode may well be the old one's again)
+        real_rename(src, dst)
+    monkeypatch.setattr(studylock.os, "rename", others_act_first)
+    assert not studylock.clear_stale_lock(journal)
+    assert lock.exists() and time.time() - lock.stat().st_mtime < 5  # the writer's lock, back in place
+    assert [p.name for p in job_dir.iterdir() if p.name.endswith(".stale")] == []
