@@ -52,10 +52,12 @@ TEST_SETTINGS = {
     "jobs_old_layout": False,  # ~/jobs/<id> are the user's box's older jobs, not this cluster's
     "user_settings_file": f".config/{CLUSTER}/settings.json",  # its own settings, never the users'
     # Its servers' template copies and Jupyter's own per-user files (config, JupyterLab's workspaces and settings,
-    # runtime files, notebook signatures) in its scratch mark: a user's own ~/.jupyter is read by their box alone.
+    # runtime files, notebook signatures) and IPython's (its kernels' history) in its scratch mark: a user's own
+    # ~/.jupyter and ~/.ipython are read by their box alone.
     "user_notebooks_dir": f".cache/{CLUSTER}/notebooks",
     "server_environment": [f"JUPYTER_CONFIG_DIR={{home}}/.cache/{CLUSTER}/jupyter/config",
-                           f"JUPYTER_DATA_DIR={{home}}/.cache/{CLUSTER}/jupyter/data"],
+                           f"JUPYTER_DATA_DIR={{home}}/.cache/{CLUSTER}/jupyter/data",
+                           f"IPYTHONDIR={{home}}/.cache/{CLUSTER}/ipython"],
     "box_nodes": 2,
     "box_node_prefix": NODE_PREFIX,
     "box_subnet": BOX_SUBNET,

@@ -14,7 +14,9 @@ tests/users/test_users_boxes.py compares once every suite has run:
   own time limit), never cancelled, failed or lost by the tests;
 - processes: every process of a demo user's outside the test boxes is alive, or belonged to a job of their box
   that has ended as above;
-- Kubernetes: every pod of the users' namespaces is there (the same UID), or belonged to a Job that completed.
+- Kubernetes: every pod of the users' namespaces is there (the same UID), or belonged to a Job (whose controller
+  replaces a pod it lost) and was not failing;
+- the user's boxes' slurmctld and API server that ran before still run.
 
 Nothing here runs as a user or follows a link in a home: lstat and reads of root's own view. Hashes are taken of
 small files only (checkpoints are large; their size and mtime say enough).
@@ -40,11 +42,12 @@ KUBE_BOX = USER_BOX / "kube"  # `make up-k8s`'s
 SNAPSHOT = Path("/var/tmp/dsportal-users-before.json")
 HASHED_BYTES = 256 * 1024  # files up to this size are compared by content too
 # Where a user's own running JupyterLab and kernels write as they run: not the tests' doing when they change.
-SERVER_WRITES = (".local/share/jupyter/runtime", ".jupyter/lab/workspaces", ".ipython/profile_default/history",
+SERVER_WRITES = (".local/share/jupyter/runtime", ".jupyter/lab/workspaces", ".ipython/profile_default/history.sqlite",
                  ".cache/dsportal/servers/dsportal")
 ENDED_WELL = ("COMPLETED", "TIMEOUT")
 TEST_NODE_PREFIX = os.environ.get("DSPORTAL_TEST_NODE_PREFIX", "tnode")  # the test box's nodes (tests/conftest.py)
 TEST_CLUSTER = os.environ.get("DSPORTAL_TEST_CLUSTER", "dsportal_test")  # and its cluster's name
+TEST_STATE = os.environ.get("DSPORTAL_TEST_STATE", "/var/tmp/dsportal-test")  # and its state dir
 USER_HUB = "http://127.0.0.1:8000/services/portal/jobs/"  # the user's box's job pages: its mail links there
 
 
@@ -162,7 +165,7 @@ def user_processes() -> dict[str, dict[str, Any]]:
         node = next((part[6:] for part in parts if part.startswith("slurm_")), "")
         found[f"{proc.name} {started}"] = {"user": uids[uid], "cmdline": cmdline[:200], "job": job, "node": node,
                                            "test_box": node.startswith(TEST_NODE_PREFIX)
-                                           or b"/var/tmp/dsportal-test" in environ}
+                                           or TEST_STATE.encode() in environ}
     return found
 
 
@@ -200,10 +203,21 @@ def read_mailbox(user: str) -> bytes:
     return path.read_bytes() if path.is_file() else b""
 
 
-def snapshot(cluster: str = TEST_CLUSTER) -> dict[str, Any]:
-    return {"homes": {user: pruned(tree(home), Marks(cluster)) for user, home in homes().items()},
+def daemons() -> dict[str, bool]:
+    """Whether the user's boxes' schedulers run: a box the tests stopped would otherwise only show in its jobs."""
+    return {"slurmctld of the user's Slurm box": _running(USER_BOX / "run" / "slurmctld.pid"),
+            "the API server of the user's Kubernetes box": _running(KUBE_BOX / "run" / "apiserver.pid")}
+
+
+def snapshot(cluster: str = TEST_CLUSTER, marks_kept: bool = False) -> dict[str, Any]:
+    """What the users' boxes hold now. Before the suites the test box's marks are left out (a killed session's,
+    which the next one removes); after them (`marks_kept`) they are kept, so that one left behind is named."""
+    def home_tree(home: Path) -> dict[str, dict[str, Any]]:
+        return tree(home) if marks_kept else pruned(tree(home), Marks(cluster))
+    return {"homes": {user: home_tree(home) for user, home in homes().items()},
             "kube_homes": {user: tree(KUBE_BOX / "volumes" / "home" / user) for user in DEMO_USERS},
-            "mail": mailboxes(), "slurm": slurm_jobs(), "processes": user_processes(), "pods": kube_pods()}
+            "mail": mailboxes(), "slurm": slurm_jobs(), "processes": user_processes(), "pods": kube_pods(),
+            "daemons": daemons()}
 
 
 def job_dirs_that_ran(jobs_before: dict[str, str], jobs_after: dict[str, str]) -> set[str]:
@@ -253,11 +267,14 @@ def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
     """What the suites changed of the users' boxes, as lines; [] when they left everything as they found it.
     `mailbox`: a user's mailbox as it reads now."""
     marks, problems = Marks(cluster), []
+    for daemon, ran in before.get("daemons", {}).items():
+        if ran and not after.get("daemons", {}).get(daemon):
+            problems.append(f"{daemon}: running before, not after")
     jobs_before, jobs_after = before["slurm"], after["slurm"]
     for job, state in jobs_before.items():
-        now = jobs_after.get(job)
+        now = jobs_after.get(job)  # None: no longer known to the box's slurmctld and accounting
         if state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING") and \
-                now not in (None, "PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", *ENDED_WELL):
+                now not in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", *ENDED_WELL):
             problems.append(f"Slurm job {job} of the user's box: {state} before, {now} after")
     running = job_dirs_that_ran(jobs_before, jobs_after)
     for user, tree_before in before["homes"].items():

@@ -68,6 +68,11 @@ def test_each_kind_of_harm_is_named():
                          "process 1000 of alice (jupyterhub-singleuser): gone; its Slurm job 10 is CANCELLED"]
     assert check(before, boxes(HOME, before["slurm"], before["processes"]), b"") == \
         ["/var/mail/alice: what it held before was changed or removed"]
+    stopped = check({**before, "daemons": {"slurmctld of the user's Slurm box": True}},
+                    {**boxes(HOME, {}, before["processes"]), "daemons": {"slurmctld of the user's Slurm box": False}})
+    assert stopped == ["slurmctld of the user's Slurm box: running before, not after",  # and so its jobs unknown
+                       "Slurm job 10 of the user's box: RUNNING before, None after",
+                       "Slurm job 11 of the user's box: RUNNING before, None after"]
     foreign = OLD_MAIL + b"From portal@dsportal.local Fri Nov 27\nSubject: Job 2 FAILED\n\nhttp://127.0.0.1:18000/x\n"
     (said,) = check(before, boxes(HOME, before["slurm"], before["processes"]), foreign)
     assert said.startswith("/var/mail/alice: a message that is not the user's box's: ")

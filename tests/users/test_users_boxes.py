@@ -18,11 +18,11 @@ def test_the_suites_left_every_file_record_process_and_mail_of_the_users_boxes_a
         pytest.fail(f"no snapshot of the users' boxes at {users_boxes.SNAPSHOT}: `make test` takes it before the "
                     "suites (python -m tests.users_boxes snapshot), then runs this test after them", pytrace=False)
     before = json.loads(users_boxes.SNAPSHOT.read_text())
-    after = users_boxes.snapshot(CLUSTER)
+    after = users_boxes.snapshot(CLUSTER, marks_kept=True)
     problems = users_boxes.compare(before, after, CLUSTER)
     if problems:  # a process or pod that was just ending may have been caught between two looks: look again once
         time.sleep(5)
-        problems = users_boxes.compare(before, users_boxes.snapshot(CLUSTER), CLUSTER)
+        problems = users_boxes.compare(before, users_boxes.snapshot(CLUSTER, marks_kept=True), CLUSTER)
     print(f"\nusers' boxes: {sum(len(t) for t in before['homes'].values())} files in the homes, "
           f"{len(before['slurm'])} Slurm jobs, {len(before['processes'])} processes and {len(before['pods'])} pods "
           "before the suites; compared after them")
