@@ -36,6 +36,7 @@ from bench.spawn import PHASE_JITTER_S, open_lab, start_spawn, summary
 from bench.stock_hub import HubProcess, _yaml_value
 from portal import jobs
 from portal.config import PortalConfig, load
+from portal.jobs.record import cluster_jobs_dir
 
 REPO = Path(__file__).resolve().parents[1]
 USER, PASSWORD, GROUPS = "alice", "wonderland", ["datascientists", "gpu-users"]
@@ -195,7 +196,8 @@ def training_benchmark(cfg: PortalConfig, kube: Any, epochs: int, report: Callab
                                    k8s_jobs="plain")
     return {"slurm": train_once(cfg, epochs, report, lambda job_id: Path(jobs.get(job_id, user=USER).job_dir)),
             "kubernetes": train_once(kube_cfg, epochs, report,
-                                     lambda job_id: kube.path("volumes", "home", USER, "jobs", job_id))}
+                                     lambda job_id: cluster_jobs_dir(kube.path("volumes", "home", USER),
+                                                                     kube_cfg.cluster_name) / job_id)}
 
 
 # --- the run -----------------------------------------------------------------------------------------------

@@ -109,9 +109,10 @@ def _check_box(cfg: PortalConfig) -> None:
 
 
 def _check_places(cfg: PortalConfig) -> None:
-    if not CLUSTER_NAME.match(cfg.cluster_name):
+    # Not "jobs": ~/jobs/jobs/<id> would read as a job of the older layout (portal.jobs.record.JOBS_ROOT).
+    if not CLUSTER_NAME.match(cfg.cluster_name) or cfg.cluster_name == "jobs":
         raise ConfigError(f"cluster_name is {cfg.cluster_name[:40]!r}; allowed: a lower-case letter, then up to 39 "
-                          "lower-case letters, digits or '_'")
+                          "lower-case letters, digits or '_', other than 'jobs'")
     settings_file = PurePosixPath(cfg.user_settings_file)
     if settings_file.is_absolute() or ".." in settings_file.parts or not settings_file.name \
             or str(settings_file) in (".", ""):

@@ -65,7 +65,7 @@ Who = JobUser | KubeUser
 
 
 class UnreadableRecord(LookupError):
-    """The user's ~/jobs/<id>/job.json is not a record of theirs for that job; `job` stands for it."""
+    """The job directory's job.json is not a record of the user's for that job; `job` stands for it."""
 
     def __init__(self, job: UnreadableJob):
         super().__init__(f"job {job.id}: unreadable record {job.job_dir}/{RECORD_FILE}: {job.reason}")

@@ -11,8 +11,8 @@ account, which is bound to the same role in the same namespace.
 The launcher Job (or the MPIJob) is the job's record: its name is the job id, its labels say whose it is, its
 annotations carry the spec and the submit time. Cancelling deletes it, and with it what it owns (a deleted or
 deleting one reads as CANCELLED). The launcher pod's log is the job's output (mpirun gathers every worker's); the
-launcher also tees it to `~/jobs/<id>/output.log` on the user's home volume, beside the TensorBoard logdir and the
-checkpoints.
+launcher also tees it to `~/jobs/<cluster>/<id>/output.log` on the user's home volume, beside the TensorBoard
+logdir and the checkpoints.
 
 A sweep is one Job whose pods are its trials (portal.jobs.k8s_manifests.sweep_job_manifest). The dashboard cannot
 open the study on the user's volume, so it reads each trial from its pod: a pod that ended leaves its trial's row

@@ -1,6 +1,6 @@
-"""The image build, checked from the start of the test session: docker/build.sh runs in the background and the
-images tests (which run last) wait for it. `make test` builds the images before any suite (deploy/build-for-tests.sh),
-so here it finds podman's layer cache and takes seconds. A plain `pytest tests` on a machine that never built them
+"""The image build the images tests wait for: docker/build.sh, started by their first test (in the background, at
+the lowest CPU priority). `make test` builds the images before any suite (deploy/build-for-tests.sh), so here it
+finds podman's layer cache and takes seconds. A plain `pytest tests` on a machine that never built them
 would build them beside the suites, which time servers and training runs on the same 2 cores: run `make builds`
 first.
 """

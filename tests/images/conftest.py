@@ -1,5 +1,5 @@
-"""The images, built for real with podman by docker/build.sh (what `make images` runs), which tests/conftest.py
-starts in the background when the session starts (tests/images/build.py); these tests run last and wait for it.
+"""The images, built for real with podman by docker/build.sh (what `make images` runs; tests/images/build.py),
+which `make test` has built before the suites (`make builds`): here the build finds podman's layer cache.
 
 The first build on a machine takes minutes (Horovod compiles from source); podman caches the layers, so later
 sessions rebuild only what changed (the project's code: the last layer, seconds). Everything runs through the

@@ -26,7 +26,6 @@ IMAGES, SIZE, SHORT_SIDE, SHARDS = 240, 40, 36, 4
 EPOCHS = 2
 
 
-
 @pytest.fixture(autouse=True)
 def horovodrun_installed():
     """Horovod is part of what `make test` installs: missing, every test here fails saying so, never skips."""

@@ -59,7 +59,6 @@ PARITY_EPOCHS = 2
 PARITY_TOLERANCE = 0.02
 
 
-
 @pytest.fixture(autouse=True)
 def horovodrun_installed():
     """Horovod is part of what `make test` installs: missing, every test here fails saying so, never skips."""

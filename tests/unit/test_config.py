@@ -51,6 +51,11 @@ def test_yaml_then_environment(tmp_path):
     ({"DSPORTAL_LDAP_LOOKUP_DN": "perhaps"}, "ldap_lookup_dn"),
     ({"DSPORTAL_GPU_QUOTA": "gpu-users=-1"}, "gpu_quota[gpu-users]"),
     ({"DSPORTAL_CONFIG": "/nonexistent/portal.yaml"}, "DSPORTAL_CONFIG=/nonexistent/portal.yaml"),
+    ({"DSPORTAL_CLUSTER_NAME": "gpu-2"}, "cluster_name is 'gpu-2'; allowed: a lower-case letter"),
+    ({"DSPORTAL_CLUSTER_NAME": "jobs"}, "cluster_name is 'jobs'; allowed: a lower-case letter, then up to 39 "
+                                        "lower-case letters, digits or '_', other than 'jobs'"),
+    ({"DSPORTAL_SERVER_ENVIRONMENT": "1X=a"}, "server_environment has '1X=a'; allowed: NAME=value items"),
+    ({"DSPORTAL_USER_NOTEBOOKS_DIR": "../x"}, "user_notebooks_dir is '../x'; allowed: a directory inside"),
 ])
 def test_bad_settings_name_the_setting(env, words):
     with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("(", r"\(")):
