@@ -184,6 +184,9 @@ class PortalConfig:
         (), "Extra arguments for every job's trainer (python -m chexnet.train --help), after the spec's. The test "
             'boxes set "--graph-optimizer,off": on 2 CPU cores it saves about 25 s of start-up per training run; a '
             "GPU site leaves it empty.")
+    jobs_environment: tuple[str, ...] = setting(
+        (), "Extra environment of every job's workers, as NAME=value items; {home} stands for the user's home. E.g. "
+            "KERAS_HOME={home}/.cache/keras; the tests' box keeps Keras's per-user file in a place of its own.")
     jobs_srun_mpi: str = setting("pmix", "srun's --mpi plugin when jobs_launcher is srun (`srun --mpi=list` shows "
                                  "what the site has).")
     jobs_nccl_debug: str = setting("WARN", "NCCL_DEBUG for every worker; empty means not set. WARN prints why a "

@@ -122,10 +122,11 @@ def _check_places(cfg: PortalConfig) -> None:
     if notebooks.is_absolute() or ".." in notebooks.parts or str(notebooks) in (".", ""):
         raise ConfigError(f"user_notebooks_dir is {cfg.user_notebooks_dir[:60]!r}; allowed: a directory inside each "
                           "user's home, relative to it, such as notebooks")
-    for item in cfg.server_environment:
-        name, equals, value = item.partition("=")
-        if not equals or not ENV_NAME.match(name) or any(c in value for c in "\r\n\0"):
-            raise ConfigError(f"server_environment has {item[:60]!r}; allowed: NAME=value items, NAME of letters, "
-                              "digits and '_', the value on one line ({home}: the user's home)")
+    for setting_name in ("server_environment", "jobs_environment"):
+        for item in getattr(cfg, setting_name):
+            name, equals, value = item.partition("=")
+            if not equals or not ENV_NAME.match(name) or any(c in value for c in "\r\n\0"):
+                raise ConfigError(f"{setting_name} has {item[:60]!r}; allowed: NAME=value items, NAME of letters, "
+                                  "digits and '_', the value on one line ({home}: the user's home)")
     if not cfg.box_mail_dir.is_absolute():
         raise ConfigError(f"box_mail_dir is {str(cfg.box_mail_dir)[:60]!r}; allowed: an absolute path")

@@ -58,6 +58,7 @@ TEST_SETTINGS = {
     "server_environment": [f"JUPYTER_CONFIG_DIR={{home}}/.cache/{CLUSTER}/jupyter/config",
                            f"JUPYTER_DATA_DIR={{home}}/.cache/{CLUSTER}/jupyter/data",
                            f"IPYTHONDIR={{home}}/.cache/{CLUSTER}/ipython"],
+    "jobs_environment": [f"KERAS_HOME={{home}}/.cache/{CLUSTER}/keras"],  # TensorFlow's import writes keras.json
     "box_nodes": 2,
     "box_node_prefix": NODE_PREFIX,
     "box_subnet": BOX_SUBNET,

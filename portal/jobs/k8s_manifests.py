@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,8 +25,7 @@ from portal.config import PortalConfig
 from portal.jobs.record import JOBS_ROOT, now_utc
 from portal.jobs.spec import JobSpec, minutes_of
 from portal.jobs.sweep import SweepPlan
-from portal.jobs.templating import template_environment
-from portal.scheduler.slurm import MPI_EXPORTED, nccl_environment
+from portal.jobs.templating import exported, job_environment, template_environment
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -103,11 +103,11 @@ def user_namespace_objects(cfg: PortalConfig, user: str, gpu_quota: int) -> list
 
 def _launcher_values(cfg: PortalConfig) -> dict[str, Any]:
     """What every launcher script (MPIJob or plain) renders mpirun and the training command with."""
-    nccl = nccl_environment(cfg)
-    return {"venv_bin": str(cfg.venv / "bin"), "python": str(cfg.venv / "bin" / "python"), "nccl_env": nccl,
+    environment = job_environment(cfg, shlex.quote(cfg.k8s_home_mount.rstrip("/")))
+    return {"venv_bin": str(cfg.venv / "bin"), "python": str(cfg.venv / "bin" / "python"), "job_env": environment,
             "card_bytes": CARD_IN_LOG_BYTES, "card_line": MODEL_CARD_LINE, "trainer_args": cfg.jobs_trainer_args,
             "map_by": cfg.jobs_mpi_map_by, "bind_to": cfg.jobs_mpi_bind_to, "mpirun_args": cfg.jobs_mpirun_args,
-            "exported": (*MPI_EXPORTED, *(name for name, _ in nccl))}
+            "exported": exported(environment)}
 
 
 def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig) -> str:

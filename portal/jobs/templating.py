@@ -7,10 +7,16 @@ from __future__ import annotations
 import shlex
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 
+if TYPE_CHECKING:
+    from portal.config import PortalConfig
+
 TEMPLATES_DIR = Path(__file__).parent / "templates"
+# What mpirun passes on to the workers it starts on other hosts (-x), besides job_environment's names.
+MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
 
 
 def sbatch_value(value: object) -> str:
@@ -30,3 +36,21 @@ def template_environment() -> jinja2.Environment:
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["sbatch"] = sbatch_value
     return env
+
+
+def job_environment(cfg: PortalConfig, home: str) -> list[tuple[str, str]]:
+    """What every job script exports before it starts the workers, as (NAME, a shell word for its value): the NCCL
+    settings that are set, then the site's jobs_environment, {home} in it written as `home` (a shell word: "$HOME"
+    in a Slurm or local job, the home volume's mount path in a pod)."""
+    nccl = {"NCCL_DEBUG": cfg.jobs_nccl_debug, "NCCL_SOCKET_IFNAME": cfg.jobs_nccl_socket_ifname,
+            "NCCL_IB_DISABLE": cfg.jobs_nccl_ib_disable}
+    found = [(name, shlex.quote(value)) for name, value in nccl.items() if value]
+    for item in cfg.jobs_environment:
+        name, _, value = item.partition("=")
+        found.append((name, home.join(shlex.quote(part) if part else "" for part in value.split("{home}")) or "''"))
+    return found
+
+
+def exported(environment: list[tuple[str, str]]) -> tuple[str, ...]:
+    """The names mpirun passes on (-x): MPI_EXPORTED and job_environment's."""
+    return (*MPI_EXPORTED, *(name for name, _ in environment))

@@ -36,7 +36,7 @@ from portal.jobs.record import (
     now_utc,
 )
 from portal.jobs.spec import JobLimits, JobSpec
-from portal.jobs.templating import template_environment
+from portal.jobs.templating import job_environment, template_environment
 from portal.scheduler import NoAccounting
 from portal.scheduler.errors import JobNotFound
 from portal.scheduler.home import JobsInHome
@@ -57,7 +57,8 @@ def render_local(spec: JobSpec, job_dir: str, cfg: PortalConfig) -> str:
     return template_environment().get_template(f"{spec.template}.local.sh").render(
         spec=spec, job_dir=job_dir, output=OUTPUT_FILE, seconds=hours * 3600 + minutes * 60 + seconds,
         venv_bin=str(cfg.venv / "bin"), python=str(cfg.venv / "bin" / "python"),
-        horovodrun=str(cfg.venv / "bin" / "horovodrun"), trainer_args=cfg.jobs_trainer_args)
+        horovodrun=str(cfg.venv / "bin" / "horovodrun"), trainer_args=cfg.jobs_trainer_args,
+        job_env=job_environment(cfg, '"$HOME"'))
 
 
 def local_gpus() -> int:

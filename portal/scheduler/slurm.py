@@ -46,7 +46,7 @@ from portal.jobs.sweep import (
     sweep_view,
     task_states,
 )
-from portal.jobs.templating import template_environment
+from portal.jobs.templating import exported, job_environment, template_environment
 from portal.scheduler.errors import JobNotFound, SlurmError, SlurmRefused
 from portal.scheduler.home import JobsInHome
 from portal.scheduler.quota import GpuHolder, GpuQuota
@@ -61,7 +61,6 @@ SLURM_ARRAY_JOB_ID = "%A"  # ... and for a job array's (a sweep's), which every 
 SWEEP_TASK_LOG = "trial-%a.log"  # each task's output, in the sweep's directory (%a: the task's index)
 POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a job over the association's limits
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
-MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
 # Slurm commands run as a job's user (sbatch, scontrol, sacct, scancel), by name: the dashboard shows them.
 USER_SLURM_CALLS = CallCounts()
 
@@ -80,18 +79,12 @@ def shell_path(path: str) -> str:
     return f'"${variable}"'.join(shlex.quote(p) if p else "" for p in parts)
 
 
-def nccl_environment(cfg: PortalConfig) -> list[tuple[str, str]]:
-    settings = {"NCCL_DEBUG": cfg.jobs_nccl_debug, "NCCL_SOCKET_IFNAME": cfg.jobs_nccl_socket_ifname,
-                "NCCL_IB_DISABLE": cfg.jobs_nccl_ib_disable}
-    return [(name, value) for name, value in settings.items() if value]
-
-
 def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str = "",
                   plan: SweepPlan | None = None) -> str:
     """The batch script for `spec`. `job_dir` is where the job writes everything; `%j` in it stands for the Slurm
     job id (as in sbatch's own --output patterns), which is how `submit` names a job's directory after its id.
     With a sweep's `plan`: a job array, one trial per task, `%A` (the array's id) in `job_dir`."""
-    nccl = nccl_environment(cfg)
+    environment = job_environment(cfg, '"$HOME"')
     if plan is not None:
         job_dir = job_dir.replace(SLURM_JOB_ID, SLURM_ARRAY_JOB_ID)
     return template_environment().get_template(f"{spec.template}.sbatch").render(
@@ -103,13 +96,13 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
         job_dir_sh=shell_path(job_dir),
         venv_bin=str(cfg.venv / "bin"),
         python=str(cfg.venv / "bin" / "python"),
-        nccl_env=nccl,
+        job_env=environment,
         launcher=cfg.jobs_launcher,
         map_by=cfg.jobs_mpi_map_by,
         bind_to=cfg.jobs_mpi_bind_to,
         mpirun_args=cfg.jobs_mpirun_args,
         trainer_args=cfg.jobs_trainer_args,
-        exported=(*MPI_EXPORTED, *(name for name, _ in nccl)),
+        exported=exported(environment),
         srun_mpi=cfg.jobs_srun_mpi,
     )
 

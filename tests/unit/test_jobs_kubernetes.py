@@ -257,3 +257,15 @@ def test_without_credentials_the_error_says_where_it_looked(monkeypatch):
     with pytest.raises(KubernetesError) as err:
         KubernetesScheduler(CFG).limits(ALICE)
     assert "no credentials for the Kubernetes API from the pod's service account" in str(err.value)
+
+
+def test_the_sites_job_environment_names_the_home_volume_for_home():
+    cfg = dataclasses.replace(CFG, jobs_environment=("KERAS_HOME={home}/.cache/keras",))
+
+    def texts(value):  # every string in the manifest: the launcher's script among them
+        if isinstance(value, dict):
+            return [t for v in value.values() for t in texts(v)]
+        return [t for v in value for t in texts(v)] if isinstance(value, list) else [str(value)]
+    script = "\n".join(texts(mpijob_manifest(spec(), JOB_ID, "alice", cfg, "v100")))
+    assert f"export KERAS_HOME={cfg.k8s_home_mount.rstrip('/')}/.cache/keras\n" in script
+    assert "-x KERAS_HOME " in script

@@ -92,6 +92,23 @@ def test_nccl_settings_come_from_config_and_are_quoted():
     assert "NCCL" not in quiet
 
 
+def test_the_sites_job_environment_reaches_every_worker_with_home_expanded_by_the_shell(tmp_path):
+    cfg = dataclasses.replace(CFG, jobs_environment=("KERAS_HOME={home}/.cache/it's keras", "EMPTY=",
+                                                     "TMPDIR=/scratch/$USER"))
+    script = render_sbatch(parse(nodes=2, gpus_per_node=1), JOB_DIR, cfg)
+    assert "export KERAS_HOME=\"$HOME\"'/.cache/it'\"'\"'s keras'\n" in script
+    assert "export EMPTY=''\n" in script and "export TMPDIR='/scratch/$USER'\n" in script  # no expansion but {home}
+    assert "-x KERAS_HOME -x EMPTY -x TMPDIR " in script  # mpirun passes them on to the other node's workers
+    bash_syntax_ok(script)
+    exports = "\n".join(line for line in script.splitlines() if line.startswith("export KERAS_HOME"))
+    shown = subprocess.run(["bash", "-c", f"{exports}; printf %s \"$KERAS_HOME\""], env={"HOME": str(tmp_path)},
+                           capture_output=True, text=True, check=True).stdout
+    assert shown == f"{tmp_path}/.cache/it's keras"
+    local = render_local(parse(), "/home/alice/jobs/local-1", cfg)
+    assert "export KERAS_HOME=\"$HOME\"'/.cache/it'\"'\"'s keras'\n" in local
+    bash_syntax_ok(local)
+
+
 def test_srun_launcher():
     cfg = dataclasses.replace(CFG, jobs_launcher="srun", jobs_srun_mpi="pmi2")
     script = render_sbatch(parse(nodes=2, gpus_per_node=2, cpus_per_task=2), JOB_DIR, cfg)

@@ -12,7 +12,7 @@ cd "$job_dir" || exit 1
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
-{% for name, value in nccl_env %}export {{ name }}={{ value | q }}
+{% for name, word in job_env %}export {{ name }}={{ word }}
 {% endfor %}
 # The plan the portal validated, for every trial (the first pod writes it; the same text in each).
 if [ ! -e {{ plan_file | q }} ]; then

@@ -13,7 +13,7 @@ cd "$job_dir" || exit 1
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
-{% for name, value in nccl_env %}export {{ name }}={{ value | q }}
+{% for name, word in job_env %}export {{ name }}={{ word }}
 {% endfor %}
 # --resume: a run again (a lost worker, a new launcher pod) continues from the last checkpoint.
 {% include "chexnet.train.sh" %}

@@ -11,7 +11,8 @@ mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints"
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-
+{% for name, word in job_env %}export {{ name }}={{ word }}
+{% endfor %}
 # --resume: a job started again in the same directory continues from its last checkpoint.
 {% include "chexnet.train.sh" %}
 echo "chexnet: local job on $(hostname), {{ spec.workers }} worker(s), time limit {{ spec.time_limit }}"

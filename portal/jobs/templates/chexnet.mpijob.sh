@@ -8,7 +8,7 @@ cd "$job_dir" || exit 1
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-{% for name, value in nccl_env %}export {{ name }}={{ value | q }}
+{% for name, word in job_env %}export {{ name }}={{ word }}
 {% endfor %}
 # --resume: a restarted launcher continues from the last checkpoint (a fresh job starts at epoch 1).
 {% include "chexnet.train.sh" %}
