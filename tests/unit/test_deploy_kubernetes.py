@@ -81,6 +81,7 @@ def a_machine(tmp_path, monkeypatch):
         (sysctls / name).write_text(f"{value}\n")
     monkeypatch.setattr(machine, "SYSCTLS", sysctls)
     monkeypatch.setattr(machine, "MACHINE", tmp_path / "run" / "dsportal-kubebox")
+    monkeypatch.setattr(machine, "MACHINE_LOCK", tmp_path / "run" / "lock" / "dsportal-kubebox.lock")
     monkeypatch.setattr(machine, "PRIVATE_PATHS", (str(tmp_path / "var/log/pods"), str(tmp_path / "var/lib/cni")))
     return tmp_path
 

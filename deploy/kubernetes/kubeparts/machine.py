@@ -15,14 +15,19 @@ that cannot be written back) makes `down` fail.
 
 from __future__ import annotations
 
+import fcntl
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from supervise import BoxError
 
 MACHINE = Path("/run/dsportal-kubebox")  # which boxes run nodes, and what the first one found
+# Held while a box claims or releases the machine: a user's box and the tests' box may go up and down at once.
+# (Outside MACHINE, which the last box removes; /run/lock is the machine's place for such files.)
+MACHINE_LOCK = Path("/run/lock/dsportal-kubebox.lock")
 SYSCTLS = Path("/proc/sys")
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 # What node.sh binds per node, and which program hard-codes it (nothing in its configuration moves it). The rest of
@@ -127,9 +132,22 @@ def files(path: Path) -> set[str]:
 # --- claiming and releasing the machine ---------------------------------------------------------------------
 
 
+@contextmanager
+def machine_lock() -> Iterator[None]:
+    MACHINE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(MACHINE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def claim(box_id: str, state_dir: Path) -> None:
     """Before a box's first kubelet: record the sysctls and the missing mount points (the first box on the
     machine), make those, and register the box."""
+    with machine_lock():
+        _claim(box_id, state_dir)
+
+
+def _claim(box_id: str, state_dir: Path) -> None:
     (MACHINE / "boxes").mkdir(parents=True, exist_ok=True)
     before_file = MACHINE / "before.json"
     before = json.loads(before_file.read_text()) if before_file.exists() else {
@@ -147,6 +165,11 @@ def release(box_id: str, private_roots: list[Path]) -> Teardown:
     """The box is gone; when it was the last, put the sysctls back, remove the mount points it made (those that
     hold another program's files stay), and the record, whatever was left. `private_roots`: the box's nodes'
     private copies (node.sh binds ROOT/var/lib/cni over /var/lib/cni), to tell the box's files from others'."""
+    with machine_lock():
+        return _release(box_id, private_roots)
+
+
+def _release(box_id: str, private_roots: list[Path]) -> Teardown:
     done = Teardown()
     (MACHINE / "boxes" / box_id).unlink(missing_ok=True)
     before_file = MACHINE / "before.json"
