@@ -89,11 +89,15 @@ def start_service(svc: Service, place: Place) -> list[str]:
 
 
 def _start(svc: Service, place: Place) -> str:
-    for host, port in svc.ports(place):
-        if port_in_use(host, port):
-            raise BoxError(f"{svc.name}: port {host}:{port} is already in use by another process")
-    started = time.monotonic()
-    proc = launch(svc, place)
+    try:
+        for host, port in svc.ports(place):
+            if port_in_use(host, port):
+                raise BoxError(f"{svc.name}: port {host}:{port} is already in use by another process")
+        started = time.monotonic()
+        proc = launch(svc, place)
+    except BaseException:
+        svc.after_stop(place)  # undo what `prepare` did outside the box (exim4's line in trusted_configs)
+        raise
     place.pid_file(svc.name).write_text(f"{proc.pid}\n")
     try:
         wait_ready(svc, place, proc)

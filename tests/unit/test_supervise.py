@@ -3,6 +3,7 @@ their daemons with."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 from dataclasses import dataclass
@@ -65,9 +66,11 @@ def test_a_taken_port_is_refused_before_anything_starts(box: TmpBox) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        undone = []  # what `prepare` did outside the box is undone (exim4's line in trusted_configs)
+        svc = dataclasses.replace(sleeper(ports=lambda box: [("127.0.0.1", port)]), after_stop=undone.append)
         with pytest.raises(BoxError, match=f"sleeper: port 127.0.0.1:{port} is already in use"):
-            start_service(sleeper(ports=lambda box: [("127.0.0.1", port)]), box)
-    assert not box.pid_file("sleeper").exists()
+            start_service(svc, box)
+    assert not box.pid_file("sleeper").exists() and undone == [box]
 
 
 def test_one_script_at_a_time_per_state_dir(box: TmpBox) -> None:
