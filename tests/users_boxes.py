@@ -173,7 +173,7 @@ def kube_pods() -> dict[str, dict[str, Any]]:
     """Every pod in the users' namespaces of the user's Kubernetes box, by UID: its namespace, name, phase and
     the Job that owns it."""
     kubeconfig = KUBE_BOX / "kubeconfig" / "admin.kubeconfig"
-    if not kubeconfig.exists() or not _running(KUBE_BOX / "run" / "apiserver.pid"):
+    if not kubeconfig.exists() or not _running(KUBE_BOX / "run" / "kube-apiserver.pid"):
         return {}
     from kubernetes import client, config
 
@@ -206,7 +206,7 @@ def read_mailbox(user: str) -> bytes:
 def daemons() -> dict[str, bool]:
     """Whether the user's boxes' schedulers run: a box the tests stopped would otherwise only show in its jobs."""
     return {"slurmctld of the user's Slurm box": _running(USER_BOX / "run" / "slurmctld.pid"),
-            "the API server of the user's Kubernetes box": _running(KUBE_BOX / "run" / "apiserver.pid")}
+            "the API server of the user's Kubernetes box": _running(KUBE_BOX / "run" / "kube-apiserver.pid")}
 
 
 def snapshot(cluster: str = TEST_CLUSTER, marks_kept: bool = False) -> dict[str, Any]:
@@ -315,9 +315,10 @@ def main(argv: list[str]) -> int:
     taken = snapshot()
     SNAPSHOT.write_text(json.dumps(taken))
     os.chmod(SNAPSHOT, 0o600)
+    running = ", ".join(f"{daemon}: {'running' if ran else 'not running'}" for daemon, ran in taken["daemons"].items())
     print(f"users' boxes before the suites: {sum(len(t) for t in taken['homes'].values())} files in the homes, "
-          f"{len(taken['slurm'])} Slurm jobs, {len(taken['processes'])} processes, {len(taken['pods'])} pods "
-          f"(snapshot: {SNAPSHOT})")
+          f"{len(taken['slurm'])} Slurm jobs, {len(taken['processes'])} processes, {len(taken['pods'])} pods; "
+          f"{running} (snapshot: {SNAPSHOT})")
     return 0
 
 
