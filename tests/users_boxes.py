@@ -121,23 +121,20 @@ def _running(pid_file: Path) -> bool:
 
 
 def slurm_jobs() -> dict[str, str]:
-    """Every job of the user's Slurm box that it still knows (squeue) or accounts (sacct), id -> state."""
+    """Every job of the user's Slurm box that it still knows (squeue) or accounts (sacct), id -> state. An array
+    task is there under both its names: "31_2" and its own job id ("33"), which its processes' cgroups carry."""
     if not _running(USER_BOX / "run" / "slurmctld.pid"):
         return {}
     env = {**os.environ, "SLURM_CONF": str(USER_BOX / "slurm" / "slurm.conf")}
     states = {}
-    accounted = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-S", "now-7days", "-o", "JobID,State"],
+    accounted = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-S", "now-7days", "-o", "JobID,JobIDRaw,State"],
                                env=env, capture_output=True, text=True, timeout=60).stdout
-    for line in accounted.splitlines():
-        job, _, state = line.partition("|")
-        if job:
-            states[job] = state.split()[0] if state else ""
-    queued = subprocess.run(["squeue", "-a", "-h", "-r", "-o", "%i|%T"], env=env, capture_output=True, text=True,
-                            timeout=60).stdout
-    for line in queued.splitlines():
-        job, _, state = line.partition("|")
-        if job:
-            states[job] = state
+    queued = subprocess.run(["squeue", "-a", "-h", "-r", "-o", "%i|%A|%T"], env=env, capture_output=True,
+                            text=True, timeout=60).stdout
+    for line in (*accounted.splitlines(), *queued.splitlines()):  # squeue's word last: it is the newer
+        job, raw, state = (line.split("|") + ["", ""])[:3]
+        for name in {job, raw} - {""}:
+            states[name] = state.split()[0] if state else ""
     return states
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from portal import jobs
-from tests.conftest import NODES, box, job_wait_s, jobs_of, slurm, tensorboard_steps, wait_for
+from tests.conftest import NODES, box, job_wait_s, jobs_of, node_taken_back, slurm, tensorboard_steps, wait_for
 from tests.integration.test_cluster import JOB_TIMEOUT_S, TINY, as_user, portal_client
 
 pytestmark = pytest.mark.integration
@@ -147,8 +147,7 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cl
     # go sooner, though not at once: a requeued job started within a second of its node's return can find that node
     # still finishing the killed run (its first step is refused), which is what Slurm's hold avoids. Once Slurm
     # calls the node idle again, it has.
-    wait_for(lambda: slurm("sinfo", "-h", "-n", NODES[1], "-o", "%t").strip() == "idle", 60, interval=1,
-             what=f"Slurm to take {NODES[1]} back, idle")
+    node_taken_back(NODES[1])
     slurm("scontrol", "update", f"jobid={job.id}", "starttime=now")
     assert job.wait(timeout=JOB_TIMEOUT_S, poll=3) == "COMPLETED", job.logs(tail=60)
 

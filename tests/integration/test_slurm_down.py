@@ -35,6 +35,20 @@ def cancel_if_queued(job_id: str) -> None:
         pass
 
 
+def nodes_answering() -> bool:
+    """Whether every node answers the restarted slurmctld. An outage longer than the box's SlurmdTimeout (20 s
+    here, for the node-crash tests; Slurm's default is 300) leaves the nodes DOWN as not responding at the restart,
+    and slurmctld does not ping a DOWN node again (seen on a loaded machine: they stayed DOWN until their slurmd
+    restarted). The admin who brought the controller back resumes them, as at a site after a long outage."""
+    answering = True
+    for line in slurm("sinfo", "-h", "-N", "-o", "%N %t").splitlines():
+        node, state = line.split()
+        if state.startswith("down"):
+            slurm("scontrol", "update", f"nodename={node}", "state=resume")
+        answering = answering and state.rstrip("*") == state and state in ("idle", "mix", "alloc")
+    return answering
+
+
 def timed_get(session, url: str):
     began = time.monotonic()
     response = session.get(url, timeout=ANSWER_S + 5)
@@ -62,6 +76,7 @@ def test_slurmctld_down_during_a_spawn_and_with_the_dashboard_open(cluster, hub,
     assert not done.is_set() and (hub.server(admin, "alice") or {}).get("pending") == "spawn", events[-3:]
 
     box("start", "slurmctld")
+    wait_for(nodes_answering, 60, interval=1, what="the nodes to answer the restarted slurmctld")
     slurm("scancel", holder)
     assert done.wait(SERVER_START_S), f"the spawn did not end after slurmctld came back: {events[-3:]}"
     assert events[-1][1].get("ready"), events[-3:]

@@ -26,7 +26,7 @@ from portal import jobs
 from portal.config import load
 from portal.jobs.sweep import parse_sweep
 from portal.runas import RUNUSER
-from tests.conftest import Mailbox, box, slurm, tensorboard_steps, wait_for
+from tests.conftest import Mailbox, box, node_taken_back, slurm, tensorboard_steps, wait_for
 from tests.integration.test_cluster import JOB_TIMEOUT_S, PORTAL, TINY, portal_client
 from tests.integration.test_job_endings import KILL_WAIT_S, user_processes
 
@@ -196,8 +196,7 @@ def test_a_node_lost_mid_sweep_resumes_its_trial_counted_once(cluster, hub, demo
              what="Slurm to requeue the lost tasks")
     wait_for(lambda: not user_processes("alice")[node], KILL_WAIT_S, what=f"{node}'s processes to end")
     assert box("start", node).returncode == 0
-    wait_for(lambda: slurm("sinfo", "-h", "-n", node, "-o", "%t").strip() in ("idle", "mix", "alloc"), 60,
-             interval=1, what=f"Slurm to take {node} back")
+    node_taken_back(node, ("idle", "mix", "alloc"))  # the killed runs' terminate requests delivered first
     for t in lost:  # as an admin would once the node is back; Slurm would wait 120 s
         slurm("scontrol", "update", f"jobid={job.id}_{t}", "starttime=now")
     assert job.wait(timeout=JOB_TIMEOUT_S, poll=3) == "COMPLETED", job.logs(tail=60, task=task)
