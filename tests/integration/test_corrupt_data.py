@@ -19,17 +19,11 @@ import tensorflow as tf
 
 from chexnet.callbacks import TAG_SKIPPED
 from chexnet.data.sources import source_of
-from tests.integration.test_training import HOROVODRUN, REPO, scalars, train
+from tests.integration.test_training import REPO, horovodrun_installed, scalars, train  # noqa: F401  (autouse)
 
 PYTHON = sys.executable
 IMAGES, SIZE, SHORT_SIDE, SHARDS = 240, 40, 36, 4
 EPOCHS = 2
-
-
-@pytest.fixture(autouse=True)
-def horovodrun_installed():
-    """Horovod is part of what `make test` installs: missing, every test here fails saying so, never skips."""
-    assert Path(HOROVODRUN).exists(), f"{HOROVODRUN} is missing: Horovod is not installed in this venv (make install)"
 
 
 @pytest.fixture(scope="module")
