@@ -15,13 +15,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import requests
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
@@ -62,18 +59,6 @@ class Kube:
     def read(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict:
         """One object as the admin reads it (the client raises NotFoundError, status 404, when it is not there)."""
         return kubebox.resource(self.admin, api_version, kind).get(name=name, namespace=namespace).to_dict()
-
-
-def answered(ask: Callable[[], Any]) -> Callable[[], Any]:
-    """`ask` as a wait_for predicate over HTTP: "not yet" (False) when the request did not get through (refused,
-    reset, a read timeout while a hub pod comes up: any requests.RequestException, a body that is not JSON yet
-    included). Anything else it raises still fails the test."""
-    def predicate() -> Any:
-        try:
-            return ask()
-        except requests.RequestException:
-            return False
-    return predicate
 
 
 def build_binaries() -> None:

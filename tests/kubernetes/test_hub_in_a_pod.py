@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 
 from tests.conftest import Hub, wait_for
 from tests.integration.test_cluster import portal_client
-from tests.kubernetes.conftest import answered, kubebox
+from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration
 ALICE_NS = "dsportal-u-alice"
@@ -81,8 +81,8 @@ def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(po
         assert server_pod.status.phase == "Running"
         assert lab_answers(alice, pod_hub.url)
         # TensorBoard over her ~/jobs, in her pod, through jupyter-server-proxy (it starts on the first request).
-        board = wait_for(answered(lambda: (a := alice.get(f"{pod_hub.url}/user/alice/tensorboard/data/environment",
-                                                           timeout=60)).ok and a.json()), 90, what="her TensorBoard")
+        board = wait_for(lambda: (a := alice.get(f"{pod_hub.url}/user/alice/tensorboard/data/environment",
+                                                 timeout=60)).ok and a.json(), 90, what="her TensorBoard")
         assert board["data_location"].endswith("/jobs"), board
         # The dashboard in the hub's pod acts for alice with the pod's service account: it counts her server.
         portal = portal_client(pod_hub, "alice")
@@ -92,7 +92,7 @@ def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(po
             answers.append(portal.get(f"{portal.base}usage", timeout=30))
             return answers[-1].ok and answers[-1].json()["quotas"][0]["gpus_in_use"] == 1
         try:
-            wait_for(answered(counted), 60, what="the dashboard in the hub's pod to count her server")
+            wait_for(counted, 60, what="the dashboard in the hub's pod to count her server")
         except TimeoutError as err:
             last = f"{answers[-1].status_code} {answers[-1].text[-2000:]}" if answers else "none got through"
             raise AssertionError(f"{err}; its last answer: {last}\n{kubebox.box_hub.hub_log(core)[-4000:]}") from None

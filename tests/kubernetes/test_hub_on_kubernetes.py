@@ -19,7 +19,6 @@ import requests
 
 from tests.conftest import PORT_OFFSET, REPO, TEST_STATE, Hub, wait_for
 from tests.integration.test_cluster import portal_client
-from tests.kubernetes.conftest import answered
 from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 
 pytestmark = pytest.mark.integration
@@ -126,7 +125,7 @@ def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(
         def counted() -> dict | bool:
             answer = portal.get(f"{portal.base}usage", timeout=30)
             return answer.ok and answer.json()["quotas"][0]["gpus_in_use"] == 1 and answer.json()
-        usage = wait_for(answered(counted), 30, what="the dashboard to count her server")
+        usage = wait_for(counted, 30, what="the dashboard to count her server")
         (held,) = usage["quotas"][0]["holders"]
         assert (held["job_id"], held["name"], held["state"], held["gpus"]) == \
             ("jupyter-alice", "JupyterLab server", "RUNNING", 1), usage
@@ -135,7 +134,7 @@ def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(
         # JupyterLab, through the hub's proxy to the pod's address; its API lists the copied templates.
         lab = alice.get(f"{k8s_hub.url}/user/alice/lab", timeout=30)
         assert lab.status_code == 200 and "JupyterLab" in lab.text
-        listing = wait_for(answered(lambda: _templates(alice, k8s_hub.url)), 30,
+        listing = wait_for(lambda: _templates(alice, k8s_hub.url), 30,
                            what="the template notebooks in her home")
         assert "02-train-chexnet-horovod.ipynb" in listing
         home = kube.box.path("volumes", "home", "alice", "notebooks")
@@ -159,7 +158,7 @@ def test_a_server_no_node_can_hold_fails_in_seconds_saying_why(k8s_hub, kube):
     """The box has no v100 nodes: the scheduler can place the pod nowhere. The spawn fails at once with that in
     words (KubeSpawner alone would wait out start_timeout), and the pod is deleted."""
     alice = k8s_hub.login("alice")
-    wait_for(answered(lambda: k8s_hub.server(alice, "alice") is None), 60, what="alice's server to be gone")
+    wait_for(lambda: k8s_hub.server(alice, "alice") is None, 60, what="alice's server to be gone")
     began = time.monotonic()
     answer = k8s_hub.api(alice, "POST", "users/alice/server",
                          json={"partition": "v100", "gpus": 1, "cpus": 1, "memory_gb": 2, "runtime": "01:00:00"})
@@ -179,7 +178,7 @@ def test_a_server_no_node_can_hold_fails_in_seconds_saying_why(k8s_hub, kube):
 
 def test_the_rest_api_cannot_ask_for_a_count_that_is_not_a_profile(k8s_hub, kube):
     alice = k8s_hub.login("alice")
-    wait_for(answered(lambda: k8s_hub.server(alice, "alice") is None), 60, what="alice's server to be gone")
+    wait_for(lambda: k8s_hub.server(alice, "alice") is None, 60, what="alice's server to be gone")
     response = k8s_hub.api(alice, "POST", "users/alice/server", json={"partition": "t4", "gpus": 3})
     assert response.status_code == 400, response.text
     assert "gpus: 3 is not a GPU profile; allowed: 0, 1, 2, 4" in response.json()["message"]
