@@ -98,6 +98,7 @@ from portal.config import load  # noqa: E402  (after DSPORTAL_CONFIG is set)
 from portal.inputs import seconds_of  # noqa: E402
 from portal.runas import RUNUSER  # noqa: E402
 from spawners.slurm_script import server_log_dir  # noqa: E402
+from tests.users_boxes import pid_file_alive  # noqa: E402
 
 PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "admin": "admin-demo"}
 
@@ -339,12 +340,7 @@ def box_parts_down() -> list[str]:
     """The test box's services whose recorded process is gone, read from its pid files: nothing is run."""
     down = []
     for name in BOX_SERVICES:
-        try:
-            pid = int((TEST_STATE / "run" / f"{name}.pid").read_text().strip())
-            alive = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except (OSError, ValueError, IndexError):
-            alive = False
-        if not alive:
+        if not pid_file_alive(TEST_STATE / "run" / f"{name}.pid"):
             down.append(name)
     return down
 

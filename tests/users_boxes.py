@@ -112,7 +112,8 @@ def homes() -> dict[str, Path]:
     return found
 
 
-def _running(pid_file: Path) -> bool:
+def pid_file_alive(pid_file: Path) -> bool:
+    """Whether the process a pid file names is alive (not gone, not a zombie)."""
     try:
         pid = int(pid_file.read_text().strip())
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -123,7 +124,7 @@ def _running(pid_file: Path) -> bool:
 def slurm_jobs() -> dict[str, str]:
     """Every job of the user's Slurm box that it still knows (squeue) or accounts (sacct), id -> state. An array
     task is there under both its names: "31_2" and its own job id ("33"), which its processes' cgroups carry."""
-    if not _running(USER_BOX / "run" / "slurmctld.pid"):
+    if not pid_file_alive(USER_BOX / "run" / "slurmctld.pid"):
         return {}
     env = {**os.environ, "SLURM_CONF": str(USER_BOX / "slurm" / "slurm.conf")}
     states = {}
@@ -170,7 +171,7 @@ def kube_pods() -> dict[str, dict[str, Any]]:
     """Every pod in the users' namespaces of the user's Kubernetes box, by UID: its namespace, name, phase and
     the Job that owns it."""
     kubeconfig = KUBE_BOX / "kubeconfig" / "admin.kubeconfig"
-    if not kubeconfig.exists() or not _running(KUBE_BOX / "run" / "kube-apiserver.pid"):
+    if not kubeconfig.exists() or not pid_file_alive(KUBE_BOX / "run" / "kube-apiserver.pid"):
         return {}
     from kubernetes import client, config
 
@@ -202,8 +203,8 @@ def read_mailbox(user: str) -> bytes:
 
 def daemons() -> dict[str, bool]:
     """Whether the user's boxes' schedulers run: a box the tests stopped would otherwise only show in its jobs."""
-    return {"slurmctld of the user's Slurm box": _running(USER_BOX / "run" / "slurmctld.pid"),
-            "the API server of the user's Kubernetes box": _running(KUBE_BOX / "run" / "kube-apiserver.pid")}
+    return {"slurmctld of the user's Slurm box": pid_file_alive(USER_BOX / "run" / "slurmctld.pid"),
+            "the API server of the user's Kubernetes box": pid_file_alive(KUBE_BOX / "run" / "kube-apiserver.pid")}
 
 
 def snapshot(cluster: str = TEST_CLUSTER, marks_kept: bool = False) -> dict[str, Any]:
