@@ -77,7 +77,7 @@ def recipient_of(argv: Sequence[str]) -> str:
 def address_for(recipient: str, user: str, cfg: PortalConfig) -> str:
     """Where the message goes: Slurm names the job's user when sbatch had no --mail-user; that is the directory's
     `mail` for the user (their name as it is when the directory has none). Anything else was given to sbatch."""
-    from portal.accounts import MAIL_ADDRESS, USER_NAME, DirectoryError, directory_mail
+    from portal.directory import MAIL_ADDRESS, USER_NAME, DirectoryError, directory_mail
 
     if recipient == user and USER_NAME.fullmatch(user):
         try:

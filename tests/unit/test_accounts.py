@@ -15,22 +15,24 @@ from ldap3.core.exceptions import LDAPSocketOpenError
 
 from portal.accounts import (
     Accounting,
-    DirectoryError,
-    Group,
     cluster_name,
     desired_state,
-    directory_from_entries,
-    directory_mail,
     gpu_limit,
-    ldap_connection,
     parse_associations,
     parse_default_accounts,
     parse_qos_flags,
     plan,
-    read_directory,
     read_slurm,
 )
 from portal.config import PortalConfig
+from portal.directory import (
+    DirectoryError,
+    Group,
+    directory_from_entries,
+    directory_mail,
+    ldap_connection,
+    read_directory,
+)
 from portal.jobs import SlurmError
 
 CFG = PortalConfig()  # allowed: datascientists, portal-admins; gpu_quota: gpu-users=4; default_gpu_quota: 0

@@ -7,8 +7,8 @@ import smtplib
 import pytest
 
 from portal import jobmail
-from portal.accounts import DirectoryError
 from portal.config import PortalConfig
+from portal.directory import DirectoryError
 from portal.jobmail import compose, recipient_of
 
 ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURM_JOB_STATE": "COMPLETED",
@@ -53,17 +53,17 @@ def test_only_slurms_own_arguments_are_taken(argv):
 
 def test_the_address_is_the_directorys_for_the_jobs_own_user(monkeypatch):
     cfg = PortalConfig()
-    monkeypatch.setattr("portal.accounts.directory_mail", lambda user, cfg: f"{user}@dsportal.local")
+    monkeypatch.setattr("portal.directory.directory_mail", lambda user, cfg: f"{user}@dsportal.local")
     assert jobmail.address_for("alice", "alice", cfg) == "alice@dsportal.local"
     assert jobmail.address_for("ops@example.org", "alice", cfg) == "ops@example.org"  # given to sbatch: as given
     with pytest.raises(ValueError, match="is not one address"):
         jobmail.address_for("a@b, bob@dsportal.local", "alice", cfg)
-    monkeypatch.setattr("portal.accounts.directory_mail", lambda user, cfg: None)
+    monkeypatch.setattr("portal.directory.directory_mail", lambda user, cfg: None)
     assert jobmail.address_for("alice", "alice", cfg) == "alice"  # no `mail` in the directory: the MTA's local user
 
     def down(user, cfg):
         raise DirectoryError("LDAP at ldap://x: timed out")
-    monkeypatch.setattr("portal.accounts.directory_mail", down)
+    monkeypatch.setattr("portal.directory.directory_mail", down)
     assert jobmail.address_for("alice", "alice", cfg) == "alice"
 
 

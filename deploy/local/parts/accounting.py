@@ -117,12 +117,12 @@ def sync_accounts(lay: Layout) -> str:
     """The directory's groups and quotas as Slurm accounts and associations: the same as `python -m
     portal.accounts sync`, which an admin runs after changing the directory. It reads the cluster's name from
     slurmctld, so it runs once slurmctld is up (which then hears of the changes from slurmdbd)."""
-    from portal import accounts  # the portal's own sync
+    from portal import accounts, directory  # the portal's own sync
     from portal.scheduler.errors import SlurmError
 
     try:
         changes = accounts.sync(lay.cfg, warn=lambda line: print(f"accounting: {line}", flush=True))
-    except (accounts.DirectoryError, SlurmError) as err:
+    except (directory.DirectoryError, SlurmError) as err:
         raise BoxError(f"accounting: syncing the directory's groups into Slurm failed: {err}") from err
     if not changes:
         return "accounting: associations in sync with the directory"
