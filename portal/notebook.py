@@ -11,7 +11,8 @@
 `tensorboard_proxy` is a jupyter-server-proxy entry point (setup.py): each server starts TensorBoard over ~/jobs
 on first visit of `<server>/tensorboard/`, and JupyterLab's launcher shows it. `portal_launcher`, another, is only a
 launcher card that opens the dashboard in a new browser tab. Everything here runs as the user,
-in their kernel or their server's batch job; none of it runs in the hub.
+in their kernel or their server's batch job; none of it runs in the hub. The template copy that `install-templates`
+makes is portal.templates'.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import argparse
 import gzip
 import html
 import os
-import shutil
 import sys
 import time
 import warnings
@@ -31,13 +31,9 @@ from typing import Any
 from urllib.parse import quote
 
 from portal.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
+from portal.templates import USER_NOTEBOOKS, install_templates
 from portal.tensorboard import TENSORBOARD_PREFIX, panel_url
 
-# Where the template notebooks are: installed with the package (setup.py's data_files), or a source tree's.
-TEMPLATE_DIRS = (Path(sys.prefix) / "share" / "dsportal" / "notebooks",
-                 Path(__file__).resolve().parent.parent / "notebooks")
-USER_NOTEBOOKS = "~/notebooks"
-INSTALLED_LIST = ".dsportal-templates"  # names copied once: a template the user deleted is not brought back
 TENSORBOARD_RELOAD_S = 5
 TENSORBOARD_START_TIMEOUT_S = 60
 PANEL_HEIGHT = 640
@@ -374,47 +370,6 @@ def demo_dataset(layout: bool = True) -> Path:
 
     tfrecords = load().default_data_path
     return tfrecords.parent / LAYOUT_NAME if layout else tfrecords
-
-
-# --- template notebooks in the user's home ---
-
-def templates_dir() -> Path:
-    """The template notebooks of this installation: the installed copy, else the source tree's."""
-    for candidate in TEMPLATE_DIRS:
-        if any(candidate.glob("*.ipynb")):
-            return candidate
-    raise FileNotFoundError(f"no template notebooks in {' or '.join(map(str, TEMPLATE_DIRS))}; reinstall dsportal")
-
-
-def install_templates(source: str | Path | None = None, dest: str | Path = USER_NOTEBOOKS) -> list[str]:
-    """Copy each template notebook the user has not had yet into `dest`; returns the names copied.
-
-    A file that exists is never touched (it may be the user's edited copy), and a template copied once is not
-    copied again after the user deletes it: the names are kept in `dest/.dsportal-templates`."""
-    source, dest = Path(source) if source else templates_dir(), Path(dest).expanduser()
-    if not source.is_dir():
-        raise FileNotFoundError(f"no template directory at {source}")
-    dest.mkdir(parents=True, exist_ok=True)
-    record = dest / INSTALLED_LIST
-    installed = set(record.read_text().split()) if record.is_file() else set()
-    copied = []
-    for template in sorted(source.glob("*.ipynb")):
-        target = dest / template.name
-        if template.name in installed or target.exists():
-            installed.add(template.name)
-            continue
-        try:
-            with template.open("rb") as src, target.open("xb") as out:  # "x": never replaces a file
-                shutil.copyfileobj(src, out)
-        except FileExistsError:
-            pass  # created meanwhile (the user, or a second server starting): theirs wins
-        else:
-            copied.append(template.name)
-        installed.add(template.name)
-    listed = "".join(f"{name}\n" for name in sorted(installed))
-    if not record.is_file() or record.read_text() != listed:  # a server's start changes nothing it need not
-        record.write_text(listed)
-    return copied
 
 
 def main(argv: list[str] | None = None) -> int:

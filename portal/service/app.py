@@ -11,12 +11,12 @@ from tornado.web import Application
 
 from portal.config import PortalConfig
 from portal.jobs.record import LOCAL_JOB_ID, SLURM_JOB_ID
-from portal.notebook import templates_dir
 from portal.scheduler.snapshot import ClusterCache
 from portal.service import api, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
 from portal.service.board import JobBoard
 from portal.service.hub import HubDirectory
+from portal.templates import templates_dir
 
 HERE = Path(__file__).resolve().parent
 # portal.jobs.record.JOB_ID without its anchors: one spelling per job (ASCII digits, no leading zero), so "0002"

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import portal.templates
 from portal import notebook
 from portal.reference import CHEXNET_PAPER_AUROC, V100_IMAGES_PER_SEC, scaling_efficiency
 
@@ -44,16 +45,16 @@ def test_every_template_starts_with_a_tagged_parameters_cell():
 
 def test_install_copies_missing_templates(templates: Path, tmp_path: Path):
     dest = tmp_path / "home" / "notebooks"
-    assert notebook.install_templates(templates, dest) == ["01-a.ipynb", "02-b.ipynb"]
+    assert portal.templates.install_templates(templates, dest) == ["01-a.ipynb", "02-b.ipynb"]
     assert (dest / "02-b.ipynb").read_text() == (templates / "02-b.ipynb").read_text()
 
 
 def test_install_never_overwrites_an_edited_notebook(templates: Path, tmp_path: Path):
     dest = tmp_path / "notebooks"
-    notebook.install_templates(templates, dest)
+    portal.templates.install_templates(templates, dest)
     (dest / "01-a.ipynb").write_text("alice's edits")
     (templates / "01-a.ipynb").write_text("a newer template")
-    assert notebook.install_templates(templates, dest) == []
+    assert portal.templates.install_templates(templates, dest) == []
     assert (dest / "01-a.ipynb").read_text() == "alice's edits"
 
 
@@ -61,10 +62,10 @@ def test_a_start_with_nothing_new_to_copy_writes_nothing(templates: Path, tmp_pa
     """Every server start runs the install: with nothing new, it changes nothing in the home (not even the list's
     mtime), so a second cluster's servers beside a user's box leave their files as they were."""
     dest = tmp_path / "notebooks"
-    notebook.install_templates(templates, dest)
+    portal.templates.install_templates(templates, dest)
     before = {path.name: path.stat().st_mtime_ns for path in dest.iterdir()}
     time.sleep(0.01)
-    assert notebook.install_templates(templates, dest) == []
+    assert portal.templates.install_templates(templates, dest) == []
     assert {path.name: path.stat().st_mtime_ns for path in dest.iterdir()} == before
 
 
@@ -72,16 +73,16 @@ def test_install_leaves_a_file_the_user_made_before_the_first_install(templates:
     dest = tmp_path / "notebooks"
     dest.mkdir()
     (dest / "02-b.ipynb").write_text("mine")
-    assert notebook.install_templates(templates, dest) == ["01-a.ipynb"]
+    assert portal.templates.install_templates(templates, dest) == ["01-a.ipynb"]
     assert (dest / "02-b.ipynb").read_text() == "mine"
 
 
 def test_a_deleted_template_is_not_brought_back_but_a_new_one_is_added(templates: Path, tmp_path: Path):
     dest = tmp_path / "notebooks"
-    notebook.install_templates(templates, dest)
+    portal.templates.install_templates(templates, dest)
     (dest / "01-a.ipynb").unlink()
     (templates / "03-c.ipynb").write_text("{}")
-    assert notebook.install_templates(templates, dest) == ["03-c.ipynb"]
+    assert portal.templates.install_templates(templates, dest) == ["03-c.ipynb"]
     assert not (dest / "01-a.ipynb").exists()
 
 
@@ -199,11 +200,11 @@ def test_templates_come_from_the_installed_copy_before_the_source_tree(tmp_path,
     installed, source = tmp_path / "share", tmp_path / "src"
     source.mkdir()
     (source / "01-a.ipynb").write_text("{}")
-    monkeypatch.setattr(notebook, "TEMPLATE_DIRS", (installed, source))
-    assert notebook.templates_dir() == source  # nothing installed: an editable install's source tree
+    monkeypatch.setattr(portal.templates, "TEMPLATE_DIRS", (installed, source))
+    assert portal.templates.templates_dir() == source  # nothing installed: an editable install's source tree
     installed.mkdir()
     (installed / "01-a.ipynb").write_text("{}")
-    assert notebook.templates_dir() == installed
-    monkeypatch.setattr(notebook, "TEMPLATE_DIRS", (tmp_path / "none",))
+    assert portal.templates.templates_dir() == installed
+    monkeypatch.setattr(portal.templates, "TEMPLATE_DIRS", (tmp_path / "none",))
     with pytest.raises(FileNotFoundError, match="no template notebooks in .*none; reinstall dsportal"):
-        notebook.templates_dir()
+        portal.templates.templates_dir()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from portal.config import load
-from portal.notebook import INSTALLED_LIST
+from portal.templates import INSTALLED_LIST
 from tests.conftest import REPO, as_user, scratch_dir, wait_for
 
 pytestmark = pytest.mark.integration
