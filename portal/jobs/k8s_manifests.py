@@ -20,7 +20,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from chexnet.sweep import EXIT_FINISHED, HEARTBEAT_S, PLAN_FILE, STALE_CLAIM_S
+from chexnet.sweep import EXIT_FINISHED, PLAN_FILE
+from chexnet.sweepclaims import HEARTBEAT_S, STALE_CLAIM_S
 from portal.config import PortalConfig
 from portal.jobs.record import JOBS_ROOT, now_utc
 from portal.jobs.spec import JobSpec, minutes_of

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chexnet import studylock, sweep
+from chexnet import studylock, sweep, sweepclaims
 
 PLAN = {"space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "batch_size": {"choices": [8, 16, 32]},
                   "image_size": {"low": 64, "high": 128}},
@@ -161,20 +161,20 @@ def test_the_benchmarks_seed_draws_learning_trials_first_and_a_bad_one_later(tmp
 
 def test_pods_claim_distinct_tasks_and_a_silent_holders_task_is_taken_over(job_dir):
     """Kubernetes: pods carry no index, so each claims the lowest task no live pod holds."""
-    assert sweep.claim(job_dir, "pod-a", 3) == (0, False)
-    assert sweep.claim(job_dir, "pod-b", 3) == (1, True)
-    assert sweep.claim(job_dir, "pod-a", 3) == (0, False)  # the same pod asking again keeps its task
+    assert sweepclaims.claim(job_dir, "pod-a", 3) == (0, False)
+    assert sweepclaims.claim(job_dir, "pod-b", 3) == (1, True)
+    assert sweepclaims.claim(job_dir, "pod-a", 3) == (0, False)  # the same pod asking again keeps its task
     sweep.attach(job_dir, 2)
     sweep.fail(job_dir, 2)  # task 2's trial has finished: nobody runs it again
-    assert sweep.claim(job_dir, "pod-c", 3) == (None, True)  # 0 and 1 held: wait for a lost one
-    lost = job_dir / sweep.CLAIMS_DIR / "1"
-    os.utime(lost, (time.time() - sweep.STALE_CLAIM_S - 5,) * 2)  # pod-b's node died: no more heartbeats
-    assert sweep.claim(job_dir, "pod-c", 3) == (1, True)
+    assert sweepclaims.claim(job_dir, "pod-c", 3) == (None, True)  # 0 and 1 held: wait for a lost one
+    lost = job_dir / sweepclaims.CLAIMS_DIR / "1"
+    os.utime(lost, (time.time() - sweepclaims.STALE_CLAIM_S - 5,) * 2)  # pod-b's node died: no more heartbeats
+    assert sweepclaims.claim(job_dir, "pod-c", 3) == (1, True)
     assert lost.read_text().strip() == "pod-c"
     for task in (0, 1):
         sweep.attach(job_dir, task)
         sweep.fail(job_dir, task)
-    assert sweep.claim(job_dir, "pod-d", 3) == (None, False)  # every trial finished
+    assert sweepclaims.claim(job_dir, "pod-d", 3) == (None, False)  # every trial finished
     answer = cli("claim", str(job_dir), "pod-d", "3")
     assert answer.returncode == sweep.EXIT_FINISHED and "nothing left" in answer.stderr
 
@@ -183,9 +183,9 @@ def test_the_claim_cli_checks_its_arguments(job_dir):
     assert cli("claim", str(job_dir), "pod-a", "2").stdout.strip() == "0"
     for holder, trials in (("pod a", "2"), ("", "2"), ("../x", "2"), ("pod-a", "two"), ("pod-a", "-1")):
         assert cli("claim", str(job_dir), holder, trials).returncode == 2, (holder, trials)
-    (job_dir / sweep.CLAIMS_DIR / "1").symlink_to("/etc/passwd")  # a link of the user's is no claim
-    assert sweep.claim(job_dir, "pod-b", 2) == (1, True)
-    assert not (job_dir / sweep.CLAIMS_DIR / "1").is_symlink()
+    (job_dir / sweepclaims.CLAIMS_DIR / "1").symlink_to("/etc/passwd")  # a link of the user's is no claim
+    assert sweepclaims.claim(job_dir, "pod-b", 2) == (1, True)
+    assert not (job_dir / sweepclaims.CLAIMS_DIR / "1").is_symlink()
     status = json.loads(cli("status", str(job_dir), "0").stdout)
     assert status == {"trials": []}  # no trial before the pod attaches
 
