@@ -2,7 +2,7 @@
 
 import pytest
 
-from chexnet import train
+from chexnet import train, train_args
 
 
 @pytest.mark.parametrize(("progress", "tty", "verbose"), [
@@ -13,4 +13,4 @@ def test_the_chief_reports_as_asked(progress, tty, verbose, monkeypatch):
 
 
 def test_other_ranks_stay_quiet():
-    assert all(train._keras_verbosity(progress, chief=False) == 0 for progress in train.PROGRESS)
+    assert all(train._keras_verbosity(progress, chief=False) == 0 for progress in train_args.PROGRESS)
