@@ -33,7 +33,8 @@ from portal.config import PortalConfig
 from portal.inputs import seconds_of
 from portal.jobs.k8s_manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
 from portal.scheduler.errors import kubernetes_failure
-from portal.scheduler.kubernetes import api_reason, pod_holders
+from portal.scheduler.kube_client import api_reason
+from portal.scheduler.kube_records import pod_holders
 from portal.scheduler.pods import cannot_start, event_in_words
 from portal.scheduler.quota import GpuHolder, GpuQuota
 from portal.traits import fixed_default, portal_default

@@ -52,7 +52,8 @@ from portal.scheduler.errors import (
     SchedulerError,
     SlurmError,
 )
-from portal.scheduler.kubernetes import K8S_ID, KubeUser
+from portal.scheduler.kube_client import KubeUser
+from portal.scheduler.kube_records import K8S_ID
 from portal.usage import UsageReport
 
 BACKENDS = tuple(SCHEDULERS)

@@ -17,17 +17,9 @@ from portal.jobs.k8s_manifests import ANNOTATION_CLUSTER, ANNOTATION_SPEC, manif
 from portal.jobs.record import RecordError
 from portal.jobs.spec import JobSpecError, parse_job_spec
 from portal.metrics import RunMetrics
-from portal.scheduler.kubernetes import (
-    K8S_ID,
-    KubernetesError,
-    KubernetesScheduler,
-    KubeUser,
-    limits_for,
-    log_metrics,
-    mpijob_record,
-    mpijob_state,
-    new_k8s_id,
-)
+from portal.scheduler.kube_client import KubeUser
+from portal.scheduler.kube_records import K8S_ID, limits_for, log_metrics, mpijob_record, mpijob_state
+from portal.scheduler.kubernetes import KubernetesError, KubernetesScheduler, new_k8s_id
 from tests.unit.test_jobs_render import bash_syntax_ok
 
 CFG = PortalConfig(gpu_quota={"gpu-users": 8})

@@ -55,8 +55,8 @@ def test_what_is_not_a_card_says_why(text, why):
 
 
 def test_on_kubernetes_the_card_is_the_last_card_line_of_the_pods_log_with_the_kubelets_digest():
-    from portal.jobs import k8s_manifests  # noqa: F401  (portal.jobs before portal.scheduler.kubernetes)
-    from portal.scheduler.kubernetes import card_from_log
+    from portal.jobs import k8s_manifests  # noqa: F401  (portal.jobs before portal.scheduler.kube_records)
+    from portal.scheduler.kube_records import card_from_log
 
     card = {"format": CARD_FORMAT, "environment": {"python": "3.11", "image_digest": None}, "epochs_done": 3}
     digest = "sha256:" + "ab" * 32

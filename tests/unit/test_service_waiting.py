@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import portal.jobs  # noqa: F401  (before portal.scheduler.kubernetes, which it imports: the order the portal has)
+import portal.jobs  # noqa: F401  (before portal.scheduler.kube_records, which it imports: the order the portal has)
 from portal.jobs.k8s_manifests import LABEL_JOB
-from portal.scheduler.kubernetes import pod_queue
+from portal.scheduler.kube_records import pod_queue
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.summary import waiting
 from portal.slurm import SlurmNode, SlurmPartition, start_note

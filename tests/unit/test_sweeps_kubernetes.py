@@ -13,7 +13,8 @@ from portal.jobs.k8s_manifests import ANNOTATION_SWEEP, LABEL_ROLE, sweep_job_ma
 from portal.jobs.record import RecordError
 from portal.jobs.spec import JobSpecError
 from portal.jobs.sweep import parse_sweep, sweep_view
-from portal.scheduler.kubernetes import KubernetesScheduler, mpijob_record, pod_trials, sweep_job_state
+from portal.scheduler.kube_records import mpijob_record, pod_trials, sweep_job_state
+from portal.scheduler.kubernetes import KubernetesScheduler
 from tests.unit.test_jobs_kubernetes import CFG, JOB_ID, KUBERNETES_VERSIONS, spec
 from tests.unit.test_jobs_kubernetes_plain import as_pod, job
 from tests.unit.test_jobs_render import bash_syntax_ok

@@ -22,7 +22,7 @@ from urllib3.exceptions import HTTPError
 
 from kubeparts.layout import PORTAL, USERS_GROUP, KubeBox, user_namespace, user_principal
 from portal.jobs.k8s_manifests import LABEL_USER, user_namespace_manifest, user_role_binding
-from portal.scheduler.kubernetes import impersonate
+from portal.scheduler.kube_client import impersonate
 
 ApiError = DynamicApiError
 # Kinds whose whole content a manifest owns, so `apply` replaces them; others are only created when missing

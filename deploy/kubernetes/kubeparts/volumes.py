@@ -26,7 +26,7 @@ from kubeparts.layout import DEMO_USERS, PORTAL, KubeBox, user_namespace
 from portal.config import PortalConfig
 from portal.jobs.demo_data import ensure_demo_data
 from portal.jobs.k8s_manifests import HOME_CLAIM_SIZE
-from portal.scheduler.kubernetes import limits_for
+from portal.scheduler.kube_records import limits_for
 
 NOTEBOOK_UID, NOTEBOOK_GID = 1000, 100  # the training image's jovyan, and KubeSpawner's fs_gid
 DATA_SET = posixpath.basename(limits_for(PORTAL, ()).default_data_dir)  # chestxray14-tfrecords

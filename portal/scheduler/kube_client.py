@@ -1,0 +1,97 @@
+"""The Kubernetes API client as the portal uses it: a user as the Kubernetes path knows them (`KubeUser`), a client
+with the portal's credentials that impersonates them (`api_client`, `impersonate`), the API server's reason in a
+failed call's answer (`api_reason`), and a plain job's own ssh key pair (`new_ssh_key`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from portal.config import PortalConfig
+from portal.jobs.k8s_manifests import user_principal
+from portal.scheduler.errors import KubernetesError
+
+
+@dataclass(frozen=True)
+class KubeUser:
+    """A user as the Kubernetes path knows them: a name, their groups (from LDAP, via the hub), the home their
+    pods mount, and whether this process is theirs (a notebook in their pod) or acts for them (the dashboard)."""
+
+    name: str
+    groups: tuple[str, ...]
+    home: Path
+    data_root: Path
+    is_caller: bool
+
+    def can_read_dir(self, path: str) -> bool:
+        """A job's data_dir: the data set volume or the user's home, as mounted in every job pod."""
+        normal = posixpath.normpath(path)
+        return path.startswith("/") and ".." not in path.split("/") and any(
+            normal == str(root) or normal.startswith(f"{root}/") for root in (self.data_root, self.home))
+
+
+def kube_user(user: str | None, groups: Sequence[str] | None, cfg: PortalConfig) -> KubeUser:
+    """`user` when acting for them (the dashboard), else the caller: the notebook's own user (JUPYTERHUB_USER,
+    with the groups the spawner put in DSPORTAL_GROUPS), or whoever runs this with their own credentials."""
+    own = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+    is_caller = user is None or user == own
+    if groups is None:
+        groups = os.environ.get("DSPORTAL_GROUPS", "").split(",") if is_caller else ()
+    return KubeUser(name=user or own, groups=tuple(sorted({g.strip() for g in groups if g.strip()})),
+                    home=Path(cfg.k8s_home_mount), data_root=Path(cfg.k8s_data_mount), is_caller=is_caller)
+
+
+def api_client(cfg: PortalConfig, user: KubeUser | None = None):
+    """A client with the portal's credentials (a kubeconfig, else the pod's service account); acting for a user
+    who is not the caller, it impersonates them."""
+    from kubernetes import client, config
+
+    try:
+        if cfg.k8s_kubeconfig:
+            api = config.new_client_from_config(config_file=cfg.k8s_kubeconfig)
+        else:
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            api = client.ApiClient(configuration)
+    except (config.ConfigException, OSError) as err:
+        where = f"k8s_kubeconfig {cfg.k8s_kubeconfig}" if cfg.k8s_kubeconfig else \
+            "the pod's service account (k8s_kubeconfig is empty and this is not a pod)"
+        raise KubernetesError(f"no credentials for the Kubernetes API from {where}: {err}") from None
+    if user is not None and not user.is_caller:
+        impersonate(api, user_principal(cfg, user.name), cfg.k8s_users_group)
+    return api
+
+
+def impersonate(api, principal: str, group: str | None = None):
+    """Make client `api` act as `principal` (in `group`): the API server checks that its credentials may
+    impersonate them, then applies RBAC as them. Returns `api`."""
+    api.set_default_header("Impersonate-User", principal)
+    if group:
+        api.set_default_header("Impersonate-Group", group)
+    return api
+
+
+def new_ssh_key() -> tuple[str, str]:
+    """A plain job's own key pair (its launcher's ssh to its workers): (private, authorized_keys line)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return private, public.decode() + " dsportal-job\n"
+
+
+def api_reason(err) -> str:
+    """The API server's own message in a failed call's answer (its Status), else the HTTP reason."""
+    try:
+        return json.loads(err.body).get("message", err.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(err.reason)
