@@ -57,7 +57,8 @@ TEST_SETTINGS = {
     "user_notebooks_dir": f".cache/{CLUSTER}/notebooks",
     "server_environment": [f"JUPYTER_CONFIG_DIR={{home}}/.cache/{CLUSTER}/jupyter/config",
                            f"JUPYTER_DATA_DIR={{home}}/.cache/{CLUSTER}/jupyter/data",
-                           f"IPYTHONDIR={{home}}/.cache/{CLUSTER}/ipython"],
+                           f"IPYTHONDIR={{home}}/.cache/{CLUSTER}/ipython",
+                           f"KERAS_HOME={{home}}/.cache/{CLUSTER}/keras"],  # its TensorBoard's TensorFlow
     "jobs_environment": [f"KERAS_HOME={{home}}/.cache/{CLUSTER}/keras"],  # TensorFlow's import writes keras.json
     "box_nodes": 2,
     "box_node_prefix": NODE_PREFIX,

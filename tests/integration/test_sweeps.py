@@ -26,7 +26,7 @@ from portal import jobs
 from portal.config import load
 from portal.jobs.sweep import parse_sweep
 from portal.runas import RUNUSER
-from tests.conftest import Mailbox, box, node_taken_back, slurm, tensorboard_steps, wait_for
+from tests.conftest import Mailbox, box, node_taken_back, scratch_dir, slurm, tensorboard_steps, wait_for
 from tests.integration.test_cluster import JOB_TIMEOUT_S, PORTAL, TINY, portal_client
 from tests.integration.test_job_endings import KILL_WAIT_S, user_processes
 
@@ -60,8 +60,10 @@ def hparams_groups(logdir: Path, port: int = 16106) -> list[dict]:
     """The session groups (rows) of TensorBoard's HPARAMS tab over `logdir`, from TensorBoard itself run as alice."""
     import requests
 
-    server = subprocess.Popen([RUNUSER, "-u", "alice", "--", "/opt/dsportal/venv/bin/tensorboard", "--logdir",
-                               str(logdir), "--host", "127.0.0.1", "--port", str(port)], cwd="/tmp",
+    # TensorBoard imports TensorFlow, whose Keras writes keras.json: into the tests' scratch, not her ~/.keras.
+    keras_home = f"KERAS_HOME={scratch_dir('alice')}/keras"
+    server = subprocess.Popen([RUNUSER, "-u", "alice", "--", "env", keras_home, "/opt/dsportal/venv/bin/tensorboard",
+                               "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)], cwd="/tmp",
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     body = {"experimentName": "", "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
                                                       "STATUS_RUNNING"], "colParams": [], "startIndex": 0,
@@ -138,7 +140,7 @@ def test_a_sweep_prunes_a_bad_trial_and_runs_at_most_its_parallel(cluster, hub, 
     assert 'class="scatter"' in page.text and 'id="card-download"' in page.text
     card = session.get(f"{hub.url}{PORTAL}jobs/{sweep_id}/model_card.json?task={best['task']}", timeout=60)
     assert card.status_code == 200 and card.json()["spec"]["lr"] == GOOD_LR
-    log = session.get(f"{hub.url}{PORTAL}jobs/{sweep_id}/log?task={pruned[0]['task']}", timeout=60).text
+    log = session.get(f"{hub.url}{PORTAL}jobs/{sweep_id}/log?task={late_bad[0]['task']}", timeout=60).text
     assert "sweep: pruned at epoch 2 by the median pruner" in log
 
     # Every trial is a row of its own in TensorBoard's HPARAMS tab, with its learning rate and its AUROC.
