@@ -449,15 +449,20 @@ def artifacts() -> Path:
 
 def tensorboard_steps(logdir: Path, user: str | None = "alice") -> dict[str, list[int]]:
     """Every step written per tag, repeats included, over all of a job's event files, with TensorBoard's own reader;
-    read as `user` (the Slurm box's homes), or as root where the files are a pod's (the Kubernetes box's volumes)."""
+    read as `user` (the Slurm box's homes), or as root where the files are a pod's (the Kubernetes box's volumes).
+    It reads on TensorBoard's stub of TensorFlow, as the dashboard's helper does: TensorFlow's import would write
+    ~/.keras/keras.json into the user's home, which is not the tests' to touch."""
     script = ("import json, pathlib, sys\n"
+              "from portal.metrics import without_tensorflow\n"
+              "without_tensorflow()\n"
               "from tensorboard.backend.event_processing.event_file_loader import EventFileLoader\n"
               "steps = {}\n"
               "for path in sorted(pathlib.Path(sys.argv[1]).rglob('*tfevents*')):\n"
               "    for event in EventFileLoader(str(path)).Load():\n"
               "        for value in event.summary.value:\n"
               "            steps.setdefault(value.tag, []).append(event.step)\n"
-              "print(json.dumps({tag: sorted(found) for tag, found in steps.items()}))\n")
+              "print(json.dumps({tag: sorted(found) for tag, found in steps.items()}))\n"
+              "assert 'tensorflow' not in sys.modules\n")
     as_user = [RUNUSER, "-u", user, "--"] if user else []
     out = subprocess.run([*as_user, "/opt/dsportal/venv/bin/python", "-c", script, str(logdir)],
                          capture_output=True, text=True, check=True, cwd="/tmp").stdout
