@@ -41,7 +41,7 @@ down-k8s:
 builds:
 	@deploy/build-for-tests.sh
 
-# Every test, in four steps that all run even when one fails (docs/testing.md):
+# Every test, in four steps that all run even when one fails (docs/testing.md), after `make lint`'s checks:
 # 1. the unit tests on both cores (pytest-xdist);
 # 2. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
 # 3. the suites against the test boxes, the Slurm box's and the Kubernetes box's side by side (pytest-xdist groups,
@@ -51,7 +51,8 @@ UNIT_WORKERS ?= 2
 SUITE_WORKERS ?= 2
 SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images
 test: install builds
-	@rc=0; set -x; $(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
+	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
+	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
 	$(PY) -m tests.users_boxes snapshot || rc=$$?; \
 	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) || rc=$$?; \
 	$(PY) -m pytest $(PYTEST_ARGS) tests/users || rc=$$?; exit $$rc
@@ -59,8 +60,11 @@ test: install builds
 unit: install
 	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit
 
+# Style (ruff) everywhere; types (mypy, pyproject.toml's [tool.mypy]) over the scheduler layer and the dashboard,
+# where each scheduler's person is a type of its own (portal.scheduler.Scheduler[P]).
 lint: install
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 # The suite as a newcomer runs it, before an issue is called done: a fresh clone of HEAD, make up, make test,
 # make down, each timed (tests/fresh-run.sh). FRESH_ARGS=--no-cache removes every cache first (the venv, the

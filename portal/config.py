@@ -19,7 +19,7 @@ import dataclasses
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -328,7 +328,7 @@ class PortalConfig:
         """A group's DN: names are looked up under ldap_group_search_base, DNs are kept as given."""
         return group if "=" in group else f"cn={group},{self.ldap_group_search_base}"
 
-    def gpu_quota_for(self, groups: list[str] | tuple[str, ...]) -> int:
+    def gpu_quota_for(self, groups: Sequence[str]) -> int:
         """The most GPUs a member of these groups may hold at once, server and jobs together: the largest quota
         among them."""
         return quota_for(self.gpu_quota, self.default_gpu_quota, groups)  # the rule: portal.scheduler.quota

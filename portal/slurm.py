@@ -227,11 +227,12 @@ def own_jobs_in_words(jobs: Iterable[QueuedJob], server_names: Collection[str] =
 
 
 def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partition: SlurmPartition,
-               mine: Iterable[QueuedJob]) -> str:
+               mine: Iterable[QueuedJob], server_names: Collection[str] = (SERVER_JOB_NAME,)) -> str:
     """Whether a job asking each of `nodes_needed` nodes for `gpus`, `cpus` (all its workers together) and
     `memory_gb` can start now on the partition's usable nodes; "" when it can, else why it will wait, in words:
     "will wait for your server (job 4) to end: node1 has 20 of 24 GB free". `mine`: the user's jobs now (their
-    own are named; anything else is "other users' jobs"). The request itself fits a node (parse_job_spec)."""
+    own are named; anything else is "other users' jobs"; `server_names` as in own_jobs_in_words). The request
+    itself fits a node (parse_job_spec)."""
     usable = partition.usable_nodes
     need_mb = memory_gb * 1024
 
@@ -251,6 +252,6 @@ def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partitio
     from portal.jobs.history import expand_hostlist  # portal.jobs imports this module
 
     holding = [job for job in mine if job.state == RUNNING and set(expand_hostlist(job.node_list)) & set(short)]
-    holders = own_jobs_in_words(holding) or "other users' jobs"
+    holders = own_jobs_in_words(holding, server_names) or "other users' jobs"
     where = "; ".join(f"{name} has {' and '.join(what)} free" for name, what in short.items())
     return f"will wait for {holders} to end: {where}"

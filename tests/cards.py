@@ -52,11 +52,12 @@ def image_dir_fingerprints(layout: Path) -> dict[str, Any]:
     return found
 
 
-def data_holds(card: dict[str, Any], data_dir: Path) -> None:
-    """The card's `data` names this directory and its fingerprints: an image directory's hashed here from its
-    reader's splits, a TFRecord directory's as its manifest.json records them."""
+def data_holds(card: dict[str, Any], data_dir: Path, shown_as: str | None = None) -> None:
+    """The card's `data` names this directory (or `shown_as`: where the job saw it, a pod's mount) and its
+    fingerprints: an image directory's hashed here from its reader's splits, a TFRecord directory's as its
+    manifest.json records them."""
     data = card["data"]
-    assert data["dir"] == str(data_dir), data["dir"]
+    assert data["dir"] == (shown_as or str(data_dir)), data["dir"]
     manifest = data_dir / "manifest.json"
     expected = json.loads(manifest.read_text())["fingerprints"] if manifest.exists() else \
         image_dir_fingerprints(data_dir)

@@ -41,6 +41,14 @@ elif [ "$(cd / && "$VENV/bin/python" -c 'import portal, os; print(os.path.dirnam
     say "python: pointing the editable dsportal install at $REPO"
     out=$("$VENV/bin/pip" install -q --no-deps -e "$REPO" 2>&1) || { echo "$out" >&2; exit 1; }
 fi
+# The type checker of `make lint` and `make test` (mypy): a tool of the checkout, kept out of setup.py so that the
+# images, whose dependency layers are keyed on setup.py, are not rebuilt for it.
+DEV_TOOLS="mypy==1.13.0"
+if [ "$(cat "$STAMPS/dev-tools" 2>/dev/null)" != "$DEV_TOOLS" ]; then
+    say "python: installing $DEV_TOOLS into $VENV"
+    "$VENV/bin/pip" install -q $DEV_TOOLS
+    echo "$DEV_TOOLS" > "$STAMPS/dev-tools"
+fi
 # JupyterLab's setting defaults for every server (no "official Jupyter news" prompt): setup.py's data_files put
 # this file there in the images, but an editable install skips data_files. Cheap, so done every time.
 install -D -m 0644 "$REPO/deploy/jupyterlab/dsportal.json" \

@@ -45,7 +45,7 @@ from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
 from portal.jobs.sweep import FIELD as SWEEP_FIELD
 from portal.jobs.sweep import SweepPlan, SweepView, parse_sweep
 from portal.metrics import RunMetrics
-from portal.scheduler import SCHEDULERS, NoAccounting, Scheduler, UnknownScheduler, scheduler_for
+from portal.scheduler import SCHEDULERS, NoAccounting, Scheduler, UnknownScheduler, scheduler_for, scheduler_of_job
 from portal.scheduler.errors import (
     JobNotFound,
     KubernetesError,
@@ -53,7 +53,6 @@ from portal.scheduler.errors import (
     SlurmError,
 )
 from portal.scheduler.kube_client import KubeUser
-from portal.scheduler.kube_records import K8S_ID
 from portal.usage import UsageReport
 
 BACKENDS = tuple(SCHEDULERS)
@@ -88,7 +87,8 @@ class UnreadableJob:
     def refuse(self, *_: Any, **__: Any) -> Any:
         raise UnreadableRecord(self)
 
-    logs = cancel = metrics = refuse
+    logs = cancel = metrics = model_card = refuse  # nothing is read or done on the word of a broken record
+    plan = None  # nor is it taken for a sweep
 
     def history(self) -> list[str]:
         return []
@@ -256,7 +256,10 @@ def validate_sweep(spec: Mapping[str, Any], backend: str | None = None, user: st
 def render(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> str:
     """What `submit` would submit: the batch script (slurm), shell script (local) or MPIJob (kubernetes)."""
-    chosen, who, checked, job_limits, plan = _checked(spec, backend, user, groups, cfg or load())
+    cfg = cfg or load()
+    chosen = scheduler_for(cfg, backend)
+    offline = chosen.configured_limits(chosen.person(user, groups))  # Kubernetes: no API server needed
+    chosen, who, checked, job_limits, plan = _checked(spec, backend, user, groups, cfg, offline)
     return chosen.render(checked, who, job_limits.partition, plan) if plan else chosen.render(
         checked, who, job_limits.partition)
 
@@ -316,8 +319,9 @@ def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = Non
     from the scheduler afterwards anyway (the dashboard's board), which raises JobNotFound the same way."""
     cfg = cfg or load()
     job_id = str(job_id)
-    if K8S_ID.match(job_id):
-        backend = scheduler_for(cfg, "kubernetes")
+    named = scheduler_of_job(job_id)
+    backend = scheduler_for(cfg, named) if named is not None else None
+    if backend is not None and not backend.records_in_home:  # the scheduler keeps the record (a Job, an MPIJob)
         who = backend.person(user, groups)
         try:
             return Job(backend.load(who, job_id), backend, who)

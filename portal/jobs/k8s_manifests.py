@@ -52,6 +52,10 @@ STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) d
 CARD_IN_LOG_BYTES = 64 * 1024  # the model card a script copies into its pod's log (a card is a few KB)
 MODEL_CARD_LINE = "chexnet: model card "  # chexnet.card-in-log.sh: the line's start, the card's JSON after it
 
+# What a dry run's YAML (KubernetesScheduler.render) says first: checked against the settings, not the cluster.
+DRY_RUN_NOTE = ("# Checked against the configured limits (k8s_max_nodes, k8s_node_gpus, k8s_node_cpus,\n"
+                "# k8s_node_memory_gb, the group GPU quotas), not against the cluster: the API server, the\n"
+                "# namespace's ResourceQuota and the scheduler decide at submit.\n")
 
 def user_principal(cfg: PortalConfig, user: str) -> str:
     """Portal user `user` as Kubernetes knows them: the name the portal impersonates and RBAC binds."""

@@ -32,9 +32,9 @@ from portal.slurm import CANCELLED, COMPLETED, ENDED_STATES, FAILED, PENDING, RU
 # Job ids become directory names: Slurm's are digits, the local backend's "local-<time>-<random>". One spelling
 # per job: ASCII digits without leading zeros ("0002" and "2" would name the same Slurm job, and an owner check
 # that compares strings would take them for two).
-SLURM_JOB_ID = r"[1-9][0-9]{0,11}"
-LOCAL_JOB_ID = r"local-[0-9]{8}T[0-9]{6}-[0-9a-f]{6}"
-JOB_ID = re.compile(rf"^(?:{SLURM_JOB_ID}|{LOCAL_JOB_ID})\Z")
+SLURM_ID_PATTERN = r"[1-9][0-9]{0,11}"
+LOCAL_ID_PATTERN = r"local-[0-9]{8}T[0-9]{6}-[0-9a-f]{6}"
+JOB_ID = re.compile(rf"^(?:{SLURM_ID_PATTERN}|{LOCAL_ID_PATTERN})\Z")
 UNREADABLE = "UNREADABLE"  # the state shown for a job whose record is not one
 MAX_RECORD_BYTES = 64 * 1024  # a real job.json is under 1 KiB
 MAX_TEXT = 4096  # any one string in a record (a data_dir path is the longest)

@@ -4,9 +4,16 @@ sync reach a scheduler.
     from portal.scheduler import scheduler_for
     scheduler = scheduler_for(cfg)            # the configured one: Slurm or Kubernetes (or "local" for jobs)
     scheduler.snapshot()                      # the cluster now: queue, partitions, nodes (cached: ClusterCache)
+    user = scheduler.person("alice", groups)  # the scheduler's own view of the person (its Person type)
     scheduler.limits(user)                    # what the user may ask for now (one Limits type)
     record, stamp = scheduler.submit(spec, user, partition)
     scheduler.state(record, user); scheduler.cancel(record, user); scheduler.logs(record, user, tail=20)
+
+A scheduler's methods take only the person that its own `person` made: `Scheduler[P]` is generic in it (JobUser
+for Slurm and local jobs, KubeUser on Kubernetes), so the type checker (`make lint`: mypy over portal/scheduler
+and portal/service) refuses anyone else's type, such as the hub's user, where a scheduler's person belongs. Each
+scheduler also owns the pattern of its job ids (`job_ids`): the dashboard's routes and portal.jobs.get are built
+from `job_id_patterns()`, not from a list of their own.
 
 Each implementation owns one command runner (Slurm: portal.scheduler.slurm_commands.SlurmCommands; Kubernetes: the
 API client with impersonation), its snapshot, its limits and its job operations; the quota rule and its wording
@@ -20,8 +27,9 @@ portal.jobs imports this package.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from portal.scheduler.errors import SchedulerRefused
 
@@ -29,7 +37,7 @@ if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.jobs.record import JobRecord
     from portal.jobs.spec import JobLimits, JobSpec
-    from portal.jobs.sweep import SweepView
+    from portal.jobs.sweep import SweepPlan, SweepView
     from portal.metrics import RunMetrics
     from portal.scheduler.snapshot import ClusterSnapshot
     from portal.slurm_json import QueuedJob
@@ -49,27 +57,50 @@ class NoAccounting(SchedulerRefused):
     """This scheduler keeps no accounting of GPU-hours (only Slurm's slurmdbd does)."""
 
 
-class Scheduler(Protocol):
-    """What every scheduler does for the portal. `user` is the scheduler's own view of the person: a Unix account
-    (portal.jobs.account.JobUser) for Slurm and local jobs, an identity to impersonate (KubeUser) on Kubernetes."""
+class Person(Protocol):
+    """What every scheduler's person has: a name, the groups the hub (LDAP) gives them, and which directories a
+    job of theirs may read its data from."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def groups(self) -> tuple[str, ...]: ...
+    @property
+    def is_caller(self) -> bool: ...
+    def can_read_dir(self, path: str) -> bool: ...
+
+
+P = TypeVar("P", bound=Person)
+
+
+class Scheduler(Protocol[P]):
+    """What every scheduler does for the portal. `user` (P) is the scheduler's own view of the person, made by its
+    `person`: a Unix account (portal.jobs.account.JobUser) for Slurm and local jobs, an identity to impersonate
+    (KubeUser) on Kubernetes."""
 
     name: str
     cfg: PortalConfig
-    # each job's record is ~/jobs/<cluster>/<id>/job.json; else `records` and `load` ask the scheduler
+    job_ids: ClassVar[re.Pattern[str]]  # its job ids, anchored: a path component and a route (job_id_patterns)
+    # each job's record is ~/jobs/<cluster>/<id>/job.json; else the scheduler keeps them (KeepsRecords)
     records_in_home: bool
     queue_in_snapshot: bool  # its jobs are in the snapshot's queue (`queued`); else each job's `state` is asked
     sweeps: bool  # it runs sweeps (portal.jobs.sweep): `submit` and `render` take a plan, `sweep` reads one
 
-    def person(self, user: str | None, groups: Sequence[str] | None) -> Any:
+    def person(self, user: str | None, groups: Sequence[str] | None) -> P:
         """The scheduler's view of the person (None: the calling process's user)."""
 
     def snapshot(self, clock: Callable[[], float] = ...) -> ClusterSnapshot:
         """The cluster now, asked once (the dashboard caches it: portal.scheduler.snapshot.ClusterCache)."""
 
-    def limits(self, user: Any, snapshot: ClusterSnapshot | None = None,
+    def limits(self, user: P, snapshot: ClusterSnapshot | None = None,
                held: Sequence[tuple[str, int]] = ()) -> JobLimits:
         """What the user may ask for now; from `snapshot` when given (no command), with `held`: (job id, GPUs)
         of jobs submitted since it was taken."""
+
+    def configured_limits(self, user: P) -> JobLimits | None:
+        """What the settings alone let the user ask for, with no call to the cluster: a dry run (`render`) is
+        checked against these, and the cluster decides at submit. None where only the cluster can say (Slurm's
+        partitions)."""
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         """The job's line in the snapshot's queue while it is queued there and is its record's user's; None when
@@ -83,31 +114,70 @@ class Scheduler(Protocol):
         """Why a job of `spec`, just submitted by `user`, will wait (the nodes it needs are busy, and with what of
         the user's own), from `snapshot` taken before the submit; "" when it can start now or cannot tell."""
 
-    def render(self, spec: JobSpec, user: Any, partition: str = "") -> str: ...
-    def submit(self, spec: JobSpec, user: Any, partition: str = "") -> tuple[JobRecord, str | None]: ...
-    def state(self, record: JobRecord, user: Any) -> str: ...
-    def cancel(self, record: JobRecord, user: Any) -> None: ...
-    def logs(self, record: JobRecord, user: Any, tail: int | None = None) -> str: ...
-    def metrics(self, record: JobRecord, user: Any) -> RunMetrics: ...
-    def model_card(self, record: JobRecord, user: Any) -> dict[str, Any] | None: ...
-    def history(self, record: JobRecord, user: Any) -> list[str]: ...
-    def sweep(self, record: JobRecord, user: Any) -> SweepView:
+    def render(self, spec: JobSpec, user: P, partition: str = "", plan: SweepPlan | None = None) -> str: ...
+    def submit(self, spec: JobSpec, user: P, partition: str = "",
+               plan: SweepPlan | None = None) -> tuple[JobRecord, str | None]: ...
+    def state(self, record: JobRecord, user: P) -> str: ...
+    def cancel(self, record: JobRecord, user: P) -> None: ...
+    def logs(self, record: JobRecord, user: P, tail: int | None = None, task: int | None = None) -> str: ...
+    def metrics(self, record: JobRecord, user: P) -> RunMetrics: ...
+    def model_card(self, record: JobRecord, user: P, task: int | None = None) -> dict[str, Any] | None: ...
+    def history(self, record: JobRecord, user: P) -> list[str]: ...
+    def sweep(self, record: JobRecord, user: P) -> SweepView:
         """A sweep's trials (where `sweeps`)."""
-    def usage(self, user: Any, everyone: bool, now: Any) -> UsageReport:
+    def usage(self, user: P, everyone: bool, now: Any) -> UsageReport:
         """GPU-hours from the scheduler's accounting; NoAccounting where it keeps none."""
 
-    # Where records_in_home is False: the user's job records, as the scheduler keeps them.
-    def records(self, user: Any) -> list[JobRecord]: ...
-    def load(self, user: Any, job_id: str) -> JobRecord: ...
+
+class KeepsRecords(Scheduler[P], Protocol[P]):
+    """A scheduler whose job records are its own objects (records_in_home False: Kubernetes' Jobs and MPIJobs),
+    not job.json files in the homes that portal.jobs reads."""
+
+    def records(self, user: P) -> list[JobRecord]: ...
+    def load(self, user: P, job_id: str) -> JobRecord: ...
 
 
 def scheduler_for(cfg: PortalConfig, name: str | None = None, run: Callable[[Sequence[str]], str] | None = None
-                  ) -> Scheduler:
+                  ) -> Scheduler[Any]:
     """The scheduler called `name` (default: the configured `scheduler`). `run`: a fake Slurm's commands (tests;
     only Slurm runs commands)."""
     name = name or cfg.scheduler
     if name not in SCHEDULERS:
         raise UnknownScheduler(f"backend: {name!r} is not a backend; allowed: {', '.join(SCHEDULERS)}")
-    module, cls = SCHEDULERS[name]
-    implementation = getattr(importlib.import_module(module), cls)
+    implementation: Any = scheduler_class(name)  # each class's own constructor (Slurm's takes `run`)
     return implementation(cfg, run=run) if run is not None and name == "slurm" else implementation(cfg)
+
+
+def scheduler_class(name: str) -> type[Scheduler[Any]]:
+    """The class of the scheduler called `name` (imported now)."""
+    module, cls = SCHEDULERS[name]
+    found: type[Scheduler[Any]] = getattr(importlib.import_module(module), cls)
+    return found
+
+
+def job_id_patterns() -> dict[str, str]:
+    """Each scheduler's job-id pattern, unanchored (for a route: one spelling per job, so "0002" is no route at
+    all rather than a second name for job 2), by scheduler name."""
+    return {name: scheduler_class(name).job_ids.pattern.removeprefix("^").removesuffix(r"\Z")
+            for name in SCHEDULERS}
+
+
+def scheduler_of_job(job_id: str) -> str | None:
+    """The name of the scheduler whose job ids look like `job_id` (ids never look alike across schedulers), or
+    None."""
+    for name in SCHEDULERS:
+        if scheduler_class(name).job_ids.match(job_id):
+            return name
+    return None
+
+
+if TYPE_CHECKING:  # each implementation against the protocol, with its own person (checked by `make lint`)
+    from portal.jobs.account import JobUser
+    from portal.scheduler.kube_client import KubeUser
+    from portal.scheduler.kubernetes import KubernetesScheduler
+    from portal.scheduler.local import LocalScheduler
+    from portal.scheduler.slurm import SlurmScheduler
+
+    def _conforms(slurm: SlurmScheduler, local: LocalScheduler, kube: KubernetesScheduler
+                  ) -> tuple[Scheduler[JobUser], Scheduler[JobUser], KeepsRecords[KubeUser]]:
+        return slurm, local, kube

@@ -89,7 +89,7 @@ class JobsInHome:
         sweep's: its task's trial's (None without a `task`)."""
         if record.sweep is not None and task is None:
             return None
-        directory = record.task_checkpoint_dir(task) if record.sweep is not None else record.checkpoint_dir
+        directory = record.checkpoint_dir if task is None else record.task_checkpoint_dir(task)
         text = user.read_text(directory / CARD_FILE, MAX_CARD_BYTES)
         return None if text is None else checked_card(text, record.id)
 

@@ -9,13 +9,14 @@ import getpass
 import json
 import os
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from portal.config import PortalConfig
 from portal.jobs.k8s_manifests import user_principal
-from portal.scheduler.errors import KubernetesError
+from portal.scheduler.errors import JobNotFound, KubernetesError, kubernetes_failure
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,21 @@ def api_reason(err) -> str:
         return json.loads(err.body).get("message", err.reason)
     except (TypeError, ValueError, AttributeError):
         return str(err.reason)
+
+
+def api_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One call of the `kubernetes` client, its answer as the API server sent it (plain dicts); JobNotFound for a
+    404, KubernetesError saying `what` failed and why for any other refusal, or when the server did not answer."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        answer = fn(*args, **kwargs)
+    except ApiException as err:
+        if err.status == 404:
+            raise JobNotFound(f"{what}: not found") from None
+        raise kubernetes_failure(what, err.status, api_reason(err)) from None
+    except (HTTPError, OSError) as err:
+        raise kubernetes_failure(what, 0, str(err)) from None
+    api = getattr(getattr(fn, "__self__", None), "api_client", None)  # a model object: as the API sent it
+    return api.sanitize_for_serialization(answer) if api is not None and not isinstance(answer, dict) else answer

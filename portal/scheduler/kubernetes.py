@@ -2,8 +2,8 @@
 workers Job; setting k8s_jobs "plain", the default) or as an MPIJob (kubeflow.org/v2beta1; "mpijob").
 
 The manifests are built by `portal.jobs.k8s_manifests`; the pure readers (a Job or an MPIJob in, a state or a
-record out), unit-tested without a cluster, are `portal.scheduler.kube_records`; the client and the user it acts
-for, `portal.scheduler.kube_client`; here `KubernetesScheduler` makes the calls with the `kubernetes` client.
+record out), unit-tested without a cluster, are `portal.scheduler.kube_records` (and the nodes', `kube_nodes`);
+the client and the user it acts for, `portal.scheduler.kube_client`; here `KubernetesScheduler` makes the calls.
 The dashboard (the hub's service account) acts for a user by impersonating `<k8s_user_prefix><name>`, so the API
 server's RBAC (deploy/kubernetes/rbac.yaml) keeps each user to their namespace, as `runuser` + Slurm do on the
 Slurm path. A notebook in the user's own pod uses that pod's service account, which is bound to the same role in
@@ -24,27 +24,27 @@ has a line per epoch (`portal.scheduler.kube_records.pod_trials`).
 from __future__ import annotations
 
 import dataclasses
+import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 from portal.config import PortalConfig
 from portal.jobs.k8s_manifests import (
+    DRY_RUN_NOTE,
     GROUP,
     LABEL_JOB,
     LABEL_ROLE,
     LABEL_USER,
     PLURAL,
     VERSION,
-    home_claim_manifest,
     manifest_yaml,
     mpijob_manifest,
     owned_by,
     plain_job_objects,
     sweep_job_manifest,
-    user_namespace_manifest,
-    user_namespace_objects,
 )
 from portal.jobs.record import CANCELLED, PENDING, JobRecord
 from portal.jobs.spec import JobLimits, JobSpec, JobSpecError
@@ -52,8 +52,10 @@ from portal.jobs.sweep import FIELD as SWEEP_FIELD
 from portal.jobs.sweep import SweepPlan, SweepView, sweep_view
 from portal.metrics import RunMetrics
 from portal.scheduler import NoAccounting
-from portal.scheduler.errors import JobNotFound, KubernetesError, kubernetes_failure
-from portal.scheduler.kube_client import KubeUser, api_client, api_reason, kube_user, new_ssh_key
+from portal.scheduler.errors import JobNotFound, KubernetesError
+from portal.scheduler.kube_client import KubeUser, api_call, api_client, kube_user, new_ssh_key
+from portal.scheduler.kube_namespaces import ensure_namespace, namespace_exists
+from portal.scheduler.kube_nodes import node_pools
 from portal.scheduler.kube_records import (
     K8S_ID,
     PodTrials,
@@ -69,9 +71,10 @@ from portal.scheduler.kube_records import (
     pod_trials,
     sweep_job_state,
 )
+from portal.scheduler.pods import POD_SERVER_NAME
 from portal.scheduler.quota import GpuQuota
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.slurm import SlurmPartition
+from portal.slurm import start_note as note_from_nodes
 from portal.slurm_json import QueuedJob
 from portal.usage import UsageReport
 
@@ -92,6 +95,7 @@ class KubernetesScheduler:
     (impersonated, or their own pod)."""
 
     name = "kubernetes"
+    job_ids: ClassVar[re.Pattern[str]] = K8S_ID  # k8s-<date>-<time>-<random>: also a valid Job or MPIJob name
 
     def __init__(self, cfg: PortalConfig, client_for=api_client):
         self.cfg = cfg
@@ -113,22 +117,6 @@ class KubernetesScheduler:
         api = self._client_for(self.cfg, user)
         return client.CustomObjectsApi(api), client.CoreV1Api(api), client.BatchV1Api(api)
 
-    def _call(self, what: str, fn, *args, **kwargs):
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            answer = fn(*args, **kwargs)
-        except ApiException as err:
-            if err.status == 404:
-                raise JobNotFound(f"{what}: not found") from None
-            raise kubernetes_failure(what, err.status, api_reason(err)) from None
-        except (HTTPError, OSError) as err:
-            raise kubernetes_failure(what, 0, str(err)) from None
-        api = getattr(getattr(fn, "__self__", None), "api_client", None)  # a model object: as the API sent it
-        return api.sanitize_for_serialization(answer) if api is not None and not isinstance(answer, dict) \
-            else answer
-
     records_in_home = False  # each job's record is its launcher Job or MPIJob (`records`, `load`)
     queue_in_snapshot = False
 
@@ -136,16 +124,20 @@ class KubernetesScheduler:
         return kube_user(user, groups, self.cfg)
 
     def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
-        """The GPU pools as configured (the hub does not list nodes), and what holds or waits for GPUs in the
-        users' namespaces (one call as the portal: the pods that have not ended, of the namespaces that
-        k8s_user_namespace_template names). Each job's state still comes from its own objects."""
-        pools = tuple(SlurmPartition(name=t, nodes=(), max_minutes=None, default=i == 0)
-                      for i, t in enumerate(self.cfg.k8s_gpu_types))
+        """The GPU pools (k8s_gpu_types) with their nodes and what is free on each (kube_nodes.node_pools), and
+        what holds or waits for GPUs in the users' namespaces: two calls as the portal, the nodes and the pods
+        that have not ended. Each job's state still comes from its own objects. Where the portal may not list
+        nodes (a cluster whose RBAC leaves that out), the pools have none: the start warning cannot tell."""
         asked_at = clock()
         _, core, _ = self._apis(self.person(None, None))
-        pods = self._call("the users' pods", core.list_pod_for_all_namespaces,
-                          field_selector="status.phase!=Succeeded,status.phase!=Failed")
-        queue = pod_queue(pods.get("items", []), self.cfg.namespace_user, datetime.now(UTC))
+        pods = api_call("the users' pods", core.list_pod_for_all_namespaces,
+                        field_selector="status.phase!=Succeeded,status.phase!=Failed").get("items", [])
+        try:
+            nodes = api_call("the nodes", core.list_node).get("items", [])
+        except (KubernetesError, JobNotFound):
+            nodes = []
+        pools = node_pools(nodes, pods, self.cfg.k8s_gpu_node_label, self.cfg.k8s_gpu_types)
+        queue = pod_queue(pods, self.cfg.namespace_user, datetime.now(UTC))
         return ClusterSnapshot(taken_at=clock(), partitions=pools, queue=queue, asked_at=asked_at)
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> None:
@@ -157,7 +149,15 @@ class KubernetesScheduler:
         return found if found is not None and found.user == record.user and found.state == PENDING else None
 
     def start_note(self, spec: JobSpec, user: str, snapshot: ClusterSnapshot) -> str:
-        return ""  # no snapshot of each node's free resources here: a waiting job's page says why it waits
+        """Why a job of `spec` just submitted will wait, from its pool's nodes in `snapshot` (their allocatable
+        less their pods' requests, taken before the submit), in the words Slurm's warning has; "" when it can
+        start now, or when the snapshot has no nodes to tell."""
+        pool = next((p for p in snapshot.partitions if p.name == limits_for(self.cfg, ()).partition), None)
+        if pool is None or not pool.nodes:
+            return ""
+        mine = [job for job in snapshot.queue.values() if job.user == user]
+        return note_from_nodes(spec.nodes, spec.gpus_per_node, spec.workers_per_node * spec.cpus_per_task,
+                               spec.memory_gb, pool, mine, server_names=(POD_SERVER_NAME,))
 
     def model_card(self, record: JobRecord, user: KubeUser, task: int | None = None) -> dict | None:
         """The run's model card from the log of the pod that ran it (its script copies the card there at the
@@ -189,10 +189,16 @@ class KubernetesScheduler:
         """The pool's shape, and the user's quota with what their pods hold now: the portal refuses what the
         namespace's ResourceQuota would, with the same arithmetic and words as on Slurm."""
         _, core, _ = self._apis(user)
-        pods = self._call(f"the pods of {user.name}", core.list_namespaced_pod, self.cfg.user_namespace(user.name))
+        pods = self._in_namespace(user, f"the pods of {user.name}", core.list_namespaced_pod,
+                                  self.cfg.user_namespace(user.name)) or {}
         limits = limits_for(self.cfg, user.groups)
         quota = GpuQuota(limits.quota.limit, limits.quota.groups, pod_holders(pods.get("items", [])))
         return dataclasses.replace(limits, quota=quota.with_submitted(held))
+
+    def configured_limits(self, user: KubeUser) -> JobLimits:
+        """The pool's configured shape (k8s_max_nodes, k8s_node_gpus, ...) and the group quota, without the pods
+        that hold it now: a dry run needs no API server."""
+        return limits_for(self.cfg, user.groups)
 
     def _objects(self, spec: JobSpec, job_id: str, user: KubeUser, partition: str, **plain) -> list[dict]:
         if not self.plain:
@@ -202,37 +208,28 @@ class KubernetesScheduler:
         return [launcher, *owned]
 
     def render(self, spec: JobSpec, user: KubeUser, partition: str = "", plan: SweepPlan | None = None) -> str:
+        """The objects a submit would create, as YAML, made without the API server (a dry run)."""
         if plan is not None:
-            return manifest_yaml(sweep_job_manifest(spec, plan, "k8s-<date>-<time>-<random>", user.name, self.cfg,
-                                                    partition, submitted_at="<submit time>"))
+            return DRY_RUN_NOTE + manifest_yaml(sweep_job_manifest(
+                spec, plan, "k8s-<date>-<time>-<random>", user.name, self.cfg, partition, submitted_at="<submit time>"))
         made = "<made at submit>"
         objects = self._objects(spec, "k8s-<date>-<time>-<random>", user, partition, submitted_at="<submit time>",
                                 **({"private_key": made, "public_key": made} if self.plain else {}))
-        return "---\n".join(manifest_yaml(manifest) for manifest in objects)
+        return DRY_RUN_NOTE + "---\n".join(manifest_yaml(manifest) for manifest in objects)
 
     def ensure_namespace(self, user: KubeUser) -> None:
-        """Make the user's namespace theirs, as the portal itself (the spawner does the same on a server's
-        start): a user may submit from the dashboard before ever starting a server, so their home claim is made
-        too. Idempotent."""
-        from kubernetes import client
+        """Make the user's namespace theirs (kube_namespaces.ensure_namespace), as the portal itself."""
+        ensure_namespace(self.cfg, self._client_for(self.cfg, None), user)
 
-        api = self._client_for(self.cfg, None)
-        core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-        namespace = self.cfg.user_namespace(user.name)
-        binding, quota = user_namespace_objects(self.cfg, user.name, self.cfg.gpu_quota_for(list(user.groups)))
-        steps = [(core.create_namespace, None, (user_namespace_manifest(self.cfg, user.name),)),
-                 (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, (namespace, binding)),
-                 (core.create_namespaced_resource_quota, core.replace_namespaced_resource_quota, (namespace, quota)),
-                 (core.create_namespaced_persistent_volume_claim, None,
-                  (namespace, home_claim_manifest(self.cfg, user.name)))]
-        for create, replace, args in steps:
-            try:
-                self._call(f"preparing namespace {namespace}", create, *args)
-            except KubernetesError as err:
-                if err.status != 409:
-                    raise
-                if replace is not None:  # the quota (the user's groups) may have changed
-                    self._call(f"preparing namespace {namespace}", replace, args[1]["metadata"]["name"], *args)
+    def _in_namespace(self, user: KubeUser, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A call in the user's namespace, as them; None when they have no namespace yet (a user who never
+        started a server or submitted: the API server refuses them there, 403, as it would anyone)."""
+        try:
+            return api_call(what, fn, *args, **kwargs)
+        except KubernetesError as err:
+            if err.status == 403 and not namespace_exists(self._client_for(self.cfg, None), self.cfg, user):
+                return None
+            raise
 
     def submit(self, spec: JobSpec, user: KubeUser, partition: str = "",
                plan: SweepPlan | None = None) -> tuple[JobRecord, None]:
@@ -247,23 +244,23 @@ class KubernetesScheduler:
         if plan is not None:
             if not self.plain:
                 raise JobSpecError(SWEEP_FIELD, "sweeps run as plain Jobs; this portal runs MPIJobs (k8s_jobs)")
-            created = self._call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace,
-                                 sweep_job_manifest(spec, plan, job_id, user.name, self.cfg, partition))
+            created = api_call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace,
+                               sweep_job_manifest(spec, plan, job_id, user.name, self.cfg, partition))
             return mpijob_record(created, self.cfg), None
         if not self.plain:
-            created = self._call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
-                                 GROUP, VERSION, namespace, PLURAL, self._objects(spec, job_id, user, partition)[0])
+            created = api_call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
+                               GROUP, VERSION, namespace, PLURAL, self._objects(spec, job_id, user, partition)[0])
             return mpijob_record(created, self.cfg), None
         private_key, public_key = new_ssh_key()
         launcher, *owned = self._objects(spec, job_id, user, partition, private_key=private_key,
                                          public_key=public_key)
-        created = self._call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace, launcher)
+        created = api_call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace, launcher)
         try:
             for manifest in owned:
                 create = core.create_namespaced_secret if manifest["kind"] == "Secret" else \
                     batch.create_namespaced_job
-                self._call(f"creating {manifest['kind']} {manifest['metadata']['name']} in {namespace}", create,
-                           namespace, owned_by(manifest, created))
+                api_call(f"creating {manifest['kind']} {manifest['metadata']['name']} in {namespace}", create,
+                         namespace, owned_by(manifest, created))
         except (KubernetesError, JobNotFound):
             self._delete(user, job_id)
             raise
@@ -274,15 +271,15 @@ class KubernetesScheduler:
             raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs")
         custom, _, batch = self._apis(user)
         namespace = self.cfg.user_namespace(user.name)
-        try:
+        try:  # a user without a namespace (never spawned nor submitted) has no job: None
             if self.plain:
-                found = self._call(f"job {job_id}", batch.read_namespaced_job, job_id, namespace)
+                found = self._in_namespace(user, f"job {job_id}", batch.read_namespaced_job, job_id, namespace)
             else:
-                found = self._call(f"job {job_id}", custom.get_namespaced_custom_object, GROUP, VERSION,
-                                   namespace, PLURAL, job_id)
+                found = self._in_namespace(user, f"job {job_id}", custom.get_namespaced_custom_object, GROUP,
+                                           VERSION, namespace, PLURAL, job_id)
         except JobNotFound:
-            raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs") from None
-        if (found.get("metadata", {}).get("labels") or {}).get(LABEL_USER) != user.name:
+            found = None
+        if not found or (found.get("metadata", {}).get("labels") or {}).get(LABEL_USER) != user.name:
             raise JobNotFound(f"job {job_id}: not found among {user.name}'s jobs")
         return found
 
@@ -294,13 +291,13 @@ class KubernetesScheduler:
         namespace = self.cfg.user_namespace(user.name)
         selector = f"{LABEL_USER}={user.name}"
         if self.plain:
-            listed = self._call(f"listing Jobs in {namespace}", batch.list_namespaced_job, namespace,
-                                label_selector=selector)
+            listed = self._in_namespace(user, f"listing Jobs in {namespace}", batch.list_namespaced_job, namespace,
+                                        label_selector=selector)
         else:
-            listed = self._call(f"listing MPIJobs in {namespace}", custom.list_namespaced_custom_object, GROUP,
-                                VERSION, namespace, PLURAL, label_selector=selector)
+            listed = self._in_namespace(user, f"listing MPIJobs in {namespace}", custom.list_namespaced_custom_object,
+                                        GROUP, VERSION, namespace, PLURAL, label_selector=selector)
         found = []
-        for item in listed.get("items", []):
+        for item in (listed or {}).get("items", []):
             try:
                 found.append(mpijob_record(item, self.cfg))
             except (ValueError, KeyError, TypeError):
@@ -311,9 +308,9 @@ class KubernetesScheduler:
         _, core, _ = self._apis(user)
         labels = {LABEL_JOB: job_id, **({LABEL_ROLE: role} if role else {})} if self.plain else \
             {OPERATOR_JOB_LABEL: job_id, **({OPERATOR_ROLE_LABEL: role} if role else {})}
-        listed = self._call(f"the pods of job {job_id}", core.list_namespaced_pod,
-                            self.cfg.user_namespace(user.name),
-                            label_selector=",".join(f"{key}={value}" for key, value in labels.items()))
+        listed = api_call(f"the pods of job {job_id}", core.list_namespaced_pod,
+                          self.cfg.user_namespace(user.name),
+                          label_selector=",".join(f"{key}={value}" for key, value in labels.items()))
         return listed.get("items", [])
 
     def state(self, record: JobRecord, user: KubeUser) -> str:
@@ -329,8 +326,8 @@ class KubernetesScheduler:
         _, core, _ = self._apis(user)
         kwargs = {"tail_lines": tail} if tail else {"limit_bytes": MAX_TRIAL_LOG_BYTES}
         try:  # the API server asks the pod's kubelet, which may be on a node that just died
-            return self._call(f"the log of pod {name}", core.read_namespaced_pod_log, name,
-                              self.cfg.user_namespace(user.name), _request_timeout=LOG_TIMEOUT_S, **kwargs)
+            return api_call(f"the log of pod {name}", core.read_namespaced_pod_log, name,
+                            self.cfg.user_namespace(user.name), _request_timeout=LOG_TIMEOUT_S, **kwargs)
         except (KubernetesError, JobNotFound):
             return ""  # the container has not started yet, or its pod went meanwhile
 
@@ -355,11 +352,11 @@ class KubernetesScheduler:
         custom, _, batch = self._apis(user)
         namespace = self.cfg.user_namespace(user.name)
         if self.plain:
-            self._call(f"deleting job {job_id}", batch.delete_namespaced_job, job_id, namespace,
-                       propagation_policy="Foreground")
+            api_call(f"deleting job {job_id}", batch.delete_namespaced_job, job_id, namespace,
+                     propagation_policy="Foreground")
         else:
-            self._call(f"deleting job {job_id}", custom.delete_namespaced_custom_object, GROUP, VERSION,
-                       namespace, PLURAL, job_id, propagation_policy="Foreground")
+            api_call(f"deleting job {job_id}", custom.delete_namespaced_custom_object, GROUP, VERSION,
+                     namespace, PLURAL, job_id, propagation_policy="Foreground")
 
     def logs(self, record: JobRecord, user: KubeUser, tail: int | None = None, task: int | None = None) -> str:
         """The launcher pod's log (the latest launcher's); "" before it starts (or once its pod is gone). A sweep's:
@@ -375,8 +372,8 @@ class KubernetesScheduler:
         latest = max(started, key=lambda p: p["metadata"].get("creationTimestamp", ""))
         kwargs = {"tail_lines": tail} if tail else {}
         try:
-            return self._call(f"the log of job {record.id}", core.read_namespaced_pod_log,
-                              latest["metadata"]["name"], self.cfg.user_namespace(user.name), **kwargs)
+            return api_call(f"the log of job {record.id}", core.read_namespaced_pod_log,
+                            latest["metadata"]["name"], self.cfg.user_namespace(user.name), **kwargs)
         except (KubernetesError, JobNotFound):
             return ""  # the container has not started yet, or its pod went meanwhile
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import ClassVar
 
 from portal.config import PortalConfig
 from portal.inputs import ascii_digits
@@ -25,6 +26,7 @@ from portal.jobs.record import (
     COMPLETED,
     EXIT_STATUS_FILE,
     FAILED,
+    LOCAL_ID_PATTERN,
     OUTPUT_FILE,
     PENDING,
     RECORD_FILE,
@@ -35,7 +37,9 @@ from portal.jobs.record import (
     exit_code,
     now_utc,
 )
-from portal.jobs.spec import JobLimits, JobSpec
+from portal.jobs.spec import JobLimits, JobSpec, JobSpecError
+from portal.jobs.sweep import FIELD as SWEEP_FIELD
+from portal.jobs.sweep import SweepPlan, SweepView, sweep_view
 from portal.jobs.templating import job_environment, template_environment
 from portal.scheduler import NoAccounting
 from portal.scheduler.errors import JobNotFound
@@ -75,6 +79,7 @@ class LocalScheduler(JobsInHome):
     """Jobs under horovodrun on this machine, the user's own (no cluster, no queue, no accounting)."""
 
     name = "local"
+    job_ids: ClassVar[re.Pattern[str]] = re.compile(rf"^{LOCAL_ID_PATTERN}\Z")  # local-<date>T<time>-<random>
     sweeps = False  # a sweep is a Slurm job array (portal.jobs.sweep)
 
     def __init__(self, cfg: PortalConfig):
@@ -95,12 +100,18 @@ class LocalScheduler(JobsInHome):
                          memory_gb_per_node=max(1, memory_gb), max_minutes=None,
                          quota=GpuQuota(gpus, tuple(user.groups)), default_data_dir=str(self.cfg.default_data_path))
 
-    def render(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
+    def configured_limits(self, user: JobUser) -> JobLimits:
+        return self.limits(user)  # this machine's own, read without asking anyone
+
+    def render(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None) -> str:
+        no_sweeps(plan)
         return render_local(spec, str(self.jobs_dir(user) / "local-<time>-<random>"), self.cfg)
 
-    def submit(self, spec: JobSpec, user: JobUser, partition: str = "") -> tuple[JobRecord, str]:
+    def submit(self, spec: JobSpec, user: JobUser, partition: str = "",
+               plan: SweepPlan | None = None) -> tuple[JobRecord, str]:
         """Make ~/jobs/<cluster>/<id>/ (mkdir is atomic: the id is ours) with the script and job.json in one
         process as the user, then start the script; (the record, the directory's inode)."""
+        no_sweeps(plan)
         job_id = new_local_id()
         job_dir = self.jobs_dir(user) / job_id
         record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
@@ -112,6 +123,11 @@ class LocalScheduler(JobsInHome):
         # and is not our child, so it never lingers as a zombie of a long-lived caller (a notebook kernel).
         user.start_detached([shutil.which("setsid") or "/usr/bin/setsid", "--fork", "/bin/bash", str(script)])
         return record, inode
+
+    def sweep(self, record: JobRecord, user: JobUser) -> SweepView:
+        """No sweep runs here: a record that claims one (edited) shows its trials as never run."""
+        assert record.sweep is not None
+        return sweep_view(record.sweep, {}, {}, "the local backend runs no sweeps")
 
     def _pid(self, record: JobRecord, user: JobUser) -> int | None:
         # The file is the user's: a PID is a few ASCII digits, anything else is no PID.
@@ -149,6 +165,11 @@ class LocalScheduler(JobsInHome):
             time.sleep(0.5)
         if session_alive(pid):
             user.run(["kill", "-KILL", "--", f"-{pid}"], check=False)
+
+
+def no_sweeps(plan: SweepPlan | None) -> None:
+    if plan is not None:  # portal.jobs refuses a sweep before it gets here (`sweeps`)
+        raise JobSpecError(SWEEP_FIELD, "the local backend runs no sweeps: submit single runs")
 
 
 def session_alive(sid: int) -> bool:

@@ -27,7 +27,8 @@ def quota_for(quotas: Mapping[str, int], default: int, groups: Iterable[str]) ->
 
 def quota_group(quotas: Mapping[str, int], groups: Iterable[str]) -> str | None:
     """The group whose quota applies (the largest; ties: alphabetical); None when none of `groups` has one."""
-    return min((g for g in groups if g in quotas), key=lambda g: (-quotas[g], g), default=None)
+    found = [g for g in groups if g in quotas]
+    return min(found, key=lambda g: (-quotas[g], g)) if found else None
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,14 @@ one Slurm command through the one runner (portal.scheduler.slurm_commands), run 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import ClassVar
 
 from chexnet.sweep import EXIT_FINISHED, PLAN_FILE
 from portal.config import PortalConfig
@@ -31,6 +33,7 @@ from portal.jobs.record import (
     PENDING,
     RECORD_FILE,
     SCRIPT_FILES,
+    SLURM_ID_PATTERN,
     UNKNOWN,
     JobRecord,
     exit_code,
@@ -143,6 +146,7 @@ class SlurmScheduler(JobsInHome):
     """Submit, watch, cancel and read training jobs on Slurm, always as the job's user; the cluster's snapshot."""
 
     name = "slurm"
+    job_ids: ClassVar[re.Pattern[str]] = re.compile(rf"^{SLURM_ID_PATTERN}\Z")  # a sweep's: its array's id
     sweeps = True  # a sweep is a job array (portal.jobs.sweep)
     queue_in_snapshot = True  # its jobs are in the snapshot's queue (`queued`)
 
@@ -166,6 +170,9 @@ class SlurmScheduler(JobsInHome):
             partitions, queued = snapshot.partitions, users_jobs(snapshot.queue, user.name)
         limits = limits_from(self.cfg, partitions, gpu_holders(queued), user.groups, len(queued) + len(held))
         return replace(limits, quota=limits.quota.with_submitted(held))
+
+    def configured_limits(self, user: JobUser) -> None:
+        return None  # a partition's shape is Slurm's: a dry run asks it (as the user)
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         if record.sweep is not None:  # the array's line is one of its tasks': its state is the tasks' together

@@ -65,11 +65,14 @@ class ClusterCache:
 
         self.cfg = cfg
         self.interval_s = float(cfg.dashboard_refresh_s)
-        scheduler = None if read else scheduler_for(cfg, run=run)
-        self._read = read or (lambda: scheduler.snapshot(self._clock))
         # Slurm's snapshot is one squeue and two scontrol; Kubernetes's GPU pools come from the settings
-        self._asks_queue = scheduler is None or scheduler.queue_in_snapshot
+        self._asks_queue = True
         self._clock = clock
+        if read is None:
+            scheduler = scheduler_for(cfg, run=run)
+            self._asks_queue = scheduler.queue_in_snapshot
+            read = lambda: scheduler.snapshot(self._clock)  # noqa: E731
+        self._read = read
         self._lock = threading.Lock()
         self._snapshot: ClusterSnapshot | None = None
         self._failure: tuple[float, SchedulerError] | None = None  # the last failure, told again for an interval

@@ -39,7 +39,7 @@ class JobAPIHandler(APIHandler):
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
         summary = await self.blocking(self.board.summary, job, viewer=self.hub_user.name)
-        detail = {"per_class_auroc": {}, "best_epoch": None}
+        detail: dict[str, object] = {"per_class_auroc": {}, "best_epoch": None}
         if summary["state"] != "PENDING":  # nothing written yet; spares a process run as the user
             metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
             detail = {"per_class_auroc": metrics.per_class_auroc, "best_epoch": metrics.best_epoch}

@@ -10,7 +10,7 @@ from jupyterhub.utils import url_path_join
 from tornado.web import Application
 
 from portal.config import PortalConfig
-from portal.jobs.record import LOCAL_JOB_ID, SLURM_JOB_ID
+from portal.scheduler import job_id_patterns
 from portal.scheduler.snapshot import ClusterCache
 from portal.service import api, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
@@ -19,9 +19,10 @@ from portal.service.hub import HubDirectory
 from portal.templates import templates_dir
 
 HERE = Path(__file__).resolve().parent
-# portal.jobs.record.JOB_ID without its anchors: one spelling per job (ASCII digits, no leading zero), so "0002"
-# is no route at all rather than a second name for job 2.
-JOB_ID = rf"({SLURM_JOB_ID}|{LOCAL_JOB_ID})"
+# Every scheduler's job ids, from the schedulers themselves (Scheduler.job_ids): a Kubernetes job's page is as
+# reachable as a Slurm job's. One spelling per job (ASCII digits, no leading zero), so "0002" is no route at all
+# rather than a second name for job 2.
+JOB_ID = "(" + "|".join(job_id_patterns().values()) + ")"
 # Blocking work at once (each a runuser'd command): enough for a few users, few enough for a small hub host.
 WORKERS = 8
 # Submits and cancels (about ten commands each as the user, a second or more on a busy host) run in a pool of
@@ -37,8 +38,10 @@ MAX_BODY_SIZE = 1024 * 1024
 def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str | None = None,
              cluster: ClusterCache | None = None, board: JobBoard | None = None,
              directory: HubDirectory | None = None, notebooks_dir: Path | None = None) -> Application:
-    prefix = prefix or os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
-    hub_base_url = hub_base_url or os.environ.get("JUPYTERHUB_BASE_URL", "/")
+    if not prefix:
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
+    if not hub_base_url:
+        hub_base_url = os.environ.get("JUPYTERHUB_BASE_URL", "/")
     cluster = cluster or ClusterCache(cfg)
     board = board or JobBoard(cfg, cluster, base_url=hub_base_url, service_prefix=prefix)
     directory = directory or HubDirectory(ttl_s=cfg.dashboard_refresh_s)

@@ -91,8 +91,11 @@ class Refresher:
     queue behind it)."""
 
     def __init__(self, execute: Callable[[Callable[[], None]], Any] | None = None):
-        self._pool = None if execute else ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="portal-refresh")
-        self._execute = execute or self._pool.submit
+        self._pool: ThreadPoolExecutor | None = None
+        if not execute:
+            self._pool = ThreadPoolExecutor(REFRESH_WORKERS, thread_name_prefix="portal-refresh")
+            execute = self._pool.submit
+        self._execute = execute
         self._lock = threading.Lock()
         self._running: set[Hashable] = set()
         self._owners: set[str] = set()
@@ -120,7 +123,8 @@ class Refresher:
             finally:
                 with self._lock:
                     self._running.discard(key)
-                    self._owners.discard(owner)
+                    if owner is not None:
+                        self._owners.discard(owner)
 
         self._execute(task)
         return True

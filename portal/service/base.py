@@ -59,7 +59,8 @@ class SecurityHeaders(RequestHandler):
         for name, value in SECURITY_HEADERS.items():
             self.set_header(name, value)
 
-    def set_cookie(self, name: str, value: str | bytes, **kwargs: Any) -> None:
+    # tornado names each cookie option as a parameter; they pass through **kwargs here, defaults filled in.
+    def set_cookie(self, name: str, value: str | bytes, **kwargs: Any) -> None:  # type: ignore[override]
         kwargs.setdefault("samesite", COOKIE_SAMESITE)
         kwargs.setdefault("httponly", True)  # pages take the XSRF token from the page, never from the cookie
         if get_browser_protocol(self.request) == "https":  # as the proxy saw it (X-Forwarded-Proto)
@@ -116,8 +117,14 @@ def as_portal_error(err: Exception) -> UserError | None:
     if isinstance(err, SubmitInProgress):
         return UserError(429, str(err))
     if isinstance(err, HubUnavailable):
-        return UserError(503, f"JupyterHub is unavailable: {err}")
+        return hub_error(err)
     return None
+
+
+def hub_error(err: HubUnavailable) -> UserError:
+    """The user-facing error for a hub that did not answer (as_portal_error's, typed for the handlers that catch
+    HubUnavailable themselves)."""
+    return UserError(503, f"JupyterHub is unavailable: {err}")
 
 
 class PortalHandler(HubOAuthenticated, SecurityHeaders):
@@ -156,7 +163,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         try:
             self.hub_user = await self.directory.user(identity["name"])
         except HubUnavailable as err:
-            raise as_portal_error(err) from None
+            raise hub_error(err) from None
 
     async def identify(self) -> dict | None:
         """HubOAuth's identity, asked without blocking the service. HubAuthenticated's own get_current_user waits
@@ -180,7 +187,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         try:
             return (await self.directory.user(self.hub_user.name, fresh=True)).server_ready
         except HubUnavailable as err:
-            raise as_portal_error(err) from None
+            raise hub_error(err) from None
 
     _identifying = False
 

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic
 
 from portal import jobs as jobs_api
 from portal import settings as user_settings
@@ -41,12 +41,13 @@ from portal.jobs.account import JobUser, job_user
 from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
 from portal.jobs.spec import JobLimits
 from portal.jobs.sweep import SweepView
-from portal.scheduler import scheduler_for
+from portal.scheduler import P, Scheduler, scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
 from portal.service.scans import DirStamp, UserRecords, jobs_dir_stamp
 from portal.service.summary import job_key, job_summary, unreadable_summary, waiting
+from portal.settings import Settings
 
 log = logging.getLogger("portal.service")
 AnyJob = Job | UnreadableJob
@@ -83,7 +84,12 @@ class HubUser:
                    admin=bool(model.get("admin")), server_ready=bool(server.get("ready")))
 
 
-class JobBoard(UsageViews):
+class JobBoard(UsageViews, Generic[P]):
+    """The jobs of the hub's users, on the configured scheduler. Generic in that scheduler's person (P): the board
+    asks the scheduler for it (`person`) wherever a scheduler call needs one, never hands it the hub's user."""
+
+    scheduler: Scheduler[P]
+
     def __init__(self, cfg: PortalConfig, cluster: ClusterCache, base_url: str = "/",
                  service_prefix: str = "/services/portal/", api: Any = jobs_api, rescan_s: float = RESCAN_S,
                  refresher: Refresher | None = None, clock: Callable[[], float] = time.monotonic,
@@ -124,6 +130,7 @@ class JobBoard(UsageViews):
         with self._records_lock:
             known = dict(self._records[user.name].jobs) if user.name in self._records else {}
         dir_stamp = None
+        found: dict[str, tuple[str | None, AnyJob]]
         if not self.scheduler.records_in_home:  # the records are the scheduler's (MPIJobs): one call lists them
             found = {job.id: (None, job) for job in self.api.jobs(user=user.name, groups=user.groups, cfg=self.cfg)}
         else:
@@ -191,8 +198,9 @@ class JobBoard(UsageViews):
         submitted, cancelled = self._since(snapshot)
         since = [(job_id, gpus) for (owner, job_id, _), gpus in submitted.items()
                  if owner == user.name and job_id not in snapshot.queue]
-        # from the snapshot: only the user's name and groups are read, no command runs as them
-        return self.scheduler.limits(user, snapshot.without(cancelled), since)
+        # from the snapshot: only the user's name and groups are read, no command runs as them on Slurm
+        person = self.scheduler.person(user.name, user.groups)
+        return self.scheduler.limits(person, snapshot.without(cancelled), since)
 
     def state_of(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, str]:
         """(state, elapsed): from the shared squeue answer while the job is queued, else from the job itself (which
@@ -264,9 +272,9 @@ class JobBoard(UsageViews):
         if state != "PENDING":  # nothing written yet; spares a process run as the user
             metrics = self.metrics_of(job, state) if wait else self.known_metrics(job, state)
         whose = "your" if viewer in (None, job.record.user) else f"{job.record.user}'s"
-        wait = waiting(job.scheduler.waiting(snapshot, job.record), snapshot, whose=whose) if state == "PENDING" \
+        waits = waiting(job.scheduler.waiting(snapshot, job.record), snapshot, whose=whose) if state == "PENDING" \
             else None
-        return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix, wait)
+        return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix, waits)
 
     def job_rows(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
         """The user's jobs, newest first; an admin's list has every user in `everyone` too."""
@@ -286,6 +294,7 @@ class JobBoard(UsageViews):
             except JobNotFound:
                 continue  # a job.json that claims a job Slurm says is someone else's
             except SchedulerError as err:  # this job's own question failed (say, accounting is down): not a state
+                assert isinstance(job, Job)  # an unreadable record's summary asks no scheduler
                 listed.append({**job_summary(job, UNKNOWN, "", None, self.base_url, self.service_prefix),
                                "reason": str(err)[:300]})
         return listed
@@ -420,11 +429,11 @@ class JobBoard(UsageViews):
         """What the submit form offers: the limits a submit is checked against (`limits_now`)."""
         return self.limits_now(user)
 
-    def user_settings(self, user: HubUser) -> user_settings.Settings:
+    def user_settings(self, user: HubUser) -> Settings:
         """The user's own settings (portal.settings), read as them from their home: Slurm's users only."""
         return user_settings.read(self._home_user(user), self.cfg.user_settings_file)
 
-    def save_user_settings(self, user: HubUser, given: Mapping[str, Any]) -> user_settings.Settings:
+    def save_user_settings(self, user: HubUser, given: Mapping[str, Any]) -> Settings:
         """Change the user's settings (InputError naming a field that is not allowed), written as them."""
         saved = user_settings.write(self._home_user(user), dict(given), self.cfg.user_settings_file)
         log.info("settings of %s: %s", user.name, saved.to_dict())

@@ -29,7 +29,7 @@ class UsageViews:
     cfg: PortalConfig
     cluster: ClusterCache
     api: Any
-    scheduler: Scheduler
+    scheduler: Scheduler[Any]
     _refresher: Refresher
     _usage: TimedCache
     _usage_failed: TimedCache

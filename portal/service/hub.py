@@ -20,12 +20,14 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from portal.service.board import HubUser
 
+T = TypeVar("T")
 PAGE = 200  # the hub's api_page_max_limit (default): a longer list comes in pages
 ROSTER_S = 30.0  # how long the roster of every user serves
 STALE_GRACE_S = 10.0  # how long past its age the roster is served while a fresh one is fetched
@@ -39,8 +41,11 @@ class HubUnavailable(RuntimeError):
 class HubDirectory:
     def __init__(self, api_url: str | None = None, token: str | None = None, ttl_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic, roster_s: float = ROSTER_S):
-        self.api_url = (api_url or os.environ.get("JUPYTERHUB_API_URL", "")).rstrip("/")
-        self.token = token or os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        if not api_url:
+            api_url = os.environ.get("JUPYTERHUB_API_URL", "")
+        if not token:
+            token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        self.api_url, self.token = api_url.rstrip("/"), token
         self.ttl_s, self._clock, self.roster_s = ttl_s, clock, max(roster_s, ttl_s)
         self._cache: dict[str, tuple[float, object]] = {}
         self._asking: dict[str, asyncio.Future] = {}
@@ -48,7 +53,7 @@ class HubDirectory:
         self._refreshing: asyncio.Future | None = None
         self.calls = 0  # requests actually sent to the hub
 
-    async def _shared(self, key: str, fetch: Callable[[], Awaitable[object]]) -> object:
+    async def _shared(self, key: str, fetch: Callable[[], Awaitable[T]]) -> T:
         """fetch()'s answer; concurrent asks for the same key wait for the first one's answer (or error)."""
         if key in self._asking:
             return await asyncio.shield(self._asking[key])
@@ -94,7 +99,10 @@ class HubDirectory:
         asked_at = self._clock()  # the roster is as old as the moment it was asked for
         models: list = []
         while True:
-            page = await self._fetch(f"users?offset={len(models)}&limit={PAGE}")
+            path = f"users?offset={len(models)}&limit={PAGE}"
+            page = await self._fetch(path)
+            if not isinstance(page, list):
+                raise HubUnavailable(f"the hub answered GET {path} with no list of users")
             models.extend(page)
             if len(page) < PAGE:
                 break
@@ -117,13 +125,17 @@ class HubDirectory:
             if age < self.roster_s + STALE_GRACE_S:
                 self._refresh_in_background()
                 return self._roster[1]
-        return await self._shared("roster", self._fetch_roster)  # type: ignore[return-value]
+        return await self._shared("roster", self._fetch_roster)
 
     async def user(self, name: str, fresh: bool = False) -> HubUser:
         """The user as the hub says; `fresh`: asked by name, at most a refresh interval old."""
         model = None if fresh else (await self.roster()).get(name)
         if model is None:  # made after the last roster was asked for, or asked for fresh
-            model = await self._get(f"users/{quote(name, safe='')}")
+            path = f"users/{quote(name, safe='')}"
+            answer = await self._get(path)
+            if not isinstance(answer, dict):
+                raise HubUnavailable(f"the hub answered GET {path} with no user model")
+            model = answer
         return HubUser.from_model(model)
 
     async def everyone(self) -> list[HubUser]:
@@ -134,7 +146,7 @@ class HubDirectory:
             roster = await self._shared("roster", self._fetch_roster)
         else:
             roster = self._roster[1]
-        return [HubUser.from_model(m) for m in roster.values()]  # type: ignore[union-attr]
+        return [HubUser.from_model(m) for m in roster.values()]
 
 
 def _log_failure(refresh: asyncio.Future) -> None:

@@ -11,12 +11,11 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from portal import settings as user_settings
 from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, minutes_of, shown, whole_number
-from portal.job_notebook import NOTEBOOK_NAME, job_notebook
 from portal.jobs import Job
-from portal.jobs.account import job_user
 from portal.jobs.record import ENDED_STATES, UNREADABLE
 from portal.jobs.spec import (
     BOOLEAN_FIELDS,
@@ -39,6 +38,7 @@ from portal.logview import filter_log
 from portal.notebook import AurocTable
 from portal.scheduler.home import ModelCardError
 from portal.service.base import PageHandler, UserError
+from portal.service.job_notebooks import NOTEBOOK_ELSEWHERE, write_job_notebook
 from portal.tensorboard import lab_url
 
 # The jobs list's filter: these first (in this order) when a job has them, then any other state a job is in.
@@ -124,9 +124,9 @@ def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
     decoded = decode_form(arguments, (*FIELDS, KIND, *SWEEP_FORM), WHOLE, cap=MAX_PATH)
     if not decoded:
         raise InputError("template", f"no field was sent; allowed: the form's fields ({', '.join(FIELDS)})")
-    for name, values in decoded.items():
-        if len(values) > 1:
-            raise InputError(name, f"sent {len(values)} times; allowed: once")
+    for name, sent in decoded.items():
+        if len(sent) > 1:
+            raise InputError(name, f"sent {len(sent)} times; allowed: once")
     spec: dict[str, object] = {}
     for name in FIELDS:
         values = decoded.get(name)
@@ -279,7 +279,7 @@ class JobPageHandler(PageHandler):
             metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
             best_epoch = metrics.best_epoch
             auroc = AurocTable(metrics.per_class_auroc) if metrics.per_class_auroc else None
-        figures = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc,
+        figures: dict[str, Any] = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc,
                    "sweep": sweep.to_dict() if sweep else None}
         if figures_only:
             self.render_page("job_figures.html", **figures)
@@ -296,6 +296,8 @@ class JobPageHandler(PageHandler):
         owner = job.owner
         server_ready = await self.server_ready() if owner == self.hub_user.name else False
         self.render_page("job.html", **figures, log=log, log_hidden=hidden, server_ready=server_ready,
+                         notebook_here=job.scheduler.records_in_home if isinstance(job, Job) else False,
+                         NOTEBOOK_ELSEWHERE=NOTEBOOK_ELSEWHERE,
                          card=card, card_problem=card_problem, task=task,
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
                          tensorboard=summary["links"]["tensorboard"],
@@ -311,7 +313,7 @@ def shown_task(sweep: SweepView | None) -> int | None:
         return sweep.best.task
     started = [row for row in sweep.rows if row.number is not None]
     running = [row for row in started if row.state == "RUNNING"]
-    return (running or started[-1:] or [None])[0].task if started else None
+    return (running or started)[0 if running else -1].task if started else None
 
 
 def task_argument(value: str | None) -> int | None:
@@ -393,24 +395,6 @@ class CancelHandler(PageHandler):
         self.redirect(f"{self.settings['service_prefix']}jobs")
 
 
-def write_job_notebook(job: Job) -> str:
-    """The job's notebook written into its directory as its owner, unless there already (the user's edits are
-    kept); returns its path in the owner's home, as JupyterLab opens it."""
-    owner = job_user(job.owner)
-    path = Path(job.job_dir) / NOTEBOOK_NAME.format(id=job.id)
-    try:
-        in_home = path.relative_to(owner.home)
-    except ValueError:
-        raise UserError(409, f"job {job.id}'s directory {job.job_dir} is outside your home, where JupyterLab "
-                               "cannot open it") from None
-    result = owner.run(["/bin/sh", "-c", 'umask 077 && { [ -e "$1" ] || cat > "$1"; }', "sh", str(path)],
-                       input=job_notebook(job.id), check=False)
-    if result.returncode != 0:
-        raise UserError(409, f"job {job.id}'s notebook could not be written in {job.job_dir}: "
-                               f"{result.stderr.strip()[:200] or f'exit status {result.returncode}'}")
-    return str(in_home)
-
-
 class JobNotebookHandler(PageHandler):
     """"Open in a notebook": the owner's own job, in their JupyterLab (which the hub starts if it is not up)."""
 
@@ -418,6 +402,8 @@ class JobNotebookHandler(PageHandler):
         job = await self.blocking(self.board.get, self.hub_user, job_id)  # the user's own jobs only
         if not isinstance(job, Job):
             raise UserError(409, f"job {job_id}'s record is unreadable: there is no job to load in a notebook")
+        if not job.scheduler.records_in_home:
+            raise UserError(409, NOTEBOOK_ELSEWHERE.format(id=job.id))
         path = await self.blocking(write_job_notebook, job)
         self.redirect(lab_url(job.owner, path, self.settings["hub_base_url"]))
 

@@ -106,6 +106,16 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
+def _numeric(xs: list[object], positive: bool) -> list[float] | None:
+    """`xs` as numbers when each is a finite number (and above 0 with `positive`); None: they are categories."""
+    numbers: list[float] = []
+    for x in xs:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or (positive and x <= 0):
+            return None
+        numbers.append(x)
+    return numbers
+
+
 def scatter(pairs: Iterable[tuple[object, object]], width: int = 240, height: int = 120, label: str = "values",
             log_x: bool = False, marked: object = None) -> Markup:
     """An inline `<svg role="img">` of (x, y) points, such as a sweep's mean AUROC (y) against one parameter (x):
@@ -115,10 +125,10 @@ def scatter(pairs: Iterable[tuple[object, object]], width: int = 240, height: in
     found = [(x, y) for x, y in pairs if isinstance(y, int | float) and not isinstance(y, bool) and math.isfinite(y)]
     if not found:
         return Markup("")
-    numeric = all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and (x > 0 or not log_x)
-                  for x, _ in found)
-    if numeric:
-        xs = [math.log10(x) if log_x else float(x) for x, _ in found]
+    numbers = _numeric([x for x, _ in found], positive=log_x)
+    numeric = numbers is not None
+    if numbers is not None:
+        xs = [math.log10(x) if log_x else float(x) for x in numbers]
     else:
         order = list(dict.fromkeys(str(x) for x, _ in found))
         xs = [float(order.index(str(x))) for x, _ in found]
@@ -131,8 +141,8 @@ def scatter(pairs: Iterable[tuple[object, object]], width: int = 240, height: in
         cy = height / 2 if y_high == y_low else 2 * PAD + (y_high - y) / (y_high - y_low) * inner_h
         radius = STROKE + 2.5 if marked is not None and x_raw == marked else STROKE + 1
         dots.append(f'<circle cx="{cx:.2f}" cy="{cy:.2f}" r="{radius:g}" fill="currentColor" fill-opacity="0.7"/>')
-    x_words = (f"from {short_number(min(x for x, _ in found))} to {short_number(max(x for x, _ in found))}"
-               if numeric else ", ".join(dict.fromkeys(str(x) for x, _ in found)))
+    x_words = (f"from {short_number(min(numbers))} to {short_number(max(numbers))}"
+               if numbers is not None else ", ".join(dict.fromkeys(str(x) for x, _ in found)))
     words = escape(f"{label}: {len(found)} point(s); x {x_words}{' (log scale)' if log_x and numeric else ''}; "
                    f"y from {short_number(y_low)} to {short_number(y_high)}")
     return Markup(

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "deploy" / "kubernetes"))
 
 import kubebox  # noqa: E402  (deploy/kubernetes is not a package)
 
-from tests.conftest import PORT_OFFSET, TEST_SETTINGS  # noqa: E402
+from tests.conftest import PORT_OFFSET, TEST_SETTINGS, Hub  # noqa: E402
 
 # Two sessions at once need their own state dir and ports: set both variables (as for the Slurm test box).
 KUBE_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_STATE", "/var/tmp/dsportal-test-kube"))
@@ -138,3 +138,21 @@ def cfg(kube):
 def core(kube):
     """The box's core API as its admin."""
     return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
+
+
+@pytest.fixture(scope="module")
+def pod_hub(directory, kube):
+    """`kubebox up` with the hub (deploy/kubernetes/kubeparts/hub.py): its image imported, its objects made, its pod
+    ready; removed after the module (test_hub_in_a_pod, the dashboard journeys). About 40 s."""
+    lines: list[str] = []
+    started = time.monotonic()
+    try:
+        kubebox.up(kube.box, report=lines.append, hub_directory=directory)
+    except kubebox.KubeBoxError as err:
+        print("\n".join(kubebox.remove_hub(kube.box)))
+        pytest.fail(f"the hub's pod did not start: {err}\n" + "\n".join(lines[-20:]), pytrace=False)
+    print(f"\nthe hub in a pod, up in {time.monotonic() - started:.1f} s:\n" + "\n".join(lines[-8:]))
+    try:
+        yield Hub(kubebox.box_hub.url(kube.box))
+    finally:
+        print("\n".join(kubebox.remove_hub(kube.box)))

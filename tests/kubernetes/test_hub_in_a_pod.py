@@ -12,7 +12,7 @@ import pytest
 import requests
 from kubernetes import client as k8s
 
-from tests.conftest import Hub, wait_for
+from tests.conftest import wait_for
 from tests.integration.test_cluster import portal_client
 from tests.kubernetes.conftest import kubebox
 
@@ -21,23 +21,6 @@ ALICE_NS = "dsportal-u-alice"
 SPAWN_S = 150  # the hub's own start_timeout (values.yaml leaves the default, 120 s), and its verdict
 HUB_BACK_S = 120  # a new hub pod: scheduled, the hub and its proxy started, the readiness probe passed (~20 s)
 
-
-
-@pytest.fixture(scope="module")
-def pod_hub(directory, kube, core):
-    """`kubebox up` with the hub: its image imported, its objects made, its pod ready; removed afterwards."""
-    lines: list[str] = []
-    started = time.monotonic()
-    try:
-        kubebox.up(kube.box, report=lines.append, hub_directory=directory)
-    except kubebox.KubeBoxError as err:
-        print("\n".join(kubebox.remove_hub(kube.box)))
-        pytest.fail(f"the hub's pod did not start: {err}\n" + "\n".join(lines[-20:]), pytrace=False)
-    print(f"\nthe hub in a pod, up in {time.monotonic() - started:.1f} s:\n" + "\n".join(lines[-8:]))
-    try:
-        yield Hub(kubebox.box_hub.url(kube.box))
-    finally:
-        print("\n".join(kubebox.remove_hub(kube.box)))
 
 
 def hub_pod(core) -> k8s.V1Pod | None:

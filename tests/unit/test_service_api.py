@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pwd
 import re
 import threading
 import time
@@ -369,10 +370,13 @@ class DashboardTest(AsyncHTTPTestCase):
         self.api.add("alice", "7", "RUNNING")
         try:
             # ACTION_WORKERS held submits of as many users fill their pool (one user holds one worker at most; the
-            # test client opens at most 10 connections at once)
+            # test client opens at most 10 connections at once). Users with an account here: the scheduler's person
+            # is a Unix account (JobUser), which the board asks for before the quota check.
+            users = [account.pw_name for account in pwd.getpwall()][:ACTION_WORKERS]
+            assert len(users) == ACTION_WORKERS, users
             held = [self.http_client.fetch(self.get_url("/services/portal/api/jobs"), method="POST",
-                                           headers={"X-Test-User": f"user{i}"}, body='{"gpus_per_node": 0}',
-                                           raise_error=False) for i in range(ACTION_WORKERS)]
+                                           headers={"X-Test-User": user}, body='{"gpus_per_node": 0}',
+                                           raise_error=False) for user in users]
 
             async def until_the_actions_pool_is_full():
                 while self.api.submitting < ACTION_WORKERS:

@@ -103,12 +103,16 @@ def test_slurm_down_is_an_error_not_a_stale_answer():
 class FakeCore:
     """CoreV1Api's call of the snapshot, answering as the API server would; it records what was asked."""
 
-    def __init__(self, pods: list[dict]):
-        self.pods, self.asked = pods, []
+    def __init__(self, pods: list[dict], nodes: list[dict] | None = None):
+        self.pods, self.nodes, self.asked = pods, nodes or [], []
 
     def list_pod_for_all_namespaces(self, **query):
         self.asked.append(query)
         return {"items": self.pods}
+
+    def list_node(self, **query):
+        self.asked.append({"nodes": query})
+        return {"items": self.nodes}
 
 
 def test_on_kubernetes_the_pools_come_from_the_settings_and_the_queue_from_the_users_pods():
@@ -128,7 +132,7 @@ def test_on_kubernetes_the_pools_come_from_the_settings_and_the_queue_from_the_u
     assert [p["name"] for p in snapshot.to_dict()["partitions"]] == ["t4", "a100"]
     assert snapshot.to_dict()["partitions"][0]["default"] and snapshot.to_dict()["jobs_running"] == 1
     assert (snapshot.queue["jupyter-alice"].user, snapshot.queue["jupyter-alice"].gpus) == ("alice", 2)
-    assert core.asked == [{"field_selector": "status.phase!=Succeeded,status.phase!=Failed"}]
+    assert core.asked == [{"field_selector": "status.phase!=Succeeded,status.phase!=Failed"}, {"nodes": {}}]
     assert cache.squeue_calls == 0
 
 

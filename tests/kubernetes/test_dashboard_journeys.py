@@ -1,0 +1,276 @@
+"""The dashboard's journeys, the same test functions on both schedulers: the Slurm test box's hub, and the
+Kubernetes test box's hub in a pod (served through its NodePort, the dashboard acting for each user with the
+hub's service account). Each test runs twice, "[slurm]" on the Slurm box's side of `make test` and "[kubernetes]"
+on the Kubernetes box's (conftest.side_of).
+
+alice's 2-node job from the API runs to COMPLETED with its page, log, figures, TensorBoard link and model card
+(its hashes checked here with hashlib; on Kubernetes the card carries the image digest that the kubelet ran); a
+job from the form is cancelled from its page (the cancel form needs XSRF); a sweep from the API shows its trials;
+bob gets 404 on each of alice's pages and cannot cancel; admins see her job; the usage page says, on Kubernetes,
+why there are no GPU-hours.
+
+Sized for 2 CPU cores: the demo set (64x64 images), tinycnn, 1 epoch, batch 8, one worker on each of two nodes.
+"""
+
+from __future__ import annotations
+
+import html
+import posixpath
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+from kubernetes import client as k8s
+
+from bench.hub_client import xsrf_of
+from portal.config import PortalConfig
+from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
+from portal.jobs.record import ENDED_STATES
+from portal.tensorboard import panel_url
+from tests import cards
+from tests.conftest import CLUSTER, NODES, TEST_STATE, TINY_MODEL, Hub, job_dir_of, job_wait_s, wait_for
+from tests.integration.test_dashboard import PORTAL, browser, token_session
+from tests.kubernetes.conftest import kubebox
+
+pytestmark = pytest.mark.integration
+TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 3,
+        "gpus_per_node": 1, "time_limit": "00:15:00", "model": TINY_MODEL}
+JOB_WAIT_S = job_wait_s(TINY["time_limit"])  # submit (to an idle box) to ended
+CANCEL_WAIT_S = 180  # a cancelled job ended, as its scheduler says (Kubernetes: its objects deleted)
+
+
+@dataclass(frozen=True)
+class Box:
+    """What the journeys need to know of a box, beyond its hub: what only that scheduler can say."""
+
+    name: str  # "slurm" or "kubernetes"
+    hub: Hub
+    cluster: str  # the portal's cluster_name there: job directories and TensorBoard run names
+    job_dir: Callable[[str, str], Path]  # (user, job id) -> the job's directory, as this machine sees it
+    data_dir: Path  # the demo set's TFRecords, as this machine sees them
+    data_shown: str  # ... as a job there names them (its card's data.dir)
+    hosts: Callable[[str], set[str]]  # the hosts a job's two workers ran on (as mpirun's log names them)
+    hub_log: Callable[[], str]  # the end of the hub's and the dashboard's log, for a failure's message
+
+
+def slurm_box(request) -> Box:
+    request.getfixturevalue("cluster")
+    data = request.getfixturevalue("demo_data")
+    return Box("slurm", request.getfixturevalue("hub"), CLUSTER, job_dir_of, data, str(data),
+               lambda job_id: set(NODES), lambda: (TEST_STATE / "log" / "hub.log").read_text()[-6000:])
+
+
+def kubernetes_box(request) -> Box:
+    from kubeparts import volumes  # deploy/kubernetes, on the path since tests.kubernetes.conftest
+
+    kube = request.getfixturevalue("kube")
+    hub = request.getfixturevalue("pod_hub")
+    cluster = kubebox.box_hub.values_env().get("DSPORTAL_CLUSTER_NAME", PortalConfig().cluster_name)
+    core = k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
+
+    def worker_hosts(job_id: str) -> set[str]:  # a pod's hostname is its name
+        pods = core.list_namespaced_pod("dsportal-u-alice", label_selector=f"{LABEL_JOB}={job_id},{LABEL_ROLE}=worker")
+        return {pod.metadata.name for pod in pods.items}
+    data = volumes.data_dir(kube.box) / volumes.DATA_SET
+    return Box("kubernetes", hub, cluster,
+               lambda user, job_id: volumes.home_dir(kube.box, user) / "jobs" / cluster / job_id, data,
+               posixpath.join(PortalConfig().k8s_data_mount, volumes.DATA_SET), worker_hosts,
+               lambda: kubebox.box_hub.hub_log(core)[-6000:])
+
+
+@pytest.fixture(scope="module", params=["slurm", "kubernetes"])
+def box(request) -> Box:
+    return slurm_box(request) if request.param == "slurm" else kubernetes_box(request)
+
+
+def page(box: Box, session: requests.Session, path: str, status: int = 200) -> requests.Response:
+    """A dashboard page as the session's browser gets it, which must answer `status` (else the hub's log says why)."""
+    answer = session.get(f"{box.hub.url}{PORTAL}{path}", timeout=60)
+    assert answer.status_code == status, f"{path}: {answer.status_code}\n{answer.text[-1500:]}\n{box.hub_log()}"
+    return answer
+
+
+@pytest.fixture(scope="module")
+def clients(box):
+    return {user: token_session(box.hub, user) for user in ("alice", "bob", "admin")}
+
+
+@pytest.fixture(scope="module")
+def api(box):
+    def call(client: requests.Session, method: str, path: str, **kwargs) -> requests.Response:
+        kwargs.setdefault("timeout", 60)
+        return client.request(method, f"{box.hub.url}{PORTAL}api/{path}", **kwargs)
+    return call
+
+
+def job_now(box, clients, api, job_id: str) -> dict:
+    """alice's job as the API shows it. On Kubernetes a cancelled job is deleted (the launcher Job is its record):
+    once its objects are gone it is no job any more (404), which this reads as CANCELLED."""
+    answer = api(clients["alice"], "GET", f"jobs/{job_id}")
+    if answer.status_code == 404 and box.name == "kubernetes":
+        return {"id": job_id, "state": "CANCELLED", "gone": True}
+    assert answer.status_code == 200, answer.text[-2000:]
+    return answer.json()
+
+
+@pytest.fixture(scope="module")
+def made(box, clients, api):
+    """The jobs a test submits as alice (their ids); whatever has not ended is cancelled afterwards."""
+    ids: list[str] = []
+    yield ids
+    for job_id in ids:
+        if job_now(box, clients, api, job_id)["state"] not in ENDED_STATES:
+            api(clients["alice"], "DELETE", f"jobs/{job_id}")
+    for job_id in ids:
+        ended(box, clients, api, job_id, CANCEL_WAIT_S)
+
+
+def ended(box, clients, api, job_id: str, timeout: float) -> dict:
+    return wait_for(lambda: (j := job_now(box, clients, api, job_id))["state"] in ENDED_STATES and j, timeout,
+                    interval=2, what=f"job {job_id} to end")
+
+
+@pytest.fixture(scope="module")
+def alice_job(clients, api, made):
+    started = time.monotonic()
+    response = api(clients["alice"], "POST", "jobs", json={**TINY, "nodes": 2})
+    assert response.status_code == 201, response.text
+    job = response.json()
+    made.append(job["id"])
+    job["submitted_monotonic"] = started
+    return job
+
+
+def test_the_submit_form_offers_the_users_limits_and_both_kinds_of_job(box):
+    form = page(box, browser(box.hub, "alice"), "submit")
+    assert 'id="submit_form"' in form.text and 'name="gpus_per_node"' in form.text
+    assert "(your quota: 4)" in form.text  # gpu-users' quota, the same on both boxes
+    assert 'id="kind-single"' in form.text and 'id="kind-sweep"' in form.text
+
+
+def test_invalid_specs_are_refused_naming_the_field(clients, api):
+    before = [j["id"] for j in api(clients["bob"], "GET", "jobs").json()["jobs"]]
+    response = api(clients["alice"], "POST", "jobs", json={"template": "chexnet", "epochs": 0})
+    assert (response.status_code, response.json()["field"]) == (400, "epochs"), response.text
+    response = api(clients["bob"], "POST", "jobs", json={"template": "chexnet", "gpus_per_node": 4})
+    assert (response.status_code, response.json()["field"]) == (400, "gpus_per_node"), response.text
+    assert "quota" in response.json()["error"]
+    assert [j["id"] for j in api(clients["bob"], "GET", "jobs").json()["jobs"]] == before
+
+
+def test_alice_sees_her_job_and_bob_reaches_none_of_its_pages(box, clients, api, alice_job):
+    job_id = alice_job["id"]
+    assert alice_job["user"] == "alice" and alice_job["state"] in ("PENDING", "RUNNING"), alice_job
+    assert "warning" in alice_job  # why it will wait, or "" (it can start now, or the scheduler cannot tell)
+    mine = api(clients["alice"], "GET", f"jobs/{job_id}")
+    assert mine.status_code == 200 and mine.json()["state"] in ("PENDING", "RUNNING", "COMPLETED"), mine.text
+    page(box, browser(box.hub, "alice"), f"jobs/{job_id}")
+    assert api(clients["bob"], "GET", f"jobs/{job_id}").status_code == 404
+    assert api(clients["bob"], "DELETE", f"jobs/{job_id}").status_code == 404
+    bob = browser(box.hub, "bob")
+    for part in ("", "/log", "/model_card.json"):
+        page(box, bob, f"jobs/{job_id}{part}", status=404)
+    xsrf = xsrf_of(page(box, bob, "submit").text)  # his own form's token (his jobs page may have no form)
+    for action in ("cancel", "notebook"):  # the forms of the job's page
+        posted = bob.post(f"{box.hub.url}{PORTAL}jobs/{job_id}/{action}", data={"_xsrf": xsrf},
+                          allow_redirects=False, timeout=60)
+        assert posted.status_code == 404, (action, posted.text[-2000:])
+    assert job_id not in [j["id"] for j in api(clients["bob"], "GET", "jobs").json()["jobs"]]
+    state = api(clients["alice"], "GET", f"jobs/{job_id}").json()["state"]
+    assert state in ("PENDING", "RUNNING", "COMPLETED"), f"bob touched alice's job: {state}"
+
+
+def test_admin_sees_alices_job(clients, api, alice_job):
+    listed = api(clients["admin"], "GET", "jobs").json()["jobs"]
+    assert (alice_job["id"], "alice") in [(j["id"], j["user"]) for j in listed]
+    assert api(clients["admin"], "GET", f"jobs/{alice_job['id']}").json()["user"] == "alice"
+
+
+def test_a_job_from_the_form_is_cancelled_from_its_page_with_xsrf(box, clients, api, made):
+    session = browser(box.hub, "alice")
+    form = session.get(f"{box.hub.url}{PORTAL}submit", timeout=60)
+    fields = {**{k: str(v) for k, v in TINY.items()}, "epochs": "200", "time_limit": "00:10:00", "nodes": "1",
+              "kind": "single", "_xsrf": xsrf_of(form.text)}
+    submitted = session.post(f"{box.hub.url}{PORTAL}submit", data=fields, allow_redirects=False, timeout=120)
+    assert submitted.status_code == 302, submitted.text[-3000:]
+    found = re.search(rf"{PORTAL}jobs/([^/?#]+)$", submitted.headers["Location"])
+    assert found, submitted.headers["Location"]
+    job_id = found.group(1)
+    made.append(job_id)
+    shown = page(box, session, f"jobs/{job_id}")
+    assert f"jobs/{job_id}/cancel" in shown.text, shown.text[-3000:]
+    action = f"{box.hub.url}{PORTAL}jobs/{job_id}/cancel"
+    assert session.post(action, data={}, allow_redirects=False, timeout=60).status_code == 403  # no XSRF token
+    done = session.post(action, data={"_xsrf": xsrf_of(shown.text)}, allow_redirects=False, timeout=120)
+    assert done.status_code == 302, done.text[-3000:]
+    assert ended(box, clients, api, job_id, CANCEL_WAIT_S)["state"] == "CANCELLED"
+
+
+def test_the_job_completes_with_its_figures_log_and_tensorboard_link(box, clients, api, alice_job):
+    remaining = JOB_WAIT_S - (time.monotonic() - alice_job["submitted_monotonic"])
+    job = ended(box, clients, api, alice_job["id"], remaining)
+    assert job["state"] == "COMPLETED", job
+    job = wait_for(lambda: (j := api(clients["alice"], "GET", f"jobs/{alice_job['id']}").json())
+                   ["best_mean_auroc"] is not None and j, 60, interval=3, what="the job's final metrics")
+    assert job["images_per_sec"] > 0 and 0.0 <= job["best_mean_auroc"] <= 1.0, job
+    assert job["epochs_done"] == 1 and job["nodes"] == 2, job
+    # Horovod across hosts: one rank on each, launched by mpirun, and the log says where.
+    text = clients["alice"].get(f"{box.hub.url}{PORTAL}jobs/{alice_job['id']}/log", timeout=60).text
+    hosts = set(re.findall(r"rank \d of 2 on (\S+) ", text))
+    assert len(hosts) == 2 and hosts == box.hosts(alice_job["id"]), text[-3000:]
+    shown = page(box, browser(box.hub, "alice"), f"jobs/{alice_job['id']}")
+    assert "COMPLETED" in shown.text
+    # alice's JupyterLab is not running, so the TensorBoard panel is replaced by a link that starts it.
+    assert "Start your server" in shown.text and 'href="/hub/spawn/alice"' in shown.text
+    # "Open in a notebook" writes into her home: where the dashboard cannot (Kubernetes), the page says so.
+    offered = f'action="{PORTAL}jobs/{alice_job["id"]}/notebook"' in shown.text
+    said = "Open in a notebook is not offered here" in html.unescape(shown.text)
+    assert (offered, said) == ((True, False) if box.name == "slurm" else (False, True)), shown.text[-3000:]
+    listed = api(clients["alice"], "GET", "jobs").json()["jobs"]
+    links = next(j["links"] for j in listed if j["id"] == alice_job["id"])
+    assert links["tensorboard"] == panel_url("alice", f"{box.cluster}/{alice_job['id']}")  # its cluster's run
+
+
+def test_the_completed_jobs_model_card_downloads_and_its_hashes_hold(box, clients, api, alice_job):
+    job_id = alice_job["id"]
+    assert api(clients["alice"], "GET", f"jobs/{job_id}").json()["state"] == "COMPLETED"
+    session = browser(box.hub, "alice")
+    shown = page(box, session, f"jobs/{job_id}").text
+    assert 'id="model-card"' in shown and f"jobs/{job_id}/model_card.json" in shown
+    download = session.get(f"{box.hub.url}{PORTAL}jobs/{job_id}/model_card.json", timeout=60)
+    assert download.status_code == 200 and "attachment" in download.headers["Content-Disposition"]
+    card = download.json()
+    cards.data_holds(card, box.data_dir, shown_as=box.data_shown)
+    cards.checkpoint_files_hold(card, box.job_dir("alice", job_id) / "checkpoints")
+    assert card["spec"]["workers"] == 2 and card["epochs_done"] == 1
+    # In an image, the card names the image it ran (the digest the kubelet reports); on the Slurm box's hosts none.
+    digest = card["environment"].get("image_digest")
+    assert (box.name, bool(digest and digest.startswith("sha256:"))) in (("slurm", False), ("kubernetes", True)), \
+        card["environment"]
+
+
+def test_a_sweep_from_the_api_shows_its_trials_on_its_page(box, clients, api, made):
+    sweep = {"trials": 2, "parallel": 1, "sampler": "random", "pruner": "none"}
+    response = api(clients["alice"], "POST", "jobs", json={**TINY, "epochs": 200, "sweep": sweep})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    made.append(job_id)
+    shown = page(box, browser(box.hub, "alice"), f"jobs/{job_id}").text
+    assert 'id="sweep-trials"' in shown and 'data-task="0"' in shown and 'data-task="1"' in shown, shown[-3000:]
+    assert "Sweep: 2 trials, at most 1 at once" in shown
+    assert api(clients["alice"], "DELETE", f"jobs/{job_id}").status_code == 204
+    assert ended(box, clients, api, job_id, CANCEL_WAIT_S)["state"] == "CANCELLED"
+
+
+def test_the_usage_and_cluster_pages_answer_and_say_what_this_scheduler_cannot(box):
+    session = browser(box.hub, "alice")
+    usage = session.get(f"{box.hub.url}{PORTAL}usage", timeout=60)
+    cluster = session.get(f"{box.hub.url}{PORTAL}cluster", timeout=60)
+    assert usage.status_code == 200 and cluster.status_code == 200, (usage.text[-2000:], cluster.text[-2000:])
+    no_accounting = "GPU-hours are not counted here: they come from Slurm's accounting, and this portal runs jobs " \
+                    "on kubernetes."
+    assert (no_accounting in html.unescape(usage.text)) == (box.name == "kubernetes"), usage.text[-3000:]
