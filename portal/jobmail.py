@@ -43,6 +43,34 @@ def job_of(env: Mapping[str, str]) -> str:
     return array if array.isascii() and array.isdigit() else _env(env, "SLURM_JOB_ID")
 
 
+# A job's end that has an exit code worth telling, when Slurm's variables name none (killed by a signal or failed
+# by slurmctld itself: SLURM_JOB_EXIT_CODE2 then carries the signal, or nothing usable).
+NOT_SUCCESS = ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "DEADLINE")
+
+
+def exit_code_line(env: Mapping[str, str], state: str) -> str:
+    """The mail's line on how the job's batch script ended, from slurmctld's MailProg environment (Slurm 22.05,
+    agent.c/_set_job_term_info and job_mgr.c/job_common_env_vars): SLURM_JOB_EXIT_CODE2 ("exit:signal") for a
+    single job, SLURM_JOB_EXIT_CODE_MAX (with _MIN) or SLURM_JOB_TERM_SIGNAL_MAX for a job array (a sweep), whose
+    _MAX is "0" for a job that a signal ended. "" for a job that exited 0; "not known" for a failed one whose
+    variables say nothing."""
+    pair = re.fullmatch(r"([0-9]{1,3}):([0-9]{1,3})", _env(env, "SLURM_JOB_EXIT_CODE2"))
+    if pair and not _env(env, "SLURM_ARRAY_JOB_ID"):
+        code, signal = int(pair.group(1)), int(pair.group(2))
+        if signal:
+            return f"Its exit code: none, killed by signal {signal}."
+        if code:
+            return f"Its exit code: {code}."
+    else:
+        low, high = _env(env, "SLURM_JOB_EXIT_CODE_MIN"), _env(env, "SLURM_JOB_EXIT_CODE_MAX")
+        signal = _env(env, "SLURM_JOB_TERM_SIGNAL_MAX")
+        if high.isdigit() and high != "0":
+            return f"Its exit code: {high}." if low in ("", "0", high) else f"Its exit codes: {low} to {high}."
+        if signal.isdigit() and signal != "0":
+            return f"Its exit code: none, killed by signal {signal}."
+    return "Its exit code: not known (see the job's page)." if state.split(" ", 1)[0] in NOT_SUCCESS else ""
+
+
 def compose(env: Mapping[str, str], recipient: str, best_auroc: float | None, page_url: str | None,
             sender: str) -> EmailMessage:
     """The message for the job that `env` (MailProg's environment) describes."""
@@ -55,8 +83,9 @@ def compose(env: Mapping[str, str], recipient: str, best_auroc: float | None, pa
     lines = [f"Your training job {job_id} ended: {state}."]
     if _env(env, "SLURM_JOB_RUN_TIME"):
         lines.append(f"It ran for {_env(env, 'SLURM_JOB_RUN_TIME')}.")
-    if _env(env, "SLURM_JOB_EXIT_CODE_MAX") not in ("", "0"):
-        lines.append(f"Its exit code: {_env(env, 'SLURM_JOB_EXIT_CODE_MAX')}.")
+    exit_line = exit_code_line(env, state)
+    if exit_line:
+        lines.append(exit_line)
     lines.append(f"Best mean AUROC: {auroc}.")
     lines += ["", f"Its page: {page_url}"] if page_url else ["", "It was not submitted through the portal: no page."]
     lines += ["", "You get this because the job asked for e-mail at its end. For none, untick",

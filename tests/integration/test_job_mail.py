@@ -14,7 +14,15 @@ import pytest
 from portal import jobs, settings
 from portal.config import load
 from portal.jobs.account import job_user
-from tests.conftest import JOB_END_GRACE_S, Mailbox, as_user, scratch_dir, user_settings_cleared, wait_for
+from tests.conftest import (
+    JOB_END_GRACE_S,
+    Mailbox,
+    as_user,
+    scratch_dir,
+    slurm,
+    user_settings_cleared,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 # Fails at its start: no TFRecords in its data directory (the job's own error says so).
@@ -54,7 +62,12 @@ def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, 
     users_own = Path("/var/mail/alice")  # where her own box (`make up`) delivers: the tests' mail never goes there
     assert not users_own.exists() or message["Message-ID"].encode() not in users_own.read_bytes()
     body = message.get_content()
-    assert f"{load().hub_url}/services/portal/jobs/{asked.id}" in body and "Its exit code:" in body
+    assert f"{load().hub_url}/services/portal/jobs/{asked.id}" in body
+    # The exit code as Slurm recorded it ("exit:signal"): the mail says the same.
+    code, signal = (int(n) for n in slurm("sacct", "-X", "-n", "-P", "-o", "ExitCode", "-j", asked.id).split(":"))
+    said_code = f"Its exit code: {code}." if code else f"Its exit code: none, killed by signal {signal}." if signal \
+        else "Its exit code: not known (see the job's page)."
+    assert said_code in body, (code, signal, body)
     # The job that said no: MailProg was never run for it (its log names every job it was run for).
     said = log.read_text()[log_start:]
     assert f"job {asked.id} of alice: 'Job {asked.id} FAILED" in said and f"job {quiet.id} of" not in said, said

@@ -32,6 +32,30 @@ def test_a_failed_job_without_metrics_or_page_says_so():
     assert "Its exit code: 3." in message.get_content() and "no page" in message.get_content()
 
 
+@pytest.mark.parametrize("variables, state, line", [
+    ({"SLURM_JOB_EXIT_CODE2": "2:0", "SLURM_JOB_EXIT_CODE_MAX": "2"}, "FAILED", "Its exit code: 2."),
+    # the batch shell killed by a signal: slurmctld's _MAX is "0", its EXIT_CODE2 names the signal (Slurm 22.05)
+    ({"SLURM_JOB_EXIT_CODE2": "0:9", "SLURM_JOB_EXIT_CODE_MAX": "0"}, "FAILED",
+     "Its exit code: none, killed by signal 9."),
+    ({"SLURM_JOB_EXIT_CODE_MAX": "0"}, "FAILED", "Its exit code: not known (see the job's page)."),
+    ({}, "TIMEOUT", "Its exit code: not known (see the job's page)."),
+    ({"SLURM_JOB_EXIT_CODE2": "0:0", "SLURM_JOB_EXIT_CODE_MAX": "0"}, "COMPLETED", ""),
+    ({"SLURM_JOB_EXIT_CODE2": "0:15"}, "CANCELLED", "Its exit code: none, killed by signal 15."),
+    ({"SLURM_JOB_EXIT_CODE2": "9999:0", "SLURM_JOB_EXIT_CODE_MAX": "1;rm"}, "FAILED",
+     "Its exit code: not known (see the job's page)."),  # what is not Slurm's shape is not read
+    # a job array (a sweep): the tasks' range, or the signal that ended one
+    ({"SLURM_ARRAY_JOB_ID": "42", "SLURM_JOB_EXIT_CODE_MIN": "0", "SLURM_JOB_EXIT_CODE_MAX": "3"}, "FAILED",
+     "Its exit code: 3."),
+    ({"SLURM_ARRAY_JOB_ID": "42", "SLURM_JOB_EXIT_CODE_MIN": "1", "SLURM_JOB_EXIT_CODE_MAX": "3"}, "FAILED",
+     "Its exit codes: 1 to 3."),
+    ({"SLURM_ARRAY_JOB_ID": "42", "SLURM_JOB_TERM_SIGNAL_MAX": "9"}, "FAILED",
+     "Its exit code: none, killed by signal 9."),
+    ({}, "", ""),
+])
+def test_the_exit_code_line_reads_what_slurm_passes_for_each_kind_of_end(variables, state, line):
+    assert jobmail.exit_code_line(variables, state) == line
+
+
 def test_a_sweeps_message_names_the_array_the_portal_knows_it_by():
     env = {**ENV, "SLURM_JOB_ID": "47", "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "5"}
     assert jobmail.job_of(env) == "42" and jobmail.job_of(ENV) == "42"
