@@ -6,6 +6,7 @@ that both schedulers offer (a job from the form and from the API, its pages, log
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 import requests
@@ -26,12 +27,17 @@ def clients(hub):
     return {user: token_session(hub, user) for user in ("alice", "bob", "admin")}
 
 
-@pytest.fixture(scope="module")
-def portal_api(hub):
+def api_caller(hub) -> Callable[..., requests.Response]:
+    """call(client, method, path): the dashboard's JSON API behind this hub, as that client."""
     def call(client: requests.Session, method: str, path: str, **kwargs) -> requests.Response:
         kwargs.setdefault("timeout", 60)
         return client.request(method, f"{hub.url}{PORTAL}api/{path}", **kwargs)
     return call
+
+
+@pytest.fixture(scope="module")
+def portal_api(hub):
+    return api_caller(hub)
 
 
 def browser(hub, user: str) -> requests.Session:

@@ -44,7 +44,10 @@ def nodes_answering() -> bool:
     for line in slurm("sinfo", "-h", "-N", "-o", "%N %t").splitlines():
         node, state = line.split()
         if state.startswith("down"):
-            slurm("scontrol", "update", f"nodename={node}", "state=resume")
+            try:
+                slurm("scontrol", "update", f"nodename={node}", "state=resume")
+            except subprocess.CalledProcessError:
+                pass  # its state changed since sinfo answered (it came back): read again at the next poll
         answering = answering and state.rstrip("*") == state and state in ("idle", "mix", "alloc")
     return answering
 

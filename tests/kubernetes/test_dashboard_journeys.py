@@ -4,8 +4,9 @@ hub's service account). Each test runs twice, "[slurm]" on the Slurm box's side 
 on the Kubernetes box's (conftest.side_of).
 
 alice's 2-node job from the API runs to COMPLETED with its page, log, figures, TensorBoard link and model card
-(its hashes checked here with hashlib; on Kubernetes the card carries the image digest that the kubelet ran); a
-job from the form is cancelled from its page (the cancel form needs XSRF); a sweep from the API shows its trials;
+(its hashes checked here with hashlib; on Kubernetes the card carries the image digest that the kubelet ran), and
+so does a 2-node job from the form; a job is cancelled from its page (the cancel form needs XSRF); a sweep from
+the API shows its trials;
 bob gets 404 on each of alice's pages and cannot cancel; admins see her job; the usage page says, on Kubernetes,
 why there are no GPU-hours.
 
@@ -20,6 +21,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,7 @@ from portal.jobs.record import ENDED_STATES
 from portal.tensorboard import panel_url
 from tests import cards
 from tests.conftest import CLUSTER, NODES, TEST_STATE, TINY_MODEL, Hub, job_dir_of, job_wait_s, wait_for
-from tests.integration.test_dashboard import PORTAL, browser, token_session
+from tests.integration.test_dashboard import PORTAL, api_caller, browser, token_session
 from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration
@@ -101,10 +103,7 @@ def clients(box):
 
 @pytest.fixture(scope="module")
 def api(box):
-    def call(client: requests.Session, method: str, path: str, **kwargs) -> requests.Response:
-        kwargs.setdefault("timeout", 60)
-        return client.request(method, f"{box.hub.url}{PORTAL}api/{path}", **kwargs)
-    return call
+    return api_caller(box.hub)
 
 
 def job_now(box, clients, api, job_id: str) -> dict:
@@ -153,13 +152,18 @@ def test_the_submit_form_offers_the_users_limits_and_both_kinds_of_job(box):
 
 
 def test_invalid_specs_are_refused_naming_the_field(clients, api):
-    before = [j["id"] for j in api(clients["bob"], "GET", "jobs").json()["jobs"]]
+    started = time.time()
     response = api(clients["alice"], "POST", "jobs", json={"template": "chexnet", "epochs": 0})
     assert (response.status_code, response.json()["field"]) == (400, "epochs"), response.text
     response = api(clients["bob"], "POST", "jobs", json={"template": "chexnet", "gpus_per_node": 4})
     assert (response.status_code, response.json()["field"]) == (400, "gpus_per_node"), response.text
     assert "quota" in response.json()["error"]
-    assert [j["id"] for j in api(clients["bob"], "GET", "jobs").json()["jobs"]] == before
+    # Nothing was submitted for either: no job of theirs is newer than this test (their older ones, and other
+    # tests' records in their homes, may be listed).
+    for user in ("alice", "bob"):
+        listed = api(clients[user], "GET", "jobs").json()["jobs"]
+        assert not [j for j in listed if j["submitted_at"] and datetime.fromisoformat(j["submitted_at"])
+                    .timestamp() >= int(started)], listed
 
 
 def test_alice_sees_her_job_and_bob_reaches_none_of_its_pages(box, clients, api, alice_job):
@@ -188,26 +192,6 @@ def test_admin_sees_alices_job(clients, api, alice_job):
     listed = api(clients["admin"], "GET", "jobs").json()["jobs"]
     assert (alice_job["id"], "alice") in [(j["id"], j["user"]) for j in listed]
     assert api(clients["admin"], "GET", f"jobs/{alice_job['id']}").json()["user"] == "alice"
-
-
-def test_a_job_from_the_form_is_cancelled_from_its_page_with_xsrf(box, clients, api, made):
-    session = browser(box.hub, "alice")
-    form = session.get(f"{box.hub.url}{PORTAL}submit", timeout=60)
-    fields = {**{k: str(v) for k, v in TINY.items()}, "epochs": "200", "time_limit": "00:10:00", "nodes": "1",
-              "kind": "single", "_xsrf": xsrf_of(form.text)}
-    submitted = session.post(f"{box.hub.url}{PORTAL}submit", data=fields, allow_redirects=False, timeout=120)
-    assert submitted.status_code == 302, submitted.text[-3000:]
-    found = re.search(rf"{PORTAL}jobs/([^/?#]+)$", submitted.headers["Location"])
-    assert found, submitted.headers["Location"]
-    job_id = found.group(1)
-    made.append(job_id)
-    shown = page(box, session, f"jobs/{job_id}")
-    assert f"jobs/{job_id}/cancel" in shown.text, shown.text[-3000:]
-    action = f"{box.hub.url}{PORTAL}jobs/{job_id}/cancel"
-    assert session.post(action, data={}, allow_redirects=False, timeout=60).status_code == 403  # no XSRF token
-    done = session.post(action, data={"_xsrf": xsrf_of(shown.text)}, allow_redirects=False, timeout=120)
-    assert done.status_code == 302, done.text[-3000:]
-    assert ended(box, clients, api, job_id, CANCEL_WAIT_S)["state"] == "CANCELLED"
 
 
 def test_the_job_completes_with_its_figures_log_and_tensorboard_link(box, clients, api, alice_job):
@@ -251,6 +235,39 @@ def test_the_completed_jobs_model_card_downloads_and_its_hashes_hold(box, client
     digest = card["environment"].get("image_digest")
     assert (box.name, bool(digest and digest.startswith("sha256:"))) in (("slurm", False), ("kubernetes", True)), \
         card["environment"]
+
+
+def test_a_two_node_job_from_the_form_runs_to_completed(box, clients, api, made):
+    session = browser(box.hub, "alice")
+    form = page(box, session, "submit")
+    fields = {**{k: str(v) for k, v in TINY.items()}, "nodes": "2", "kind": "single", "_xsrf": xsrf_of(form.text)}
+    submitted = session.post(f"{box.hub.url}{PORTAL}submit", data=fields, allow_redirects=False, timeout=120)
+    assert submitted.status_code == 302, submitted.text[-3000:]
+    found = re.search(rf"{PORTAL}jobs/([^/?#]+)$", submitted.headers["Location"])
+    assert found, submitted.headers["Location"]
+    job_id = found.group(1)
+    made.append(job_id)
+    assert f"Job {job_id}" in page(box, session, f"jobs/{job_id}").text
+    job = ended(box, clients, api, job_id, JOB_WAIT_S)
+    assert (job["state"], job["nodes"]) == ("COMPLETED", 2), job
+    wait_for(lambda: job_now(box, clients, api, job_id)["epochs_done"] == 1, 60, interval=3,
+             what=f"job {job_id}'s final metrics")
+    assert "COMPLETED" in page(box, session, f"jobs/{job_id}").text
+
+
+def test_a_job_is_cancelled_from_its_page_and_only_with_xsrf(box, clients, api, made):
+    response = api(clients["alice"], "POST", "jobs", json={**TINY, "epochs": 500, "time_limit": "00:10:00"})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    made.append(job_id)
+    session = browser(box.hub, "alice")
+    shown = page(box, session, f"jobs/{job_id}")
+    assert f"jobs/{job_id}/cancel" in shown.text, shown.text[-3000:]
+    action = f"{box.hub.url}{PORTAL}jobs/{job_id}/cancel"
+    assert session.post(action, data={}, allow_redirects=False, timeout=60).status_code == 403  # no XSRF token
+    done = session.post(action, data={"_xsrf": xsrf_of(shown.text)}, allow_redirects=False, timeout=120)
+    assert done.status_code == 302, done.text[-3000:]
+    assert ended(box, clients, api, job_id, CANCEL_WAIT_S)["state"] == "CANCELLED"
 
 
 def test_a_sweep_from_the_api_shows_its_trials_on_its_page(box, clients, api, made):
