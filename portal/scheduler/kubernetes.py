@@ -227,9 +227,15 @@ class KubernetesScheduler:
         try:
             return api_call(what, fn, *args, **kwargs)
         except KubernetesError as err:
-            if err.status == 403 and not namespace_exists(self._client_for(self.cfg, None), self.cfg, user):
-                return None
-            raise
+            if err.status != 403:
+                raise
+            try:  # asked as the portal; a caller that may not read namespaces (a user's pod) keeps the refusal
+                exists = namespace_exists(self._client_for(self.cfg, None), self.cfg, user)
+            except KubernetesError:
+                raise err from None
+            if exists:
+                raise
+            return None
 
     def submit(self, spec: JobSpec, user: KubeUser, partition: str = "",
                plan: SweepPlan | None = None) -> tuple[JobRecord, None]:

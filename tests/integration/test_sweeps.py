@@ -248,8 +248,12 @@ def test_cancelling_a_sweep_cancels_every_trial(cluster, hub, demo_data, no_jobs
              what="two trials to start")
     assert client.delete(f"{client.base}jobs/{job.id}", timeout=60).status_code == 204
     assert job.wait(timeout=120, poll=2) == "CANCELLED"
-    states = slurm("sacct", "-X", "-P", "-n", "-j", job.id, "-o", "JobID,State").splitlines()
-    assert len(states) >= 3 and all("|CANCELLED" in line for line in states), states  # 2 ran, the rest pending
+    # slurmdbd records the tasks that ran a moment after the array's own line: wait for them (2 ran, the rest
+    # pending, as one line)
+    states = wait_for(lambda: len(found := slurm("sacct", "-X", "-P", "-n", "-j", job.id, "-o", "JobID,State")
+                                  .splitlines()) >= 3 and found, 60, interval=2,
+                      what=f"accounting to record sweep {job.id}'s cancelled tasks")
+    assert all("|CANCELLED" in line for line in states), states
     view = job.sweep()
     assert [row.state for row in view.rows[:2]] == ["FAILED", "FAILED"], view.rows  # told FAIL by the cancel
     assert [row.state for row in view.rows[2:]] == ["CANCELLED", "CANCELLED"], view.rows  # never started

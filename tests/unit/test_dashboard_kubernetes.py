@@ -185,3 +185,18 @@ def test_a_user_without_a_namespace_has_no_jobs_and_holds_nothing_and_a_refusal_
     assert scheduler.limits(admin).quota.in_use == 0
     with pytest.raises(JobNotFound):
         scheduler.load(admin, "k8s-20261127-101010-abcdef")
+
+
+def test_a_caller_that_may_not_read_namespaces_keeps_the_refusal_it_got(monkeypatch):
+    """In a user's own pod (its service account reads no namespaces), a 403 while the API server's roles load
+    stays that 403, about the call made, for the notebook's watch to ask again."""
+    from portal.scheduler import kubernetes as module
+    from portal.scheduler.errors import KubernetesError
+
+    def refused(api, cfg, user):
+        raise KubernetesError("the Kubernetes API refused namespace dsportal-u-alice: 403", status=403)
+    monkeypatch.setattr(module, "namespace_exists", refused)
+    scheduler = KubernetesScheduler(CFG, client_for=lambda cfg, user: None)
+    scheduler._apis = lambda user: (Refusing(), Refusing(), Refusing())  # type: ignore[method-assign]
+    with pytest.raises(KubernetesError, match="listing Jobs in dsportal-u-alice"):
+        scheduler.records(scheduler.person("alice", ["gpu-users"]))
