@@ -90,7 +90,7 @@ class JobRecord:
         return self.job_dir / OUTPUT_FILE
 
     def task_log(self, task: int) -> Path:
-        """A sweep's task's output (portal.scheduler.slurm.SWEEP_TASK_LOG)."""
+        """A sweep's task's output (portal.scheduler.sbatch.SWEEP_TASK_LOG)."""
         return self.job_dir / f"trial-{int(task)}.log"
 
     def task_checkpoint_dir(self, task: int) -> Path:

@@ -36,15 +36,15 @@ from portal import jobs as jobs_api
 from portal import settings as user_settings
 from portal.config import PortalConfig
 from portal.inputs import one_line
-from portal.jobs import Job, JobAccessError, JobNotFound, RunMetrics, SchedulerError, UnreadableJob, UnreadableRecord
+from portal.jobs import Job, JobAccessError, JobNotFound, SchedulerError, UnreadableJob, UnreadableRecord
 from portal.jobs.account import JobUser, job_user
 from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
 from portal.jobs.spec import JobLimits
-from portal.jobs.sweep import SweepView
 from portal.scheduler import P, Scheduler, scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
+from portal.service.run_reads import RunReads
 from portal.service.scans import DirStamp, UserRecords, jobs_dir_stamp
 from portal.service.summary import job_key, job_summary, unreadable_summary, waiting
 from portal.settings import Settings
@@ -84,7 +84,7 @@ class HubUser:
                    admin=bool(model.get("admin")), server_ready=bool(server.get("ready")))
 
 
-class JobBoard(UsageViews, Generic[P]):
+class JobBoard(UsageViews, RunReads, Generic[P]):
     """The jobs of the hub's users, on the configured scheduler. Generic in that scheduler's person (P): the board
     asks the scheduler for it (`person`) wherever a scheduler call needs one, never hands it the hub's user."""
 
@@ -224,42 +224,6 @@ class JobBoard(UsageViews, Generic[P]):
             self._states.drop(key)
         return self._ended[key], self._elapsed.get(key, "")
 
-    def metrics_of(self, job: AnyJob, state: str) -> RunMetrics:
-        """The job's metrics, read now unless known (for good once it has ended)."""
-        if isinstance(job, UnreadableJob):
-            return RunMetrics()
-        key = job_key(job)
-        ended = state in ENDED_STATES
-        cached = self._metrics.get(key, want_final=ended)
-        if cached is None:
-            cached = self._metrics.put(key, job.metrics(), final=ended)
-        return cached
-
-    def sweep_of(self, job: AnyJob, state: str) -> SweepView | None:
-        """A sweep's trials (a process of the user's reads the study), at most every metrics refresh while it
-        runs, once for good when it has ended; None for a single run."""
-        if isinstance(job, UnreadableJob) or job.plan is None:
-            return None
-        key = ("sweep", *job_key(job))
-        ended = state in ENDED_STATES
-        cached = self._metrics.get(key, want_final=ended)
-        if cached is None:
-            view = job.sweep()
-            cached = self._metrics.put(key, view, final=ended and not view.problem)
-        return cached
-
-    def known_metrics(self, job: Job, state: str) -> RunMetrics | None:
-        """The job's metrics as known now, never waiting: a missing or stale value is read in the background
-        (what was known meanwhile is shown; nothing from a run for a job that has just ended)."""
-        key = job_key(job)
-        ended = state in ENDED_STATES
-        cached = self._metrics.get(key, want_final=ended)
-        if cached is None:
-            self._refresher.start(("metrics", key), lambda: self.metrics_of(job, state), owner=job.record.user)
-            if not ended:
-                cached = self._metrics.get_any(key)
-        return cached
-
     def summary(self, job: AnyJob, snapshot: ClusterSnapshot | None = None, wait: bool = True,
                 viewer: str | None = None) -> dict[str, Any]:
         """What the list and the API show of the job; `wait=False`: with the metrics known now (see known_metrics).
@@ -322,23 +286,6 @@ class JobBoard(UsageViews, Generic[P]):
             except (JobNotFound, JobAccessError):
                 continue
         raise JobNotFound(f"job {job_id}: not found")
-
-    def history(self, job: AnyJob) -> list[str]:
-        """What happened across the job's runs (requeues after node failures), re-read at most every
-        `dashboard_metrics_refresh_s`, for good once the job has ended."""
-        if isinstance(job, UnreadableJob):
-            return []
-        key = job_key(job)
-        cached = self._history.get(key)
-        if cached is None:
-            cached = self._history.put(key, job.history(), final=job.done)
-        return cached
-
-    def log_tail(self, job: AnyJob, lines: int | None = None, task: int | None = None) -> str:
-        """The last lines of the job's output (a sweep's: of its task `task`)."""
-        if isinstance(job, UnreadableJob):
-            return ""  # its page says why; its directory is not read on the word of a broken record
-        return job.logs(tail=lines or self.cfg.dashboard_log_lines, task=task)
 
     # --- acting ---
 

@@ -9,29 +9,16 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from portal import settings as user_settings
-from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, minutes_of, shown, whole_number
+from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
 from portal.jobs import Job
 from portal.jobs.record import ENDED_STATES, UNREADABLE
 from portal.jobs.spec import (
-    BOOLEAN_FIELDS,
-    FIELDS,
-    MAX_BATCH_SIZE,
-    MAX_EPOCHS,
-    MAX_IMAGE_SIZE,
-    MIN_IMAGE_SIZE,
     MODELS,
-    TEMPLATES,
     WHOLE,
-    JobLimits,
-    JobSpec,
-    JobSpecError,
-    format_minutes,
-    parse_job_spec,
 )
 from portal.jobs.sweep import MAX_TRIALS, PRUNERS, SAMPLERS, SweepView
 from portal.logview import filter_log
@@ -39,12 +26,20 @@ from portal.notebook import AurocTable
 from portal.scheduler.home import ModelCardError
 from portal.service.base import PageHandler, UserError
 from portal.service.job_notebooks import NOTEBOOK_ELSEWHERE, write_job_notebook
+from portal.service.submit_form import (
+    checkbox,
+    form_fields,
+    form_spec,
+    form_values,
+    request_summary,
+    sweep_form_field,
+    sweep_form_values,
+)
 from portal.tensorboard import lab_url
 
 # The jobs list's filter: these first (in this order) when a job has them, then any other state a job is in.
 FILTER_ORDER = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 STATE_NAME = re.compile(r"[A-Z][A-Z_]{0,31}")  # Slurm's spelling (COMPLETED, OUT_OF_MEMORY) and ours (UNREADABLE)
-CHECKED = "on"  # what a browser sends for a checked checkbox without a value attribute
 MAX_TAIL_LINES = 10_000
 
 
@@ -55,157 +50,6 @@ def notebook_templates(directory: Path) -> list[str]:
 
 # The form's sweep fields (kind "sweep"), each to its place in the request's "sweep" (portal.jobs.sweep); the lists
 # ("8, 16") are searched as choices, an empty one is not searched; the learning rate is a range on a log scale.
-KIND = "kind"
-KINDS = ("single", "sweep")
-SWEEP_FORM = {"sweep_trials": ("trials",), "sweep_parallel": ("parallel",), "sweep_sampler": ("sampler",),
-              "sweep_pruner": ("pruner",), "sweep_min_epochs": ("min_epochs",),
-              "sweep_lr_low": ("space", "lr", "low"), "sweep_lr_high": ("space", "lr", "high"),
-              "sweep_batch_size": ("space", "batch_size"), "sweep_image_size": ("space", "image_size"),
-              "sweep_model": ("space", "model")}
-
-
-def form_sweep(decoded: Mapping[str, list[str]]) -> dict[str, object]:
-    """The "sweep" of a posted form whose kind is "sweep": its fields as the API takes them."""
-    sweep: dict[str, object] = {}
-    space: dict[str, object] = {}
-    for name, where in SWEEP_FORM.items():
-        text = (decoded.get(name) or [""])[0].strip()
-        if not text:
-            continue
-        if where[0] != "space":
-            sweep[where[0]] = text
-        elif len(where) == 3:
-            space.setdefault(where[1], {"log": True})[where[2]] = text  # type: ignore[index]
-        else:
-            space[where[1]] = [item.strip() for item in text.split(",") if item.strip()]
-    if space:
-        sweep["space"] = space
-    return sweep
-
-
-SWEEP_FORM_DEFAULTS = {"sweep_trials": "8", "sweep_parallel": "2", "sweep_lr_low": "1e-4", "sweep_lr_high": "1e-2",
-                       "sweep_sampler": "tpe", "sweep_pruner": "median", "sweep_min_epochs": "2"}
-
-
-def sweep_form_values(given: Mapping[str, object]) -> dict[str, str]:
-    """What the form's sweep fields show: the "sweep" of what was posted (or of the job run again), else the
-    defaults."""
-    sweep = given.get("sweep")
-    if not isinstance(sweep, Mapping):
-        return dict(SWEEP_FORM_DEFAULTS)
-    shown_values: dict[str, str] = {}
-    for name, where in SWEEP_FORM.items():
-        value: object = sweep
-        for key in where:
-            value = value.get(key) if isinstance(value, Mapping) else None
-        if isinstance(value, Mapping) and "choices" in value:  # a recorded plan's list
-            value = value["choices"]
-        shown_values[name] = ", ".join(map(str, value)) if isinstance(value, list) else "" if value is None \
-            else str(value)
-    return shown_values
-
-
-def sweep_form_field(field: str | None) -> str:
-    """The form field of an error about the sweep ("sweep.space.lr.low" -> "sweep_lr_low"); "" for others."""
-    if not field or not field.startswith("sweep"):
-        return ""
-    path = tuple(part.split("[")[0] for part in field.split(".")[1:])
-    return next((name for name, where in SWEEP_FORM.items() if path[:len(where)] == where or
-                 (len(where) == 2 and path[:2] == where)), "")
-
-
-def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
-    """The JobSpec fields of a posted form: empty fields mean the default; checkboxes are present or not. With
-    kind "sweep", its sweep fields too (`form_sweep`).
-
-    Refused (InputError, naming the field): a field the form does not have, a value that is not UTF-8 or longer
-    than a path may be, a field sent twice, and a post with no field at all (a browser sends every input of the
-    form, empty or not: nothing at all is not a person submitting the form)."""
-    decoded = decode_form(arguments, (*FIELDS, KIND, *SWEEP_FORM), WHOLE, cap=MAX_PATH)
-    if not decoded:
-        raise InputError("template", f"no field was sent; allowed: the form's fields ({', '.join(FIELDS)})")
-    for name, sent in decoded.items():
-        if len(sent) > 1:
-            raise InputError(name, f"sent {len(sent)} times; allowed: once")
-    spec: dict[str, object] = {}
-    for name in FIELDS:
-        values = decoded.get(name)
-        if name in BOOLEAN_FIELDS:
-            spec[name] = checkbox(name, values)
-            continue
-        if values and values[0].strip():
-            spec[name] = values[0].strip()
-    kind = (decoded.get(KIND) or ["single"])[0]
-    if kind not in KINDS:
-        raise InputError(KIND, f"{shown(kind)} is not a kind of job; allowed: {', '.join(KINDS)}")
-    if kind == "sweep":
-        spec["sweep"] = form_sweep(decoded)
-    return spec
-
-
-def checkbox(name: str, values: list[str] | None) -> bool:
-    """A checkbox of a posted form (sent at most once): ticked when sent, as browsers send it; unticked, absent."""
-    if values and values[0] != CHECKED:
-        raise InputError(name, f"{shown(values[0])} is not a checkbox's value; allowed: {CHECKED} or absent")
-    return bool(values)
-
-
-@dataclass(frozen=True)
-class FormField:
-    """One field of the submit form: its input type ("number", "text" or "select", with its choices) and, beside
-    it, its unit and what is allowed."""
-
-    name: str
-    kind: str
-    hint: str
-    choices: tuple[str, ...] = ()
-
-
-def form_fields(limits: JobLimits) -> list[FormField]:
-    """The submit form's fields, from the user's limits now."""
-    wall = "" if limits.max_minutes is None else f", at most {format_minutes(limits.max_minutes)}"
-    return [
-        FormField("template", "select", "the training script", TEMPLATES),
-        FormField("model", "select", "DenseNet-121 is CheXNet's", MODELS),
-        FormField("nodes", "number", f"1-{limits.nodes}"),
-        FormField("gpus_per_node", "number", f"0-{limits.max_gpus_per_node} (one Horovod worker per GPU)"),
-        FormField("cpus_per_task", "number", f"per worker; {limits.cpus_per_node} CPUs per node"),
-        FormField("memory_gb", "number", f"GB per node, 1-{limits.memory_gb_per_node}"),
-        FormField("time_limit", "text", f"HH:MM:SS{wall}"),
-        FormField("epochs", "number", f"1-{MAX_EPOCHS}"),
-        FormField("batch_size", "number", f"images per GPU per step, 1-{MAX_BATCH_SIZE}"),
-        FormField("image_size", "number", f"pixels, square, {MIN_IMAGE_SIZE}-{MAX_IMAGE_SIZE}"),
-        FormField("data_dir", "text", f"a directory you can read; the site's data set: {limits.default_data_dir}"),
-    ]
-
-
-def form_values(limits: JobLimits, given: Mapping[str, object]) -> dict[str, object]:
-    """What the form shows: `given` (a job's settings for "run again", or what was posted) over the values that a
-    submit leaving the field out uses (parse_job_spec's defaults for these limits, the same as the API's)."""
-    try:
-        defaults = parse_job_spec({}, replace(limits, max_jobs=None), user_can_read=lambda path: True).to_dict()
-    except JobSpecError:  # limits with room for no job at all (no usable node): the plain defaults, shown
-        defaults = {**JobSpec().to_dict(), "data_dir": limits.default_data_dir}
-    return {**defaults, **{name: value for name, value in given.items() if value not in ("", None)}}
-
-
-def request_summary(values: Mapping[str, object], limits: JobLimits) -> str:
-    """One line that sums the request up: "2 nodes x 1 GPU, 8 CPUs and 32 GB in all, at most 4 h; 2 of your 4
-    GPUs (1 in use now)"; empty while a field it needs is not a value (the form shows that field's error)."""
-    try:
-        nodes, gpus, cpus, memory = (int(str(values[name])) for name in (
-            "nodes", "gpus_per_node", "cpus_per_task", "memory_gb"))
-        minutes = minutes_of(str(values["time_limit"]))
-    except (KeyError, ValueError, AttributeError):
-        return ""
-    hours, rest = divmod(minutes, 60)
-    limit = " ".join(part for part in (f"{hours} h" if hours else "", f"{rest} min" if rest else "") if part)
-    in_use = f" ({limits.quota.in_use} in use now)" if limits.quota.in_use else ""
-    return (f"{nodes} node{'s' if nodes != 1 else ''} x {gpus} GPU{'s' if gpus != 1 else ''}, "
-            f"{nodes * max(1, gpus) * cpus} CPUs and {nodes * memory} GB in all, at most {limit or '0 min'}; "
-            f"{nodes * gpus} of your {limits.quota.limit} GPUs{in_use}")
-
-
 class HomeHandler(PageHandler):
     async def get(self) -> None:
         self.redirect(f"{self.settings['service_prefix']}jobs")

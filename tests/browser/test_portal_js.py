@@ -15,7 +15,7 @@ import pytest
 
 from portal.jobs.spec import JobLimits
 from portal.scheduler.quota import GpuHolder, GpuQuota
-from portal.service.pages import request_summary
+from portal.service.submit_form import request_summary
 from tests.browser.conftest import RECORD_NOTIFICATIONS, new_context
 
 SCRIPT = Path(__file__).resolve().parents[2] / "portal" / "service" / "static" / "portal.js"

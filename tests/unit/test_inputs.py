@@ -26,7 +26,8 @@ from portal.inputs import (
 from portal.jobs.spec import FIELDS
 from portal.service.api import posted_spec
 from portal.service.base import UserError
-from portal.service.pages import form_spec, tail_lines
+from portal.service.pages import tail_lines
+from portal.service.submit_form import form_spec
 
 # Digits that str.isdigit() and the regex \d take, and int() reads: Arabic-Indic, Devanagari, full-width, and a
 # superscript (isdigit() is True, int() fails).

@@ -14,7 +14,7 @@ from portal.config import ConfigError, PortalConfig
 from portal.jobs.spec import JobSpec
 from portal.jobs.templating import sbatch_value
 from portal.scheduler.local import render_local
-from portal.scheduler.slurm import render_sbatch, shell_path
+from portal.scheduler.sbatch import render_sbatch, shell_path
 from tests.unit.test_jobs_spec import LIMITS, parse
 
 CFG = PortalConfig()

@@ -8,7 +8,8 @@ import pytest
 from portal.jobs import KubernetesError
 from portal.service.base import as_portal_error
 from portal.service.board import HubUser, TimedCache
-from portal.service.pages import form_spec, notebook_templates
+from portal.service.pages import notebook_templates
+from portal.service.submit_form import form_spec
 
 
 def test_form_spec_keeps_given_fields_and_reads_checkboxes():

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from portal.jobs.spec import MODELS, TEMPLATES, JobLimits, parse_job_spec
 from portal.scheduler.quota import GpuHolder, GpuQuota
-from portal.service.pages import form_fields, form_values, request_summary
+from portal.service.submit_form import form_fields, form_values, request_summary
 
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
                    max_minutes=None, quota=GpuQuota(4, ("gpu-users",), (GpuHolder("4", 1, server=True),)),

@@ -25,9 +25,9 @@ from portal.jobs.sweep import (
     task_states,
 )
 from portal.scheduler.quota import GpuHolder, GpuQuota
-from portal.scheduler.slurm import render_sbatch, shell_path
-from portal.service.pages import form_spec, sweep_form_field, sweep_form_values
+from portal.scheduler.sbatch import render_sbatch, shell_path
 from portal.service.sparkline import scatter
+from portal.service.submit_form import form_spec, sweep_form_field, sweep_form_values
 from tests.unit.test_jobs_render import bash_syntax_ok, sbatch_lines
 from tests.unit.test_jobs_spec import LIMITS, parse
 

@@ -116,7 +116,7 @@
     });
   }
 
-  // The submit form's one-line sum of the request, as portal.service.pages.request_summary writes it, kept in
+  // The submit form's one-line sum of the request, as portal.service.submit_form.request_summary writes it, kept in
   // step with the fields as they are edited; left as it was while a field it needs is not a value.
   function plural(count, word) { return count + " " + word + (count === 1 ? "" : "s"); }
 
