@@ -99,12 +99,16 @@ bench-chart: install
 # box (about 10 min on 2 cores, most of it the dashboard test's training job), then the chosen ones are copied from tests/artifacts
 # (ignored by git) to docs/screenshots/. Copied even when a test fails after taking it (then worth a look), and
 # make still fails; a screenshot that was not taken again is not copied.
+# The Kubernetes ones (docs/kubernetes.md) come from the journeys' browser test on both test boxes (the Kubernetes
+# box's first start costs about 5 min more).
 SCREENSHOTS := a11y-jobs-1280-light a11y-job-1280-light a11y-jobs-375-dark dashboard-1-submit-form \
-               dashboard-4-tensorboard dashboard-5-job-completed
-screenshots: install
+               dashboard-4-tensorboard dashboard-5-job-completed journey-kubernetes-job-completed \
+               journey-kubernetes-submit
+screenshots: install builds
 	@for s in $(SCREENSHOTS); do rm -f tests/artifacts/$$s.png; done; \
 	status=0; $(PY) -m pytest $(PYTEST_ARGS) tests/browser/test_accessibility.py \
 	    tests/browser/test_dashboard_in_browser.py || status=$$?; \
+	$(PY) -m pytest $(PYTEST_ARGS) tests/kubernetes/test_dashboard_journeys.py -k chromium || status=$$?; \
 	mkdir -p docs/screenshots; for s in $(SCREENSHOTS); do \
 	    cp -v tests/artifacts/$$s.png docs/screenshots/ || status=1; done; exit $$status
 

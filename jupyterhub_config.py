@@ -27,6 +27,13 @@ c.JupyterHub.hub_ip = portal.hub_api_address
 if portal.hub_connect_ip:
     c.JupyterHub.hub_connect_ip = portal.hub_connect_ip
 c.JupyterHub.hub_port = portal.hub_api_port
+# HTTPS at the proxy (a secure context: browser notifications, Secure cookies); the hub's own API stays inside.
+for name in ("hub_ssl_cert", "hub_ssl_key"):
+    if getattr(portal, name) and not os.access(getattr(portal, name), os.R_OK):
+        sys.exit(f"jupyterhub_config.py: {name} {getattr(portal, name)} cannot be read by the hub")
+if portal.hub_ssl_cert:
+    c.JupyterHub.ssl_cert = portal.hub_ssl_cert
+    c.JupyterHub.ssl_key = portal.hub_ssl_key
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{portal.proxy_api_port}"
 c.ConfigurableHTTPProxy.command = [str(portal.node_prefix / "node_modules" / ".bin" / "configurable-http-proxy")]
 c.JupyterHub.db_url = f"sqlite:///{hub_dir / 'jupyterhub.sqlite'}"
@@ -38,7 +45,8 @@ c.JupyterHub.cleanup_servers = False
 # servers' OAuth cookies. Lax, not Strict: the OAuth redirects back from the hub's login must carry the cookies.
 c.JupyterHub.tornado_settings = {
     "headers": dict(SECURITY_HEADERS),
-    "cookie_options": {"samesite": COOKIE_SAMESITE},
+    # Secure on https: the hub marks its login cookies so itself, and its _xsrf cookie takes these options.
+    "cookie_options": {"samesite": COOKIE_SAMESITE, **({"secure": True} if portal.hub_ssl_cert else {})},
 }
 
 c.JupyterHub.authenticator_class = PortalLDAPAuthenticator

@@ -63,11 +63,21 @@ def wait_until_up(url: str, timeout: float, alive: Callable[[], bool] = lambda: 
     wait_for(up, timeout, interval=0.2, what=f"the hub at {url} to answer")
 
 
+def trusting(session: requests.Session, ca: str) -> requests.Session:
+    """The session checks the hub's certificate against `ca`. Not from the environment: requests lets
+    REQUESTS_CA_BUNDLE (set on many machines, this one too) win over a session's own `verify`."""
+    session.verify, session.trust_env = ca, False
+    return session
+
+
 class HubClient:
     """One cookie session (one user) with one hub."""
 
-    def __init__(self, url: str, session: requests.Session | None = None):
-        self.url, self.session = url, session or requests.Session()
+    def __init__(self, url: str, session: requests.Session | None = None, ca: str | None = None):
+        """`ca`: the CA file that signs an https hub's certificate (None: the system's)."""
+        self.url, self.session, self.ca = url, session or requests.Session(), ca
+        if ca:
+            trusting(self.session, ca)
 
     def login_xsrf(self) -> str:
         page = self.session.get(f"{self.url}/hub/login", timeout=10)
@@ -104,6 +114,8 @@ class HubClient:
     def token_session(self, username: str, note: str) -> requests.Session:
         """A plain API client (no cookies) carrying a new API token of `username`."""
         client = requests.Session()
+        if self.ca:
+            trusting(client, ca=self.ca)
         client.headers["Authorization"] = f"token {self.new_token(username, note)}"
         return client
 

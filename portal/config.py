@@ -52,6 +52,10 @@ class PortalConfig:
     # JupyterHub.
     hub_ip: str = setting("127.0.0.1", "JupyterHub's public (proxy) address.")
     hub_port: int = setting(8000, "JupyterHub's public (proxy) port.")
+    hub_ssl_cert: str = setting("", "A PEM certificate (its chain after it) that the proxy serves HTTPS with, "
+                                "with hub_ssl_key (JupyterHub.ssl_cert). Empty means plain HTTP: browsers then "
+                                "allow notifications only on localhost.")
+    hub_ssl_key: str = setting("", "The private key of hub_ssl_cert (JupyterHub.ssl_key).")
     hub_api_port: int = setting(8081, "The hub's own API port.")
     hub_api_ip: str = setting("", "Where the hub's own API listens (in a cluster: 0.0.0.0). Empty means the box's "
                               "bridge address (box_subnet's first host, where its compute nodes reach the hub) with "
@@ -304,7 +308,7 @@ class PortalConfig:
 
     @property
     def hub_url(self) -> str:
-        return f"http://{self.hub_ip}:{self.hub_port}"
+        return f"{'https' if self.hub_ssl_cert else 'http'}://{self.hub_ip}:{self.hub_port}"
 
     @property
     def dashboard_service_port(self) -> int:

@@ -54,6 +54,9 @@ def check_settings(cfg: PortalConfig) -> None:
     for group, quota in cfg.gpu_quota.items():
         if quota < 0:
             raise ConfigError(f"gpu_quota[{group}] is {quota}; allowed: 0 or more")
+    if bool(cfg.hub_ssl_cert) != bool(cfg.hub_ssl_key):
+        given, missing = ("hub_ssl_cert", "hub_ssl_key") if cfg.hub_ssl_cert else ("hub_ssl_key", "hub_ssl_cert")
+        raise ConfigError(f"{given} is set and {missing} is not; allowed: both (HTTPS) or neither (HTTP)")
     if not 0 <= cfg.dashboard_port <= 65535:
         raise ConfigError(f"dashboard_port is {cfg.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
     _check_kubernetes(cfg)

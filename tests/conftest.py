@@ -154,11 +154,17 @@ class Hub:
     """The test box's hub, driven over HTTP as a browser or an API client would (bench.hub_client, one session each
     user): the methods take the user's session."""
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self, url: str, ca: str | None = None):
+        """`ca`: the CA that signs an https hub's certificate (the Kubernetes box's hub in a pod)."""
+        self.url, self.ca = url, ca
 
     def client(self, session: requests.Session | None = None) -> HubClient:
-        return HubClient(self.url, session)
+        return HubClient(self.url, session, self.ca)
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        """A request without a session (an anonymous browser), trusting the hub's CA."""
+        kwargs.setdefault("timeout", 30)
+        return requests.get(f"{self.url}{path}", verify=self.ca or True, **kwargs)  # a call's verify wins
 
     def login_form(self, session: requests.Session | None = None) -> tuple[requests.Session, str]:
         client = self.client(session)

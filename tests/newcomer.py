@@ -72,8 +72,9 @@ def slurm() -> None:
 def kubernetes() -> None:
     import kubebox  # noqa: PLC0415  (deploy/kubernetes, on sys.path above)
 
-    url = kubebox.box_hub.url(kubebox.KubeBox())
-    client = HubClient(url).login(USER, PASSWORD)
+    box = kubebox.KubeBox()
+    url = kubebox.box_hub.url(box)
+    client = HubClient(url, ca=str(box.ca_file)).login(USER, PASSWORD)
     server = spawned(client, {"partition": "t4", "gpus": "1", "cpus": "1", "memory_gb": "2", "runtime": "01:00:00"})
     print(f"her server on Kubernetes: {url}{server['url']}")
 

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from playwright import sync_api as playwright
 
 from portal.jobs.spec import JobLimits
 from portal.scheduler.quota import GpuHolder, GpuQuota
@@ -19,7 +20,7 @@ from portal.service.submit_form import request_summary
 from tests.browser.conftest import RECORD_NOTIFICATIONS, new_context
 
 SCRIPT = Path(__file__).resolve().parents[2] / "portal" / "service" / "static" / "portal.js"
-ORIGIN = "http://portal.test"
+ORIGIN = "https://portal.test"  # a secure context, as a site serves the portal (answered here, never fetched)
 TOKEN = "token-for-the-test"
 PAGE = """<!DOCTYPE html><html lang="en"><head><title>t</title>
 <script src="/portal.js"></script>
@@ -197,6 +198,28 @@ def test_a_job_that_ends_is_announced_once_and_only_after_the_user_asked(browser
         page.wait_for_timeout(1000)
         assert len(page.evaluate("() => window.__notes()")) == 1 and page.evaluate("() => window.__asked()") == 1
         assert page.get_attribute("#notify-toggle", "aria-pressed") == "true"
+    finally:
+        context.close()
+
+
+def test_on_plain_http_the_toggle_says_that_notifications_need_https(browser):
+    """Browsers give notifications only to a secure context: on http (not localhost) the toggle says why it is off."""
+    context = new_context(browser)
+    page = context.new_page()
+    plain = ORIGIN.replace("https://", "http://", 1)
+
+    def answer(route) -> None:
+        if route.request.url.endswith("/portal.js"):
+            route.fulfill(body=SCRIPT.read_text(), content_type="text/javascript")
+        else:
+            route.fulfill(body=PAGE.format(token=TOKEN, body=TOGGLE), content_type="text/html")
+    try:
+        page.route(f"{plain}/**", answer)
+        page.goto(f"{plain}/page")
+        assert page.evaluate("() => window.isSecureContext") is False
+        toggle = page.locator("#notify-toggle")
+        playwright.expect(toggle).to_be_disabled()
+        assert toggle.is_visible() and toggle.text_content() == "Notifications need this portal on https"
     finally:
         context.close()
 

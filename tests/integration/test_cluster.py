@@ -38,10 +38,7 @@ def as_user(cluster, user: str, *argv: str, check: bool = False) -> subprocess.C
 
 
 def portal_client(hub, user: str) -> requests.Session:
-    session = hub.login(user)
-    token = hub.api(session, "POST", f"users/{user}/tokens", json={"note": "cluster test"}).json()["token"]
-    client = requests.Session()
-    client.headers["Authorization"] = f"token {token}"
+    client = hub.client(hub.login(user)).token_session(user, "cluster test")  # trusting an https hub's CA
     client.base = f"{hub.url}{PORTAL}api/"  # type: ignore[attr-defined]
     return client
 

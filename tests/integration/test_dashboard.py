@@ -49,9 +49,9 @@ def browser(hub, user: str) -> requests.Session:
 
 
 def test_the_service_is_behind_the_hubs_login(hub):
-    anonymous = requests.get(f"{hub.url}{PORTAL}jobs", allow_redirects=False, timeout=30)
+    anonymous = hub.get(f"{PORTAL}jobs", allow_redirects=False)
     assert anonymous.status_code == 302, anonymous.text
-    followed = requests.get(f"{hub.url}{PORTAL}jobs", timeout=30)
+    followed = hub.get(f"{PORTAL}jobs")
     assert "/hub/login" in followed.url, followed.url
     browser(hub, "alice")
 

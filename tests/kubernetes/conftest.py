@@ -153,6 +153,6 @@ def pod_hub(directory, kube):
         pytest.fail(f"the hub's pod did not start: {err}\n" + "\n".join(lines[-20:]), pytrace=False)
     print(f"\nthe hub in a pod, up in {time.monotonic() - started:.1f} s:\n" + "\n".join(lines[-8:]))
     try:
-        yield Hub(kubebox.box_hub.url(kube.box))
+        yield Hub(kubebox.box_hub.url(kube.box), str(kube.box.ca_file))
     finally:
         print("\n".join(kubebox.remove_hub(kube.box)))

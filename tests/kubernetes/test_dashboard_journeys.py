@@ -8,16 +8,22 @@ alice's 2-node job from the API runs to COMPLETED with its page, log, figures, T
 so does a 2-node job from the form; a job is cancelled from its page (the cancel form needs XSRF); a sweep from
 the API shows its trials;
 bob gets 404 on each of alice's pages and cannot cancel; admins see her job; the usage page says, on Kubernetes,
-why there are no GPU-hours.
+why there are no GPU-hours. In Chromium (the hub in a pod over HTTPS with the box's CA, as a site serves it): every
+page through axe, with screenshots (tests/artifacts/journey-<box>-*.png), and the browser's own notification when
+her job ends.
 
 Sized for 2 CPU cores: the demo set (64x64 images), tinycnn, 1 epoch, batch 8, one worker on each of two nodes.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import posixpath
 import re
+import ssl
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +33,7 @@ from pathlib import Path
 import pytest
 import requests
 from kubernetes import client as k8s
+from playwright import sync_api as playwright
 
 from bench.hub_client import xsrf_of
 from portal.config import PortalConfig
@@ -34,7 +41,8 @@ from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
 from portal.jobs.record import ENDED_STATES
 from portal.tensorboard import panel_url
 from tests import cards
-from tests.conftest import CLUSTER, NODES, TEST_STATE, TINY_MODEL, Hub, job_dir_of, job_wait_s, wait_for
+from tests.browser.conftest import CHROMIUM, FLAGS, WIDE, axe_problems, log_in
+from tests.conftest import CLUSTER, NODES, PASSWORDS, TEST_STATE, TINY_MODEL, Hub, job_dir_of, job_wait_s, wait_for
 from tests.integration.test_dashboard import PORTAL, api_caller, browser, token_session
 from tests.kubernetes.conftest import kubebox
 
@@ -149,6 +157,10 @@ def test_the_submit_form_offers_the_users_limits_and_both_kinds_of_job(box):
     assert 'id="submit_form"' in form.text and 'name="gpus_per_node"' in form.text
     assert "(your quota: 4)" in form.text  # gpu-users' quota, the same on both boxes
     assert 'id="kind-single"' in form.text and 'id="kind-sweep"' in form.text
+    # E-mail at a job's end: Slurm's MailProg sends it; a Kubernetes job has no such hook, and the form says so.
+    offered, said = 'id="mail"' in form.text, 'id="mail-not-offered"' in form.text
+    assert (offered, said) == ((True, False) if box.name == "slurm" else (False, True)), form.text[-3000:]
+    assert not said or "No e-mail is sent when a job ends on this cluster" in html.unescape(form.text)
 
 
 def test_invalid_specs_are_refused_naming_the_field(clients, api):
@@ -237,6 +249,17 @@ def test_the_completed_jobs_model_card_downloads_and_its_hashes_hold(box, client
         card["environment"]
 
 
+def test_run_again_fills_the_form_with_the_jobs_settings(box, alice_job):
+    session = browser(box.hub, "alice")
+    shown = page(box, session, f"jobs/{alice_job['id']}").text
+    assert f'href="{PORTAL}submit?from={alice_job["id"]}"' in shown and "Run again with changes" in shown
+    form = page(box, session, f"submit?from={alice_job['id']}").text
+    assert f"job {alice_job['id']}'s settings" in form, form[-3000:]
+    for name, value in {"nodes": 2, "epochs": TINY["epochs"], "image_size": TINY["image_size"]}.items():
+        field = re.search(rf'<input[^>]*name="{name}"[^>]*>', form)
+        assert field and f'value="{value}"' in field.group(0), (name, field and field.group(0))
+
+
 def test_a_two_node_job_from_the_form_runs_to_completed(box, clients, api, made):
     session = browser(box.hub, "alice")
     form = page(box, session, "submit")
@@ -291,3 +314,101 @@ def test_the_usage_and_cluster_pages_answer_and_say_what_this_scheduler_cannot(b
     no_accounting = "GPU-hours are not counted here: they come from Slurm's accounting, and this portal runs jobs " \
                     "on kubernetes."
     assert (no_accounting in html.unescape(usage.text)) == (box.name == "kubernetes"), usage.text[-3000:]
+
+
+# --- in Chromium: every page through axe, and the notification when a job ends -----------------------------------
+
+# The browser's own Notification, recorded as the page makes one (localStorage: the pages share it): permission is
+# the browser's to give, and it gives it only to a secure context (https, or localhost).
+RECORD_REAL_NOTIFICATIONS = """(() => {
+  const Real = window.Notification;
+  if (!Real) { return; }
+  function Recording(title, options) {
+    const notes = JSON.parse(localStorage.getItem("test-notes") || "[]");
+    notes.push({title: title, body: options && options.body, tag: options && options.tag});
+    localStorage.setItem("test-notes", JSON.stringify(notes));
+    return new Real(title, options);
+  }
+  Object.defineProperty(Recording, "permission", {get: () => Real.permission});
+  Recording.requestPermission = (...args) => Real.requestPermission(...args);
+  window.Notification = Recording;
+})();"""
+NOTES = "() => JSON.parse(localStorage.getItem('test-notes') || '[]')"
+
+
+def trusted_certificate_flags(hub: Hub) -> list[str]:
+    """Chromium's flags to trust exactly the certificate an https hub serves (its public key's SHA-256; Python's
+    requests check it against the box's CA): none for an http hub on loopback (a secure context already)."""
+    if not hub.url.startswith("https://"):
+        return []
+    host, port = hub.url.removeprefix("https://").split(":")
+    pem = ssl.get_server_certificate((host, int(port)), ca_certs=hub.ca)
+    key = subprocess.run(["openssl", "x509", "-pubkey", "-noout"], input=pem.encode(), capture_output=True,
+                         check=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=key, capture_output=True,
+                         check=True).stdout
+    return [f"--ignore-certificate-errors-spki-list={base64.b64encode(hashlib.sha256(der).digest()).decode()}"]
+
+
+@pytest.fixture
+def chromium(box, artifacts):
+    """alice's Chromium, logged in through the hub's form, notifications allowed for the hub's origin."""
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=FLAGS + trusted_certificate_flags(box.hub))
+        context = launched.new_context(viewport=WIDE, reduced_motion="reduce")
+        context.grant_permissions(["notifications"], origin=box.hub.url)
+        context.add_init_script(RECORD_REAL_NOTIFICATIONS)
+        shown = context.new_page()
+        try:
+            log_in(shown, box.hub, "alice", PASSWORDS["alice"])
+            shown.wait_for_url(lambda url: "/hub/login" not in url)
+            yield shown
+        finally:
+            context.close()
+            launched.close()
+
+
+def look(page, box: Box, path: str, name: str, artifacts: Path) -> list[str]:
+    """Open a dashboard page in the browser: 200, a screenshot (journey-<box>-<name>.png), axe's problems."""
+    answer = page.goto(f"{box.hub.url}{PORTAL}{path}")
+    assert answer is not None and answer.status == 200, f"{path}: {answer and answer.status}\n{box.hub_log()}"
+    page.screenshot(path=str(artifacts / f"journey-{box.name}-{name}.png"), full_page=True)
+    return axe_problems(page, f"journey-{box.name}-{name}", artifacts)
+
+
+def test_in_chromium_every_page_passes_axe_and_a_job_that_ends_is_notified(box, chromium, clients, api, made,
+                                                                          artifacts):
+    page = chromium
+    page.goto(f"{box.hub.url}{PORTAL}jobs")
+    assert page.evaluate("() => window.isSecureContext"), f"{box.hub.url} is not a secure context"
+    page.click("#notify-toggle")  # the browser asks; the origin was granted it, as a person would
+    playwright.expect(page.locator("#notify-toggle")).to_have_attribute("aria-pressed", "true")
+    response = api(clients["alice"], "POST", "jobs", json=TINY)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    made.append(job_id)
+    problems = look(page, box, "submit", "submit", artifacts)
+    problems += look(page, box, f"jobs/{job_id}", "job-submitted", artifacts)
+    for name in ("usage", "cluster"):
+        problems += look(page, box, name, name, artifacts)
+    problems += look(page, box, "jobs", "jobs", artifacts)  # stays open: the toggle reads her jobs each period
+    title = f"Job {job_id} COMPLETED"
+    page.wait_for_function(f"() => ({NOTES})().some((note) => note.title === {title!r})",
+                           timeout=JOB_WAIT_S * 1000)
+    note = next(n for n in page.evaluate(NOTES) if n["title"] == title)
+    # Its AUROC is in the note when the dashboard had read the job's last epoch by the look that saw it end.
+    assert note["tag"] == f"dsportal-job-{job_id}" and note["body"].startswith(f"{TINY_MODEL}, "), note
+    wait_for(lambda: job_now(box, clients, api, job_id)["best_mean_auroc"] is not None, 60, interval=3,
+             what=f"job {job_id}'s final metrics")
+    problems += look(page, box, f"jobs/{job_id}", "job-completed", artifacts)
+    shown = page.goto(f"{box.hub.url}{PORTAL}jobs/{job_id}/log")  # plain text, not a page: no axe
+    assert shown is not None and shown.status == 200 and "text/plain" in shown.headers["content-type"]
+    assert re.search(r"rank \d of 1 on ", page.text_content("body")), page.text_content("body")[-2000:]
+    sweep = {"trials": 2, "parallel": 1, "sampler": "random", "pruner": "none"}
+    response = api(clients["alice"], "POST", "jobs", json={**TINY, "epochs": 200, "sweep": sweep})
+    assert response.status_code == 201, response.text
+    made.append(response.json()["id"])
+    problems += look(page, box, f"jobs/{made[-1]}", "sweep", artifacts)
+    assert api(clients["alice"], "DELETE", f"jobs/{made[-1]}").status_code == 204
+    assert not problems, "\n".join(problems)

@@ -50,7 +50,21 @@ def test_the_hub_pod_runs_with_the_helm_values_and_its_own_service_account(pod_h
     assert env["DSPORTAL_GPU_QUOTA"] == values["DSPORTAL_GPU_QUOTA"]
     service = k8s.CoreV1Api(core.api_client).read_namespaced_service("hub", "dsportal")
     assert env["DSPORTAL_HUB_CONNECT_IP"] == service.spec.cluster_ip
-    assert requests.get(f"{pod_hub.url}/hub/health", timeout=10).status_code == 200
+    assert pod_hub.get("/hub/health").status_code == 200
+
+
+def test_the_hub_is_served_over_https_with_the_boxs_ca_and_secure_cookies(pod_hub, kube):
+    """A secure context, as on a site: the browser offers notifications and the cookies are Secure."""
+    assert pod_hub.url.startswith("https://"), pod_hub.url
+    with pytest.raises(requests.exceptions.SSLError):  # not a certificate anyone's browser trusts by itself
+        requests.get(f"{pod_hub.url}/hub/health", timeout=10)
+    plain = pod_hub.url.replace("https://", "http://", 1)
+    with pytest.raises(requests.RequestException):  # no plain HTTP beside it
+        requests.get(f"{plain}/hub/health", timeout=10).raise_for_status()
+    alice = pod_hub.login("alice")
+    cookies = {cookie.name: cookie for cookie in alice.cookies}
+    assert "jupyterhub-session-id" in cookies, list(cookies)
+    assert all(cookie.secure for cookie in cookies.values()), [(c.name, c.secure) for c in cookies.values()]
 
 
 def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(pod_hub, kube, core):

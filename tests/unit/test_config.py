@@ -56,6 +56,8 @@ def test_yaml_then_environment(tmp_path):
                                         "lower-case letters, digits or '_', other than 'jobs'"),
     ({"DSPORTAL_SERVER_ENVIRONMENT": "1X=a"}, "server_environment has '1X=a'; allowed: NAME=value items"),
     ({"DSPORTAL_USER_NOTEBOOKS_DIR": "../x"}, "user_notebooks_dir is '../x'; allowed: a directory inside"),
+    ({"DSPORTAL_HUB_SSL_CERT": "/etc/hub.pem"}, "hub_ssl_cert is set and hub_ssl_key is not; allowed: both"),
+    ({"DSPORTAL_HUB_SSL_KEY": "/etc/hub.key"}, "hub_ssl_key is set and hub_ssl_cert is not"),
 ])
 def test_bad_settings_name_the_setting(env, words):
     with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("(", r"\(")):
@@ -135,6 +137,12 @@ def test_listing_hides_secrets_and_shows_sources(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "hunter2" not in out and "ldap_search_password (text) = (set)" in out and "hub_port" not in out
     assert "DSPORTAL_HUB_PROT is not a setting; did you mean DSPORTAL_HUB_PORT?" in err
+
+
+def test_the_hubs_url_says_https_when_the_proxy_has_a_certificate():
+    assert load(env={}).hub_url == "http://127.0.0.1:8000"
+    served = load(env={"DSPORTAL_HUB_SSL_CERT": "/etc/hub.pem", "DSPORTAL_HUB_SSL_KEY": "/etc/hub.key"})
+    assert served.hub_url == "https://127.0.0.1:8000"
 
 
 def test_every_setting_explains_itself():

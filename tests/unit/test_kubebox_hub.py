@@ -5,6 +5,7 @@ and what `install` records. The hub running in a box's pod: tests/kubernetes/tes
 from __future__ import annotations
 
 import runpy
+import subprocess
 import sys
 
 import kubernetes_validate
@@ -51,6 +52,27 @@ def test_the_hubs_objects_are_valid(tmp_path):
     assert pod["serviceAccountName"] == "dsportal-hub" and pod["hostAliases"][0]["ip"] == box.api_address
     (proxy,) = [m for m in objects if m["metadata"]["name"] == "proxy-public"]
     assert proxy["spec"]["ports"][0]["nodePort"] == hub.NODE_PORT
+
+
+def test_the_proxy_serves_https_with_a_certificate_from_the_boxs_ca_for_every_node(tmp_path):
+    box = KubeBox(tmp_path)
+    box.path("tls").mkdir(parents=True)
+    cert, key = hub.ensure_tls(box)
+    assert cert.startswith("-----BEGIN CERTIFICATE-----") and "PRIVATE KEY" in key
+    checked = subprocess.run(["openssl", "verify", "-CAfile", str(box.ca_file), str(box.path("tls", "hub.pem"))],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
+                            str(box.path("tls", "hub.pem"))], capture_output=True, text=True, check=True).stdout
+    assert all(f"IP Address:{node.address}" in names for node in box.node_network.nodes), names
+    assert hub.ensure_tls(box) == (cert, key)  # made once
+    box.path("tls", "hub.names").write_text("IP:198.19.9.9")  # the nodes' addresses changed: made again
+    assert hub.ensure_tls(box)[0] != cert
+    env = hub.box_env(box, "198.19.1.10", LDAP)
+    (deployment,) = [m for m in hub.hub_objects(box, env, "PEM", "id", (cert, key)) if m["kind"] == "Deployment"]
+    (mount,) = [m for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+                if m["name"] == "tls"]
+    assert env["DSPORTAL_HUB_SSL_CERT"] == f"{mount['mountPath']}/tls.crt" and hub.url(box).startswith("https://")
 
 
 def test_install_records_the_directory_and_the_relay_serves_the_pods_range_only(tmp_path):

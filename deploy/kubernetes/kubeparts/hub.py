@@ -7,6 +7,8 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
     PersistentVolume dsportal-hub-state, claim hub-state   the hub's database and cookie secret (hostPath:
                                                            <state>/volumes/hub), kept when the pod is replaced
     Secret dsportal-ldap-ca                                the directory's CA (values.yaml: hub.extraVolumes)
+    Secret dsportal-hub-tls                                the proxy's HTTPS certificate, signed by the box's CA
+                                                           for every node's address (tls/hub.pem), and its key
     Service hub                                            ClusterIP: 8081 the hub's own API, 8090 the dashboard;
                                                            its address is the servers' way back to the hub
                                                            (DSPORTAL_HUB_CONNECT_IP), whichever pod runs it
@@ -39,6 +41,7 @@ from daemons import port_in_use
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
+from selfsigned import ensure_ca_and_server_cert
 from supervise import BoxError, Service
 
 from kubeparts import images as box_images
@@ -52,6 +55,7 @@ NODE_PORT = 30080
 HUB_API_PORT, DASHBOARD_PORT, PROXY_PORT = 8081, 8090, 8000
 STATE_MOUNT = "/var/lib/dsportal"  # the image's DSPORTAL_STATE_DIR default; /srv/jupyterhub holds its config
 CA_MOUNT = "/etc/dsportal/ldap-ca"
+TLS_MOUNT = "/etc/dsportal/hub-tls"  # the Secret's tls.crt and tls.key (a kubernetes.io/tls Secret's names)
 SOCAT = "/usr/bin/socat"
 LABELS = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "hub"}
 IMAGE_ANNOTATION = "dsportal/hub-image"  # podman's image id: a rebuilt image rolls the Deployment
@@ -77,6 +81,9 @@ BOX_EXTRA = {
     "DSPORTAL_K8S_NODE_GPUS": "the box's fake GPUs per node",
     "DSPORTAL_K8S_NODE_CPUS": "every node reports the whole machine's CPUs",
     "DSPORTAL_K8S_NODE_MEMORY_GB": "what a node can give one pod here",
+    "DSPORTAL_HUB_SSL_CERT": "HTTPS at the NodePort: the box's CA signs it for the nodes' addresses (a site: "
+                             "its own certificate, or TLS ended at its ingress)",
+    "DSPORTAL_HUB_SSL_KEY": "its key",
 }
 
 
@@ -149,6 +156,7 @@ def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[st
         "DSPORTAL_K8S_GPU_TYPES": box.gpu_type,
         "DSPORTAL_HUB_CONNECT_IP": connect_ip, "DSPORTAL_K8S_NODE_GPUS": str(box.gpus_per_node),
         "DSPORTAL_K8S_NODE_CPUS": str(os.cpu_count() or 1), "DSPORTAL_K8S_NODE_MEMORY_GB": "8",
+        "DSPORTAL_HUB_SSL_CERT": f"{TLS_MOUNT}/tls.crt", "DSPORTAL_HUB_SSL_KEY": f"{TLS_MOUNT}/tls.key",
     })
     return env
 
@@ -166,8 +174,10 @@ def hub_services() -> list[dict]:
                   "ports": [{"name": "http", "port": 80, "targetPort": PROXY_PORT, "nodePort": NODE_PORT}]}}]
 
 
-def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = "") -> list[dict]:
-    """The claim, its volume, the CA's Secret and the Deployment (the Services: hub_services)."""
+def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = "",
+                tls: tuple[str, str] = ("", "")) -> list[dict]:
+    """The claim, its volume, the CA's Secret, the TLS Secret (`tls`: certificate and key, PEM) and the Deployment
+    (the Services: hub_services)."""
     meta = {"namespace": HUB_NAMESPACE, "labels": LABELS}
     return [
         {"apiVersion": "v1", "kind": "PersistentVolume",
@@ -181,6 +191,8 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                   "resources": {"requests": {"storage": "1Gi"}}}},
         {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "dsportal-ldap-ca", **meta},
          "stringData": {"ca.pem": ca_pem}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+         "metadata": {"name": "dsportal-hub-tls", **meta}, "stringData": {"tls.crt": tls[0], "tls.key": tls[1]}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hub", **meta},
          "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": LABELS},
                   "template": {"metadata": {"labels": LABELS, "annotations": {IMAGE_ANNOTATION: image_id}}, "spec": {
@@ -194,9 +206,12 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                                              "periodSeconds": 2},
                           "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
                           "volumeMounts": [{"name": "state", "mountPath": STATE_MOUNT},
-                                           {"name": "ldap-ca", "mountPath": CA_MOUNT, "readOnly": True}]}],
+                                           {"name": "ldap-ca", "mountPath": CA_MOUNT, "readOnly": True},
+                                           {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True}]}],
                       "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": "hub-state"}},
-                                  {"name": "ldap-ca", "secret": {"secretName": "dsportal-ldap-ca"}}]}}}}]
+                                  {"name": "ldap-ca", "secret": {"secretName": "dsportal-ldap-ca"}},
+                                  {"name": "tls", "secret": {"secretName": "dsportal-hub-tls",
+                                                             "defaultMode": 0o400}}]}}}}]
 
 
 def state_dir(box: KubeBox) -> Path:
@@ -205,7 +220,22 @@ def state_dir(box: KubeBox) -> Path:
 
 
 def url(box: KubeBox) -> str:
-    return f"http://{box.node_network.nodes[0].address}:{NODE_PORT}"
+    """The hub's public URL: HTTPS at the first node's NodePort (any node's answers), signed by box.ca_file."""
+    return f"https://{box.node_network.nodes[0].address}:{NODE_PORT}"
+
+
+def ensure_tls(box: KubeBox) -> tuple[str, str]:
+    """The proxy's certificate (PEM) and key, signed by the box's CA for every node's address; made once, again when
+    the nodes' addresses change."""
+    tls = box.path("tls")
+    alt_names = [f"IP:{node.address}" for node in box.node_network.nodes]
+    made_for = tls / "hub.names"
+    if not made_for.exists() or made_for.read_text() != ",".join(alt_names):
+        (tls / "hub.pem").unlink(missing_ok=True)
+    ensure_ca_and_server_cert(tls, "hub", ca_cn="dsportal kubebox CA", server_cn="dsportal hub",
+                              alt_names=alt_names, what="hub's HTTPS")
+    made_for.write_text(",".join(alt_names))
+    return (tls / "hub.pem").read_text(), (tls / "hub.key").read_text()
 
 
 # --- install, bring in line, remove ----------------------------------------------------------------------------
@@ -238,7 +268,8 @@ def ensure(box: KubeBox, admin: DynamicClient, core: k8s.CoreV1Api, socket_of: C
     connect_ip = resource(admin, "v1", "Service").get(name="hub", namespace=HUB_NAMESPACE).spec.clusterIP
     env = box_env(box, connect_ip, directory)
     image_id = box_images.podman_id(HUB_IMAGE) or ""
-    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id):  # a bound claim's spec is fixed
+    tls = ensure_tls(box)
+    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id, tls):  # a bound claim's spec is fixed
         report(f"hub: {apply(admin, manifest, replaceable=('Secret', 'Deployment'))}")
     report(wait_ready(box, core))
 
@@ -278,7 +309,7 @@ def wait_ready(box: KubeBox, core: k8s.CoreV1Api, timeout: float = READY_S) -> s
 def _health(box: KubeBox) -> str:
     """"" when the hub answers /hub/health at its public URL (the NodePort, through the proxy), else what it did."""
     try:
-        answer = requests.get(f"{url(box)}/hub/health", timeout=5)
+        answer = requests.get(f"{url(box)}/hub/health", timeout=5, verify=str(box.ca_file))
     except requests.RequestException as err:
         return f"{url(box)}/hub/health: {type(err).__name__}"
     return "" if answer.status_code == 200 else f"{url(box)}/hub/health answered {answer.status_code}"

@@ -152,6 +152,12 @@
   // job, its state and its best mean AUROC, and a click on it opens the job's page.
   function notifyWhenJobsEnd(button) {
     if (!("Notification" in window) || !window.localStorage) { return; }  // the toggle stays hidden
+    if (window.isSecureContext === false) {  // browsers give notifications only to https (and localhost)
+      button.hidden = false;
+      button.disabled = true;
+      button.textContent = "Notifications need this portal on https";
+      return;
+    }
     var user = button.dataset.user, ended = button.dataset.ended.split(" ");
     var onKey = "dsportal-notify:" + user, statesKey = "dsportal-job-states:" + user;
     function on() { return localStorage.getItem(onKey) === "on" && Notification.permission === "granted"; }
