@@ -15,12 +15,16 @@ The chief (rank 0) writes `model_card.json` into the run's checkpoint directory 
 
 The data hashes of a TFRecord directory are the ones its converter recorded in manifest.json (the records hold
 no patient): a directory converted before that has none, and the card says so instead of guessing.
+
+The card's shape is `chexnet.schemas.MODEL_CARD`: `write_card` checks what it writes against it, and the dashboard
+checks what it reads (`check_card`), so a card is either one the job page can show or unreadable, saying why.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -28,8 +32,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from chexnet.schemas import CARD_FORMAT, MODEL_CARD, check
+
 CARD_FILE = "model_card.json"
-CARD_FORMAT = "dsportal-model-card-1"
 HASH_CHUNK = 1 << 20
 
 
@@ -150,10 +155,16 @@ def auroc_section(per_class: Mapping[str, float | None]) -> dict[str, Any]:
     from chexnet.labels import CLASSES
     from chexnet.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
 
-    rows = [{"class": name, "auroc": per_class.get(name), "paper": CHEXNET_PAPER_AUROC.get(name)} for name in CLASSES]
-    defined = [row["auroc"] for row in rows if row["auroc"] is not None]
+    auroc = {name: _defined(per_class.get(name)) for name in CLASSES}
+    rows = [{"class": name, "auroc": auroc[name], "paper": CHEXNET_PAPER_AUROC.get(name)} for name in CLASSES]
+    defined = [value for value in auroc.values() if value is not None]
     return {"per_class": rows, "mean": sum(defined) / len(defined) if defined else None,
             "paper_mean": chexnet_paper_mean()}
+
+
+def _defined(value: float | None) -> float | None:
+    """An AUROC as the card holds it: a NaN (predictions that were NaN) is undefined, like a one-label class."""
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def build_card(spec: Mapping[str, Any], data: Mapping[str, Any], per_class_auroc: Mapping[str, float | None],
@@ -163,10 +174,19 @@ def build_card(spec: Mapping[str, Any], data: Mapping[str, Any], per_class_auroc
             "checkpoint": dict(checkpoint)}
 
 
+def check_card(card: Any, record: str = "model card") -> None:
+    """chexnet.schemas.SchemaError (a ValueError) naming `record` and the first field of `card` that is not as
+    `chexnet.schemas.MODEL_CARD` says (a record of another format: its `format`); never another error."""
+    check(MODEL_CARD, card, record)
+
+
 def write_card(directory: str | Path, card: Mapping[str, Any]) -> Path:
-    """model_card.json in `directory`, replaced whole (a reader never sees half of it)."""
+    """model_card.json in `directory`, replaced whole (a reader never sees half of it); SchemaError, with nothing
+    written, for a card the dashboard would not read (the text is checked as the reader will check it)."""
     path = Path(directory) / CARD_FILE
+    text = json.dumps(card, indent=1, sort_keys=False) + "\n"
+    check_card(json.loads(text), f"{CARD_FILE} to write")
     tmp = path.with_name(f".{CARD_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(card, indent=1, sort_keys=False) + "\n")
+    tmp.write_text(text)
     tmp.replace(path)
     return path

@@ -38,6 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chexnet.schemas import SWEEP_PLAN, TRIAL_RECORD, check
+from chexnet.userfiles import read_bytes
+
 PLAN_FILE = "sweep.json"
 JOURNAL_FILE = "study.journal"
 TRIALS_DIR = "trials"
@@ -68,11 +71,8 @@ class Plan:
     def read(cls, job_dir: Path) -> Plan:
         path = job_dir / PLAN_FILE
         try:
-            with open(path, "rb") as file:
-                text = file.read(MAX_PLAN_BYTES + 1)
-            if len(text) > MAX_PLAN_BYTES:
-                raise ValueError(f"more than {MAX_PLAN_BYTES} bytes")
-            data = json.loads(text)
+            data = json.loads(read_bytes(path, MAX_PLAN_BYTES))  # a FIFO, a link, a device: refused at once
+            check(SWEEP_PLAN, data, str(path))  # the field and why, for a plan of the wrong shape
             plan = cls(space=dict(data["space"]), sampler=str(data["sampler"]), pruner=str(data["pruner"]),
                        min_epochs=int(data["min_epochs"]), seed=int(data["seed"]), epochs=int(data["epochs"]))
         except (OSError, ValueError, KeyError, TypeError) as err:
@@ -194,7 +194,9 @@ def write_trial_file(job_dir: Path, task: int, number: int, params: dict[str, An
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / TRIAL_FILE
     partial = directory / f".{TRIAL_FILE}.{os.getpid()}"
-    partial.write_text(json.dumps({"number": number, "task": task, "params": params}) + "\n")
+    trial = {"number": number, "task": task, "params": params}
+    check(TRIAL_RECORD, trial, f"{path} to write")
+    partial.write_text(json.dumps(trial) + "\n")
     partial.replace(path)
     return path
 
@@ -213,8 +215,9 @@ class TrialReporter:
 
     @classmethod
     def from_trial_file(cls, path: Path) -> TrialReporter:
-        data = json.loads(path.read_text()[:MAX_PLAN_BYTES])
-        return cls(path.parent.parent.parent, int(data["task"]), int(data["number"]))
+        data = json.loads(read_bytes(path, MAX_PLAN_BYTES))
+        check(TRIAL_RECORD, data, str(path))
+        return cls(path.parent.parent.parent, data["task"], data["number"])
 
     def report(self, epoch: int, value: float | None) -> bool:
         """Report epoch `epoch` (from 1); whether the pruner stops the trial here. NaN (undefined AUROC) is

@@ -18,11 +18,13 @@ import time
 from pathlib import Path
 
 from chexnet.sweep import JOURNAL_FILE, TASK_ATTR, Plan, SweepError, open_study
+from chexnet.userfiles import read_text
 
 CLAIMS_DIR = "claims"  # Kubernetes: claims/<task> names the pod that runs it; its mtime is the pod's heartbeat
 HEARTBEAT_S = 10  # how often a holder touches its claim
 STALE_CLAIM_S = 45.0  # a claim untouched this long (4 heartbeats missed) was a lost pod's
 CLAIM_WAIT_S = 5  # how often a pod that found every task held asks again
+MAX_CLAIM_BYTES = 4096  # a pod's name and a newline
 
 
 def _finished_tasks(job_dir: Path) -> set[int]:
@@ -34,8 +36,12 @@ def _finished_tasks(job_dir: Path) -> set[int]:
 
 
 def _read_head(path: Path) -> str:
-    with open(path, errors="replace") as file:
-        return file.read(200).strip()
+    """A claim's holder (a claim is a name and a newline); "" for a file that is none (too large, no longer a
+    regular file)."""
+    try:
+        return read_text(path, MAX_CLAIM_BYTES)[:200].strip()
+    except (OSError, ValueError):
+        return ""
 
 
 def claim(job_dir: Path, holder: str, trials: int, now: float | None = None) -> tuple[int | None, bool]:

@@ -27,7 +27,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chexnet.userfiles import NotARegularFile, read_bytes
+
 RECORD_FILE = "epochs.jsonl"
+MAX_RECORD_BYTES = 256 * 1024 * 1024  # a line per epoch, about 1 KB: far more epochs than a run has
 EVENT_FILE_MARK = "tfevents"  # TensorBoard's own test for an event file name
 
 
@@ -97,10 +100,12 @@ def _fsync_directory(directory: Path) -> None:
 
 def read_record(path: Path) -> dict[int, EpochScalars]:
     """{epoch: its last readable line}; lines cut short by a kill (or otherwise unreadable) are skipped."""
-    if not path.is_file():
+    try:
+        data = read_bytes(path, MAX_RECORD_BYTES)
+    except (FileNotFoundError, NotARegularFile):  # none yet; or no record of the run's (a FIFO, a link)
         return {}
     epochs: dict[int, EpochScalars] = {}
-    for line in path.read_bytes().splitlines():
+    for line in data.splitlines():
         entry = parse_line(line)
         if entry is not None:
             epochs[entry.epoch] = entry

@@ -233,7 +233,11 @@ def _write_model_card(cfg: TrainConfig, workers: int, source: DataSource, checkp
             "weights_sha256": model_card.sha256_file(cfg.weights) if cfg.weights else None}
     card = model_card.build_card(spec, model_card.data_section(source), per_class,
                                  model_card.checkpoint_section(checkpoint), epochs_done)
-    path = model_card.write_card(cfg.checkpoint_dir, card)
+    try:
+        path = model_card.write_card(cfg.checkpoint_dir, card)
+    except ValueError as err:  # chexnet.schemas.SchemaError: a card the dashboard would not read (say, from a
+        cb.say(f"model card not written: {err}")  # hand-edited manifest.json); the trained checkpoint still counts
+        return
     cb.say(f"model card: {path}")
 
 

@@ -113,7 +113,12 @@ def with_trial(cfg: TrainConfig) -> TrainConfig:
     import json
 
     try:
-        params = json.loads(cfg.trial.read_text()[:65536])["params"]
+        from chexnet.schemas import TRIAL_RECORD, check
+        from chexnet.userfiles import read_bytes
+
+        trial = json.loads(read_bytes(cfg.trial, 65536))
+        check(TRIAL_RECORD, trial, str(cfg.trial))
+        params = trial["params"]
         values = {name: TRIAL_PARAMS[name](params[name]) for name in params}
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UsageError(f"--trial {cfg.trial}: not a sweep's trial file ({type(err).__name__}: {err})") from None

@@ -62,7 +62,8 @@ def check_settings(cfg: PortalConfig) -> None:
     _check_kubernetes(cfg)
     _check_box(cfg)
     _check_places(cfg)
-    for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines", "max_jobs_per_user"):
+    for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines", "max_jobs_per_user",
+                 "dashboard_api_rate", "dashboard_api_burst"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 1 or more")
 

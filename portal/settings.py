@@ -11,6 +11,7 @@ says why (`Settings.problem`), never an error that stops a submit.
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
@@ -55,9 +56,17 @@ def updates(given: dict[str, Any]) -> dict[str, Any]:
     return {name: boolean(value, name) for name, value in given.items()}
 
 
+class SettingsNotSaved(Exception):
+    """The user's settings file could not be written (a directory they cannot write, a link, a full disk): why."""
+
+
 def read(who: Any, where: PurePosixPath | str = SETTINGS_FILE) -> Settings:
-    """`who`'s settings (a portal.jobs.account.JobUser), read as them from `where` in their home."""
-    return parse(who.read_text(who.home / where, MAX_SETTINGS_BYTES), where)
+    """`who`'s settings (a portal.jobs.account.JobUser), read as them from `where` in their home: the defaults,
+    saying why, when the file is there but is not a regular file or cannot be read."""
+    text, why = who.read_text_why(who.home / where, MAX_SETTINGS_BYTES)
+    if why:
+        return Settings(problem=f"~/{where}: {why}; the defaults apply")
+    return parse(text, where)
 
 
 def write(who: Any, given: dict[str, Any], where: PurePosixPath | str = SETTINGS_FILE) -> Settings:
@@ -65,8 +74,12 @@ def write(who: Any, given: dict[str, Any], where: PurePosixPath | str = SETTINGS
     home; the settings now."""
     now = replace(read(who, where), **updates(given), problem="")
     path = who.home / where
-    who.make_dir(path.parent)  # mkdir -p, mode 0700
-    # A new file renamed over the old one: whatever was there (a FIFO, a link) is replaced, never written through.
-    who.run(["/bin/sh", "-c", 'new=$(mktemp "$1.XXXXXX") && cat > "$new" && mv -f -- "$new" "$1"', "sh",
-             str(path)], input=json.dumps(now.to_dict(), indent=1) + "\n")
+    try:
+        who.make_dir(path.parent)  # mkdir -p, mode 0700
+        # A new file renamed over the old one: whatever was there (a FIFO, a link) is replaced, never written through.
+        who.run(["/bin/sh", "-c", 'new=$(mktemp "$1.XXXXXX") && cat > "$new" && mv -f -- "$new" "$1"', "sh",
+                 str(path)], input=json.dumps(now.to_dict(), indent=1) + "\n")
+    except subprocess.CalledProcessError as err:
+        said = (err.stderr or "").strip().splitlines()[-1:] or [f"exit status {err.returncode}"]
+        raise SettingsNotSaved(f"~/{where} could not be saved: {said[0][:200]}") from None
     return now

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from chexnet.data.chestxray14 import IMAGES_DIR, SPLITS, DataError, Index, labels_matrix, load_index
 from chexnet.data.tfrecords import MANIFEST, PNG, Storage, storage_of
 from chexnet.labels import CLASSES
+from chexnet.userfiles import read_bytes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 TFRECORD, IMAGES = "tfrecord", "images"
 ORIGINAL_PNG = Storage(PNG, None, None)
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # its shards and fingerprints: a few KB
 SOURCE_HELP = (f"expected a ChestX-ray14 layout ({IMAGES_DIR}/, Data_Entry_2017.csv, train_val_list.txt, "
                f"test_list.txt) or a TFRecord directory with {MANIFEST} (python -m chexnet.data.tfrecords)")
 
@@ -84,8 +86,8 @@ def source_of(data_dir: str | Path, *, skip_bad: bool = False) -> DataSource:
 
 def _tfrecord_source(root: Path) -> DataSource:
     try:
-        manifest = json.loads((root / MANIFEST).read_text())
-    except json.JSONDecodeError as error:
+        manifest = json.loads(read_bytes(root / MANIFEST, MAX_MANIFEST_BYTES))
+    except (OSError, ValueError) as error:  # not JSON, too large, no longer a regular file
         raise DataError(f"{root / MANIFEST} is not valid JSON ({error}); rerun python -m chexnet.data.tfrecords") \
             from None
     storage = storage_of(manifest, root)

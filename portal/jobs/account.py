@@ -35,7 +35,8 @@ CHUNK_BYTES = 64 * 1024
 # A user's file, read within bounds (read_text, tail): $1 the path, $2 how many bytes of its end (or, with $3 = 0,
 # of its start). Only a regular file that is not a symlink; opened without following a link and without
 # blocking (a FIFO swapped in after the check gives nothing, a device at most $2 bytes); at most $2 bytes read.
-READ_BOUNDED = r"""[ -f "$1" ] && [ ! -L "$1" ] || { echo "$1: not a regular file" >&2; exit 3; }
+READ_BOUNDED = r"""if [ ! -e "$1" ] && [ ! -L "$1" ]; then exit 4; fi
+[ -f "$1" ] && [ ! -L "$1" ] || { echo "$(stat -c %F -- "$1" 2>/dev/null || echo unreadable)" >&2; exit 3; }
 skip=0
 if [ "${3:-1}" = 1 ]; then
   size=$(stat -c %s -- "$1") || exit 1
@@ -157,6 +158,23 @@ class JobUser:
         except subprocess.TimeoutExpired:
             return None
         return result.stdout if result.returncode == 0 else None
+
+    def read_text_why(self, path: Path, limit: int = READ_LIMIT_BYTES) -> tuple[str | None, str]:
+        """read_text, and why it read nothing: (text, ""); (None, "") when there is no such file; (None, the
+        reason) when it is not a regular file (what it is instead), cannot be read, or did not answer in time."""
+        try:
+            result = self.run(["/bin/sh", "-c", READ_BOUNDED, "read", str(path), str(limit + 1), "0"], check=False,
+                              timeout=READ_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"not read within {READ_TIMEOUT_S} s"
+        if result.returncode == 0:
+            return result.stdout, ""
+        if result.returncode == 4:
+            return None, ""
+        said = result.stderr.strip().splitlines()[-1:] or ["unreadable"]
+        if result.returncode == 3:
+            return None, f"a {said[0][:60]}, not a regular file"
+        return None, f"unreadable ({said[0][:120]})"
 
     def tail(self, path: Path, lines: int | None, max_bytes: int = TAIL_LIMIT_BYTES) -> str | None:
         """The last `lines` lines (None: all) of the file's last `max_bytes`: a log is the user's to write, one line

@@ -290,7 +290,7 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
     (chexnet.k8s-trial.sh). The Job is the record (its annotations hold the spec and the plan); a pod lost with
     its node is made again by the Job and takes its task over. The deadline is every round of trials' wall time."""
     job_dir = pod_job_dir(cfg, job_id)
-    plan_json = json.dumps(plan.to_dict(), sort_keys=True)
+    plan_json = json.dumps(plan.file_dict(), sort_keys=True)
     script = template_environment().get_template(f"{spec.template}.k8s-trial.sh").render(
         spec=spec, plan=plan, job_id=job_id, job_dir=job_dir, plan_json=plan_json, plan_file=PLAN_FILE,
         finished_exit=EXIT_FINISHED, heartbeat_s=HEARTBEAT_S, stale_s=int(STALE_CLAIM_S), **_launcher_values(cfg))

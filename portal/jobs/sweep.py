@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,14 @@ class SweepPlan:
         return {"space": {p.name: p.to_dict() for p in self.space}, "trials": self.trials,
                 "parallel": self.parallel, "sampler": self.sampler, "pruner": self.pruner,
                 "min_epochs": self.min_epochs, "seed": self.seed, "epochs": self.epochs}
+
+    def file_dict(self) -> dict[str, Any]:
+        """to_dict, checked against sweep.json's schema (chexnet.schemas.SWEEP_PLAN), as the writers write it."""
+        from chexnet.schemas import SWEEP_PLAN, check
+
+        plan = self.to_dict()
+        check(SWEEP_PLAN, plan, "sweep.json to write")
+        return plan
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -274,6 +282,15 @@ def task_states(sacct: str, array_id: str) -> dict[int, str]:
             for task in _task_ranges(rest.group(2).split("%")[0]):
                 states.setdefault(task, state)
     return states
+
+
+def sweep_outcome(ended: Collection[str]) -> str:
+    """How a sweep ended, from the states its tasks ended in (Slurm's, or the study's PRUNED): CANCELLED when any
+    task was cancelled (the sweep did not run to its end), COMPLETED when any ran to its end (a pruned trial's task
+    ends COMPLETED too), else FAILED. The one rule for the sweep's page, the API and its e-mail."""
+    if "CANCELLED" in ended:
+        return "CANCELLED"
+    return "COMPLETED" if {"COMPLETED", "PRUNED"} & set(ended) else "FAILED"
 
 
 def _task_ranges(text: str) -> list[int]:

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chexnet.model_card import CARD_FILE, CARD_FORMAT  # TensorFlow-free
+from chexnet.model_card import CARD_FILE, check_card  # TensorFlow-free
+from chexnet.schemas import SchemaError
 from portal.inputs import finite_json
 from portal.jobs.record import OUTPUT_FILE, JobRecord, cluster_jobs_dir
 from portal.metrics import MetricsError, RunMetrics, read_run_metrics
@@ -34,13 +35,17 @@ class ModelCardError(ValueError):
 
 def checked_card(text: str, job_id: str) -> dict[str, Any]:
     """A model card's text (the user's: a file, or a line of their pod's log) read as hostile: ModelCardError
-    saying why it is not a card."""
+    saying why it is not a card, naming the first field whose type or size is wrong (chexnet.schemas.MODEL_CARD).
+    What it returns has every field the job page shows, of the type the page expects."""
+    where = f"{CARD_FILE} of job {job_id}"
     try:
         card = finite_json(text, MAX_CARD_BYTES)
     except ValueError as err:
-        raise ModelCardError(f"{CARD_FILE} of job {job_id}: {err}") from None
-    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-        raise ModelCardError(f"{CARD_FILE} of job {job_id} is not a model card of format {CARD_FORMAT}")
+        raise ModelCardError(f"{where}: {err}") from None
+    try:
+        check_card(card, where)
+    except SchemaError as err:
+        raise ModelCardError(str(err)) from None
     return card
 
 
@@ -85,7 +90,7 @@ class JobsInHome:
 
     def model_card(self, record: JobRecord, user: JobUser, task: int | None = None) -> dict[str, Any] | None:
         """The run's model card (chexnet.model_card), read as the user: None before the run wrote one; a card
-        that is not one (too large, not JSON, not an object of that format) is ModelCardError, saying why. A
+        that is not one (too large, not JSON, not of the card's schema) is ModelCardError, saying why. A
         sweep's: its task's trial's (None without a `task`)."""
         if record.sweep is not None and task is None:
             return None

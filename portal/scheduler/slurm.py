@@ -45,6 +45,7 @@ from portal.jobs.sweep import (
     SweepStatusError,
     SweepView,
     read_status,
+    sweep_outcome,
     sweep_view,
     task_states,
 )
@@ -169,7 +170,7 @@ class SlurmScheduler(JobsInHome):
                            job_dir=job_dir, sweep=plan)
         files = [(SCRIPT_FILES[self.name], script, "700"), (RECORD_FILE, record.to_json(), "600")]
         if plan is not None:  # what every trial reads (chexnet.sweep); released, the whole array goes
-            files.append((PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n", "600"))
+            files.append((PLAN_FILE, json.dumps(plan.file_dict(), indent=2) + "\n", "600"))
         USER_SLURM_CALLS.add("scontrol")  # run by make_job_dir's process, after the directory
         try:
             inode = user.make_job_dir(job_dir, files, replace=True,
@@ -242,8 +243,8 @@ class SlurmScheduler(JobsInHome):
         return {**accounted, **queued}
 
     def _sweep_state(self, record: JobRecord, user: JobUser) -> str:
-        """RUNNING while a task runs, PENDING while the rest wait, then CANCELLED when any task was cancelled,
-        COMPLETED when any ran to its end (a pruned trial's task ends COMPLETED too), else FAILED."""
+        """RUNNING while a task runs, PENDING while the rest wait, then `sweep_outcome`: CANCELLED when any task
+        was cancelled, COMPLETED when any ran to its end (a pruned trial's task ends COMPLETED too), else FAILED."""
         unanswered = None
         try:
             tasks = self._tasks(record, user)
@@ -263,7 +264,7 @@ class SlurmScheduler(JobsInHome):
             return "RUNNING"
         if PENDING in states:
             return PENDING
-        state = "CANCELLED" if "CANCELLED" in states else COMPLETED if COMPLETED in states else FAILED
+        state = sweep_outcome(states)
         _remember(record, user, state)
         return state
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from portal import settings as user_settings
 from portal.inputs import InputError, read_json_object
 from portal.jobs.account import RUNUSER_CALLS
 from portal.jobs.spec import FIELDS, WHOLE
@@ -67,6 +70,8 @@ class SettingsAPIHandler(APIHandler):
             saved = await self.acting(self.board.save_user_settings, self.hub_user, given)
         except InputError as err:
             raise UserError(400, str(err), err.field) from None
+        except user_settings.SettingsNotSaved as err:
+            raise UserError(409, str(err), "settings") from None
         self.write_json(saved.to_dict())
 
 
@@ -76,14 +81,21 @@ class UsageAPIHandler(APIHandler):
         self.write_json(await self.blocking(self.board.usage, self.hub_user, everyone))
 
 
+def cluster_answer(view: dict[str, Any], counters: dict[str, Any], admin: bool) -> dict[str, Any]:
+    """GET api/cluster's answer: the cluster's view for everyone; the portal's internal command counters for
+    admins only. The counters show how hard the dashboard works and which commands it runs as users: the
+    operators' to read (the load benchmark reads them with the admin's token), nothing a user needs."""
+    return {**view, **counters} if admin else dict(view)
+
+
 class ClusterAPIHandler(APIHandler):
     async def get(self) -> None:
         snapshot = await self.blocking(self.cluster.snapshot)
+        # page_refresh_s: how often an open jobs page reloads itself (its meta refresh), what a load test simulates.
+        view = {**snapshot.to_dict(), "refresh_s": self.cluster.interval_s, "page_refresh_s": self.settings["poll_s"]}
         # What this process has asked so far (the load benchmark reads the difference over its run): the shared
         # snapshot's squeue/scontrol, the Slurm commands run as users, every command run as a user, hub requests.
-        # page_refresh_s: how often an open jobs page reloads itself (its meta refresh), what a load test simulates.
-        self.write_json({**snapshot.to_dict(), "refresh_s": self.cluster.interval_s,
-                         "page_refresh_s": self.settings["poll_s"],
-                         "squeue_calls": self.cluster.squeue_calls, "scontrol_calls": self.cluster.scontrol_calls,
-                         "user_slurm_calls": USER_SLURM_CALLS.as_dict(), "runuser_calls": RUNUSER_CALLS.as_dict(),
-                         "hub_calls": getattr(self.directory, "calls", 0)})
+        counters = {"squeue_calls": self.cluster.squeue_calls, "scontrol_calls": self.cluster.scontrol_calls,
+                    "user_slurm_calls": USER_SLURM_CALLS.as_dict(), "runuser_calls": RUNUSER_CALLS.as_dict(),
+                    "hub_calls": getattr(self.directory, "calls", 0)}
+        self.write_json(cluster_answer(view, counters, self.hub_user.admin))

@@ -15,6 +15,7 @@ from portal.scheduler.snapshot import ClusterCache
 from portal.service import api, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
 from portal.service.board import JobBoard
+from portal.service.fairness import RateLimits, UserShares
 from portal.service.hub import HubDirectory
 from portal.templates import templates_dir
 
@@ -29,10 +30,16 @@ WORKERS = 8
 # their own: sharing one pool, fifty users submitting at once held every thread and every page view queued behind
 # them (1,000 users' jobs pages at p99 61 s). A burst of actions now waits only for other actions.
 ACTION_WORKERS = 8
+# One user's requests hold at most this many of each pool's workers at once; the rest of theirs wait without one
+# (portal.service.fairness.UserShares): 6 of 8 stay free for the others, whatever one user's files do.
+WORKERS_PER_USER = 2
 MIN_POLL_S = 5  # the job page asks for its job's state at most this often
 # The most a request body may be before tornado stops reading it (answering 400 and closing the connection). Above
 # portal.inputs.MAX_BODY_BYTES, so that bodies between the two get a 400 naming the field from the handlers.
-MAX_BODY_SIZE = 1024 * 1024
+# Bodies up to this size are read and answered by the dashboard itself (PortalHandler.prepare: a 413 in JSON for
+# the API, in the page for a form, over portal.inputs.MAX_BODY_BYTES); a larger one is cut off by the HTTP server
+# before any handler (the proxy then answers 502), so that no request holds more memory than this.
+MAX_BODY_SIZE = 4 * 1024 * 1024
 
 
 def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str | None = None,
@@ -79,6 +86,8 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         board=board, cluster=cluster, directory=directory,
         executor=ThreadPoolExecutor(WORKERS, thread_name_prefix="portal-read"),
         action_executor=ThreadPoolExecutor(ACTION_WORKERS, thread_name_prefix="portal-act"),
+        read_shares=UserShares(WORKERS_PER_USER), action_shares=UserShares(WORKERS_PER_USER),
+        rate_limits=RateLimits(cfg.dashboard_api_rate, cfg.dashboard_api_burst),
         service_prefix=prefix, hub_base_url=hub_base_url, notebooks_dir=notebooks_dir or templates_dir(),
         poll_s=max(MIN_POLL_S, cfg.dashboard_refresh_s), log_lines=cfg.dashboard_log_lines,
     )

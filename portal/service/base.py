@@ -14,12 +14,14 @@ from jupyterhub.utils import get_browser_protocol, url_path_join
 from tornado.ioloop import IOLoop
 from tornado.web import ErrorHandler, HTTPError, RequestHandler, StaticFileHandler
 
+from portal.inputs import MAX_BODY_BYTES
 from portal.jobs import JobAccessError, JobNotFound, JobSpecError, UnreadableRecord
 from portal.scheduler import UnknownScheduler
 from portal.scheduler.errors import KubernetesError, SchedulerUnavailable, SlurmError
 from portal.scheduler.slurm import JobDirError
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.board import HubUser, JobBoard, SubmitInProgress
+from portal.service.fairness import read_key
 from portal.service.hub import HubDirectory, HubUnavailable
 from portal.service.render import hub_namespace
 
@@ -70,6 +72,8 @@ class SecurityHeaders(RequestHandler):
     def error_parts(self, kwargs: dict) -> tuple[str, str | None]:
         error = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(error, UserError):
+            for name, value in error.headers.items():  # after send_error's clear()
+                self.set_header(name, value)
             return error.message, error.field
         if isinstance(error, HTTPError) and error.log_message:
             return error.log_message, None
@@ -88,9 +92,9 @@ class UserError(HTTPError):
     """An error a user sees: status, a message, and the field it is about (for a spec that is not allowed).
     The one place where the portal's errors (portal.scheduler.errors and the rest) become HTTP statuses."""
 
-    def __init__(self, status: int, message: str, field: str | None = None):
+    def __init__(self, status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(status, reason=None)
-        self.message, self.field = message, field
+        self.message, self.field, self.headers = message, field, headers or {}
 
 
 def as_portal_error(err: Exception) -> UserError | None:
@@ -131,6 +135,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
     """Base of pages and API: the hub user (with groups and admin flag) is `self.hub_user` after `prepare`."""
 
     hub_user: HubUser
+    checks_own_body = False  # a form that shows a body over the limit beside its fields (the submit form)
 
     @property
     def board(self) -> JobBoard:
@@ -149,6 +154,9 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         return self.settings["executor"]
 
     async def prepare(self) -> None:
+        if len(self.request.body or b"") > MAX_BODY_BYTES and not self.checks_own_body:  # no call takes more
+            raise UserError(413, f"the request's body is {len(self.request.body)} bytes; allowed: at most "
+                                 f"{MAX_BODY_BYTES}", "body")
         identity = await self.identify()  # the cookie or the token, checked with the hub
         if not identity:
             if self.request.method not in SAFE_METHODS and self.login_cookie_sent():
@@ -220,13 +228,23 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         return await self.directory.everyone() if self.hub_user.admin else []
 
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking call (Slurm, files read as the user) in the pool; map its errors to what users see."""
-        return await self._in_pool(self.executor, functools.partial(fn, *args, **kwargs))
+        """Run a blocking call (Slurm, files read as the user) in the pool, within the user's share of it (the
+        same read asked again while it runs is joined: portal.service.fairness); map its errors to what users
+        see."""
+        call = functools.partial(fn, *args, **kwargs)
+        return await self.settings["read_shares"].run(self._share_name(), lambda: self._in_pool(self.executor, call),
+                                                      key=read_key(fn, args, kwargs))
 
     async def acting(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`blocking` for a submit or cancel (and the submit form's limits): in the actions' own pool, so that a
-        burst of them never holds up page views (portal.service.app.ACTION_WORKERS)."""
-        return await self._in_pool(self.settings["action_executor"], functools.partial(fn, *args, **kwargs))
+        burst of them never holds up page views (portal.service.app.ACTION_WORKERS); never joined."""
+        call = functools.partial(fn, *args, **kwargs)
+        return await self.settings["action_shares"].run(
+            self._share_name(), lambda: self._in_pool(self.settings["action_executor"], call))
+
+    def _share_name(self) -> str:
+        user = getattr(self, "hub_user", None)
+        return user.name if user is not None else ""
 
     async def _in_pool(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> T:
         try:
@@ -239,6 +257,19 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
 
 class APIHandler(PortalHandler):
     is_api = True
+
+    async def prepare(self) -> None:
+        """The user's request rate first (a token bucket per user: portal.service.fairness.RateLimits): beyond it
+        429 with Retry-After, before any work."""
+        await super().prepare()
+        if getattr(self, "hub_user", None) is None:
+            return
+        limits = self.settings["rate_limits"]
+        wait_s = limits.take(self.hub_user.name)
+        if wait_s:
+            raise UserError(429, f"too many requests from {self.hub_user.name}: at most {limits.rate:g} a second "
+                                 f"({limits.burst} at once); try again in {wait_s:.1f} s",
+                            headers={"Retry-After": limits.retry_after(wait_s)})
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)

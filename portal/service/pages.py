@@ -268,6 +268,8 @@ class SubmitPageHandler(PageHandler):
                          model_choices=MODELS, sweep_error=sweep_form_field(error.field if error else None),
                          sweeps=self.board.scheduler.sweeps)  # "Sweep" beside "Single run"
 
+    checks_own_body = True  # _posted_spec: a body over the limit is said beside the form
+
     async def get(self) -> None:
         """The form, empty, or holding job `from`'s settings ("run again with changes")."""
         job_id = self.get_argument("from", None)
@@ -318,6 +320,9 @@ class SettingsPageHandler(SubmitPageHandler):
                               {name: checkbox(name, given.get(name)) for name in user_settings.FIELDS})
         except InputError as err:
             await self._show({}, UserError(400, str(err), err.field))
+            return
+        except user_settings.SettingsNotSaved as err:  # their home's doing: said on the page, the form kept
+            await self._show({}, UserError(409, str(err), "settings"))
             return
         self.redirect(f"{self.settings['service_prefix']}submit?saved=1")
 

@@ -7,6 +7,7 @@ browser test.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from portal import jobs, settings
 from portal.config import load
 from portal.jobs.account import job_user
+from portal.runas import RUNUSER
 from tests.conftest import (
     JOB_END_GRACE_S,
     Mailbox,
@@ -84,3 +86,24 @@ def test_the_users_own_default_decides_when_a_job_does_not_say(cluster, empty_da
     assert "--mail-type" not in jobs.render(spec(), backend="slurm", user="alice")
     assert jobs.validate(spec(mail=True), backend="slurm", user="alice").mail is True  # the job's own word wins
     assert jobs.validate(spec(), backend="slurm", user="bob").mail is True  # alice's setting is hers alone
+
+
+def test_a_job_naming_another_users_address_mails_its_owner_only(cluster):
+    """bob, from a terminal, asks Slurm to mail alice at his job's end: the portal's MailProg mails bob (the job's
+    owner, at the directory's address) and nobody else, and says in its log that it refused."""
+    alice, bob = Mailbox("alice"), Mailbox("bob")
+    log = load().slurm_conf_path.parent / "jobmail.log"
+    log_start = log.stat().st_size if log.exists() else 0
+    typed = subprocess.run([RUNUSER, "-u", "bob", "--", "env", f"SLURM_CONF={cluster.slurm_conf_path}", "sbatch",
+                            "--parsable", "-o", "/dev/null", "--mail-type=END", "--mail-user=alice@dsportal.local",
+                            "--wrap=true"], capture_output=True, text=True, timeout=60, cwd="/tmp")
+    assert typed.returncode == 0, typed.stderr
+    job_id = typed.stdout.strip()
+    (message,) = wait_for(lambda: bob.about(job_id), JOB_END_GRACE_S + MAIL_WAIT_S, interval=2,
+                          what=f"the e-mail about bob's job {job_id} in {bob.path}")
+    assert message["To"] == "bob@dsportal.local" and message["Subject"].startswith(f"Job {job_id} COMPLETED"), \
+        (message["To"], message["Subject"])
+    assert "It was not submitted through the portal" in message.get_content()
+    said = log.read_text()[log_start:]
+    assert f"job {job_id} of bob: refused --mail-user 'alice@dsportal.local'" in said, said
+    assert not [m for m in alice.messages() if job_id in str(m["Subject"])]  # hers: nothing about his job

@@ -240,7 +240,9 @@ def test_sweep_requests_are_checked_before_anything_is_submitted(cluster, hub, d
 
 def test_cancelling_a_sweep_cancels_every_trial(cluster, hub, demo_data, no_jobs_left):
     client = portal_client(hub, "alice")
-    request = {**TINY, "epochs": 500, "gpus_per_node": 1, "sweep": {"trials": 4, "parallel": 2, "pruner": "none"}}
+    request = {**TINY, "epochs": 500, "gpus_per_node": 1, "mail": True,
+               "sweep": {"trials": 4, "parallel": 2, "pruner": "none"}}
+    mailbox = Mailbox("alice")
     submitted = client.post(f"{client.base}jobs", json=request, timeout=60)
     assert submitted.status_code == 201, submitted.text
     job = jobs.get(submitted.json()["id"], user="alice")
@@ -258,3 +260,9 @@ def test_cancelling_a_sweep_cancels_every_trial(cluster, hub, demo_data, no_jobs
     assert [row.state for row in view.rows[:2]] == ["FAILED", "FAILED"], view.rows  # told FAIL by the cancel
     assert [row.state for row in view.rows[2:]] == ["CANCELLED", "CANCELLED"], view.rows  # never started
     wait_for(lambda: not any(user_processes("alice").values()), KILL_WAIT_S, what="the trials' processes to end")
+    # Its one e-mail says how the sweep ended (Slurm's own word for an array is only its last task's).
+    # One message (Slurm runs MailProg for the array's record and for its last task: the second is not sent).
+    (message,) = wait_for(lambda: mailbox.about(job.id), 60, interval=2, what=f"the e-mail about sweep {job.id}")
+    assert message["Subject"].startswith(f"Job {job.id} CANCELLED"), message["Subject"]
+    time.sleep(5)
+    assert len(mailbox.about(job.id)) == 1, [m["Subject"] for m in mailbox.about(job.id)]

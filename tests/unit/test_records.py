@@ -22,6 +22,7 @@ from portal.service.app import make_app
 from portal.service.base import PortalHandler
 from portal.service.board import HubUser, JobBoard
 from tests.answers import masked
+from tests.cards import wrong_type_cards
 from tests.unit import test_service_api as fakes
 
 LOCAL_ID = "local-20261122T101010-abcdef"
@@ -136,6 +137,32 @@ def test_each_malformed_shape_is_a_record_error_saying_why(what, text, words):
         JobRecord.from_json(text, expect=place)
     assert words in str(caught.value), (what, str(caught.value))
     assert len(str(caught.value)) < 300, what  # a short reason, never the record echoed whole
+
+
+def a_sweeps_record() -> dict:
+    from portal.jobs.sweep import parse_sweep
+
+    plan = parse_sweep({"trials": 4, "space": {"lr": {"low": 1e-4, "high": 1e-2}, "batch_size": [8, 16]}}, 5, None, 0)
+    return {**good_record(ROOT), "sweep": plan.to_dict()}
+
+
+def test_every_field_of_another_type_is_a_record_error_naming_it():
+    """Each field of a sweep's job.json given each JSON type but its own (tests/cards.py): a RecordError that
+    names the field, never another error. A sweep's choices are named as the submit form spells them
+    (sweep.space.batch_size[0]); its `epochs` is not read (the spec's count), nor are choices given as a list."""
+    place = RecordPlace(LOCAL_ID, "alice", job_dir_of(ROOT, "alice", LOCAL_ID))
+    read = 0
+    for path, kind, record in wrong_type_cards(a_sweeps_record()):
+        named = path.replace(".choices", "")
+        if named == "sweep.epochs" or path == "sweep.space.batch_size" and kind == "a list":
+            JobRecord.from_json(json.dumps(record), expect=place)
+            continue
+        with pytest.raises(RecordError) as caught:
+            JobRecord.from_json(json.dumps(record), expect=place)
+        message, read = str(caught.value), read + 1
+        unknown = kind == "an object" and "unknown field; allowed fields: low, high" in message  # a range's keys
+        assert message.startswith(named.split("[")[0]) or unknown, (path, kind, message)
+    assert read > 150
 
 
 def test_ids_have_one_spelling():

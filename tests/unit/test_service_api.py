@@ -22,6 +22,7 @@ from portal.jobs.sweep import parse_sweep, sweep_view
 from portal.scheduler.quota import GpuQuota
 from portal.scheduler.slurm import SlurmScheduler
 from portal.scheduler.snapshot import ClusterCache
+from portal.service.api import cluster_answer
 from portal.service.app import ACTION_WORKERS, make_app
 from portal.service.base import PortalHandler
 from portal.service.board import HubUser, JobBoard
@@ -136,6 +137,16 @@ class FakeDirectory:
         return list(self.USERS.values())
 
 
+COUNTERS = ("squeue_calls", "scontrol_calls", "user_slurm_calls", "runuser_calls", "hub_calls")
+
+
+def test_the_cluster_answer_adds_the_counters_for_an_admin_only():
+    view, counters = {"gpus": 4, "refresh_s": 2.0}, {"squeue_calls": 3, "runuser_calls": {"cat": 9}}
+    assert cluster_answer(view, counters, admin=False) == {"gpus": 4, "refresh_s": 2.0}
+    assert cluster_answer(view, counters, admin=True) == {**view, **counters}
+    assert view == {"gpus": 4, "refresh_s": 2.0}  # the view itself is left as it was
+
+
 def squeue_free(argv):
     if argv[0] == "squeue":
         return squeue_json(squeue_job(7, "alice", gpus_per_node=2, started=int(time.time()) - 125))  # 2:05 ago
@@ -237,6 +248,33 @@ class DashboardTest(AsyncHTTPTestCase):
         assert self.api.backend.cancelled == []
         assert self.call("GET", "api/jobs/not-an-id").code == 404
 
+    def test_the_job_page_shows_a_card_of_any_wrong_shape_as_unreadable_saying_why(self):
+        """The cards of issue 40 (a list for data.counts, say, was a 500) and, for each field, a card with it of
+        another JSON type (tests/cards.py), and each with null where the reader takes null: the page is 200, for
+        the owner and an admin, and shows the card or why it is unreadable."""
+        from markupsafe import escape
+
+        from chexnet.model_card import CARD_FILE
+        from portal.scheduler.home import ModelCardError, checked_card
+        from tests.cards import a_card, replaced, wrong_type_cards
+
+        path = self.api.add("alice", "9").record.checkpoint_dir / CARD_FILE  # COMPLETED: its card is shown
+        path.parent.mkdir()
+        reported = [json.dumps(a_card()), '{"format": "dsportal-model-card-1"}',  # ... and the five of issue 40
+                    *(json.dumps(replaced(a_card(), field, value)) for field, value in (
+                        ("data.counts", [1]), ("checkpoint.files", 5), ("code.git_commit", 12345), ("data", 7)))]
+        variants = {(field, kind == "null"): json.dumps(card) for field, kind, card in wrong_type_cards(a_card())}
+        for text in (*reported, *variants.values()):
+            path.write_text(text)
+            try:
+                checked_card(text, "9")
+                shown = '<code>ckpt-3.index</code>'
+            except ModelCardError as err:
+                shown = f'<p class="alert alert-warning">{escape(err)}</p>'
+            for user in ("alice", "admin") if text in reported else ("alice",):
+                page = self.call("GET", "jobs/9", user=user)
+                assert page.code == 200 and shown in page.body.decode(), (text, user, page.code)
+
     def test_an_admin_sees_every_users_jobs_and_cancels_only_their_own(self):
         self.api.add("alice", "7", "RUNNING")
         self.api.add("bob", "8")
@@ -268,11 +306,38 @@ class DashboardTest(AsyncHTTPTestCase):
         assert self.call("GET", "api/jobs", user=None).code == 403
 
     def test_cluster_api_and_page(self):
-        data = json.loads(self.call("GET", "api/cluster").body)
+        data = json.loads(self.call("GET", "api/cluster", user="admin").body)
         assert (data["gpus"], data["free_gpus"], data["squeue_calls"]) == (4, 2, 1)
         self.call("GET", "cluster")
         self.call("GET", "api/jobs")
         assert self.cluster.squeue_calls == 1  # every request within the interval shares one squeue
+
+    def test_a_body_over_the_limit_gets_the_dashboards_own_413_before_any_work(self):
+        from portal.inputs import MAX_BODY_BYTES
+
+        for path in ("api/jobs", "api/settings"):
+            answer = self.call("POST", path, body="x" * (2 * 1024 * 1024))
+            assert answer.code == 413 and answer.headers["Content-Type"] == "application/json", (path, answer.code)
+            said = json.loads(answer.body)
+            assert said["field"] == "body" and f"allowed: at most {MAX_BODY_BYTES}" in said["error"], said
+        assert self.api.limits_given == []  # nothing was submitted, nor a quota asked
+
+    def test_beyond_the_rate_a_user_gets_429_with_retry_after_and_others_are_served(self):
+        limits = self._app.settings["rate_limits"]
+        for _ in range(limits.burst):
+            assert limits.take("bob") == 0  # his burst, spent
+        answer = self.call("GET", "api/jobs", user="bob")
+        assert answer.code == 429 and int(answer.headers["Retry-After"]) >= 1, (answer.code, answer.headers)
+        assert "too many requests from bob" in json.loads(answer.body)["error"]
+        assert self.call("GET", "api/jobs").code == 200  # alice's own bucket
+        assert self.call("GET", "jobs", user="bob").code == 200  # pages are not rate limited, only the API
+
+    def test_the_clusters_internal_counters_are_for_admins_only(self):
+        mine = json.loads(self.call("GET", "api/cluster").body)
+        admins = json.loads(self.call("GET", "api/cluster", user="admin").body)
+        assert set(admins) - set(mine) == set(COUNTERS)
+        assert (mine["gpus"], mine["free_gpus"], mine["refresh_s"]) == (4, 2, admins["refresh_s"])
+        assert {k: v for k, v in admins.items() if k not in COUNTERS} == mine  # the same view of the cluster
 
     def test_an_ended_jobs_state_is_asked_once_and_a_queued_ones_comes_from_squeue(self):
         self.api.add("alice", "7", "RUNNING")

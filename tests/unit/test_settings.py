@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from portal import settings
 from portal.inputs import InputError
+from portal.jobs.account import JobUser
+from tests.cards import JSON_VALUES
 
 
 @pytest.mark.parametrize("text, job_mail, problem", [
@@ -27,21 +30,18 @@ def test_the_file_is_read_as_hostile_text(text, job_mail, problem):
     assert found.job_mail is job_mail and problem in found.problem and bool(found.problem) == bool(problem)
 
 
-class Home:
-    """A JobUser's file operations on a directory (the caller is the user)."""
+@pytest.mark.parametrize("kind", [kind for kind in JSON_VALUES if kind != "true/false"])
+def test_each_setting_of_another_type_gives_the_defaults_naming_it(kind):
+    """Each field given each JSON type but its own (tests/cards.py): the defaults, and why, naming the field."""
+    for field in settings.FIELDS:
+        found = settings.parse(json.dumps({field: JSON_VALUES[kind]}))
+        assert found == settings.Settings(problem=found.problem)
+        assert found.problem.startswith(f"~/{settings.SETTINGS_FILE}: {field}: "), found.problem
 
-    def __init__(self, home: Path):
-        self.home = home
 
-    def read_text(self, path, limit):
-        return path.read_text()[:limit + 1] if path.is_file() else None
-
-    def make_dir(self, path):
-        path.mkdir(parents=True, exist_ok=True)
-
-    def run(self, argv, input=None):
-        import subprocess
-        subprocess.run(argv, input=input, text=True, check=True)
+def Home(home: Path) -> JobUser:  # noqa: N802 (a JobUser stands where the tests used a fake)
+    """The caller as a JobUser whose home is `home`: the real bounded reader and writer, without runuser."""
+    return JobUser(name="caller", uid=os.geteuid(), gid=os.getegid(), home=home, groups=())
 
 
 def test_write_changes_the_given_fields_and_replaces_the_file(tmp_path):
@@ -57,3 +57,23 @@ def test_write_changes_the_given_fields_and_replaces_the_file(tmp_path):
     with pytest.raises(InputError, match="job_mail: 'no' is not a boolean"):
         settings.write(home, {"job_mail": "no"})
     assert settings.read(home).job_mail is False
+
+
+@pytest.mark.parametrize(("kind", "said"), [("fifo", "a fifo, not a regular file"),
+                                            ("directory", "a directory, not a regular file"),
+                                            ("link", "a symbolic link, not a regular file")])
+def test_a_settings_file_that_is_no_file_gives_the_defaults_and_says_what_it_is(tmp_path, kind, said):
+    target = tmp_path / settings.SETTINGS_FILE
+    target.parent.mkdir(parents=True)
+    {"fifo": os.mkfifo, "directory": os.mkdir, "link": lambda p: p.symlink_to("/dev/zero")}[kind](target)
+    found = settings.read(Home(tmp_path))
+    assert found == settings.Settings(problem=f"~/{settings.SETTINGS_FILE}: {said}; the defaults apply")
+    assert settings.read(Home(tmp_path / "nobody")) == settings.Settings()  # none at all: nothing to say
+
+
+def test_a_save_that_cannot_be_made_says_why(tmp_path):
+    (tmp_path / ".config").mkdir()
+    (tmp_path / ".config" / "dsportal").write_text("a file where the directory goes")
+    with pytest.raises(settings.SettingsNotSaved, match=r"~/\.config/dsportal/settings\.json could not be saved: "
+                                                        r".*(File exists|Not a directory)"):
+        settings.write(Home(tmp_path), {"job_mail": False})

@@ -21,6 +21,7 @@ from portal.jobs.sweep import (
     parse_sweep,
     read_status,
     recorded_plan,
+    sweep_outcome,
     sweep_view,
     task_states,
 )
@@ -142,6 +143,19 @@ def test_task_states_read_every_task_and_the_pending_rest_of_the_array():
     assert task_states(sacct, "12") == {0: "COMPLETED", 1: "CANCELLED", 2: "RUNNING", 3: "PENDING", 4: "PENDING",
                                         5: "PENDING", 7: "PENDING", 8: "NODE_FAIL"}
     assert task_states("12_[0-99999999]|PENDING", "12") == {t: "PENDING" for t in range(MAX_TRIALS + 1)}
+
+
+@pytest.mark.parametrize("ended, outcome", [
+    ({"COMPLETED"}, "COMPLETED"),
+    ({"COMPLETED", "FAILED"}, "COMPLETED"),  # a failed trial among completed ones: the sweep found its best
+    ({"PRUNED"}, "COMPLETED"),  # the study's word for a trial its pruner stopped: its task exits 0
+    ({"COMPLETED", "CANCELLED"}, "CANCELLED"),  # cancelled part-way, even after trials completed
+    ({"CANCELLED"}, "CANCELLED"),
+    ({"FAILED", "TIMEOUT", "OUT_OF_MEMORY"}, "FAILED"),
+    ({"NODE_FAIL"}, "FAILED"),
+])
+def test_a_sweeps_end_is_cancelled_when_any_task_was_then_completed_when_any_ran_to_its_end(ended, outcome):
+    assert sweep_outcome(ended) == outcome
 
 
 def status_text(*trials):

@@ -153,6 +153,7 @@ def test_every_kubernetes_script_copies_the_model_card_into_its_pods_log():
 
 def test_a_trials_card_is_read_from_its_ended_pod_without_reading_running_pods_logs(monkeypatch):
     from chexnet.model_card import CARD_FORMAT
+    from tests.cards import a_card
 
     record = mpijob_record(sweep_job(), CFG)
     ended = trial_pod("p0", "2026-11-27T10:00:00Z", "Succeeded", row(0, 0, "COMPLETE", 0.8, {"4": 0.8}))
@@ -163,7 +164,7 @@ def test_a_trials_card_is_read_from_its_ended_pod_without_reading_running_pods_l
 
     def log(user, name, tail=None):
         asked.append(name)
-        return f'chexnet: model card {json.dumps({"format": CARD_FORMAT, "environment": {}})}\n'
+        return f"chexnet: model card {json.dumps(a_card())}\n"
     monkeypatch.setattr(scheduler, "_pod_log", log)
     assert scheduler.model_card(record, None, 0)["format"] == CARD_FORMAT
     assert scheduler.model_card(record, None, 1) is None and scheduler.model_card(record, None) is None
