@@ -272,6 +272,10 @@ class PortalConfig:
     def home_claim(self, username: str) -> str:
         return self.k8s_home_claim_template.format(username=username)
 
+    def user_principal(self, username: str) -> str:
+        """Portal user `username` as Kubernetes knows them: the name the portal impersonates and RBAC binds."""
+        return f"{self.k8s_user_prefix}{username}"
+
     # Derived values: computed, never stored twice.
     @property
     def ca_file(self) -> Path:

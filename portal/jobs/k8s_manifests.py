@@ -57,11 +57,6 @@ DRY_RUN_NOTE = ("# Checked against the configured limits (k8s_max_nodes, k8s_nod
                 "# k8s_node_memory_gb, the group GPU quotas), not against the cluster: the API server, the\n"
                 "# namespace's ResourceQuota and the scheduler decide at submit.\n")
 
-def user_principal(cfg: PortalConfig, user: str) -> str:
-    """Portal user `user` as Kubernetes knows them: the name the portal impersonates and RBAC binds."""
-    return f"{cfg.k8s_user_prefix}{user}"
-
-
 def _labels(user: str) -> dict[str, str]:
     return {"app.kubernetes.io/part-of": "dsportal", LABEL_USER: user}
 
@@ -79,7 +74,7 @@ def user_role_binding(cfg: PortalConfig, user: str) -> dict:
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": USER_ROLE, "namespace": namespace, "labels": _labels(user)},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": USER_ROLE},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user_principal(cfg, user)},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": cfg.user_principal(user)},
                      {"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
     }
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from portal.config import PortalConfig
-from portal.jobs.k8s_manifests import user_principal
 from portal.scheduler.errors import JobNotFound, KubernetesError, kubernetes_failure
 
 
@@ -65,7 +64,7 @@ def api_client(cfg: PortalConfig, user: KubeUser | None = None):
             "the pod's service account (k8s_kubeconfig is empty and this is not a pod)"
         raise KubernetesError(f"no credentials for the Kubernetes API from {where}: {err}") from None
     if user is not None and not user.is_caller:
-        impersonate(api, user_principal(cfg, user.name), cfg.k8s_users_group)
+        impersonate(api, cfg.user_principal(user.name), cfg.k8s_users_group)
     return api
 
 

@@ -1,0 +1,157 @@
+"""The house's rules, kept by tests (issue 41): no product module over 400 lines, and no import cycle among the
+product's modules (imports for type checking, and a module's `if __name__ == "__main__":` block, aside). An import
+of `a.b.c` runs `a` and `a.b` first, so a package's `__init__` counts as imported too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PRODUCT = ("portal", "chexnet", "spawners", "deploy", "bench")
+PACKAGES = ("portal", "chexnet", "spawners")  # what imports what among them
+MAX_LINES = 400
+
+
+def modules(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    found = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _runs_at_import(node: ast.stmt) -> bool:
+    """False for `if TYPE_CHECKING:` and `if __name__ == "__main__":` blocks."""
+    if isinstance(node, ast.If):
+        test = ast.dump(node.test)
+        return "TYPE_CHECKING" not in test and "__main__" not in test
+    return True
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules that importing `name` imports (its module-level statements, and the packages above
+    each)."""
+    def resolved(dotted: str) -> str | None:
+        while dotted and dotted not in known:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def walk(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if not _runs_at_import(node):
+                continue
+            if isinstance(node, ast.Import):
+                found.update(filter(None, (resolved(alias.name) for alias in node.names)))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    above = package
+                    for _ in range(node.level - 1):
+                        above = above.rpartition(".")[0]
+                    base = f"{above}.{base}" if base else above
+                for alias in node.names:
+                    target = resolved(f"{base}.{alias.name}") if f"{base}.{alias.name}" in known else resolved(base)
+                    if target:
+                        found.add(target)
+            elif isinstance(node, ast.If | ast.Try | ast.With):
+                walk([*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                      *(s for handler in getattr(node, "handlers", []) for s in handler.body)])
+
+    walk(ast.parse(path.read_text()).body)
+    # The packages above each (run first), but not those above this module itself: they are running already.
+    parents = {".".join(d.split(".")[:i]) for d in found for i in range(1, d.count(".") + 1)}
+    implicit = {d for d in parents if name.startswith(f"{d}.")} - found
+    return {d for d in found | parents if d in known and d != name} - implicit
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph.get(target, ())))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_product_module_is_over_400_lines():
+    sizes = {path.relative_to(REPO).as_posix(): len(path.read_text().splitlines())
+             for package in PRODUCT for path in (REPO / package).rglob("*.py")}
+    sizes["jupyterhub_config.py"] = len((REPO / "jupyterhub_config.py").read_text().splitlines())
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_LINES}
+    assert not over, f"over {MAX_LINES} lines (split them by what they do): {over}"
+
+
+def test_no_import_cycle_among_the_products_modules():
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    assert graph["portal.jobs"] and "portal.config" in graph["portal.jobs"]  # the walk sees imports
+    assert not cycles(graph), f"import cycles: {cycles(graph)}"
+
+
+def test_the_walk_finds_a_cycle_through_a_package(tmp_path):
+    (tmp_path / "p" / "q").mkdir(parents=True)
+    (tmp_path / "p" / "__init__.py").write_text("from p.q.r import x\ny = 2\n")
+    (tmp_path / "p" / "q" / "__init__.py").write_text("")
+    (tmp_path / "p" / "q" / "r.py").write_text("import os\nfrom p import y\nx = 1\n")
+    (tmp_path / "p" / "s.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import p.t\n")
+    (tmp_path / "p" / "t.py").write_text("import p.s\nif __name__ == '__main__':\n    import p.q.r\n")
+    (tmp_path / "p" / "q" / "u.py").write_text("from .. import s\n")
+    known = modules(tmp_path, ("p",))
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    assert graph["p"] == {"p.q", "p.q.r"}  # importing p.q.r runs p.q first
+    assert graph["p.q.r"] == {"p"}  # its own packages run already: only what it names
+    assert graph["p.s"] == set() and graph["p.t"] == {"p.s"} and graph["p.q.u"] == {"p.s"}
+    assert cycles(graph) == [["p", "p.q.r"]]
+    (tmp_path / "p" / "q" / "r.py").write_text("x = 1\n")
+    graph["p.q.r"] = imports_of("p.q.r", tmp_path / "p" / "q" / "r.py", known)
+    assert cycles(graph) == []
+
+
+def test_the_architecture_page_names_every_package():
+    page = (REPO / "docs" / "architecture.md").read_text()
+    packages = sorted({path.parent.relative_to(REPO).as_posix() for root in PACKAGES
+                       for path in (REPO / root).rglob("__init__.py")})
+    packages += [p.relative_to(REPO).as_posix() for p in (REPO / "deploy").iterdir() if p.is_dir()]
+    missing = [package for package in packages if f"`{package}/" not in page and f"`{package}`" not in page]
+    assert not missing, f"docs/architecture.md does not say what these own: {missing}"
