@@ -144,8 +144,12 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
         # The workers end with the launcher: their pods succeed and hold no GPU any more.
         wait_for(lambda: all(p.status.phase == "Succeeded" for p in core.list_namespaced_pod(
             NAMESPACE, label_selector=f"{LABEL_JOB}={job_id}").items), 60, what="the job's pods to end")
-        quota = core.read_namespaced_resource_quota("dsportal-gpus", NAMESPACE)
-        assert quota.status.used["requests.nvidia.com/gpu"] == "0"
+        # The quota controller counts ended pods out a moment later (its own sync; longer after an API server
+        # restart): the GPUs are free once it has.
+        used = wait_for(lambda: (u := core.read_namespaced_resource_quota("dsportal-gpus", NAMESPACE).status.used
+                                 ["requests.nvidia.com/gpu"]) == "0" and u, 60, interval=2,
+                        what="the ResourceQuota to count the job's GPUs free")
+        assert used == "0"
     finally:
         core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
