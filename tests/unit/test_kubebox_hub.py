@@ -103,3 +103,14 @@ def test_the_dashboard_service_gets_the_pods_api_server_address(monkeypatch):
     assert portal["environment"]["KUBERNETES_SERVICE_HOST"] == "198.19.1.1"
     assert portal["environment"]["KUBERNETES_SERVICE_PORT"] == "443"
     assert "SOMETHING_ELSE" not in portal["environment"] and "PATH" not in portal["environment"]
+
+
+def test_the_boxs_identities_are_the_users_the_portal_impersonates_and_binds(tmp_path):
+    from kubeparts.identities import static_identities
+    from kubeparts.layout import PORTAL, USERS_GROUP, user_principal
+
+    from portal.jobs.k8s_manifests import user_role_binding
+
+    ids = static_identities(KubeBox(tmp_path))
+    assert ids["alice"] == (PORTAL.user_principal("alice"), [USERS_GROUP]) == (user_principal("alice"), [USERS_GROUP])
+    assert ids["alice"][0] in [subject["name"] for subject in user_role_binding(PORTAL, "alice")["subjects"]]

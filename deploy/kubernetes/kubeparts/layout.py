@@ -12,7 +12,6 @@ from netns import Network, Node
 from supervise import Place
 
 from portal.config import PortalConfig
-from portal.jobs import k8s_manifests
 
 HERE = Path(__file__).resolve().parents[1]  # deploy/kubernetes
 CRD_FILE = HERE / "mpijob-crd.yaml"
@@ -157,7 +156,7 @@ class Cluster:
 
 def user_principal(name: str) -> str:
     """The Kubernetes user name of portal user `name` (what the hub impersonates)."""
-    return k8s_manifests.user_principal(PORTAL, name)
+    return PORTAL.user_principal(name)
 
 
 def user_namespace(name: str) -> str:
