@@ -247,7 +247,8 @@ def compare_trees(before: dict[str, dict], after: dict[str, dict], marks: Marks,
                 problems.append(f"{where}/{relative}: removed")
             continue
         if now["inode"] != entry["inode"] or now["type"] != entry["type"]:
-            problems.append(f"{where}/{relative}: replaced (another inode or type)")
+            if not _may_change(relative, running):  # a running job replaces its own files (TensorFlow's `checkpoint`)
+                problems.append(f"{where}/{relative}: replaced (another inode or type)")
         elif stat.S_ISREG(entry["type"]) and not _may_change(relative, running) and (
                 now["size"], now["mtime_ns"], now.get("sha256")) != (entry["size"], entry["mtime_ns"],
                                                                      entry.get("sha256")):

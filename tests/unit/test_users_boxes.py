@@ -39,6 +39,11 @@ def test_what_the_users_box_does_meanwhile_is_not_harm():
     before = boxes(HOME, {"10": "RUNNING", "11": "RUNNING", "12": "COMPLETED"}, {**SERVER, **JOB})
     grown = {**HOME, "jobs/dsportal/11/output.log": entry(6, size=99, mtime=2),
              "jobs/dsportal/11/checkpoints": entry(9, DIR), ".local/share/jupyter/runtime/jpserver-1.json": entry(10)}
+    # TensorFlow writes its `checkpoint` index anew (a rename: another inode) at every save of the running job.
+    before_home = {**HOME, "jobs/dsportal/11/checkpoints": entry(9, DIR),
+                   "jobs/dsportal/11/checkpoints/checkpoint": entry(30)}
+    saved_again = {**grown, "jobs/dsportal/11/checkpoints/checkpoint": entry(31, size=12, mtime=3)}
+    assert check(boxes(before_home, {"11": "RUNNING"}, JOB), boxes(saved_again, {"11": "RUNNING"}, JOB)) == []
     after = boxes(grown, {"10": "RUNNING", "11": "COMPLETED", "12": "COMPLETED"}, SERVER)  # job 11 ended well
     mailed = OLD_MAIL + b"From portal@dsportal.local Fri Nov 27\nSubject: Job 11 COMPLETED\n\n" \
                         b"http://127.0.0.1:8000/services/portal/jobs/11\n"
