@@ -390,7 +390,7 @@ def test_in_chromium_every_page_passes_axe_and_a_job_that_ends_is_notified(box, 
     made.append(job_id)
     problems = look(page, box, "submit", "submit", artifacts)
     problems += look(page, box, f"jobs/{job_id}", "job-submitted", artifacts)
-    for name in ("usage", "cluster"):
+    for name in ("templates", "usage", "cluster"):
         problems += look(page, box, name, name, artifacts)
     problems += look(page, box, "jobs", "jobs", artifacts)  # stays open: the toggle reads her jobs each period
     title = f"Job {job_id} COMPLETED"
