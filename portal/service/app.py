@@ -34,11 +34,10 @@ ACTION_WORKERS = 8
 # (portal.service.fairness.UserShares): 6 of 8 stay free for the others, whatever one user's files do.
 WORKERS_PER_USER = 2
 MIN_POLL_S = 5  # the job page asks for its job's state at most this often
-# The most a request body may be before tornado stops reading it (answering 400 and closing the connection). Above
-# portal.inputs.MAX_BODY_BYTES, so that bodies between the two get a 400 naming the field from the handlers.
-# Bodies up to this size are read and answered by the dashboard itself (PortalHandler.prepare: a 413 in JSON for
-# the API, in the page for a form, over portal.inputs.MAX_BODY_BYTES); a larger one is cut off by the HTTP server
-# before any handler (the proxy then answers 502), so that no request holds more memory than this.
+# The most a request body may be before tornado stops reading it and closes the connection (the proxy then shows
+# its own error page), so that no request holds more memory than this. Bodies up to it are answered by the
+# dashboard itself: over portal.inputs.MAX_BODY_BYTES a 413 (PortalHandler.prepare), in JSON for the API, in the
+# page for a form (the submit form: beside its fields).
 MAX_BODY_SIZE = 4 * 1024 * 1024
 
 
