@@ -18,12 +18,16 @@ def ensure_ca_and_server_cert(tls: Path, server: str, *, ca_cn: str, server_cn: 
                               what: str, organization: str = "dsportal", usage: str = "serverAuth") -> None:
     """tls/ca.pem + ca.key (a self-signed CA, CN `ca_cn`) and tls/SERVER.pem + SERVER.key signed by it.
 
-    Each is made only when missing; a new CA remakes the server certificate. `alt_names` are openssl
-    subjectAltName entries ("IP:127.0.0.1", "DNS:localhost"); `what` names the server in messages. Keys end
+    Each is made only when missing; a new CA remakes the server certificate, and so do other `alt_names` than
+    those it was made for (recorded in tls/SERVER.names; a certificate without that record is kept). `alt_names`
+    are openssl subjectAltName entries ("IP:127.0.0.1", "DNS:localhost"); `what` names the server in messages. Keys end
     up 0600 and certificates 0644. A client certificate is the same with `usage` "clientAuth", no alt names and
     its groups as `organization` (how Kubernetes reads a certificate's user and groups)."""
     ca_pem, ca_key = tls / "ca.pem", tls / "ca.key"
     server_pem, server_key = tls / f"{server}.pem", tls / f"{server}.key"
+    made_for, names = tls / f"{server}.names", ",".join(alt_names)
+    if made_for.exists() and made_for.read_text() != names:
+        server_pem.unlink(missing_ok=True)  # made for other addresses
     if not ca_pem.exists():
         run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
              "-keyout", str(ca_key), "-out", str(ca_pem), "-subj", f"/O=dsportal/CN={ca_cn}",
@@ -42,6 +46,8 @@ def ensure_ca_and_server_cert(tls: Path, server: str, *, ca_cn: str, server_cn: 
              "-out", str(server_pem)], f"TLS: signing the {what} certificate")
         csr.unlink()
         ext.unlink()
+    if alt_names:
+        made_for.write_text(names)
     for key in (ca_key, server_key):
         os.chmod(key, 0o600)
     for cert in (ca_pem, server_pem):

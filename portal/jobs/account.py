@@ -152,12 +152,7 @@ class JobUser:
     def read_text(self, path: Path, limit: int = READ_LIMIT_BYTES) -> str | None:
         """The file's text (its first `limit` + 1 bytes: a caller that gets more than `limit` knows the file is
         too large), or None when it is missing or unreadable for the user. A FIFO does not hold it up for long."""
-        try:
-            result = self.run(["/bin/sh", "-c", READ_BOUNDED, "read", str(path), str(limit + 1), "0"], check=False,
-                              timeout=READ_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return None
-        return result.stdout if result.returncode == 0 else None
+        return self.read_text_why(path, limit)[0]
 
     def read_text_why(self, path: Path, limit: int = READ_LIMIT_BYTES) -> tuple[str | None, str]:
         """read_text, and why it read nothing: (text, ""); (None, "") when there is no such file; (None, the

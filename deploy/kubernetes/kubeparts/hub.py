@@ -228,13 +228,8 @@ def ensure_tls(box: KubeBox) -> tuple[str, str]:
     """The proxy's certificate (PEM) and key, signed by the box's CA for every node's address; made once, again when
     the nodes' addresses change."""
     tls = box.path("tls")
-    alt_names = [f"IP:{node.address}" for node in box.node_network.nodes]
-    made_for = tls / "hub.names"
-    if not made_for.exists() or made_for.read_text() != ",".join(alt_names):
-        (tls / "hub.pem").unlink(missing_ok=True)
     ensure_ca_and_server_cert(tls, "hub", ca_cn="dsportal kubebox CA", server_cn="dsportal hub",
-                              alt_names=alt_names, what="hub's HTTPS")
-    made_for.write_text(",".join(alt_names))
+                              alt_names=[f"IP:{node.address}" for node in box.node_network.nodes], what="hub's HTTPS")
     return (tls / "hub.pem").read_text(), (tls / "hub.key").read_text()
 
 

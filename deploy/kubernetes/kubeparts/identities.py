@@ -48,12 +48,8 @@ def ensure_tls(box: KubeBox) -> None:
              "kubernetes.default.svc.cluster.local"]
     alt_names = [f"IP:{box.api_address}", f"IP:{box.api_service_ip}", "IP:127.0.0.1",
                  *(f"DNS:{name}" for name in names)]
-    made_for = tls / "apiserver.names"
-    if made_for.exists() and made_for.read_text() != ",".join(alt_names):
-        (tls / "apiserver.pem").unlink(missing_ok=True)
     ensure_ca_and_server_cert(tls, "apiserver", ca_cn="dsportal kubebox CA", server_cn="kube-apiserver",
                               alt_names=alt_names, what="API server")
-    made_for.write_text(",".join(alt_names))
     ensure_ca_and_server_cert(tls, "kubelet-client", ca_cn="dsportal kubebox CA",
                               server_cn="kube-apiserver-kubelet-client", alt_names=[], what="kubelet client",
                               organization="system:masters", usage="clientAuth")
