@@ -4,7 +4,11 @@ Kubernetes box (deploy/kubernetes/kubeparts/nodes.py: one containerd and kubelet
 
 What a box made is recorded in a JSON file of its own (`record_file`), so its teardown removes exactly that
 (namespaces, links, the bridge, the hosts entries under its marker, and /run/netns's mount when a box made it),
-whatever the settings say by then. Nothing here is routed off the machine: a node gets no default route.
+whatever the settings say by then. A namespace's name is machine-wide while a box's settings are not: each node's
+namespace is claimed by the record of the box that made it (OWNERS_DIR), a box never makes, stops, crashes or
+removes a node that another box's record holds, and another state dir with the same node names (a directory-only
+box of the tests, a second checkout) finds nothing of its own to stop. Nothing here is routed off the machine: a
+node gets no default route.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ HOSTS_FILE = Path("/etc/hosts")
 NETNS_DIR = Path("/run/netns")
 # Machine-wide (not per box): a box made /run/netns a mount point, so the last box to leave unmounts it.
 NETNS_MOUNT_MARK = Path("/run/dsportal-netns-mount")
+# Machine-wide, gone with a reboot as the namespaces are: per node namespace, the record file of the box that made it.
+OWNERS_DIR = Path("/run/dsportal-netns-owners")
 NODE_STOP_GRACE_S = 5.0
 NETNS_DEL_TRIES = 3
 KILLED_GONE_S = 30.0  # a killed process with gigabytes mapped can take seconds to go when the disk is busy
@@ -102,6 +108,50 @@ def _record(record_file: Path, net: Network) -> None:
     record_file.write_text(json.dumps(asdict(union), indent=2) + "\n")
 
 
+# --- whose a namespace is ------------------------------------------------------------------------------
+
+
+def owner_of(name: str) -> str | None:
+    """The record file of the box that claimed the node's namespace, or None when none did."""
+    try:
+        return (OWNERS_DIR / name).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def owns(record_file: Path, name: str) -> bool:
+    """Whether the node's namespace is this box's: its record lists the node and no other box has claimed it (a
+    namespace made before claims existed is its record's)."""
+    net = recorded(record_file)
+    if net is None or name not in {node.name for node in net.nodes}:
+        return False
+    owner = owner_of(name)
+    return owner is None or owner == _key(record_file)
+
+
+def claim(record_file: Path, name: str) -> None:
+    """Mark the node's namespace as this box's before it records or makes it; BoxError when the namespace exists
+    and another box's record still holds it."""
+    owner = owner_of(name)
+    if owner and owner != _key(record_file) and (NETNS_DIR / name).exists() and owns(Path(owner), name):
+        raise BoxError(f"network namespace {name} is another box's (its record: {owner}): give this box other "
+                       "node names (box_node_prefix), or take that box down first")
+    OWNERS_DIR.mkdir(mode=0o755, exist_ok=True)
+    (OWNERS_DIR / name).write_text(_key(record_file) + "\n")
+
+
+def release(record_file: Path, name: str) -> bool:
+    """Drop this box's claim (after its namespace is gone); another box's claim stays. Whether it dropped one."""
+    if owner_of(name) != _key(record_file):
+        return False
+    (OWNERS_DIR / name).unlink(missing_ok=True)
+    return True
+
+
+def _key(record_file: Path) -> str:
+    return os.path.abspath(record_file)
+
+
 # --- making it ------------------------------------------------------------------------------------------
 
 
@@ -127,6 +177,7 @@ def ensure_bridge(net: Network, record_file: Path) -> None:
 
 def ensure_node_network(net: Network, node: Node, record_file: Path, hosts_marker: str) -> None:
     """The node's namespace, its link onto the bridge (up) and its hosts entry (idempotent)."""
+    claim(record_file, node.name)
     ensure_bridge(net, record_file)
     _record(record_file, Network(net.bridge, net.gateway, net.prefix_length, (node,)))
     if not (NETNS_DIR / node.name).exists():
@@ -231,14 +282,16 @@ Step = tuple[str, Callable[[], bool]]  # what, and the step (True when it remove
 
 
 def teardown(record_file: Path, hosts_marker: str, node_steps: Callable[[Node], list[Step]]) -> list[str]:
-    """Remove what the box made: per node its `node_steps` (which remove its namespace, and with it its veth
-    pair), then the bridge, the hosts entries, and /run/netns's mount when a box made it and no namespace is left
-    in it. Every step is tried whatever failed before it; BoxError at the end names what is left and why (the
-    record is kept, so `down` again retries)."""
+    """Remove what the box made: per node of its own (`owns`) its `node_steps` (which remove its namespace, and
+    with it its veth pair) and its claim, then the bridge, the hosts entries, and /run/netns's mount when a box
+    made it and no namespace is left in it. Every step is tried whatever failed before it; BoxError at the end
+    names what is left and why (the record is kept, so `down` again retries)."""
     net = recorded(record_file)
     steps: list[Step] = []
     for node in net.nodes if net else ():
-        steps += node_steps(node)
+        if owns(record_file, node.name):
+            steps += [*node_steps(node), (f"the claim on {node.name}", lambda name=node.name: (
+                not (NETNS_DIR / name).exists() and release(record_file, name)))]
     if net:
         steps.append((f"bridge {net.bridge}", lambda: remove_link(net.bridge)))
     steps += [("/etc/hosts entries", lambda: _remove_hosts(hosts_marker)),

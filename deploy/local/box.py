@@ -119,7 +119,7 @@ def cmd_crash(lay: Layout) -> str:
         pid = service_pid(svc, lay)
         if pid:
             pids.update([pid, *descendants(pid)])
-    for node in nodes.network_of(lay.cfg).nodes:
+    for node in nodes.own_nodes(lay):
         pids.update(nodes.namespace_pids(node.name))
     pids.discard(os.getpid())
     left = nodes.signal_all(sorted(pids), signal.SIGKILL, nodes.KILLED_GONE_S)

@@ -5,13 +5,16 @@ import hashlib
 import os
 import pwd
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-from tests.conftest import NODES, PASSWORDS, box, jobs_of, slurm, wait_for
+from tests.conftest import NODES, PASSWORDS, REPO, TEST_SETTINGS, box, jobs_of, slurm, wait_for
 
 SERVICES = ("slapd", "munged", "exim4", "mariadb", "slurmdbd", "slurmctld", *NODES, "hub")
 
@@ -133,6 +136,38 @@ def test_each_node_is_a_host_of_its_own(cluster):
                             check=True).stdout
     assert "default" not in routes, routes
     assert f"{cluster.box_node_address(2)}\t{NODES[1]}" in Path("/etc/hosts").read_text()
+
+
+def test_another_state_dir_with_the_same_node_names_stops_and_crashes_nothing_of_this_box(cluster):
+    """Node names are machine-wide, a box's state dir is not: `down` and `crash` of a box that shares this box's
+    settings but not its state dir (as the Kubernetes side's directory-only box does, or a second checkout) stop
+    none of this box's nodes (a CI run lost both nodes for 15 minutes to that), and crashing one of its nodes is
+    refused, naming what holds it."""
+    def slurmds() -> dict[str, str]:  # "running (pid)" per node
+        return {node: pids()[node].split(",")[0] for node in NODES}
+    before = slurmds()
+    assert all(state.startswith("running") for state in before.values()), before
+    state = Path(tempfile.mkdtemp(prefix="dsportal-test-other-", dir="/var/tmp"))  # world-searchable parents
+    try:
+        state.chmod(0o755)
+        settings = state.with_suffix(".yaml")
+        settings.write_text("".join(f"{key}: {value}\n" for key, value in
+                                    {**TEST_SETTINGS, "state_dir": str(state)}.items()))
+        env = {**os.environ, "DSPORTAL_CONFIG": str(settings)}
+
+        def other_box(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, str(REPO / "deploy" / "local" / "box.py"), *args], cwd=REPO,
+                                  env=env, capture_output=True, text=True, timeout=300)
+        assert other_box("down").returncode == 0
+        assert other_box("crash").returncode == 0
+        refused = other_box("crash", NODES[0])
+        assert refused.returncode != 0 and f"{NODES[0]}: not this box's node" in refused.stderr, refused
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        state.with_suffix(".yaml").unlink(missing_ok=True)
+    assert slurmds() == before  # the same slurmd on each node, still running
+    assert all(slurm("sinfo", "-h", "-n", node, "-o", "%T").strip() in ("idle", "mixed", "allocated")
+               for node in NODES)
 
 
 def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, admin, box_brought_back):

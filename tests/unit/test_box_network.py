@@ -70,3 +70,71 @@ def test_a_bind_mount_of_a_directory_onto_itself_is_a_mount_point():
     assert is_mount_point(Path("/run/netns"), mountinfo)
     assert not is_mount_point(Path("/run/netns"), mountinfo.splitlines()[0] + "\n")
     assert not is_mount_point(Path("/run"), mountinfo)
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """/run/netns and the claims' directory of a machine of the test's own: namespaces as plain files."""
+    import netns
+    monkeypatch.setattr(netns, "NETNS_DIR", tmp_path / "netns")
+    monkeypatch.setattr(netns, "OWNERS_DIR", tmp_path / "owners")
+    (tmp_path / "netns").mkdir()
+    return netns
+
+
+def record(netns, path: Path, *names: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    netns._record(path, netns.Network("br-x", "198.18.0.1", 27,
+                                      tuple(netns.Node(n, "198.18.0.2", f"ve-{n}") for n in names)))
+    return path
+
+
+def test_a_namespace_is_the_box_that_claimed_it_and_never_another_state_dirs(machine, tmp_path):
+    """Node names are machine-wide, settings are not: a second state dir with the same node names (the tests'
+    directory-only box) finds nothing of its own to stop, and cannot take a node another box holds."""
+    users = tmp_path / "users" / "run" / "network.json"
+    other = tmp_path / "other" / "run" / "network.json"
+    machine.claim(users, "tnode1")
+    record(machine, users, "tnode1")
+    (machine.NETNS_DIR / "tnode1").touch()
+    assert machine.owns(users, "tnode1")
+    assert not machine.owns(other, "tnode1")  # no record of its own: nothing of it to stop
+    record(machine, other, "tnode1")
+    assert not machine.owns(other, "tnode1")  # a record naming it is not a claim
+    with pytest.raises(machine.BoxError, match=r"tnode1 is another box's \(its record: .*users.*box_node_prefix"):
+        machine.claim(other, "tnode1")
+    assert machine.owner_of("tnode1") == str(users)
+    assert not machine.release(other, "tnode1") and machine.owner_of("tnode1") == str(users)
+    assert machine.release(users, "tnode1") and machine.owner_of("tnode1") is None
+
+
+def test_a_claim_passes_on_once_its_box_no_longer_holds_the_node(machine, tmp_path):
+    first = record(machine, tmp_path / "first" / "network.json", "tnode1")
+    second = tmp_path / "second" / "network.json"
+    machine.claim(first, "tnode1")
+    (machine.NETNS_DIR / "tnode1").touch()
+    first.unlink()  # its box went down (or its state dir was removed)
+    machine.claim(second, "tnode1")
+    record(machine, second, "tnode1")
+    assert machine.owns(second, "tnode1") and not machine.owns(first, "tnode1")
+
+
+def test_a_namespace_made_before_claims_existed_is_its_records(machine, tmp_path):
+    users = record(machine, tmp_path / "users" / "network.json", "node1")
+    (machine.NETNS_DIR / "node1").touch()
+    assert machine.owner_of("node1") is None and machine.owns(users, "node1")
+
+
+def test_teardown_removes_only_the_nodes_this_box_holds(machine, tmp_path, monkeypatch):
+    mine = record(machine, tmp_path / "mine" / "network.json", "tnode1", "tnode2")
+    theirs = record(machine, tmp_path / "theirs" / "network.json", "tnode2")
+    machine.claim(mine, "tnode1")
+    machine.claim(theirs, "tnode2")
+    monkeypatch.setattr(machine, "remove_link", lambda name: False)
+    monkeypatch.setattr(machine, "_remove_hosts", lambda marker: False)
+    monkeypatch.setattr(machine, "_remove_netns_mount", lambda: False)
+    removed = []
+    machine.teardown(mine, "# mark", lambda node: [(f"namespace {node.name}", lambda: removed.append(node.name)
+                                                     or True)])
+    assert removed == ["tnode1"]
+    assert machine.owner_of("tnode1") is None and machine.owner_of("tnode2") == str(theirs)

@@ -319,7 +319,10 @@ def ensure_routes(box: KubeBox) -> list[str]:
 
 def stop_pods(box: KubeBox, node: Node) -> None:
     """After the kubelet (and its containerd) stopped: the shims (in the node's namespace) and the containers
-    (in the node's cgroups, in namespaces of their own), then the cgroups."""
+    (in the node's cgroups, in namespaces of their own), then the cgroups. Only a node of this box's own
+    (netns.owns): another state dir with the same node names finds nothing to stop."""
+    if not netns.owns(record_file(box), node.name):
+        return
     netns.kill_namespace(node.name)
     tops = node_cgroups(node)
     left = netns.signal_all(netns.cgroup_pids(tops), signal.SIGKILL, netns.KILLED_GONE_S)
@@ -334,6 +337,8 @@ def crash(box: KubeBox, node: Node) -> str:
     `kubebox.py start` (or up) brings it back."""
     if not (NETNS_DIR / node.name).exists():
         raise BoxError(f"{node.name}: the node is not up")
+    if not netns.owns(record_file(box), node.name):
+        raise BoxError(f"{node.name}: not this box's node ({netns.owner_of(node.name) or 'no record'} holds it)")
     netns.ip("link", "set", node.host_link, "down", check=False)
     pids = netns.namespace_pids(node.name) + netns.cgroup_pids(node_cgroups(node))
     netns.signal_all(pids, signal.SIGKILL, netns.KILLED_GONE_S)
@@ -358,7 +363,8 @@ def teardown(box: KubeBox, done: Teardown) -> None:
     machine had before the first box's kubelet (machine.release). Every step runs; what is left goes to
     `done.left`."""
     recorded = netns.recorded(record_file(box))
-    every = {node.name: node for node in (*(recorded.nodes if recorded else ()), *box.node_network.nodes)}
+    every = {node.name: node for node in (recorded.nodes if recorded else ())
+             if netns.owns(record_file(box), node.name)}
     done.step("the nodes' network (its record is kept: `down` again retries)", lambda: netns.teardown(
         record_file(box), hosts_marker(box), lambda node: [
             (f"namespace {node.name}", lambda: netns.remove_node(node, lambda name: stop_pods(box, node))),

@@ -69,6 +69,24 @@ def ensure_node_network(lay: Layout, node: Node) -> None:
     netns.ensure_node_network(network_of(lay.cfg), node, _record_path(lay), hosts_marker(lay))
 
 
+def ours(lay: Layout, name: str) -> bool:
+    """Whether the node's namespace is this box's (netns.owns): another state dir with the same node names never
+    stops, crashes or removes it."""
+    return netns.owns(_record_path(lay), name)
+
+
+def own_nodes(lay: Layout) -> list[Node]:
+    """The nodes whose namespaces this box made and still holds."""
+    net = netns.recorded(_record_path(lay))
+    return [node for node in (net.nodes if net else ()) if ours(lay, node.name)]
+
+
+def stop_node(lay: Layout, name: str) -> None:
+    """After slurmd stopped: what is left on the node (its jobs' steps), when the node is this box's."""
+    if ours(lay, name):
+        kill_namespace(name)
+
+
 def kill_namespace(name: str, grace_s: float = NODE_STOP_GRACE_S) -> None:
     """Every process on the node (netns.kill_namespace); a job that slurmstepd was freezing to signal it is
     thawed first: a frozen process does not die."""
@@ -97,6 +115,9 @@ def crash(lay: Layout, node: Node) -> str:
     killed at once. `start` brings it back."""
     if not (NETNS_DIR / node.name).exists():
         raise BoxError(f"{node.name}: the node is not up")
+    if not ours(lay, node.name):
+        holder = netns.owner_of(node.name) or "no box's record"
+        raise BoxError(f"{node.name}: not this box's node ({holder} holds its namespace)")
     netns.ip("link", "set", node.host_link, "down", check=False)
     count = len(namespace_pids(node.name))
     kill_namespace(node.name, grace_s=0)
@@ -154,4 +175,4 @@ def node_service(node: Node, prepare_slurm) -> Service:
         lambda lay: node_ready(lay, node.name), 30,
         env=lambda lay: lay.slurm_env,
         extra_logs=lambda lay: [lay.slurm / f"slurmd.{node.name}.log"],
-        after_stop=lambda lay: kill_namespace(node.name))
+        after_stop=lambda lay: stop_node(lay, node.name))
