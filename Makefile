@@ -1,7 +1,7 @@
 # The Data Scientist Portal. `make up` starts the cluster in a box, `make test` runs every test.
 VENV ?= /opt/dsportal/venv
 PY := $(VENV)/bin/python
-BOX := $(PY) deploy/local/box.py
+BOX := $(PY) -m deploy.local.box
 PYTEST_ARGS ?=
 
 .PHONY: install up down status up-k8s down-k8s builds test unit lint fresh-test bench bench-chart kube-build images \
@@ -24,7 +24,7 @@ status:
 # 4 fake GPUs each) in network namespaces, the images imported from podman, and the hub in a pod. The hub logs users
 # in against the Slurm box's directory: its slapd alone is started here (`make up` starts it with the rest).
 # docs/kubernetes.md says what it is.
-KUBEBOX := $(PY) deploy/kubernetes/kubebox.py
+KUBEBOX := $(PY) -m deploy.kubernetes.kubebox
 up-k8s: install
 	@deploy/kubernetes/build-kubernetes.sh
 	@docker/build.sh

@@ -36,7 +36,7 @@ from bench.spawn import PHASE_JITTER_S, open_lab, start_spawn, summary
 from bench.stock_hub import HubProcess, _yaml_value
 from portal import jobs
 from portal.config import PortalConfig, load
-from portal.jobs.record import cluster_jobs_dir
+from portal.records.record import cluster_jobs_dir
 
 REPO = Path(__file__).resolve().parents[1]
 USER, PASSWORD, GROUPS = "alice", "wonderland", ["datascientists", "gpu-users"]
@@ -203,10 +203,7 @@ def training_benchmark(cfg: PortalConfig, kube: Any, epochs: int, report: Callab
 # --- the run -----------------------------------------------------------------------------------------------
 
 def _kubebox():
-    for folder in (REPO / "deploy" / "kubernetes", REPO / "deploy"):  # the box's scripts are not a package
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-    import kubebox
+    from deploy.kubernetes import kubebox  # the box's clients, imported when a run needs them
 
     return kubebox
 

@@ -2,8 +2,8 @@
 
     python -m bench.spawn [--runs 10] [--warmup 1]
 
-The box must be up (`make up`, or deploy/local/box.py up with the same DSPORTAL_CONFIG). Beside its hub (the
-portal's spawner) this starts a second hub on hub_port + 40..43 with stock batchspawner.SlurmSpawner
+The box must be up (`make up`, or `python -m deploy.local.box up` with the same DSPORTAL_CONFIG). Beside its hub
+(the portal's spawner) this starts a second hub on hub_port + 40..43 with stock batchspawner.SlurmSpawner
 (bench/stock_hub.py), sharing the box's slapd and Slurm, and stops it at the end. Runs alternate, portal then
 stock, so the noise of a shared machine hits both alike.
 

@@ -6,7 +6,7 @@ The chief (rank 0) writes `model_card.json` into the run's checkpoint directory 
     code         the portal's version and, from a git checkout, its commit
     environment  Python, TensorFlow, Horovod and NumPy versions; the image's digest when it ran in one and knew
                  it (DSPORTAL_IMAGE_DIGEST; a pod cannot see its own, so on Kubernetes the dashboard adds the one
-                 its kubelet reports: portal.scheduler.kube_records.card_from_log)
+                 its kubelet reports: portal.scheduler.kubernetes.records.card_from_log)
     data         the directory, its kind (TFRecords or images), and per split the number of images, a SHA-256 of
                  its sorted image list and of its sorted patient list, and one SHA-256 of the whole patient split
                  (patient -> split): two runs on "the same" data compare by these

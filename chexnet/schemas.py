@@ -274,7 +274,7 @@ MODEL_CARD = Record(f"an object of format {CARD_FORMAT}", fields={
             "file": Text(), "bytes": Whole("a whole number of bytes"), "sha256": SHA256}))}),
 })
 
-# sweep.json (portal.jobs.sweep.SweepPlan.to_dict, written at submit; read by chexnet.sweep.Plan): each parameter is
+# sweep.json (portal.records.sweep.SweepPlan.to_dict, written at submit; read by chexnet.sweep.Plan): each parameter is
 # its choices or a range.
 PARAMETER = Either("an object with choices (a list), or low and high (numbers) and log (true/false)", options=(
     Record("an object with choices", fields={"choices": ListOf("a list of choices", max_items=100)}),

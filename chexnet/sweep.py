@@ -11,7 +11,7 @@ in the job's directory.
 The study is Optuna's journal storage, `study.journal` in the job's directory: a file on the shared home that every
 node appends to under Optuna's own lock file (made with O_EXCL, which NFSv3 and later honour; broken after a
 minute when its writer was killed holding it: chexnet.studylock), so no database or service is needed. Its
-plan, `sweep.json`, is what the portal validated at submit (portal.jobs.sweep).
+plan, `sweep.json`, is what the portal validated at submit (portal.records.sweep).
 
 One trial per task, counted once: the trial is made with the task's index in its user attributes, in one journal
 line, and written to `trials/<task>/trial.json`. A task Slurm runs again (its node failed, `--requeue`) finds the

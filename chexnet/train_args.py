@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         graph_optimizer=a.graph_optimizer)
 
 
-# What a sweep's trial may set (portal.jobs.sweep.PARAMS): the TrainConfig field of each, by the same name.
+# What a sweep's trial may set (portal.records.sweep.PARAMS): the TrainConfig field of each, by the same name.
 TRIAL_PARAMS = {"lr": float, "warmup_epochs": int, "batch_size": int, "image_size": int, "model": str, "fp16": bool}
 
 

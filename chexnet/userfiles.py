@@ -3,7 +3,7 @@ plan and trial files, a run's claims and epoch records): a regular file, never t
 limit, and never a wait (a FIFO, a device). `chexnet.sweep status`, which the dashboard runs as the user under a
 time cap, reads the user's job directory with it, so a FIFO in place of sweep.json costs nobody a thing.
 
-The dashboard's own reads of a user's files go through `portal.jobs.account.JobUser.read_text` (as the user, with
+The dashboard's own reads of a user's files go through `portal.records.account.JobUser.read_text` (as the user, with
 the same rules and a time cap); tests/unit/test_user_file_reads.py finds any read that goes around either.
 """
 

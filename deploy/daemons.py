@@ -1,7 +1,7 @@
 """Supervising daemons by their recorded PIDs: the part that deploy/local/box.py and deploy/kubernetes/kubebox.py share.
 
-Stdlib only, and no messages of its own beyond SurvivedKill: each script words its own lines and errors. Both
-scripts run as files, not as a package, so they put this directory on sys.path and `import daemons`.
+Stdlib only, and no messages of its own beyond SurvivedKill: each box words its own lines and errors. Both boxes
+are modules of the `deploy` package (run with `python -m` from the repository root) and `from deploy import daemons`.
 """
 
 from __future__ import annotations

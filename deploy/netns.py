@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from daemons import wait_gone
-from supervise import BoxError, run
+from deploy.daemons import wait_gone
+from deploy.supervise import BoxError, run
 
 HOSTS_FILE = Path("/etc/hosts")
 NETNS_DIR = Path("/run/netns")

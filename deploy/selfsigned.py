@@ -1,8 +1,8 @@
 """TLS for both boxes, made with openssl: a private CA, a server certificate signed by it, and a signing key pair.
 
 What box.py (slapd's certificate) and kubebox.py (the API server's, and the ServiceAccount token key) share; a
-failing openssl raises supervise.BoxError naming the step. Both scripts run as files, so they put this directory
-on sys.path and import it.
+failing openssl raises supervise.BoxError naming the step. Both boxes import it as `deploy.selfsigned` (they run as
+modules of the `deploy` package, with `python -m` from the repository root).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import secrets
 from pathlib import Path
 
-from supervise import run
+from deploy.supervise import run
 
 
 def ensure_ca_and_server_cert(tls: Path, server: str, *, ca_cn: str, server_cn: str, alt_names: list[str],

@@ -4,7 +4,8 @@ part of either box uses: running a command and writing a generated file.
 
 Every service runs in the foreground of a session of its own (no daemonizing), so the PID this module records is
 the service's own; `daemons.py` checks and signals it. A box hands its state dir as a `Place`: where each
-service's PID file and log go, and its lock. Both scripts run as files, so they put deploy/ on sys.path.
+service's PID file and log go, and its lock. Both boxes import it as `deploy.supervise`: they run as modules of the
+`deploy` package (`python -m deploy.local.box`, `python -m deploy.kubernetes.kubebox`) from the repository root.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemons import SurvivedKill, port_in_use, running_pid, tail, terminate
+from deploy.daemons import SurvivedKill, port_in_use, running_pid, tail, terminate
 
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from portal.config_checks import check_settings
 from portal.config_values import ConfigError, default_of, read_given
-from portal.scheduler.quota import quota_for
+from portal.quota import quota_for
 
 
 def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
@@ -343,7 +343,7 @@ class PortalConfig:
     def gpu_quota_for(self, groups: Sequence[str]) -> int:
         """The most GPUs a member of these groups may hold at once, server and jobs together: the largest quota
         among them."""
-        return quota_for(self.gpu_quota, self.default_gpu_quota, groups)  # the rule: portal.scheduler.quota
+        return quota_for(self.gpu_quota, self.default_gpu_quota, groups)  # the rule: portal.quota
 
     def is_admin(self, groups: list[str] | tuple[str, ...]) -> bool:
         return any(g in self.admin_groups for g in groups)

@@ -25,7 +25,7 @@ BOX_NETWORK = ipaddress.ip_network("198.18.0.0/24")
 BOX_NODE_PREFIX = r"^[a-z][a-z0-9]{0,7}$"  # interface names are at most 15 characters: "ve-" + prefix + number
 MPI_BINDINGS = ("none", "socket", "core")
 # A cluster's name is Slurm's ClusterName (lower case; slurmdbd names its tables after it) and a directory under
-# every user's ~/jobs: a letter first and no '-', so that it is never a job id (portal.jobs.record.JOB_ID).
+# every user's ~/jobs: a letter first and no '-', so that it is never a job id (portal.records.record.JOB_ID).
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -113,7 +113,7 @@ def _check_box(cfg: PortalConfig) -> None:
 
 
 def _check_places(cfg: PortalConfig) -> None:
-    # Not "jobs": ~/jobs/jobs/<id> would read as a job of the older layout (portal.jobs.record.JOBS_ROOT).
+    # Not "jobs": ~/jobs/jobs/<id> would read as a job of the older layout (portal.records.record.JOBS_ROOT).
     if not CLUSTER_NAME.match(cfg.cluster_name) or cfg.cluster_name == "jobs":
         raise ConfigError(f"cluster_name is {cfg.cluster_name[:40]!r}; allowed: a lower-case letter, then up to 39 "
                           "lower-case letters, digits or '_', other than 'jobs'")

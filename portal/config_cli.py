@@ -177,7 +177,7 @@ those, then run it again (tests/unit/test_config.py checks that this page is wha
 
 Every setting of the portal is in one typed place, `PortalConfig` in `portal/config.py`, with its help text. The
 defaults are the local demo's (the cluster in a box on 127.0.0.1): a site sets only what differs. The hub, the
-dashboard, `portal.accounts`, the jobs and the notebooks all read the same settings.
+dashboard, `portal.scheduler.slurm.accounts`, the jobs and the notebooks all read the same settings.
 
 ## How to set a value
 

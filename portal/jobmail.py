@@ -162,9 +162,9 @@ def array_tasks(array_id: str, user: str, cfg: PortalConfig) -> list[dict[int, s
     """The array's tasks' states, from Slurm's accounting (sacct) and its controller (squeue, which lists an ended
     job for MinJobAge), asked as MailProg's user for the owner's tasks. An answer Slurm did not give is left out,
     with a line on stderr."""
-    from portal.jobs.sweep import task_states
+    from portal.records.sweep import task_states
     from portal.scheduler.errors import SlurmError
-    from portal.scheduler.slurm_commands import SlurmCommands
+    from portal.scheduler.slurm.commands import SlurmCommands
 
     slurm, answers = SlurmCommands(cfg), []
     for argv in (("sacct", "-n", "-X", "-P", "-j", array_id, "-u", user, "-o", "JobID,State"),
@@ -182,8 +182,8 @@ def sweep_end(slurm_state: str, *answers: Mapping[int, str]) -> str:
     cancelled after that task completed (a pruned trial ends early) was mailed COMPLETED. A task's ended word
     counts from either answer (squeue says COMPLETING while a task's epilog runs, sacct may hear of an end a
     moment late), and Slurm's word for the array is one of them."""
-    from portal.jobs.sweep import sweep_outcome
-    from portal.slurm import ENDED_STATES
+    from portal.records.states import ENDED_STATES
+    from portal.records.sweep import sweep_outcome
 
     ended = {state for answer in answers for state in answer.values() if state in ENDED_STATES}
     ended |= {slurm_state} & ENDED_STATES

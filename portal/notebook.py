@@ -25,12 +25,12 @@ import sys
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from portal.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
+# AurocRow and AurocTable: the notebooks' helpers (portal.notebook.AurocTable), kept with the numbers they show
+from portal.reference import CHEXNET_PAPER_AUROC, AurocRow, AurocTable, chexnet_paper_mean  # noqa: F401
 from portal.templates import USER_NOTEBOOKS, install_templates
 from portal.tensorboard import TENSORBOARD_PREFIX, panel_url
 
@@ -131,53 +131,6 @@ def tensorboard_panel(job: Any, height: int = PANEL_HEIGHT):
     return IFrame(panel_url(user, job.record.run_prefix, base_url), width="100%", height=height)
 
 
-# --- AUROC beside the paper ---
-
-@dataclass(frozen=True)
-class AurocRow:
-    name: str
-    ours: float | None
-    paper: float
-
-    @property
-    def difference(self) -> float | None:
-        return None if self.ours is None else self.ours - self.paper
-
-
-class AurocTable:
-    """Per-class AUROC of a run beside CheXNet's published test-set AUROC; HTML in a notebook, text elsewhere."""
-
-    def __init__(self, per_class: Mapping[str, float], title: str = "AUROC vs the CheXNet paper"):
-        self.title = title
-        self.rows = [AurocRow(name, per_class.get(name), paper) for name, paper in CHEXNET_PAPER_AUROC.items()]
-        defined = [row.ours for row in self.rows if row.ours is not None]
-        self.mean = AurocRow("mean", sum(defined) / len(defined) if defined else None, chexnet_paper_mean())
-
-    @staticmethod
-    def _cell(value: float | None, signed: bool = False) -> str:
-        if value is None:
-            return "undefined"
-        return f"{value:+.4f}" if signed else f"{value:.4f}"
-
-    def __str__(self) -> str:
-        lines = [self.title, f"{'class':<18}  {'ours':>9}  {'paper':>7}  {'difference':>10}"]
-        for row in [*self.rows, self.mean]:
-            lines.append(f"{row.name:<18}  {self._cell(row.ours):>9}  {row.paper:>7.4f}  "
-                         f"{self._cell(row.difference, signed=True) if row.ours is not None else '':>10}")
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        body = "".join(
-            f"<tr><td>{html.escape(row.name)}</td><td>{self._cell(row.ours)}</td><td>{row.paper:.4f}</td>"
-            f"<td>{self._cell(row.difference, signed=True) if row.ours is not None else ''}</td></tr>"
-            for row in [*self.rows, self.mean])
-        return (f'<table class="dsportal-auroc"><caption>{html.escape(self.title)}</caption>'
-                "<thead><tr><th>class</th><th>ours</th><th>paper</th><th>difference</th></tr></thead>"
-                f"<tbody>{body}</tbody></table>")
-
-    def __repr__(self) -> str:
-        return str(self)
-
 
 def auroc_table(metrics: Any, title: str = "AUROC vs the CheXNet paper (Rajpurkar et al. 2017)") -> AurocTable:
     """`metrics` is a RunMetrics (job.metrics()) or a mapping class -> AUROC (an evaluation's auroc.json)."""
@@ -186,7 +139,7 @@ def auroc_table(metrics: Any, title: str = "AUROC vs the CheXNet paper (Rajpurka
 
 
 class SweepTable:
-    """A sweep's trials (job.sweep(), portal.jobs.sweep.SweepView): one row per task with its parameters, state,
+    """A sweep's trials (job.sweep(), portal.records.sweep.SweepView): one row per task with its parameters, state,
     epochs run and AUROC, the best trial marked; HTML in a notebook, text elsewhere."""
 
     def __init__(self, view: Any, title: str = ""):
@@ -270,7 +223,7 @@ def submit_form(defaults: Mapping[str, Any] | None = None, submit=None):
     import ipywidgets as widgets
 
     from portal import jobs
-    from portal.jobs.spec import MODELS
+    from portal.records.spec import MODELS
 
     values = {"template": "chexnet", "nodes": 1, "gpus_per_node": 1, "epochs": 1, "model": "densenet121",
               **(defaults or {})}
@@ -316,9 +269,9 @@ def watch(job: Any, timeout: float | None = None, poll: float = WATCH_POLL_S) ->
     """Follow a job until it ends: its state and epochs done, as a progress bar in JupyterLab and as printed lines
     (one per change) everywhere, so a headless run leaves a record. Returns the final state. While the scheduler
     does not answer (slurmctld or the API server restarting), it says so once and asks again: the job runs on
-    (portal.jobs.asker.Asker, which also rides through a restarted API server's refusals for a while)."""
+    (portal.scheduler.asker.Asker, which also rides through a restarted API server's refusals for a while)."""
     from portal.jobs import Asker
-    from portal.jobs.record import ENDED_STATES
+    from portal.records.record import ENDED_STATES
 
     bar = label = None
     if _in_widget_frontend():

@@ -5,9 +5,14 @@
   was compared to, Wang et al. 2017 and Yao et al. 2017.
 - `V100_IMAGES_PER_SEC`: CheXNet training throughput on NVIDIA V100 GPUs with Horovod, 1 to 16 GPUs, as Dell
   EMC published it (the scaling study's reference line).
+- `AurocTable`: a run's per-class AUROC beside the paper's, as a notebook shows it and the job page does.
 """
 
 from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from chexnet.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
 
@@ -40,3 +45,52 @@ def scaling_efficiency(throughput: dict[int, float]) -> dict[int, float]:
 
 __all__ = ["CHEXNET_PAPER_AUROC", "V100_IMAGES_PER_SEC", "WANG_2017_AUROC", "YAO_2017_AUROC", "chexnet_paper_mean",
            "scaling_efficiency"]
+
+
+# --- a run's AUROC beside the paper's (a notebook's table and the job page's) ---
+
+
+@dataclass(frozen=True)
+class AurocRow:
+    name: str
+    ours: float | None
+    paper: float
+
+    @property
+    def difference(self) -> float | None:
+        return None if self.ours is None else self.ours - self.paper
+
+
+class AurocTable:
+    """Per-class AUROC of a run beside CheXNet's published test-set AUROC; HTML in a notebook, text elsewhere."""
+
+    def __init__(self, per_class: Mapping[str, float], title: str = "AUROC vs the CheXNet paper"):
+        self.title = title
+        self.rows = [AurocRow(name, per_class.get(name), paper) for name, paper in CHEXNET_PAPER_AUROC.items()]
+        defined = [row.ours for row in self.rows if row.ours is not None]
+        self.mean = AurocRow("mean", sum(defined) / len(defined) if defined else None, chexnet_paper_mean())
+
+    @staticmethod
+    def _cell(value: float | None, signed: bool = False) -> str:
+        if value is None:
+            return "undefined"
+        return f"{value:+.4f}" if signed else f"{value:.4f}"
+
+    def __str__(self) -> str:
+        lines = [self.title, f"{'class':<18}  {'ours':>9}  {'paper':>7}  {'difference':>10}"]
+        for row in [*self.rows, self.mean]:
+            lines.append(f"{row.name:<18}  {self._cell(row.ours):>9}  {row.paper:>7.4f}  "
+                         f"{self._cell(row.difference, signed=True) if row.ours is not None else '':>10}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        body = "".join(
+            f"<tr><td>{html.escape(row.name)}</td><td>{self._cell(row.ours)}</td><td>{row.paper:.4f}</td>"
+            f"<td>{self._cell(row.difference, signed=True) if row.ours is not None else ''}</td></tr>"
+            for row in [*self.rows, self.mean])
+        return (f'<table class="dsportal-auroc"><caption>{html.escape(self.title)}</caption>'
+                "<thead><tr><th>class</th><th>ours</th><th>paper</th><th>difference</th></tr></thead>"
+                f"<tbody>{body}</tbody></table>")
+
+    def __repr__(self) -> str:
+        return str(self)

@@ -61,7 +61,7 @@ class SettingsNotSaved(Exception):
 
 
 def read(who: Any, where: PurePosixPath | str = SETTINGS_FILE) -> Settings:
-    """`who`'s settings (a portal.jobs.account.JobUser), read as them from `where` in their home: the defaults,
+    """`who`'s settings (a portal.records.account.JobUser), read as them from `where` in their home: the defaults,
     saying why, when the file is there but is not a regular file or cannot be read."""
     text, why = who.read_text_why(who.home / where, MAX_SETTINGS_BYTES)
     if why:

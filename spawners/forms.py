@@ -15,7 +15,7 @@ from typing import Any
 
 from portal import inputs
 from portal.inputs import WALL_TIME_HTML_PATTERN, InputError, format_minutes, minutes_of
-from portal.scheduler.quota import GpuQuota
+from portal.quota import GpuQuota
 
 FIELDS = ("partition", "gpus", "cpus", "memory_gb", "runtime")
 WHOLE = "options"  # what an error about the request as a whole names (a key that is no field name, a non-mapping)

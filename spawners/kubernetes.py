@@ -8,12 +8,12 @@ What it adds to `kubespawner.KubeSpawner` (7.x), each through the Spawner's name
   activeDeadlineSeconds.
 - Every server in the user's own namespace (`k8s_user_namespace_template`), which `_ensure_namespace` makes
   theirs: the role `dsportal-user` for them and their pods, and their GPU quota as a ResourceQuota
-  (`portal.jobs.k8s_manifests.user_namespace_objects`).
+  (`portal.scheduler.kubernetes.manifests.user_namespace_objects`).
 - Volumes: the user's home claim (KubeSpawner makes it), the data set's claim read-only, /dev/shm in memory.
 - The template notebooks are copied into the home by a postStart hook (never over the user's files).
-- Progress: the pod's events in words (`portal.scheduler.pods.event_in_words`).
+- Progress: the pod's events in words (`portal.scheduler.kubernetes.pods.event_in_words`).
 - A pod that cannot start (no node can hold it, its image is missing, its container keeps exiting) fails the
-  spawn within seconds with the reason (`portal.scheduler.pods.cannot_start`), where KubeSpawner waits out
+  spawn within seconds with the reason (`portal.scheduler.kubernetes.pods.cannot_start`), where KubeSpawner waits out
   start_timeout (kubespawner#795).
 """
 
@@ -31,12 +31,12 @@ from traitlets import default
 
 from portal.config import PortalConfig
 from portal.inputs import seconds_of
-from portal.jobs.k8s_manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
+from portal.quota import GpuHolder, GpuQuota
 from portal.scheduler.errors import kubernetes_failure
-from portal.scheduler.kube_client import api_reason
-from portal.scheduler.kube_records import pod_holders
-from portal.scheduler.pods import cannot_start, event_in_words
-from portal.scheduler.quota import GpuHolder, GpuQuota
+from portal.scheduler.kubernetes.client import api_reason
+from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
+from portal.scheduler.kubernetes.pods import cannot_start, event_in_words
+from portal.scheduler.kubernetes.records import pod_holders
 from portal.traits import fixed_default, portal_default
 from spawners.forms import ClusterLimits, Partition, ServerOptions
 from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
@@ -128,7 +128,7 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
             "TENSORBOARD_PROXY_URL": tensorboard_proxy_url,
             # Notebooks submit MPIJobs with the pod's own service account, in their own namespace.
             "DSPORTAL_SCHEDULER": "kubernetes",
-            # Its jobs' directories under ~/jobs are the cluster's, as the dashboard reads them (portal.jobs.record).
+            # Its jobs' directories under ~/jobs are the cluster's, as the dashboard reads them (portal.records.record).
             "DSPORTAL_CLUSTER_NAME": self.portal.cluster_name,
             "DSPORTAL_K8S_USER_NAMESPACE_TEMPLATE": self.portal.k8s_user_namespace_template,
             "DSPORTAL_K8S_IMAGE": self.portal.k8s_image,

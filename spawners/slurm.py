@@ -29,7 +29,7 @@ from traitlets import Float, Integer, Unicode, default
 
 from portal.runas import RUNUSER
 from portal.scheduler.errors import PortalError, SlurmError
-from portal.slurm import pending_reason
+from portal.scheduler.slurm.answers import pending_reason
 from portal.traits import fixed_default
 from spawners import slurm_cluster
 from spawners.forms import ClusterLimits, ServerOptions

@@ -1,9 +1,9 @@
 """What the Slurm spawner asks Slurm as root, outside batchspawner's own commands (which run as the user): the
 partitions and the user's GPU use for the form, a node's address, and a job's record (`squeue --json`, read by
-portal.slurm_json: the job's name and paths are the user's text) to explain a failed start.
+portal.scheduler.slurm.json_answers: the job's name and paths are the user's text) to explain a failed start.
 
 Functions of the portal's settings and plain values, so the spawner (spawners.slurm) keeps only its extension points.
-Every command goes through the portal's one Slurm runner (portal.scheduler.slurm_commands). A Slurm that does not
+Every command goes through the portal's one Slurm runner (portal.scheduler.slurm.commands). A Slurm that does not
 answer raises SlurmUnavailable naming the command (the form shows it as a 503: spawners.options); it never reads as
 a job state.
 """
@@ -14,12 +14,13 @@ import asyncio
 from pathlib import Path
 
 from portal.config import PortalConfig
-from portal.jobs.account import job_user
+from portal.quota import GpuQuota
+from portal.records.account import job_user
+from portal.scheduler.cluster import QueuedJob, gpu_holders, start_note
 from portal.scheduler.errors import SlurmError
-from portal.scheduler.quota import GpuQuota
-from portal.scheduler.slurm_commands import SlurmCommands
-from portal.slurm import gpu_holders, slurm_partitions, start_note
-from portal.slurm_json import QueuedJob, users_jobs
+from portal.scheduler.slurm.answers import SLURM_SERVERS, slurm_partitions
+from portal.scheduler.slurm.commands import SlurmCommands
+from portal.scheduler.slurm.json_answers import users_jobs
 from spawners.forms import ClusterLimits, Partition
 
 OUTPUT_TAIL_BYTES = 64 * 1024  # of a failed server's output: its last lines, however long they are
@@ -27,8 +28,8 @@ OUTPUT_TAIL_BYTES = 64 * 1024  # of a failed server's output: its last lines, ho
 
 def partitions_from_scontrol(partition_lines: str, node_lines: str) -> tuple[Partition, ...]:
     """Partitions that are up and have a usable node, with the resources of their best usable node, from
-    `scontrol show partition -o` and `scontrol show node -d -o` (read by portal.slurm, shared with the training
-    jobs): a drained or down node offers nothing."""
+    `scontrol show partition -o` and `scontrol show node -d -o` (read by portal.scheduler.slurm.answers, shared with the
+    training jobs): a drained or down node offers nothing."""
     return tuple(
         Partition(name=p.name, cpus_per_node=p.cpus_per_node, memory_mb_per_node=p.memory_mb_per_node,
                   gpus_per_node=p.gpus_per_node, free_gpus_per_node=p.free_gpus_per_node,
@@ -43,15 +44,15 @@ async def cluster_limits(portal: PortalConfig, user: str, groups: tuple[str, ...
     slurm = SlurmCommands(portal)
     partitions = partitions_from_scontrol(await slurm.arun("scontrol", "show", "partition", "-o"),
                                           await slurm.arun("scontrol", "show", "node", "-d", "-o"))
-    holders = gpu_holders(users_jobs(await squeue(portal), user))
+    holders = gpu_holders(users_jobs(await squeue(portal), user), SLURM_SERVERS)
     return ClusterLimits(partitions=partitions, quota=GpuQuota(portal.gpu_quota_for(groups), groups, holders))
 
 
 async def server_start_note(portal: PortalConfig, user: str, partition: str, gpus: int, cpus: int,
                             memory_gb: int) -> str:
-    """Why a server of this size, about to be submitted, will wait (portal.slurm.start_note, as a training job's
-    submit says it): "will wait for your job 7 to end: node1 has 0 of 4 GPUs free"; "" when it can start now, or
-    when Slurm does not answer (the start itself then says so)."""
+    """Why a server of this size, about to be submitted, will wait (portal.scheduler.slurm.answers.start_note, as a
+    training job's submit says it): "will wait for your job 7 to end: node1 has 0 of 4 GPUs free"; "" when it can start
+    now, or when Slurm does not answer (the start itself then says so)."""
     slurm = SlurmCommands(portal)
     try:  # the three at once: this look comes before the server's sbatch, on the spawn's own clock
         partition_lines, node_lines, queue = await asyncio.gather(
@@ -63,7 +64,7 @@ async def server_start_note(portal: PortalConfig, user: str, partition: str, gpu
     chosen = next((p for p in found if p.name == partition or (not partition and p.default)), None)
     if chosen is None:
         return ""
-    return start_note(1, gpus, cpus, memory_gb, chosen, users_jobs(queue, user))
+    return start_note(1, gpus, cpus, memory_gb, chosen, users_jobs(queue, user), SLURM_SERVERS)
 
 
 async def node_address(portal: PortalConfig, node: str) -> str:

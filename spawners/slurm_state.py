@@ -4,7 +4,7 @@ batchspawner 1.3.0 turns a failed squeue into the job's state: its stderr become
 matches `state_unknown_re` exactly at its start, the job reads as gone. Then a start in progress aborts ("has
 disappeared", explained as an ended job) and `poll()` reports a running server dead. Here:
 - Slurm's own "Invalid job id specified" (it has forgotten the job, which ended) is the only failure that means
-  gone (portal.slurm.squeue_outcome);
+  gone (portal.scheduler.slurm.answers.squeue_outcome);
 - any other failure is UNKNOWN: a start keeps waiting, `poll()` keeps the server, the last known `job_status`
   is kept, and `slurm_unavailable` holds Slurm's message for the progress page;
 - `check_slurm_answers()`, which the start calls at each UNKNOWN, raises SlurmUnavailable ("Slurm unavailable:
@@ -39,7 +39,7 @@ from traitlets import Float, Unicode, default, observe
 from portal.inputs import one_line
 from portal.runas import ISOLATED_PATH, LOCALE
 from portal.scheduler.errors import SlurmUnavailable
-from portal.slurm import squeue_outcome
+from portal.scheduler.slurm.answers import squeue_outcome
 
 __all__ = ["SlurmStateSpawner", "SlurmUnavailable", "refused"]
 

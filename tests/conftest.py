@@ -106,7 +106,7 @@ PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "adm
 
 def box(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run the cluster-in-a-box command line against the test state dir; with `check`, a failure shows its output."""
-    result = subprocess.run([sys.executable, str(REPO / "deploy" / "local" / "box.py"), *args],
+    result = subprocess.run([sys.executable, "-m", "deploy.local.box", *args],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(f"box.py {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
@@ -136,7 +136,7 @@ def node_taken_back(node: str, states: tuple[str, ...] = ("idle",), timeout: flo
 
 
 def job_dir_of(user: str, job_id: str) -> Path:
-    """Where the test box keeps a job of `user`'s: ~/jobs/<CLUSTER>/<id> (portal.jobs.record.cluster_jobs_dir)."""
+    """Where the test box keeps a job of `user`'s: ~/jobs/<CLUSTER>/<id> (portal.records.record.cluster_jobs_dir)."""
     return Path(pwd.getpwnam(user).pw_dir) / "jobs" / CLUSTER / job_id
 
 

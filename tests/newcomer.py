@@ -15,12 +15,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "deploy" / "kubernetes")]
-
-from bench.hub_client import HubClient, wait_for  # noqa: E402
+from bench.hub_client import HubClient, wait_for
 
 USER, PASSWORD = "alice", "wonderland"
 SLURM_HUB = "http://127.0.0.1:8000"  # `make up`'s
@@ -70,7 +66,7 @@ def slurm() -> None:
 
 
 def kubernetes() -> None:
-    import kubebox  # noqa: PLC0415  (deploy/kubernetes, on sys.path above)
+    from deploy.kubernetes import kubebox  # noqa: PLC0415  (the Kubernetes box's clients: only for this one)
 
     box = kubebox.KubeBox()
     url = kubebox.box_hub.url(box)

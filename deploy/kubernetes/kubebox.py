@@ -3,9 +3,9 @@ containerd and kubelet) that run pods, and the hub in a pod.
 
 Run as root from the repository root (after `make kube-build`, which builds the Kubernetes servers):
 
-    /opt/dsportal/venv/bin/python deploy/kubernetes/kubebox.py up     [--hub] [--state DIR] [--port 16443] ...
-    /opt/dsportal/venv/bin/python deploy/kubernetes/kubebox.py status [--state DIR]
-    /opt/dsportal/venv/bin/python deploy/kubernetes/kubebox.py crash NODE | down [--state DIR]
+    /opt/dsportal/venv/bin/python -m deploy.kubernetes.kubebox up     [--hub] [--state DIR] [--port 16443] ...
+    /opt/dsportal/venv/bin/python -m deploy.kubernetes.kubebox status [--state DIR]
+    /opt/dsportal/venv/bin/python -m deploy.kubernetes.kubebox crash NODE | down [--state DIR]
 
 `up` starts what is stopped, waits for /readyz, applies mpijob-crd.yaml (waits until Established) and rbac.yaml,
 waits for the hub ServiceAccount's token, writes a kubeconfig per identity (kubeparts/identities.py), starts the
@@ -50,15 +50,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "deploy"), str(HERE)]  # portal; supervise, selfsigned; kubeparts
-
-import netns  # noqa: E402
-from kubeparts import apiserver, bootstrap, etcd, nodes, volumes  # noqa: E402
-from kubeparts import hub as box_hub  # noqa: E402
-from kubeparts import images as box_images  # noqa: E402
-from kubeparts.api import (  # noqa: E402, F401  (the tests reach the box's clients through this module)
+from deploy import netns
+from deploy.kubernetes.kubeparts import apiserver, bootstrap, etcd, nodes, volumes
+from deploy.kubernetes.kubeparts import hub as box_hub
+from deploy.kubernetes.kubeparts import images as box_images
+from deploy.kubernetes.kubeparts.api import (  # noqa: F401  (the tests reach the box's clients through this module)
     ApiError,
     api_client,
     as_user,
@@ -68,8 +64,8 @@ from kubeparts.api import (  # noqa: E402, F401  (the tests reach the box's clie
     resource,
     with_token,
 )
-from kubeparts.identities import ensure_tls, ensure_tokens, read_tokens, write_kubeconfig  # noqa: E402, F401
-from kubeparts.layout import (  # noqa: E402, F401
+from deploy.kubernetes.kubeparts.identities import ensure_tls, ensure_tokens, read_tokens, write_kubeconfig  # noqa: F401
+from deploy.kubernetes.kubeparts.layout import (  # noqa: F401
     DEFAULT_API_PORT,
     DEFAULT_NETWORK,
     DEFAULT_STATE,
@@ -83,10 +79,9 @@ from kubeparts.layout import (  # noqa: E402, F401
     user_namespace,
     user_principal,
 )
-from kubeparts.machine import LeftBehind, Teardown  # noqa: E402
-from supervise import BoxError, Lock, Service, service_pid, start_service, stop_service  # noqa: E402
-
-from portal.config import ConfigError, PortalConfig, load  # noqa: E402
+from deploy.kubernetes.kubeparts.machine import LeftBehind, Teardown
+from deploy.supervise import BoxError, Lock, Service, service_pid, start_service, stop_service
+from portal.config import ConfigError, PortalConfig, load
 
 KubeBoxError = BoxError
 CONTROL_PLANE = [etcd.service(), apiserver.apiserver_service(), apiserver.controller_manager_service(),
@@ -230,7 +225,8 @@ def crash(box: KubeBox, name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Kubernetes in a box: a control plane and nodes that run pods.")
+    parser = argparse.ArgumentParser(prog="python -m deploy.kubernetes.kubebox",
+                                     description="Kubernetes in a box: a control plane and nodes that run pods.")
     parser.add_argument("command", choices=["up", "down", "status", "crash"])
     parser.add_argument("node", nargs="?", help="crash: the node to lose (its kubelet, containerd and pods)")
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE, help=f"state dir (default {DEFAULT_STATE})")
@@ -245,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=4, help="fake GPUs per node (default 4)")
     parser.add_argument("--hub", action="store_true",
                         help="up: run the hub in a pod, logging users in against the directory that portal.config "
-                             "names (the Slurm box's slapd: `make up`, or `deploy/local/box.py start slapd`); "
+                             "names (the Slurm box's slapd: `make up`, or `python -m deploy.local.box start slapd`); "
                              "once installed, every `up` runs it")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -281,9 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     for identity, path in cluster.kubeconfigs.items():
         print(f"  {identity}: KUBECONFIG={path}")
     if box_hub.installed(box):
-        sys.path.append(str(REPO / "deploy" / "local"))
-        from parts.slapd import DEMO_GROUPS
-        from parts.slapd import DEMO_USERS as ACCOUNTS
+        from deploy.local.parts.slapd import DEMO_GROUPS
+        from deploy.local.parts.slapd import DEMO_USERS as ACCOUNTS
 
         print(f"hub (in a pod): {box_hub.url(box)}/  (NodePort {box_hub.NODE_PORT} of Service "
               f"{HUB_NAMESPACE}/proxy-public, on any node)")

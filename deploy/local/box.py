@@ -3,8 +3,8 @@ their own (network namespaces, fake GPUs), and the hub, on one machine.
 
 Run as root from the repository root:
 
-    /opt/dsportal/venv/bin/python deploy/local/box.py up [--no-hub]
-    /opt/dsportal/venv/bin/python deploy/local/box.py status | down | start NAME | stop NAME | crash [NODE]
+    /opt/dsportal/venv/bin/python -m deploy.local.box up [--no-hub]
+    /opt/dsportal/venv/bin/python -m deploy.local.box status | down | start NAME | stop NAME | crash [NODE]
 
 Every port and path comes from ``portal.config.load()``; a second box beside a user's is just another
 ``DSPORTAL_CONFIG`` (its own state dir, ports, box_subnet and box_node_prefix). Services start in the order
@@ -44,18 +44,13 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO), str(REPO / "deploy"), str(REPO / "deploy" / "local")]  # portal, daemons, parts
-
-from daemons import descendants  # noqa: E402
-from parts import accounting, hub, mail, munge, nodes, slapd, slurm, users  # noqa: E402
-from parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir  # noqa: E402
-from supervise import Lock, Service, service_pid, start_service, stop_service  # noqa: E402
-
-from portal.cli import run_reporting  # noqa: E402
-from portal.config import ConfigError, PortalConfig, load  # noqa: E402
+from deploy.daemons import descendants
+from deploy.local.parts import accounting, hub, mail, munge, nodes, slapd, slurm, users
+from deploy.local.parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir
+from deploy.supervise import Lock, Service, service_pid, start_service, stop_service
+from portal.cli import run_reporting
+from portal.config import ConfigError, PortalConfig, load
 
 
 def services(cfg: PortalConfig, no_hub: bool = False) -> list[Service]:
@@ -148,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"box.py: {err}", file=sys.stderr)
         return 2
     names = [svc.name for svc in services(cfg)]
-    parser = argparse.ArgumentParser(description="The Data Scientist Portal's cluster in a box.")
+    parser = argparse.ArgumentParser(prog="python -m deploy.local.box",
+                                     description="The Data Scientist Portal's cluster in a box.")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="create what is missing, start what is stopped")
     up.add_argument("--no-hub", action="store_true", help="everything but the hub")

@@ -9,7 +9,7 @@
     jobs.jobs(); jobs.get("42"); job.cancel()
 
 A job lives in `~/jobs/<cluster>/<id>/` (script, output.log, tensorboard/, checkpoints/, job.json), `<cluster>`
-being the `cluster_name` setting: clusters that share the homes keep their jobs apart (portal.jobs.record). The
+being the `cluster_name` setting: clusters that share the homes keep their jobs apart (portal.records.record). The
 older layout's `~/jobs/<id>/` is still read (`jobs_old_layout`). The backend is config's
 `scheduler` unless given: "slurm" (the cluster), "local" (horovodrun on this machine) or "kubernetes" (an
 MPIJob in the user's namespace, which is also the job's record): see portal.scheduler. Callers that act for
@@ -27,9 +27,9 @@ from typing import Any
 
 from portal import settings
 from portal.config import PortalConfig, load
-from portal.jobs.account import JobAccessError, JobUser, job_user
-from portal.jobs.asker import Asker
-from portal.jobs.record import (
+from portal.metrics import RunMetrics
+from portal.records.account import JobAccessError, JobUser, job_user
+from portal.records.record import (
     ENDED_STATES,
     JOB_ID,
     MAX_RECORD_BYTES,
@@ -41,19 +41,19 @@ from portal.jobs.record import (
     cluster_jobs_dir,
     old_jobs_dir,
 )
-from portal.jobs.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
-from portal.jobs.sweep import FIELD as SWEEP_FIELD
-from portal.jobs.sweep import SweepPlan, SweepView, parse_sweep
-from portal.metrics import RunMetrics
+from portal.records.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
+from portal.records.sweep import FIELD as SWEEP_FIELD
+from portal.records.sweep import SweepPlan, SweepView, parse_sweep
 from portal.scheduler import SCHEDULERS, NoAccounting, Scheduler, UnknownScheduler, scheduler_for, scheduler_of_job
+from portal.scheduler.asker import Asker
 from portal.scheduler.errors import (
     JobNotFound,
     KubernetesError,
     SchedulerError,
     SlurmError,
 )
-from portal.scheduler.kube_client import KubeUser
-from portal.usage import UsageReport
+from portal.scheduler.kubernetes.client import KubeUser
+from portal.scheduler.usage import UsageReport
 
 BACKENDS = tuple(SCHEDULERS)
 DEFAULT_POLL_S = 5.0
@@ -73,7 +73,7 @@ class UnreadableRecord(LookupError):
 
 
 class UnreadableJob:
-    """A job directory whose record is not one (see portal.jobs.record): shown with its id, its directory's owner
+    """A job directory whose record is not one (see portal.records.record): shown with its id, its directory's owner
     and the reason; nothing is done with it, since nothing it says can be trusted."""
 
     backend = ""
@@ -173,7 +173,7 @@ class Job:
 
     @property
     def plan(self) -> SweepPlan | None:
-        """A sweep's plan (portal.jobs.sweep); None for a single run."""
+        """A sweep's plan (portal.records.sweep); None for a single run."""
         return self.record.sweep
 
     def sweep(self) -> SweepView:
@@ -267,7 +267,7 @@ def render(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: 
 def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
            limits: JobLimits | None = None) -> Job:
-    """Validate and submit a training job, or a sweep of them (a "sweep" field: portal.jobs.sweep); returns at
+    """Validate and submit a training job, or a sweep of them (a "sweep" field: portal.records.sweep); returns at
     once (the job may still be pending). `limits`: what the user may ask for, as the caller already knows it
     (the dashboard, from its shared view of the cluster); by default the backend is asked, with one look at the
     cluster that also gives the job's `warning` (on Slurm: why it will wait, such as "will wait for your server

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from portal.config import ConfigError
 from portal.jobs import BACKENDS, JobAccessError, SchedulerError, UnknownScheduler, render
-from portal.jobs.spec import BOOLEAN_FIELDS, FIELDS, JobSpecError
+from portal.records.spec import BOOLEAN_FIELDS, FIELDS, JobSpecError
 
 EXIT_USAGE = 2
 PROG = "python -m portal.jobs"

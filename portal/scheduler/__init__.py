@@ -15,10 +15,10 @@ and portal/service) refuses anyone else's type, such as the hub's user, where a 
 scheduler also owns the pattern of its job ids (`job_ids`): the dashboard's routes and portal.jobs.get are built
 from `job_id_patterns()`, not from a list of their own.
 
-Each implementation owns one command runner (Slurm: portal.scheduler.slurm_commands.SlurmCommands; Kubernetes: the
+Each implementation owns one command runner (Slurm: portal.scheduler.slurm.commands.SlurmCommands; Kubernetes: the
 API client with impersonation), its snapshot, its limits and its job operations; the quota rule and its wording
-are in portal.scheduler.quota, the errors in portal.scheduler.errors. Adding a scheduler means implementing
-`Scheduler` (below) and its job templates (portal/jobs/templates/), and naming it in `SCHEDULERS`.
+are in portal.quota, the errors in portal.scheduler.errors. Adding a scheduler means implementing
+`Scheduler` (below) and its job templates (portal/records/templates/), and naming it in `SCHEDULERS`.
 
 Submodules are imported when first asked for: the implementations read portal.jobs' records and specs, and
 portal.jobs imports this package.
@@ -35,18 +35,18 @@ from portal.scheduler.errors import SchedulerRefused
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
-    from portal.jobs.record import JobRecord
-    from portal.jobs.spec import JobLimits, JobSpec
-    from portal.jobs.sweep import SweepPlan, SweepView
     from portal.metrics import RunMetrics
+    from portal.records.record import JobRecord
+    from portal.records.spec import JobLimits, JobSpec
+    from portal.records.sweep import SweepPlan, SweepView
+    from portal.scheduler.cluster import QueuedJob
     from portal.scheduler.snapshot import ClusterSnapshot
-    from portal.slurm_json import QueuedJob
-    from portal.usage import UsageReport
+    from portal.scheduler.usage import UsageReport
 
 # name -> (module, class)
-SCHEDULERS = {"slurm": ("portal.scheduler.slurm", "SlurmScheduler"),
+SCHEDULERS = {"slurm": ("portal.scheduler.slurm.scheduler", "SlurmScheduler"),
               "local": ("portal.scheduler.local", "LocalScheduler"),
-              "kubernetes": ("portal.scheduler.kubernetes", "KubernetesScheduler")}
+              "kubernetes": ("portal.scheduler.kubernetes.scheduler", "KubernetesScheduler")}
 
 
 class UnknownScheduler(SchedulerRefused, ValueError):
@@ -75,7 +75,7 @@ P = TypeVar("P", bound=Person)
 
 class Scheduler(Protocol[P]):
     """What every scheduler does for the portal. `user` (P) is the scheduler's own view of the person, made by its
-    `person`: a Unix account (portal.jobs.account.JobUser) for Slurm and local jobs, an identity to impersonate
+    `person`: a Unix account (portal.records.account.JobUser) for Slurm and local jobs, an identity to impersonate
     (KubeUser) on Kubernetes."""
 
     name: str
@@ -84,7 +84,7 @@ class Scheduler(Protocol[P]):
     # each job's record is ~/jobs/<cluster>/<id>/job.json; else the scheduler keeps them (KeepsRecords)
     records_in_home: bool
     queue_in_snapshot: bool  # its jobs are in the snapshot's queue (`queued`); else each job's `state` is asked
-    sweeps: bool  # it runs sweeps (portal.jobs.sweep): `submit` and `render` take a plan, `sweep` reads one
+    sweeps: bool  # it runs sweeps (portal.records.sweep): `submit` and `render` take a plan, `sweep` reads one
 
     def person(self, user: str | None, groups: Sequence[str] | None) -> P:
         """The scheduler's view of the person (None: the calling process's user)."""
@@ -172,11 +172,11 @@ def scheduler_of_job(job_id: str) -> str | None:
 
 
 if TYPE_CHECKING:  # each implementation against the protocol, with its own person (checked by `make lint`)
-    from portal.jobs.account import JobUser
-    from portal.scheduler.kube_client import KubeUser
-    from portal.scheduler.kubernetes import KubernetesScheduler
+    from portal.records.account import JobUser
+    from portal.scheduler.kubernetes.client import KubeUser
+    from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
     from portal.scheduler.local import LocalScheduler
-    from portal.scheduler.slurm import SlurmScheduler
+    from portal.scheduler.slurm.scheduler import SlurmScheduler
 
     def _conforms(slurm: SlurmScheduler, local: LocalScheduler, kube: KubernetesScheduler
                   ) -> tuple[Scheduler[JobUser], Scheduler[JobUser], KeepsRecords[KubeUser]]:

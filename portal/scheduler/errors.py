@@ -6,9 +6,9 @@
         ├── SchedulerUnavailable   it did not answer (timeout, controller down, command missing): try again
         └── SchedulerRefused       it answered no (a policy, a limit, a bad request)
 
-Each scheduler names its own subclasses (portal.scheduler.slurm.SlurmError, portal.jobs.kubernetes.KubernetesError)
-so that a message can say which one failed. The HTTP mapping is in one place: portal.service.base for the
-dashboard, spawners.options for the spawn form.
+Each scheduler names its own subclasses (portal.scheduler.slurm.scheduler.SlurmError,
+portal.jobs.kubernetes.KubernetesError) so that a message can say which one failed. The HTTP mapping is in one place:
+portal.service.base for the dashboard, spawners.options for the spawn form.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What the schedulers whose jobs live in the user's home (Slurm, local) share: the job's output and metrics are
-files in ~/jobs/<cluster>/<id>/, read as the user (portal.jobs.account.JobUser), within bounds."""
+files in ~/jobs/<cluster>/<id>/, read as the user (portal.records.account.JobUser), within bounds."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 from chexnet.model_card import CARD_FILE, check_card  # TensorFlow-free
 from chexnet.schemas import SchemaError
 from portal.inputs import finite_json
-from portal.jobs.record import OUTPUT_FILE, JobRecord, cluster_jobs_dir
 from portal.metrics import MetricsError, RunMetrics, read_run_metrics
+from portal.records.record import OUTPUT_FILE, JobRecord, cluster_jobs_dir
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
-    from portal.jobs.account import JobUser
-    from portal.jobs.spec import JobSpec
+    from portal.records.account import JobUser
+    from portal.records.spec import JobSpec
+    from portal.scheduler.cluster import QueuedJob
     from portal.scheduler.snapshot import ClusterSnapshot
-    from portal.slurm_json import QueuedJob
 
 MAX_CARD_BYTES = 256 * 1024  # a model card is a few KB; the user could put anything at its path
 METRICS_TIMEOUT_S = 60  # reading a run's event files as the user (at most portal.metrics.MAX_EVENT_BYTES)
@@ -62,7 +62,7 @@ class JobsInHome:
 
     def person(self, user: str | None, groups: Sequence[str] | None) -> JobUser:
         """The user as a Unix account: `user` when acting for them, else the caller."""
-        from portal.jobs.account import job_user
+        from portal.records.account import job_user
 
         return job_user(user, groups)
 

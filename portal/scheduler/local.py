@@ -20,13 +20,14 @@ from typing import ClassVar
 
 from portal.config import PortalConfig
 from portal.inputs import ascii_digits
-from portal.jobs.account import JobUser
-from portal.jobs.record import (
+from portal.quota import GpuQuota
+from portal.records.account import JobUser
+from portal.records.ids import LOCAL_ID
+from portal.records.record import (
     CANCELLED,
     COMPLETED,
     EXIT_STATUS_FILE,
     FAILED,
-    LOCAL_ID_PATTERN,
     OUTPUT_FILE,
     PENDING,
     RECORD_FILE,
@@ -37,16 +38,15 @@ from portal.jobs.record import (
     exit_code,
     now_utc,
 )
-from portal.jobs.spec import JobLimits, JobSpec, JobSpecError
-from portal.jobs.sweep import FIELD as SWEEP_FIELD
-from portal.jobs.sweep import SweepPlan, SweepView, sweep_view
-from portal.jobs.templating import job_environment, template_environment
+from portal.records.spec import JobLimits, JobSpec, JobSpecError
+from portal.records.sweep import FIELD as SWEEP_FIELD
+from portal.records.sweep import SweepPlan, SweepView, sweep_view
+from portal.records.templating import job_environment, template_environment
 from portal.scheduler import NoAccounting
 from portal.scheduler.errors import JobNotFound
 from portal.scheduler.home import JobsInHome
-from portal.scheduler.quota import GpuQuota
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.usage import UsageReport
+from portal.scheduler.usage import UsageReport
 
 PID_FILE = "pid"
 CANCELLED_FILE = "cancelled"
@@ -79,8 +79,8 @@ class LocalScheduler(JobsInHome):
     """Jobs under horovodrun on this machine, the user's own (no cluster, no queue, no accounting)."""
 
     name = "local"
-    job_ids: ClassVar[re.Pattern[str]] = re.compile(rf"^{LOCAL_ID_PATTERN}\Z")  # local-<date>T<time>-<random>
-    sweeps = False  # a sweep is a Slurm job array (portal.jobs.sweep)
+    job_ids: ClassVar[re.Pattern[str]] = LOCAL_ID  # local-<date>T<time>-<random>
+    sweeps = False  # a sweep is a Slurm job array (portal.records.sweep)
 
     def __init__(self, cfg: PortalConfig):
         self.cfg = cfg

@@ -17,8 +17,7 @@ from portal.config import PortalConfig
 from portal.scheduler.errors import SchedulerError
 
 if TYPE_CHECKING:
-    from portal.slurm import SlurmNode, SlurmPartition
-    from portal.slurm_json import QueuedJob
+    from portal.scheduler.cluster import ClusterNode, NodePool, QueuedJob
 
 # While one thread asks Slurm, others get the last answer if it is at most this much past its interval, rather
 # than all waiting on the lock for squeue (seconds on a busy controller: every request in flight stalled).
@@ -29,8 +28,8 @@ STALE_GRACE_S = 10.0
 class ClusterSnapshot:
     taken_at: float  # time.monotonic()
     queue: dict[str, QueuedJob] = field(default_factory=dict)
-    partitions: tuple[SlurmPartition, ...] = ()
-    nodes: dict[str, SlurmNode] = field(default_factory=dict)
+    partitions: tuple[NodePool, ...] = ()
+    nodes: dict[str, ClusterNode] = field(default_factory=dict)
     asked_at: float = 0.0  # when squeue was started: a job submitted before this is in `queue` unless it has left
 
     def without(self, job_ids: Collection[str]) -> ClusterSnapshot:

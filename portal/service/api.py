@@ -7,9 +7,9 @@ from typing import Any
 
 from portal import settings as user_settings
 from portal.inputs import InputError, read_json_object
-from portal.jobs.account import RUNUSER_CALLS
-from portal.jobs.spec import FIELDS, WHOLE
-from portal.scheduler.slurm import USER_SLURM_CALLS
+from portal.records.account import RUNUSER_CALLS
+from portal.records.spec import FIELDS, WHOLE
+from portal.scheduler.slurm.scheduler import USER_SLURM_CALLS
 from portal.service.base import APIHandler, UserError
 
 

@@ -18,7 +18,7 @@ from portal.inputs import MAX_BODY_BYTES
 from portal.jobs import JobAccessError, JobNotFound, JobSpecError, UnreadableRecord
 from portal.scheduler import UnknownScheduler
 from portal.scheduler.errors import KubernetesError, SchedulerUnavailable, SlurmError
-from portal.scheduler.slurm import JobDirError
+from portal.scheduler.slurm.scheduler import JobDirError
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.board import HubUser, JobBoard, SubmitInProgress
 from portal.service.fairness import read_key

@@ -17,7 +17,7 @@ own jobs; an admin's request is run as the job's owner. What a request costs, on
 - usage: GPUs against the quota from the shared snapshot; this week's GPU-hours (sacct, as the user) at most every
   USAGE_REFRESH_S per user; the jobs page never waits for them either (portal.service.gpu_usage).
 What one job's row holds is built in portal.service.summary (pure); the scans' records in portal.service.scans.
-What is read from a user's home is checked (portal.jobs.record, portal.metrics): a job whose record is not one
+What is read from a user's home is checked (portal.records.record, portal.metrics): a job whose record is not one
 is listed as "unreadable record" with the reason, and every other job, list and page carries on.
 """
 
@@ -37,9 +37,9 @@ from portal import settings as user_settings
 from portal.config import PortalConfig
 from portal.inputs import one_line
 from portal.jobs import Job, JobAccessError, JobNotFound, SchedulerError, UnreadableJob, UnreadableRecord
-from portal.jobs.account import JobUser, job_user
-from portal.jobs.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
-from portal.jobs.spec import JobLimits
+from portal.records.account import JobUser, job_user
+from portal.records.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
+from portal.records.spec import JobLimits
 from portal.scheduler import P, Scheduler, scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache

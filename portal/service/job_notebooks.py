@@ -8,7 +8,7 @@ from pathlib import Path
 
 from portal.job_notebook import NOTEBOOK_NAME, job_notebook
 from portal.jobs import Job
-from portal.jobs.account import job_user
+from portal.records.account import job_user
 from portal.service.base import UserError
 
 # Where the dashboard cannot write the job's notebook into the owner's home (Kubernetes: the home is a volume that

@@ -15,14 +15,14 @@ from typing import Any
 from portal import settings as user_settings
 from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
 from portal.jobs import Job
-from portal.jobs.record import ENDED_STATES, UNREADABLE
-from portal.jobs.spec import (
+from portal.logview import filter_log
+from portal.records.record import ENDED_STATES, UNREADABLE
+from portal.records.spec import (
     MODELS,
     WHOLE,
 )
-from portal.jobs.sweep import MAX_TRIALS, PRUNERS, SAMPLERS, SweepView
-from portal.logview import filter_log
-from portal.notebook import AurocTable
+from portal.records.sweep import MAX_TRIALS, PRUNERS, SAMPLERS, SweepView
+from portal.reference import AurocTable
 from portal.scheduler.home import ModelCardError
 from portal.service.base import PageHandler, UserError
 from portal.service.job_notebooks import NOTEBOOK_ELSEWHERE, write_job_notebook
@@ -48,7 +48,7 @@ def notebook_templates(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.glob("*.ipynb")) if directory.is_dir() else []
 
 
-# The form's sweep fields (kind "sweep"), each to its place in the request's "sweep" (portal.jobs.sweep); the lists
+# The form's sweep fields (kind "sweep"), each to its place in the request's "sweep" (portal.records.sweep); the lists
 # ("8, 16") are searched as choices, an empty one is not searched; the learning rate is a range on a log scale.
 class HomeHandler(PageHandler):
     async def get(self) -> None:

@@ -21,7 +21,7 @@ from jupyterhub.utils import url_path_join
 from markupsafe import Markup
 from tornado.web import StaticFileHandler
 
-from portal.jobs.record import ENDED_STATES
+from portal.records.record import ENDED_STATES
 from portal.service import HUB_TEMPLATES
 from portal.service.sparkline import format_duration, scatter, sparkline
 

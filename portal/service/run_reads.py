@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from portal.config import PortalConfig
 from portal.jobs import Job, RunMetrics, UnreadableJob
-from portal.jobs.record import ENDED_STATES
-from portal.jobs.sweep import SweepView
+from portal.records.record import ENDED_STATES
+from portal.records.sweep import SweepView
 from portal.service.background import Refresher, TimedCache
 from portal.service.summary import job_key
 

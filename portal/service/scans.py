@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from portal.jobs.record import JOBS_ROOT
+from portal.records.record import JOBS_ROOT
 
 # A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
 # jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from portal.inputs import MAX_PATH, InputError, decode_form, minutes_of, shown
-from portal.jobs.spec import (
+from portal.records.spec import (
     BOOLEAN_FIELDS,
     FIELDS,
     MAX_BATCH_SIZE,

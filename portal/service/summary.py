@@ -11,11 +11,12 @@ from datetime import datetime
 from typing import Any
 
 from portal.jobs import Job, RunMetrics, UnreadableJob
-from portal.jobs.record import RUNNING, UNREADABLE
-from portal.scheduler.pods import POD_SERVER_NAME
+from portal.records.record import RUNNING, UNREADABLE
+from portal.scheduler.cluster import QueuedJob, own_jobs_in_words
+from portal.scheduler.kubernetes.pods import POD_SERVER_NAME
+from portal.scheduler.slurm.answers import SERVER_JOB_NAME, pending_reason
+from portal.scheduler.slurm.json_answers import users_jobs
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.slurm import SERVER_JOB_NAME, own_jobs_in_words, pending_reason
-from portal.slurm_json import QueuedJob, users_jobs
 from portal.tensorboard import panel_url
 
 NO_WAIT = {"reason": "", "held_by": "", "expected_start": ""}

@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from portal import jobs
 from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
-from portal.jobs.record import ENDED_STATES
+from portal.records.record import ENDED_STATES
 from tests.browser.conftest import PORTAL, RECORD_NOTIFICATIONS, log_in, new_context, wait_for_job_state
 from tests.conftest import (
     CLUSTER,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from playwright import sync_api as playwright
 
-from portal.jobs.spec import JobLimits
-from portal.scheduler.quota import GpuHolder, GpuQuota
+from portal.quota import GpuHolder, GpuQuota
+from portal.records.spec import JobLimits
 from portal.service.submit_form import request_summary
 from tests.browser.conftest import RECORD_NOTIFICATIONS, new_context
 

@@ -156,7 +156,7 @@ def test_another_state_dir_with_the_same_node_names_stops_and_crashes_nothing_of
         env = {**os.environ, "DSPORTAL_CONFIG": str(settings)}
 
         def other_box(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, str(REPO / "deploy" / "local" / "box.py"), *args], cwd=REPO,
+            return subprocess.run([sys.executable, "-m", "deploy.local.box", *args], cwd=REPO,
                                   env=env, capture_output=True, text=True, timeout=300)
         assert other_box("down").returncode == 0
         assert other_box("crash").returncode == 0

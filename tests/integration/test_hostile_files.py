@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from portal.jobs.sweep import parse_sweep
+from portal.records.sweep import parse_sweep
 from tests.conftest import as_user, job_dir_of, scratch_dir, wait_for
 from tests.integration.test_dashboard import PORTAL, browser, token_session
 from tests.integration.test_untrusted import readers_of

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.hub_client import xsrf_of
-from portal.jobs.spec import FIELDS as SPEC_FIELDS
+from portal.records.spec import FIELDS as SPEC_FIELDS
 from spawners.forms import FIELDS as OPTION_FIELDS
 from tests.conftest import jobs_of, wait_for
 from tests.integration.test_dashboard import PORTAL, browser

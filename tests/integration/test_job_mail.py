@@ -14,7 +14,7 @@ import pytest
 
 from portal import jobs, settings
 from portal.config import load
-from portal.jobs.account import job_user
+from portal.records.account import job_user
 from portal.runas import RUNUSER
 from tests.conftest import (
     JOB_END_GRACE_S,

@@ -15,12 +15,12 @@ import pytest
 
 from portal import jobs
 from portal.config import load
-from portal.jobs.account import job_user
 from portal.jobs.demo_data import ensure_demo_data
-from portal.jobs.spec import format_minutes
+from portal.records.account import job_user
+from portal.records.spec import format_minutes
 from portal.runas import RUNUSER
 from portal.scheduler.local import session_alive
-from portal.scheduler.slurm import SlurmScheduler
+from portal.scheduler.slurm.scheduler import SlurmScheduler
 from tests.conftest import TINY_MODEL, job_dir_of, job_wait_s, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Sweeps on the box's Slurm (portal.jobs.sweep, chexnet.sweep): a job array of trials sharing one Optuna study
+"""Sweeps on the box's Slurm (portal.records.sweep, chexnet.sweep): a job array of trials sharing one Optuna study
 in the job's directory, at most `parallel` at once, bad trials pruned early; a node lost mid-sweep, and the trial
 it ran resumes from its checkpoint, counted once.
 
@@ -24,7 +24,7 @@ import pytest
 from bench.sweep import BAD_LR, GOOD_LR, seed_for
 from portal import jobs
 from portal.config import load
-from portal.jobs.sweep import parse_sweep
+from portal.records.sweep import parse_sweep
 from portal.runas import RUNUSER
 from tests.conftest import Mailbox, box, node_taken_back, scratch_dir, slurm, tensorboard_steps, wait_for
 from tests.integration.test_cluster import JOB_TIMEOUT_S, PORTAL, TINY, portal_client

@@ -4,7 +4,7 @@ and a kubelet each, fake GPUs), its images imported from podman.
 The binaries are built once per machine by deploy/kubernetes/build-kubernetes.sh (a no-op when cached; about
 9.5 minutes the first time); `make test` runs it before any suite. The box gets its own state dir, ports, names
 and addresses, apart from the Slurm test box (13389, 16636, 16817, 16818, 18000, 18001, 18081, 18090) and from a
-user's `kubebox.py up` (16443-16445, "kube", 198.19.0.0/20).
+user's `python -m deploy.kubernetes.kubebox up` (16443-16445, "kube", 198.19.0.0/20).
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
+from deploy.kubernetes import kubebox
+from tests.conftest import PORT_OFFSET, TEST_SETTINGS, Hub
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "deploy" / "kubernetes"))
-
-import kubebox  # noqa: E402  (deploy/kubernetes is not a package)
-
-from tests.conftest import PORT_OFFSET, TEST_SETTINGS, Hub  # noqa: E402
-
 # Two sessions at once need their own state dir and ports: set both variables (as for the Slurm test box).
 KUBE_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_STATE", "/var/tmp/dsportal-test-kube"))
 KUBE_API_PORT = 26443 + int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))  # etcd: the next two ports
@@ -37,9 +34,9 @@ KUBE_API_PORT = 26443 + int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))  #
 KUBE_NAME = os.environ.get("DSPORTAL_TEST_KUBE_NAME", "kubet")
 KUBE_NETWORK = os.environ.get("DSPORTAL_TEST_KUBE_NETWORK", "198.19.16.0/20")
 BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 cores
-# The hubs on Kubernetes log users in against a directory of this side's own (a slapd started with box.py, as
-# `make up-k8s` starts the Slurm box's): the Slurm test box, which the other side of `make test` runs beside this
-# one and stops and restarts in its tests, is never needed here.
+# The hubs on Kubernetes log users in against a directory of this side's own (a slapd started with
+# `python -m deploy.local.box`, as `make up-k8s` starts the Slurm box's): the Slurm test box, which the other side of
+# `make test` runs beside this one and stops and restarts in its tests, is never needed here.
 DIRECTORY_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_DIRECTORY", "/var/tmp/dsportal-test-kube-ldap"))
 DIRECTORY_PORTS = {"ldap_port": 23389 + PORT_OFFSET, "ldaps_port": 26636 + PORT_OFFSET}
 
@@ -100,7 +97,7 @@ def kube():
 
 def directory_box(*args: str, settings: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "DSPORTAL_CONFIG": str(settings)}
-    return subprocess.run([sys.executable, str(REPO / "deploy" / "local" / "box.py"), *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "deploy.local.box", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -12,12 +12,12 @@ import json
 import time
 import uuid
 
-import kubebox
 import pytest
-from kubebox import ApiError, impersonating, resource
-from kubeparts import nodes
 
-from portal.jobs.k8s_manifests import LABEL_USER, USER_ROLE
+from deploy.kubernetes import kubebox
+from deploy.kubernetes.kubebox import ApiError, impersonating, resource
+from deploy.kubernetes.kubeparts import nodes
+from portal.scheduler.kubernetes.manifests import LABEL_USER, USER_ROLE
 
 MPIJOB = ("kubeflow.org/v2beta1", "MPIJob")
 ALICE_NS, BOB_NS = kubebox.user_namespace("alice"), kubebox.user_namespace("bob")

@@ -37,8 +37,8 @@ from playwright import sync_api as playwright
 
 from bench.hub_client import xsrf_of
 from portal.config import PortalConfig
-from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
-from portal.jobs.record import ENDED_STATES
+from portal.records.record import ENDED_STATES
+from portal.scheduler.kubernetes.manifests import LABEL_JOB, LABEL_ROLE
 from portal.tensorboard import panel_url
 from tests import cards
 from tests.browser.conftest import CHROMIUM, FLAGS, WIDE, axe_problems, log_in
@@ -75,7 +75,7 @@ def slurm_box(request) -> Box:
 
 
 def kubernetes_box(request) -> Box:
-    from kubeparts import volumes  # deploy/kubernetes, on the path since tests.kubernetes.conftest
+    from deploy.kubernetes.kubeparts import volumes
 
     kube = request.getfixturevalue("kube")
     hub = request.getfixturevalue("pod_hub")

@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import kubebox
 import pytest
 
+from deploy.kubernetes import kubebox
 from portal import jobs
 from portal.config import load
-from portal.jobs.k8s_manifests import API_VERSION, KIND
-from portal.scheduler.kubernetes import KubernetesError
+from portal.scheduler.kubernetes.manifests import API_VERSION, KIND
+from portal.scheduler.kubernetes.scheduler import KubernetesError
 from tests.conftest import wait_for
 from tests.kubernetes.test_jobs_on_both_backends import ALICE, TINY
 

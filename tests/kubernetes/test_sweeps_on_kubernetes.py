@@ -1,5 +1,5 @@
-"""A sweep on the Kubernetes box (portal.jobs.k8s_manifests.sweep_job_manifest, chexnet.sweep claim): one Job of
-trial pods in alice's namespace, at most `parallel` at once, sharing one Optuna study on her home volume; a bad
+"""A sweep on the Kubernetes box (portal.scheduler.kubernetes.manifests.sweep_job_manifest, chexnet.sweep claim): one
+Job of trial pods in alice's namespace, at most `parallel` at once, sharing one Optuna study on her home volume; a bad
 trial pruned early; a node lost mid-sweep, and the task its pod ran taken over by the pod the Job makes again,
 which resumes the same trial from its checkpoint, counted once; a cancelled sweep's pods gone, its running trials
 marked failed in the study.
@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from bench.sweep import BAD_LR, GOOD_LR, seed_for
 from portal import jobs
 from portal.jobs import JobSpecError
-from portal.jobs.k8s_manifests import LABEL_JOB
+from portal.scheduler.kubernetes.manifests import LABEL_JOB
 from tests.conftest import TINY_MODEL, tensorboard_steps, wait_for
 from tests.kubernetes.conftest import kubebox
 

@@ -18,8 +18,8 @@ from kubernetes import client as k8s
 
 from portal import jobs
 from portal.jobs import JobSpecError
-from portal.jobs.k8s_manifests import LABEL_JOB, LABEL_ROLE
-from portal.scheduler.kubernetes import KubernetesScheduler
+from portal.scheduler.kubernetes.manifests import LABEL_JOB, LABEL_ROLE
+from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from tests.conftest import TINY_MODEL, tensorboard_steps, wait_for
 from tests.kubernetes.conftest import kubebox
 

@@ -13,17 +13,6 @@ import ldap3
 import pytest
 from ldap3.core.exceptions import LDAPSocketOpenError
 
-from portal.accounts import (
-    Accounting,
-    cluster_name,
-    desired_state,
-    gpu_limit,
-    parse_associations,
-    parse_default_accounts,
-    parse_qos_flags,
-    plan,
-    read_slurm,
-)
 from portal.config import PortalConfig
 from portal.directory import (
     DirectoryError,
@@ -34,6 +23,17 @@ from portal.directory import (
     read_directory,
 )
 from portal.jobs import SlurmError
+from portal.scheduler.slurm.accounts import (
+    Accounting,
+    cluster_name,
+    desired_state,
+    gpu_limit,
+    parse_associations,
+    parse_default_accounts,
+    parse_qos_flags,
+    plan,
+    read_slurm,
+)
 
 CFG = PortalConfig()  # allowed: datascientists, portal-admins; gpu_quota: gpu-users=4; default_gpu_quota: 0
 BASE = CFG.ldap_group_search_base

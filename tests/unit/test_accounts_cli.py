@@ -10,10 +10,10 @@ import stat
 
 import pytest
 
-from portal.accounts import desired_state, gpu_limits, main, plan, show_lines, slurm_runner, sync
 from portal.config import PortalConfig
 from portal.directory import DirectoryError
 from portal.jobs import SlurmError
+from portal.scheduler.slurm.accounts import desired_state, gpu_limits, main, plan, show_lines, slurm_runner, sync
 from tests.unit.test_accounts import CFG, DEMO, IN_SYNC, NEW_CLUSTER, NEW_USERS, FakeSlurm, group, slurm_state
 
 # --- sync, gpu_limits and the command line -------------------------------------------------------------------

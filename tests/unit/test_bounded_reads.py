@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from portal.jobs.account import job_user, run_bounded
+from portal.records.account import job_user, run_bounded
 
 
 def alive(pid: int) -> bool:

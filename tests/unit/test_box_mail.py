@@ -6,17 +6,13 @@ from __future__ import annotations
 import grp
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "deploy"), str(REPO / "deploy" / "local")]  # supervise, parts: deploy/ is no package
-
-from parts.exim_trust import MADE_BY, TRUSTED_CONFIGS, register, unregister, with_line, without_line  # noqa: E402
-from parts.mail import check_root_only, ensure_mail_dir, exim_config  # noqa: E402
-from supervise import BoxError  # noqa: E402
+from deploy.local.parts.exim_trust import MADE_BY, TRUSTED_CONFIGS, register, unregister, with_line, without_line
+from deploy.local.parts.mail import check_root_only, ensure_mail_dir, exim_config
+from deploy.supervise import BoxError
 
 USERS_BOX = exim_config(2525, Path("/var/lib/dsportal"), Path("/var/mail"))
 TESTS_BOX = exim_config(12525, Path("/var/tmp/dsportal-test"), Path("/var/tmp/dsportal-test/mail"))

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "deploy"), str(REPO / "deploy" / "local")]  # daemons, parts: deploy/ is no package
-
-from parts.nodes import hosts_with, hosts_without, is_mount_point, network_of  # noqa: E402
-
-from portal.config import ConfigError, PortalConfig  # noqa: E402
+from deploy.local.parts.nodes import hosts_with, hosts_without, is_mount_point, network_of
+from portal.config import ConfigError, PortalConfig
 
 MARK = "# dsportal box /var/lib/dsportal"
 
@@ -75,7 +70,7 @@ def test_a_bind_mount_of_a_directory_onto_itself_is_a_mount_point():
 @pytest.fixture
 def machine(tmp_path, monkeypatch):
     """/run/netns and the claims' directory of a machine of the test's own: namespaces as plain files."""
-    import netns
+    from deploy import netns
     monkeypatch.setattr(netns, "NETNS_DIR", tmp_path / "netns")
     monkeypatch.setattr(netns, "OWNERS_DIR", tmp_path / "owners")
     (tmp_path / "netns").mkdir()

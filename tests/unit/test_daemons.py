@@ -11,9 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))
-
-import daemons  # noqa: E402  (deploy/ is not a package)
+from deploy import daemons
 
 # A daemon that ignores SIGTERM and has a child in a session of its own, as the hub's proxy is.
 STUBBORN = ("import os, signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

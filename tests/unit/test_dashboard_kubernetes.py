@@ -10,8 +10,8 @@ import pytest
 from portal.config import PortalConfig
 from portal.jobs import UnreadableJob
 from portal.scheduler import SCHEDULERS, job_id_patterns, scheduler_class, scheduler_of_job
-from portal.scheduler.kube_client import KubeUser
-from portal.scheduler.kubernetes import KubernetesScheduler, new_k8s_id
+from portal.scheduler.kubernetes.client import KubeUser
+from portal.scheduler.kubernetes.scheduler import KubernetesScheduler, new_k8s_id
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.app import JOB_ID
 from portal.service.board import HubUser, JobBoard
@@ -111,13 +111,13 @@ def bound(name: str, node_name: str, namespace: str = "dsportal-u-alice", cpu: s
                                          ("1.5", 1.5), ("", 0.0), ("1e3", 0.0), ("-1", 0.0), ("3 Gi", 0.0),
                                          (None, 0.0), ({"cpu": 1}, 0.0), ("９", 0.0)])
 def test_quantities_are_read_as_the_api_server_writes_them_and_anything_else_is_nothing(text, value):
-    from portal.scheduler.kube_nodes import quantity
+    from portal.scheduler.kubernetes.nodes import quantity
 
     assert quantity(text) == value
 
 
 def test_each_pool_has_its_nodes_with_what_their_pods_leave_free():
-    from portal.scheduler.kube_nodes import node_pools
+    from portal.scheduler.kubernetes.nodes import node_pools
 
     nodes = [node("kubet-node2"), node("kubet-node1"), node("other", pool="v100"), node("cpu-only", pool=""),
              node("down", ready="False"), node("cordoned", cordoned=True)]
@@ -135,7 +135,7 @@ def test_each_pool_has_its_nodes_with_what_their_pods_leave_free():
 
 
 def test_the_start_warning_on_kubernetes_names_what_holds_the_nodes():
-    from portal.jobs.spec import JobSpec
+    from portal.records.spec import JobSpec
 
     core = FakeCore([])
     core.list_pod_for_all_namespaces = lambda **query: {"items": [
@@ -168,8 +168,8 @@ class Refusing:
 @pytest.mark.parametrize("exists", [False, True])
 def test_a_user_without_a_namespace_has_no_jobs_and_holds_nothing_and_a_refusal_elsewhere_is_one(monkeypatch,
                                                                                                exists):
-    from portal.scheduler import kubernetes as module
     from portal.scheduler.errors import JobNotFound, KubernetesError
+    from portal.scheduler.kubernetes import scheduler as module
 
     monkeypatch.setattr(module, "namespace_exists", lambda api, cfg, user: exists)
     scheduler = KubernetesScheduler(CFG, client_for=lambda cfg, user: None)
@@ -190,8 +190,8 @@ def test_a_user_without_a_namespace_has_no_jobs_and_holds_nothing_and_a_refusal_
 def test_a_caller_that_may_not_read_namespaces_keeps_the_refusal_it_got(monkeypatch):
     """In a user's own pod (its service account reads no namespaces), a 403 while the API server's roles load
     stays that 403, about the call made, for the notebook's watch to ask again."""
-    from portal.scheduler import kubernetes as module
     from portal.scheduler.errors import KubernetesError
+    from portal.scheduler.kubernetes import scheduler as module
 
     def refused(api, cfg, user):
         raise KubernetesError("the Kubernetes API refused namespace dsportal-u-alice: 403", status=403)

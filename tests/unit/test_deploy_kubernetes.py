@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import sys
 import types
 from pathlib import Path
 
@@ -17,16 +16,15 @@ import pytest
 import yaml
 from traitlets.config import Config
 
+from deploy.kubernetes.kubeparts import api as kube_api
+from deploy.kubernetes.kubeparts import machine, nodes
+from deploy.kubernetes.kubeparts.layout import KubeBox
+from deploy.supervise import BoxError
 from portal.config import PortalConfig
-from portal.jobs.k8s_manifests import user_namespace_objects
+from portal.scheduler.kubernetes.manifests import user_namespace_objects
 from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
-sys.path[:0] = [str(DEPLOY), str(DEPLOY.parent)]
-from kubeparts import api as kube_api  # noqa: E402
-from kubeparts import machine, nodes  # noqa: E402
-from kubeparts.layout import KubeBox  # noqa: E402
-from supervise import BoxError  # noqa: E402
 
 BUILT_IN = ("rbac.yaml",)  # mpijob-crd.yaml is a CustomResourceDefinition: checked by the real API server
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from jupyterhub.spawner import LocalProcessSpawner
 from tornado import web
 
-from portal.scheduler.quota import GpuQuota
+from portal.quota import GpuQuota
 from spawners.forms import (
     FIELDS,
     ClusterLimits,

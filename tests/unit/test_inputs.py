@@ -23,7 +23,7 @@ from portal.inputs import (
     wall_time,
     whole_number,
 )
-from portal.jobs.spec import FIELDS
+from portal.records.spec import FIELDS
 from portal.service.api import posted_spec
 from portal.service.base import UserError
 from portal.service.pages import tail_lines
@@ -185,7 +185,7 @@ def test_generated_forms_are_spec_fields_or_a_refusal_naming_a_field(arguments):
 def test_digits_are_ascii_only_wherever_they_are_checked():
     from portal.config import ConfigError, PortalConfig
     from portal.inputs import ascii_digits
-    from portal.slurm_json import read_squeue
+    from portal.scheduler.slurm.json_answers import read_squeue
     from tests.slurm_answers import squeue_job, squeue_json
 
     assert ascii_digits("0123") and not ascii_digits("") and not ascii_digits("²") and not ascii_digits("٣")

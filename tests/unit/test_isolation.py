@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from portal import runas
-from portal.jobs import account
-from portal.jobs.account import JobUser
 from portal.metrics import MetricsError, RunMetrics
+from portal.records import account
+from portal.records.account import JobUser
 from portal.scheduler.home import METRICS_IF_EVENTS
 
 FORGED = '{"images_per_sec": 1e9, "best_mean_auroc": 1.0, "epochs_done": 999}'
@@ -125,7 +125,7 @@ def test_each_malformed_metrics_answer_is_refused(what, text):
 
 def test_reads_of_a_users_files_are_bounded(tmp_path):
     """A log of one 2 MB line, a job.json of 2 MB: what is read of them is capped (here as the caller)."""
-    from portal.jobs.account import job_user
+    from portal.records.account import job_user
 
     log = tmp_path / "output.log"
     log.write_text("x" * 2_000_000 + "\nlast line\n")

@@ -3,14 +3,8 @@
 import re
 import subprocess
 
-from portal.jobs.history import (
-    LOG_LINES,
-    expand_hostlist,
-    history_lines,
-    parse_events,
-    parse_runs,
-    resumed_epochs,
-)
+from portal.scheduler.cluster import expand_hostlist
+from portal.scheduler.slurm.history import LOG_LINES, history_lines, parse_events, parse_runs, resumed_epochs
 
 # sacct -D -X -P -n -j 13 -o State,Start,End,NodeList, for a job whose node2 died in its first run
 RUNS = ("NODE_FAIL|2026-11-22T18:55:31|2026-11-22T18:56:00|node[1-2]\n"

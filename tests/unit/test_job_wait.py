@@ -10,7 +10,8 @@ import types
 import pytest
 
 from portal import jobs, notebook
-from portal.jobs import Asker, Job, asker
+from portal.jobs import Asker, Job
+from portal.scheduler import asker as asker_module
 from portal.scheduler.errors import KubernetesRefused, KubernetesUnavailable, SlurmUnavailable, kubernetes_failure
 
 
@@ -44,7 +45,7 @@ def test_wait_stops_at_a_refusal_and_at_its_timeout(monkeypatch):
     forbidden = kubernetes_failure("the job", 403, "forbidden")
     with pytest.raises(KubernetesRefused):
         job(forbidden, "COMPLETED").wait(timeout=5, poll=0)
-    monkeypatch.setattr(asker, "REFUSED_AGAIN_S", 0.0)
+    monkeypatch.setattr(asker_module, "REFUSED_AGAIN_S", 0.0)
     with pytest.raises(KubernetesRefused):
         job("RUNNING", forbidden, "COMPLETED").wait(timeout=5, poll=0)
     down = kubernetes_failure("the job", 503, "etcd")

@@ -163,7 +163,7 @@ def test_the_tasks_are_asked_of_slurm_for_the_owners_array_only(monkeypatch, cap
         if argv[0] == "squeue":
             raise SlurmRefused("Slurm refused `squeue`: Invalid job id specified", "Invalid job id")
         return "42_0|COMPLETED\n42_1|CANCELLED by 1001\n42_[2-3]|CANCELLED by 1001\n43_0|FAILED\n"
-    monkeypatch.setattr("portal.scheduler.slurm_commands.SlurmCommands.run", fake_run)
+    monkeypatch.setattr("portal.scheduler.slurm.commands.SlurmCommands.run", fake_run)
     answers = jobmail.array_tasks("42", "alice", PortalConfig())
     assert answers == [{0: "COMPLETED", 1: "CANCELLED", 2: "CANCELLED", 3: "CANCELLED"}]
     assert [argv[0] for argv in ran] == ["sacct", "squeue"] and all(("-u", "alice") == argv[

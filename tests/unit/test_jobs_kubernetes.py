@@ -13,13 +13,14 @@ import pytest
 import yaml
 
 from portal.config import PortalConfig
-from portal.jobs.k8s_manifests import ANNOTATION_CLUSTER, ANNOTATION_SPEC, manifest_yaml, mpijob_manifest
-from portal.jobs.record import RecordError
-from portal.jobs.spec import JobSpecError, parse_job_spec
 from portal.metrics import RunMetrics
-from portal.scheduler.kube_client import KubeUser
-from portal.scheduler.kube_records import K8S_ID, limits_for, log_metrics, mpijob_record, mpijob_state
-from portal.scheduler.kubernetes import KubernetesError, KubernetesScheduler, new_k8s_id
+from portal.records.ids import K8S_ID
+from portal.records.record import RecordError
+from portal.records.spec import JobSpecError, parse_job_spec
+from portal.scheduler.kubernetes.client import KubeUser
+from portal.scheduler.kubernetes.manifests import ANNOTATION_CLUSTER, ANNOTATION_SPEC, manifest_yaml, mpijob_manifest
+from portal.scheduler.kubernetes.records import limits_for, log_metrics, mpijob_record, mpijob_state
+from portal.scheduler.kubernetes.scheduler import KubernetesError, KubernetesScheduler, new_k8s_id
 from tests.unit.test_jobs_render import bash_syntax_ok
 
 CFG = PortalConfig(gpu_quota={"gpu-users": 8})

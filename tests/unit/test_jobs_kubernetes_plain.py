@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import kubernetes_validate
 import pytest
 
-from portal.jobs.k8s_manifests import ANNOTATION_SPEC, LABEL_JOB, LABEL_ROLE, owned_by, plain_job_objects
-from portal.scheduler.kube_client import new_ssh_key
-from portal.scheduler.kube_records import plain_job_state, pod_holders, pod_queue
+from portal.scheduler.kubernetes.client import new_ssh_key
+from portal.scheduler.kubernetes.manifests import ANNOTATION_SPEC, LABEL_JOB, LABEL_ROLE, owned_by, plain_job_objects
+from portal.scheduler.kubernetes.records import plain_job_state, pod_holders, pod_queue
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.summary import quota_of
 from spawners.forms import OptionsError, parse_server_options

@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from portal.config import ConfigError, PortalConfig
-from portal.jobs.spec import JobSpec
-from portal.jobs.templating import sbatch_value
+from portal.records.spec import JobSpec
+from portal.records.templating import sbatch_value
 from portal.scheduler.local import render_local
-from portal.scheduler.sbatch import render_sbatch, shell_path
+from portal.scheduler.slurm.sbatch import render_sbatch, shell_path
 from tests.unit.test_jobs_spec import LIMITS, parse
 
 CFG = PortalConfig()

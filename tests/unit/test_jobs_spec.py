@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal.jobs.spec import FIELDS, JobLimits, JobSpec, JobSpecError, parse_job_spec
-from portal.scheduler.quota import GpuHolder, GpuQuota
+from portal.quota import GpuHolder, GpuQuota
+from portal.records.spec import FIELDS, JobLimits, JobSpec, JobSpecError, parse_job_spec
 
 DATA = "/data/chestxray14"
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,

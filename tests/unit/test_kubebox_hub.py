@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import runpy
 import subprocess
-import sys
 
 import kubernetes_validate
 import pytest
 from traitlets.config import Config
 
+from deploy.kubernetes.kubeparts import hub
+from deploy.kubernetes.kubeparts.layout import KubeBox
+from deploy.supervise import BoxError
+from portal.config import PortalConfig
 from tests.conftest import REPO
 from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
-
-sys.path[:0] = [str(REPO / "deploy" / "kubernetes"), str(REPO / "deploy")]
-from kubeparts import hub  # noqa: E402
-from kubeparts.layout import KubeBox  # noqa: E402
-from supervise import BoxError  # noqa: E402
-
-from portal.config import PortalConfig  # noqa: E402
 
 LDAP = {"ldap_port": 3389, "ldap_base_dn": "dc=dsportal,dc=local",
         "ldap_bind_dn_template": "uid={username},ou=people,dc=dsportal,dc=local",
@@ -106,10 +102,9 @@ def test_the_dashboard_service_gets_the_pods_api_server_address(monkeypatch):
 
 
 def test_the_boxs_identities_are_the_users_the_portal_impersonates_and_binds(tmp_path):
-    from kubeparts.identities import static_identities
-    from kubeparts.layout import PORTAL, USERS_GROUP, user_principal
-
-    from portal.jobs.k8s_manifests import user_role_binding
+    from deploy.kubernetes.kubeparts.identities import static_identities
+    from deploy.kubernetes.kubeparts.layout import PORTAL, USERS_GROUP, user_principal
+    from portal.scheduler.kubernetes.manifests import user_role_binding
 
     ids = static_identities(KubeBox(tmp_path))
     assert ids["alice"] == (PORTAL.user_principal("alice"), [USERS_GROUP]) == (user_principal("alice"), [USERS_GROUP])

@@ -155,3 +155,64 @@ def test_the_architecture_page_names_every_package():
     packages += [p.relative_to(REPO).as_posix() for p in (REPO / "deploy").iterdir() if p.is_dir()]
     missing = [package for package in packages if f"`{package}/" not in page and f"`{package}`" not in page]
     assert not missing, f"docs/architecture.md does not say what these own: {missing}"
+
+
+# Which may import which (docs/architecture.md, "The layers"): per module prefix, the prefixes it must not import,
+# anywhere in the module (inside functions too; type-checking imports aside). The schedulers' subpackages know
+# nothing of each other; the neutral scheduler layer knows neither (portal.scheduler names them as strings).
+SETTINGS = ("portal.config", "portal.config_values", "portal.config_cli", "portal.config_checks", "portal.inputs",
+            "portal.runas")
+ABOVE_RECORDS = ("portal.scheduler", "portal.service", "portal.jobs", "portal.notebook", "portal.jobmail",
+                 "portal.accounts", "spawners")
+NEUTRAL_SCHEDULER = ("portal.scheduler.__init__", "portal.scheduler.errors", "portal.scheduler.snapshot",
+                     "portal.scheduler.home", "portal.scheduler.usage", "portal.scheduler.asker",
+                     "portal.scheduler.local")
+FORBIDDEN = {
+    "chexnet": ("portal", "spawners"),
+    **{name: ("portal.records", *ABOVE_RECORDS) for name in SETTINGS},
+    "portal.records": ABOVE_RECORDS,
+    "portal.scheduler.slurm": ("portal.scheduler.kubernetes", "portal.scheduler.local", "portal.service",
+                               "portal.jobs", "portal.notebook", "spawners"),
+    "portal.scheduler.kubernetes": ("portal.scheduler.slurm", "portal.scheduler.local", "portal.service",
+                                    "portal.jobs", "portal.notebook", "spawners"),
+    **{name: ("portal.scheduler.slurm", "portal.scheduler.kubernetes", "portal.service", "portal.jobs",
+              "portal.notebook", "spawners") for name in NEUTRAL_SCHEDULER},
+    "portal.jobs": ("portal.service", "spawners", "portal.notebook"),
+    "portal.service": ("spawners", "portal.notebook"),
+    "spawners": ("portal.service", "portal.notebook"),
+}
+
+
+def every_import(path: Path) -> set[str]:
+    """The dotted names a module imports anywhere (functions too), `if TYPE_CHECKING:` blocks aside."""
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+    visit(ast.parse(path.read_text()))
+    return names
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(f"{prefix}.")
+
+
+def test_each_layer_imports_only_from_below_and_no_scheduler_from_another():
+    broken = []
+    for name, path in modules().items():
+        module = f"{name}.__init__" if path.name == "__init__.py" else name
+        rules = [banned for prefix, banned in FORBIDDEN.items() if _under(module, prefix) or _under(name, prefix)]
+        for imported in sorted(every_import(path)):
+            for banned in (b for rule in rules for b in rule):
+                if _under(imported, banned) and not _under(name, banned):
+                    broken.append(f"{name} imports {imported} ({banned} is not below it)")
+    assert not broken, "\n".join(broken)

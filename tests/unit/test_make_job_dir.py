@@ -12,10 +12,10 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.jobs import JobNotFound, SlurmError
-from portal.jobs.account import THEN_FAILED, job_user
-from portal.jobs.record import JobRecord
-from portal.jobs.spec import JobSpec
-from portal.scheduler.slurm import SlurmScheduler
+from portal.records.account import THEN_FAILED, job_user
+from portal.records.record import JobRecord
+from portal.records.spec import JobSpec
+from portal.scheduler.slurm.scheduler import SlurmScheduler
 
 
 def test_the_directory_and_its_files_are_made_with_their_modes_and_its_inode_is_returned(tmp_path):

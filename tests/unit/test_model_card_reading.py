@@ -11,10 +11,10 @@ import pytest
 
 from chexnet.model_card import CARD_FILE
 from portal.config import PortalConfig
-from portal.jobs.record import JobRecord
-from portal.jobs.spec import JobSpec
+from portal.records.record import JobRecord
+from portal.records.spec import JobSpec
 from portal.scheduler.home import MAX_CARD_BYTES, ModelCardError
-from portal.scheduler.slurm import SlurmScheduler
+from portal.scheduler.slurm.scheduler import SlurmScheduler
 from tests.cards import a_card, replaced, wrong_type_cards
 
 RECORD = JobRecord(id="42", backend="slurm", user="alice", spec=JobSpec(data_dir="/d"),
@@ -110,8 +110,7 @@ def test_what_the_run_writes_is_checked_as_the_dashboard_reads_it(tmp_path):
 
 
 def test_on_kubernetes_the_card_is_the_last_card_line_of_the_pods_log_with_the_kubelets_digest():
-    from portal.jobs import k8s_manifests  # noqa: F401  (portal.jobs before portal.scheduler.kube_records)
-    from portal.scheduler.kube_records import card_from_log
+    from portal.scheduler.kubernetes.records import card_from_log
 
     card = {**a_card(), "environment": {"python": "3.11", "tensorflow": None, "horovod": None, "image_digest": None},
             "epochs_done": 3}

@@ -1,10 +1,10 @@
-"""A pod's status in words (portal.scheduler.pods): why it cannot start, and the scheduler's reasons."""
+"""A pod's status in words (portal.scheduler.kubernetes.pods): why it cannot start, and the scheduler's reasons."""
 
 from __future__ import annotations
 
 import pytest
 
-from portal.scheduler.pods import cannot_start, event_in_words, scheduling_in_words
+from portal.scheduler.kubernetes.pods import cannot_start, event_in_words, scheduling_in_words
 
 
 def pod(phase="Pending", waiting=None, terminated=None, scheduled=None) -> dict:

@@ -1,9 +1,9 @@
-"""The GPU quota's rule, arithmetic and wording (portal.scheduler.quota), as the spawn form and the jobs use them."""
+"""The GPU quota's rule, arithmetic and wording (portal.quota), as the spawn form and the jobs use them."""
 
 from dataclasses import replace
 
 from portal.config import PortalConfig
-from portal.scheduler.quota import GpuHolder, GpuQuota, quota_for, quota_group
+from portal.quota import GpuHolder, GpuQuota, quota_for, quota_group
 
 QUOTAS = {"gpu-users": 4, "gpu-power": 8, "gpu-b": 8}
 

@@ -14,9 +14,9 @@ from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
 from portal.jobs import UnreadableJob, UnreadableRecord, _load, listed_jobs
-from portal.jobs.account import JobUser
-from portal.jobs.record import JOB_ID, JobRecord, RecordError, RecordPlace, exit_code
-from portal.jobs.spec import JobSpec
+from portal.records.account import JobUser
+from portal.records.record import JOB_ID, JobRecord, RecordError, RecordPlace, exit_code
+from portal.records.spec import JobSpec
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
@@ -140,7 +140,7 @@ def test_each_malformed_shape_is_a_record_error_saying_why(what, text, words):
 
 
 def a_sweeps_record() -> dict:
-    from portal.jobs.sweep import parse_sweep
+    from portal.records.sweep import parse_sweep
 
     plan = parse_sweep({"trials": 4, "space": {"lr": {"low": 1e-4, "high": 1e-2}, "batch_size": [8, 16]}}, 5, None, 0)
     return {**good_record(ROOT), "sweep": plan.to_dict()}

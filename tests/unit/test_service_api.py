@@ -15,12 +15,12 @@ from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
 from portal.jobs import Job, JobNotFound, JobSpecError, SlurmError
-from portal.jobs.account import job_user
-from portal.jobs.record import JobRecord
-from portal.jobs.spec import JobLimits, JobSpec
-from portal.jobs.sweep import parse_sweep, sweep_view
-from portal.scheduler.quota import GpuQuota
-from portal.scheduler.slurm import SlurmScheduler
+from portal.quota import GpuQuota
+from portal.records.account import job_user
+from portal.records.record import JobRecord
+from portal.records.spec import JobLimits, JobSpec
+from portal.records.sweep import parse_sweep, sweep_view
+from portal.scheduler.slurm.scheduler import SlurmScheduler
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.api import cluster_answer
 from portal.service.app import ACTION_WORKERS, make_app

@@ -10,7 +10,7 @@ import pytest
 from portal.config import PortalConfig
 from portal.jobs import SlurmError
 from portal.scheduler import snapshot as cluster_module
-from portal.scheduler.kubernetes import KubernetesScheduler
+from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from portal.scheduler.snapshot import ClusterCache
 from tests.slurm_answers import squeue_job, squeue_json
 

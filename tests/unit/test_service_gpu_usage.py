@@ -20,8 +20,8 @@ class UsageAPI(CountingAPI):
         from datetime import datetime
 
         from portal.jobs import SlurmError
-        from portal.slurm_json import read_sacct
-        from portal.usage import usage_report
+        from portal.scheduler.slurm.json_answers import read_sacct
+        from portal.scheduler.slurm.usage import usage_report
         from tests.slurm_answers import sacct_json, sacct_run
         self.usage_asked.append((user, everyone))
         if self.down:

@@ -18,7 +18,7 @@ from tornado.testing import AsyncHTTPTestCase
 from tornado.web import create_signed_value
 
 from portal.config import PortalConfig
-from portal.scheduler.slurm import JobDirError, SlurmError
+from portal.scheduler.slurm.scheduler import JobDirError, SlurmError
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import (

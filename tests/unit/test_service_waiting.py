@@ -1,18 +1,19 @@
 """What a pending job waits for, as the jobs list, a job's page and the API say it (portal.service.summary.waiting):
 the reason in words once, what holds what it asks for, and Slurm's estimate of its start; and what a submit says
-of a job that will wait (portal.slurm.start_note)."""
+of a job that will wait (portal.scheduler.slurm.answers.start_note)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-import portal.jobs  # noqa: F401  (before portal.scheduler.kube_records, which it imports: the order the portal has)
-from portal.jobs.k8s_manifests import LABEL_JOB
-from portal.scheduler.kube_records import pod_queue
+import portal.jobs  # noqa: F401  (before portal.scheduler.kubernetes.records, which it imports: the order the portal has)
+from portal.scheduler.cluster import ClusterNode, NodePool, start_note
+from portal.scheduler.kubernetes.manifests import LABEL_JOB
+from portal.scheduler.kubernetes.records import pod_queue
+from portal.scheduler.slurm.answers import SLURM_SERVERS
+from portal.scheduler.slurm.json_answers import read_squeue, users_jobs
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.summary import waiting
-from portal.slurm import SlurmNode, SlurmPartition, start_note
-from portal.slurm_json import read_squeue, users_jobs
 from tests.slurm_answers import squeue_job, squeue_json
 
 NOW = datetime(2026, 11, 26, 18, 0).timestamp()
@@ -74,21 +75,23 @@ def test_on_kubernetes_the_schedulers_words_and_her_running_server_pod():
     assert said["held_by"] == "your server (job jupyter-alice)" and said["expected_start"] == ""
 
 
-def node(name: str, free_gpus: int = 4, free_cpus: int = 8, free_mb: int = 24576) -> SlurmNode:
-    return SlurmNode(name, cpus=8, memory_mb=24576, gpus=4, free_gpus=free_gpus, usable=True, partitions=("gpu",),
+def node(name: str, free_gpus: int = 4, free_cpus: int = 8, free_mb: int = 24576) -> ClusterNode:
+    return ClusterNode(name, cpus=8, memory_mb=24576, gpus=4, free_gpus=free_gpus, usable=True, partitions=("gpu",),
                      state="MIXED", free_cpus=free_cpus, free_memory_mb=free_mb)
 
 
 def test_a_submit_that_will_wait_says_for_what_before_it_waits():
     """Her server holds 1 GPU, 2 CPUs and 4 GB of node1: a 2-node job asking 21 GB per node will wait for it."""
-    gpu = SlurmPartition("gpu", (node("node1", 3, 6, 20480), node("node2")), max_minutes=None, default=True)
+    gpu = NodePool("gpu", (node("node1", 3, 6, 20480), node("node2")), max_minutes=None, default=True)
     found = snapshot(squeue_job(4, "alice", gpus_per_node=1, name="spawner-jupyterhub", node_list="node1"),
                      squeue_job(8, "bob", gpus_per_node=1, uid=10002, node_list="node2"))
     mine = users_jobs(found.queue, "alice")
-    assert start_note(2, 1, 4, 21, gpu, mine) == "will wait for your server (job 4) to end: node1 has 20 of 24 GB free"
-    assert start_note(2, 1, 4, 16, gpu, mine) == ""  # the defaults fit beside her server
-    assert start_note(1, 1, 4, 21, gpu, mine) == ""  # node2 alone holds it
-    assert start_note(2, 4, 8, 16, gpu, mine) == \
+    assert start_note(2, 1, 4, 21, gpu, mine, SLURM_SERVERS) == \
+        "will wait for your server (job 4) to end: node1 has 20 of 24 GB free"
+    assert start_note(2, 1, 4, 16, gpu, mine, SLURM_SERVERS) == ""  # the defaults fit beside her server
+    assert start_note(1, 1, 4, 21, gpu, mine, SLURM_SERVERS) == ""  # node2 alone holds it
+    assert start_note(2, 4, 8, 16, gpu, mine, SLURM_SERVERS) == \
         "will wait for your server (job 4) to end: node1 has 3 of 4 GPUs and 6 of 8 CPUs free"
-    theirs = SlurmPartition("gpu", (node("node1"), node("node2", 0)), max_minutes=None, default=True)
-    assert start_note(2, 1, 1, 1, theirs, mine) == "will wait for other users' jobs to end: node2 has 0 of 4 GPUs free"
+    theirs = NodePool("gpu", (node("node1"), node("node2", 0)), max_minutes=None, default=True)
+    assert start_note(2, 1, 1, 1, theirs, mine, SLURM_SERVERS) == \
+        "will wait for other users' jobs to end: node2 has 0 of 4 GPUs free"

@@ -10,7 +10,7 @@ import pytest
 
 from portal import settings
 from portal.inputs import InputError
-from portal.jobs.account import JobUser
+from portal.records.account import JobUser
 from tests.cards import JSON_VALUES
 
 

@@ -1,5 +1,5 @@
-"""Slurm's answers as data (portal.slurm_json): the real answers of Slurm 22.05, the fields a user controls read as
-nothing but themselves, and an answer that is not Slurm's refused rather than guessed at."""
+"""Slurm's answers as data (portal.scheduler.slurm.json_answers): the real answers of Slurm 22.05, the fields a user
+controls read as nothing but themselves, and an answer that is not Slurm's refused rather than guessed at."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal.slurm import gpu_holders
-from portal.slurm_json import SlurmAnswerError, exit_code, read_sacct, read_squeue, slurm_duration, users_jobs
+from portal.scheduler.cluster import duration_text, gpu_holders
+from portal.scheduler.slurm.answers import SLURM_SERVERS
+from portal.scheduler.slurm.json_answers import SlurmAnswerError, exit_code, read_sacct, read_squeue, users_jobs
 from tests.slurm_answers import REAL_SACCT, REAL_SQUEUE, STARTED, sacct_json, sacct_run, squeue_job, squeue_json
 
 NOW = STARTED + 3723  # 1:02:03 after the jobs started
@@ -45,7 +46,8 @@ def test_a_users_jobs_are_hers_that_wait_or_run():
         squeue_job(3, "alice", "COMPLETED", gpus_per_node=4, end_time=STARTED + 60),
         squeue_job(4, "alice", "PENDING", gpus_per_node=2, nodes=2)), NOW)
     assert [job.id for job in users_jobs(jobs, "alice")] == ["1", "4"]
-    assert [(h.describe(), h.gpus) for h in gpu_holders(users_jobs(jobs, "alice"))] == [("job 1", 1), ("job 4", 4)]
+    holders = gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)
+    assert [(h.describe(), h.gpus) for h in holders] == [("job 1", 1), ("job 4", 4)]
     assert jobs["3"].elapsed == "1:00" and jobs["1"].elapsed == "1:02:03"
 
 
@@ -55,7 +57,7 @@ def test_exit_codes_as_slurm_prints_them(status, printed):
 
 
 def test_durations_as_squeue_prints_them():
-    assert [slurm_duration(s) for s in (-3, 5, 754, 3723, 93784)] == ["0:00", "0:05", "12:34", "1:02:03",
+    assert [duration_text(s) for s in (-3, 5, 754, 3723, 93784)] == ["0:00", "0:05", "12:34", "1:02:03",
                                                                       "1-02:03:04"]
 
 
@@ -112,7 +114,7 @@ def test_text_a_user_controls_is_only_itself(name, comment, workdir, output):
                                    squeue_job(8, "alice", gpus_per_node=1)), NOW)
     assert list(jobs) == ["7", "8"] and jobs["7"].name == name
     assert (jobs["7"].user, jobs["7"].gpus, jobs["7"].state) == ("bob", 0, "RUNNING")
-    assert [h.gpus for h in gpu_holders(users_jobs(jobs, "alice"))] == [1]
+    assert [h.gpus for h in gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)] == [1]
     runs = read_sacct(sacct_json(sacct_run(7, "bob", "COMPLETED", datetime(2026, 11, 22, 19), None, name=name,
                                            working_directory=workdir, comment={"job": comment})))
     assert [(r.job_id, r.user, r.gpus, r.name) for r in runs] == [("7", "bob", 0, name)]

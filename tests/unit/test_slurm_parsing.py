@@ -1,7 +1,8 @@
 """Reading Slurm's answers: partitions, free GPUs, time limits, a user's GPUs, pending reasons."""
 
-from portal.slurm import gpu_count, gpu_holders, pending_reason, slurm_partitions, wall_minutes
-from portal.slurm_json import read_squeue, users_jobs
+from portal.scheduler.cluster import gpu_holders
+from portal.scheduler.slurm.answers import SLURM_SERVERS, gpu_count, pending_reason, slurm_partitions, wall_minutes
+from portal.scheduler.slurm.json_answers import read_squeue, users_jobs
 from spawners.slurm_cluster import partitions_from_scontrol
 from tests.slurm_answers import STARTED, squeue_job, squeue_json
 
@@ -47,7 +48,7 @@ def test_a_users_gpus_count_every_node_and_pending_jobs():
         squeue_job(16, "alice", "PENDING", name="a | b", tres_per_job="gres:gpu:3", tres_req_str="cpu=1,gres/gpu=3"),
         squeue_job(17, "alice", name="cpu-only"), squeue_job(18, "bob", gpus_per_node=4, uid=10002),
         squeue_job(19, "alice", "CANCELLED", gpus_per_node=4)), now=STARTED + 60)
-    holders = gpu_holders(users_jobs(jobs, "alice"))
+    holders = gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)
     assert [(h.describe(), h.gpus) for h in holders] == [("job 12", 4), ("your server", 1), ("job 16", 3)]
 
 

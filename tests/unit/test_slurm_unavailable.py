@@ -15,13 +15,13 @@ from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import JobStatus
 
 from portal.config import PortalConfig
-from portal.jobs.account import JobUser
-from portal.jobs.record import JobRecord, cluster_jobs_dir
-from portal.jobs.spec import JobSpec
+from portal.records.account import JobUser
+from portal.records.record import JobRecord, cluster_jobs_dir
+from portal.records.spec import JobSpec
 from portal.scheduler.errors import SchedulerUnavailable
-from portal.scheduler.slurm import SlurmError, SlurmScheduler
+from portal.scheduler.slurm.answers import job_unknown, squeue_outcome
+from portal.scheduler.slurm.scheduler import SlurmError, SlurmScheduler
 from portal.scheduler.snapshot import ClusterCache
-from portal.slurm import job_unknown, squeue_outcome
 from spawners.slurm import PortalSlurmSpawner
 from spawners.slurm_state import SlurmUnavailable
 from tests.slurm_answers import squeue_json
@@ -180,7 +180,7 @@ def test_a_sweep_neither_queued_nor_accounted_yet_is_unknown_not_gone():
     not known for a moment, never "not found", so a caller waiting for its end waits on."""
     from dataclasses import replace
 
-    from portal.jobs.sweep import parse_sweep
+    from portal.records.sweep import parse_sweep
 
     user = answering({"squeue": (0, "", ""), "sacct": (0, "", ""), "head": (0, "", "")})
     sweep = replace(record_of(user), sweep=parse_sweep({}, 5, None, 0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from portal.config import PortalConfig
-from portal.jobs.k8s_manifests import user_namespace_objects
+from portal.scheduler.kubernetes.manifests import user_namespace_objects
 from spawners.forms import OptionsError, parse_server_options, render_form
 from spawners.kubernetes import cluster_limits, pod_settings
 

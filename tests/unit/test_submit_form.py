@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from portal.jobs.spec import MODELS, TEMPLATES, JobLimits, parse_job_spec
-from portal.scheduler.quota import GpuHolder, GpuQuota
+from portal.quota import GpuHolder, GpuQuota
+from portal.records.spec import MODELS, TEMPLATES, JobLimits, parse_job_spec
 from portal.service.submit_form import form_fields, form_values, request_summary
 
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,

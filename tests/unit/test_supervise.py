@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))
-
-import supervise  # noqa: E402  (deploy/ is not a package)
-from supervise import BoxError, Lock, Place, Service, flags, service_pid, start_service, stop_service  # noqa: E402
+from deploy import supervise
+from deploy.supervise import BoxError, Lock, Place, Service, flags, service_pid, start_service, stop_service
 
 
 @dataclass(frozen=True)

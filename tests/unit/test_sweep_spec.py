@@ -1,4 +1,4 @@
-"""A sweep's request (portal.jobs.sweep): what it may search, how many at once within the quota, the refusals naming
+"""A sweep's request (portal.records.sweep): what it may search, how many at once within the quota, the refusals naming
 the field; its record; Slurm's tasks and the study's trials merged into the sweep page's rows; its batch script;
 the submit form's sweep fields; the AUROC-against-parameter chart."""
 
@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from portal.config import PortalConfig
-from portal.jobs.record import JobRecord, RecordError
-from portal.jobs.spec import JobSpecError
-from portal.jobs.sweep import (
+from portal.quota import GpuHolder, GpuQuota
+from portal.records.record import JobRecord, RecordError
+from portal.records.spec import JobSpecError
+from portal.records.sweep import (
     MAX_TRIALS,
     PARAMS,
     SweepStatusError,
@@ -25,8 +26,7 @@ from portal.jobs.sweep import (
     sweep_view,
     task_states,
 )
-from portal.scheduler.quota import GpuHolder, GpuQuota
-from portal.scheduler.sbatch import render_sbatch, shell_path
+from portal.scheduler.slurm.sbatch import render_sbatch, shell_path
 from portal.service.sparkline import scatter
 from portal.service.submit_form import form_spec, sweep_form_field, sweep_form_values
 from tests.unit.test_jobs_render import bash_syntax_ok, sbatch_lines

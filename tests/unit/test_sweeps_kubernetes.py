@@ -9,12 +9,12 @@ import kubernetes_validate
 import pytest
 
 from chexnet.sweep import EXIT_FINISHED
-from portal.jobs.k8s_manifests import ANNOTATION_SWEEP, LABEL_ROLE, sweep_job_manifest
-from portal.jobs.record import RecordError
-from portal.jobs.spec import JobSpecError
-from portal.jobs.sweep import parse_sweep, sweep_view
-from portal.scheduler.kube_records import mpijob_record, pod_trials, sweep_job_state
-from portal.scheduler.kubernetes import KubernetesScheduler
+from portal.records.record import RecordError
+from portal.records.spec import JobSpecError
+from portal.records.sweep import parse_sweep, sweep_view
+from portal.scheduler.kubernetes.manifests import ANNOTATION_SWEEP, LABEL_ROLE, sweep_job_manifest
+from portal.scheduler.kubernetes.records import mpijob_record, pod_trials, sweep_job_state
+from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from tests.unit.test_jobs_kubernetes import CFG, JOB_ID, KUBERNETES_VERSIONS, spec
 from tests.unit.test_jobs_kubernetes_plain import as_pod, job
 from tests.unit.test_jobs_render import bash_syntax_ok
@@ -139,7 +139,7 @@ def test_the_sweeps_state_comes_from_its_job_and_pods(conditions, deleting, phas
 
 
 def test_every_kubernetes_script_copies_the_model_card_into_its_pods_log():
-    from portal.jobs.k8s_manifests import launcher_script, plain_job_objects
+    from portal.scheduler.kubernetes.manifests import launcher_script, plain_job_objects
 
     trial = sweep_job()["spec"]["template"]["spec"]["containers"][0]["command"][2]
     launcher, _ = plain_job_objects(spec(), JOB_ID, "alice", CFG, "v100", private_key="K", public_key="P")

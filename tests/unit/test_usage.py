@@ -2,8 +2,9 @@
 
 from datetime import datetime
 
-from portal.slurm_json import read_sacct
-from portal.usage import usage_report, week_start
+from portal.scheduler.slurm.json_answers import read_sacct
+from portal.scheduler.slurm.usage import usage_report
+from portal.scheduler.usage import week_start
 from tests.slurm_answers import sacct_json, sacct_run
 
 NOW = datetime(2026, 11, 22, 20, 0, 0)  # a Sunday

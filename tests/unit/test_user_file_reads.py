@@ -39,8 +39,8 @@ ACCOUNTED = {
     ("portal/scheduler/home.py", "model_card", "read_text"): BOUNDED,
     ("portal/scheduler/local.py", "_pid", "read_text"): BOUNDED,
     ("portal/scheduler/local.py", "state", "read_text"): BOUNDED,
-    ("portal/scheduler/slurm.py", "_left_behind", "read_text"): BOUNDED,
-    ("portal/scheduler/slurm.py", "_remember", "read_text"): BOUNDED,
+    ("portal/scheduler/slurm/scheduler.py", "_left_behind", "read_text"): BOUNDED,
+    ("portal/scheduler/slurm/scheduler.py", "_remember", "read_text"): BOUNDED,
 }
 MODULES_WITH_OPEN = ("os", "io", "gzip", "bz2", "lzma", "tarfile", "zipfile", "codecs")
 

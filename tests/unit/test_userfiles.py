@@ -102,7 +102,7 @@ def test_a_claim_that_is_no_claim_has_no_holder(tmp_path):
 
 
 def a_plan_file() -> dict:
-    from portal.jobs.sweep import parse_sweep
+    from portal.records.sweep import parse_sweep
 
     plan = parse_sweep({"trials": 4, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True},
                                                "batch_size": [8, 16]}}, 5, None, 0)

@@ -17,12 +17,12 @@ from kubernetes import config as kubeconfig
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError, DynamicApiError, NotFoundError
-from supervise import BoxError
 from urllib3.exceptions import HTTPError
 
-from kubeparts.layout import PORTAL, USERS_GROUP, KubeBox, user_namespace, user_principal
-from portal.jobs.k8s_manifests import LABEL_USER, user_namespace_manifest, user_role_binding
-from portal.scheduler.kube_client import impersonate
+from deploy.kubernetes.kubeparts.layout import PORTAL, USERS_GROUP, KubeBox, user_namespace, user_principal
+from deploy.supervise import BoxError
+from portal.scheduler.kubernetes.client import impersonate
+from portal.scheduler.kubernetes.manifests import LABEL_USER, user_namespace_manifest, user_role_binding
 
 ApiError = DynamicApiError
 # Kinds whose whole content a manifest owns, so `apply` replaces them; others are only created when missing

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 
-from supervise import BoxError, Service, flags
-
-from kubeparts.api import api_client
-from kubeparts.api import ready as api_ready
-from kubeparts.identities import read_tokens
-from kubeparts.layout import BUILD_SCRIPT, KUBE_BIN, NODE_POD_PREFIX, KubeBox
+from deploy.kubernetes.kubeparts.api import api_client
+from deploy.kubernetes.kubeparts.api import ready as api_ready
+from deploy.kubernetes.kubeparts.identities import read_tokens
+from deploy.kubernetes.kubeparts.layout import BUILD_SCRIPT, KUBE_BIN, NODE_POD_PREFIX, KubeBox
+from deploy.supervise import BoxError, Service, flags
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # Every controller a cluster has by default (Jobs, ReplicaSets, quotas, claims binding, node lifecycle, the garbage

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kubernetes.dynamic import DynamicClient
-from supervise import BoxError
 
-from kubeparts.api import ApiError, apply, load_manifests, resource
-from kubeparts.layout import CRD_FILE, RBAC_FILE
+from deploy.kubernetes.kubeparts.api import ApiError, apply, load_manifests, resource
+from deploy.kubernetes.kubeparts.layout import CRD_FILE, RBAC_FILE
+from deploy.supervise import BoxError
 
 
 def wait_until(check: Callable[[], str | None], timeout: float, what: str, log: Path) -> None:

@@ -6,9 +6,8 @@ import json
 import os
 import urllib.request
 
-from supervise import BoxError, Service, flags
-
-from kubeparts.layout import ETCD, LOCALHOST, KubeBox
+from deploy.kubernetes.kubeparts.layout import ETCD, LOCALHOST, KubeBox
+from deploy.supervise import BoxError, Service, flags
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # etcd is on 127.0.0.1, whatever the env
 

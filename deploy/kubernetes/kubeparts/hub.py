@@ -16,11 +16,11 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
                                                            the URL `make up-k8s` prints, on a node's address
     Deployment hub                                         1 replica, Recreate (one hub at a time: sqlite)
 
-The directory is the Slurm box's slapd (`box.py start slapd`; the tests': their own box's). The pods reach only
-the box's bridge (the nodes have no default route) and slapd listens on 127.0.0.1: the service `ldap-relay`
-(socat) relays the bridge address's LDAP port to slapd's, for the pods' range only, and the pod names the
-directory by this machine's hostname, which slapd's certificate carries, with a hostAliases entry for the bridge
-address. `install` writes <state>/hub/directory.json; while it is there, every `up` starts the relay, imports
+The directory is the Slurm box's slapd (`python -m deploy.local.box start slapd`; the tests': their own box's).
+The pods reach only the box's bridge (the nodes have no default route) and slapd listens on 127.0.0.1: the service
+`ldap-relay` (socat) relays the bridge address's LDAP port to slapd's, for the pods' range only, and the pod names
+the directory by this machine's hostname, which slapd's certificate carries, with a hostAliases entry for the
+bridge address. `install` writes <state>/hub/directory.json; while it is there, every `up` starts the relay, imports
 the hub image again when podman's copy changed, and brings the objects in line.
 """
 
@@ -37,16 +37,16 @@ from typing import Any
 
 import requests
 import yaml
-from daemons import port_in_use
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
-from selfsigned import ensure_ca_and_server_cert
-from supervise import BoxError, Service
 
-from kubeparts import images as box_images
-from kubeparts.api import apply, resource
-from kubeparts.layout import HERE, HUB_NAMESPACE, HUB_SERVICE_ACCOUNT, PORTAL, KubeBox
+from deploy.daemons import port_in_use
+from deploy.kubernetes.kubeparts import images as box_images
+from deploy.kubernetes.kubeparts.api import apply, resource
+from deploy.kubernetes.kubeparts.layout import HERE, HUB_NAMESPACE, HUB_SERVICE_ACCOUNT, PORTAL, KubeBox
+from deploy.selfsigned import ensure_ca_and_server_cert
+from deploy.supervise import BoxError, Service
 from portal.config import PortalConfig
 
 VALUES_FILE = HERE / "values.yaml"
@@ -240,7 +240,7 @@ def install(box: KubeBox, cfg: PortalConfig) -> None:
     ca = Path(cfg.ca_file)
     if not ca.is_file():
         raise BoxError(f"the directory's CA {ca} is missing: start the directory first (`make up`, or "
-                       "`deploy/local/box.py start slapd`)")
+                       "`python -m deploy.local.box start slapd`)")
     directory_file(box).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ca, ca_file(box))
     directory_file(box).write_text(json.dumps({k: getattr(cfg, k) for k in DIRECTORY_FIELDS}, indent=1) + "\n")

@@ -22,10 +22,8 @@ import secrets
 from pathlib import Path
 
 import yaml
-from selfsigned import ensure_ca_and_server_cert, ensure_signing_key
-from supervise import write_if_changed
 
-from kubeparts.layout import (
+from deploy.kubernetes.kubeparts.layout import (
     ADMIN_USER,
     CONTROLLER_MANAGER_USER,
     DEMO_USERS,
@@ -34,6 +32,8 @@ from kubeparts.layout import (
     KubeBox,
     user_principal,
 )
+from deploy.selfsigned import ensure_ca_and_server_cert, ensure_signing_key
+from deploy.supervise import write_if_changed
 
 PRIVATE = 0o600  # keys, tokens and kubeconfigs: root only
 

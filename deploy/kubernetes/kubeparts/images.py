@@ -21,10 +21,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from netns import Node
-from supervise import BoxError, run
-
-from kubeparts.layout import KubeBox
+from deploy.kubernetes.kubeparts.layout import KubeBox
+from deploy.netns import Node
+from deploy.supervise import BoxError, run
 
 BUSYBOX = Path("/bin/busybox")
 PAUSE_IMAGE = "localhost/dsportal-busybox:latest"

@@ -8,9 +8,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netns import Network, Node
-from supervise import Place
-
+from deploy.netns import Network, Node
+from deploy.supervise import Place
 from portal.config import PortalConfig
 
 HERE = Path(__file__).resolve().parents[1]  # deploy/kubernetes

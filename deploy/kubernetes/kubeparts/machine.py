@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from supervise import BoxError
+from deploy.supervise import BoxError
 
 MACHINE = Path("/run/dsportal-kubebox")  # which boxes run nodes, and what the first one found
 # Held while a box claims or releases the machine: a user's box and the tests' box may go up and down at once.

@@ -29,18 +29,18 @@ import threading
 import time
 from pathlib import Path
 
-import netns
 import yaml
 from kubernetes import client as k8s
-from netns import CGROUP_ROOT, NETNS_DIR, Node
-from supervise import BoxError, Service, write_if_changed
 
-from kubeparts import machine
-from kubeparts.api import api_client
-from kubeparts.identities import read_tokens
-from kubeparts.images import PAUSE_IMAGE
-from kubeparts.layout import HERE, KUBE_BIN, PORTAL, KubeBox
-from kubeparts.machine import Leftover, Teardown
+from deploy import netns
+from deploy.kubernetes.kubeparts import machine
+from deploy.kubernetes.kubeparts.api import api_client
+from deploy.kubernetes.kubeparts.identities import read_tokens
+from deploy.kubernetes.kubeparts.images import PAUSE_IMAGE
+from deploy.kubernetes.kubeparts.layout import HERE, KUBE_BIN, PORTAL, KubeBox
+from deploy.kubernetes.kubeparts.machine import Leftover, Teardown
+from deploy.netns import CGROUP_ROOT, NETNS_DIR, Node
+from deploy.supervise import BoxError, Service, write_if_changed
 
 NODE_SCRIPT = HERE / "node.sh"
 CONTAINERD = "/usr/bin/containerd"
@@ -334,7 +334,7 @@ def stop_pods(box: KubeBox, node: Node) -> None:
 
 def crash(box: KubeBox, node: Node) -> str:
     """A node lost: its link goes down, then its kubelet, containerd and every container are killed at once.
-    `kubebox.py start` (or up) brings it back."""
+    `python -m deploy.kubernetes.kubebox up` brings it back."""
     if not (NETNS_DIR / node.name).exists():
         raise BoxError(f"{node.name}: the node is not up")
     if not netns.owns(record_file(box), node.name):

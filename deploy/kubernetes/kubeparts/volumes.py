@@ -21,12 +21,12 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
-from kubeparts.api import ensure_user_namespace
-from kubeparts.layout import DEMO_USERS, PORTAL, KubeBox, user_namespace
+from deploy.kubernetes.kubeparts.api import ensure_user_namespace
+from deploy.kubernetes.kubeparts.layout import DEMO_USERS, PORTAL, KubeBox, user_namespace
 from portal.config import PortalConfig
 from portal.jobs.demo_data import ensure_demo_data
-from portal.jobs.k8s_manifests import HOME_CLAIM_SIZE
-from portal.scheduler.kube_records import limits_for
+from portal.scheduler.kubernetes.manifests import HOME_CLAIM_SIZE
+from portal.scheduler.kubernetes.records import limits_for
 
 NOTEBOOK_UID, NOTEBOOK_GID = 1000, 100  # the training image's jovyan, and KubeSpawner's fs_gid
 DATA_SET = posixpath.basename(limits_for(PORTAL, ()).default_data_dir)  # chestxray14-tfrecords

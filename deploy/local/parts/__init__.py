@@ -1,1 +1,1 @@
-"""The cluster in a box, one module per service; deploy/local/box.py is the command line that composes them."""
+"""The cluster in a box, one module per service; `python -m deploy.local.box` is the command line over them."""

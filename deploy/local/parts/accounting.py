@@ -7,10 +7,9 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from supervise import BoxError, Service, flags, run, write_if_changed
-
-from parts.layout import LOCALHOST, Layout, make_dir, render
-from parts.slurm import prepare_cluster
+from deploy.local.parts.layout import LOCALHOST, Layout, make_dir, render
+from deploy.local.parts.slurm import prepare_cluster
+from deploy.supervise import BoxError, Service, flags, run, write_if_changed
 
 DB_NAME = "slurm_acct_db"
 DB_USER = "slurm"
@@ -117,8 +116,9 @@ def sync_accounts(lay: Layout) -> str:
     """The directory's groups and quotas as Slurm accounts and associations: the same as `python -m
     portal.accounts sync`, which an admin runs after changing the directory. It reads the cluster's name from
     slurmctld, so it runs once slurmctld is up (which then hears of the changes from slurmdbd)."""
-    from portal import accounts, directory  # the portal's own sync
+    from portal import directory  # the portal's own sync
     from portal.scheduler.errors import SlurmError
+    from portal.scheduler.slurm import accounts
 
     try:
         changes = accounts.sync(lay.cfg, warn=lambda line: print(f"accounting: {line}", flush=True))

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from supervise import BoxError
+from deploy.supervise import BoxError
 
 TRUSTED_CONFIGS = Path("/etc/exim4/trusted_configs")  # Debian's build: `strings /usr/sbin/exim4 | grep trusted`
 MADE_BY = ("# Made by the Data Scientist Portal's box (deploy/local/parts/exim_trust.py): a line per running box's "

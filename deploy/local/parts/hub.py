@@ -7,11 +7,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from daemons import SurvivedKill, running_pid, terminate
-from supervise import BoxError, Service
-
-from parts.layout import LOCALHOST, REPO, Layout, make_dir
-from parts.nodes import describe_process, ensure_bridge
+from deploy.daemons import SurvivedKill, running_pid, terminate
+from deploy.local.parts.layout import LOCALHOST, REPO, Layout, make_dir
+from deploy.local.parts.nodes import describe_process, ensure_bridge
+from deploy.supervise import BoxError, Service
 
 # In the environment of the hub, its proxy (which inherits it) and its services (jupyterhub_config.py passes it):
 # the box's state dir. What a killed hub left running is found by it.

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from supervise import BoxError, Place
-
+from deploy.supervise import BoxError, Place
 from portal.config import PortalConfig
 
 REPO = Path(__file__).resolve().parents[3]

@@ -23,10 +23,9 @@ import stat
 import subprocess
 from pathlib import Path
 
-from supervise import BoxError, Service, write_if_changed
-
-from parts import exim_trust
-from parts.layout import LOCALHOST, Layout, make_dir
+from deploy.local.parts import exim_trust
+from deploy.local.parts.layout import LOCALHOST, Layout, make_dir
+from deploy.supervise import BoxError, Service, write_if_changed
 
 EXIM = "/usr/sbin/exim4"
 EXIM_USER = "Debian-exim"  # Debian's build runs exim as this user when it needs no root (receiving, queue runs)

@@ -6,9 +6,8 @@ import os
 import shutil
 import subprocess
 
-from supervise import Service, flags, run
-
-from parts.layout import Layout, make_dir
+from deploy.local.parts.layout import Layout, make_dir
+from deploy.supervise import Service, flags, run
 
 FILES = {"key": "munge.key", "pid": "munged.pid", "log": "munged.log", "seed": "munged.seed"}  # under STATE/munge
 

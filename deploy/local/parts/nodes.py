@@ -16,8 +16,9 @@ import ipaddress
 import subprocess
 from pathlib import Path
 
-import netns
-from netns import (  # noqa: F401  (box.py and the tests reach these through this module)
+from deploy import netns
+from deploy.local.parts.layout import Layout
+from deploy.netns import (  # noqa: F401  (box.py and the tests reach these through this module)
     CGROUP_ROOT,
     KILLED_GONE_S,
     NETNS_DIR,
@@ -31,9 +32,7 @@ from netns import (  # noqa: F401  (box.py and the tests reach these through thi
     namespace_pids,
     signal_all,
 )
-from supervise import BoxError, Service
-
-from parts.layout import Layout
+from deploy.supervise import BoxError, Service
 
 
 def network_of(cfg) -> Network:
@@ -122,7 +121,8 @@ def crash(lay: Layout, node: Node) -> str:
     count = len(namespace_pids(node.name))
     kill_namespace(node.name, grace_s=0)
     lay.pid_file(node.name).unlink(missing_ok=True)
-    return f"{node.name}: crashed (link down, {count} processes killed); `box.py start {node.name}` brings it back"
+    return (f"{node.name}: crashed (link down, {count} processes killed); "
+            f"`python -m deploy.local.box start {node.name}` brings it back")
 
 
 def teardown(lay: Layout) -> list[str]:

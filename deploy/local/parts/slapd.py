@@ -10,10 +10,10 @@ import ssl
 
 import ldap3
 from ldap3.core.exceptions import LDAPException
-from selfsigned import ensure_ca_and_server_cert
-from supervise import Service, run
 
-from parts.layout import LOCALHOST, Layout, make_dir, render
+from deploy.local.parts.layout import LOCALHOST, Layout, make_dir, render
+from deploy.selfsigned import ensure_ca_and_server_cert
+from deploy.supervise import Service, run
 
 # The demo directory: (uid, password, uidNumber, given name, surname). gidNumber 100 is Debian's `users`.
 DEMO_USERS = [

@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from supervise import Service, write_if_changed
-
-from parts.layout import TEMPLATES, Layout, make_dir, render
-from parts.nodes import Node, ensure_bridge, network_of
+from deploy.local.parts.layout import TEMPLATES, Layout, make_dir, render
+from deploy.local.parts.nodes import Node, ensure_bridge, network_of
+from deploy.supervise import Service, write_if_changed
 
 SLURMD_TIMEOUT_S = 20  # see slurm.conf: how long a silent node takes to be declared down
 

@@ -7,10 +7,9 @@ import os
 import pwd
 import stat
 
-from supervise import BoxError, run
-
-from parts.layout import Layout
-from parts.slapd import ldap_connection
+from deploy.local.parts.layout import Layout
+from deploy.local.parts.slapd import ldap_connection
+from deploy.supervise import BoxError, run
 
 
 def sync_unix_users(lay: Layout) -> list[str]:

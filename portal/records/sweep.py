@@ -3,7 +3,7 @@
     {"trials": 6, "parallel": 2, "sampler": "tpe", "pruner": "median", "min_epochs": 2, "seed": 0,
      "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": true}, "batch_size": [8, 16], "model": ["densenet121"]}}
 
-beside a job spec's fields (portal.jobs.spec), which every trial shares: the resources (every task of one Slurm job
+beside a job spec's fields (portal.records.spec), which every trial shares: the resources (every task of one Slurm job
 array asks for the same), the data, the epochs. A parameter of `space` is either a list of choices or a range
 (`low`, `high`, and for `lr` optionally `log`); a parameter the space leaves out keeps the job spec's value.
 
@@ -24,7 +24,7 @@ from typing import Any
 from chexnet.reference import MODELS
 from portal import inputs
 from portal.inputs import InputError
-from portal.jobs.spec import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, JobLimits, JobSpecError
+from portal.records.spec import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, JobLimits, JobSpecError
 
 FIELD = "sweep"
 SAMPLERS = ("tpe", "random")  # Optuna's TPESampler (random for its first 10 trials) and RandomSampler

@@ -1,5 +1,5 @@
 # CheXNet training with Horovod, an MPIJob's launcher: {{ spec.nodes }} worker pod(s) x {{ spec.workers_per_node }} worker(s), one per GPU.
-# Rendered by portal.jobs.k8s_manifests from a validated JobSpec; every value below was checked, then shell-quoted.
+# Rendered by portal.scheduler.kubernetes.manifests from a validated JobSpec; every value below was checked, then shell-quoted.
 # The MPI operator writes the hostfile and starts the workers' sshd.
 set -uo pipefail
 job_dir={{ job_dir | q }}

@@ -1,4 +1,4 @@
-"""The job templates (`portal/jobs/templates/<kind>.sbatch`, `<kind>.local.sh`): one file per job kind, filled
+"""The job templates (`portal/records/templates/<kind>.sbatch`, `<kind>.local.sh`): one file per job kind, filled
 from a validated spec, like Open OnDemand's submit templates. Plain text, so no HTML escaping; two filters quote
 what reaches the script."""
 

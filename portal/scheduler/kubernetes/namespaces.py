@@ -1,6 +1,6 @@
 """A user's namespace on Kubernetes, as the portal itself (the hub's service account) makes and reads it: the
 namespace, the RoleBinding that makes it the user's, their GPU ResourceQuota and their home claim (the manifests:
-portal.jobs.k8s_manifests)."""
+portal.scheduler.kubernetes.manifests)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from portal.config import PortalConfig
-from portal.jobs.k8s_manifests import home_claim_manifest, user_namespace_manifest, user_namespace_objects
 from portal.scheduler.errors import JobNotFound, KubernetesError
-from portal.scheduler.kube_client import KubeUser, api_call
+from portal.scheduler.kubernetes.client import KubeUser, api_call
+from portal.scheduler.kubernetes.manifests import home_claim_manifest, user_namespace_manifest, user_namespace_objects
 
 
 def ensure_namespace(cfg: PortalConfig, api: Any, user: KubeUser) -> None:

@@ -1,31 +1,22 @@
 """Reading Slurm's own answers about the cluster: `scontrol show partition -o` and `scontrol show node -d -o` (the
-administrator's text: names, limits, states), the GPUs a user's jobs hold, and Slurm's pending reasons in words.
-Jobs are read from `squeue --json` (portal.slurm_json): their names and paths are their users' text.
+administrator's text: names, limits, states) into the scheduler-neutral `ClusterNode` and `NodePool`
+(portal.scheduler.cluster), and Slurm's pending reasons in words. Jobs are read from `squeue --json`
+(portal.scheduler.slurm.json_answers): their names and paths are their users' text.
 
 Pure parsers shared by the spawner (spawners/slurm.py: what a JupyterLab server may ask for), the training jobs
-(portal/jobs: what a multi-node job may ask for) and the dashboard. Nothing here runs a command.
+and the dashboard. Nothing here runs a command.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from portal.scheduler.quota import GpuHolder
+from portal.scheduler.cluster import ClusterNode, NodePool
 
-if TYPE_CHECKING:
-    from portal.slurm_json import QueuedJob
-
-# A job's states: Slurm's own names, which the portal's API uses for every backend.
-PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, UNKNOWN = (
-    "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "UNKNOWN")
-ENDED_STATES = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, "BOOT_FAIL", "DEADLINE", "NODE_FAIL",
-                          "OUT_OF_MEMORY", "PREEMPTED"})
 # A node in one of these states cannot run anything now (it may come back: it still counts as a member).
 UNUSABLE_NODE_STATE = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|FUTURE")
 SERVER_JOB_NAME = "spawner-jupyterhub"  # batchspawner's --job-name for a JupyterLab server
+SLURM_SERVERS = (SERVER_JOB_NAME,)  # a server's names in Slurm's queue (portal.scheduler.cluster's server_names)
 
 # Slurm's pending reasons, in words a data scientist can act on.
 PENDING_REASONS = {
@@ -51,7 +42,8 @@ SLURM_REASON = re.compile(r"[A-Za-z_]+(,[A-Za-z_]+)*")  # Slurm's own word(s); a
 def pending_reason(reason: str) -> str:
     """Why a job waits, in words, once, with Slurm's word after them: "waiting for GPUs, CPUs or memory to free
     up (Slurm: Resources)". Slurm's word may come in parentheses (squeue's %R): they are not repeated. A reason
-    that is words already (the Kubernetes scheduler's, put in words by portal.scheduler.pods) is kept as it is."""
+    that is words already (the Kubernetes scheduler's, put in words by portal.scheduler.kubernetes.pods) is kept as it
+    is."""
     word = reason.strip().strip("()").strip()
     if not SLURM_REASON.fullmatch(word):
         return reason.strip()
@@ -81,7 +73,7 @@ def squeue_outcome(answer: str, error: str | None) -> str:
 def parse_key_values(line: str) -> dict[str, str]:
     """One line of `scontrol show partition|node -o`: Key=Value pairs (values that contain spaces are cut, which
     the fields we read never do). Never a job's line: a job's name, comment and paths are its user's text, and a
-    later "Key=" of theirs would override Slurm's (read jobs with portal.slurm_json)."""
+    later "Key=" of theirs would override Slurm's (read jobs with portal.scheduler.slurm.json_answers)."""
     return dict(re.findall(r"(\w+)=(\S*)", line))
 
 
@@ -104,66 +96,11 @@ def gpu_count(tres: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-@dataclass(frozen=True)
-class SlurmNode:
-    name: str
-    cpus: int
-    memory_mb: int
-    gpus: int
-    free_gpus: int  # 0 when the node cannot run anything now
-    usable: bool
-    partitions: tuple[str, ...]
-    state: str = ""  # Slurm's, e.g. "IDLE", "MIXED", "IDLE+DRAIN", "DOWN+NOT_RESPONDING"
-    address: str = ""
-    free_cpus: int = 0  # what no job holds now; 0 when the node cannot run anything now
-    free_memory_mb: int = 0
-
-
-@dataclass(frozen=True)
-class SlurmPartition:
-    """A partition that is up, with its member nodes."""
-
-    name: str
-    nodes: tuple[SlurmNode, ...]
-    max_minutes: int | None  # None: no wall-time limit
-    default: bool
-
-    @property
-    def usable_nodes(self) -> tuple[SlurmNode, ...]:
-        """The nodes that can run something now (not down, drained or failing)."""
-        return tuple(n for n in self.nodes if n.usable)
-
-    # A job's per-node request must fit the partition's largest usable node: Slurm places it there or nowhere
-    # (a drained node offers nothing, however large).
-    @property
-    def cpus_per_node(self) -> int:
-        return max((n.cpus for n in self.usable_nodes), default=0)
-
-    @property
-    def memory_mb_per_node(self) -> int:
-        return max((n.memory_mb for n in self.usable_nodes), default=0)
-
-    @property
-    def gpus_per_node(self) -> int:
-        return max((n.gpus for n in self.usable_nodes), default=0)
-
-    @property
-    def free_gpus_per_node(self) -> int:
-        return max((n.free_gpus for n in self.usable_nodes), default=0)
-
-    def unusable_note(self) -> str:
-        """" (node2 is drained)"-style words for the nodes that cannot take work now, or ""."""
-        down = [n for n in self.nodes if not n.usable]
-        if not down:
-            return ""
-        return f"; not usable now: {', '.join(f'{n.name} ({n.state.lower()})' for n in down)}"
-
-
 def _whole(text: str | None) -> int:
     return int(text) if text and text.isdigit() else 0
 
 
-def nodes_from_scontrol(node_lines: str) -> dict[str, SlurmNode]:
+def nodes_from_scontrol(node_lines: str) -> dict[str, ClusterNode]:
     """`scontrol show node -d -o`, by node name."""
     nodes = {}
     for line in node_lines.splitlines():
@@ -174,7 +111,7 @@ def nodes_from_scontrol(node_lines: str) -> dict[str, SlurmNode]:
         total = gpu_count(node.get("Gres", ""))
         # GresUsed comes with `scontrol show node -d`; AllocTRES counts GPUs only where slurmdbd tracks them.
         used = gpu_count(node.get("GresUsed") or node.get("AllocTRES", ""))
-        nodes[node["NodeName"]] = SlurmNode(
+        nodes[node["NodeName"]] = ClusterNode(
             name=node["NodeName"],
             cpus=int(node.get("CPUTot", 0) or 0),
             memory_mb=int(node.get("RealMemory", 0) or 0),
@@ -190,7 +127,7 @@ def nodes_from_scontrol(node_lines: str) -> dict[str, SlurmNode]:
     return nodes
 
 
-def slurm_partitions(partition_lines: str, node_lines: str) -> tuple[SlurmPartition, ...]:
+def slurm_partitions(partition_lines: str, node_lines: str) -> tuple[NodePool, ...]:
     """Partitions that are up and have nodes, from `scontrol show partition -o` and `scontrol show node -d -o`."""
     nodes = nodes_from_scontrol(node_lines)
     partitions = []
@@ -201,7 +138,7 @@ def slurm_partitions(partition_lines: str, node_lines: str) -> tuple[SlurmPartit
         members = tuple(n for n in nodes.values() if part["PartitionName"] in n.partitions)
         if not members:
             continue
-        partitions.append(SlurmPartition(
+        partitions.append(NodePool(
             name=part["PartitionName"],
             nodes=members,
             max_minutes=wall_minutes(part.get("MaxTime", "UNLIMITED")),
@@ -210,48 +147,3 @@ def slurm_partitions(partition_lines: str, node_lines: str) -> tuple[SlurmPartit
     return tuple(partitions)
 
 
-def gpu_holders(jobs: Iterable[QueuedJob]) -> tuple[GpuHolder, ...]:
-    """The jobs with GPUs among `jobs` (a user's, as `portal.slurm_json.users_jobs` picks them: pending ones count
-    too, they are a claim on the quota), in Slurm's order."""
-    return tuple(GpuHolder(job_id=job.id, gpus=job.gpus, server=job.name == SERVER_JOB_NAME)
-                 for job in jobs if job.gpus)
-
-
-def own_jobs_in_words(jobs: Iterable[QueuedJob], server_names: Collection[str] = (SERVER_JOB_NAME,),
-                      whose: str = "your") -> str:
-    """A user's own jobs as they read of them, for what holds what their waiting job asks for: "your server
-    (job 4), your job 7"; "" for none. `server_names`: the queue names of a server (Kubernetes's too); `whose`:
-    "alice's" for someone else reading of them (an admin)."""
-    return ", ".join(f"{whose} server (job {job.id})" if job.name in server_names else f"{whose} job {job.id}"
-                     for job in jobs)
-
-
-def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partition: SlurmPartition,
-               mine: Iterable[QueuedJob], server_names: Collection[str] = (SERVER_JOB_NAME,)) -> str:
-    """Whether a job asking each of `nodes_needed` nodes for `gpus`, `cpus` (all its workers together) and
-    `memory_gb` can start now on the partition's usable nodes; "" when it can, else why it will wait, in words:
-    "will wait for your server (job 4) to end: node1 has 20 of 24 GB free". `mine`: the user's jobs now (their
-    own are named; anything else is "other users' jobs"; `server_names` as in own_jobs_in_words). The request
-    itself fits a node (parse_job_spec)."""
-    usable = partition.usable_nodes
-    need_mb = memory_gb * 1024
-
-    def short_of(node: SlurmNode) -> list[str]:
-        found = []
-        if node.free_gpus < gpus:
-            found.append(f"{node.free_gpus} of {node.gpus} GPUs")
-        if node.free_cpus < cpus:
-            found.append(f"{node.free_cpus} of {node.cpus} CPUs")
-        if node.free_memory_mb < need_mb:
-            found.append(f"{node.free_memory_mb // 1024} of {node.memory_mb // 1024} GB")
-        return found
-
-    short = {node.name: what for node in usable if (what := short_of(node))}
-    if len(usable) - len(short) >= nodes_needed:
-        return ""
-    from portal.jobs.history import expand_hostlist  # portal.jobs imports this module
-
-    holding = [job for job in mine if job.state == RUNNING and set(expand_hostlist(job.node_list)) & set(short)]
-    holders = own_jobs_in_words(holding, server_names) or "other users' jobs"
-    where = "; ".join(f"{name} has {' and '.join(what)} free" for name, what in short.items())
-    return f"will wait for {holders} to end: {where}"

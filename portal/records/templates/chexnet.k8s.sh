@@ -1,6 +1,6 @@
 # CheXNet training with Horovod on Kubernetes without an operator: this is the launcher (the pod of the job's
 # launcher Job) of {{ spec.nodes }} worker pod(s) x {{ spec.workers_per_node }} worker(s), one per GPU.
-# Rendered by portal.jobs.k8s_manifests from a validated JobSpec; every value below was checked, then shell-quoted.
+# Rendered by portal.scheduler.kubernetes.manifests from a validated JobSpec; every value below was checked, then shell-quoted.
 # Each worker pod (of the job's workers Job) runs sshd on port {{ ssh_port }} and writes its address into
 # $job_dir/workers/ once sshd listens. The launcher starts mpirun only when {{ spec.nodes }} of them answer (the MPI
 # Operator's launcher does not wait: mpi-operator#481). When a worker is lost (its node died), the workers Job

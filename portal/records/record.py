@@ -23,18 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from portal.inputs import finite_json
-from portal.jobs.spec import JobSpec, JobSpecError
-from portal.jobs.sweep import SweepPlan, recorded_plan
-from portal.slurm import CANCELLED, COMPLETED, ENDED_STATES, FAILED, PENDING, RUNNING, TIMEOUT, UNKNOWN  # noqa: F401
+from portal.records.ids import JOB_ID, LOCAL_ID_PATTERN, SLURM_ID_PATTERN  # noqa: F401
+from portal.records.spec import JobSpec, JobSpecError
+from portal.records.states import (  # noqa: F401  (the API's words for a job's state, by portal.records.states)
+    CANCELLED,
+    COMPLETED,
+    ENDED_STATES,
+    FAILED,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+)
+from portal.records.sweep import SweepPlan, recorded_plan
 
-# The states above, which the API reports, are Slurm's own names (portal.slurm): the other backends use them too.
-
-# Job ids become directory names: Slurm's are digits, the local backend's "local-<time>-<random>". One spelling
-# per job: ASCII digits without leading zeros ("0002" and "2" would name the same Slurm job, and an owner check
-# that compares strings would take them for two).
-SLURM_ID_PATTERN = r"[1-9][0-9]{0,11}"
-LOCAL_ID_PATTERN = r"local-[0-9]{8}T[0-9]{6}-[0-9a-f]{6}"
-JOB_ID = re.compile(rf"^(?:{SLURM_ID_PATTERN}|{LOCAL_ID_PATTERN})\Z")
 UNREADABLE = "UNREADABLE"  # the state shown for a job whose record is not one
 MAX_RECORD_BYTES = 64 * 1024  # a real job.json is under 1 KiB
 MAX_TEXT = 4096  # any one string in a record (a data_dir path is the longest)
@@ -58,7 +60,7 @@ class JobRecord:
     spec: JobSpec
     submitted_at: str  # ISO 8601, UTC
     job_dir: Path
-    sweep: SweepPlan | None = None  # a sweep's plan (portal.jobs.sweep): the job is a job array of its trials
+    sweep: SweepPlan | None = None  # a sweep's plan (portal.records.sweep): the job is a job array of its trials
 
     def to_json(self) -> str:
         sweep = {"sweep": self.sweep.to_dict()} if self.sweep is not None else {}
@@ -90,7 +92,7 @@ class JobRecord:
         return self.job_dir / OUTPUT_FILE
 
     def task_log(self, task: int) -> Path:
-        """A sweep's task's output (portal.scheduler.sbatch.SWEEP_TASK_LOG)."""
+        """A sweep's task's output (portal.scheduler.slurm.sbatch.SWEEP_TASK_LOG)."""
         return self.job_dir / f"trial-{int(task)}.log"
 
     def task_checkpoint_dir(self, task: int) -> Path:

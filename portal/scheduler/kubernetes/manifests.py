@@ -1,6 +1,6 @@
 """Pure builders of the Kubernetes path: a validated spec (or a user) in, a manifest out; unit-tested without a
-cluster. `portal.scheduler.kubernetes` submits them; the spawner and deploy/kubernetes/kubebox.py build a user's
-namespace with the same functions.
+cluster. `portal.scheduler.kubernetes.scheduler` submits them; the spawner and deploy/kubernetes/kubebox.py build a
+user's namespace with the same functions.
 
 A training job is one of two shapes (setting `k8s_jobs`):
 - "plain" (the default; no operator needed), as NetApp's procedure runs Horovod: a launcher Job (the job's record,
@@ -23,17 +23,17 @@ from typing import Any
 from chexnet.sweep import EXIT_FINISHED, PLAN_FILE
 from chexnet.sweepclaims import HEARTBEAT_S, STALE_CLAIM_S
 from portal.config import PortalConfig
-from portal.jobs.record import JOBS_ROOT, now_utc
-from portal.jobs.spec import JobSpec, minutes_of
-from portal.jobs.sweep import SweepPlan
-from portal.jobs.templating import exported, job_environment, template_environment
+from portal.records.record import JOBS_ROOT, now_utc
+from portal.records.spec import JobSpec, minutes_of
+from portal.records.sweep import SweepPlan
+from portal.records.templating import exported, job_environment, template_environment
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
 API_VERSION = f"{GROUP}/{VERSION}"
 LABEL_USER, LABEL_JOB = "dsportal/user", "dsportal/job-id"
 ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
 ANNOTATION_SWEEP = "dsportal/sweep"  # a sweep's plan, on its Job
-# The cluster whose directory under ~/jobs holds the job's files (portal.jobs.record.cluster_jobs_dir); a job
+# The cluster whose directory under ~/jobs holds the job's files (portal.records.record.cluster_jobs_dir); a job
 # submitted before clusters had directories of their own has none, and its files are in ~/jobs/<id>.
 ANNOTATION_CLUSTER = "dsportal/cluster"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -178,7 +178,7 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
 
 def manifest_yaml(manifest: Mapping[str, Any]) -> str:
     """A manifest as people read it: keys in the order built, scripts as literal blocks, no YAML anchors."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     class Dumper(yaml.SafeDumper):
         def ignore_aliases(self, data: Any) -> bool:

@@ -1,7 +1,7 @@
 """The Kubernetes path's pure readers, unit-tested without a cluster: a user's limits on a GPU pool, what holds
 or waits for GPUs (from pods), a job's state (from its launcher Job or MPIJob, and its pods), a sweep's trials
 (from its pods' termination messages and logs), a model card and metrics from a pod's log, and the job record a
-launcher Job or an MPIJob carries. No Kubernetes API calls: `portal.scheduler.kubernetes` makes them.
+launcher Job or an MPIJob carries. No Kubernetes API calls: `portal.scheduler.kubernetes.scheduler` makes them.
 """
 
 from __future__ import annotations
@@ -17,18 +17,10 @@ from typing import Any
 
 from portal.config import PortalConfig
 from portal.config_checks import CLUSTER_NAME
-from portal.jobs.k8s_manifests import (
-    ANNOTATION_CLUSTER,
-    ANNOTATION_SPEC,
-    ANNOTATION_SUBMITTED,
-    ANNOTATION_SWEEP,
-    GPU_RESOURCE,
-    LABEL_JOB,
-    LABEL_ROLE,
-    LABEL_USER,
-    MODEL_CARD_LINE,
-)
-from portal.jobs.record import (
+from portal.metrics import MAX_SERIES, RunMetrics
+from portal.quota import GpuHolder, GpuQuota
+from portal.records.ids import K8S_ID
+from portal.records.record import (
     CANCELLED,
     COMPLETED,
     FAILED,
@@ -42,15 +34,23 @@ from portal.jobs.record import (
     old_jobs_dir,
     recorded_spec,
 )
-from portal.jobs.spec import JobLimits
-from portal.jobs.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
-from portal.metrics import MAX_SERIES, RunMetrics
+from portal.records.spec import JobLimits
+from portal.records.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
+from portal.scheduler.cluster import QueuedJob, duration_text
 from portal.scheduler.home import checked_card
-from portal.scheduler.pods import POD_SERVER_NAME, scheduling_in_words
-from portal.scheduler.quota import GpuHolder, GpuQuota
-from portal.slurm_json import QueuedJob, slurm_duration
+from portal.scheduler.kubernetes.manifests import (
+    ANNOTATION_CLUSTER,
+    ANNOTATION_SPEC,
+    ANNOTATION_SUBMITTED,
+    ANNOTATION_SWEEP,
+    GPU_RESOURCE,
+    LABEL_JOB,
+    LABEL_ROLE,
+    LABEL_USER,
+    MODEL_CARD_LINE,
+)
+from portal.scheduler.kubernetes.pods import POD_SERVER_NAME, scheduling_in_words
 
-K8S_ID = re.compile(r"^k8s-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}\Z")  # also a valid MPIJob name (a DNS-1123 label)
 NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
 EPOCH_LINE = re.compile(rf"chexnet\.train: epoch ([0-9]{{1,7}})/[0-9]+: .*?auroc/mean=({NUMBER}|n/a)"
                         rf".*?images/sec=({NUMBER}|n/a)")
@@ -128,7 +128,7 @@ def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | 
         key = entry["id"] if entry["id"] not in queue else f"{entry['namespace']}/{entry['id']}"
         queue[key] = QueuedJob(
             id=entry["id"], user=entry["user"], state=PENDING if entry["pending"] else RUNNING,
-            elapsed=slurm_duration((now - started).total_seconds()) if started else "0:00", nodes=entry["pods"],
+            elapsed=duration_text((now - started).total_seconds()) if started else "0:00", nodes=entry["pods"],
             gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
             name=POD_SERVER_NAME if entry["server"] else "training",
             node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"])

@@ -6,11 +6,11 @@ pending or running, on all nodes. A pending job counts: it is a claim on the quo
 
 Who holds it:
 - the portal refuses first, with `GpuQuota`'s numbers and words: the spawn form (spawners.forms), a job's spec
-  (portal.jobs.spec) and the dashboard, which adds the jobs it submitted since its cluster snapshot was taken
+  (portal.records.spec) and the dashboard, which adds the jobs it submitted since its cluster snapshot was taken
   (`GpuQuota.with_submitted`) so that two quick submits cannot both pass;
 - the scheduler holds it too, for whatever does not come through the portal: Slurm's GrpTRES gres/gpu on each
   user's association (portal.accounts, `quota_account` picks the group that gives it), Kubernetes's ResourceQuota
-  on requests.nvidia.com/gpu in the user's namespace (portal.jobs.k8s_manifests).
+  on requests.nvidia.com/gpu in the user's namespace (portal.scheduler.kubernetes.manifests).
 """
 
 from __future__ import annotations

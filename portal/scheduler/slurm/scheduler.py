@@ -2,8 +2,9 @@
 and the cluster's snapshot and limits.
 
 `render_sbatch` and `limits_from` are pure (unit-tested without Slurm). The rest are the small impure steps, each
-one Slurm command through the one runner (portal.scheduler.slurm_commands), run as the job's user:
-`sbatch --parsable --hold`, `scontrol release`, `squeue --json` (portal.slurm_json), `sacct`, `scancel`.
+one Slurm command through the one runner (portal.scheduler.slurm.commands), run as the job's user:
+`sbatch --parsable --hold`, `scontrol release`, `squeue --json` (portal.scheduler.slurm.json_answers), `sacct`,
+`scancel`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import ClassVar
 from chexnet.sweep import PLAN_FILE
 from portal.config import PortalConfig
 from portal.inputs import ascii_digits
-from portal.jobs import history
-from portal.jobs.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
-from portal.jobs.record import (
+from portal.records.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
+from portal.records.ids import SLURM_ID
+from portal.records.record import (
     COMPLETED,
     ENDED_STATES,
     EXIT_STATUS_FILE,
@@ -32,14 +33,13 @@ from portal.jobs.record import (
     PENDING,
     RECORD_FILE,
     SCRIPT_FILES,
-    SLURM_ID_PATTERN,
     UNKNOWN,
     JobRecord,
     exit_code,
     now_utc,
 )
-from portal.jobs.spec import WHOLE, JobLimits, JobSpec, JobSpecError
-from portal.jobs.sweep import (
+from portal.records.spec import WHOLE, JobLimits, JobSpec, JobSpecError
+from portal.records.sweep import (
     RUNNING_STATES,
     SweepPlan,
     SweepStatusError,
@@ -49,19 +49,22 @@ from portal.jobs.sweep import (
     sweep_view,
     task_states,
 )
+from portal.scheduler.cluster import QueuedJob, gpu_holders, start_note
 from portal.scheduler.errors import JobNotFound, SlurmError, SlurmRefused
 from portal.scheduler.home import JobsInHome
-from portal.scheduler.sbatch import (
+from portal.scheduler.slurm import history
+from portal.scheduler.slurm.answers import SLURM_SERVERS, job_unknown
+from portal.scheduler.slurm.commands import SlurmCommands
+from portal.scheduler.slurm.json_answers import SACCT_JSON, SlurmAnswerError, read_sacct, users_jobs
+from portal.scheduler.slurm.sbatch import (
     SLURM_JOB_ID,
     jobs_partition,
     limits_from,
     render_sbatch,
 )
-from portal.scheduler.slurm_commands import SlurmCommands
+from portal.scheduler.slurm.usage import usage_report
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.slurm import gpu_holders, job_unknown, start_note
-from portal.slurm_json import SACCT_JSON, QueuedJob, SlurmAnswerError, read_sacct, users_jobs
-from portal.usage import UsageReport, usage_report, week_start
+from portal.scheduler.usage import UsageReport, week_start
 
 POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a job over the association's limits
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
@@ -78,8 +81,8 @@ class SlurmScheduler(JobsInHome):
     """Submit, watch, cancel and read training jobs on Slurm, always as the job's user; the cluster's snapshot."""
 
     name = "slurm"
-    job_ids: ClassVar[re.Pattern[str]] = re.compile(rf"^{SLURM_ID_PATTERN}\Z")  # a sweep's: its array's id
-    sweeps = True  # a sweep is a job array (portal.jobs.sweep)
+    job_ids: ClassVar[re.Pattern[str]] = SLURM_ID  # a sweep's: its array's id
+    sweeps = True  # a sweep is a job array (portal.records.sweep)
     queue_in_snapshot = True  # its jobs are in the snapshot's queue (`queued`)
 
     def __init__(self, cfg: PortalConfig, run: Callable[[Sequence[str]], str] | None = None):
@@ -100,7 +103,8 @@ class SlurmScheduler(JobsInHome):
             partitions, queued = self.commands.partitions(user), users_jobs(self._squeue(user), user.name)
         else:
             partitions, queued = snapshot.partitions, users_jobs(snapshot.queue, user.name)
-        limits = limits_from(self.cfg, partitions, gpu_holders(queued), user.groups, len(queued) + len(held))
+        limits = limits_from(self.cfg, partitions, gpu_holders(queued, SLURM_SERVERS), user.groups,
+                             len(queued) + len(held))
         return replace(limits, quota=limits.quota.with_submitted(held))
 
     def configured_limits(self, user: JobUser) -> None:
@@ -124,7 +128,7 @@ class SlurmScheduler(JobsInHome):
         except SlurmError:
             return ""
         return start_note(spec.nodes, spec.gpus_per_node, spec.workers_per_node * spec.cpus_per_task,
-                          spec.memory_gb, partition, users_jobs(snapshot.queue, user))
+                          spec.memory_gb, partition, users_jobs(snapshot.queue, user), SLURM_SERVERS)
 
     def _squeue(self, user: JobUser) -> dict[str, QueuedJob]:
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""

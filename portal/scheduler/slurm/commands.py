@@ -2,7 +2,7 @@
 to tell "Slurm refused" (SlurmRefused) from "Slurm did not answer" (SlurmUnavailable), sync or async.
 
 As root (the hub, the dashboard, the accounts sync) it reads cluster-wide facts and changes the accounting; as a
-user (`user=`: a portal.jobs.account.JobUser, the command runs through runuser) it submits, reads and cancels that
+user (`user=`: a portal.records.account.JobUser, the command runs through runuser) it submits, reads and cancels that
 user's jobs, so that Slurm itself decides what they may see and do. The questions asked most (the queue, the
 partitions and nodes, a snapshot of all of them) are methods here, so there is one `squeue` and one `scontrol`
 reading in the portal.
@@ -19,13 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from portal.config import PortalConfig
+from portal.scheduler.cluster import NodePool, QueuedJob
 from portal.scheduler.errors import SlurmError, SlurmRefused, SlurmUnavailable
+from portal.scheduler.slurm.answers import nodes_from_scontrol, slurm_partitions
+from portal.scheduler.slurm.json_answers import SQUEUE_JSON, SlurmAnswerError, read_squeue
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.slurm import SlurmPartition, nodes_from_scontrol, slurm_partitions
-from portal.slurm_json import SQUEUE_JSON, QueuedJob, SlurmAnswerError, read_squeue
 
 if TYPE_CHECKING:
-    from portal.jobs.account import CallCounts
+    from portal.records.account import CallCounts
 
 SLURM_TIMEOUT_S = 20  # for every Slurm command: a controller that takes longer is one that does not answer
 MINIMAL_PATH = "/usr/bin:/bin"
@@ -35,7 +36,7 @@ UNREACHABLE = re.compile(r"Unable to contact|Socket timed out|Zero Bytes were tr
 
 
 class AsUser(Protocol):
-    """Runs a command as one user (portal.jobs.account.JobUser)."""
+    """Runs a command as one user (portal.records.account.JobUser)."""
 
     def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, input: str | None = None,
             check: bool = True, timeout: float = ...) -> subprocess.CompletedProcess: ...
@@ -104,7 +105,7 @@ class SlurmCommands:
         except SlurmAnswerError as err:
             raise SlurmUnavailable(f"`{shlex.join(SQUEUE_JSON)}`: {err}") from None
 
-    def partitions(self, user: AsUser | None = None) -> tuple[SlurmPartition, ...]:
+    def partitions(self, user: AsUser | None = None) -> tuple[NodePool, ...]:
         """The partitions that are up and have nodes, with their nodes."""
         return slurm_partitions(self.run("scontrol", "show", "partition", "-o", user=user),
                                 self.run("scontrol", "show", "node", "-d", "-o", user=user))

@@ -1,8 +1,8 @@
 """The Kubernetes nodes as the dashboard reads them (pure): each GPU pool's nodes with what they can give (their
 allocatable CPUs, memory and GPUs) and what is free of it (less the requests of the pods bound to them that have
-not ended, as the kube-scheduler counts them), as the same `SlurmNode` and `SlurmPartition` records that Slurm's
-snapshot has. The start warning of a submit (portal.slurm.start_note) and the cluster page read them on both
-schedulers alike.
+not ended, as the kube-scheduler counts them), as the same `ClusterNode` and `NodePool` records that Slurm's
+snapshot has. The start warning of a submit (portal.scheduler.slurm.answers.start_note) and the cluster page read them
+on both schedulers alike.
 
 Everything here comes from the API server's answers, which a cluster's operators (not the portal's users) write;
 a value that is not a quantity counts as nothing, and a node without the pool label is in no pool.
@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from portal.slurm import SlurmNode, SlurmPartition
+from portal.scheduler.cluster import ClusterNode, NodePool
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # A resource quantity (k8s.io/apimachinery's resource.Quantity, as the API server writes it): a decimal number
@@ -59,7 +59,7 @@ def _address(node: Mapping[str, Any]) -> str:
     return ""
 
 
-def node_record(node: Mapping[str, Any], used: tuple[float, float, float], pool: str) -> SlurmNode:
+def node_record(node: Mapping[str, Any], used: tuple[float, float, float], pool: str) -> ClusterNode:
     """One node: what it can give and what its pods leave free (nothing, when it cannot take a pod now: not
     Ready, or cordoned)."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
@@ -70,13 +70,14 @@ def node_record(node: Mapping[str, Any], used: tuple[float, float, float], pool:
     state = "CORDONED" if cordoned else "READY" if usable else "NOT READY"
     free = (max(0, math.floor(cpus - used[0] + 1e-9)), max(0, int(memory_mb - used[1] // MIB)),
             max(0, int(gpus - used[2]))) if usable else (0, 0, 0)
-    return SlurmNode(name=str((node.get("metadata") or {}).get("name", "")), cpus=cpus, memory_mb=memory_mb, gpus=gpus,
+    return ClusterNode(name=str((node.get("metadata") or {}).get("name", "")), cpus=cpus, memory_mb=memory_mb,
+    gpus=gpus,
                      free_gpus=free[2], usable=usable, partitions=(pool,), state=state, address=_address(node),
                      free_cpus=free[0], free_memory_mb=free[1])
 
 
 def node_pools(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], label: str,
-               pools: Sequence[str]) -> tuple[SlurmPartition, ...]:
+               pools: Sequence[str]) -> tuple[NodePool, ...]:
     """Each GPU pool (a value of the node label `label`, in the configured order; the first is the default) with
     its nodes, their free resources less what the pods bound to them that have not ended request."""
     used: dict[str, tuple[float, float, float]] = {}
@@ -87,11 +88,11 @@ def node_pools(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
             continue
         asked, before = pod_requests(pod), used.get(node_name, (0.0, 0.0, 0.0))
         used[node_name] = (before[0] + asked[0], before[1] + asked[1], before[2] + asked[2])
-    members: dict[str, list[SlurmNode]] = {pool: [] for pool in pools}
+    members: dict[str, list[ClusterNode]] = {pool: [] for pool in pools}
     for node in nodes:
         pool = ((node.get("metadata") or {}).get("labels") or {}).get(label)
         if pool in members:
             name = str((node.get("metadata") or {}).get("name", ""))
             members[pool].append(node_record(node, used.get(name, (0.0, 0.0, 0.0)), pool))
-    return tuple(SlurmPartition(name=pool, nodes=tuple(sorted(found, key=lambda n: n.name)), max_minutes=None,
+    return tuple(NodePool(name=pool, nodes=tuple(sorted(found, key=lambda n: n.name)), max_minutes=None,
                                 default=i == 0) for i, (pool, found) in enumerate(members.items()))

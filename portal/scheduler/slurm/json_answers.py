@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from portal.slurm import ENDED_STATES, gpu_count
+from portal.records.states import ENDED_STATES
+from portal.scheduler.cluster import QueuedJob, duration_text
+from portal.scheduler.slurm.answers import gpu_count
 
 SQUEUE_JSON = ("squeue", "--json")
 SACCT_JSON = ("sacct", "--json")
@@ -39,42 +41,6 @@ NOT_ASSIGNED = "None assigned"  # Slurm's node list for a job that has not run o
 
 class SlurmAnswerError(ValueError):
     """Slurm's answer is not what Slurm writes: read as Slurm not answering."""
-
-
-@dataclass(frozen=True)
-class QueuedJob:
-    """One job of squeue's: pending, running or (for MinJobAge after it ends) ended."""
-
-    id: str
-    user: str
-    state: str
-    elapsed: str  # Slurm's own format: "1:23", "1:02:03", "1-02:03:04"
-    nodes: int
-    gpus_per_node: int
-    reason: str  # Slurm's reason: why it waits ("Resources"), or why it ended ("NonZeroExitCode"); "None" if none
-    name: str = ""
-    node_list: str = ""  # where it runs or ran, as a hostlist ("node[1-2]")
-    gpus: int = 0  # every GPU it holds or asks for, all nodes together (per-node and per-job requests alike)
-    uid: int = -1
-    exit_code: str = ""  # Slurm's "3:0" (exit status : signal), once it has ended
-    restarts: int = 0  # how often Slurm requeued it
-    expected_start: int = 0  # a pending job's: when Slurm expects it to start (epoch seconds); 0: no estimate
-
-    @property
-    def queued(self) -> bool:
-        """Whether plain `squeue` lists it: not ended."""
-        return self.state not in ENDED_STATES
-
-
-def slurm_duration(seconds: float) -> str:
-    """Seconds in squeue's %M format: "0:05", "12:34", "1:02:03", "1-02:03:04"."""
-    seconds = max(0, int(seconds))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def exit_code(status: int) -> str:
@@ -107,7 +73,7 @@ def _queued_job(job: Any, now: float) -> QueuedJob | None:
     nodes = node_count or 0
     start = _whole(job.get("start_time")) or 0  # a pending job's is when Slurm expects it to start
     end = (_whole(job.get("end_time")) or 0) if state in ENDED_STATES else 0
-    elapsed = "0:00" if state == "PENDING" or not start else slurm_duration((end or now) - start)
+    elapsed = "0:00" if state == "PENDING" or not start else duration_text((end or now) - start)
     per_node = gpu_count(_text(job, "tres_per_node"))
     per_job = gpu_count(_text(job, "tres_per_job"))
     requested = gpu_count(_text(job, "tres_req_str")) or per_node * max(1, nodes) + per_job  # all nodes together
@@ -181,9 +147,9 @@ def _accounted_run(job: Any) -> AccountedRun | None:
     if not isinstance(job, dict):
         return None
     job_id, user = _whole(job.get("job_id")), _text(job, "user")
-    state = job.get("state") if isinstance(job.get("state"), dict) else {}
-    current = state.get("current") if isinstance(state.get("current"), str) else ""
-    times = job.get("time") if isinstance(job.get("time"), dict) else {}
+    state: dict[str, Any] = job["state"] if isinstance(job.get("state"), dict) else {}
+    current: str = state["current"] if isinstance(state.get("current"), str) else ""
+    times: dict[str, Any] = job["time"] if isinstance(job.get("time"), dict) else {}
     if job_id is None or not ACCOUNT_NAME.fullmatch(user) or not JOB_STATE.fullmatch(current):
         return None
     return AccountedRun(job_id=str(job_id), user=user, name=_text(job, "name"), state=current,

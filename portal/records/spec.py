@@ -16,7 +16,7 @@ from typing import Any
 from chexnet.reference import MODELS  # the models the trainer builds, defined once (TensorFlow-free)
 from portal import inputs
 from portal.inputs import InputError, format_minutes, minutes_of
-from portal.scheduler.quota import GpuQuota
+from portal.quota import GpuQuota
 
 TEMPLATES = ("chexnet",)
 WHOLE = "spec"  # what an error about the request as a whole names (not a mapping, a key that is no field name)

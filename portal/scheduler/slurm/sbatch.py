@@ -1,6 +1,6 @@
 """A Slurm training job before it is submitted (pure): its batch script (render_sbatch, the job directory in
 Slurm's own filename patterns) and what a user may ask of the jobs partition (limits_from). The scheduler that
-submits it is portal.scheduler.slurm."""
+submits it is portal.scheduler.slurm.scheduler."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from collections.abc import Sequence
 
 from chexnet.sweep import EXIT_FINISHED
 from portal.config import PortalConfig
-from portal.jobs.record import OUTPUT_FILE
-from portal.jobs.spec import JobLimits, JobSpec
-from portal.jobs.sweep import SweepPlan
-from portal.jobs.templating import exported, job_environment, template_environment
+from portal.quota import GpuHolder, GpuQuota
+from portal.records.record import OUTPUT_FILE
+from portal.records.spec import JobLimits, JobSpec
+from portal.records.sweep import SweepPlan
+from portal.records.templating import exported, job_environment, template_environment
+from portal.scheduler.cluster import NodePool
 from portal.scheduler.errors import SlurmError
-from portal.scheduler.quota import GpuHolder, GpuQuota
-from portal.slurm import SlurmPartition
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
 SLURM_ARRAY_JOB_ID = "%A"  # ... and for a job array's (a sweep's), which every task of the array shares
@@ -59,7 +59,7 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
     )
 
 
-def jobs_partition(cfg: PortalConfig, partitions: Sequence[SlurmPartition]) -> SlurmPartition:
+def jobs_partition(cfg: PortalConfig, partitions: Sequence[NodePool]) -> NodePool:
     """The partition jobs go to: `jobs_partition`, else Slurm's default. SlurmError when it is not up."""
     if not partitions:
         raise SlurmError("Slurm reports no partition that is up")
@@ -72,7 +72,7 @@ def jobs_partition(cfg: PortalConfig, partitions: Sequence[SlurmPartition]) -> S
     return partition
 
 
-def limits_from(cfg: PortalConfig, partitions: Sequence[SlurmPartition], holders: Sequence[GpuHolder],
+def limits_from(cfg: PortalConfig, partitions: Sequence[NodePool], holders: Sequence[GpuHolder],
                 groups: Sequence[str], jobs_queued: int = 0) -> JobLimits:
     """What a user in `groups` may ask for, given Slurm's partitions and the user's jobs that hold GPUs (pure):
     the jobs partition's shape (its usable nodes, busy or not: a job may wait; drained or down ones are left out),

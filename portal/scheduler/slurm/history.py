@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from portal.usage import sacct_time
+from portal.scheduler.cluster import expand_hostlist
+from portal.scheduler.slurm.usage import sacct_time
 
 # `sacct -D -X -P -n -j ID -o RUNS_FORMAT` and `sacctmgr -nP show event ... format=EVENTS_FORMAT`
 RUNS_FORMAT = "State,Start,End,NodeList"
@@ -46,22 +47,6 @@ class NodeEvent:
     start: datetime
     state: str
     reason: str
-
-
-def expand_hostlist(text: str) -> tuple[str, ...]:
-    """Slurm's node list ("node[1-2,4]", "node1,gpu[01-02]") as names; "None assigned" is none."""
-    names = []
-    for prefix, ranges, single in re.findall(r"([^,\[\]]+)\[([^\]]+)\]|([^,\[\]]+)", text):
-        if single:
-            if single.strip() and " " not in single.strip():
-                names.append(single.strip())
-            continue
-        for part in ranges.split(","):
-            low, _, high = part.partition("-")
-            width = len(low)
-            for number in range(int(low), int(high or low) + 1):
-                names.append(f"{prefix}{number:0{width}d}")
-    return tuple(names)
 
 
 def parse_runs(sacct_out: str) -> list[Run]:

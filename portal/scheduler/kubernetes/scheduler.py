@@ -1,9 +1,9 @@
 """Training jobs on Kubernetes, in the user's own namespace: a Horovod job as plain objects (a launcher Job and a
 workers Job; setting k8s_jobs "plain", the default) or as an MPIJob (kubeflow.org/v2beta1; "mpijob").
 
-The manifests are built by `portal.jobs.k8s_manifests`; the pure readers (a Job or an MPIJob in, a state or a
-record out), unit-tested without a cluster, are `portal.scheduler.kube_records` (and the nodes', `kube_nodes`);
-the client and the user it acts for, `portal.scheduler.kube_client`; here `KubernetesScheduler` makes the calls.
+The manifests are built by `portal.scheduler.kubernetes.manifests`; the pure readers (a Job or an MPIJob in, a state or
+a record out), unit-tested without a cluster, are `portal.scheduler.kubernetes.records` (and the nodes', `nodes`);
+the client and the user it acts for, `portal.scheduler.kubernetes.client`; here `KubernetesScheduler` makes the calls.
 The dashboard (the hub's service account) acts for a user by impersonating `<k8s_user_prefix><name>`, so the API
 server's RBAC (deploy/kubernetes/rbac.yaml) keeps each user to their namespace, as `runuser` + Slurm do on the
 Slurm path. A notebook in the user's own pod uses that pod's service account, which is bound to the same role in
@@ -15,10 +15,10 @@ deleting one reads as CANCELLED). The launcher pod's log is the job's output (mp
 launcher also tees it to `~/jobs/<cluster>/<id>/output.log` on the user's home volume, beside the TensorBoard
 logdir and the checkpoints.
 
-A sweep is one Job whose pods are its trials (portal.jobs.k8s_manifests.sweep_job_manifest). The dashboard cannot
-open the study on the user's volume, so it reads each trial from its pod: a pod that ended leaves its trial's row
+A sweep is one Job whose pods are its trials (portal.scheduler.kubernetes.manifests.sweep_job_manifest). The dashboard
+cannot open the study on the user's volume, so it reads each trial from its pod: a pod that ended leaves its trial's row
 (chexnet.sweep status) as its termination message; a running pod's log names its task, trial and parameters, and
-has a line per epoch (`portal.scheduler.kube_records.pod_trials`).
+has a line per epoch (`portal.scheduler.kubernetes.records.pod_trials`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,19 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from portal.config import PortalConfig
-from portal.jobs.k8s_manifests import (
+from portal.metrics import RunMetrics
+from portal.quota import GpuQuota
+from portal.records.ids import K8S_ID
+from portal.records.record import CANCELLED, PENDING, JobRecord
+from portal.records.spec import JobLimits, JobSpec, JobSpecError
+from portal.records.sweep import FIELD as SWEEP_FIELD
+from portal.records.sweep import SweepPlan, SweepView, sweep_view
+from portal.scheduler import NoAccounting
+from portal.scheduler.cluster import QueuedJob
+from portal.scheduler.cluster import start_note as note_from_nodes
+from portal.scheduler.errors import JobNotFound, KubernetesError
+from portal.scheduler.kubernetes.client import KubeUser, api_call, api_client, kube_user, new_ssh_key
+from portal.scheduler.kubernetes.manifests import (
     DRY_RUN_NOTE,
     GROUP,
     LABEL_JOB,
@@ -46,18 +58,10 @@ from portal.jobs.k8s_manifests import (
     plain_job_objects,
     sweep_job_manifest,
 )
-from portal.jobs.record import CANCELLED, PENDING, JobRecord
-from portal.jobs.spec import JobLimits, JobSpec, JobSpecError
-from portal.jobs.sweep import FIELD as SWEEP_FIELD
-from portal.jobs.sweep import SweepPlan, SweepView, sweep_view
-from portal.metrics import RunMetrics
-from portal.scheduler import NoAccounting
-from portal.scheduler.errors import JobNotFound, KubernetesError
-from portal.scheduler.kube_client import KubeUser, api_call, api_client, kube_user, new_ssh_key
-from portal.scheduler.kube_namespaces import ensure_namespace, namespace_exists
-from portal.scheduler.kube_nodes import node_pools
-from portal.scheduler.kube_records import (
-    K8S_ID,
+from portal.scheduler.kubernetes.namespaces import ensure_namespace, namespace_exists
+from portal.scheduler.kubernetes.nodes import node_pools
+from portal.scheduler.kubernetes.pods import POD_SERVER_NAME
+from portal.scheduler.kubernetes.records import (
     PodTrials,
     _image_id,
     card_from_log,
@@ -71,12 +75,8 @@ from portal.scheduler.kube_records import (
     pod_trials,
     sweep_job_state,
 )
-from portal.scheduler.pods import POD_SERVER_NAME
-from portal.scheduler.quota import GpuQuota
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.slurm import start_note as note_from_nodes
-from portal.slurm_json import QueuedJob
-from portal.usage import UsageReport
+from portal.scheduler.usage import UsageReport
 
 # The MPI operator's labels on the pods it makes (mpi-operator v2: training.kubeflow.org/*).
 OPERATOR_JOB_LABEL, OPERATOR_ROLE_LABEL = "training.kubeflow.org/job-name", "training.kubeflow.org/job-role"
@@ -102,7 +102,7 @@ class KubernetesScheduler:
         self._client_for = client_for
         self.plain = cfg.k8s_jobs == "plain"
         self.kind = "Job" if self.plain else "MPIJob"
-        self.sweeps = self.plain  # a sweep is one Job of trial pods (portal.jobs.k8s_manifests)
+        self.sweeps = self.plain  # a sweep is one Job of trial pods (portal.scheduler.kubernetes.manifests)
 
     def check_sweep(self, spec: JobSpec) -> None:
         """Each trial is one pod here: one node's GPUs."""
@@ -124,7 +124,7 @@ class KubernetesScheduler:
         return kube_user(user, groups, self.cfg)
 
     def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
-        """The GPU pools (k8s_gpu_types) with their nodes and what is free on each (kube_nodes.node_pools), and
+        """The GPU pools (k8s_gpu_types) with their nodes and what is free on each (nodes.node_pools), and
         what holds or waits for GPUs in the users' namespaces: two calls as the portal, the nodes and the pods
         that have not ended. Each job's state still comes from its own objects. Where the portal may not list
         nodes (a cluster whose RBAC leaves that out), the pools have none: the start warning cannot tell."""
@@ -218,7 +218,7 @@ class KubernetesScheduler:
         return DRY_RUN_NOTE + "---\n".join(manifest_yaml(manifest) for manifest in objects)
 
     def ensure_namespace(self, user: KubeUser) -> None:
-        """Make the user's namespace theirs (kube_namespaces.ensure_namespace), as the portal itself."""
+        """Make the user's namespace theirs (namespaces.ensure_namespace), as the portal itself."""
         ensure_namespace(self.cfg, self._client_for(self.cfg, None), user)
 
     def _in_namespace(self, user: KubeUser, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

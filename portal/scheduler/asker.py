@@ -23,7 +23,8 @@ class Asker:
 
     def __init__(self, refused_again_s: float | None = None):
         self.refused_again_s = REFUSED_AGAIN_S if refused_again_s is None else refused_again_s
-        self.answered, self.refused_since = False, None
+        self.answered = False
+        self.refused_since: float | None = None
 
     def ask(self, question: Callable[[], Any]) -> tuple[Any, str | None]:
         """(answer, None), or (None, why there is none this time: a line for the user)."""
@@ -33,8 +34,8 @@ class Asker:
             return None, f"the scheduler does not answer now; asking again ({err})"
         except SchedulerRefused as err:
             now = time.monotonic()
-            self.refused_since = self.refused_since if self.refused_since is not None else now
-            if not self.answered or now - self.refused_since >= self.refused_again_s:
+            since = self.refused_since = self.refused_since if self.refused_since is not None else now
+            if not self.answered or now - since >= self.refused_again_s:
                 raise
             return None, (f"the scheduler refused what it answered before; asking again for up to "
                           f"{self.refused_again_s:.0f} s ({err})")

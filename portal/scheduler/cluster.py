@@ -1,0 +1,168 @@
+"""The cluster as every scheduler shows it, whatever its own words: the jobs in its queue (`QueuedJob`), its nodes
+(`ClusterNode`) and the pools they form (`NodePool`: a Slurm partition, or the nodes of one GPU type on
+Kubernetes), and what the pages and the quota read from them: the start warning of a submit (`start_note`), a
+user's jobs in words, the GPUs a user's jobs hold (`gpu_holders`). Each scheduler reads its own answers into these
+(portal/scheduler/slurm/answers.py and json_answers.py; portal/scheduler/kubernetes/nodes.py and records.py); the
+snapshot (snapshot.py) and the dashboard use nothing else. Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from portal.quota import GpuHolder
+from portal.records.states import ENDED_STATES, RUNNING
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """One job in a scheduler's queue: pending, running or ended (Slurm keeps an ended job for MinJobAge; a
+    Kubernetes job's pods are its entries: portal/scheduler/kubernetes/records.py)."""
+
+    id: str
+    user: str
+    state: str
+    elapsed: str  # as squeue prints it (duration_text): "1:23", "1:02:03", "1-02:03:04"
+    nodes: int
+    gpus_per_node: int
+    reason: str  # why it waits (Slurm's "Resources", or words) or why it ended ("NonZeroExitCode"); "None" if none
+    name: str = ""
+    node_list: str = ""  # where it runs or ran, as a hostlist ("node[1-2]")
+    gpus: int = 0  # every GPU it holds or asks for, all nodes together (per-node and per-job requests alike)
+    uid: int = -1
+    exit_code: str = ""  # Slurm's "3:0" (exit status : signal), once it has ended
+    restarts: int = 0  # how often Slurm requeued it
+    expected_start: int = 0  # a pending job's: when Slurm expects it to start (epoch seconds); 0: no estimate
+
+    @property
+    def queued(self) -> bool:
+        """Whether plain `squeue` lists it: not ended."""
+        return self.state not in ENDED_STATES
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as squeue's %M prints them, the one format of elapsed time on every page: "0:05", "12:34",
+    "1:02:03", "1-02:03:04"."""
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """Slurm's node list ("node[1-2,4]", "node1,gpu[01-02]") as names; "None assigned" is none."""
+    names = []
+    for prefix, ranges, single in re.findall(r"([^,\[\]]+)\[([^\]]+)\]|([^,\[\]]+)", text):
+        if single:
+            if single.strip() and " " not in single.strip():
+                names.append(single.strip())
+            continue
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            width = len(low)
+            for number in range(int(low), int(high or low) + 1):
+                names.append(f"{prefix}{number:0{width}d}")
+    return tuple(names)
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    free_gpus: int  # 0 when the node cannot run anything now
+    usable: bool
+    partitions: tuple[str, ...]
+    state: str = ""  # Slurm's, e.g. "IDLE", "MIXED", "IDLE+DRAIN", "DOWN+NOT_RESPONDING"
+    address: str = ""
+    free_cpus: int = 0  # what no job holds now; 0 when the node cannot run anything now
+    free_memory_mb: int = 0
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """A partition that is up, with its member nodes."""
+
+    name: str
+    nodes: tuple[ClusterNode, ...]
+    max_minutes: int | None  # None: no wall-time limit
+    default: bool
+
+    @property
+    def usable_nodes(self) -> tuple[ClusterNode, ...]:
+        """The nodes that can run something now (not down, drained or failing)."""
+        return tuple(n for n in self.nodes if n.usable)
+
+    # A job's per-node request must fit the partition's largest usable node: Slurm places it there or nowhere
+    # (a drained node offers nothing, however large).
+    @property
+    def cpus_per_node(self) -> int:
+        return max((n.cpus for n in self.usable_nodes), default=0)
+
+    @property
+    def memory_mb_per_node(self) -> int:
+        return max((n.memory_mb for n in self.usable_nodes), default=0)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return max((n.gpus for n in self.usable_nodes), default=0)
+
+    @property
+    def free_gpus_per_node(self) -> int:
+        return max((n.free_gpus for n in self.usable_nodes), default=0)
+
+    def unusable_note(self) -> str:
+        """" (node2 is drained)"-style words for the nodes that cannot take work now, or ""."""
+        down = [n for n in self.nodes if not n.usable]
+        if not down:
+            return ""
+        return f"; not usable now: {', '.join(f'{n.name} ({n.state.lower()})' for n in down)}"
+
+
+def gpu_holders(jobs: Iterable[QueuedJob], server_names: Collection[str]) -> tuple[GpuHolder, ...]:
+    """The jobs with GPUs among `jobs` (a user's, as their scheduler lists them: pending ones count too, they are a
+    claim on the quota), in the queue's order; `server_names`: the queue names of a server."""
+    return tuple(GpuHolder(job_id=job.id, gpus=job.gpus, server=job.name in server_names)
+                 for job in jobs if job.gpus)
+
+
+def own_jobs_in_words(jobs: Iterable[QueuedJob], server_names: Collection[str], whose: str = "your") -> str:
+    """A user's own jobs as they read of them, for what holds what their waiting job asks for: "your server
+    (job 4), your job 7"; "" for none. `server_names`: the queue names of a server (Kubernetes's too); `whose`:
+    "alice's" for someone else reading of them (an admin)."""
+    return ", ".join(f"{whose} server (job {job.id})" if job.name in server_names else f"{whose} job {job.id}"
+                     for job in jobs)
+
+
+def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partition: NodePool,
+               mine: Iterable[QueuedJob], server_names: Collection[str]) -> str:
+    """Whether a job asking each of `nodes_needed` nodes for `gpus`, `cpus` (all its workers together) and
+    `memory_gb` can start now on the partition's usable nodes; "" when it can, else why it will wait, in words:
+    "will wait for your server (job 4) to end: node1 has 20 of 24 GB free". `mine`: the user's jobs now (their
+    own are named; anything else is "other users' jobs"; `server_names` as in own_jobs_in_words). The request
+    itself fits a node (parse_job_spec)."""
+    usable = partition.usable_nodes
+    need_mb = memory_gb * 1024
+
+    def short_of(node: ClusterNode) -> list[str]:
+        found = []
+        if node.free_gpus < gpus:
+            found.append(f"{node.free_gpus} of {node.gpus} GPUs")
+        if node.free_cpus < cpus:
+            found.append(f"{node.free_cpus} of {node.cpus} CPUs")
+        if node.free_memory_mb < need_mb:
+            found.append(f"{node.free_memory_mb // 1024} of {node.memory_mb // 1024} GB")
+        return found
+
+    short = {node.name: what for node in usable if (what := short_of(node))}
+    if len(usable) - len(short) >= nodes_needed:
+        return ""
+    holding = [job for job in mine if job.state == RUNNING and set(expand_hostlist(job.node_list)) & set(short)]
+    holders = own_jobs_in_words(holding, server_names) or "other users' jobs"
+    where = "; ".join(f"{name} has {' and '.join(what)} free" for name, what in short.items())
+    return f"will wait for {holders} to end: {where}"
