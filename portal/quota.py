@@ -4,6 +4,11 @@ The rule: a user may hold at most `quota_for(groups)` GPUs at once (the largest 
 else `default_gpu_quota`), counting everything they run together: their JupyterLab server and every training job,
 pending or running, on all nodes. A pending job counts: it is a claim on the quota.
 
+A job array (a sweep: its tasks are its trials, at most `parallel` at once) claims what may run of it at once:
+each running task holds its own GPUs, and its pending tasks claim as many tasks' GPUs as may still start beside
+the running ones under its throttle (`array_claim`), whoever asks: Slurm's queue (one entry for the pending rest of
+an array), the dashboard's count of the sweeps it submitted since its snapshot, Kubernetes' trial pods.
+
 Who holds it:
 - the portal refuses first, with `GpuQuota`'s numbers and words: the spawn form (spawners.forms), a job's spec
   (portal.records.spec) and the dashboard, which adds the jobs it submitted since its cluster snapshot was taken
@@ -29,6 +34,13 @@ def quota_group(quotas: Mapping[str, int], groups: Iterable[str]) -> str | None:
     """The group whose quota applies (the largest; ties: alphabetical); None when none of `groups` has one."""
     found = [g for g in groups if g in quotas]
     return min(found, key=lambda g: (-quotas[g], g)) if found else None
+
+
+def array_claim(task_gpus: int, pending: int, running: int, throttle: int) -> int:
+    """The GPUs a job array's pending tasks claim: as many tasks as may still start beside its `running` ones under
+    its `throttle` (Slurm's `%N`, a sweep's `parallel`; 0: none, every pending task may start), each `task_gpus`."""
+    can_start = pending if throttle <= 0 else min(pending, max(0, throttle - running))
+    return task_gpus * max(0, can_start)
 
 
 @dataclass(frozen=True)

@@ -233,8 +233,8 @@ def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str |
         raw = {**raw, "mail": settings.read(who, cfg.user_settings_file).job_mail}
     checked = parse_job_spec(raw, job_limits, who.can_read_dir)
     plan = parse_sweep(sweep, checked.epochs, job_limits, checked.gpus) if sweep is not None else None
-    if plan is not None and hasattr(chosen, "check_sweep"):
-        chosen.check_sweep(checked)  # what the backend's trials cannot be (Kubernetes: one pod each)
+    if plan is not None:
+        chosen.check_sweep(checked)  # what the scheduler's trials cannot be (Kubernetes: one pod each)
     return chosen, who, checked, job_limits, plan
 
 

@@ -114,6 +114,10 @@ class Scheduler(Protocol[P]):
         """Why a job of `spec`, just submitted by `user`, will wait (the nodes it needs are busy, and with what of
         the user's own), from `snapshot` taken before the submit; "" when it can start now or cannot tell."""
 
+    def check_sweep(self, spec: JobSpec) -> None:
+        """What a sweep's trial of `spec` cannot be on this scheduler: JobSpecError naming the field (Kubernetes:
+        a trial is one pod, on one node). Asked for every sweep, after the spec and the plan are parsed."""
+
     def render(self, spec: JobSpec, user: P, partition: str = "", plan: SweepPlan | None = None) -> str: ...
     def submit(self, spec: JobSpec, user: P, partition: str = "",
                plan: SweepPlan | None = None) -> tuple[JobRecord, str | None]: ...

@@ -103,6 +103,10 @@ class LocalScheduler(JobsInHome):
     def configured_limits(self, user: JobUser) -> JobLimits:
         return self.limits(user)  # this machine's own, read without asking anyone
 
+    def check_sweep(self, spec: JobSpec) -> None:
+        """Never asked: this scheduler runs no sweeps (`sweeps` is False, and portal.jobs refuses one first)."""
+        raise JobSpecError(SWEEP_FIELD, "the local backend runs no sweeps: submit single runs")
+
     def render(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None) -> str:
         no_sweeps(plan)
         return render_local(spec, str(self.jobs_dir(user) / "local-<time>-<random>"), self.cfg)

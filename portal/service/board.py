@@ -37,6 +37,7 @@ from portal import settings as user_settings
 from portal.config import PortalConfig
 from portal.inputs import one_line
 from portal.jobs import Job, JobAccessError, JobNotFound, SchedulerError, UnreadableJob, UnreadableRecord
+from portal.quota import array_claim
 from portal.records.account import JobUser, job_user
 from portal.records.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
 from portal.records.spec import JobLimits
@@ -312,9 +313,10 @@ class JobBoard(UsageViews, RunReads, Generic[P]):
                 self._remember_job(job)
                 if job.scheduler.queue_in_snapshot:
                     with self._acted_lock:
-                        # a sweep's trials hold `parallel` times a trial's GPUs once they run
-                        at_once = job.plan.parallel if job.plan is not None else 1
-                        self._submitted[job_key(job)] = (self._clock(), job.spec.gpus * at_once)
+                        # a sweep: none of its trials runs yet (portal.quota.array_claim)
+                        claim = (array_claim(job.spec.gpus, job.plan.trials, 0, job.plan.parallel)
+                                 if job.plan is not None else job.spec.gpus)
+                        self._submitted[job_key(job)] = (self._clock(), claim)
             finally:
                 decision.release()
         sweep = f", a sweep of {job.plan.trials} trials, {job.plan.parallel} at once" if job.plan else ""

@@ -10,10 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from portal.quota import array_claim
 from portal.scheduler.cluster import duration_text, gpu_holders
 from portal.scheduler.slurm.answers import SLURM_SERVERS
 from portal.scheduler.slurm.json_answers import SlurmAnswerError, exit_code, read_sacct, read_squeue, users_jobs
-from tests.slurm_answers import REAL_SACCT, REAL_SQUEUE, STARTED, sacct_json, sacct_run, squeue_job, squeue_json
+from tests.slurm_answers import (
+    REAL_SACCT,
+    REAL_SQUEUE,
+    STARTED,
+    real_squeue,
+    sacct_json,
+    sacct_run,
+    squeue_job,
+    squeue_json,
+)
 
 NOW = STARTED + 3723  # 1:02:03 after the jobs started
 
@@ -27,7 +37,8 @@ def test_the_real_squeue_answer():
     assert (two_nodes.state, two_nodes.nodes, two_nodes.gpus_per_node, two_nodes.gpus) == ("RUNNING", 2, 2, 4)
     assert (two_nodes.node_list, two_nodes.elapsed) == ("node[1-2]", "0:58")
     assert (per_job.state, per_job.reason, per_job.gpus_per_node, per_job.gpus) == ("PENDING", "Resources", 0, 3)
-    assert (array.reason, array.gpus, array.elapsed) == ("Priority", 1, "0:00")
+    # sbatch --array=0-3%2 of 1 GPU each, none started: its pending entry claims what may start at once, 2 tasks
+    assert (array.reason, array.gpus, array.elapsed) == ("Priority", 2, "0:00")
     assert "900001" not in jobs
 
 
@@ -118,3 +129,24 @@ def test_text_a_user_controls_is_only_itself(name, comment, workdir, output):
     runs = read_sacct(sacct_json(sacct_run(7, "bob", "COMPLETED", datetime(2026, 11, 22, 19), None, name=name,
                                            working_directory=workdir, comment={"job": comment})))
     assert [(r.job_id, r.user, r.gpus, r.name) for r in runs] == [("7", "bob", 0, name)]
+
+
+def test_a_pending_array_claims_what_may_start_beside_its_running_tasks():
+    """One quota rule (portal.quota.array_claim) for Slurm's queue and the dashboard's own count: a sweep of 4
+    trials, 2 at once, of 1 GPU each holds 2 GPUs however many of its tasks have started."""
+    array = next(j for j in real_squeue()["jobs"] if j["name"] == "arr")  # Slurm's own entry for 0-3%2
+
+    def claimed(started: int) -> list[int]:
+        tasks = [squeue_job(10 + t, "alice", gpus_per_node=1, array_job_id=4, array_task_id=t)
+                 for t in range(started)]
+        rest = {**array, "array_task_string": f"{started}-3%2", "user_name": "alice", "user_id": 10001}
+        jobs = read_squeue(squeue_json(*tasks, rest), NOW)
+        return [h.gpus for h in gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)]
+    assert claimed(0) == [2]
+    assert claimed(1) == [1, 1]
+    assert claimed(2) == [1, 1]  # the pending rest waits for the throttle: it claims nothing more
+    assert sum(claimed(2)) == array_claim(1, 4, 0, 2) == 2  # what the dashboard counts for a sweep it just submitted
+    unthrottled = read_squeue(squeue_json({**array, "array_task_string": "0-15:4", "array_max_tasks": 0}), NOW)
+    assert unthrottled["4"].gpus == 4  # 0, 4, 8, 12: every pending task may start
+    odd = read_squeue(squeue_json({**array, "array_task_string": "x-3%2"}), NOW)
+    assert odd["4"].gpus == 1  # not an array string of Slurm's: one task's, as Slurm's own entry says

@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from portal.records.states import ENDED_STATES
+from portal.quota import array_claim
+from portal.records.states import ENDED_STATES, PENDING, RUNNING
 from portal.scheduler.cluster import QueuedJob, duration_text
 from portal.scheduler.slurm.answers import gpu_count
 
@@ -102,13 +103,41 @@ def _jobs_in(answer: str | bytes, command: str) -> list[Any]:
 
 def read_squeue(answer: str | bytes, now: float) -> dict[str, QueuedJob]:
     """Every job in a `squeue --json` answer, by id, in Slurm's order; `now` (time.time()) for the elapsed times.
-    SlurmAnswerError when the answer is not Slurm's JSON."""
+    SlurmAnswerError when the answer is not Slurm's JSON.
+
+    A job array's pending tasks are one entry (the array's own id, `array_task_string` "2-3%2": the tasks left and
+    the throttle); its started tasks are entries of their own (`array_job_id` the array's). The pending entry's GPUs
+    are what its tasks claim beside the running ones (portal.quota.array_claim), not one task's."""
     jobs: dict[str, QueuedJob] = {}
+    arrays: dict[str, tuple[int, int]] = {}  # a pending array entry's id: (tasks left, throttle)
+    running: dict[str, int] = {}  # an array's id: its running tasks
     for entry in _jobs_in(answer, "squeue"):
         job = _queued_job(entry, now)
-        if job is not None and job.id not in jobs:
-            jobs[job.id] = job
+        if job is None or job.id in jobs:
+            continue
+        jobs[job.id] = job
+        array_id, task = _whole(entry.get("array_job_id")), entry.get("array_task_id")
+        left = _task_count(_text(entry, "array_task_string"))
+        if array_id and task is None and job.state == PENDING and left:  # else one task's, as Slurm's entry says
+            arrays[job.id] = (left, _whole(entry.get("array_max_tasks")) or 0)
+        elif array_id and job.state == RUNNING:
+            running[str(array_id)] = running.get(str(array_id), 0) + 1
+    for job_id, (left, throttle) in arrays.items():
+        job = jobs[job_id]
+        jobs[job_id] = replace(job, gpus=array_claim(job.gpus, left, running.get(job_id, 0), throttle))
     return jobs
+
+
+def _task_count(text: str) -> int:
+    """The tasks an array string names: "2-3%2" 2, "0-15:4" 4, "1,3,5-6" 4; 0 for anything else."""
+    count = 0
+    for part in text.partition("%")[0].split(","):
+        found = re.fullmatch(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?", part)
+        if not found:
+            return 0
+        low, high, step = int(found[1]), int(found[2] or found[1]), int(found[3] or 1)
+        count += len(range(low, high + 1, max(1, step)))
+    return count
 
 
 def users_jobs(jobs: Mapping[str, QueuedJob], user: str) -> list[QueuedJob]:

@@ -134,6 +134,9 @@ class SlurmScheduler(JobsInHome):
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""
         return self.commands.queue(user)
 
+    def check_sweep(self, spec: JobSpec) -> None:
+        """A trial is any job Slurm runs: a job array's task takes whatever a job may ask for."""
+
     def render(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None) -> str:
         return render_sbatch(spec, f"{self.jobs_dir(user)}/{SLURM_JOB_ID}", self.cfg, partition, plan)
 
