@@ -11,41 +11,47 @@ a job state.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
 
 from portal.config import PortalConfig
-from portal.quota import GpuQuota
 from portal.records.account import job_user
-from portal.scheduler.cluster import QueuedJob, gpu_holders, start_note
+from portal.scheduler.cluster import NodePool, QueuedJob, start_note
 from portal.scheduler.errors import SlurmError
 from portal.scheduler.slurm.answers import SLURM_SERVERS, slurm_partitions
 from portal.scheduler.slurm.commands import SlurmCommands
 from portal.scheduler.slurm.json_answers import users_jobs
+from portal.scheduler.slurm.scheduler import SlurmScheduler
 from spawners.forms import ClusterLimits, Partition
 
 OUTPUT_TAIL_BYTES = 64 * 1024  # of a failed server's output: its last lines, however long they are
 
 
-def partitions_from_scontrol(partition_lines: str, node_lines: str) -> tuple[Partition, ...]:
-    """Partitions that are up and have a usable node, with the resources of their best usable node, from
-    `scontrol show partition -o` and `scontrol show node -d -o` (read by portal.scheduler.slurm.answers, shared with the
-    training jobs): a drained or down node offers nothing."""
+def form_partitions(pools: Iterable[NodePool]) -> tuple[Partition, ...]:
+    """Partitions that are up and have a usable node, with the resources of their best usable node: a drained or
+    down node offers nothing."""
     return tuple(
         Partition(name=p.name, cpus_per_node=p.cpus_per_node, memory_mb_per_node=p.memory_mb_per_node,
                   gpus_per_node=p.gpus_per_node, free_gpus_per_node=p.free_gpus_per_node,
                   max_minutes=p.max_minutes, default=p.default)
-        for p in slurm_partitions(partition_lines, node_lines) if p.usable_nodes
+        for p in pools if p.usable_nodes
     )
 
 
+def partitions_from_scontrol(partition_lines: str, node_lines: str) -> tuple[Partition, ...]:
+    """The form's partitions from `scontrol show partition -o` and `scontrol show node -d -o` (read by
+    portal.scheduler.slurm.answers, shared with the training jobs)."""
+    return form_partitions(slurm_partitions(partition_lines, node_lines))
+
+
 async def cluster_limits(portal: PortalConfig, user: str, groups: tuple[str, ...]) -> ClusterLimits:
-    """What this user may ask for now: the partitions that are up, free GPUs, the group quota and what the
-    user's jobs hold of it (the quota is for their server and jobs together)."""
-    slurm = SlurmCommands(portal)
-    partitions = partitions_from_scontrol(await slurm.arun("scontrol", "show", "partition", "-o"),
-                                          await slurm.arun("scontrol", "show", "node", "-d", "-o"))
-    holders = gpu_holders(users_jobs(await squeue(portal), user), SLURM_SERVERS)
-    return ClusterLimits(partitions=partitions, quota=GpuQuota(portal.gpu_quota_for(groups), groups, holders))
+    """What this user may ask for now, from the Slurm scheduler's own look at the cluster (one snapshot: the
+    partitions that are up, the queue) and its quota (SlurmScheduler.quota: what the job form and the API show
+    too; the quota is for their server and jobs together)."""
+    scheduler = SlurmScheduler(portal)
+    snapshot = await asyncio.to_thread(scheduler.snapshot)
+    return ClusterLimits(partitions=form_partitions(snapshot.partitions),
+                         quota=scheduler.quota(scheduler.person(user, groups), snapshot))
 
 
 async def server_start_note(portal: PortalConfig, user: str, partition: str, gpus: int, cpus: int,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from chexnet.sweep import EXIT_FINISHED
 from portal.config import PortalConfig
-from portal.quota import GpuHolder, GpuQuota
+from portal.quota import GpuQuota
 from portal.records.record import OUTPUT_FILE
 from portal.records.spec import JobLimits, JobSpec
 from portal.records.sweep import SweepPlan
@@ -72,13 +72,12 @@ def jobs_partition(cfg: PortalConfig, partitions: Sequence[NodePool]) -> NodePoo
     return partition
 
 
-def limits_from(cfg: PortalConfig, partitions: Sequence[NodePool], holders: Sequence[GpuHolder],
-                groups: Sequence[str], jobs_queued: int = 0) -> JobLimits:
-    """What a user in `groups` may ask for, given Slurm's partitions and the user's jobs that hold GPUs (pure):
-    the jobs partition's shape (its usable nodes, busy or not: a job may wait; drained or down ones are left out),
-    the user's group GPU quota and what their jobs and server hold of it, and how many of their jobs are queued
-    or running against max_jobs_per_user (Slurm holds the same limits for whatever does not come through the
-    portal). SlurmError when no partition can take a job."""
+def limits_from(cfg: PortalConfig, partitions: Sequence[NodePool], quota: GpuQuota, jobs_queued: int = 0) -> JobLimits:
+    """What a user may ask for, given Slurm's partitions and their GPU quota with what their jobs and server hold
+    of it (SlurmScheduler.quota) (pure): the jobs partition's shape (its usable nodes, busy or not: a job may
+    wait; drained or down ones are left out), the quota, and how many of their jobs are queued or running against
+    max_jobs_per_user (Slurm holds the same limits for whatever does not come through the portal). SlurmError
+    when no partition can take a job."""
     partition = jobs_partition(cfg, partitions)
     if not partition.usable_nodes:
         raise SlurmError(f"partition {partition.name} has no node that can run a job now"
@@ -86,6 +85,6 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[NodePool], holders: Sequ
     return JobLimits(
         partition=partition.name, nodes=len(partition.usable_nodes), gpus_per_node=partition.gpus_per_node,
         cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
-        max_minutes=partition.max_minutes, quota=GpuQuota(cfg.gpu_quota_for(groups), tuple(groups), tuple(holders)),
+        max_minutes=partition.max_minutes, quota=quota,
         default_data_dir=str(cfg.default_data_path), unusable_note=partition.unusable_note(),
         jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user, mail=cfg.job_mail)

@@ -22,6 +22,7 @@ from typing import ClassVar
 from chexnet.sweep import PLAN_FILE
 from portal.config import PortalConfig
 from portal.inputs import ascii_digits
+from portal.quota import GpuQuota
 from portal.records.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
 from portal.records.ids import SLURM_ID
 from portal.records.record import (
@@ -100,12 +101,17 @@ class SlurmScheduler(JobsInHome):
         """What `user` may ask for now (see `limits_from`): from `snapshot` (no command) with `held`, the jobs
         submitted since it was taken; without one, asked of Slurm as the user."""
         if snapshot is None:
-            partitions, queued = self.commands.partitions(user), users_jobs(self._squeue(user), user.name)
-        else:
-            partitions, queued = snapshot.partitions, users_jobs(snapshot.queue, user.name)
-        limits = limits_from(self.cfg, partitions, gpu_holders(queued, SLURM_SERVERS), user.groups,
-                             len(queued) + len(held))
+            snapshot = ClusterSnapshot(taken_at=0.0, queue=self._squeue(user),
+                                       partitions=self.commands.partitions(user))
+        queued = users_jobs(snapshot.queue, user.name)
+        limits = limits_from(self.cfg, snapshot.partitions, self.quota(user, snapshot), len(queued) + len(held))
         return replace(limits, quota=limits.quota.with_submitted(held))
+
+    def quota(self, user: JobUser, snapshot: ClusterSnapshot) -> GpuQuota:
+        """The user's GPU quota and what their servers and jobs in `snapshot` hold or claim of it (portal.quota's
+        rule): the one figure the job form, the API and the spawn form (spawners.slurm_cluster) all show."""
+        holders = gpu_holders(users_jobs(snapshot.queue, user.name), SLURM_SERVERS)
+        return GpuQuota(self.cfg.gpu_quota_for(user.groups), tuple(user.groups), holders)
 
     def configured_limits(self, user: JobUser) -> None:
         return None  # a partition's shape is Slurm's: a dry run asks it (as the user)
