@@ -55,9 +55,8 @@ from portal.scheduler.errors import (
 from portal.scheduler.kubernetes.client import KubeUser
 from portal.scheduler.usage import UsageReport
 
-BACKENDS = tuple(SCHEDULERS)
 DEFAULT_POLL_S = 5.0
-__all__ = ["BACKENDS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
+__all__ = ["SCHEDULERS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
            "KubernetesError", "NoAccounting", "RunMetrics", "SchedulerError", "SlurmError", "UnknownScheduler",
            "UnreadableJob", "UnreadableRecord", "UsageReport", "cancel", "get", "job_entries", "jobs",
            "limits", "render", "submit", "usage", "validate"]

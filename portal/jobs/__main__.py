@@ -1,4 +1,4 @@
-"""`python -m portal.jobs render --backend slurm|local|kubernetes [--template chexnet] [--nodes N] ...`
+"""`python -m portal.jobs render --scheduler slurm|local|kubernetes [--template chexnet] [--nodes N] ...`
 
 Prints what would be submitted (the batch script, or the MPIJob manifest) without submitting it. Every JobSpec
 field is a flag; a bad value is one line naming the field and what is allowed, exit status 2.
@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn
 
 from portal.config import ConfigError
-from portal.jobs import BACKENDS, JobAccessError, SchedulerError, UnknownScheduler, render
+from portal.jobs import SCHEDULERS, JobAccessError, SchedulerError, UnknownScheduler, render
 from portal.records.spec import BOOLEAN_FIELDS, FIELDS, JobSpecError
 
 EXIT_USAGE = 2
@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog=PROG, description="Training jobs of the Data Scientist Portal.")
     commands = p.add_subparsers(dest="command", required=True)
     r = commands.add_parser("render", help="print the script a job would run, without submitting it")
-    r.add_argument("--backend", help=f"one of {', '.join(BACKENDS)} (default: config's scheduler)")
+    r.add_argument("--scheduler", "--backend", dest="backend",
+                   help=f"one of {', '.join(SCHEDULERS)} (default: the `scheduler` setting; --backend: its old name)")
     r.add_argument("--user", help="render for this user (root only); default: you")
     r.add_argument("--groups", help="the user's groups, comma-separated (their GPU quota); default: their Unix "
                    "groups, or DSPORTAL_GROUPS on Kubernetes")

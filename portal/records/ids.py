@@ -13,5 +13,8 @@ K8S_ID_PATTERN = r"k8s-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}"
 SLURM_ID = re.compile(rf"^{SLURM_ID_PATTERN}\Z")
 LOCAL_ID = re.compile(rf"^{LOCAL_ID_PATTERN}\Z")
 K8S_ID = re.compile(rf"^{K8S_ID_PATTERN}\Z")
-# The jobs whose records are job.json files in the homes (Kubernetes keeps its records as its own objects).
+# The schedulers whose job records are job.json files in the homes, each with its ids (Kubernetes keeps its records
+# as its own objects). A record's "backend" field names its scheduler (the field's name is kept for the records
+# already written).
+HOME_RECORD_IDS = {"slurm": SLURM_ID, "local": LOCAL_ID}
 JOB_ID = re.compile(rf"^(?:{SLURM_ID_PATTERN}|{LOCAL_ID_PATTERN})\Z")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from portal.inputs import finite_json
-from portal.records.ids import JOB_ID, LOCAL_ID_PATTERN, SLURM_ID_PATTERN  # noqa: F401
+from portal.records.ids import HOME_RECORD_IDS, JOB_ID, LOCAL_ID_PATTERN, SLURM_ID_PATTERN  # noqa: F401
 from portal.records.spec import JobSpec, JobSpecError
 from portal.records.states import (  # noqa: F401  (the API's words for a job's state, by portal.records.states)
     CANCELLED,
@@ -41,7 +41,6 @@ UNREADABLE = "UNREADABLE"  # the state shown for a job whose record is not one
 MAX_RECORD_BYTES = 64 * 1024  # a real job.json is under 1 KiB
 MAX_TEXT = 4096  # any one string in a record (a data_dir path is the longest)
 MAX_NUMBER = 1_000_000  # any whole number in a spec; the validator's bounds are far lower
-BACKEND_NAMES = ("slurm", "local")
 EXIT_CODE = re.compile(r"^-?[0-9]{1,3}\Z")
 
 JOBS_ROOT = "jobs"  # under the user's home: one directory per cluster, and the older layout's job directories
@@ -81,8 +80,8 @@ class JobRecord:
                      sweep=_recorded_sweep(data, spec))
         if not JOB_ID.match(record.id):
             raise RecordError(f"id: {record.id[:20]!r} is not a job id")
-        if record.backend not in BACKEND_NAMES:
-            raise RecordError(f"backend: {record.backend[:20]!r}; allowed: {', '.join(BACKEND_NAMES)}")
+        if record.backend not in HOME_RECORD_IDS:
+            raise RecordError(f"backend: {record.backend[:20]!r}; allowed: {', '.join(HOME_RECORD_IDS)}")
         if expect is not None:
             expect.check(record)
         return record

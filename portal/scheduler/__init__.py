@@ -147,7 +147,7 @@ def scheduler_for(cfg: PortalConfig, name: str | None = None, run: Callable[[Seq
     only Slurm runs commands)."""
     name = name or cfg.scheduler
     if name not in SCHEDULERS:
-        raise UnknownScheduler(f"backend: {name!r} is not a backend; allowed: {', '.join(SCHEDULERS)}")
+        raise UnknownScheduler(f"scheduler: {name!r} is not a scheduler; allowed: {', '.join(SCHEDULERS)}")
     implementation: Any = scheduler_class(name)  # each class's own constructor (Slurm's takes `run`)
     return implementation(cfg, run=run) if run is not None and name == "slurm" else implementation(cfg)
 

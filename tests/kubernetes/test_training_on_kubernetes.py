@@ -156,7 +156,7 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
 
 def test_render_prints_what_submit_would_make_and_refuses_what_it_would_refuse(kube):
     env = {**os.environ, "DSPORTAL_SCHEDULER": "kubernetes", "DSPORTAL_K8S_KUBECONFIG": str(kube.kubeconfigs["hub"])}
-    command = [sys.executable, "-m", "portal.jobs", "render", "--backend", "kubernetes", "--nodes", "2",
+    command = [sys.executable, "-m", "portal.jobs", "render", "--scheduler", "kubernetes", "--nodes", "2",
                "--gpus-per-node", "2"]
     shown = subprocess.run([*command, "--user", "alice", "--groups", "gpu-users"], capture_output=True, text=True,
                            timeout=60, env=env)

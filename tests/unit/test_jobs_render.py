@@ -173,18 +173,18 @@ def test_render_cli_refuses_bad_flags_in_one_line(tmp_path):
         return subprocess.run([sys.executable, "-m", "portal.jobs", "render", *args], capture_output=True,
                               text=True, timeout=60)
 
-    result = cli("--backend", "local", "--nodes", "2", "--data-dir", str(tmp_path))
+    result = cli("--scheduler", "local", "--nodes", "2", "--data-dir", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "python -m portal.jobs: error: nodes: 2 is out of range; allowed: 1 (usable nodes on this machine)"]
-    result = cli("--backend", "local", "--epochs", "two")
+    result = cli("--backend", "local", "--epochs", "two")  # its old name
     assert result.returncode == 2 and "epochs: 'two' is not a whole number" in result.stderr
-    result = cli("--backend", "local", "--gpu", "1")
+    result = cli("--scheduler", "local", "--gpu", "1")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
-    result = cli("--backend", "slurmish")
-    assert result.returncode == 2 and "backend: 'slurmish' is not a backend; allowed: slurm, local, kubernetes" \
+    result = cli("--scheduler", "slurmish")
+    assert result.returncode == 2 and "scheduler: 'slurmish' is not a scheduler; allowed: slurm, local, kubernetes" \
         in result.stderr
-    result = cli("--backend", "local", "--image-size", "64", "--fp16", "--data-dir", str(tmp_path))
+    result = cli("--scheduler", "local", "--image-size", "64", "--fp16", "--data-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "--image-size 64" in result.stdout and "--fp16" in result.stdout
     assert "horovodrun --disable-cache -np 1 -H localhost:1" in result.stdout
