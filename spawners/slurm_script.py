@@ -19,7 +19,8 @@ def server_log_dir(home: str, cluster: str) -> str:
 
 
 # batchspawner 1.3.0's SlurmSpawner.batch_script but for the --output line (its default writes the output in the
-# home's top level); tests/unit/test_server_job.py holds it beside upstream's. The working directory stays the home.
+# home's top level); tests/unit/spawners/test_slurm_script.py holds it beside upstream's. The working directory stays
+# the home.
 SERVER_JOB_SCRIPT = "#!/bin/bash\n#SBATCH --output={{server_log_dir}}/" + SERVER_OUTPUT_FILE + """
 #SBATCH --job-name=spawner-jupyterhub
 #SBATCH --chdir={{homedir}}

@@ -16,32 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from portal import jobs
 from portal.config import load
-from portal.runas import RUNUSER
 from portal.service.board import USAGE_REFRESH_S
 from spawners import slurm_cluster
-from tests.conftest import NODES, REPO, TEST_CONFIG, TINY_MODEL, box, jobs_of, slurm, wait_for
+from tests.conftest import NODES, REPO, TEST_CONFIG, box, jobs_of, slurm, wait_for
+from tests.integration.helpers import PORTAL, TINY, portal_client
+from tests.integration.helpers import as_user_in_terminal as as_user
 
 pytestmark = pytest.mark.integration
-PORTAL = "/services/portal/"
-TINY = {"template": "chexnet", "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
-        "model": TINY_MODEL}
-JOB_TIMEOUT_S = 900
-
-
-def as_user(cluster, user: str, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
-    """A command as `user` from their home, as typed in a JupyterLab terminal."""
-    return subprocess.run([RUNUSER, "-u", user, "--", "env", f"SLURM_CONF={cluster.slurm_conf_path}", *argv],
-                          capture_output=True, text=True, timeout=60, cwd="/tmp", check=check)
-
-
-def portal_client(hub, user: str) -> requests.Session:
-    client = hub.client(hub.login(user)).token_session(user, "cluster test")  # trusting an https hub's CA
-    client.base = f"{hub.url}{PORTAL}api/"  # type: ignore[attr-defined]
-    return client
 
 
 def accounts(cluster, *args: str) -> subprocess.CompletedProcess:

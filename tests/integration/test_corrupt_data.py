@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from chexnet.callbacks import TAG_SKIPPED
 from chexnet.data.sources import source_of
-from tests.integration.test_training import REPO, horovodrun_installed, scalars, train  # noqa: F401  (autouse)
+from tests.conftest import REPO
+from tests.integration.helpers import horovodrun_installed, scalars, train  # noqa: F401  (autouse)
 
 PYTHON = sys.executable
 IMAGES, SIZE, SHORT_SIDE, SHARDS = 240, 40, 36, 4

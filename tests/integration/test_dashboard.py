@@ -6,20 +6,13 @@ that both schedulers offer (a job from the form and from the API, its pages, log
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import pytest
-import requests
 
 from tests.conftest import NODES
+from tests.integration.helpers import PORTAL, api_caller, browser, token_session
 
 pytestmark = pytest.mark.integration
-PORTAL = "/services/portal/"
-
-
-def token_session(hub, user: str) -> requests.Session:
-    """A plain API client for the dashboard with a hub API token of the user (made with their login session)."""
-    return hub.client(hub.login(user)).token_session(user, "dashboard test")
 
 
 @pytest.fixture(scope="module")
@@ -27,25 +20,9 @@ def clients(hub):
     return {user: token_session(hub, user) for user in ("alice", "bob", "admin")}
 
 
-def api_caller(hub) -> Callable[..., requests.Response]:
-    """call(client, method, path): the dashboard's JSON API behind this hub, as that client."""
-    def call(client: requests.Session, method: str, path: str, **kwargs) -> requests.Response:
-        kwargs.setdefault("timeout", 60)
-        return client.request(method, f"{hub.url}{PORTAL}api/{path}", **kwargs)
-    return call
-
-
 @pytest.fixture(scope="module")
 def portal_api(hub):
     return api_caller(hub)
-
-
-def browser(hub, user: str) -> requests.Session:
-    """The user's browser: logged in to the hub, then through the service's OAuth (no confirmation page)."""
-    session = hub.login(user)
-    page = session.get(f"{hub.url}{PORTAL}", timeout=30)
-    assert page.status_code == 200 and page.url == f"{hub.url}{PORTAL}jobs", (page.status_code, page.url)
-    return session
 
 
 def test_the_service_is_behind_the_hubs_login(hub):

@@ -11,47 +11,25 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from portal.records.sweep import parse_sweep
 from tests.conftest import as_user, job_dir_of, scratch_dir, wait_for
-from tests.integration.test_dashboard import PORTAL, browser, token_session
-from tests.integration.test_untrusted import readers_of
+from tests.integration.helpers import PORTAL, browser, readers_of, token_session
+from tests.special_files import KINDS, cleared, put_special
 
 pytestmark = pytest.mark.integration
-KINDS = ("fifo", "device", "alices", "directory", "sparse")
 # The files each kind of job's pages read (relative to its job directory).
 JOB_FILES = ("job.json", "output.log", "exit_status", "checkpoints/model_card.json",
              "tensorboard/events.out.tfevents.1.tnode1")
 SWEEP_FILES = ("sweep.json", "study.journal", "final_state", "trial-0.log", "trials/0/checkpoints/model_card.json")
 LIST_BOUND_S = 1.0
 ANSWER_BOUND_S = 30.0  # any one of bob's answers: each read gives up at once or within its time cap
-
-
-def put_special(path: Path, kind: str, alices_file: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "device":
-        path.symlink_to("/dev/zero")
-    elif kind == "alices":
-        path.symlink_to(alices_file)
-    elif kind == "directory":
-        path.mkdir()
-    else:
-        with open(path, "wb") as file:
-            file.truncate(1 << 40)
 
 
 def local_job(job_id: str) -> dict:
@@ -88,7 +66,7 @@ def bobs_special_files(cluster):
             (job_dir / "final_state").write_text("COMPLETED\n")
             (job_dir / "study.journal").write_text("{}\n")
             (job_dir / "sweep.json").write_text(json.dumps(sweep_job(job_id)["sweep"]))
-        put_special(job_dir / name, kind, alices)
+        put_special(cleared(job_dir / name), kind, alices)  # a link to another file: to alice's
         made[job_id] = (name, kind)
     subprocess.run(["chown", "-R", "-h", "bob:users", *(str(job_dir_of("bob", j)) for j in made)], check=True)
     yield made

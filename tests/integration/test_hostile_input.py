@@ -23,7 +23,7 @@ from bench.hub_client import xsrf_of
 from portal.records.spec import FIELDS as SPEC_FIELDS
 from spawners.forms import FIELDS as OPTION_FIELDS
 from tests.conftest import jobs_of, wait_for
-from tests.integration.test_dashboard import PORTAL, browser
+from tests.integration.helpers import PORTAL, browser
 
 pytestmark = pytest.mark.integration
 # Generated requests per surface: 500 in CI (the target); fewer with DSPORTAL_HOSTILE_EXAMPLES for a quick run.

@@ -24,7 +24,7 @@ import requests
 from portal.jobs.demo_data import ensure_demo_data
 from portal.service.base import SECURITY_HEADERS, XSRF_REFUSED_API, XSRF_REFUSED_PAGE
 from tests.conftest import box, job_dir_of, jobs_of, slurm, wait_for
-from tests.integration.test_dashboard import token_session
+from tests.integration.helpers import token_session
 
 pytestmark = pytest.mark.integration
 PORTAL = "/services/portal/"

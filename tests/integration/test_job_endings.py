@@ -1,31 +1,27 @@
 """A job's end on every node of the box: a cancelled or timed-out two-node training leaves no process behind
 (whatever it hid from Slurm), and a node lost in the middle of one requeues it to resume from its checkpoint with
-every epoch in TensorBoard once. Moved from test_cluster.py, whose helpers it shares.
+every epoch in TensorBoard once. Moved from test_cluster.py; the helpers both use are in tests/integration/helpers.py.
 
 Sized for 2 CPU cores: the demo set's 64x64 images, batch 8, one worker on each node.
 """
 
 from __future__ import annotations
 
-import os
-import pwd
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from portal import jobs
 from tests.conftest import NODES, box, job_wait_s, jobs_of, node_taken_back, slurm, tensorboard_steps, wait_for
-from tests.integration.test_cluster import JOB_TIMEOUT_S, TINY, as_user, portal_client
+from tests.integration.helpers import JOB_TIMEOUT_S, KILL_WAIT_S, TINY, portal_client, user_processes
+from tests.integration.helpers import as_user_in_terminal as as_user
 
 pytestmark = pytest.mark.integration
 
 
 # --- a job's processes end with it, every one, on every node --------------------------------------------------
 
-# Slurm's KillWait (30 s): a signalled job's processes get that long before SIGKILL; then the epilog runs.
-KILL_WAIT_S = 45
 # The node-failure run: tinycnn trains an epoch of the 2-node run in about a second, so it needs this many for the
 # crash that follows its first checkpoint to find it training, with epochs left to resume.
 EPOCHS = 40
@@ -43,22 +39,6 @@ step=$(awk -F: '$2 == "freezer" {print $3}' /proc/self/cgroup)
     sh -c "echo \$\$ > /sys/fs/cgroup/freezer$step/hidden/cgroup.procs && exec sleep ${1}3" &
 sleep ${1}4
 """
-
-
-def user_processes(user: str) -> dict[str, list[str]]:
-    """The user's processes on each node of the box, as "pid command"."""
-    uid, found = pwd.getpwnam(user).pw_uid, {}
-    for node in NODES:
-        pids = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split()
-        found[node] = []
-        for pid in pids:
-            try:
-                if os.stat(f"/proc/{pid}").st_uid == uid:
-                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    found[node].append(f"{pid} {command[:100]}")
-            except OSError:
-                pass  # gone meanwhile
-    return found
 
 
 def job_cgroups(job_id: str) -> list[Path]:

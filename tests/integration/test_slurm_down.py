@@ -10,8 +10,7 @@ import time
 import pytest
 
 from tests.conftest import NODES, SERVER_START_S, box, jobs_of, slurm, wait_for
-from tests.integration.test_dashboard import PORTAL, browser, token_session
-from tests.integration.test_spawn import start_in_background
+from tests.integration.helpers import PORTAL, browser, start_in_background, token_session
 
 pytestmark = pytest.mark.integration
 ANSWER_S = 25  # the longest a dashboard request may take while Slurm is down (its own timeout is 20 s)

@@ -4,7 +4,6 @@ import json
 import pwd
 import re
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from portal.config import load
 from portal.runas import RUNUSER
 from spawners.slurm_script import server_log_dir
 from tests.conftest import NODES, SERVER_START_S, as_user, box, jobs_of, scratch_dir, slurm, wait_for
+from tests.integration.helpers import start_in_background
 
 HOME = Path("/home/alice")
 NOTIFICATION_SETTINGS = "lab/api/settings/@jupyterlab/apputils-extension:notification"
@@ -140,28 +140,6 @@ def test_the_rest_api_is_validated_too(hub, admin):
         response = hub.api(admin, "POST", "users/bob/server", data=json.dumps(options))
         assert response.status_code == 400 and response.json()["message"].startswith(words), response.text
     assert jobs_of("bob") == []
-
-
-def read_progress(hub, session, user, events: list, done: threading.Event):
-    with session.get(f"{hub.url}/hub/api/users/{user}/server/progress", stream=True, timeout=SERVER_START_S) as stream:
-        for line in stream.iter_lines(decode_unicode=True):
-            if line and line.startswith("data:"):
-                events.append((time.monotonic(), json.loads(line[5:])))
-                if events[-1][1].get("failed") or events[-1][1].get("ready"):
-                    break
-    done.set()
-
-
-def start_in_background(hub, admin, user: str, options: dict) -> tuple[list, threading.Event]:
-    """Ask for a server through the REST API (which answers only once the spawn is done or slow) and follow its
-    progress events as the spawn page does."""
-    threading.Thread(target=hub.api, args=(admin, "POST", f"users/{user}/server"),
-                     kwargs={"data": json.dumps(options)}, daemon=True).start()
-    wait_for(lambda: (hub.server(admin, user) or {}).get("pending") == "spawn", 10, interval=0.05,
-             what=f"{user}'s spawn to begin")
-    events, done = [], threading.Event()
-    threading.Thread(target=read_progress, args=(hub, admin, user, events, done), daemon=True).start()
-    return events, done
 
 
 def test_progress_shows_the_job_and_slurms_pending_reason(hub, admin, alice, every_node_held):

@@ -27,8 +27,7 @@ from portal.config import load
 from portal.records.sweep import parse_sweep
 from portal.runas import RUNUSER
 from tests.conftest import Mailbox, box, node_taken_back, scratch_dir, slurm, tensorboard_steps, wait_for
-from tests.integration.test_cluster import JOB_TIMEOUT_S, PORTAL, TINY, portal_client
-from tests.integration.test_job_endings import KILL_WAIT_S, user_processes
+from tests.integration.helpers import JOB_TIMEOUT_S, KILL_WAIT_S, PORTAL, TINY, portal_client, user_processes
 
 pytestmark = pytest.mark.integration
 SWEEP_TIMEOUT_S = 1500

@@ -12,15 +12,10 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.custom_scalar import metadata as custom_scalar_metadata
@@ -30,22 +25,28 @@ from tensorboard.util import tensor_util
 from chexnet import tblog
 from chexnet.callbacks import ALL_TAGS, EPOCH_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LR, TAG_THROUGHPUT
 from tests import cards
-from tests.conftest import TRAINER_SPEEDUP
+from tests.conftest import REPO
+from tests.integration.helpers import (
+    BATCH,
+    IMAGE_SIZE,
+    LR,
+    PYTHON,
+    WORKERS,
+    Run,
+    accumulator,
+    finish,
+    horovodrun_installed,  # noqa: F401  (autouse: Horovod is there, or each test fails)
+    scalars,
+    start,
+    train,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
-HOROVODRUN = str(Path(PYTHON).with_name("horovodrun"))
-WORKERS = 2
 # 1,200 images give a validation split (10 % of the train_val patients) in which, with synthetic seed 3, every
 # class has positives and negatives, so every auroc/<Class> tag is defined and written.
 IMAGES = 1200
 DATA_SEED = 3
-IMAGE_SIZE = 64
-BATCH = 16
 EPOCHS = 2
-LR = "1e-3"
 TARGET_MEAN_AUROC = 0.85
-RUN_TIMEOUT_S = 420
 # AUROC parity of resized JPEG records with the original PNGs: one worker each, same seed, same images. The
 # originals are larger than the model's input, as in ChestX-ray14 (1024 -> 224): the PNG path resizes 96 -> 64,
 # the records hold 96 -> 72 and training crops 64 (CheXNet's 256 / 224 ratio, near enough).
@@ -57,93 +58,6 @@ PARITY_EPOCHS = 2
 # compares the best epoch of each and allows twice that: it catches a pipeline that trains worse, not the noise.
 # Both reach about 0.97 after one epoch and 0.99 after three (2026-11-27: PNGs 0.9919, JPEG records 0.9855).
 PARITY_TOLERANCE = 0.02
-
-
-@pytest.fixture(autouse=True)
-def horovodrun_installed():
-    """Horovod is part of what `make test` installs: missing, every test here fails saying so, never skips."""
-    assert Path(HOROVODRUN).exists(), f"{HOROVODRUN} is missing: Horovod is not installed in this venv (make install)"
-
-
-@dataclass
-class Run:
-    proc: subprocess.CompletedProcess
-    logdir: Path
-    checkpoints: Path
-    digests: Path
-    seconds: float
-
-    @property
-    def output(self) -> str:
-        return self.proc.stdout + self.proc.stderr
-
-
-@dataclass
-class Started:
-    command: list[str]
-    child: subprocess.Popen
-    started: float
-    logdir: Path
-    checkpoints: Path
-    digests: Path
-    flags: tuple[str, ...]
-
-    def kill(self) -> None:
-        if self.child.poll() is None:
-            os.killpg(self.child.pid, signal.SIGKILL)
-            self.child.communicate()
-
-
-def start(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
-          checkpoints: Path | None = None, data: Path | None = None) -> Started:
-    """Start one `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1."""
-    logdir, digests = tmp / "logs", tmp / "digests"
-    checkpoints = checkpoints or tmp / "checkpoints"
-    command = [PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
-               "--checkpoint-dir", str(checkpoints), "--batch-size", str(BATCH), "--image-size", str(IMAGE_SIZE),
-               "--model", "densenet121", "--pipeline", "parallel", "--lr", LR, "--weights-digest-dir", str(digests),
-               *TRAINER_SPEEDUP, *flags]
-    if workers > 1:
-        command = [HOROVODRUN, "-np", str(workers), "-H", f"localhost:{workers}", *command]
-    # A session of its own, so that a run that hangs is ended with every process it started (mpirun, workers).
-    child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, start_new_session=True)
-    return Started(command, child, time.monotonic(), logdir, checkpoints, digests, flags)
-
-
-def finish(run: Started) -> Run:
-    """The run once it has ended (killed, and the test failed, after RUN_TIMEOUT_S from its start)."""
-    try:
-        stdout, stderr = run.child.communicate(timeout=max(1.0, RUN_TIMEOUT_S - (time.monotonic() - run.started)))
-    except subprocess.TimeoutExpired:
-        os.killpg(run.child.pid, signal.SIGKILL)
-        stdout, stderr = run.child.communicate()
-        pytest.fail(f"training did not end within {RUN_TIMEOUT_S} s:\n{(stdout + stderr)[-4000:]}")
-    proc = subprocess.CompletedProcess(run.command, run.child.returncode, stdout, stderr)
-    done = Run(proc, run.logdir, run.checkpoints, run.digests, time.monotonic() - run.started)
-    print(f"{' '.join(run.command[:4])}... {run.flags}: rc={proc.returncode} in {done.seconds:.0f} s\n"
-          f"{done.output[-6000:]}")
-    return done
-
-
-def train(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
-          checkpoints: Path | None = None, data: Path | None = None) -> Run:
-    """One `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1."""
-    return finish(start(tmp, *flags, workers=workers, env=env, checkpoints=checkpoints, data=data))
-
-
-def accumulator(logdir: Path) -> event_accumulator.EventAccumulator:
-    """Every event file under logdir, all events kept; TF2 summaries (tf.summary.scalar too) are tensors."""
-    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
-    return acc
-
-
-def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} of the training scalars."""
-    acc = accumulator(logdir)
-    return {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
-            for tag in acc.Tags()[event_accumulator.TENSORS] if not tag.startswith(("_hparams_", "custom_scalars"))}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ import pytest
 from portal.runas import RUNUSER
 from tests.answers import masked
 from tests.conftest import as_user, job_dir_of, jobs_of, slurm, wait_for
-from tests.integration.test_dashboard import PORTAL, browser, token_session
+from tests.integration.helpers import PORTAL, browser, readers_of, token_session
+from tests.special_files import device_link, fifo
 
 pytestmark = pytest.mark.integration
 # The hostile home is bob's: the files planted in it (a `portal` package and sitecustomize.py beside where a
@@ -159,7 +160,7 @@ HOSTILE_JOBS = {  # bob's local-backend jobs, whose output and event files are n
 
 def special(path: Path, kind: str) -> None:
     path.unlink(missing_ok=True)
-    os.mkfifo(path) if kind == "fifo" else path.symlink_to(kind)
+    fifo(path) if kind == "fifo" else device_link(path, kind)
 
 
 @pytest.fixture
@@ -183,13 +184,6 @@ def bobs_hostile_files(cluster):
     yield list(HOSTILE_JOBS)
     for path in made:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def readers_of(user: str) -> list[str]:
-    """The processes of `user` that read files for the dashboard (a tail, dd, head or the metrics helper)."""
-    found = subprocess.run(["pgrep", "-a", "-u", user, "-f", r"portal\.metrics|(^|/)(tail|dd|head) "],
-                           capture_output=True, text=True).stdout
-    return found.splitlines()
 
 
 def test_hostile_files_cost_their_owner_a_bounded_read_and_nobody_else_anything(hub, bobs_hostile_files):

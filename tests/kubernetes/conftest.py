@@ -23,7 +23,7 @@ from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
 from deploy.kubernetes import kubebox
-from tests.conftest import PORT_OFFSET, TEST_SETTINGS, Hub
+from tests.conftest import PORT_OFFSET, TEST_SETTINGS, TINY_MODEL, Hub
 
 REPO = Path(__file__).resolve().parents[2]
 # Two sessions at once need their own state dir and ports: set both variables (as for the Slurm test box).
@@ -39,6 +39,11 @@ BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 co
 # `make test` runs beside this one and stops and restarts in its tests, is never needed here.
 DIRECTORY_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_DIRECTORY", "/var/tmp/dsportal-test-kube-ldap"))
 DIRECTORY_PORTS = {"ldap_port": 23389 + PORT_OFFSET, "ldaps_port": 26636 + PORT_OFFSET}
+# Two users as the notebook API names them, and the small job that both backends run (test_jobs_on_both_backends.py,
+# test_mpijobs.py).
+ALICE, BOB = ("alice", ["datascientists", "gpu-users"]), ("bob", ["datascientists"])
+TINY = {"epochs": 1, "batch_size": 8, "image_size": 64, "gpus_per_node": 1, "cpus_per_task": 1, "memory_gb": 4,
+        "time_limit": "00:10:00", "model": TINY_MODEL}
 
 
 @dataclass(frozen=True)

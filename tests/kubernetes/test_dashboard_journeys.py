@@ -43,7 +43,7 @@ from portal.tensorboard import panel_url
 from tests import cards
 from tests.browser.conftest import CHROMIUM, FLAGS, WIDE, axe_problems, log_in
 from tests.conftest import CLUSTER, NODES, PASSWORDS, TEST_STATE, TINY_MODEL, Hub, job_dir_of, job_wait_s, wait_for
-from tests.integration.test_dashboard import PORTAL, api_caller, browser, token_session
+from tests.integration.helpers import PORTAL, api_caller, browser, token_session
 from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration

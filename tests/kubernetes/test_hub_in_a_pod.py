@@ -13,7 +13,7 @@ import requests
 from kubernetes import client as k8s
 
 from tests.conftest import wait_for
-from tests.integration.test_cluster import portal_client
+from tests.integration.helpers import portal_client
 from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration

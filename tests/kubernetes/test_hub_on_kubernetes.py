@@ -18,8 +18,8 @@ import pytest
 import requests
 
 from tests.conftest import PORT_OFFSET, REPO, TEST_STATE, Hub, wait_for
-from tests.integration.test_cluster import portal_client
-from tests.unit.test_jobs_kubernetes import KUBERNETES_VERSIONS
+from tests.integration.helpers import portal_client
+from tests.unit.helpers import KUBERNETES_VERSIONS
 
 pytestmark = pytest.mark.integration
 HUB_STATE = Path(os.environ.get("DSPORTAL_TEST_K8S_HUB_STATE", "/var/tmp/dsportal-test-k8s-hub"))

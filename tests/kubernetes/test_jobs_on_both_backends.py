@@ -16,12 +16,10 @@ from portal import jobs
 from portal.config import PortalConfig, load
 from portal.jobs import JobNotFound, JobSpecError
 from portal.jobs.demo_data import ensure_demo_data
-from tests.conftest import TINY_MODEL, wait_for
+from tests.conftest import wait_for
+from tests.kubernetes.conftest import ALICE, BOB, TINY
 
 pytestmark = pytest.mark.integration
-ALICE, BOB = ("alice", ["datascientists", "gpu-users"]), ("bob", ["datascientists"])
-TINY = {"epochs": 1, "batch_size": 8, "image_size": 64, "gpus_per_node": 1, "cpus_per_task": 1, "memory_gb": 4,
-        "time_limit": "00:10:00", "model": TINY_MODEL}
 
 
 @dataclass

@@ -17,7 +17,7 @@ from portal.config import load
 from portal.scheduler.kubernetes.manifests import API_VERSION, KIND
 from portal.scheduler.kubernetes.scheduler import KubernetesError
 from tests.conftest import wait_for
-from tests.kubernetes.test_jobs_on_both_backends import ALICE, TINY
+from tests.kubernetes.conftest import ALICE, TINY
 
 pytestmark = pytest.mark.integration
 

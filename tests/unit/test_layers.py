@@ -216,3 +216,60 @@ def test_each_layer_imports_only_from_below_and_no_scheduler_from_another():
                 if _under(imported, banned) and not _under(name, banned):
                     broken.append(f"{name} imports {imported} ({banned} is not below it)")
     assert not broken, "\n".join(broken)
+
+
+# The tests' own layout (docs/testing.md, "How the tests are organised"): tests/unit mirrors the product, so the
+# tests of portal/scheduler/slurm/json_answers.py are tests/unit/portal/scheduler/slurm/test_json_answers.py. Directly
+# in tests/unit: the house's rules, and the tests of the suites' own support modules. What two test modules share
+# is in a helpers module (tests/unit/helpers.py, tests/integration/helpers.py), a conftest.py or tests/*.py (such as
+# tests/special_files.py): no module under tests/ imports a test module.
+MIRRORED = (*PRODUCT, "docs")  # docs: its one script, docs/benchmarks_chart.py
+UNIT_DATA = "data"  # tests/unit/data: Slurm's real answers (tests/slurm_answers.py reads them)
+HOUSE_RULES = ("test_layers.py", "test_packaging.py", "test_user_file_reads.py")
+SUPPORT_TESTS = ("test_answers.py", "test_users_boxes.py")  # of tests/answers.py and tests/users_boxes.py
+
+
+def unmirrored(root: Path = REPO) -> list[str]:
+    """What breaks the mirror: a directory under tests/unit that is no directory of the product's code (one that
+    holds Python modules), one without an `__init__.py` (pytest's default import mode needs unique module names),
+    or a test module directly in tests/unit that is no house rule."""
+    unit = root / "tests" / "unit"
+    broken = []
+    for path in sorted(unit.rglob("*")):
+        relative = path.relative_to(unit)
+        if not path.is_dir() or "__pycache__" in relative.parts or relative.parts[0] in (UNIT_DATA, ".pytest_cache"):
+            continue
+        code = root / relative
+        if relative.parts[0] not in MIRRORED or not code.is_dir() or not any(code.glob("*.py")):
+            broken.append(f"tests/unit/{relative.as_posix()} mirrors no directory of the product's code")
+        elif not (path / "__init__.py").exists():
+            broken.append(f"tests/unit/{relative.as_posix()} has no __init__.py")
+    broken += [f"tests/unit/{path.name} is no house rule: it goes beside the tests of its module's package"
+               for path in sorted(unit.glob("test_*.py")) if path.name not in (*HOUSE_RULES, *SUPPORT_TESTS)]
+    return broken
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The test modules (`test_*`, named from tests/ or relatively) that a module imports, anywhere in it."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names if alias.name.split(".")[0] == "tests"]
+        elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "tests"):
+            base = "." * node.level + (node.module or "")
+            names = [base, *(f"{base}.{alias.name}".replace("..", ".") for alias in node.names)]
+        else:
+            continue
+        found.update(name for name in names if any(part.startswith("test_") for part in name.split(".")))
+    return found
+
+
+def test_unit_tests_mirror_the_products_packages():
+    broken = unmirrored()
+    assert not broken, "\n".join(broken)
+
+
+def test_no_module_of_the_tests_imports_a_test_module():
+    importers = {path.relative_to(REPO).as_posix(): sorted(names)
+                 for path in sorted((REPO / "tests").rglob("*.py")) if (names := imported_test_modules(path))}
+    assert not importers, f"shared helpers go in a helpers module, a conftest.py or tests/*.py: {importers}"

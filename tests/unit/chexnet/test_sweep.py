@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chexnet import studylock, sweep, sweepclaims
+from tests.special_files import fifo, link_to
 
 PLAN = {"space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "batch_size": {"choices": [8, 16, 32]},
                   "image_size": {"low": 64, "high": 128}},
@@ -132,11 +133,11 @@ def test_a_writer_waiting_when_the_holder_is_killed_takes_the_lock_once_it_is_st
 
 def test_files_of_the_users_making_are_refused_with_a_reason(job_dir):
     journal = job_dir / sweep.JOURNAL_FILE
-    os.mkfifo(journal)
+    fifo(journal)
     answer = cli("status", str(job_dir))
     assert answer.returncode == 2 and "not a regular file" in answer.stderr
     journal.unlink()
-    journal.symlink_to("/etc/passwd")
+    link_to(journal, "/etc/passwd")
     assert "not a regular file" in cli("attach", str(job_dir), "0").stderr
     journal.unlink()
     journal.write_text("not json\n")
@@ -183,7 +184,7 @@ def test_the_claim_cli_checks_its_arguments(job_dir):
     assert cli("claim", str(job_dir), "pod-a", "2").stdout.strip() == "0"
     for holder, trials in (("pod a", "2"), ("", "2"), ("../x", "2"), ("pod-a", "two"), ("pod-a", "-1")):
         assert cli("claim", str(job_dir), holder, trials).returncode == 2, (holder, trials)
-    (job_dir / sweepclaims.CLAIMS_DIR / "1").symlink_to("/etc/passwd")  # a link of the user's is no claim
+    link_to(job_dir / sweepclaims.CLAIMS_DIR / "1", "/etc/passwd")  # a link of the user's is no claim
     assert sweepclaims.claim(job_dir, "pod-b", 2) == (1, True)
     assert not (job_dir / sweepclaims.CLAIMS_DIR / "1").is_symlink()
     status = json.loads(cli("status", str(job_dir), "0").stdout)

@@ -1,0 +1,236 @@
+"""What more than one suite module uses against the test boxes, in one place: the dashboard behind a hub, Slurm
+as a user types it, a spawn followed as its page follows it, the users' processes on the nodes, and training runs
+under horovodrun. tests/kubernetes uses the dashboard's helpers too.
+
+A suite module imports its helpers from here, from a conftest.py or from the suites' own modules at tests/
+(answers.py, cards.py, special_files.py, ...), never from another test module (tests/unit/test_layers.py keeps
+that). A helper one module alone uses stays in that module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import requests
+
+from portal.runas import RUNUSER
+from tests.conftest import NODES, REPO, SERVER_START_S, TINY_MODEL, TRAINER_SPEEDUP, wait_for
+
+if TYPE_CHECKING:
+    from tensorboard.backend.event_processing import event_accumulator
+
+
+# --- The dashboard behind a hub: its API as a user, the user's browser, Slurm as the user types it ------------------
+
+PORTAL = "/services/portal/"
+
+
+def token_session(hub, user: str) -> requests.Session:
+    """A plain API client for the dashboard with a hub API token of the user (made with their login session)."""
+    return hub.client(hub.login(user)).token_session(user, "dashboard test")
+
+
+def api_caller(hub) -> Callable[..., requests.Response]:
+    """call(client, method, path): the dashboard's JSON API behind this hub, as that client."""
+    def call(client: requests.Session, method: str, path: str, **kwargs) -> requests.Response:
+        kwargs.setdefault("timeout", 60)
+        return client.request(method, f"{hub.url}{PORTAL}api/{path}", **kwargs)
+    return call
+
+
+def browser(hub, user: str) -> requests.Session:
+    """The user's browser: logged in to the hub, then through the service's OAuth (no confirmation page)."""
+    session = hub.login(user)
+    page = session.get(f"{hub.url}{PORTAL}", timeout=30)
+    assert page.status_code == 200 and page.url == f"{hub.url}{PORTAL}jobs", (page.status_code, page.url)
+    return session
+
+
+TINY = {"template": "chexnet", "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
+        "model": TINY_MODEL}
+JOB_TIMEOUT_S = 900
+
+
+def as_user_in_terminal(cluster, user: str, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
+    """A command as `user` from their home, as typed in a JupyterLab terminal."""
+    return subprocess.run([RUNUSER, "-u", user, "--", "env", f"SLURM_CONF={cluster.slurm_conf_path}", *argv],
+                          capture_output=True, text=True, timeout=60, cwd="/tmp", check=check)
+
+
+def portal_client(hub, user: str) -> requests.Session:
+    """The dashboard's JSON API as `user` (a hub API token), its base URL in `client.base`."""
+    client = hub.client(hub.login(user)).token_session(user, "cluster test")  # trusting an https hub's CA
+    client.base = f"{hub.url}{PORTAL}api/"  # type: ignore[attr-defined]
+    return client
+
+
+# --- Spawning through the hub's REST API, followed as the spawn page follows it ---------------------------------------
+
+def read_progress(hub, session, user, events: list, done: threading.Event):
+    with session.get(f"{hub.url}/hub/api/users/{user}/server/progress", stream=True, timeout=SERVER_START_S) as stream:
+        for line in stream.iter_lines(decode_unicode=True):
+            if line and line.startswith("data:"):
+                events.append((time.monotonic(), json.loads(line[5:])))
+                if events[-1][1].get("failed") or events[-1][1].get("ready"):
+                    break
+    done.set()
+
+
+def start_in_background(hub, admin, user: str, options: dict) -> tuple[list, threading.Event]:
+    """Ask for a server through the REST API (which answers only once the spawn is done or slow) and follow its
+    progress events as the spawn page does."""
+    threading.Thread(target=hub.api, args=(admin, "POST", f"users/{user}/server"),
+                     kwargs={"data": json.dumps(options)}, daemon=True).start()
+    wait_for(lambda: (hub.server(admin, user) or {}).get("pending") == "spawn", 10, interval=0.05,
+             what=f"{user}'s spawn to begin")
+    events, done = [], threading.Event()
+    threading.Thread(target=read_progress, args=(hub, admin, user, events, done), daemon=True).start()
+    return events, done
+
+
+# --- Processes of a user: the dashboard's readers, and what runs on each node -----------------------------------------
+
+def readers_of(user: str) -> list[str]:
+    """The processes of `user` that read files for the dashboard (a tail, dd, head or the metrics helper)."""
+    found = subprocess.run(["pgrep", "-a", "-u", user, "-f", r"portal\.metrics|(^|/)(tail|dd|head) "],
+                           capture_output=True, text=True).stdout
+    return found.splitlines()
+
+
+# Slurm's KillWait (30 s): a signalled job's processes get that long before SIGKILL; then the epilog runs.
+KILL_WAIT_S = 45
+
+
+def user_processes(user: str) -> dict[str, list[str]]:
+    """The user's processes on each node of the box, as "pid command"."""
+    uid, found = pwd.getpwnam(user).pw_uid, {}
+    for node in NODES:
+        pids = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split()
+        found[node] = []
+        for pid in pids:
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    found[node].append(f"{pid} {command[:100]}")
+            except OSError:
+                pass  # gone meanwhile
+    return found
+
+
+# --- Training runs: `python -m chexnet.train` under horovodrun --------------------------------------------------------
+
+PYTHON = sys.executable
+HOROVODRUN = str(Path(PYTHON).with_name("horovodrun"))
+WORKERS = 2
+IMAGE_SIZE = 64
+BATCH = 16
+LR = "1e-3"
+RUN_TIMEOUT_S = 420
+
+
+@pytest.fixture(autouse=True)
+def horovodrun_installed():
+    """Horovod is part of what `make test` installs: missing, every test here fails saying so, never skips."""
+    assert Path(HOROVODRUN).exists(), f"{HOROVODRUN} is missing: Horovod is not installed in this venv (make install)"
+
+
+@dataclass
+class Run:
+    """A training run that has ended."""
+
+    proc: subprocess.CompletedProcess
+    logdir: Path
+    checkpoints: Path
+    digests: Path
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+
+@dataclass
+class Started:
+    """A training run under way."""
+
+    command: list[str]
+    child: subprocess.Popen
+    started: float
+    logdir: Path
+    checkpoints: Path
+    digests: Path
+    flags: tuple[str, ...]
+
+    def kill(self) -> None:
+        if self.child.poll() is None:
+            os.killpg(self.child.pid, signal.SIGKILL)
+            self.child.communicate()
+
+
+def start(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
+          checkpoints: Path | None = None, data: Path | None = None) -> Started:
+    """Start one `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1."""
+    logdir, digests = tmp / "logs", tmp / "digests"
+    checkpoints = checkpoints or tmp / "checkpoints"
+    command = [PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
+               "--checkpoint-dir", str(checkpoints), "--batch-size", str(BATCH), "--image-size", str(IMAGE_SIZE),
+               "--model", "densenet121", "--pipeline", "parallel", "--lr", LR, "--weights-digest-dir", str(digests),
+               *TRAINER_SPEEDUP, *flags]
+    if workers > 1:
+        command = [HOROVODRUN, "-np", str(workers), "-H", f"localhost:{workers}", *command]
+    # A session of its own, so that a run that hangs is ended with every process it started (mpirun, workers).
+    child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, start_new_session=True)
+    return Started(command, child, time.monotonic(), logdir, checkpoints, digests, flags)
+
+
+def finish(run: Started) -> Run:
+    """The run once it has ended (killed, and the test failed, after RUN_TIMEOUT_S from its start)."""
+    try:
+        stdout, stderr = run.child.communicate(timeout=max(1.0, RUN_TIMEOUT_S - (time.monotonic() - run.started)))
+    except subprocess.TimeoutExpired:
+        os.killpg(run.child.pid, signal.SIGKILL)
+        stdout, stderr = run.child.communicate()
+        pytest.fail(f"training did not end within {RUN_TIMEOUT_S} s:\n{(stdout + stderr)[-4000:]}")
+    proc = subprocess.CompletedProcess(run.command, run.child.returncode, stdout, stderr)
+    done = Run(proc, run.logdir, run.checkpoints, run.digests, time.monotonic() - run.started)
+    print(f"{' '.join(run.command[:4])}... {run.flags}: rc={proc.returncode} in {done.seconds:.0f} s\n"
+          f"{done.output[-6000:]}")
+    return done
+
+
+def train(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
+          checkpoints: Path | None = None, data: Path | None = None) -> Run:
+    """One `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1."""
+    return finish(start(tmp, *flags, workers=workers, env=env, checkpoints=checkpoints, data=data))
+
+
+def accumulator(logdir: Path) -> event_accumulator.EventAccumulator:
+    """Every event file under logdir, all events kept; TF2 summaries (tf.summary.scalar too) are tensors."""
+    from tensorboard.backend.event_processing import event_accumulator  # here: the other suites need no TensorBoard
+
+    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    return acc
+
+
+def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value), ...]} of the training scalars."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    acc = accumulator(logdir)
+    return {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+            for tag in acc.Tags()[event_accumulator.TENSORS] if not tag.startswith(("_hparams_", "custom_scalars"))}

@@ -1,0 +1,334 @@
+"""What more than one unit test module uses, in one place: builders of specs and manifests, literal answers of
+Slurm's tools, fakes of the dashboard's collaborators, and the checks they share.
+
+A unit test module imports its helpers from here, from a conftest.py or from the suites' own modules at tests/
+(answers.py, cards.py, slurm_answers.py, special_files.py), never from another test module (tests/unit/test_layers.py
+keeps that). A helper one module alone uses stays in that module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+from unittest import mock
+
+from chexnet.callbacks import TAG_THROUGHPUT
+from portal.config import PortalConfig
+from portal.directory import Group
+from portal.jobs import Job, JobNotFound, JobSpecError, SlurmError
+from portal.metrics import TAG_AUROC_MEAN, TAG_LOSS_VAL
+from portal.quota import GpuQuota
+from portal.records.account import job_user
+from portal.records.record import JobRecord
+from portal.records.spec import JobLimits, JobSpec, parse_job_spec
+from portal.records.sweep import parse_sweep, sweep_view
+from portal.scheduler.kubernetes.client import KubeUser
+from portal.scheduler.kubernetes.manifests import ANNOTATION_SPEC
+from portal.scheduler.kubernetes.records import limits_for
+from portal.scheduler.slurm.accounts import Accounting, read_slurm
+from portal.scheduler.slurm.scheduler import SlurmScheduler
+from portal.service.board import HubUser
+from spawners.slurm import PortalSlurmSpawner
+from tests.slurm_answers import squeue_job, squeue_json
+
+# --- Job specs (portal.records.spec): the limits of a gpu-users member on a two-node cluster --------------------------
+
+SPEC_DATA_DIR = "/data/chestxray14"
+SPEC_LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
+                        max_minutes=7 * 1440, quota=GpuQuota(4, ("datascientists", "gpu-users")),
+                        default_data_dir=SPEC_DATA_DIR)
+
+
+def spec_readable(path: str) -> bool:
+    return path in (SPEC_DATA_DIR, "/scratch/set")
+
+
+def parse_spec(limits: JobLimits = SPEC_LIMITS, **raw) -> JobSpec:
+    return parse_job_spec({"template": "chexnet", **raw}, limits, spec_readable)
+
+
+# --- Batch scripts (portal.scheduler.slurm.sbatch, the Kubernetes launchers) ------------------------------------------
+
+def sbatch_lines(script: str) -> dict[str, str]:
+    return dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)$", script, re.M))
+
+
+def bash_syntax_ok(script: str) -> None:
+    result = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert result.returncode == 0, result.stderr
+
+
+# --- Kubernetes (portal.scheduler.kubernetes): the Kubernetes versions docs/admin-guide.md claims, a job of alice's ---
+
+K8S_CFG = PortalConfig(gpu_quota={"gpu-users": 8})
+KUBERNETES_VERSIONS = ("1.25.0", "1.29.0", "1.33.0", "1.37.0")  # what docs/admin-guide.md claims: 1.25 and later
+KUBE_ALICE = KubeUser(name="alice", groups=("gpu-users",), home=Path("/home/jovyan"), data_root=Path("/data"),
+                      is_caller=False)
+K8S_JOB_ID = "k8s-20261121-101500-a1b2c3"
+
+
+def k8s_spec(**raw):
+    limits = limits_for(K8S_CFG, KUBE_ALICE.groups)
+    return parse_job_spec({"template": "chexnet", **raw}, limits, KUBE_ALICE.can_read_dir)
+
+
+def pod_of_job(job: dict) -> dict:
+    """A plain job's pod template as a Pod, for the schema check."""
+    template = job["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check", **template["metadata"]},
+            "spec": template["spec"]}
+
+
+def plain_job(conditions=(), deleting=False, nodes=2) -> dict:
+    meta = {"name": K8S_JOB_ID, "annotations": {ANNOTATION_SPEC: json.dumps({"nodes": nodes})},
+            **({"deletionTimestamp": "x"} if deleting else {})}
+    return {"metadata": meta, "status": {"conditions": [{"type": t, "status": "True", "reason": r}
+                                                        for t, r in conditions]}}
+
+
+# --- Slurm accounts (portal.scheduler.slurm.accounts): literal `sacctmgr -nP` answers, the demo directory's groups ----
+
+ACCOUNTS_CFG = PortalConfig()  # allowed: datascientists, portal-admins; gpu_quota: gpu-users=4; default_gpu_quota: 0
+GROUP_BASE = ACCOUNTS_CFG.ldap_group_search_base
+SCONTROL_CONFIG = """Configuration data as of 2026-11-22T10:00:00
+AccountingStorageEnforce = associations,limits,qos,safe
+AccountingStorageType   = accounting_storage/slurmdbd
+ClusterName             = dsportal
+CompleteWait            = 0 sec
+"""
+READ_ASSOC = ("sacctmgr", "-nP", "show", "assoc", "Cluster=dsportal",
+              "format=Cluster,Account,User,GrpTRES,MaxSubmitJobs")
+READ_USERS = ("sacctmgr", "-nP", "show", "user", "Cluster=dsportal", "format=User,DefaultAccount")
+READ_QOS = ("sacctmgr", "-nP", "show", "qos", "normal", "format=Name,Flags")
+NEW_CLUSTER = "dsportal|root||\ndsportal|root|root|\n"
+NEW_USERS = "root|root\n"
+IN_SYNC = """dsportal|root|||
+dsportal|root|root||
+dsportal|datascientists|||
+dsportal|datascientists|bob|gres/gpu=0|50
+dsportal|gpu-users|||
+dsportal|gpu-users|alice|gres/gpu=4|50
+dsportal|portal-admins|||
+dsportal|portal-admins|admin|gres/gpu=0|50
+"""
+IN_SYNC_USERS = "admin|portal-admins\nalice|gpu-users\nbob|datascientists\nroot|root\n"
+
+
+def group(name: str, *members: str) -> Group:
+    return Group(name, f"cn={name},{GROUP_BASE}", frozenset(members))
+
+
+# The demo directory: mallory is in no group; admin only in portal-admins.
+DEMO = (group("datascientists", "alice", "bob"), group("gpu-users", "alice"), group("portal-admins", "admin"))
+
+
+def slurm_state(assoc: str, users: str, flags: str = "DenyOnLimit") -> Accounting:
+    run = FakeSlurm(assoc, users, f"normal|{flags}\n")
+    return read_slurm(ACCOUNTS_CFG, run)
+
+
+class FakeSlurm:
+    """Answers the four reads with literal sacctmgr output; records every command; refuses `refuse` if given."""
+
+    def __init__(self, assoc: str = IN_SYNC, users: str = IN_SYNC_USERS, qos: str = "normal|DenyOnLimit\n",
+                 refuse: str = ""):
+        self.answers = {("scontrol", "show", "config"): SCONTROL_CONFIG, READ_ASSOC: assoc, READ_USERS: users,
+                        READ_QOS: qos}
+        self.refuse = refuse
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv) -> str:
+        self.calls.append(tuple(argv))
+        if self.refuse and self.refuse in " ".join(argv):
+            raise SlurmError(f"Slurm refused `{' '.join(argv)}`: Error with request: Job(s) active, cancel job(s) "
+                             "before remove; C = dsportal A = datascientists U = bob")
+        return self.answers.get(tuple(argv), "")
+
+    @property
+    def writes(self) -> list[tuple[str, ...]]:
+        return [c for c in self.calls if c[:2] == ("sacctmgr", "-i")]
+
+
+# --- The Slurm spawner (spawners.slurm_state): a spawner whose Slurm commands answer from a list ----------------------
+
+def spawner_answering(spawner_class, answers: list[str | Exception]):
+    # The batch variables set here need no hub user (batchspawner asks pwd and the environment otherwise).
+    subvars = {"req_username": "alice", "req_homedir": "/nonexistent/alice", "req_keepvars": ""}
+    extra = {"portal": PortalConfig()} if spawner_class is PortalSlurmSpawner else {}
+    spawner = spawner_class(**subvars, **extra)
+    spawner.job_id = "42"
+    spawner.job_status = "RUNNING node1 None"  # as last seen
+
+    async def run_command(cmd, input=None, env=None):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def submitted():  # sbatch: the job is 42 already
+        return spawner.job_id
+
+    spawner.run_command, spawner.submit_batch_script, spawner.db = run_command, submitted, mock.Mock()
+    return spawner
+
+
+# --- The dashboard (portal.service) with portal.jobs, Slurm and the hub replaced by fakes -----------------------------
+
+API_LIMITS = JobLimits(partition="gpu", nodes=1, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
+                       max_minutes=240, quota=GpuQuota(4), default_data_dir="/data")
+
+
+class FakeBackend(SlurmScheduler):
+    """Slurm's jobs as the board sees them (queued in the shared snapshot), with states set by the test."""
+
+    def __init__(self):
+        super().__init__(PortalConfig())
+        self.states: dict[str, str] = {}
+        self.cancelled: list[str] = []
+        self.asked: list[str] = []
+
+    def state(self, record, user):
+        self.asked.append(record.id)
+        return self.states.get(record.id, "COMPLETED")
+
+    def cancel(self, record, user):
+        self.cancelled.append(record.id)
+        self.states[record.id] = "CANCELLED"
+
+    def history(self, record, user):
+        return []
+
+    def sweep(self, record, user):
+        """Three tasks: one completed (the best), one pruned at epoch 2, one pending."""
+        trials = {0: {"number": 0, "state": "COMPLETE", "params": {"lr": 0.001}, "value": 0.91,
+                      "epochs": {1: 0.6, 2: 0.85, 3: 0.91}},
+                  1: {"number": 1, "state": "PRUNED", "params": {"lr": 1e-08}, "value": 0.4,
+                      "epochs": {1: 0.38, 2: 0.4}}}
+        return sweep_view(record.sweep, trials, {0: "COMPLETED", 1: "COMPLETED", 2: "PENDING"})
+
+
+class FakeJobsAPI:
+    """portal.jobs as the board calls it; every job belongs to an owner name, read as the caller."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.backend, self.owned = tmp, FakeBackend(), {}
+        self.slurm_down = False
+        self.calls = 0
+        self.checks: list[bool] = []  # get()'s `check` argument, call by call
+        self.submits_held: threading.Event | None = None  # set: submits wait for it
+        self.submitting = 0
+        self.limits_given: list[JobLimits | None] = []  # submit()'s `limits`, call by call
+
+    def add(self, owner: str, job_id: str, state: str = "COMPLETED", second: int | None = None,
+            sweep: dict | None = None) -> Job:
+        job_dir = self.tmp / owner / job_id
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "output.log").write_text("".join(f"line {i}\n" for i in range(100)))
+        second = int(job_id) % 60 if second is None else second
+        plan = parse_sweep(sweep, 3, None, 0) if sweep is not None else None
+        record = JobRecord(id=job_id, backend="slurm", user=owner, spec=JobSpec(gpus_per_node=2, data_dir="/d"),
+                           submitted_at=f"2026-01-01T00:00:{second:02d}+00:00", job_dir=job_dir, sweep=plan)
+        self.backend.states[job_id] = state
+        job = Job(record, self.backend, job_user())
+        self.owned.setdefault(owner, []).append(job)
+        return job
+
+    def _check(self):
+        self.calls += 1
+        if self.slurm_down:
+            raise SlurmError("Slurm refused `scontrol show job`: Unable to contact slurm controller")
+
+    def jobs(self, user, groups, cfg):
+        self._check()
+        return list(self.owned.get(user, []))
+
+    def job_entries(self, user, groups, cfg):
+        self._check()
+        return [(job.id, job.submitted_at) for job in self.owned.get(user, [])]
+
+    def get(self, job_id, user, groups, cfg, check=True):
+        self._check()
+        self.checks.append(check)
+        for job in self.owned.get(user, []):
+            if job.id == job_id:
+                return job
+        raise JobNotFound(f"job {job_id}: not found among {user}'s jobs")
+
+    def submit(self, spec, user, groups, cfg, limits=None):
+        self._check()
+        self.limits_given.append(limits)
+        if self.submits_held is not None:
+            self.submitting += 1
+            self.submits_held.wait(10)
+        quota = 4 if "gpu-users" in groups else 0
+        if int(spec.get("gpus_per_node", 1 if quota else 0)) > quota:
+            raise JobSpecError("gpus_per_node", f"{spec['gpus_per_node']} is out of range; allowed: 0-{quota}")
+        if "epochs" in spec and not str(spec["epochs"]).isdigit():
+            raise JobSpecError("epochs", f"{spec['epochs']!r} is not a whole number; allowed: 1-1000")
+        return self.add(user, str(100 + sum(len(v) for v in self.owned.values())), "PENDING")
+
+    def limits(self, user, groups, cfg):
+        return API_LIMITS
+
+
+class FakeDirectory:
+    USERS = {"alice": HubUser("alice", ("datascientists", "gpu-users")), "bob": HubUser("bob", ("datascientists",)),
+             "admin": HubUser("admin", ("portal-admins",), admin=True)}
+
+    async def user(self, name, fresh=False):
+        return self.USERS.get(name) or HubUser(name, ("datascientists",))
+
+    async def everyone(self):
+        return list(self.USERS.values())
+
+
+def squeue_free(argv):
+    if argv[0] == "squeue":
+        return squeue_json(squeue_job(7, "alice", gpus_per_node=2, started=int(time.time()) - 125))  # 2:05 ago
+    if argv[2] == "partition":
+        return "PartitionName=gpu Default=YES MaxTime=04:00:00 Nodes=localhost State=UP\n"
+    return "NodeName=localhost CPUTot=8 RealMemory=20000 Gres=gpu:4 GresUsed=gpu:2 State=MIXED Partitions=gpu\n"
+
+
+async def identify_from_test_header(handler):
+    """Stands in for the hub's OAuth (PortalHandler.identify): the user the X-Test-User header names."""
+    return handler.get_current_user()
+
+
+class CountingAPI(FakeJobsAPI):
+    """FakeJobsAPI counting the listings asked for and the jobs loaded."""
+
+    def __init__(self, tmp):
+        super().__init__(tmp)
+        self.entries_asked = 0
+        self.loaded: list[str] = []
+
+    def job_entries(self, user, groups, cfg):
+        self.entries_asked += 1
+        return super().job_entries(user, groups, cfg)
+
+    def get(self, job_id, user, groups, cfg, check=True):
+        self.loaded.append(job_id)
+        return super().get(job_id, user, groups, cfg, check)
+
+
+# --- TensorBoard's files ----------------------------------------------------------------------------------------------
+
+def write_tf1_events(logdir, epochs: dict[int, tuple[float, float, float]]) -> None:
+    """TF1-style scalars (simple_value) with chosen wall times: epoch -> (its end, images/sec, mean AUROC); one
+    images/sec sample a second before each epoch's end."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2  # here: most users of this module need no TensorBoard
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(logdir))
+    for epoch, (end, rate, auroc) in epochs.items():
+        for tag, value, wall in ((TAG_THROUGHPUT, rate, end - 1), (TAG_AUROC_MEAN, auroc, end),
+                                 (TAG_LOSS_VAL, 0.3, end)):
+            summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
+            writer.add_event(event_pb2.Event(wall_time=wall, step=epoch * 100 if tag == TAG_THROUGHPUT else epoch,
+                                             summary=summary))
+    writer.close()

@@ -1,0 +1,374 @@
+"""The dashboard's handlers and job board, with portal.jobs, Slurm and the hub replaced by fakes: who sees which
+job, the shapes of the JSON API, and errors as users see them (status, message, field; never a traceback)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pwd
+import re
+import threading
+from pathlib import Path
+
+from tornado.testing import AsyncHTTPTestCase
+
+from portal.config import PortalConfig
+from portal.scheduler.snapshot import ClusterCache
+from portal.service.api import cluster_answer
+from portal.service.app import ACTION_WORKERS, make_app
+from portal.service.base import PortalHandler
+from portal.service.board import JobBoard
+from tests.unit.helpers import FakeDirectory, FakeJobsAPI, identify_from_test_header, squeue_free
+
+COUNTERS = ("squeue_calls", "scontrol_calls", "user_slurm_calls", "runuser_calls", "hub_calls")
+
+
+def test_the_cluster_answer_adds_the_counters_for_an_admin_only():
+    view, counters = {"gpus": 4, "refresh_s": 2.0}, {"squeue_calls": 3, "runuser_calls": {"cat": 9}}
+    assert cluster_answer(view, counters, admin=False) == {"gpus": 4, "refresh_s": 2.0}
+    assert cluster_answer(view, counters, admin=True) == {**view, **counters}
+    assert view == {"gpus": 4, "refresh_s": 2.0}  # the view itself is left as it was
+
+
+class DashboardTest(AsyncHTTPTestCase):
+    """Requests name their user in X-Test-User, standing in for the hub's OAuth (tested in integration)."""
+
+    def get_app(self):
+        self.tmp = Path(self.tmp_dir)
+        self.api = FakeJobsAPI(self.tmp)
+        cfg = PortalConfig()
+        self.cluster = ClusterCache(cfg, run=squeue_free)
+        board = JobBoard(cfg, self.cluster, api=self.api)
+        notebooks = self.tmp / "notebooks"
+        notebooks.mkdir()
+        (notebooks / "01-explore.ipynb").write_text("{}")
+        return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=self.cluster, board=board,
+                        directory=FakeDirectory(), notebooks_dir=notebooks)
+
+    def setUp(self):
+        import tempfile
+        self.tmp_dir = tempfile.mkdtemp()
+        self._identity = PortalHandler.get_current_user, PortalHandler.identify
+        self._xsrf = PortalHandler.check_xsrf_cookie
+        PortalHandler.get_current_user = lambda handler: (
+            {"name": handler.request.headers["X-Test-User"]} if "X-Test-User" in handler.request.headers else None)
+        PortalHandler.identify = identify_from_test_header
+        PortalHandler.check_xsrf_cookie = lambda handler: None
+        PortalHandler.get_login_url = lambda handler: "/hub/login"
+        super().setUp()
+
+    def tearDown(self):
+        PortalHandler.get_current_user, PortalHandler.identify = self._identity
+        PortalHandler.check_xsrf_cookie = self._xsrf
+        del PortalHandler.get_login_url
+        super().tearDown()
+
+    def call(self, method, path, user="alice", body=None):
+        headers = {"X-Test-User": user} if user else {}
+        response = self.fetch(f"/services/portal/{path}", method=method, headers=headers, follow_redirects=False,
+                              body=None if body is None else (body if isinstance(body, str) else json.dumps(body)),
+                              allow_nonstandard_methods=True)
+        return response
+
+    def test_post_a_spec_gives_201_and_the_job(self):
+        response = self.call("POST", "api/jobs", body={"template": "chexnet", "gpus_per_node": 2})
+        assert response.code == 201, response.body
+        job = json.loads(response.body)
+        assert (job["user"], job["state"], job["gpus_per_node"]) == ("alice", "PENDING", 2)
+        assert job["links"]["tensorboard"].startswith("/user/alice/tensorboard/?runFilter=")
+
+    def test_invalid_specs_are_400_naming_the_field(self):
+        response = self.call("POST", "api/jobs", user="bob", body={"gpus_per_node": 4})
+        assert response.code == 400
+        assert json.loads(response.body)["field"] == "gpus_per_node"
+        for body, field in (("not json", "spec"), ("[1]", "spec"), ({"epochs": "many"}, "epochs")):
+            response = self.call("POST", "api/jobs", body=body)
+            assert (response.code, json.loads(response.body)["field"]) == (400, field), response.body
+
+    def test_each_submit_and_cancel_is_one_log_line_with_the_user_the_job_and_the_reason(self):
+        with self.assertLogs("portal.service", level="INFO") as logged:
+            submitted = self.call("POST", "api/jobs", body={"template": "chexnet", "gpus_per_node": 2})
+            job_id = json.loads(submitted.body)["id"]
+            self.call("POST", "api/jobs", user="bob", body={"template": "chexnet", "gpus_per_node": 4})
+            self.call("DELETE", f"api/jobs/{job_id}", user="admin")
+            self.call("DELETE", f"api/jobs/{job_id}")
+        lines = [record.getMessage() for record in logged.records if " by " in record.getMessage()]
+        assert lines == [
+            f"submit by alice: job {job_id} on slurm, 1 node(s) x 2 GPU(s), 5 epoch(s)",
+            "submit by bob refused (JobSpecError): gpus_per_node: 4 is out of range; allowed: 0-0",
+            f"cancel of job {job_id} by admin refused (JobAccessError): job {job_id} is alice's: admins see every "
+            "user's jobs but cancel only their own (alice cancels it, or a Slurm operator with scancel)",
+            f"cancel of job {job_id} by alice: cancelled on slurm",
+        ], lines
+
+    def test_a_reason_is_logged_on_one_line_whatever_it_holds(self):
+        from portal.inputs import LOGGED_REASON_CHARS, one_line
+        assert one_line("sbatch: error: x\nsubmit by alice: job 1 on slurm\r\n") == \
+            "sbatch: error: x submit by alice: job 1 on slurm"
+        assert len(one_line("y" * 10_000)) == LOGGED_REASON_CHARS + 3
+
+    def test_a_user_sees_only_their_own_jobs_and_anothers_id_is_404(self):
+        self.api.add("alice", "7", "RUNNING")
+        self.api.add("bob", "8")
+        mine = json.loads(self.call("GET", "api/jobs").body)["jobs"]
+        assert [(j["id"], j["state"]) for j in mine] == [("7", "RUNNING")]
+        assert re.fullmatch(r"2:[0-5]\d", mine[0]["elapsed"]), mine  # squeue's format, counted from its start
+        assert self.call("GET", "api/jobs/8").code == 404
+        assert self.call("DELETE", "api/jobs/8").code == 404
+        assert self.api.backend.cancelled == []
+        assert self.call("GET", "api/jobs/not-an-id").code == 404
+
+    def test_the_job_page_shows_a_card_of_any_wrong_shape_as_unreadable_saying_why(self):
+        """The cards of issue 40 (a list for data.counts, say, was a 500) and, for each field, a card with it of
+        another JSON type (tests/cards.py), and each with null where the reader takes null: the page is 200, for
+        the owner and an admin, and shows the card or why it is unreadable."""
+        from markupsafe import escape
+
+        from chexnet.model_card import CARD_FILE
+        from portal.scheduler.home import ModelCardError, checked_card
+        from tests.cards import a_card, replaced, wrong_type_cards
+
+        path = self.api.add("alice", "9").record.checkpoint_dir / CARD_FILE  # COMPLETED: its card is shown
+        path.parent.mkdir()
+        reported = [json.dumps(a_card()), '{"format": "dsportal-model-card-1"}',  # ... and the five of issue 40
+                    *(json.dumps(replaced(a_card(), field, value)) for field, value in (
+                        ("data.counts", [1]), ("checkpoint.files", 5), ("code.git_commit", 12345), ("data", 7)))]
+        variants = {(field, kind == "null"): json.dumps(card) for field, kind, card in wrong_type_cards(a_card())}
+        for text in (*reported, *variants.values()):
+            path.write_text(text)
+            try:
+                checked_card(text, "9")
+                shown = '<code>ckpt-3.index</code>'
+            except ModelCardError as err:
+                shown = f'<p class="alert alert-warning">{escape(err)}</p>'
+            for user in ("alice", "admin") if text in reported else ("alice",):
+                page = self.call("GET", "jobs/9", user=user)
+                assert page.code == 200 and shown in page.body.decode(), (text, user, page.code)
+
+    def test_an_admin_sees_every_users_jobs_and_cancels_only_their_own(self):
+        self.api.add("alice", "7", "RUNNING")
+        self.api.add("bob", "8")
+        listed = json.loads(self.call("GET", "api/jobs", user="admin").body)["jobs"]
+        assert sorted((j["user"], j["id"]) for j in listed) == [("alice", "7"), ("bob", "8")]
+        assert json.loads(self.call("GET", "api/jobs/8", user="admin").body)["user"] == "bob"
+        # Cancelled as alice, it was recorded as alice's own cancel (issue 25): the portal never acts as her.
+        refused = self.call("DELETE", "api/jobs/7", user="admin")
+        assert refused.code == 403 and "job 7 is alice's: admins see every user's jobs but cancel only their own" \
+            in json.loads(refused.body)["error"]
+        assert self.call("POST", "jobs/7/cancel", user="admin").code == 403
+        assert self.api.backend.cancelled == []
+        page = self.call("GET", "jobs", user="admin").body
+        assert b'id="cancel-7"' not in page and b"jobs/7/cancel" not in page  # no button that would be refused
+        assert b'id="cancel"' not in self.call("GET", "jobs/7", user="admin").body
+        assert self.call("DELETE", "api/jobs/7", user="alice").code == 204  # hers to cancel
+        assert self.api.backend.cancelled == ["7"]
+
+    def test_slurm_down_is_503_with_a_message_and_no_traceback(self):
+        self.api.slurm_down = True
+        response = self.call("GET", "api/jobs")
+        body = json.loads(response.body)
+        assert response.code == 503 and "Slurm is unavailable" in body["error"]
+        page = self.call("GET", "jobs")
+        assert page.code == 503 and b"Slurm is unavailable" in page.body and b"Traceback" not in page.body
+
+    def test_anonymous_pages_redirect_to_login_and_the_api_refuses(self):
+        assert self.call("GET", "jobs", user=None).code == 302
+        assert self.call("GET", "api/jobs", user=None).code == 403
+
+    def test_cluster_api_and_page(self):
+        data = json.loads(self.call("GET", "api/cluster", user="admin").body)
+        assert (data["gpus"], data["free_gpus"], data["squeue_calls"]) == (4, 2, 1)
+        self.call("GET", "cluster")
+        self.call("GET", "api/jobs")
+        assert self.cluster.squeue_calls == 1  # every request within the interval shares one squeue
+
+    def test_a_body_over_the_limit_gets_the_dashboards_own_413_before_any_work(self):
+        from portal.inputs import MAX_BODY_BYTES
+
+        for path in ("api/jobs", "api/settings"):
+            answer = self.call("POST", path, body="x" * (2 * 1024 * 1024))
+            assert answer.code == 413 and answer.headers["Content-Type"] == "application/json", (path, answer.code)
+            said = json.loads(answer.body)
+            assert said["field"] == "body" and f"allowed: at most {MAX_BODY_BYTES}" in said["error"], said
+        assert self.api.limits_given == []  # nothing was submitted, nor a quota asked
+
+    def test_beyond_the_rate_a_user_gets_429_with_retry_after_and_others_are_served(self):
+        limits = self._app.settings["rate_limits"]
+        for _ in range(limits.burst):
+            assert limits.take("bob") == 0  # his burst, spent
+        answer = self.call("GET", "api/jobs", user="bob")
+        assert answer.code == 429 and int(answer.headers["Retry-After"]) >= 1, (answer.code, answer.headers)
+        assert "too many requests from bob" in json.loads(answer.body)["error"]
+        assert self.call("GET", "api/jobs").code == 200  # alice's own bucket
+        assert self.call("GET", "jobs", user="bob").code == 200  # pages are not rate limited, only the API
+
+    def test_the_clusters_internal_counters_are_for_admins_only(self):
+        mine = json.loads(self.call("GET", "api/cluster").body)
+        admins = json.loads(self.call("GET", "api/cluster", user="admin").body)
+        assert set(admins) - set(mine) == set(COUNTERS)
+        assert (mine["gpus"], mine["free_gpus"], mine["refresh_s"]) == (4, 2, admins["refresh_s"])
+        assert {k: v for k, v in admins.items() if k not in COUNTERS} == mine  # the same view of the cluster
+
+    def test_an_ended_jobs_state_is_asked_once_and_a_queued_ones_comes_from_squeue(self):
+        self.api.add("alice", "7", "RUNNING")
+        self.api.add("alice", "9", "COMPLETED")
+        for _ in range(3):
+            self.call("GET", "api/jobs")
+        assert self.api.backend.asked == ["9"]
+
+    def test_a_reused_job_id_is_a_new_job_to_the_caches(self):
+        old = self.api.add("alice", "9", "COMPLETED")
+        assert json.loads(self.call("GET", "api/jobs/9").body)["state"] == "COMPLETED"
+        # Slurm's ids start again (a rebuilt cluster): job 9 is now another job, which runs.
+        self.api.owned["alice"].remove(old)
+        self.api.add("alice", "9", "RUNNING", second=30)
+        assert json.loads(self.call("GET", "api/jobs/9").body)["state"] == "RUNNING"
+
+    def test_pages_render(self):
+        self.api.add("alice", "7", "RUNNING")
+        jobs = self.call("GET", "jobs")
+        assert jobs.code == 200 and b'data-job="7"' in jobs.body and b"/jobs/7/cancel" in jobs.body
+        job = self.call("GET", "jobs/7")
+        assert job.code == 200 and b"line 99" in job.body and b"line 10\n" not in job.body
+        assert b"Start your server" in job.body  # the fake hub user has no server running
+        assert self.call("GET", "jobs/7/log").body.count(b"line") == 100
+        templates = self.call("GET", "templates")
+        assert b"/user/alice/lab/tree/notebooks/01-explore.ipynb" in templates.body
+        assert b"gpus_per_node" in self.call("GET", "submit").body
+
+    def test_a_sweeps_page_lists_its_trials_the_best_and_a_chart_per_parameter(self):
+        job = self.api.add("alice", "8", "RUNNING", sweep={"trials": 3, "space": {"lr": [0.001, 1e-08]}})
+        for task in (0, 1):
+            Path(job.job_dir, f"trial-{task}.log").write_text(f"task {task}'s output\n")
+        page = self.call("GET", "jobs/8")
+        assert page.code == 200, page.body[-2000:]
+        body = page.body.decode()
+        assert body.count("<tr data-task=") == 3 and "pruned at epoch 2" in body
+        assert "trial 0</strong> (task 0)" in body and "0.910" in body
+        assert 'class="scatter"' in body and 'aria-label="mean AUROC against lr' in body
+        assert "task 0&#39;s output" in body and "(last lines of task 0)" in body  # the best trial's output
+        assert self.call("GET", "jobs/8/log?task=1").body == b"task 1's output\n"
+        refused = self.call("GET", "jobs/8/log?task=x")
+        assert refused.code == 400 and b"task" in refused.body
+        answer = json.loads(self.call("GET", "api/jobs/8").body)
+        assert answer["sweep"]["best"]["trial"] == 0 and answer["sweep"]["counts"] == {
+            "COMPLETED": 1, "PRUNED": 1, "PENDING": 1}
+        assert [row["pruned_at"] for row in answer["sweep"]["trials"]] == [None, 2, None]
+        listed = self.call("GET", "jobs").body.decode()
+        assert "sweep of 3" in listed
+        form = self.call("GET", "submit?from=8").body.decode()
+        assert 'id="kind-sweep" value="sweep" checked' in form  # "run again with changes" of a sweep
+        assert re.search(r'id="sweep_trials" name="sweep_trials" type="number"\s+value="3"', form)
+
+    def test_the_log_tail_hides_framework_warnings_and_says_how_many(self):
+        job = self.api.add("alice", "7", "RUNNING")
+        noise = "WARNING:absl:`lr` is deprecated in Keras optimizer, please use `learning_rate`.\n"
+        (job.record.job_dir / "output.log").write_text("epoch 1/2\n" + noise * 3 + "epoch 2/2\n")
+        tail = self.call("GET", "jobs/7/log?tail=10")
+        assert tail.code == 200 and tail.body == b"epoch 1/2\nepoch 2/2\n" and tail.headers["X-Log-Hidden"] == "3"
+        everything = self.call("GET", "jobs/7/log?tail=10&framework=1")
+        assert everything.body.count(b"WARNING:absl") == 3 and "X-Log-Hidden" not in everything.headers
+        whole = self.call("GET", "jobs/7/log")  # the whole log, as written
+        assert whole.body.count(b"WARNING:absl") == 3 and "X-Log-Hidden" not in whole.headers
+        page = self.call("GET", "jobs/7")
+        assert b'<span id="log-hidden-note">(<span id="log-hidden">3</span>' in page.body, page.body[-1500:]
+
+    def test_only_a_job_that_ended_badly_gets_a_red_badge(self):
+        for job_id, state in (("1", "FAILED"), ("2", "TIMEOUT"), ("3", "COMPLETING"), ("4", "REQUEUED")):
+            self.api.add("alice", job_id, state)
+        page = self.call("GET", "jobs").body.decode()
+        badges = {state: kind for kind, state in re.findall(r'<span class="badge (text-bg-\w+)"[^>]*>([A-Z_]+)<', page)}
+        assert {state: badges.get(state) for state in ("FAILED", "TIMEOUT", "COMPLETING", "REQUEUED")} == {
+            "FAILED": "text-bg-danger", "TIMEOUT": "text-bg-danger", "COMPLETING": "text-bg-secondary",
+            "REQUEUED": "text-bg-secondary"}, badges
+
+    def test_a_job_page_follows_the_job_until_it_has_ended(self):
+        """Through the states squeue passes on the way (a page that stopped at COMPLETING never showed COMPLETED)."""
+        following = {}
+        for job_id, state in enumerate(("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED",
+                                        "CANCELLED"), start=101):
+            self.api.add("alice", str(job_id), state)
+            page = self.call("GET", f"jobs/{job_id}").body.decode()
+            following[state] = re.search(r'<div id="job"[^>]* data-live="1"', page) is not None
+        assert following == {"PENDING": True, "CONFIGURING": True, "RUNNING": True, "COMPLETING": True,
+                             "COMPLETED": False, "FAILED": False, "CANCELLED": False}
+
+    def test_the_submit_form_shows_the_field_in_error(self):
+        response = self.call("POST", "submit", user="bob", body="gpus_per_node=4&epochs=1")
+        assert response.code == 400
+        assert b'data-field="gpus_per_node"' in response.body and b"allowed: 0-0" in response.body
+        ok = self.call("POST", "submit", body="gpus_per_node=2&epochs=1&fp16=on")
+        assert ok.code == 302 and "/services/portal/jobs/" in ok.headers["Location"]
+
+    def test_a_burst_of_submits_does_not_hold_up_the_jobs_page(self):
+        self.api.submits_held = threading.Event()
+        self.api.add("alice", "7", "RUNNING")
+        try:
+            # ACTION_WORKERS held submits of as many users fill their pool (one user holds one worker at most; the
+            # test client opens at most 10 connections at once). Users with an account here: the scheduler's person
+            # is a Unix account (JobUser), which the board asks for before the quota check.
+            users = [account.pw_name for account in pwd.getpwall()][:ACTION_WORKERS]
+            assert len(users) == ACTION_WORKERS, users
+            held = [self.http_client.fetch(self.get_url("/services/portal/api/jobs"), method="POST",
+                                           headers={"X-Test-User": user}, body='{"gpus_per_node": 0}',
+                                           raise_error=False) for user in users]
+
+            async def until_the_actions_pool_is_full():
+                while self.api.submitting < ACTION_WORKERS:
+                    await asyncio.sleep(0.01)
+
+            self.io_loop.run_sync(until_the_actions_pool_is_full, timeout=5)
+            page = self.call("GET", "jobs")  # with one pool for both it waits behind them: a timeout
+            assert page.code == 200 and b'data-job="7"' in page.body
+        finally:
+            self.api.submits_held.set()
+        for future in held:
+            assert self.io_loop.run_sync(lambda f=future: f, timeout=5).code == 201
+
+    def test_a_second_submit_while_the_first_is_decided_is_a_429_that_says_so(self):
+        self.api.submits_held = threading.Event()
+        try:
+            first = self.http_client.fetch(self.get_url("/services/portal/api/jobs"), method="POST",
+                                           headers={"X-Test-User": "bob"}, body='{"gpus_per_node": 0}',
+                                           raise_error=False)
+
+            async def until_it_is_submitting():
+                while self.api.submitting < 1:
+                    await asyncio.sleep(0.01)
+
+            self.io_loop.run_sync(until_it_is_submitting, timeout=5)
+            second = self.call("POST", "api/jobs", body={"gpus_per_node": 0}, user="bob")
+            assert second.code == 429, second.body
+            assert "bob's previous submit is still being decided" in json.loads(second.body)["error"]
+            form = self.call("POST", "submit", body="gpus_per_node=0&epochs=1", user="bob")
+            assert form.code == 429 and b"still being decided" in form.body  # the form, shown again with why
+            assert self.call("POST", "api/jobs", body={"gpus_per_node": 0}, user="alice").code == 201
+        finally:
+            self.api.submits_held.set()
+        assert self.io_loop.run_sync(lambda: first, timeout=5).code == 201
+        assert self.call("POST", "api/jobs", body={"gpus_per_node": 0}, user="bob").code == 201  # the next is fine
+
+    def test_a_cancelled_slurm_job_is_checked_once_and_then_listed_without_asking(self):
+        self.api.add("alice", "9", "PENDING")
+        assert json.loads(self.call("GET", "api/jobs").body)["jobs"][0]["state"] == "PENDING"
+        self.api.checks.clear()
+        assert self.call("DELETE", "api/jobs/9").code == 204
+        # A job the list knows is not read again to cancel it: the cancel itself runs as the owner (the fake
+        # backend stands for Slurm's refusal of anyone else's job).
+        assert self.api.checks == [] and self.api.backend.cancelled == ["9"]
+        for _ in range(2):
+            assert json.loads(self.call("GET", "api/jobs").body)["jobs"][0]["state"] == "CANCELLED"
+        assert self.api.backend.asked == ["9"]  # the first list's; none after the cancel
+
+    def test_a_job_not_listed_yet_is_read_once_to_cancel_it_and_only_as_its_owner(self):
+        self.api.add("alice", "9", "PENDING")
+        assert self.call("DELETE", "api/jobs/9", user="bob").code == 404
+        assert self.call("DELETE", "api/jobs/9").code == 204
+        # the owner is asked by the cancel itself, not by get too
+        assert self.api.checks == [False, False] and self.api.backend.cancelled == ["9"]
+
+    def test_the_cancel_form_cancels_and_returns_to_the_list(self):
+        self.api.add("alice", "7", "RUNNING")
+        response = self.call("POST", "jobs/7/cancel", body="")
+        assert response.code == 302 and self.api.backend.cancelled == ["7"]
+        assert self.call("POST", "jobs/7/cancel", user="bob", body="").code == 404
