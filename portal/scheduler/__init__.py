@@ -17,11 +17,13 @@ from `job_id_patterns()`, not from a list of their own.
 
 Each implementation owns one command runner (Slurm: portal.scheduler.slurm.commands.SlurmCommands; Kubernetes: the
 API client with impersonation), its snapshot, its limits and its job operations; the quota rule and its wording
-are in portal.quota, the errors in portal.scheduler.errors. Adding a scheduler means implementing
-`Scheduler` (below) and its job templates (portal/records/templates/), and naming it in `SCHEDULERS`.
+are in portal.quota, the errors in portal.scheduler.errors. Adding a scheduler means a package of its own that
+implements `Scheduler` (below), its job-id format (portal/records/ids.py) and its job templates
+(portal/records/templates/), and naming it in `SCHEDULERS` (docs/architecture.md, "Where to add").
 
-Submodules are imported when first asked for: the implementations read portal.jobs' records and specs, and
-portal.jobs imports this package.
+The implementations are named here as strings and imported when first asked for: this scheduler-neutral layer
+never imports either scheduler's package (portal/scheduler/slurm/, portal/scheduler/kubernetes/), and they never
+import each other (tests/unit/test_layers.py).
 """
 
 from __future__ import annotations
