@@ -5,6 +5,7 @@ BOX := $(PY) -m deploy.local.box
 PYTEST_ARGS ?=
 
 .PHONY: install up down status up-k8s down-k8s builds test unit lint fresh-test bench bench-chart kube-build images \
+        slurm-build \
         screenshots
 
 install:
@@ -121,3 +122,9 @@ images:
 # plugins from apt; then a no-op.
 kube-build:
 	@deploy/kubernetes/build-kubernetes.sh
+
+# A Slurm release other than Debian 12's 22.05, built from Debian's source archive into /opt/dsportal/slurm/<release>
+# once per machine (24.11.5: about 3 min on 2 cores); then a no-op. The box does not run it yet (issue 42).
+SLURM ?= 24.11
+slurm-build:
+	@deploy/slurm/build-slurm.sh $(SLURM)
