@@ -40,8 +40,38 @@ JOB_STATE = re.compile(r"[A-Z_]{1,32}")
 NOT_ASSIGNED = "None assigned"  # Slurm's node list for a job that has not run on any node
 
 
+# The format versions of Slurm's --json answers this reader reads, each with the release that writes it. An answer
+# names its own: `meta.plugin.data_parser` ("data_parser/v0.0.42") from Slurm 23.02 on, `meta.plugin.type`
+# ("openapi/v0.0.38", sacct's "openapi/dbv0.0.38") in 22.05. Another version's fields have other names and types
+# (job_state a list from 23.11, numbers as {set, infinite, number} from 23.02): read as this one, every job would
+# be dropped without a word, so it is refused by name instead.
+DATA_PARSERS = {"v0.0.38": "Slurm 22.05"}
+
+
 class SlurmAnswerError(ValueError):
     """Slurm's answer is not what Slurm writes: read as Slurm not answering."""
+
+
+def data_parser_of(data: Mapping[str, Any]) -> str:
+    """The format version an answer names ("v0.0.38", "v0.0.42"), or "" when it names none."""
+    meta = data.get("meta")
+    plugin = meta.get("plugin") if isinstance(meta, dict) else None
+    if not isinstance(plugin, dict):
+        return ""
+    for field, prefixes in (("data_parser", ("data_parser/",)), ("type", ("openapi/db", "openapi/"))):
+        value = plugin.get(field)
+        if isinstance(value, str) and value:
+            found = next((value[len(p):] for p in prefixes if value.startswith(p)), "")
+            if re.fullmatch(r"v[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}", found):
+                return found
+    return ""
+
+
+def _release_of(data: Mapping[str, Any]) -> str:
+    meta = data.get("meta")
+    slurm = (meta.get("Slurm") or meta.get("slurm")) if isinstance(meta, dict) else None
+    release = slurm.get("release") if isinstance(slurm, dict) else None
+    return f"Slurm {release[:20]}" if isinstance(release, str) and release else "a Slurm that does not say its release"
 
 
 def exit_code(status: int) -> str:
@@ -96,6 +126,11 @@ def _jobs_in(answer: str | bytes, command: str) -> list[Any]:
         raise SlurmAnswerError(f"{command}'s answer is not JSON ({str(err)[:80]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
         raise SlurmAnswerError(f"{command}'s answer has no list of jobs")
+    version = data_parser_of(data)
+    if version not in DATA_PARSERS:
+        readable = ", ".join(f"{v} ({release})" for v, release in DATA_PARSERS.items())
+        raise SlurmAnswerError(f"{command}'s answer is of data_parser {version or '(none named)'}, from "
+                               f"{_release_of(data)}; this portal reads {readable}")
     if data.get("errors"):
         raise SlurmAnswerError(f"{command} reports errors: {str(data['errors'])[:200]}")
     return data["jobs"]

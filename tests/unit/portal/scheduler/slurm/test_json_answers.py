@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from portal.quota import array_claim
 from portal.scheduler.cluster import duration_text, gpu_holders
 from portal.scheduler.slurm.answers import SLURM_SERVERS
-from portal.scheduler.slurm.json_answers import SlurmAnswerError, exit_code, read_sacct, read_squeue, users_jobs
+from portal.scheduler.slurm.json_answers import (
+    SlurmAnswerError,
+    data_parser_of,
+    exit_code,
+    read_sacct,
+    read_squeue,
+    users_jobs,
+)
 from tests.slurm_answers import (
     REAL_SACCT,
     REAL_SQUEUE,
@@ -150,3 +157,29 @@ def test_a_pending_array_claims_what_may_start_beside_its_running_tasks():
     assert unthrottled["4"].gpus == 4  # 0, 4, 8, 12: every pending task may start
     odd = read_squeue(squeue_json({**array, "array_task_string": "x-3%2"}), NOW)
     assert odd["4"].gpus == 1  # not an array string of Slurm's: one task's, as Slurm's own entry says
+
+
+def test_an_answer_names_its_format_and_another_version_is_refused_by_name():
+    """Slurm 22.05 names its format in meta.plugin.type; 23.02 and later in meta.plugin.data_parser (the shape of
+    24.11.5's `meta`, from its data_parser v0.0.42 OPENAPI_META). A version this reader does not read is a clear
+    error naming what it met and what it reads, never a queue without jobs."""
+    assert data_parser_of(json.loads(REAL_SQUEUE.read_text())) == "v0.0.38"
+    assert data_parser_of(json.loads(REAL_SACCT.read_text())) == "v0.0.38"  # "openapi/dbv0.0.38"
+    newer = json.loads(squeue_json(squeue_job(8, "alice", gpus_per_node=1)))
+    newer["meta"] = {"plugin": {"type": "", "name": "", "data_parser": "data_parser/v0.0.42",
+                                "accounting_storage": "accounting_storage/slurmdbd"},
+                     "client": {"source": "/dev/pts/0", "user": "alice", "group": "users"}, "command": ["squeue"],
+                     "slurm": {"version": {"major": "24", "micro": "5", "minor": "11"}, "release": "24.11.5",
+                               "cluster": "dsportal"}}
+    assert data_parser_of(newer) == "v0.0.42"
+    with pytest.raises(SlurmAnswerError) as refused:
+        read_squeue(json.dumps(newer), NOW)
+    assert str(refused.value) == ("squeue's answer is of data_parser v0.0.42, from Slurm 24.11.5; this portal reads "
+                                  "v0.0.38 (Slurm 22.05)")
+    with pytest.raises(SlurmAnswerError, match=r"sacct's answer is of data_parser v0\.0\.42"):
+        read_sacct(json.dumps(newer))
+    for meta in ({}, {"plugin": {"type": "openapi/v0.0.38x"}}, {"plugin": {"data_parser": ["v0.0.38"]}}, None):
+        unnamed = {**newer, "meta": meta}
+        assert data_parser_of(unnamed) == ""
+        with pytest.raises(SlurmAnswerError, match=r"of data_parser \(none named\)"):
+            read_squeue(json.dumps(unnamed), NOW)
