@@ -129,6 +129,12 @@ def owns(record_file: Path, name: str) -> bool:
     return owner is None or owner == _key(record_file)
 
 
+def require_own(record_file: Path, name: str) -> None:
+    """BoxError unless the node's namespace is this box's (`owns`): what a crash of one node checks first."""
+    if not owns(record_file, name):
+        raise BoxError(f"{name}: not this box's node ({owner_of(name) or 'no box'}'s record holds its namespace)")
+
+
 def claim(record_file: Path, name: str) -> None:
     """Mark the node's namespace as this box's before it records or makes it; BoxError when the namespace exists
     and another box's record still holds it."""

@@ -104,10 +104,12 @@ from tests.users_boxes import pid_file_alive  # noqa: E402
 PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "admin": "admin-demo"}
 
 
-def box(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the cluster-in-a-box command line against the test state dir; with `check`, a failure shows its output."""
+def box(*args: str, check: bool = True, settings: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the cluster-in-a-box command line against the test state dir (or the box that `settings`, a settings
+    file, describes); with `check`, a failure shows its output."""
+    env = {**os.environ, "DSPORTAL_CONFIG": str(settings)} if settings is not None else None
     result = subprocess.run([sys.executable, "-m", "deploy.local.box", *args],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(f"box.py {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result

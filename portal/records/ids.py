@@ -16,5 +16,5 @@ K8S_ID = re.compile(rf"^{K8S_ID_PATTERN}\Z")
 # The schedulers whose job records are job.json files in the homes, each with its ids (Kubernetes keeps its records
 # as its own objects). A record's "backend" field names its scheduler (the field's name is kept for the records
 # already written).
-HOME_RECORD_IDS = {"slurm": SLURM_ID, "local": LOCAL_ID}
-JOB_ID = re.compile(rf"^(?:{SLURM_ID_PATTERN}|{LOCAL_ID_PATTERN})\Z")
+HOME_ID_PATTERNS = {"slurm": SLURM_ID_PATTERN, "local": LOCAL_ID_PATTERN}
+JOB_ID = re.compile(rf"^(?:{'|'.join(HOME_ID_PATTERNS.values())})\Z")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from portal.inputs import finite_json
-from portal.records.ids import HOME_RECORD_IDS, JOB_ID, LOCAL_ID_PATTERN, SLURM_ID_PATTERN  # noqa: F401
+from portal.records.ids import HOME_ID_PATTERNS, JOB_ID, LOCAL_ID_PATTERN, SLURM_ID_PATTERN  # noqa: F401
 from portal.records.spec import JobSpec, JobSpecError
 from portal.records.states import (  # noqa: F401  (the API's words for a job's state, by portal.records.states)
     CANCELLED,
@@ -80,8 +80,8 @@ class JobRecord:
                      sweep=_recorded_sweep(data, spec))
         if not JOB_ID.match(record.id):
             raise RecordError(f"id: {record.id[:20]!r} is not a job id")
-        if record.backend not in HOME_RECORD_IDS:
-            raise RecordError(f"backend: {record.backend[:20]!r}; allowed: {', '.join(HOME_RECORD_IDS)}")
+        if record.backend not in HOME_ID_PATTERNS:
+            raise RecordError(f"backend: {record.backend[:20]!r}; allowed: {', '.join(HOME_ID_PATTERNS)}")
         if expect is not None:
             expect.check(record)
         return record

@@ -105,7 +105,7 @@ class LocalScheduler(JobsInHome):
 
     def check_sweep(self, spec: JobSpec) -> None:
         """Never asked: this scheduler runs no sweeps (`sweeps` is False, and portal.jobs refuses one first)."""
-        raise JobSpecError(SWEEP_FIELD, "the local backend runs no sweeps: submit single runs")
+        raise JobSpecError(SWEEP_FIELD, NO_SWEEPS)
 
     def render(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None) -> str:
         no_sweeps(plan)
@@ -171,9 +171,12 @@ class LocalScheduler(JobsInHome):
             user.run(["kill", "-KILL", "--", f"-{pid}"], check=False)
 
 
+NO_SWEEPS = "the local backend runs no sweeps: submit single runs"
+
+
 def no_sweeps(plan: SweepPlan | None) -> None:
     if plan is not None:  # portal.jobs refuses a sweep before it gets here (`sweeps`)
-        raise JobSpecError(SWEEP_FIELD, "the local backend runs no sweeps: submit single runs")
+        raise JobSpecError(SWEEP_FIELD, NO_SWEEPS)
 
 
 def session_alive(sid: int) -> bool:

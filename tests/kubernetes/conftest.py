@@ -13,7 +13,6 @@ import dataclasses
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from kubernetes.dynamic import DynamicClient
 
 from deploy.kubernetes import kubebox
 from tests.conftest import PORT_OFFSET, TEST_SETTINGS, TINY_MODEL, Hub
+from tests.conftest import box as local_box
 
 REPO = Path(__file__).resolve().parents[2]
 # Two sessions at once need their own state dir and ports: set both variables (as for the Slurm test box).
@@ -100,29 +100,23 @@ def kube():
     print("\nkubebox down:\n" + "\n".join(kubebox.down(box)))
 
 
-def directory_box(*args: str, settings: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DSPORTAL_CONFIG": str(settings)}
-    return subprocess.run([sys.executable, "-m", "deploy.local.box", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture(scope="session")
 def directory():
     """This side's own LDAP directory (the demo users, TLS with its own CA): the settings to reach it."""
     from portal.config import load
 
     settings = DIRECTORY_STATE.with_suffix(".yaml")
-    directory_box("down", settings=settings) if settings.exists() else None  # one a killed session left
+    local_box("down", check=False, settings=settings) if settings.exists() else None  # one a killed session left
     shutil.rmtree(DIRECTORY_STATE, ignore_errors=True)
     settings.write_text("".join(f"{k}: {v}\n" for k, v in {**TEST_SETTINGS, "state_dir": str(DIRECTORY_STATE),
                                                             **DIRECTORY_PORTS}.items()))
-    started = directory_box("start", "slapd", settings=settings)
+    started = local_box("start", "slapd", check=False, settings=settings)
     if started.returncode != 0:
         pytest.fail(f"this side's directory did not start:\n{started.stdout}\n{started.stderr}", pytrace=False)
     try:
         yield load({"DSPORTAL_CONFIG": str(settings)})
     finally:
-        directory_box("down", settings=settings)
+        local_box("down", check=False, settings=settings)
         shutil.rmtree(DIRECTORY_STATE, ignore_errors=True)
         settings.unlink(missing_ok=True)
 

@@ -337,8 +337,7 @@ def crash(box: KubeBox, node: Node) -> str:
     `python -m deploy.kubernetes.kubebox up` brings it back."""
     if not (NETNS_DIR / node.name).exists():
         raise BoxError(f"{node.name}: the node is not up")
-    if not netns.owns(record_file(box), node.name):
-        raise BoxError(f"{node.name}: not this box's node ({netns.owner_of(node.name) or 'no record'} holds it)")
+    netns.require_own(record_file(box), node.name)
     netns.ip("link", "set", node.host_link, "down", check=False)
     pids = netns.namespace_pids(node.name) + netns.cgroup_pids(node_cgroups(node))
     netns.signal_all(pids, signal.SIGKILL, netns.KILLED_GONE_S)

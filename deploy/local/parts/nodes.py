@@ -114,9 +114,7 @@ def crash(lay: Layout, node: Node) -> str:
     killed at once. `start` brings it back."""
     if not (NETNS_DIR / node.name).exists():
         raise BoxError(f"{node.name}: the node is not up")
-    if not ours(lay, node.name):
-        holder = netns.owner_of(node.name) or "no box's record"
-        raise BoxError(f"{node.name}: not this box's node ({holder} holds its namespace)")
+    netns.require_own(_record_path(lay), node.name)
     netns.ip("link", "set", node.host_link, "down", check=False)
     count = len(namespace_pids(node.name))
     kill_namespace(node.name, grace_s=0)

@@ -152,9 +152,10 @@ def read_squeue(answer: str | bytes, now: float) -> dict[str, QueuedJob]:
             continue
         jobs[job.id] = job
         array_id, task = _whole(entry.get("array_job_id")), entry.get("array_task_id")
-        left = _task_count(_text(entry, "array_task_string"))
-        if array_id and task is None and job.state == PENDING and left:  # else one task's, as Slurm's entry says
-            arrays[job.id] = (left, _whole(entry.get("array_max_tasks")) or 0)
+        if array_id and task is None and job.state == PENDING:
+            left = _task_count(_text(entry, "array_task_string"))
+            if left:  # else one task's, as Slurm's entry says
+                arrays[job.id] = (left, _whole(entry.get("array_max_tasks")) or 0)
         elif array_id and job.state == RUNNING:
             running[str(array_id)] = running.get(str(array_id), 0) + 1
     for job_id, (left, throttle) in arrays.items():
