@@ -142,8 +142,14 @@ def claim(record_file: Path, name: str) -> None:
     if owner and owner != _key(record_file) and (NETNS_DIR / name).exists() and owns(Path(owner), name):
         raise BoxError(f"network namespace {name} is another box's (its record: {owner}): give this box other "
                        "node names (box_node_prefix), or take that box down first")
-    OWNERS_DIR.mkdir(mode=0o755, exist_ok=True)
-    (OWNERS_DIR / name).write_text(_key(record_file) + "\n")
+    for attempt in range(3):  # another box's release may remove the empty directory between the two steps
+        OWNERS_DIR.mkdir(mode=0o755, exist_ok=True)
+        try:
+            (OWNERS_DIR / name).write_text(_key(record_file) + "\n")
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
 
 
 def release(record_file: Path, name: str) -> bool:
@@ -151,6 +157,10 @@ def release(record_file: Path, name: str) -> bool:
     if owner_of(name) != _key(record_file):
         return False
     (OWNERS_DIR / name).unlink(missing_ok=True)
+    try:
+        OWNERS_DIR.rmdir()  # the last claim gone: nothing of the boxes is left in /run (else: not empty, kept)
+    except OSError:
+        pass
     return True
 
 

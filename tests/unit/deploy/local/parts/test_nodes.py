@@ -101,6 +101,7 @@ def test_a_namespace_is_the_box_that_claimed_it_and_never_another_state_dirs(mac
     assert machine.owner_of("tnode1") == str(users)
     assert not machine.release(other, "tnode1") and machine.owner_of("tnode1") == str(users)
     assert machine.release(users, "tnode1") and machine.owner_of("tnode1") is None
+    assert not machine.OWNERS_DIR.exists()  # the last claim gone, its directory too
 
 
 def test_a_claim_passes_on_once_its_box_no_longer_holds_the_node(machine, tmp_path):
