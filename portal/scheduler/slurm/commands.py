@@ -22,7 +22,8 @@ from portal.config import PortalConfig
 from portal.scheduler.cluster import NodePool, QueuedJob
 from portal.scheduler.errors import SlurmError, SlurmRefused, SlurmUnavailable
 from portal.scheduler.slurm.answers import nodes_from_scontrol, slurm_partitions
-from portal.scheduler.slurm.json_answers import SQUEUE_JSON, SlurmAnswerError, read_squeue
+from portal.scheduler.slurm.data_parsers import DATA_PARSERS
+from portal.scheduler.slurm.json_answers import SlurmAnswerError, read_squeue
 from portal.scheduler.snapshot import ClusterSnapshot
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 SLURM_TIMEOUT_S = 20  # for every Slurm command: a controller that takes longer is one that does not answer
 MINIMAL_PATH = "/usr/bin:/bin"
 # Slurm's words when the controller or the accounting daemon cannot be reached: no answer, not a refusal.
+# The --json flag each Slurm (by its commands' directory) is asked with: `json_flag`.
+_JSON_FLAGS: dict[str, str] = {}
 UNREACHABLE = re.compile(r"Unable to contact|Socket timed out|Zero Bytes were transmitted|Connection refused|"
                          r"connect failure|standby mode|Problem talking to the database|Connection timed out")
 
@@ -40,6 +43,11 @@ class AsUser(Protocol):
 
     def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, input: str | None = None,
             check: bool = True, timeout: float = ...) -> subprocess.CompletedProcess: ...
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """"v0.0.42" as (0, 0, 42), to compare."""
+    return tuple(int(part) for part in version.lstrip("v").split("."))
 
 
 def one_line(text: str) -> str:
@@ -94,16 +102,35 @@ class SlurmCommands:
         """`run` for the hub's event loop, in a worker thread."""
         return await asyncio.to_thread(self.run, *argv, user=user, input=input, check=check)
 
+    def json_flag(self) -> str:
+        """`--json=<version>`: the newest data_parser version that both this Slurm has (`squeue --json=list`, from
+        23.02) and the portal reads, so that a release whose default is newer (26.05's) still answers in one the
+        portal knows; `--json` where Slurm lists none (22.05, whose one version is read). Asked once per process
+        and Slurm."""
+        if self.fake is not None:
+            return "--json"
+        key = str(self.cfg.slurm_bin_dir)
+        if key not in _JSON_FLAGS:
+            try:
+                listed = self.complete("squeue", "--json=list")
+            except SlurmUnavailable:
+                return "--json"  # asked again next time
+            named = set(re.findall(r"data_parser/(v[0-9]+\.[0-9]+\.[0-9]+)", listed.stdout + listed.stderr))
+            known = [version for version in DATA_PARSERS if version in named]
+            _JSON_FLAGS[key] = f"--json={max(known, key=version_key)}" if known else "--json"
+        return _JSON_FLAGS[key]
+
     # --- the answers read most ---
 
     def queue(self, user: AsUser | None = None) -> dict[str, QueuedJob]:
-        """Every job Slurm's controller remembers (22.05's `squeue --json` lists ended ones too: see `queued`),
+        """Every job Slurm's controller remembers that squeue lists (22.05's lists ended ones too: see `queued`),
         asked as root or as `user` (PrivateData may hide others' jobs from them)."""
-        answer = self.run(*SQUEUE_JSON, user=user)
+        command = ("squeue", self.json_flag())
+        answer = self.run(*command, user=user)
         try:
             return read_squeue(answer, time.time())
         except SlurmAnswerError as err:
-            raise SlurmUnavailable(f"`{shlex.join(SQUEUE_JSON)}`: {err}") from None
+            raise SlurmUnavailable(f"`{shlex.join(command)}`: {err}") from None
 
     def partitions(self, user: AsUser | None = None) -> tuple[NodePool, ...]:
         """The partitions that are up and have nodes, with their nodes."""

@@ -1,5 +1,5 @@
-"""Slurm's answers as data: `squeue --json` and `sacct --json` (Slurm 22.05, openapi v0.0.38) read into
-`QueuedJob`s and `AccountedRun`s.
+"""Slurm's answers as data: `squeue --json` and `sacct --json` read into `QueuedJob`s and `AccountedRun`s, by the
+format version each answer names (`data_parsers`: 22.05's v0.0.38, v0.0.40, v0.0.41 and v0.0.42 of 23.11 to 26.11).
 
 A job's name, comment, working directory and output paths are its user's text. In squeue's and scontrol's line
 formats a newline or a separator inside them starts a record or a field of the user's making: a job name once
@@ -14,7 +14,8 @@ Slurm's numeric uid and an id not seen before in the answer (one record per job 
 sacct's may repeat an id, once per run of a requeued job (`--duplicates`).
 
 Slurm 22.05's `squeue --json` ignores `-u`, `-j` and `-t`: every job the controller remembers comes back, ended
-ones too (for MinJobAge), and the caller picks by id, user and `queued` here. `sacct --json` ignores `-u` (it
+ones too (for MinJobAge), and the caller picks by id, user and `queued` here (from 23.11 squeue lists only jobs that
+wait or run; an ended job's state is sacct's on every release). `sacct --json` ignores `-u` (it
 keeps `-j`, `-S` and `-E`): `read_sacct` takes the user to keep. Pure: text and the clock go in.
 """
 
@@ -31,21 +32,12 @@ from portal.quota import array_claim
 from portal.records.states import ENDED_STATES, PENDING, RUNNING
 from portal.scheduler.cluster import QueuedJob, duration_text
 from portal.scheduler.slurm.answers import gpu_count
+from portal.scheduler.slurm.data_parsers import DATA_PARSERS, SACCT_READERS, SQUEUE_READERS, Reader
 
-SQUEUE_JSON = ("squeue", "--json")
-SACCT_JSON = ("sacct", "--json")
 MAX_ANSWER_BYTES = 256 * 1024 * 1024  # ~100,000 jobs of ~2.5 KB: beyond that it is no answer of Slurm's
 ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?", re.IGNORECASE)  # POSIX-ish, as useradd and LDAP allow
 JOB_STATE = re.compile(r"[A-Z_]{1,32}")
 NOT_ASSIGNED = "None assigned"  # Slurm's node list for a job that has not run on any node
-
-
-# The format versions of Slurm's --json answers this reader reads, each with the release that writes it. An answer
-# names its own: `meta.plugin.data_parser` ("data_parser/v0.0.42") from Slurm 23.02 on, `meta.plugin.type`
-# ("openapi/v0.0.38", sacct's "openapi/dbv0.0.38") in 22.05. Another version's fields have other names and types
-# (job_state a list from 23.11, numbers as {set, infinite, number} from 23.02): read as this one, every job would
-# be dropped without a word, so it is refused by name instead.
-DATA_PARSERS = {"v0.0.38": "Slurm 22.05"}
 
 
 class SlurmAnswerError(ValueError):
@@ -116,8 +108,9 @@ def _queued_job(job: Any, now: float) -> QueuedJob | None:
         expected_start=start if state == "PENDING" else 0)
 
 
-def _jobs_in(answer: str | bytes, command: str) -> list[Any]:
-    """The list of jobs in a --json answer of `command`; SlurmAnswerError when it is not Slurm's JSON."""
+def _jobs_in(answer: str | bytes, command: str, readers: Mapping[str, Reader]) -> list[dict[str, Any]]:
+    """The jobs in a --json answer of `command`, each read by its version's reader into 22.05's shape;
+    SlurmAnswerError when it is not Slurm's JSON or of a version without a reader."""
     if len(answer) > MAX_ANSWER_BYTES:
         raise SlurmAnswerError(f"{command}'s answer is {len(answer)} bytes, more than the {MAX_ANSWER_BYTES} read")
     try:
@@ -127,13 +120,14 @@ def _jobs_in(answer: str | bytes, command: str) -> list[Any]:
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
         raise SlurmAnswerError(f"{command}'s answer has no list of jobs")
     version = data_parser_of(data)
-    if version not in DATA_PARSERS:
+    if version not in readers:
         readable = ", ".join(f"{v} ({release})" for v, release in DATA_PARSERS.items())
         raise SlurmAnswerError(f"{command}'s answer is of data_parser {version or '(none named)'}, from "
                                f"{_release_of(data)}; this portal reads {readable}")
     if data.get("errors"):
         raise SlurmAnswerError(f"{command} reports errors: {str(data['errors'])[:200]}")
-    return data["jobs"]
+    read = readers[version]
+    return [read(job) if isinstance(job, dict) else {} for job in data["jobs"]]
 
 
 def read_squeue(answer: str | bytes, now: float) -> dict[str, QueuedJob]:
@@ -146,7 +140,7 @@ def read_squeue(answer: str | bytes, now: float) -> dict[str, QueuedJob]:
     jobs: dict[str, QueuedJob] = {}
     arrays: dict[str, tuple[int, int]] = {}  # a pending array entry's id: (tasks left, throttle)
     running: dict[str, int] = {}  # an array's id: its running tasks
-    for entry in _jobs_in(answer, "squeue"):
+    for entry in _jobs_in(answer, "squeue", SQUEUE_READERS):
         job = _queued_job(entry, now)
         if job is None or job.id in jobs:
             continue
@@ -225,5 +219,5 @@ def _accounted_run(job: Any) -> AccountedRun | None:
 def read_sacct(answer: str | bytes, user: str | None = None) -> list[AccountedRun]:
     """The runs in a `sacct --json` answer, in Slurm's order: only `user`'s when given (sacct's -u is ignored).
     SlurmAnswerError when the answer is not Slurm's JSON."""
-    runs = (_accounted_run(entry) for entry in _jobs_in(answer, "sacct"))
+    runs = (_accounted_run(entry) for entry in _jobs_in(answer, "sacct", SACCT_READERS))
     return [run for run in runs if run is not None and (user is None or run.user == user)]

@@ -56,7 +56,7 @@ from portal.scheduler.home import JobsInHome
 from portal.scheduler.slurm import history
 from portal.scheduler.slurm.answers import SLURM_SERVERS, job_unknown
 from portal.scheduler.slurm.commands import SlurmCommands
-from portal.scheduler.slurm.json_answers import SACCT_JSON, SlurmAnswerError, read_sacct, users_jobs
+from portal.scheduler.slurm.json_answers import SlurmAnswerError, read_sacct, users_jobs
 from portal.scheduler.slurm.sbatch import (
     SLURM_JOB_ID,
     jobs_partition,
@@ -326,13 +326,13 @@ class SlurmScheduler(JobsInHome):
         """This week's jobs and GPU-hours from Slurm's accounting: the user's (sacct as them), or with `everyone`
         every user's (sacct -a, as the caller, who must be root: Slurm shows others' jobs to admins only).
         SlurmError when accounting (slurmdbd) does not answer."""
-        query = [*SACCT_JSON, "-X", "--duplicates", "-S", f"{week_start(now):%Y-%m-%dT%H:%M:%S}",
+        query = ["sacct", self.commands.json_flag(), "-X", "--duplicates", "-S", f"{week_start(now):%Y-%m-%dT%H:%M:%S}",
                  "-E", f"{now:%Y-%m-%dT%H:%M:%S}", *(["-a"] if everyone else ["-u", user.name])]
         answer = self._slurm(user, *query)
         try:
             return usage_report(read_sacct(answer, None if everyone else user.name), now)
         except SlurmAnswerError as err:
-            raise SlurmError(f"`{shlex.join(SACCT_JSON)}`: {err}") from None
+            raise SlurmError(f"`{shlex.join(query[:2])}`: {err}") from None
 
     def history(self, record: JobRecord, user: JobUser) -> list[str]:
         """Lines for the runs Slurm ended and ran again (a node failed, the job was requeued, it resumed), from

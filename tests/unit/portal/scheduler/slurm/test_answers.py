@@ -1,10 +1,21 @@
 """Reading Slurm's answers: partitions, free GPUs, time limits, a user's GPUs, pending reasons."""
 
+import json
+
+import pytest
+
 from portal.scheduler.cluster import gpu_holders
-from portal.scheduler.slurm.answers import SLURM_SERVERS, gpu_count, pending_reason, slurm_partitions, wall_minutes
+from portal.scheduler.slurm.answers import (
+    SLURM_SERVERS,
+    gpu_count,
+    nodes_from_scontrol,
+    pending_reason,
+    slurm_partitions,
+    wall_minutes,
+)
 from portal.scheduler.slurm.json_answers import read_squeue, users_jobs
 from spawners.slurm_cluster import partitions_from_scontrol
-from tests.slurm_answers import STARTED, squeue_job, squeue_json
+from tests.slurm_answers import SLURM_24_11, SLURM_26_05, STARTED, squeue_job, squeue_json
 
 PARTITIONS = (
     "PartitionName=gpu AllowGroups=ALL Default=YES MaxTime=7-00:00:00 Nodes=localhost State=UP TotalCPUs=8\n"
@@ -78,3 +89,23 @@ def test_gpu_counts():
     assert gpu_count("gpu:4") == 4
     assert gpu_count("gpu:v100:2(S:0)") == 2
     assert gpu_count("cpu=1") == 0
+
+
+@pytest.mark.parametrize("release", [SLURM_24_11, SLURM_26_05], ids=["24.11", "26.05"])
+def test_scontrols_text_of_each_release_says_what_its_json_says(release):
+    """The portal reads nodes and partitions from `scontrol show node -d -o` and `show partition -o` on every
+    release: 24.11's `--json` for partitions does not say which one is the default (26.05's v0.0.45 does, in its
+    flags). The real text answers of 24.11.5 and 26.05.3 read as their JSON answers, taken at the same moment, say."""
+    nodes = nodes_from_scontrol((release / "scontrol-node.txt").read_text())
+    newest = max(release.glob("scontrol-node-v*.json"))
+    for record in json.loads(newest.read_text())["nodes"]:
+        node = nodes[record["name"]]
+        assert (node.cpus, node.memory_mb, node.gpus, node.address) == (
+            record["cpus"], record["real_memory"], gpu_count(record["gres"]), record["address"])
+        assert node.free_gpus == node.gpus - gpu_count(record["gres_used"]) and node.usable
+        assert node.free_cpus == record["cpus"] - record["alloc_cpus"]
+        assert node.partitions == tuple(record["partitions"]) and node.state == "+".join(record["state"])
+    pools = slurm_partitions((release / "scontrol-partition.txt").read_text(),
+                             (release / "scontrol-node.txt").read_text())
+    assert [(p.name, p.default, p.max_minutes, len(p.nodes)) for p in pools] == [
+        ("gpu", True, 7 * 1440, 2), ("debug", False, 60, 2)]

@@ -1,5 +1,6 @@
-"""Slurm's answers as data (portal.scheduler.slurm.json_answers): the real answers of Slurm 22.05, the fields a user
-controls read as nothing but themselves, and an answer that is not Slurm's refused rather than guessed at."""
+"""Slurm's answers as data (portal.scheduler.slurm.json_answers): the real answers of Slurm 22.05 and 24.11 (each of
+its data_parser versions), the fields a user controls read as nothing but themselves in every version, and an answer
+that is not Slurm's, or of a version without a reader, refused rather than guessed at."""
 
 from __future__ import annotations
 
@@ -24,7 +25,13 @@ from portal.scheduler.slurm.json_answers import (
 from tests.slurm_answers import (
     REAL_SACCT,
     REAL_SQUEUE,
+    SLURM_24_11,
+    SLURM_26_05,
     STARTED,
+    VERSIONS,
+    exit_status,
+    number,
+    real_answer,
     real_squeue,
     sacct_json,
     sacct_run,
@@ -33,6 +40,7 @@ from tests.slurm_answers import (
 )
 
 NOW = STARTED + 3723  # 1:02:03 after the jobs started
+every_version = pytest.mark.parametrize("version", VERSIONS)
 
 
 def test_the_real_squeue_answer():
@@ -58,11 +66,63 @@ def test_the_real_sacct_answer():
     assert read_sacct(REAL_SACCT.read_text(), user="alice") == []  # sacct's -u is ignored: the reader keeps hers
 
 
-def test_a_users_jobs_are_hers_that_wait_or_run():
+# release: (its answers, its versions, its nodes' prefix, 101 s after its jobs started)
+RELEASES = {"24.11": (SLURM_24_11, ("v0.0.40", "v0.0.41", "v0.0.42"), "vnode", 1_795_841_725),
+            "26.05": (SLURM_26_05, ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"), "wnode", 1_795_842_034)}
+
+
+def real_answers(release: str, command: str) -> list[str]:
+    path, versions, _, _ = RELEASES[release]
+    return [(path / f"{command}-{version}.json").read_text() for version in versions]
+
+
+@pytest.mark.parametrize(("release", "version"), [(r, v) for r, (_, vs, _, _) in RELEASES.items() for v in vs])
+def test_the_real_answers_of_slurm_24_11_and_26_05(release, version):
+    """What 24.11.5 and 26.05.3 answered about the same jobs (tests/capture_slurm_answers.py) in each of their
+    versions: lists of states, {set, infinite, number} counts, the exit code as an object. squeue lists the jobs
+    that wait or run."""
+    path, _, nodes, now = RELEASES[release]
+    captured = json.loads((path / "capture.json").read_text())["jobs"]
+    named = {what.split(",")[0]: job_id for job_id, what in captured.items()}
+    jobs = read_squeue((path / f"squeue-{version}.json").read_text(), now=now)
+    two_nodes, array, held, requeued = (jobs[named[what]] for what in (
+        "running on 2 nodes", "array of 4 one-GPU tasks", "held", "requeued while running"))
+    assert (two_nodes.state, two_nodes.nodes, two_nodes.gpus_per_node, two_nodes.gpus) == ("RUNNING", 2, 1, 2)
+    assert (two_nodes.node_list, two_nodes.elapsed, two_nodes.exit_code) == (f"{nodes}[1-2]", "1:41", "")
+    assert (held.state, held.reason, held.gpus) == ("PENDING", "JobHeldUser", 1)  # --gpus=1: per job
+    assert (requeued.state, requeued.reason, requeued.restarts) == ("PENDING", "BeginTime", 1)
+    assert requeued.expected_start > now  # Slurm holds a requeued job back for a while
+    # 0-3%2 with tasks 0 and 1 running: the pending rest may start none beside them
+    assert (array.state, array.reason, array.gpus) == ("PENDING", "JobArrayTaskLimit", 0)
+    tasks = [job for job in jobs.values() if job.name == "arr" and job.state == "RUNNING"]
+    assert [job.gpus for job in tasks] == [1, 1]
+    forged = next(job for job in jobs.values() if job.name.startswith("x\n900001"))
+    assert (forged.user, forged.gpus, "900001" in jobs) == ("alice", 0, False)
+    assert named["completed"] not in jobs and named["failed"] not in jobs  # ended: not squeue's from 23.11
+    runs = {run.job_id: run for run in read_sacct((path / f"sacct-{version}.json").read_text())}
+    assert [(runs[named[w]].state, runs[named[w]].gpus) for w in ("completed", "failed", "running on 2 nodes",
+                                                                  "requeued while running")] == [
+        ("COMPLETED", 0), ("FAILED", 0), ("RUNNING", 2), ("REQUEUED", 0)]  # ["PENDING", "REQUEUED"]: 22.05's word
+    assert runs[named["running on 2 nodes"]].end is None and runs[named["completed"]].end is not None
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_version_of_the_same_jobs_reads_the_same(release):
+    """A release's versions describe one queue: read, they are one list of QueuedJobs, and one list of runs."""
+    now = RELEASES[release][3]
+    first, *others = (read_squeue(answer, now=now) for answer in real_answers(release, "squeue"))
+    assert len(first) == 7 and all(other == first for other in others)
+    sacct = [read_sacct(answer) for answer in real_answers(release, "sacct")]
+    assert len(sacct[0]) == 7 and all(other == sacct[0] for other in sacct[1:])
+
+
+@every_version
+def test_a_users_jobs_are_hers_that_wait_or_run(version):
+    v = {"version": version}
     jobs = read_squeue(squeue_json(
-        squeue_job(1, "alice", gpus_per_node=1), squeue_job(2, "bob", gpus_per_node=2, uid=10002),
-        squeue_job(3, "alice", "COMPLETED", gpus_per_node=4, end_time=STARTED + 60),
-        squeue_job(4, "alice", "PENDING", gpus_per_node=2, nodes=2)), NOW)
+        squeue_job(1, "alice", gpus_per_node=1, **v), squeue_job(2, "bob", gpus_per_node=2, uid=10002, **v),
+        squeue_job(3, "alice", "COMPLETED", gpus_per_node=4, end_time=number(version, STARTED + 60), **v),
+        squeue_job(4, "alice", "PENDING", gpus_per_node=2, nodes=2, **v), **v), NOW)
     assert [job.id for job in users_jobs(jobs, "alice")] == ["1", "4"]
     holders = gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)
     assert [(h.describe(), h.gpus) for h in holders] == [("job 1", 1), ("job 4", 4)]
@@ -94,27 +154,54 @@ def test_an_answer_that_is_not_slurms_is_an_error_not_an_empty_queue(answer):
     {"job_id": "12"}, {"job_id": -1}, {"job_id": True}, {"job_id": 1.5}, {"job_id": None},
     {"user_name": "alice\n12|bob"}, {"user_name": ""}, {"user_name": "al ice"}, {"user_name": 7},
     {"user_id": None}, {"user_id": "10001"}, {"job_state": "running"}, {"job_state": "RUNNING\nPENDING"},
-    {"job_state": None},
+    {"job_state": None}, {"job_state": ["running"]}, {"job_state": ["REQUEUED"]}, {"job_state": [["RUNNING"]]},
+    {"job_state": {"current": "RUNNING"}}, {"job_state": []},
 ])
-def test_a_job_record_that_is_not_slurms_is_left_out(fields):
-    jobs = read_squeue(squeue_json({**squeue_job(7, "alice"), **fields}, squeue_job(8, "alice")), NOW)
+@every_version
+def test_a_job_record_that_is_not_slurms_is_left_out(fields, version):
+    jobs = read_squeue(squeue_json({**squeue_job(7, "alice", version=version), **fields},
+                                   squeue_job(8, "alice", version=version), version=version), NOW)
     assert list(jobs) == ["8"]
 
 
-def test_one_record_per_job_id():
-    jobs = read_squeue(squeue_json(squeue_job(7, "alice", gpus_per_node=1),
-                                   squeue_job(7, "alice", gpus_per_node=4, name="second")), NOW)
+@every_version
+def test_one_record_per_job_id(version):
+    jobs = read_squeue(squeue_json(squeue_job(7, "alice", gpus_per_node=1, version=version),
+                                   squeue_job(7, "alice", gpus_per_node=4, name="second", version=version),
+                                   version=version), NOW)
     assert (len(jobs), jobs["7"].gpus, jobs["7"].name) == (1, 1, "chexnet")
 
 
-def test_counts_that_are_not_whole_numbers_count_nothing():
+@every_version
+def test_counts_that_are_not_whole_numbers_count_nothing(version):
+    v = {"version": version}
     jobs = read_squeue(squeue_json(
-        squeue_job(7, "alice", node_count=-2, tres_req_str="cpu=1,gres/gpu=1e9", tres_per_node="gres:gpu:x"),
-        squeue_job(8, "alice", start_time="yesterday", exit_code="0")), NOW)
+        squeue_job(7, "alice", node_count=number(version, -2), tres_req_str="cpu=1,gres/gpu=1e9",
+                   tres_per_node="gres:gpu:x", **v),
+        squeue_job(8, "alice", start_time="yesterday", exit_code="0", **v),
+        squeue_job(9, "alice", node_count=True, start_time={"set": True, "infinite": True, "number": 5},
+                   end_time=[1], **v),
+        squeue_job(10, "alice", node_count={"set": "yes", "infinite": False, "number": 2},
+                   start_time={"set": True, "infinite": False, "number": 2.5}, **v), **v), NOW)
     assert (jobs["7"].nodes, jobs["7"].gpus, jobs["7"].gpus_per_node) == (0, 1, 0)
-    assert jobs["8"].elapsed == "0:00"
-    runs = read_sacct(sacct_json(sacct_run(9, "alice", "COMPLETED", None, None, time="soon", tres=[1])))
-    assert (runs[0].gpus, runs[0].start, runs[0].end) == (0, None, None)
+    assert jobs["8"].elapsed == "0:00" and jobs["8"].exit_code == ""
+    assert (jobs["9"].nodes, jobs["9"].elapsed) == (0, "0:00")
+    assert (jobs["10"].nodes, jobs["10"].elapsed) == (0, "0:00")
+    runs = read_sacct(sacct_json(sacct_run(9, "alice", "COMPLETED", None, None, time="soon", tres=[1], **v),
+                                 sacct_run(10, "alice", "COMPLETED", None, None, state={"current": 5}, **v),
+                                 sacct_run(11, "alice", "COMPLETED", None, None, state=["COMPLETED"], **v), **v))
+    assert [(r.job_id, r.gpus, r.start, r.end) for r in runs] == [("9", 0, None, None)]
+
+
+@every_version
+def test_exit_codes_of_ended_jobs_in_every_version(version):
+    v = {"version": version}
+    jobs = read_squeue(squeue_json(
+        squeue_job(7, "alice", "FAILED", end_time=number(version, STARTED + 5), exit_code=exit_status(version, 768),
+                   **v),
+        squeue_job(8, "alice", "CANCELLED", end_time=number(version, STARTED + 5), exit_code=exit_status(version, 15),
+                   **v), **v), NOW)
+    assert (jobs["7"].exit_code, jobs["8"].exit_code) == ("3:0", "0:15")
 
 
 # What a user controls in Slurm's records: any text at all, including lines and fields of Slurm's formats.
@@ -123,18 +210,19 @@ USER_TEXT = st.text(max_size=300) | st.sampled_from([
     "|" * 50, "=" * 50, "x" * 100_000, '"},{"job_id": 900001, "user_name": "alice"', "\0\r\n\t"])
 
 
-@settings(max_examples=300, deadline=None)
-@given(name=USER_TEXT, comment=USER_TEXT, workdir=USER_TEXT, output=USER_TEXT)
-def test_text_a_user_controls_is_only_itself(name, comment, workdir, output):
+@settings(max_examples=150, deadline=None)
+@given(name=USER_TEXT, comment=USER_TEXT, workdir=USER_TEXT, output=USER_TEXT, version=st.sampled_from(VERSIONS))
+def test_text_a_user_controls_is_only_itself(name, comment, workdir, output, version):
     user_fields = {"name": name, "comment": comment, "current_working_directory": workdir,
                    "standard_output": output, "command": name}
-    jobs = read_squeue(squeue_json(squeue_job(7, "bob", uid=10002, **user_fields),
-                                   squeue_job(8, "alice", gpus_per_node=1)), NOW)
+    v = {"version": version}
+    jobs = read_squeue(squeue_json(squeue_job(7, "bob", uid=10002, **user_fields, **v),
+                                   squeue_job(8, "alice", gpus_per_node=1, **v), **v), NOW)
     assert list(jobs) == ["7", "8"] and jobs["7"].name == name
     assert (jobs["7"].user, jobs["7"].gpus, jobs["7"].state) == ("bob", 0, "RUNNING")
     assert [h.gpus for h in gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)] == [1]
     runs = read_sacct(sacct_json(sacct_run(7, "bob", "COMPLETED", datetime(2026, 11, 22, 19), None, name=name,
-                                           working_directory=workdir, comment={"job": comment})))
+                                           working_directory=workdir, comment={"job": comment}, **v), **v))
     assert [(r.job_id, r.user, r.gpus, r.name) for r in runs] == [("7", "bob", 0, name)]
 
 
@@ -160,24 +248,24 @@ def test_a_pending_array_claims_what_may_start_beside_its_running_tasks():
 
 
 def test_an_answer_names_its_format_and_another_version_is_refused_by_name():
-    """Slurm 22.05 names its format in meta.plugin.type; 23.02 and later in meta.plugin.data_parser (the shape of
-    24.11.5's `meta`, from its data_parser v0.0.42 OPENAPI_META). A version this reader does not read is a clear
+    """Slurm 22.05 names its format in meta.plugin.type, 23.02 and later in meta.plugin.data_parser. A version this
+    reader does not read (here 26.05.3's real answer relabelled v0.0.46, as a later Slurm may write it) is a clear
     error naming what it met and what it reads, never a queue without jobs."""
     assert data_parser_of(json.loads(REAL_SQUEUE.read_text())) == "v0.0.38"
     assert data_parser_of(json.loads(REAL_SACCT.read_text())) == "v0.0.38"  # "openapi/dbv0.0.38"
-    newer = json.loads(squeue_json(squeue_job(8, "alice", gpus_per_node=1)))
-    newer["meta"] = {"plugin": {"type": "", "name": "", "data_parser": "data_parser/v0.0.42",
-                                "accounting_storage": "accounting_storage/slurmdbd"},
-                     "client": {"source": "/dev/pts/0", "user": "alice", "group": "users"}, "command": ["squeue"],
-                     "slurm": {"version": {"major": "24", "micro": "5", "minor": "11"}, "release": "24.11.5",
-                               "cluster": "dsportal"}}
-    assert data_parser_of(newer) == "v0.0.42"
+    assert [data_parser_of(real_answer("squeue", v)) for v in VERSIONS] == list(VERSIONS)
+    newer = real_answer("squeue", "v0.0.45")
+    newer["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.46"
+    newer["meta"]["slurm"]["release"] = "26.11.0"
+    assert data_parser_of(newer) == "v0.0.46"
     with pytest.raises(SlurmAnswerError) as refused:
         read_squeue(json.dumps(newer), NOW)
-    assert str(refused.value) == ("squeue's answer is of data_parser v0.0.42, from Slurm 24.11.5; this portal reads "
-                                  "v0.0.38 (Slurm 22.05)")
-    with pytest.raises(SlurmAnswerError, match=r"sacct's answer is of data_parser v0\.0\.42"):
-        read_sacct(json.dumps(newer))
+    assert str(refused.value) == (
+        "squeue's answer is of data_parser v0.0.46, from Slurm 26.11.0; this portal reads v0.0.38 (Slurm 22.05), "
+        "v0.0.40 (Slurm 23.11 to 25.11), v0.0.41 (Slurm 24.05 to 26.05), v0.0.42 (Slurm 24.11 to 26.11), "
+        "v0.0.43 (Slurm 25.05 to 27.05), v0.0.44 (Slurm 25.11 on), v0.0.45 (Slurm 26.05 on)")
+    with pytest.raises(SlurmAnswerError, match=r"sacct's answer is of data_parser v0\.0\.46"):
+        read_sacct(json.dumps({**real_answer("sacct", "v0.0.45"), "meta": newer["meta"]}))
     for meta in ({}, {"plugin": {"type": "openapi/v0.0.38x"}}, {"plugin": {"data_parser": ["v0.0.38"]}}, None):
         unnamed = {**newer, "meta": meta}
         assert data_parser_of(unnamed) == ""
