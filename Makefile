@@ -3,6 +3,12 @@ VENV ?= /opt/dsportal/venv
 PY := $(VENV)/bin/python
 BOX := $(PY) -m deploy.local.box
 PYTEST_ARGS ?=
+# The Slurm the box runs: Debian 12's 22.05, or a release built from Debian's source archive (`make up SLURM=24.11`,
+# or 26.05), whose box has a state dir, cluster name and settings of its own: deploy/slurm/box-<release>.yaml.
+SLURM ?= 22.05
+ifneq ($(SLURM),22.05)
+export DSPORTAL_CONFIG ?= $(CURDIR)/deploy/slurm/box-$(SLURM).yaml
+endif
 
 .PHONY: install up down status up-k8s down-k8s builds test unit lint fresh-test bench bench-chart kube-build images \
         slurm-build \
@@ -11,7 +17,7 @@ PYTEST_ARGS ?=
 install:
 	@deploy/local/install.sh
 
-up: install
+up: install slurm-build
 	@$(BOX) up
 	@$(PY) -m portal.jobs.demo_data
 
@@ -50,7 +56,7 @@ builds:
 # 4. the check that every file, record, process and mail of the users' boxes is as the suites found them.
 UNIT_WORKERS ?= 2
 SUITE_WORKERS ?= 2
-SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images
+SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions
 test: install builds
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
 	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
@@ -123,8 +129,7 @@ images:
 kube-build:
 	@deploy/kubernetes/build-kubernetes.sh
 
-# A Slurm release other than Debian 12's 22.05, built from Debian's source archive into /opt/dsportal/slurm/<release>
-# once per machine (24.11.5: about 3 min on 2 cores); then a no-op. The box does not run it yet (issue 42).
-SLURM ?= 24.11
+# A Slurm release other than Debian 12's 22.05 (SLURM=24.11 or 26.05), built from Debian's source archive into
+# /opt/dsportal/slurm/<release> once per machine (about 3.5 min on 2 cores each); then a no-op. 22.05: nothing to build.
 slurm-build:
 	@deploy/slurm/build-slurm.sh $(SLURM)

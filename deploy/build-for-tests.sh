@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build what the test suites need before any of them starts (`make test` runs this; `make builds` alone):
 #   - the training and hub images (docker/build.sh, what `make images` runs);
-#   - the Kubernetes servers and containerd (deploy/kubernetes/build-kubernetes.sh, `make kube-build`).
-# Both are cached per machine: once built this takes a few seconds. On a new machine they take minutes on the
+#   - the Kubernetes servers and containerd (deploy/kubernetes/build-kubernetes.sh, `make kube-build`);
+#   - each Slurm release the suites run a box on besides Debian 12's 22.05 (deploy/slurm/build-slurm.sh, `make
+#     slurm-build`): DSPORTAL_TEST_SLURM_RELEASES, default 24.11 (tests/slurm_versions).
+# All are cached per machine: once built this takes a few seconds. On a new machine they take minutes on the
 # same 2 cores the suites would use, and a suite that times a server's start or a training run cannot share
 # them with a build, so the builds come first. The two run side by side: the image build spends much of its
-# time waiting on downloads, the Kubernetes build is mostly CPU.
+# time waiting on downloads, the Kubernetes and Slurm builds are mostly CPU.
 # Each writes its log to $LOG_DIR/<name>.log (default tests/artifacts); a failure prints that log's tail.
 set -uo pipefail
 
@@ -27,21 +29,26 @@ start() {  # start NAME COMMAND...
 started=$SECONDS
 start images "$REPO/docker/build.sh"
 start kubernetes "$REPO/deploy/kubernetes/build-kubernetes.sh"
-say "images and kubernetes building (logs: $LOG_DIR/build-images.log, build-kubernetes.log)"
+builds=(images kubernetes)
+for release in ${DSPORTAL_TEST_SLURM_RELEASES:-24.11}; do
+    start "slurm-$release" "$REPO/deploy/slurm/build-slurm.sh" "$release"
+    builds+=("slurm-$release")
+done
+say "${builds[*]} building (logs: $LOG_DIR/build-<name>.log)"
 
 running() { kill -0 "${pids[$1]}" 2>/dev/null; }
 failed= next_report=$((SECONDS + PROGRESS_EVERY))
-for name in images kubernetes; do
+for name in "${builds[@]}"; do
     while running "$name"; do
         sleep 1
         ((SECONDS >= next_report)) || continue
         next_report=$((SECONDS + PROGRESS_EVERY))
-        for other in images kubernetes; do
+        for other in "${builds[@]}"; do
             running "$other" && say "$other still building after $((SECONDS - started)) s: $(tail -n 1 "${logs[$other]}" | cut -c1-100)"
         done
     done
     if wait "${pids[$name]}"; then
-        say "$name ready after $((SECONDS - started)) s: $(grep -E '^(==>|build-kubernetes:)' "${logs[$name]}" | tail -n 1)"
+        say "$name ready after $((SECONDS - started)) s: $(grep -E '^(==>|build-kubernetes:|build-slurm:)' "${logs[$name]}" | tail -n 1)"
     else
         say "$name FAILED (whole log: ${logs[$name]}):"
         tail -n 40 "${logs[$name]}" | sed 's/^/    /'

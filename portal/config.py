@@ -136,7 +136,9 @@ class PortalConfig:
 
     # Slurm: the client configuration, and the shape of the local demo node.
     slurm_conf: str = setting("", "Slurm's client configuration; empty means <state_dir>/slurm/slurm.conf.")
-    slurm_bin_dir: Path = setting(Path("/usr/bin"), "Where Slurm's commands (sbatch, squeue, sacctmgr, ...) are.")
+    slurm_bin_dir: Path = setting(Path("/usr/bin"), "Where Slurm's commands (sbatch, squeue, sacctmgr, ...) are; the "
+                                  "box starts Slurm's daemons from the sbin beside it. A release built by `make "
+                                  "slurm-build`: /opt/dsportal/slurm/<release>/bin.")
     slurmctld_port: int = setting(6817, "slurmctld's port (the cluster in a box).")
     slurmd_port: int = setting(6818, "slurmd's port (the cluster in a box).")
     slurm_node_cpus: int = setting(8, "CPUs of each demo compute node (the cluster in a box).")

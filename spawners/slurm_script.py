@@ -1,4 +1,5 @@
-"""The server's Slurm job script: batchspawner 1.3.0's, with the job's output out of the home's top level.
+"""The server's Slurm job script: batchspawner 1.3.0's, with the job's output out of the home's top level, and
+`--get-user-env` as every supported Slurm takes it.
 
 batchspawner writes each server job's output (`jupyterhub_slurmspawner_<job id>.log`, one per start) in the
 home's top level, where it clutters JupyterLab's file browser; here it goes to `req_server_log_dir`
@@ -18,14 +19,17 @@ def server_log_dir(home: str, cluster: str) -> str:
     return f"{home.rstrip('/')}/{SERVER_LOG_DIR}/{cluster}"
 
 
-# batchspawner 1.3.0's SlurmSpawner.batch_script but for the --output line (its default writes the output in the
-# home's top level); tests/unit/spawners/test_slurm_script.py holds it beside upstream's. The working directory stays
-# the home.
+# batchspawner 1.3.0's SlurmSpawner.batch_script but for two lines (tests/unit/spawners/test_slurm_script.py holds
+# it beside upstream's): the --output line (its default writes the output in the home's top level; the working
+# directory stays the home), and --get-user-env without upstream's "=L": Slurm 25.05 deprecated its timeout and mode
+# and 26.05 refuses them ("option '--get-user-env' doesn't allow an argument"). Plain, it is the login environment on
+# every release: 26.05 has no other, and 22.05 and 24.11 take the build's default, `su -` (the login shell's) unless
+# Slurm was configured with --enable-load-env-no-login.
 SERVER_JOB_SCRIPT = "#!/bin/bash\n#SBATCH --output={{server_log_dir}}/" + SERVER_OUTPUT_FILE + """
 #SBATCH --job-name=spawner-jupyterhub
 #SBATCH --chdir={{homedir}}
 #SBATCH --export={{keepvars}}
-#SBATCH --get-user-env=L
+#SBATCH --get-user-env
 {% if partition  %}#SBATCH --partition={{partition}}
 {% endif %}{% if runtime    %}#SBATCH --time={{runtime}}
 {% endif %}{% if memory     %}#SBATCH --mem={{memory}}

@@ -35,39 +35,45 @@ CLUSTER = os.environ.get("DSPORTAL_TEST_CLUSTER", "dsportal_test")
 # must never rewrite the file that a running test box's hub, dashboard and jobs read. Removed when the session
 # ends; one left by a killed session is removed by the next (stale_configs_removed).
 TEST_CONFIG = TEST_STATE.parent / f"{TEST_STATE.name}.{os.getpid()}.yaml"
-TEST_SETTINGS = {
-    "state_dir": str(TEST_STATE),
-    "hub_port": 18000 + PORT_OFFSET,
-    "hub_api_port": 18081 + PORT_OFFSET,
-    "proxy_api_port": 18001 + PORT_OFFSET,
-    "ldap_port": 13389 + PORT_OFFSET,
-    "ldaps_port": 16636 + PORT_OFFSET,
-    "slurmctld_port": 16817 + PORT_OFFSET,
-    "slurmd_port": 16818 + PORT_OFFSET,
-    "slurmdbd_port": 16819 + PORT_OFFSET,
-    "accounting_db_port": 16820 + PORT_OFFSET,
-    "smtp_port": 12525 + PORT_OFFSET,
-    "box_mail_dir": str(TEST_STATE / "mail"),  # its own mailboxes, never the users' /var/mail
-    "cluster_name": CLUSTER,  # its jobs in ~/jobs/<CLUSTER>/, its servers' output in ~/.cache/dsportal/servers/<...>
-    "jobs_old_layout": False,  # ~/jobs/<id> are the user's box's older jobs, not this cluster's
-    "user_settings_file": f".config/{CLUSTER}/settings.json",  # its own settings, never the users'
-    # Its servers' template copies and Jupyter's own per-user files (config, JupyterLab's workspaces and settings,
-    # runtime files, notebook signatures) and IPython's (its kernels' history) in its scratch mark: a user's own
-    # ~/.jupyter and ~/.ipython are read by their box alone.
-    "user_notebooks_dir": f".cache/{CLUSTER}/notebooks",
-    "server_environment": [f"JUPYTER_CONFIG_DIR={{home}}/.cache/{CLUSTER}/jupyter/config",
-                           f"JUPYTER_DATA_DIR={{home}}/.cache/{CLUSTER}/jupyter/data",
-                           f"IPYTHONDIR={{home}}/.cache/{CLUSTER}/ipython",
-                           f"KERAS_HOME={{home}}/.cache/{CLUSTER}/keras"],  # its TensorBoard's TensorFlow
-    "jobs_environment": [f"KERAS_HOME={{home}}/.cache/{CLUSTER}/keras"],  # TensorFlow's import writes keras.json
-    "box_nodes": 2,
-    "box_node_prefix": NODE_PREFIX,
-    "box_subnet": BOX_SUBNET,
-    "start_timeout": 120,
-    # Every job's trainer without Grappler's graph passes: about 25 s less start-up per run on 2 CPU cores, the
-    # same steps per second (docs/testing.md); the training tests' own runs pass the flag too (TRAINER_SPEEDUP).
-    "jobs_trainer_args": ["--graph-optimizer", "off"],
-}
+def box_settings(cluster: str, state: Path, port_offset: int, node_prefix: str, subnet: str) -> dict[str, object]:
+    """The settings of a test box: the Slurm test box's (below), or a box on another Slurm release
+    (tests/slurm_versions) with its own cluster name, state dir, ports, nodes and subnet."""
+    return {
+        "state_dir": str(state),
+        "hub_port": 18000 + port_offset,
+        "hub_api_port": 18081 + port_offset,
+        "proxy_api_port": 18001 + port_offset,
+        "ldap_port": 13389 + port_offset,
+        "ldaps_port": 16636 + port_offset,
+        "slurmctld_port": 16817 + port_offset,
+        "slurmd_port": 16818 + port_offset,
+        "slurmdbd_port": 16819 + port_offset,
+        "accounting_db_port": 16820 + port_offset,
+        "smtp_port": 12525 + port_offset,
+        "box_mail_dir": str(state / "mail"),  # its own mailboxes, never the users' /var/mail
+        "cluster_name": cluster,  # its jobs in ~/jobs/<cluster>/, its servers' output in .cache/dsportal/servers/<...>
+        "jobs_old_layout": False,  # ~/jobs/<id> are the user's box's older jobs, not this cluster's
+        "user_settings_file": f".config/{cluster}/settings.json",  # its own settings, never the users'
+        # Its servers' template copies and Jupyter's own per-user files (config, JupyterLab's workspaces and
+        # settings, runtime files, notebook signatures) and IPython's (its kernels' history) in its scratch mark: a
+        # user's own ~/.jupyter and ~/.ipython are read by their box alone.
+        "user_notebooks_dir": f".cache/{cluster}/notebooks",
+        "server_environment": [f"JUPYTER_CONFIG_DIR={{home}}/.cache/{cluster}/jupyter/config",
+                               f"JUPYTER_DATA_DIR={{home}}/.cache/{cluster}/jupyter/data",
+                               f"IPYTHONDIR={{home}}/.cache/{cluster}/ipython",
+                               f"KERAS_HOME={{home}}/.cache/{cluster}/keras"],  # its TensorBoard's TensorFlow
+        "jobs_environment": [f"KERAS_HOME={{home}}/.cache/{cluster}/keras"],  # TensorFlow's import writes keras.json
+        "box_nodes": 2,
+        "box_node_prefix": node_prefix,
+        "box_subnet": subnet,
+        "start_timeout": 120,
+        # Every job's trainer without Grappler's graph passes: about 25 s less start-up per run on 2 CPU cores, the
+        # same steps per second (docs/testing.md); the training tests' own runs pass the flag too (TRAINER_SPEEDUP).
+        "jobs_trainer_args": ["--graph-optimizer", "off"],
+    }
+
+
+TEST_SETTINGS = box_settings(CLUSTER, TEST_STATE, PORT_OFFSET, NODE_PREFIX, BOX_SUBNET)
 TRAINER_SPEEDUP = ("--graph-optimizer", "off")
 # The model of every job that tests the portal, the schedulers and the boxes rather than the model: three
 # convolutions (chexnet.model.tiny_cnn), an epoch of the demo set in well under a second, learning its marks in a few
@@ -213,7 +219,11 @@ KUBE_PATHS = ("tests/kubernetes/", "tests/images/")
 
 
 def side_of(nodeid: str) -> str:
-    """"slurm" or "kube": the test box a test (by its node id) runs against."""
+    """"slurm" or "kube": the test box a test (by its node id) runs against; "releases" for the boxes on other
+    Slurm releases (tests/slurm_versions), a third side that starts on whichever worker is done first (the
+    Kubernetes side's, about 10 minutes before the Slurm side's)."""
+    if nodeid.startswith("tests/slurm_versions/"):
+        return "releases"
     params = nodeid.partition("[")[2].rstrip("]").split("-")
     if "slurm" in params:
         return "slurm"
@@ -248,12 +258,12 @@ def pytest_collection_modifyitems(session, config, items):
 DEMO_USERS = ("alice", "bob", "mallory", "admin")
 
 
-def marks_in(home: Path) -> tuple[Path, ...]:
-    """What the test box writes in a user's home, each a place named after its cluster: its jobs, its settings, its
+def marks_in(home: Path, cluster: str = CLUSTER) -> tuple[Path, ...]:
+    """What a test box writes in a user's home, each a place named after its cluster: its jobs, its settings, its
     servers' output, and the tests' own scratch (scratch_dir). Its cleanup removes these and nothing else (and only
     the parents it made for them)."""
-    return (home / "jobs" / CLUSTER, home / ".config" / CLUSTER, Path(server_log_dir(str(home), CLUSTER)),
-            home / ".cache" / CLUSTER)
+    return (home / "jobs" / cluster, home / ".config" / cluster, Path(server_log_dir(str(home), cluster)),
+            home / ".cache" / cluster)
 
 
 def scratch_dir(user: str) -> Path:
@@ -264,7 +274,7 @@ def scratch_dir(user: str) -> Path:
     return path
 
 
-def homes_ledger() -> dict[str, list[str]]:
+def homes_ledger(cluster: str = CLUSTER) -> dict[str, list[str]]:
     """Per demo user, the directories on the way to the marks that do not exist yet: the session will have made
     them, and removes them again once empty. Kept in <state>/homes-ledger.json until the session's end."""
     made: dict[str, list[str]] = {}
@@ -273,14 +283,14 @@ def homes_ledger() -> dict[str, list[str]]:
             home = Path(pwd.getpwnam(user).pw_dir)
         except KeyError:
             continue  # not a user yet: the test box makes the account, its home is the test box's to clean
-        for mark in marks_in(home):
+        for mark in marks_in(home, cluster):
             made.setdefault(user, []).extend(
                 str(parent) for parent in reversed(mark.relative_to(home).parents)
                 if str(parent) != "." and not (home / parent).exists())
     return {user: sorted(set(paths), key=lambda p: -p.count("/")) for user, paths in made.items()}
 
 
-def remove_marks(ledger: dict[str, list[str]]) -> list[str]:
+def remove_marks(ledger: dict[str, list[str]], cluster: str = CLUSTER) -> list[str]:
     """Remove the test box's marks from every demo user's home, as that user (root never follows a path a user
     controls), then the parents the session made for them when empty; what was removed."""
     removed = []
@@ -289,7 +299,7 @@ def remove_marks(ledger: dict[str, list[str]]) -> list[str]:
             home = Path(pwd.getpwnam(user).pw_dir)
         except KeyError:
             continue
-        for mark in marks_in(home):
+        for mark in marks_in(home, cluster):
             if os.path.lexists(mark):
                 as_user(user, "rm", "-rf", "--", str(mark))
                 removed.append(str(mark))

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import pwd
+import re
 import stat
 import subprocess
 import sys
@@ -39,11 +40,34 @@ from typing import Any
 DEMO_USERS = ("alice", "bob", "mallory", "admin")
 USER_BOX = Path("/var/lib/dsportal")  # `make up`'s state dir (portal.config's default)
 KUBE_BOX = USER_BOX / "kube"  # `make up-k8s`'s
+RELEASE_BOXES = Path(__file__).resolve().parent.parent / "deploy" / "slurm"  # `make up SLURM=<release>`'s settings
+
+
+@dataclass(frozen=True)
+class SlurmBox:
+    """The users' Slurm box: `make up`'s on 22.05, or `make up SLURM=<release>`'s (one at a time: they share ports)."""
+
+    state: Path
+    cluster: str
+    bin_dir: Path
+
+    def command(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+
+def users_slurm_box() -> SlurmBox:
+    """The users' Slurm box whose slurmctld runs (22.05's first), else 22.05's."""
+    boxes = [SlurmBox(USER_BOX, "dsportal", Path("/usr/bin"))]
+    for settings in sorted(RELEASE_BOXES.glob("box-*.yaml")):
+        values = dict(line.split(": ", 1) for line in settings.read_text().splitlines()
+                      if ": " in line and not line.startswith("#"))
+        boxes.append(SlurmBox(Path(values["state_dir"]), values["cluster_name"], Path(values["slurm_bin_dir"])))
+    return next((box for box in boxes if pid_file_alive(box.state / "run" / "slurmctld.pid")), boxes[0])
 SNAPSHOT = Path("/var/tmp/dsportal-users-before.json")
 HASHED_BYTES = 256 * 1024  # files up to this size are compared by content too
 # Where a user's own running JupyterLab and kernels write as they run: not the tests' doing when they change.
-SERVER_WRITES = (".local/share/jupyter/runtime", ".jupyter/lab/workspaces", ".ipython/profile_default/history.sqlite",
-                 ".cache/dsportal/servers/dsportal")
+# (and .cache/dsportal/servers/<the box's cluster>: _may_change)
+SERVER_WRITES = (".local/share/jupyter/runtime", ".jupyter/lab/workspaces", ".ipython/profile_default/history.sqlite")
 ENDED_WELL = ("COMPLETED", "TIMEOUT")
 TEST_NODE_PREFIX = os.environ.get("DSPORTAL_TEST_NODE_PREFIX", "tnode")  # the test box's nodes (tests/conftest.py)
 TEST_CLUSTER = os.environ.get("DSPORTAL_TEST_CLUSTER", "dsportal_test")  # and its cluster's name
@@ -58,9 +82,11 @@ class Marks:
     cluster: str
 
     def holds(self, relative: str) -> bool:
-        places = (f"jobs/{self.cluster}", f".config/{self.cluster}", f".cache/dsportal/servers/{self.cluster}",
-                  f".cache/{self.cluster}")
-        return any(relative == p or relative.startswith(p + "/") for p in places)
+        """Whether a path is the test boxes': the Slurm test box's (its cluster) or a box's on another Slurm release
+        (<cluster>_slurm<release>, tests/slurm_versions)."""
+        cluster = re.escape(self.cluster)
+        return re.match(rf"(jobs|\.config|\.cache/dsportal/servers|\.cache)/{cluster}(_slurm[0-9]+)?(/|$)",
+                        relative) is not None
 
 
 def _file_entry(path: Path) -> dict[str, Any]:
@@ -121,16 +147,16 @@ def pid_file_alive(pid_file: Path) -> bool:
         return False
 
 
-def slurm_jobs() -> dict[str, str]:
+def slurm_jobs(box: SlurmBox) -> dict[str, str]:
     """Every job of the user's Slurm box that it still knows (squeue) or accounts (sacct), id -> state. An array
     task is there under both its names: "31_2" and its own job id ("33"), which its processes' cgroups carry."""
-    if not pid_file_alive(USER_BOX / "run" / "slurmctld.pid"):
+    if not pid_file_alive(box.state / "run" / "slurmctld.pid"):
         return {}
-    env = {**os.environ, "SLURM_CONF": str(USER_BOX / "slurm" / "slurm.conf")}
+    env = {**os.environ, "SLURM_CONF": str(box.state / "slurm" / "slurm.conf")}
     states = {}
-    accounted = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-S", "now-7days", "-o", "JobID,JobIDRaw,State"],
-                               env=env, capture_output=True, text=True, timeout=60).stdout
-    queued = subprocess.run(["squeue", "-a", "-h", "-r", "-o", "%i|%A|%T"], env=env, capture_output=True,
+    accounted = subprocess.run([box.command("sacct"), "-a", "-X", "-n", "-P", "-S", "now-7days", "-o",
+                                "JobID,JobIDRaw,State"], env=env, capture_output=True, text=True, timeout=60).stdout
+    queued = subprocess.run([box.command("squeue"), "-a", "-h", "-r", "-o", "%i|%A|%T"], env=env, capture_output=True,
                             text=True, timeout=60).stdout
     for line in (*accounted.splitlines(), *queued.splitlines()):  # squeue's word last: it is the newer
         job, raw, state = (line.split("|") + ["", ""])[:3]
@@ -201,9 +227,9 @@ def read_mailbox(user: str) -> bytes:
     return path.read_bytes() if path.is_file() else b""
 
 
-def daemons() -> dict[str, bool]:
+def daemons(box: SlurmBox) -> dict[str, bool]:
     """Whether the user's boxes' schedulers run: a box the tests stopped would otherwise only show in its jobs."""
-    return {"slurmctld of the user's Slurm box": pid_file_alive(USER_BOX / "run" / "slurmctld.pid"),
+    return {"slurmctld of the user's Slurm box": pid_file_alive(box.state / "run" / "slurmctld.pid"),
             "the API server of the user's Kubernetes box": pid_file_alive(KUBE_BOX / "run" / "kube-apiserver.pid")}
 
 
@@ -212,10 +238,12 @@ def snapshot(cluster: str = TEST_CLUSTER, marks_kept: bool = False) -> dict[str,
     which the next one removes); after them (`marks_kept`) they are kept, so that one left behind is named."""
     def home_tree(home: Path) -> dict[str, dict[str, Any]]:
         return tree(home) if marks_kept else pruned(tree(home), Marks(cluster))
-    return {"homes": {user: home_tree(home) for user, home in homes().items()},
+    box = users_slurm_box()
+    return {"slurm_box": {"state": str(box.state), "cluster": box.cluster},
+            "homes": {user: home_tree(home) for user, home in homes().items()},
             "kube_homes": {user: tree(KUBE_BOX / "volumes" / "home" / user) for user in DEMO_USERS},
-            "mail": mailboxes(), "slurm": slurm_jobs(), "processes": user_processes(), "pods": kube_pods(),
-            "daemons": daemons()}
+            "mail": mailboxes(), "slurm": slurm_jobs(box), "processes": user_processes(), "pods": kube_pods(),
+            "daemons": daemons(box)}
 
 
 def job_dirs_that_ran(jobs_before: dict[str, str], jobs_after: dict[str, str]) -> set[str]:
@@ -225,38 +253,41 @@ def job_dirs_that_ran(jobs_before: dict[str, str], jobs_after: dict[str, str]) -
     return {job.split("_")[0] for job in ran}
 
 
-def _may_change(relative: str, running: set[str]) -> bool:
-    """A path the user's own box writes to while it runs: a job of theirs that ran (`running`) or their server."""
+def _may_change(relative: str, running: set[str], cluster: str = "dsportal") -> bool:
+    """A path the user's own box (of that cluster) writes to while it runs: a job of theirs that ran (`running`)
+    or their server."""
     parts = relative.split("/")
-    if len(parts) >= 3 and parts[0] == "jobs" and parts[1] == "dsportal" and parts[2].split(".")[0] in running:
+    if len(parts) >= 3 and parts[0] == "jobs" and parts[1] == cluster and parts[2].split(".")[0] in running:
         return True
     if len(parts) >= 2 and parts[0] == "jobs" and parts[1].split(".")[0] in running:  # the older layout
         return True
-    return any(relative == p or relative.startswith(p + "/") for p in SERVER_WRITES)
+    writes = (*SERVER_WRITES, f".cache/dsportal/servers/{cluster}")
+    return any(relative == p or relative.startswith(p + "/") for p in writes)
 
 
 def compare_trees(before: dict[str, dict], after: dict[str, dict], marks: Marks, running: set[str],
-                  where: str) -> list[str]:
+                  where: str, cluster: str = "dsportal") -> list[str]:
     problems = []
     for relative, entry in before.items():
         if marks.holds(relative):
             continue
         now = after.get(relative)
         if now is None:
-            if not _may_change(relative, running):
+            if not _may_change(relative, running, cluster):
                 problems.append(f"{where}/{relative}: removed")
             continue
         if now["inode"] != entry["inode"] or now["type"] != entry["type"]:
-            if not _may_change(relative, running):  # a running job replaces its own files (TensorFlow's `checkpoint`)
+            # a running job replaces its own files (TensorFlow's `checkpoint`)
+            if not _may_change(relative, running, cluster):
                 problems.append(f"{where}/{relative}: replaced (another inode or type)")
-        elif stat.S_ISREG(entry["type"]) and not _may_change(relative, running) and (
+        elif stat.S_ISREG(entry["type"]) and not _may_change(relative, running, cluster) and (
                 now["size"], now["mtime_ns"], now.get("sha256")) != (entry["size"], entry["mtime_ns"],
                                                                      entry.get("sha256")):
             problems.append(f"{where}/{relative}: changed")
     for relative in sorted(set(after) - set(before)):
         if marks.holds(relative):
             problems.append(f"{where}/{relative}: the test box's, left behind")
-        elif not _may_change(relative, running):
+        elif not _may_change(relative, running, cluster):
             problems.append(f"{where}/{relative}: new, not the user's own box's")
     return problems
 
@@ -266,6 +297,7 @@ def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
     """What the suites changed of the users' boxes, as lines; [] when they left everything as they found it.
     `mailbox`: a user's mailbox as it reads now."""
     marks, problems = Marks(cluster), []
+    users_cluster = before.get("slurm_box", {}).get("cluster", "dsportal")
     for daemon, ran in before.get("daemons", {}).items():
         if ran and not after.get("daemons", {}).get(daemon):
             problems.append(f"{daemon}: running before, not after")
@@ -277,7 +309,7 @@ def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
             problems.append(f"Slurm job {job} of the user's box: {state} before, {now} after")
     running = job_dirs_that_ran(jobs_before, jobs_after)
     for user, tree_before in before["homes"].items():
-        problems += compare_trees(tree_before, after["homes"].get(user, {}), marks, running, f"~{user}")
+        problems += compare_trees(tree_before, after["homes"].get(user, {}), marks, running, f"~{user}", users_cluster)
     for user, tree_before in before["kube_homes"].items():
         if tree_before:  # the tests' Kubernetes box has homes of its own: these are the user's box's alone
             kube_jobs = {name.split("/")[2] for name in after["kube_homes"].get(user, {}) if name.count("/") >= 2}

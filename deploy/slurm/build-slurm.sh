@@ -15,12 +15,14 @@ die() { echo "build-slurm: error: $*" >&2; exit 1; }
 
 RELEASE=${1:-}
 case $RELEASE in
+    22.05) exit 0 ;;  # Debian 12's own packages (deploy/local/install.sh)
     24.11) VERSION=24.11.5 SUITE=trixie ;;
-    *) die "usage: build-slurm.sh 24.11 (the releases it knows: 24.11; 22.05 is Debian 12's packages)" ;;
+    26.05) VERSION=26.05.5 SUITE=forky ;;
+    *) die "usage: build-slurm.sh 24.11|26.05 (22.05 is Debian 12's packages)" ;;
 esac
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PREFIX=${SLURM_PREFIX:-/opt/dsportal/slurm}/$RELEASE
-STAMP=$PREFIX/.built-$VERSION
+STAMP=$PREFIX/.built  # what was built, from where, when
 CACHE=${SLURM_CACHE:-/var/cache/dsportal/slurm-src}
 BUILD_ROOT=${BUILD_ROOT:-/var/cache/dsportal/slurm-build}
 ORIG=slurm-wlm_$VERSION.orig.tar.gz
@@ -39,21 +41,32 @@ apt_install_missing "${PACKAGES[@]}"
 
 # --- the source, checked against Debian's index ------------------------------------------------------------------
 mkdir -p "$CACHE"
-curl -fsS -o "$CACHE/Sources-$SUITE.xz" "$MIRROR/dists/$SUITE/main/source/Sources.xz"
-want=$(xz -dc "$CACHE/Sources-$SUITE.xz" \
-       | awk -v f="$ORIG" '/^Package: /{p=($2=="slurm-wlm")} p && /^Checksums-Sha256:/{s=1; next} /^[^ ]/{s=0}
-                           p && s && $3==f && !found {print $1; found=1}')
-[[ -n $want ]] || die "$ORIG is not in $MIRROR/dists/$SUITE's Sources index"
-if [[ ! -f $CACHE/$ORIG ]] || [[ $(sha256sum "$CACHE/$ORIG" | cut -d' ' -f1) != "$want" ]]; then
-    say "fetching $ORIG"
-    curl -fsS -o "$CACHE/$ORIG.part" "$MIRROR/pool/main/s/slurm-wlm/$ORIG"
-    mv "$CACHE/$ORIG.part" "$CACHE/$ORIG"
+if [[ -n ${SLURM_SOURCE:-} ]]; then
+    [[ -f $SLURM_SOURCE ]] || die "SLURM_SOURCE=$SLURM_SOURCE is not a file"
+    TARBALL=$SLURM_SOURCE ORIGIN="$SLURM_SOURCE (given by SLURM_SOURCE; not Debian's, not checked)"
+    VERSION=$(tar tzf "$TARBALL" | awk 'NR == 1 && match($0, /[0-9]+\.[0-9]+\.[0-9]+/) {print substr($0, RSTART, RLENGTH)}')
+    [[ $VERSION == "$RELEASE".* ]] || die "$SLURM_SOURCE holds Slurm $VERSION, not $RELEASE"
+else
+    curl -fsS -o "$CACHE/Sources-$SUITE.xz" "$MIRROR/dists/$SUITE/main/source/Sources.xz" \
+        || die "Debian's Sources index of $SUITE could not be fetched from $MIRROR"
+    want=$(xz -dc "$CACHE/Sources-$SUITE.xz" \
+           | awk -v f="$ORIG" '/^Package: /{p=($2=="slurm-wlm")} p && /^Checksums-Sha256:/{s=1; next} /^[^ ]/{s=0}
+                               p && s && $3==f && !found {print $1; found=1}')
+    [[ -n $want ]] || die "$ORIG is not in $MIRROR/dists/$SUITE's Sources index"
+    if [[ ! -f $CACHE/$ORIG ]] || [[ $(sha256sum "$CACHE/$ORIG" | cut -d' ' -f1) != "$want" ]]; then
+        say "fetching $ORIG"
+        curl -fsS -o "$CACHE/$ORIG.part" "$MIRROR/pool/main/s/slurm-wlm/$ORIG" \
+            || die "$MIRROR/pool/main/s/slurm-wlm/$ORIG could not be fetched (Debian's index lists it); where the \
+archive does not serve it, build from a tarball of the same release: SLURM_SOURCE=<file> $0 $RELEASE"
+        mv "$CACHE/$ORIG.part" "$CACHE/$ORIG"
+    fi
+    [[ $(sha256sum "$CACHE/$ORIG" | cut -d' ' -f1) == "$want" ]] || die "$ORIG: sha256 is not Debian's ($want)"
+    TARBALL=$CACHE/$ORIG ORIGIN="Debian's $ORIG (sha256 checked against $SUITE's Sources)"
 fi
-[[ $(sha256sum "$CACHE/$ORIG" | cut -d' ' -f1) == "$want" ]] || die "$ORIG: sha256 is not Debian's ($want)"
 
 # --- configure, make, install ----------------------------------------------------------------------------------
 rm -rf "$BUILD_ROOT/$VERSION" && mkdir -p "$BUILD_ROOT/$VERSION"
-tar xzf "$CACHE/$ORIG" -C "$BUILD_ROOT/$VERSION" --strip-components=1
+tar xzf "$TARBALL" -C "$BUILD_ROOT/$VERSION" --strip-components=1
 cd "$BUILD_ROOT/$VERSION"
 say "configuring $VERSION for $PREFIX"
 ./configure --prefix="$PREFIX" --sysconfdir="$PREFIX/etc" --with-munge --enable-pam \
@@ -64,5 +77,5 @@ make -j"$(nproc)" >"$BUILD_ROOT/make-$VERSION.log" 2>&1 || die "make failed: rea
 make install >"$BUILD_ROOT/install-$VERSION.log" 2>&1 || die "make install failed: read $BUILD_ROOT/install-$VERSION.log"
 cd /
 [[ ${KEEP_BUILD:-0} == 1 ]] || rm -rf "${BUILD_ROOT:?}/$VERSION"
-echo "Slurm $VERSION from Debian's $ORIG, built $(date -u +%FT%TZ) in $(( $(date +%s) - started )) s" >"$STAMP"
+echo "Slurm $VERSION from $ORIGIN, built $(date -u +%FT%TZ) in $(( $(date +%s) - started )) s" >"$STAMP"
 say "$(cat "$STAMP")"

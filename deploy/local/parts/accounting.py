@@ -105,11 +105,12 @@ def slurmdbd_ready(lay: Layout) -> str | None:
 
 def register_cluster(lay: Layout) -> str:
     """The cluster must be known to slurmdbd before slurmctld's first start, which dies otherwise."""
+    name = lay.cfg.cluster_name
     clusters = sacctmgr(lay, "-n", "-P", "show", "cluster", "format=cluster").stdout.split()
-    if "dsportal" in clusters:
+    if name in clusters:
         return ""
-    sacctmgr(lay, "-i", "add", "cluster", "dsportal")
-    return "accounting: cluster dsportal registered"
+    sacctmgr(lay, "-i", "add", "cluster", name)
+    return f"accounting: cluster {name} registered"
 
 
 def sync_accounts(lay: Layout) -> str:
@@ -134,7 +135,7 @@ def slurmdbd_service() -> Service:
     return Service(
         "slurmdbd", "slurmdbd", _prepare_slurmdbd,
         # slurmdbd has no -f: it reads slurmdbd.conf from the directory of SLURM_CONF.
-        lambda lay: ["/usr/sbin/slurmdbd", "-D"],
+        lambda lay: [lay.slurm_daemon("slurmdbd"), "-D"],
         slurmdbd_ready, 30, lambda lay: [("0.0.0.0", lay.cfg.slurmdbd_port)],
         env=lambda lay: lay.slurm_env, extra_logs=lambda lay: [lay.slurm / "slurmdbd.log"],
         after_start=register_cluster)

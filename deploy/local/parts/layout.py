@@ -47,6 +47,12 @@ class Layout(Place):
     def slurm_cmd(self, name: str) -> str:
         return str(self.cfg.slurm_bin_dir / name)
 
+    def slurm_daemon(self, name: str) -> str:
+        """slurmctld, slurmd or slurmdbd of the same Slurm as the commands: the sbin beside `slurm_bin_dir`
+        (/usr/sbin for Debian's packages, /opt/dsportal/slurm/<release>/sbin for a release `make slurm-build`
+        built)."""
+        return str(self.cfg.slurm_bin_dir.parent / "sbin" / name)
+
 
 def make_dir(path: Path, mode: int = 0o755, owner: str | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)

@@ -169,7 +169,7 @@ def node_service(node: Node, prepare_slurm) -> Service:
         lambda lay: ["nsenter", f"--net={NETNS_DIR / node.name}", "unshare", "--mount", "--propagation", "slave",
                      "--uts", "/bin/sh", "-c",
                      'hostname "$1" && shift && exec "$@"', "sh", node.name,
-                     "/usr/sbin/slurmd", "-D", "-N", node.name, "-f", str(lay.cfg.slurm_conf_path)],
+                     lay.slurm_daemon("slurmd"), "-D", "-N", node.name, "-f", str(lay.cfg.slurm_conf_path)],
         lambda lay: node_ready(lay, node.name), 30,
         env=lambda lay: lay.slurm_env,
         extra_logs=lambda lay: [lay.slurm / f"slurmd.{node.name}.log"],

@@ -96,7 +96,7 @@ def slurmctld_service(after_start) -> Service:
     """slurmctld; `after_start` syncs the accounts (they need the cluster's name from slurmctld)."""
     return Service(
         "slurmctld", "slurmctld", prepare_cluster,
-        lambda lay: ["/usr/sbin/slurmctld", "-D", "-f", str(lay.cfg.slurm_conf_path)],
+        lambda lay: [lay.slurm_daemon("slurmctld"), "-D", "-f", str(lay.cfg.slurm_conf_path)],
         slurmctld_ready, 30, lambda lay: [("0.0.0.0", lay.cfg.slurmctld_port)],
         env=lambda lay: lay.slurm_env, extra_logs=lambda lay: [lay.slurm / "slurmctld.log"],
         after_start=after_start)

@@ -47,6 +47,7 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
         output=f"{job_dir}/{SWEEP_TASK_LOG if plan is not None else OUTPUT_FILE}",
         job_dir_sh=shell_path(job_dir),
         venv_bin=str(cfg.venv / "bin"),
+        slurm_bin=str(cfg.slurm_bin_dir),
         python=str(cfg.venv / "bin" / "python"),
         job_env=environment,
         launcher=cfg.jobs_launcher,

@@ -1,5 +1,5 @@
-"""The server's batch script: batchspawner's Slurm script with the job's output in the server log directory, and
-a site's own script taken whole."""
+"""The server's batch script: batchspawner's Slurm script with the job's output in the server log directory and
+`--get-user-env` as Slurm 26.05 takes it, and a site's own script taken whole."""
 
 from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import format_template
@@ -18,12 +18,15 @@ def script_of(spawner_: PortalSlurmSpawner) -> str:
     return format_template(spawner_.batch_script, **spawner_.get_req_subvars(), cmd="server")
 
 
-def test_the_template_is_batchspawners_but_for_the_output_line():
+GET_USER_ENV = ("#SBATCH --get-user-env=L", "#SBATCH --get-user-env")  # 26.05 refuses a mode
+
+
+def test_the_template_is_batchspawners_but_for_the_output_line_and_the_user_env():
     """Copied from batchspawner 1.3.0: a batchspawner upgrade that changes its script fails here, to be copied again."""
     changed = [(a, b) for a, b in zip(SlurmSpawner.batch_script.default_value.splitlines(),
                                       SERVER_JOB_SCRIPT.splitlines(), strict=True) if a != b]
     assert changed == [("#SBATCH --output={{homedir}}/jupyterhub_slurmspawner_%j.log",
-                        "#SBATCH --output={{server_log_dir}}/jupyterhub_slurmspawner_%j.log")]
+                        "#SBATCH --output={{server_log_dir}}/jupyterhub_slurmspawner_%j.log"), GET_USER_ENV]
 
 
 def test_the_server_jobs_output_goes_to_the_server_log_dir_and_the_rest_of_the_script_is_batchspawners():
@@ -32,7 +35,8 @@ def test_the_server_jobs_output_goes_to_the_server_log_dir_and_the_rest_of_the_s
     stock = format_template(SlurmSpawner.batch_script.default_value, **alice.get_req_subvars(), cmd="server")
     changed = [(a, b) for a, b in zip(stock.splitlines(), script.splitlines(), strict=True) if a != b]
     assert changed == [("#SBATCH --output=/home/alice/jupyterhub_slurmspawner_%j.log",
-                        f"#SBATCH --output={server_log_dir('/home/alice', 'dsportal')}/jupyterhub_slurmspawner_%j.log")]
+                        f"#SBATCH --output={server_log_dir('/home/alice', 'dsportal')}/jupyterhub_slurmspawner_%j.log"),
+                       GET_USER_ENV]
     assert "#SBATCH --chdir=/home/alice" in script  # the server still starts in the home
     assert "#SBATCH --no-requeue" in script and "\nsrun server\n" in script
 

@@ -191,3 +191,11 @@ def test_mail_at_the_end_is_slurms_own_and_only_when_asked():
     assert "\n#SBATCH --mail-type=END,FAIL\n" in asked and "--mail-user" not in asked  # MailProg finds the address
     assert "mail-type" not in render_sbatch(parse(), JOB_DIR, CFG)
     bash_syntax_ok(asked)
+
+
+def test_the_portals_slurm_commands_come_first_on_the_jobs_path():
+    """Open MPI starts its daemons on the other nodes with srun: on a box of a built release (24.11, 26.05) the
+    srun on the default PATH would be Debian's 22.05, which that controller refuses."""
+    cfg = dataclasses.replace(CFG, slurm_bin_dir="/opt/dsportal/slurm/24.11/bin")
+    script = render_sbatch(parse(nodes=2), JOB_DIR, cfg)
+    assert f'export PATH={cfg.venv}/bin:/opt/dsportal/slurm/24.11/bin:"$PATH"' in script

@@ -1,0 +1,91 @@
+"""The box on the other Slurm releases the portal supports (docs/admin-guide.md, "Slurm versions"): a test box per
+release, beside the Slurm test box (22.05, Debian 12's packages) and the Kubernetes one, each with Slurm built from
+Debian's source archive (deploy/slurm/build-slurm.sh; `make test` builds it first, `make builds`).
+
+DSPORTAL_TEST_SLURM_RELEASES (default "24.11") names the releases; 26.05 needs its build, which Debian's archive
+cannot give on every machine (docs/testing.md). Each box has its own state dir, ports, nodes, subnet and cluster
+name (<the test cluster>_slurm<release>, whose marks in the users' homes its cleanup removes, as the Slurm test
+box's are), and settings of its own in a file that the box, its hub, its dashboard and its jobs read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from portal.config import PortalConfig, load
+from tests.conftest import CLUSTER, PORT_OFFSET, TEST_STATE, Hub, box, box_settings, homes_ledger, remove_marks
+
+RELEASES = tuple(os.environ.get("DSPORTAL_TEST_SLURM_RELEASES", "24.11").replace(",", " ").split())
+# Per release: its ports' offset beside the test box's, its nodes' prefix and its part of 198.18.0.0/24.
+PLACES = {"24.11": (300, "snode", "198.18.0.64/27"), "26.05": (400, "unode", "198.18.0.96/27")}
+
+
+@dataclass(frozen=True)
+class ReleaseBox:
+    release: str
+    settings: Path  # its settings file (DSPORTAL_CONFIG)
+    cfg: PortalConfig
+    hub: Hub
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.cfg.box_node_names()
+
+    def slurm_env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.cfg.slurm_conf_path)}
+
+    def box(self, *args: str, check: bool = True):
+        return box(*args, check=check, settings=self.settings)
+
+
+def release_settings(release: str) -> tuple[Path, dict[str, object]]:
+    offset, prefix, subnet = PLACES[release]
+    state = TEST_STATE.with_name(f"{TEST_STATE.name}-slurm-{release}")
+    cluster = f"{CLUSTER}_slurm{release.replace('.', '')}"
+    settings = box_settings(cluster, state, PORT_OFFSET + offset, prefix, subnet)
+    settings["slurm_bin_dir"] = f"/opt/dsportal/slurm/{release}/bin"
+    return state, settings
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release_box(request) -> ReleaseBox:
+    """The box on `release`, from nothing; down afterwards, its marks in the homes removed."""
+    release = request.param
+    if release not in PLACES:
+        pytest.fail(f"DSPORTAL_TEST_SLURM_RELEASES names {release}: the releases with a test box are {sorted(PLACES)}")
+    state, settings = release_settings(release)
+    built = Path(str(settings["slurm_bin_dir"])).parent / ".built"
+    if not built.exists():
+        pytest.fail(f"Slurm {release} is not built ({built} is missing): `make builds` or "
+                    f"`make slurm-build SLURM={release}` builds it", pytrace=False)
+    settings_file = state.with_name(f"{state.name}.{os.getpid()}.yaml")
+    settings_file.write_text("".join(f"{key}: {json.dumps(value)}\n" for key, value in settings.items()))
+    os.chmod(settings_file, 0o644)  # its jobs read it as their users
+    atexit.register(settings_file.unlink, missing_ok=True)
+    box("down", check=False, settings=settings_file)
+    cluster = str(settings["cluster_name"])
+    ledger_file = state.with_name(f"{state.name}.homes-ledger.json")
+    if ledger_file.exists():  # a killed session's
+        remove_marks(json.loads(ledger_file.read_text()), cluster)
+    shutil.rmtree(state, ignore_errors=True)
+    ledger = homes_ledger(cluster)
+    ledger_file.write_text(json.dumps(ledger))
+    started = time.monotonic()
+    up = box("up", check=False, settings=settings_file)
+    if up.returncode != 0:
+        pytest.fail(f"the box on Slurm {release} did not start:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+    print(f"\nthe box on Slurm {release} up in {time.monotonic() - started:.1f} s")
+    cfg = load({"DSPORTAL_CONFIG": str(settings_file)})
+    yield ReleaseBox(release, settings_file, cfg, Hub(cfg.hub_url))
+    box("down", check=False, settings=settings_file)
+    remove_marks(ledger, cluster)
+    ledger_file.unlink(missing_ok=True)
+    settings_file.unlink(missing_ok=True)

@@ -1,0 +1,244 @@
+"""The journeys that touch Slurm, on a box of each other supported release (tests/slurm_versions/conftest.py): the
+portal reads the release's JSON by its data_parser version, alice spawns JupyterLab on a GPU (batchspawner's squeue
+formats, the GPU request), runs a 2-node job to COMPLETED with its e-mail (MailProg), a sweep as a job array that
+runs at most its parallel, sees her usage and GPU-hours (sacct's JSON), is refused over her quota by the portal and
+by Slurm (GrpTRES, MaxSubmitJobs); a node lost mid-training requeues her job, which completes; a cancelled job leaves
+no process on any node (proctrack/cgroup and the epilog). The full suite runs on 22.05 (tests/integration).
+
+Sized for 2 CPU cores: the demo set's 64x64 images, tinycnn, batch 8, one worker on each of two nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import mailbox
+import os
+import pwd
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from portal.jobs.demo_data import ensure_demo_data
+from portal.records.states import ENDED_STATES
+from portal.runas import RUNUSER
+from portal.scheduler.slurm.commands import SlurmCommands
+from portal.scheduler.slurm.data_parsers import DATA_PARSERS
+from portal.scheduler.slurm.json_answers import data_parser_of, read_sacct, read_squeue
+from portal.service.board import USAGE_REFRESH_S
+from tests.conftest import JOB_END_GRACE_S, SERVER_START_S, wait_for
+from tests.integration.helpers import TINY, portal_client
+
+pytestmark = pytest.mark.integration
+JOB_WAIT_S = 600  # a tiny job, submitted to an idle box, to its end
+MAIL_WAIT_S = 60
+
+
+def slurm(box, *argv: str, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """A command of the release's Slurm, as root or (`user`) as that user from a terminal."""
+    command = [str(box.cfg.slurm_bin_dir / argv[0]), *argv[1:]]
+    if user:
+        command = [RUNUSER, "-u", user, "--", "env", f"SLURM_CONF={box.cfg.slurm_conf_path}", *command]
+    result = subprocess.run(command, env=box.slurm_env(), capture_output=True, text=True, timeout=60, cwd="/tmp")
+    if check:
+        assert result.returncode == 0, (argv, result.stderr)
+    return result
+
+
+def queued(box, user: str) -> list[str]:
+    return slurm(box, "squeue", "-h", "-u", user, "-o", "%i %T").stdout.split("\n")[:-1]
+
+
+def processes_on_nodes(box, user: str) -> list[str]:
+    uid, found = pwd.getpwnam(user).pw_uid, []
+    for node in box.nodes:
+        for pid in subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    found.append(f"{node}: {Path(f'/proc/{pid}/cmdline').read_bytes()[:100]!r}")
+            except OSError:
+                pass  # gone meanwhile
+    return found
+
+
+@pytest.fixture(scope="module")
+def demo(release_box):
+    return ensure_demo_data(release_box.cfg)
+
+
+@pytest.fixture(scope="module")
+def alice(release_box):
+    return portal_client(release_box.hub, "alice")
+
+
+@pytest.fixture
+def nothing_left(release_box):
+    """Every job of the demo users on this box is cancelled after the test."""
+    yield
+    for user in ("alice", "bob"):
+        slurm(release_box, "scancel", "-u", user, check=False)
+    wait_for(lambda: not queued(release_box, "alice") and not queued(release_box, "bob"), 60,
+             what="the test's jobs to end")
+
+
+def submitted(client, **spec) -> str:
+    answer = client.post(f"{client.base}jobs", json={**TINY, **spec}, timeout=60)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"]
+
+
+def job(client, job_id: str) -> dict:
+    answer = client.get(f"{client.base}jobs/{job_id}", timeout=60)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def ended(client, job_id: str, timeout: float = JOB_WAIT_S) -> dict:
+    return wait_for(lambda: (j := job(client, job_id))["state"] in ENDED_STATES and j, timeout, interval=3,
+                    what=f"job {job_id} to end")
+
+
+def log_of(client, job_id: str) -> str:
+    return client.get(f"{client.base.removesuffix('api/')}jobs/{job_id}/log", timeout=60).text
+
+
+def completed(client, job_id: str, timeout: float = JOB_WAIT_S) -> dict:
+    done = ended(client, job_id, timeout)
+    if done["state"] != "COMPLETED":
+        pytest.fail(f"job {job_id} {done['state']}, its log:\n{log_of(client, job_id)[-4000:]}", pytrace=False)
+    return done
+
+
+def test_the_box_runs_the_release_and_its_answers_are_read_by_their_version(release_box):
+    assert slurm(release_box, "scontrol", "version").stdout.startswith(f"slurm {release_box.release}.")
+    flag = SlurmCommands(release_box.cfg).json_flag()
+    version = flag.partition("=")[2]
+    assert version in DATA_PARSERS and version != "v0.0.38", flag  # the newest both know
+    for command in ("squeue", "sacct"):
+        answer = slurm(release_box, command, flag).stdout
+        assert data_parser_of(json.loads(answer)) == version
+    read_squeue(slurm(release_box, "squeue", flag).stdout, 0)
+    read_sacct(slurm(release_box, "sacct", flag, "-a", "-X").stdout)
+
+
+def test_alice_spawns_jupyterlab_on_a_gpu(release_box):
+    hub = release_box.hub
+    admin, alice = hub.login("admin"), hub.login("alice")
+    try:
+        answer = hub.spawn_form(alice, partition="gpu", gpus=1, cpus=2, memory_gb=4, runtime="01:00:00")
+        assert answer.status_code == 302, answer.text[-2000:]
+        hub.wait_ready(admin, "alice", timeout=SERVER_START_S)
+        ((job_id, state),) = (line.split() for line in queued(release_box, "alice"))
+        assert state == "RUNNING"
+        details = slurm(release_box, "scontrol", "show", "job", "-o", job_id).stdout
+        assert "UserId=alice(" in details and re.search(r"TresPerNode=gres[:/]gpu:1\b", details), details
+        lab = alice.get(f"{hub.url}/user/alice/lab", timeout=30)
+        assert lab.status_code == 200 and "JupyterLab" in lab.text
+    finally:
+        if hub.server(admin, "alice") is not None:
+            hub.stop(admin, "alice")
+    wait_for(lambda: not queued(release_box, "alice"), 60, what="her server's job to end")
+
+
+def test_a_two_node_job_runs_to_completed_and_mails_its_end(release_box, demo, alice, nothing_left):
+    job_id = submitted(alice, nodes=2, gpus_per_node=1, epochs=1, mail=True)
+    completed(alice, job_id)
+    done = wait_for(lambda: (j := job(alice, job_id))["best_mean_auroc"] is not None and j, 60, interval=3,
+                    what="the job's final metrics")
+    assert done["nodes"] == 2 and done["images_per_sec"] > 0, done
+    log = log_of(alice, job_id)
+    assert set(re.findall(r"rank \d of 2 on (\S+) ", log)) == set(release_box.nodes), log[-3000:]
+    box_mail = Path(release_box.cfg.box_mail_dir) / "alice"
+
+    def mail_about_it():
+        messages = mailbox.mbox(str(box_mail)) if box_mail.exists() else []
+        return [m for m in messages if str(m["Subject"]).startswith(f"Job {job_id} COMPLETED")]
+    (message,) = wait_for(mail_about_it, JOB_END_GRACE_S + MAIL_WAIT_S, interval=2, what="her job's e-mail")
+    assert message["To"] == "alice@dsportal.local"
+
+
+def test_a_sweep_is_a_job_array_running_at_most_its_parallel(release_box, demo, alice, nothing_left):
+    sweep = {"trials": 3, "parallel": 2, "sampler": "random", "pruner": "none"}
+    job_id = submitted(alice, epochs=1, gpus_per_node=1, sweep=sweep)
+    shown = slurm(release_box, "scontrol", "show", "job", "-o", job_id).stdout
+    assert "ArrayTaskThrottle=2" in shown, shown
+    most = 0
+
+    def over():
+        nonlocal most
+        running = [line for line in slurm(release_box, "squeue", "-h", "-r", "-u", "alice", "-o", "%i %T").stdout
+                   .splitlines() if line.endswith("RUNNING")]
+        most = max(most, len(running))
+        return (j := job(alice, job_id))["state"] in ENDED_STATES and j
+    done = wait_for(over, JOB_WAIT_S, interval=1, what="the sweep to end")
+    assert done["state"] == "COMPLETED" and 1 <= most <= 2, (done, most)
+    page = alice.get(f"{release_box.hub.url}/services/portal/jobs/{job_id}", timeout=60).text
+    assert "Sweep: 3 trials, at most 2 at once" in page
+
+
+def test_her_usage_and_gpu_hours_come_from_slurm_accounting(release_box, alice):
+    """After the jobs above: sacct's JSON of this release, read by its version."""
+    def usage():
+        answer = alice.get(f"{alice.base}usage", timeout=60).json()
+        two_nodes = [j for j in answer.get("jobs", []) if j["gpus"] == 2 and j["gpu_hours"] > 0]
+        return answer if two_nodes else None
+    answer = wait_for(usage, USAGE_REFRESH_S + 30, interval=3, what="her usage with the 2-node job")
+    assert answer["history_unavailable"] == "" and answer["per_user"]["alice"] > 0, answer
+
+
+def test_her_quota_is_held_by_the_portal_and_by_slurm(release_box, alice, nothing_left):
+    held = slurm(release_box, "sbatch", "--parsable", "--gres=gpu:2", "-o", "/dev/null", "--wrap=sleep 300",
+                 user="alice").stdout.strip()
+    wait_for(lambda: f"{held} RUNNING" in queued(release_box, "alice"), 60, what="her terminal's job to run")
+
+    def refused_by_the_portal():
+        answer = alice.post(f"{alice.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 2}, timeout=60)
+        assert answer.status_code in (400, 201), answer.text
+        if answer.status_code == 201:  # the dashboard's squeue answer was older than her job: Slurm holds it
+            alice.delete(f"{alice.base}jobs/{answer.json()['id']}", timeout=60)
+            return None
+        return answer.json()
+    refusal = wait_for(refused_by_the_portal, release_box.cfg.dashboard_refresh_s + 30, interval=2,
+                       what="the portal's own refusal")
+    assert refusal["field"] == "gpus_per_node" and refusal["error"].endswith(
+        "ask for at most 1 per node on 2 nodes"), refusal
+    over = slurm(release_box, "sbatch", "--parsable", "--gres=gpu:3", "-o", "/dev/null", "--wrap=true",
+                 user="alice").stdout.strip()
+    wait_for(lambda: slurm(release_box, "squeue", "-h", "-j", over, "-o", "%r").stdout.strip() in (
+        "AssocGrpGRES", "AssocGrpGRESLimit"), 30, what="Slurm to hold her job at her GPU limit")
+    never = slurm(release_box, "sbatch", "--gres=gpu:1", "-o", "/dev/null", "--wrap=true", user="bob", check=False)
+    assert never.returncode != 0 and "Job violates accounting/QOS policy" in never.stderr, never.stderr
+    limits = slurm(release_box, "sacctmgr", "-nP", "show", "assoc", "user=bob", "format=User,MaxSubmitJobs").stdout
+    assert f"bob|{release_box.cfg.max_jobs_per_user}" in limits, limits
+
+
+def test_a_lost_node_requeues_her_job_which_completes(release_box, demo, alice, nothing_left):
+    job_id = submitted(alice, nodes=2, gpus_per_node=1, epochs=60)
+    job_dir = Path(pwd.getpwnam("alice").pw_dir) / "jobs" / release_box.cfg.cluster_name / job_id
+    wait_for(lambda: list((job_dir / "checkpoints").glob("ckpt-1.index")), JOB_WAIT_S, interval=0.5,
+             what="the job's first checkpoint")
+    lost = release_box.nodes[1]
+    release_box.box("crash", lost)
+    try:
+        wait_for(lambda: job(alice, job_id)["state"] == "PENDING", 120, interval=2, what="Slurm to requeue the job")
+        page = wait_for(lambda: (j := job(alice, job_id))["history"] and j, 60, interval=3, what="its history")
+        assert page["history"][0].startswith(f"requeued after {lost} failed"), page
+    finally:
+        release_box.box("start", lost)
+    wait_for(lambda: slurm(release_box, "sinfo", "-h", "-n", lost, "-o", "%t").stdout.strip() == "idle", 90,
+             interval=1, what=f"Slurm to take {lost} back")
+    slurm(release_box, "scontrol", "update", f"jobid={job_id}", "starttime=now")
+    completed(alice, job_id)
+    log = log_of(alice, job_id)
+    assert "restarted (restart 1) after it was requeued" in log, log[-3000:]
+
+
+def test_a_cancelled_job_leaves_nothing_on_any_node(release_box, demo, alice, nothing_left):
+    job_id = submitted(alice, nodes=2, gpus_per_node=1, epochs=500)
+    wait_for(lambda: job(alice, job_id)["state"] == "RUNNING" and len(
+        {p.split(":")[0] for p in processes_on_nodes(release_box, "alice")}) == 2, 120, what="the job on both nodes")
+    assert alice.delete(f"{alice.base}jobs/{job_id}", timeout=60).status_code == 204
+    assert ended(alice, job_id, 120)["state"] == "CANCELLED"
+    wait_for(lambda: not processes_on_nodes(release_box, "alice"), 60, what="every process of the job to end")
+    assert not queued(release_box, "alice")
