@@ -465,6 +465,18 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
+def last_checkpoint(checkpoints: Path) -> int:
+    """The epoch of a training's last saved checkpoint, as TensorFlow's `checkpoint` state file names it
+    ("ckpt-<epoch>"); 0 before its first save. Waits read this, never a ckpt-1 file: the trainer keeps its last 3
+    checkpoints, so ckpt-1 is gone 3 epochs after it was written (under a second of tinycnn on an idle machine, when
+    a 1 s poll missed it and waited 900 s for it)."""
+    try:
+        found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', (checkpoints / "checkpoint").read_text(), re.M)
+    except OSError:
+        return 0
+    return int(found.group(1)) if found else 0
+
+
 def tensorboard_steps(logdir: Path, user: str | None = "alice") -> dict[str, list[int]]:
     """Every step written per tag, repeats included, over all of a job's event files, with TensorBoard's own reader;
     read as `user` (the Slurm box's homes), or as root where the files are a pod's (the Kubernetes box's volumes).

@@ -1,9 +1,9 @@
 """Slurm's answers for unit tests, built from real ones: `tests/unit/data/squeue-22.05.json` and `sacct-22.05.json`
 are what Slurm 22.05.8 answered `squeue --json` and `sacct --json -a -X` on the box (a 2-node GPU job, a per-job
 GPU request, an array, and a job whose name holds a forged squeue line); `tests/unit/data/slurm-24.11/` what 24.11.5
-answered in each of its data_parser versions, and `slurm-26.05/` what 26.05.3 answered
-(tests/capture_slurm_answers.py). `squeue_json` and `sacct_json` make answers of one version's shape (22.05's unless
-`version` says) with the jobs a test needs."""
+answered in each of its data_parser versions, `slurm-26.05/` what 26.05.3 answered and `slurm-22.05/` what
+22.05.8 answered about the same jobs (tests/capture_slurm_answers.py). `squeue_json` and `sacct_json` make answers
+of one version's shape (22.05's unless `version` says) with the jobs a test needs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 DATA = Path(__file__).parent / "unit" / "data"
 REAL_SQUEUE = DATA / "squeue-22.05.json"
 REAL_SACCT = REAL_SQUEUE.with_name("sacct-22.05.json")
+SLURM_22_05 = DATA / "slurm-22.05"  # the same jobs as 24.11's and 26.05's (the files above are an older capture's)
 SLURM_24_11 = DATA / "slurm-24.11"
 SLURM_26_05 = DATA / "slurm-26.05"
 # Every data_parser version the portal reads, each with a real answer of Slurm's.

@@ -63,6 +63,8 @@ def users_slurm_box() -> SlurmBox:
                       if ": " in line and not line.startswith("#"))
         boxes.append(SlurmBox(Path(values["state_dir"]), values["cluster_name"], Path(values["slurm_bin_dir"])))
     return next((box for box in boxes if pid_file_alive(box.state / "run" / "slurmctld.pid")), boxes[0])
+
+
 SNAPSHOT = Path("/var/tmp/dsportal-users-before.json")
 HASHED_BYTES = 256 * 1024  # files up to this size are compared by content too
 # Where a user's own running JupyterLab and kernels write as they run: not the tests' doing when they change.

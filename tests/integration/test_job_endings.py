@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 from portal import jobs
-from tests.conftest import NODES, box, job_wait_s, jobs_of, node_taken_back, slurm, tensorboard_steps, wait_for
+from tests.conftest import (
+    NODES,
+    box,
+    job_wait_s,
+    jobs_of,
+    last_checkpoint,
+    node_taken_back,
+    slurm,
+    tensorboard_steps,
+    wait_for,
+)
 from tests.integration.helpers import JOB_TIMEOUT_S, KILL_WAIT_S, TINY, portal_client, user_processes
 from tests.integration.helpers import as_user_in_terminal as as_user
 
@@ -107,7 +117,7 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cl
     assert submitted.status_code == 201, submitted.text
     job = jobs.get(submitted.json()["id"], user="alice")
     checkpoints = Path(job.job_dir) / "checkpoints"
-    wait_for(lambda: list(checkpoints.glob("ckpt-1.index")), JOB_TIMEOUT_S, interval=0.2,
+    wait_for(lambda: last_checkpoint(checkpoints) >= 1, JOB_TIMEOUT_S, interval=0.2,
              what="the job's first checkpoint")
     # node2 loses its power mid-training: link down, every process on it killed, no goodbye to its peers.
     assert box("crash", NODES[1]).returncode == 0

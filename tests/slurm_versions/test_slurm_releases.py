@@ -27,7 +27,7 @@ from portal.scheduler.slurm.commands import SlurmCommands
 from portal.scheduler.slurm.data_parsers import DATA_PARSERS
 from portal.scheduler.slurm.json_answers import data_parser_of, read_sacct, read_squeue
 from portal.service.board import USAGE_REFRESH_S
-from tests.conftest import JOB_END_GRACE_S, SERVER_START_S, wait_for
+from tests.conftest import JOB_END_GRACE_S, SERVER_START_S, last_checkpoint, wait_for
 from tests.integration.helpers import TINY, portal_client
 
 pytestmark = pytest.mark.integration
@@ -216,7 +216,7 @@ def test_her_quota_is_held_by_the_portal_and_by_slurm(release_box, alice, nothin
 def test_a_lost_node_requeues_her_job_which_completes(release_box, demo, alice, nothing_left):
     job_id = submitted(alice, nodes=2, gpus_per_node=1, epochs=60)
     job_dir = Path(pwd.getpwnam("alice").pw_dir) / "jobs" / release_box.cfg.cluster_name / job_id
-    wait_for(lambda: list((job_dir / "checkpoints").glob("ckpt-1.index")), JOB_WAIT_S, interval=0.5,
+    wait_for(lambda: last_checkpoint(job_dir / "checkpoints") >= 1, JOB_WAIT_S, interval=0.5,
              what="the job's first checkpoint")
     lost = release_box.nodes[1]
     release_box.box("crash", lost)

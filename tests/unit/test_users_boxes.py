@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import stat
 
-from tests.users_boxes import compare
+from tests.users_boxes import Marks, compare
 
 FILE, DIR = stat.S_IFREG, stat.S_IFDIR
 OLD_MAIL = b"From portal@dsportal.local Fri Nov 27\nSubject: Job 3 COMPLETED\n\nhttp://127.0.0.1:8000/services/portal/jobs/3\n"
@@ -91,3 +91,15 @@ def test_the_way_a_killed_session_made_to_its_marks_is_not_the_users():
              ".cache/dsportal/servers/dsportal_test": entry(9, DIR), ".cache/pip": entry(10, DIR),
              "empty": entry(11, DIR)}
     assert sorted(pruned(found, Marks("dsportal_test"))) == [".cache", ".cache/pip", "empty"]
+
+
+def test_the_marks_are_the_test_boxes_own_on_every_release():
+    """The Slurm test box's places and those of the boxes on other releases (tests/slurm_versions), nothing else."""
+    marks = Marks("dsportal_test")
+    for held in ("jobs/dsportal_test", "jobs/dsportal_test/12/output.log", "jobs/dsportal_test_slurm2411/3",
+                 ".config/dsportal_test_slurm2605/settings.json", ".cache/dsportal/servers/dsportal_test_slurm2411",
+                 ".cache/dsportal_test/keras"):
+        assert marks.holds(held), held
+    for users in ("jobs/dsportal/1", "jobs/dsportal_slurm2411/1", "jobs/dsportal_test2/1", "jobs/dsportal_testx",
+                  "jobs/dsportal_test_slurm/1", ".cache/dsportal/servers/dsportal", "notebooks/dsportal_test"):
+        assert not marks.holds(users), users

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from portal.quota import array_claim
 from portal.scheduler.cluster import duration_text, gpu_holders
 from portal.scheduler.slurm.answers import SLURM_SERVERS
+from portal.scheduler.slurm.data_parsers import number as read_number
 from portal.scheduler.slurm.json_answers import (
     SlurmAnswerError,
     data_parser_of,
@@ -25,6 +26,7 @@ from portal.scheduler.slurm.json_answers import (
 from tests.slurm_answers import (
     REAL_SACCT,
     REAL_SQUEUE,
+    SLURM_22_05,
     SLURM_24_11,
     SLURM_26_05,
     STARTED,
@@ -66,22 +68,30 @@ def test_the_real_sacct_answer():
     assert read_sacct(REAL_SACCT.read_text(), user="alice") == []  # sacct's -u is ignored: the reader keeps hers
 
 
-# release: (its answers, its versions, its nodes' prefix, 101 s after its jobs started)
-RELEASES = {"24.11": (SLURM_24_11, ("v0.0.40", "v0.0.41", "v0.0.42"), "vnode", 1_795_841_725),
-            "26.05": (SLURM_26_05, ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"), "wnode", 1_795_842_034)}
+# release: (its answers, its versions, its nodes' prefix)
+RELEASES = {"22.05": (SLURM_22_05, ("v0.0.38",), "xnode"),
+            "24.11": (SLURM_24_11, ("v0.0.40", "v0.0.41", "v0.0.42"), "vnode"),
+            "26.05": (SLURM_26_05, ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"), "wnode")}
 
 
 def real_answers(release: str, command: str) -> list[str]:
-    path, versions, _, _ = RELEASES[release]
+    path, versions, _ = RELEASES[release]
     return [(path / f"{command}-{version}.json").read_text() for version in versions]
 
 
-@pytest.mark.parametrize(("release", "version"), [(r, v) for r, (_, vs, _, _) in RELEASES.items() for v in vs])
-def test_the_real_answers_of_slurm_24_11_and_26_05(release, version):
-    """What 24.11.5 and 26.05.3 answered about the same jobs (tests/capture_slurm_answers.py) in each of their
-    versions: lists of states, {set, infinite, number} counts, the exit code as an object. squeue lists the jobs
-    that wait or run."""
-    path, _, nodes, now = RELEASES[release]
+def minute_after_start(release: str) -> int:
+    """101 s after the captured jobs started (their start_time, in whichever shape the release writes it)."""
+    answer = json.loads(real_answers(release, "squeue")[0])
+    return 101 + next(read_number(job["start_time"]) for job in answer["jobs"] if job["name"] == "gpujob")
+
+
+@pytest.mark.parametrize(("release", "version"), [(r, v) for r, (_, vs, _) in RELEASES.items() for v in vs])
+def test_the_real_answers_of_each_release(release, version):
+    """What 22.05.8, 24.11.5 and 26.05.3 answered about the same jobs (tests/capture_slurm_answers.py) in each of
+    their versions: one-word states or lists of them, numbers or {set, infinite, number}, the exit code as a wait
+    status or an object. From 23.11 squeue lists only the jobs that wait or run."""
+    path, _, nodes = RELEASES[release]
+    now = minute_after_start(release)
     captured = json.loads((path / "capture.json").read_text())["jobs"]
     named = {what.split(",")[0]: job_id for job_id, what in captured.items()}
     jobs = read_squeue((path / f"squeue-{version}.json").read_text(), now=now)
@@ -98,7 +108,12 @@ def test_the_real_answers_of_slurm_24_11_and_26_05(release, version):
     assert [job.gpus for job in tasks] == [1, 1]
     forged = next(job for job in jobs.values() if job.name.startswith("x\n900001"))
     assert (forged.user, forged.gpus, "900001" in jobs) == ("alice", 0, False)
-    assert named["completed"] not in jobs and named["failed"] not in jobs  # ended: not squeue's from 23.11
+    if release == "22.05":  # its squeue lists the jobs it remembers, ended ones too, with their exit codes
+        ended = [jobs[named["completed"]], jobs[named["failed"]]]
+        assert [(j.state, j.exit_code, j.queued) for j in ended] == [("COMPLETED", "0:0", False),
+                                                                      ("FAILED", "3:0", False)]
+    else:
+        assert named["completed"] not in jobs and named["failed"] not in jobs
     runs = {run.job_id: run for run in read_sacct((path / f"sacct-{version}.json").read_text())}
     assert [(runs[named[w]].state, runs[named[w]].gpus) for w in ("completed", "failed", "running on 2 nodes",
                                                                   "requeued while running")] == [
@@ -109,9 +124,9 @@ def test_the_real_answers_of_slurm_24_11_and_26_05(release, version):
 @pytest.mark.parametrize("release", RELEASES)
 def test_every_version_of_the_same_jobs_reads_the_same(release):
     """A release's versions describe one queue: read, they are one list of QueuedJobs, and one list of runs."""
-    now = RELEASES[release][3]
+    now = minute_after_start(release)
     first, *others = (read_squeue(answer, now=now) for answer in real_answers(release, "squeue"))
-    assert len(first) == 7 and all(other == first for other in others)
+    assert len(first) == (9 if release == "22.05" else 7) and all(other == first for other in others)
     sacct = [read_sacct(answer) for answer in real_answers(release, "sacct")]
     assert len(sacct[0]) == 7 and all(other == sacct[0] for other in sacct[1:])
 
