@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 SLURM_TIMEOUT_S = 20  # for every Slurm command: a controller that takes longer is one that does not answer
 MINIMAL_PATH = "/usr/bin:/bin"
-# Slurm's words when the controller or the accounting daemon cannot be reached: no answer, not a refusal.
 # The --json flag each Slurm (by its commands' directory) is asked with: `json_flag`.
 _JSON_FLAGS: dict[str, str] = {}
+# Slurm's words when the controller or the accounting daemon cannot be reached: no answer, not a refusal.
 UNREACHABLE = re.compile(r"Unable to contact|Socket timed out|Zero Bytes were transmitted|Connection refused|"
                          r"connect failure|standby mode|Problem talking to the database|Connection timed out")
 

@@ -1,5 +1,5 @@
 """Slurm's answers as data: `squeue --json` and `sacct --json` read into `QueuedJob`s and `AccountedRun`s, by the
-format version each answer names (`data_parsers`: 22.05's v0.0.38, v0.0.40, v0.0.41 and v0.0.42 of 23.11 to 26.11).
+format version each answer names (`data_parsers`: 22.05's v0.0.38, and v0.0.40 to v0.0.45 of 23.11 on).
 
 A job's name, comment, working directory and output paths are its user's text. In squeue's and scontrol's line
 formats a newline or a separator inside them starts a record or a field of the user's making: a job name once
