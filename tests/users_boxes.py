@@ -57,11 +57,12 @@ class SlurmBox:
 
 def users_slurm_box() -> SlurmBox:
     """The users' Slurm box whose slurmctld runs (22.05's first), else 22.05's."""
+    from portal.config import load
+
     boxes = [SlurmBox(USER_BOX, "dsportal", Path("/usr/bin"))]
     for settings in sorted(RELEASE_BOXES.glob("box-*.yaml")):
-        values = dict(line.split(": ", 1) for line in settings.read_text().splitlines()
-                      if ": " in line and not line.startswith("#"))
-        boxes.append(SlurmBox(Path(values["state_dir"]), values["cluster_name"], Path(values["slurm_bin_dir"])))
+        cfg = load({"DSPORTAL_CONFIG": str(settings)})
+        boxes.append(SlurmBox(cfg.state_dir, cfg.cluster_name, cfg.slurm_bin_dir))
     return next((box for box in boxes if pid_file_alive(box.state / "run" / "slurmctld.pid")), boxes[0])
 
 

@@ -113,10 +113,10 @@ def readers_of(user: str) -> list[str]:
 KILL_WAIT_S = 45
 
 
-def user_processes(user: str) -> dict[str, list[str]]:
-    """The user's processes on each node of the box, as "pid command"."""
+def user_processes(user: str, nodes: tuple[str, ...] = NODES) -> dict[str, list[str]]:
+    """The user's processes on each node of the box (the Slurm test box's, or `nodes`), as "pid command"."""
     uid, found = pwd.getpwnam(user).pw_uid, {}
-    for node in NODES:
+    for node in nodes:
         pids = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split()
         found[node] = []
         for pid in pids:

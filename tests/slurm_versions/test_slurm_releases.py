@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import mailbox
-import os
 import pwd
 import re
 import subprocess
@@ -22,13 +21,12 @@ import pytest
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.records.states import ENDED_STATES
-from portal.runas import RUNUSER
 from portal.scheduler.slurm.commands import SlurmCommands
 from portal.scheduler.slurm.data_parsers import DATA_PARSERS
 from portal.scheduler.slurm.json_answers import data_parser_of, read_sacct, read_squeue
 from portal.service.board import USAGE_REFRESH_S
 from tests.conftest import JOB_END_GRACE_S, SERVER_START_S, last_checkpoint, wait_for
-from tests.integration.helpers import TINY, portal_client
+from tests.integration.helpers import TINY, as_user_in_terminal, portal_client, user_processes
 
 pytestmark = pytest.mark.integration
 JOB_WAIT_S = 600  # a tiny job, submitted to an idle box, to its end
@@ -39,27 +37,20 @@ def slurm(box, *argv: str, user: str | None = None, check: bool = True) -> subpr
     """A command of the release's Slurm, as root or (`user`) as that user from a terminal."""
     command = [str(box.cfg.slurm_bin_dir / argv[0]), *argv[1:]]
     if user:
-        command = [RUNUSER, "-u", user, "--", "env", f"SLURM_CONF={box.cfg.slurm_conf_path}", *command]
-    result = subprocess.run(command, env=box.slurm_env(), capture_output=True, text=True, timeout=60, cwd="/tmp")
+        result = as_user_in_terminal(box.cfg, user, *command)
+    else:
+        result = subprocess.run(command, env=box.slurm_env(), capture_output=True, text=True, timeout=60)
     if check:
         assert result.returncode == 0, (argv, result.stderr)
     return result
 
 
 def queued(box, user: str) -> list[str]:
-    return slurm(box, "squeue", "-h", "-u", user, "-o", "%i %T").stdout.split("\n")[:-1]
+    return slurm(box, "squeue", "-h", "-u", user, "-o", "%i %T").stdout.splitlines()
 
 
 def processes_on_nodes(box, user: str) -> list[str]:
-    uid, found = pwd.getpwnam(user).pw_uid, []
-    for node in box.nodes:
-        for pid in subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split():
-            try:
-                if os.stat(f"/proc/{pid}").st_uid == uid:
-                    found.append(f"{node}: {Path(f'/proc/{pid}/cmdline').read_bytes()[:100]!r}")
-            except OSError:
-                pass  # gone meanwhile
-    return found
+    return [f"{node}: {process}" for node, found in user_processes(user, box.nodes).items() for process in found]
 
 
 @pytest.fixture(scope="module")

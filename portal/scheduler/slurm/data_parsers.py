@@ -76,7 +76,8 @@ def wait_status(value: Any) -> int | None:
     return ((code & 0xFF) << 8) | ((signal_id or 0) & 0x7F)
 
 
-def _squeue_v38(job: Mapping[str, Any]) -> dict[str, Any]:
+def _as_written(job: Mapping[str, Any]) -> dict[str, Any]:
+    """v0.0.38's job, squeue's or sacct's: already the shape json_answers reads."""
     return dict(job)
 
 
@@ -87,10 +88,6 @@ def _squeue_v40(job: Mapping[str, Any]) -> dict[str, Any]:
     read["job_state"] = state_word(job.get("job_state"))
     read["exit_code"] = wait_status(job.get("exit_code"))
     return read
-
-
-def _sacct_v38(job: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(job)
 
 
 def _sacct_v40(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,5 +103,5 @@ def _sacct_v40(job: Mapping[str, Any]) -> dict[str, Any]:
 
 Reader = Callable[[Mapping[str, Any]], dict[str, Any]]
 # v0.0.41 to v0.0.45 write the fields read here as v0.0.40 does (24.11's and 26.05's answers, side by side).
-SQUEUE_READERS: dict[str, Reader] = {"v0.0.38": _squeue_v38, **dict.fromkeys(list(DATA_PARSERS)[1:], _squeue_v40)}
-SACCT_READERS: dict[str, Reader] = {"v0.0.38": _sacct_v38, **dict.fromkeys(list(DATA_PARSERS)[1:], _sacct_v40)}
+SQUEUE_READERS: dict[str, Reader] = {"v0.0.38": _as_written, **dict.fromkeys(list(DATA_PARSERS)[1:], _squeue_v40)}
+SACCT_READERS: dict[str, Reader] = {"v0.0.38": _as_written, **dict.fromkeys(list(DATA_PARSERS)[1:], _sacct_v40)}
