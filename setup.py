@@ -58,8 +58,10 @@ setup(
                  "ruff>=0.6", "kubernetes-validate==1.37.0"],
     },
     entry_points={
-        # The Slurm spawner's server launcher: batchspawner-singleuser after a start-time fix (spawners/slurm.py).
-        "console_scripts": ["dsportal-singleuser = spawners.singleuser:singleuser_main"],
+        # The servers' launchers, after a start-time fix (spawners/singleuser.py): the Slurm spawner's
+        # (batchspawner-singleuser) and the Kubernetes spawner's (jupyterhub-singleuser).
+        "console_scripts": ["dsportal-singleuser = spawners.singleuser:singleuser_main",
+                            "dsportal-jupyterhub-singleuser = spawners.singleuser:jupyterhub_singleuser_main"],
         # Every JupyterLab server runs TensorBoard over ~/jobs at <server>/tensorboard/, with a launcher icon.
         # ... and a "Portal" card that opens the dashboard in a new browser tab (nothing proxied, nothing started).
         "jupyter_serverproxy_servers": ["tensorboard = portal.notebook:tensorboard_proxy",

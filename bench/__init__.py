@@ -8,10 +8,13 @@ docs/benchmarks.png from those files, and docs/benchmarks.md has the results.
     python -m bench.parity      # AUROC of uint8 input normalised in the model vs float32 normalised on the host
     python -m bench.scaling     # Horovod workers on one machine (horovodrun)
     python -m bench.spawn       # spawning servers: the portal's Slurm spawner vs stock batchspawner (bench.stock_hub)
-    python -m bench.dashboard   # the dashboard under 200 users: latency, errors, Slurm calls
+    python -m bench.dashboard   # the dashboard under load: latency, errors, the scheduler's calls; on the Slurm box,
+                                #   or --box kubernetes (= python -m bench.dashboard_kubernetes) on the Kubernetes
+                                #   box (bench.dashboard_{users,slurm,kubernetes})
     python -m bench.liveness    # submit -> first images/sec in TensorBoard; event file -> TensorBoard
     python -m bench.nodes       # the same 2-worker training on 1 node vs 2 nodes
 
-The hub-side ones run against a running cluster in a box (`make up`, or the one DSPORTAL_CONFIG names), as root,
-from the repository root. bench.hub_client is the one small hub client the tests use too.
+The hub-side ones run against a running cluster in a box (`make up`, or the one DSPORTAL_CONFIG names; `make up-k8s`
+for the Kubernetes box), as root, from the repository root. bench.hub_client is the one small hub client the tests
+use too.
 """

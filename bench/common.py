@@ -1,4 +1,5 @@
-"""What the benchmarks share: a cached synthetic data set, repeated timings, and a plain-text table."""
+"""What the benchmarks share: a cached synthetic data set, repeated timings, a plain-text table, counter
+differences, and this machine's processes as /proc shows them."""
 
 from __future__ import annotations
 
@@ -84,3 +85,41 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def counts_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """What was counted between two readings of the same counters (one first seen later started at 0)."""
+    return {k: after[k] - before.get(k, 0) for k in sorted(after) if after[k] != before.get(k, 0)}
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as /proc shows it: what the benchmarks need to tell whose it is."""
+
+    pid: int
+    ppid: int
+    comm: str
+    argv: tuple[str, ...]
+    cgroup: str = ""  # /proc/<pid>/cgroup's text: a pod's processes name its UID there
+
+
+def proc_of(pid: int, stat: str, cmdline: bytes, cgroup: str = "") -> Proc:
+    """A process from its /proc/<pid>/stat line (the command in parentheses may hold any character), cmdline and
+    cgroup."""
+    head, _, rest = stat.rpartition(")")
+    argv = tuple(arg.decode(errors="replace") for arg in cmdline.split(b"\0") if arg)
+    return Proc(pid, int(rest.split()[1]), head.partition("(")[2], argv, cgroup)
+
+
+def processes(with_cgroup: bool = False) -> list[Proc]:
+    """Every process of this machine that could be read (one may exit while it is read)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            found.append(proc_of(int(proc.name), (proc / "stat").read_text(), (proc / "cmdline").read_bytes(),
+                                 (proc / "cgroup").read_text() if with_cgroup else ""))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found

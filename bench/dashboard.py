@@ -1,49 +1,52 @@
 """The dashboard under load: many users whose jobs page refreshes itself while some submit and cancel.
 
-    python -m bench.dashboard [--users 1000] [--submitters 50] [--seconds 60] [--interval <the page's period>]
-                              [--submit-every <the same period>]
+    python -m bench.dashboard [--box slurm|kubernetes] [--users 1000] [--submitters 50] [--seconds 60]
+                              [--interval <the page's period>] [--submit-every <the same period>]
 
-Against the running box (`make up`, or the one DSPORTAL_CONFIG names); run as root. It makes its simulated users
-itself, idempotently and kept for the next run (bench.dashboard_users): Unix users bench001.. (home 0700), the same
-hub users (batched through the hub's REST API, as its `admin`), and one API token each. Each user then does what
+Against a running box, as root: `--box slurm` (the default) the Slurm box (`make up`, or the one DSPORTAL_CONFIG
+names; bench.dashboard_slurm), `--box kubernetes` the Kubernetes box with its hub in a pod (`make up-k8s`;
+bench.dashboard_kubernetes). The same load and targets on both. It makes its simulated users itself, idempotently
+and kept for the next run: hub users bench001.. (batched through the hub's REST API, as its `admin`) and one API
+token each (bench.dashboard_users), and what the box needs per user: on Slurm, Unix users (home 0700) and the
+submitters' associations; on Kubernetes, each user's namespace as the portal makes it. Each user then does what
 an open jobs page does: `GET jobs` once per refresh period (the page's script asks for its rows, `jobs?part=rows`,
-once per period, which `GET api/cluster` tells; the whole page is the rows and more), the users' reads spread
-evenly over the period; the first `--submitters` users also
-submit a tiny CPU job and cancel it at once, each period; their Slurm associations have MaxJobs=0, so no such
-job ever starts (only the dashboard's paths are measured), and their ~/jobs of earlier runs are removed first.
-Printed: per kind of request the count, p50/p99/max
-latency and errors; what the dashboard asked Slurm and the hub meanwhile (`GET api/cluster`'s counters); the CPU
+once per period, which `GET api/cluster` tells after every user's first page, and then each answer's X-Poll-S:
+the dashboard paces open pages, portal.service.pace; `--interval` fixes it instead; the whole page is the rows and
+more), the users' reads spread evenly over the period; the first `--submitters` users also submit a tiny CPU job
+and cancel it at once, each period. No such job ever starts (only the dashboard's paths are measured): on Slurm
+their associations have MaxJobs=0, on Kubernetes their namespaces a quota of 0 pods; their leftover jobs are
+cancelled before and after.
+Printed: per kind of request the count, p50/p99/max latency and errors; what the dashboard asked the scheduler and
+the hub meanwhile (`GET api/cluster`'s counters; on Kubernetes the API server's own request counts); the CPU
 that the load generator and the box's processes used; the targets: p99 <= 250 ms per kind of read, no errors,
-squeue at most once per refresh interval. Saved as docs/results/dashboard.json; exit 1 when a target is not met.
-`--remove-users` deletes the simulated users (Unix and hub) instead.
+the shared snapshot at most once per refresh interval (squeue on Slurm, LIST nodes on Kubernetes). Saved as
+docs/results/dashboard.json (Slurm) or dashboard_kubernetes.json; exit 1 when a target is not met.
+`--remove-users` deletes the simulated users and what the bench made for them instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import os
+import ssl
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from bench.common import markdown_table as table
-from bench.dashboard_users import (
-    bench_users,
-    cancel_leftover_jobs,
-    clear_job_dirs,
-    prepare_users,
-    remove_hub_users,
-    remove_slurm_associations,
-    remove_unix_users,
-)
+from bench.dashboard_kubernetes import KubernetesBox
+from bench.dashboard_slurm import SlurmBox
+from bench.dashboard_users import bench_users, prepare_hub_users, remove_hub_users
 from bench.hub_client import HubClient
 from bench.results import Target, save
-from portal.config import PortalConfig, load
+from portal.config import load
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin-demo"  # the demo directory's admin (DESIGN.md)
 PORTAL = "/services/portal/"
@@ -52,7 +55,9 @@ READS = ("jobs page",)  # what the page's own refresh asks; the p99 target holds
 # A job that needs no GPU (no quota) and is cancelled at once: only the submit and cancel paths are exercised.
 TINY_CPU_JOB = {"template": "chexnet", "gpus_per_node": 0, "cpus_per_task": 1, "memory_gb": 1, "epochs": 1,
                 "batch_size": 8, "image_size": 64, "time_limit": "00:05:00"}
+CPU_CORES = len(os.sched_getaffinity(0))
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+BOXES = ("slurm", "kubernetes")
 
 
 # --- pure parts ---
@@ -67,11 +72,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
-def counts_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """What was counted between two readings of the same counters (one first seen later started at 0)."""
-    return {k: after[k] - before.get(k, 0) for k in sorted(after) if after[k] != before.get(k, 0)}
-
-
 def start_offset(index: int, count: int, period: float) -> float:
     """When user `index` of `count` first reads: evenly over one period, so the load is steady (a thousand
     browsers opened at random times refresh at evenly spread moments, not all at once)."""
@@ -81,7 +81,7 @@ def start_offset(index: int, count: int, period: float) -> float:
 
 
 def squeue_allowed(seconds: float, refresh_s: float) -> int:
-    """At most one squeue per refresh interval (plus the one the run may start inside)."""
+    """At most one snapshot (squeue, or LIST nodes) per refresh interval (plus the one the run may start inside)."""
     return math.ceil(seconds / refresh_s) + 1
 
 
@@ -109,8 +109,10 @@ class Samples:
         return [name, f["count"], f"{f['p50_ms']:.1f}", f"{f['p99_ms']:.1f}", f"{f['max_ms']:.1f}", f["errors"]]
 
 
-def targets_of(samples: dict[str, Samples], squeue_calls: int, seconds: float, refresh_s: float) -> list[Target]:
-    """p99 of each kind of read, errors of every request, squeue calls against one per refresh interval."""
+def targets_of(samples: dict[str, Samples], snapshot_calls: int, seconds: float, refresh_s: float,
+               calls_name: str = "squeue") -> list[Target]:
+    """p99 of each kind of read, errors of every request, the snapshot's calls (`calls_name`: squeue on Slurm)
+    against one per refresh interval."""
     found = []
     for kind in READS:
         p99 = percentile(samples[kind].latencies_ms, 99)
@@ -118,13 +120,21 @@ def targets_of(samples: dict[str, Samples], squeue_calls: int, seconds: float, r
     errors = sum(s.errors for s in samples.values())
     found.append(Target("errors (all requests)", errors, "== 0", errors == 0))
     allowed = squeue_allowed(seconds, refresh_s)
-    found.append(Target(f"squeue calls in {seconds:.0f} s", squeue_calls,
-                        f"<= {allowed} (once per {refresh_s:g} s)", squeue_calls <= allowed))
+    found.append(Target(f"{calls_name} calls in {seconds:.0f} s", snapshot_calls,
+                        f"<= {allowed} (once per {refresh_s:g} s)", snapshot_calls <= allowed))
     return found
 
 
 def verdict_lines(targets: Sequence[Target]) -> list[str]:
-    return [f"{t.name}: {t.measured:g}, target {t.target}: {'met' if t.met else 'NOT met'}" for t in targets]
+    return [f"{t.name}: {t.measured:g}, target {t.target}: {'met' if t.met else 'NOT met'}"
+            + (f"; where the time goes: {t.where}" if t.where else "") for t in targets]
+
+
+def busiest(cores: dict[str, float], count: int = 4) -> str:
+    """'CPU of 2 cores: dashboard 0.56, ...': a p99 not met is a machine that ran out of CPU, and this says who
+    used it (the run's CPU table, the most first)."""
+    top = sorted(cores.items(), key=lambda item: item[1], reverse=True)[:count]
+    return f"CPU of {CPU_CORES} cores: " + ", ".join(f"{name} {used:.2f}" for name, used in top)
 
 
 def cpu_of(stat_line: str) -> tuple[float, float]:
@@ -134,31 +144,26 @@ def cpu_of(stat_line: str) -> tuple[float, float]:
     return float(utime + stime), float(cutime + cstime)
 
 
-# --- the box's processes, for where the CPU went ---
+# --- the box, and where the CPU went ---
 
-def box_processes(cfg: PortalConfig) -> dict[str, int]:
-    """The hub and what it started (proxy, dashboard, culler), slurmctld: label -> pid."""
-    run = cfg.state_dir / "run"
-    found = {}
-    for label, pid_file in (("hub", "hub.pid"), ("slurmctld", "slurmctld.pid")):
-        try:
-            found[label] = int((run / pid_file).read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or "hub" not in found:
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) != found["hub"]:
-            continue
-        for label, marker in (("dashboard", "portal.service"), ("proxy", "configurable-http-proxy")):
-            if marker in cmdline:
-                found[label] = int(proc.name)
-    return found
+class BenchBox(Protocol):
+    """A box the benchmark runs on: bench.dashboard_slurm.SlurmBox, bench.dashboard_kubernetes.KubernetesBox."""
+
+    name: str  # as --box names it
+    result: str  # the result's name (bench.results)
+    hub_url: str
+    ca: str | None  # the CA that signs an https hub's certificate
+    calls_name: str  # the snapshot's calls, for the target's name; and their row in `ran`
+    calls_row: str
+    ran_title: str
+
+    def prepare(self, names: Sequence[str], submitters: int) -> dict[str, float]: ...
+    def clear(self, names: Sequence[str], submitters: int) -> dict[str, float]: ...
+    def after_run(self, names: Sequence[str]) -> dict[str, float]: ...
+    def remove(self, names: Sequence[str]) -> str: ...
+    def processes(self) -> dict[str, int]: ...
+    def read_counters(self) -> dict: ...
+    def ran(self, cluster_before: dict, cluster_after: dict, box_before: dict, box_after: dict) -> dict[str, int]: ...
 
 
 def cpu_readings(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
@@ -179,7 +184,8 @@ def cpu_table(before: dict, after: dict, seconds: float, generator_s: float) -> 
             own = (after[label][0] - before[label][0]) / CLOCK_TICKS
             children = (after[label][1] - before[label][1]) / CLOCK_TICKS
             cores[label] = own / seconds
-            cores[f"{label}'s commands"] = children / seconds
+            if children:  # most of the Kubernetes box's processes wait for none
+                cores[f"{label}'s commands"] = children / seconds
     return {k: round(v, 3) for k, v in cores.items()}
 
 
@@ -194,10 +200,14 @@ class Run:
     missed: int = 0  # slots skipped: the previous action of that user took a whole period longer
 
 
-async def timed(run: Run, kind: str, request) -> object | None:
+async def timed(run: Run, kind: str, request, headers: dict[str, str] | None = None) -> object | None:
+    """The request, timed into run.samples[kind]; its JSON (b"" for another answer that is OK, None for an error).
+    `headers`: filled with the answer's headers."""
     started = time.perf_counter()
     try:
         async with request as response:
+            if headers is not None:
+                headers.update(response.headers)
             body = await response.read()
             ok = response.status < 300  # a redirect (to the hub's login: the token was not taken) is an error
             error = None if ok else f"{kind}: {response.status} {body[:200]!r}"
@@ -220,7 +230,9 @@ async def each_period(run: Run, offset: float, period: float, action) -> None:
             await asyncio.sleep(delay)
         elif delay < -0.05:
             run.late += 1
-        await action()
+        asked = await action()
+        if isinstance(asked, float) and asked > 0:  # a page follows the period its answer gives (X-Poll-S)
+            period = asked
         slot += period
         passed = math.floor((time.monotonic() - slot) / period)
         if passed > 0:
@@ -228,9 +240,19 @@ async def each_period(run: Run, offset: float, period: float, action) -> None:
             slot += passed * period
 
 
-def reader(run: Run, session, base: str, token: str):
+def reader(run: Run, session, base: str, token: str, follow: bool = True):
+    """An open jobs page: one read per period; `follow`: the period its last answer gave (X-Poll-S: the dashboard
+    paces open pages, portal.service.pace), as the page's script does."""
     headers = {"Authorization": f"token {token}"}
-    return lambda: timed(run, "jobs page", session.get(f"{base}jobs", headers=headers, allow_redirects=False))
+
+    async def read() -> float | None:
+        answer: dict[str, str] = {}
+        await timed(run, "jobs page", session.get(f"{base}jobs", headers=headers, allow_redirects=False), answer)
+        try:
+            return float(answer["X-Poll-S"]) if follow else None
+        except (KeyError, ValueError):
+            return None
+    return read
 
 
 def submitter(run: Run, session, base: str, token: str):
@@ -267,8 +289,9 @@ async def load_run(session, base: str, names: list[str], tokens: dict[str, str],
     run = Run()
     run.started = time.monotonic() + 0.5
     run.stop_at = run.started + args.seconds
-    tasks = [each_period(run, start_offset(i, len(names), period), period, reader(run, session, base, tokens[n]))
-             for i, n in enumerate(names)]
+    follow = args.interval is None  # a fixed --interval is kept whatever the dashboard asks
+    tasks = [each_period(run, start_offset(i, len(names), period), period,
+                         reader(run, session, base, tokens[n], follow)) for i, n in enumerate(names)]
     # Submitters spread over their own period too, half a slot from the readers' grid.
     every = args.submit_every or period
     tasks += [each_period(run, start_offset(i, args.submitters, every) + every / (2 * args.submitters), every,
@@ -277,20 +300,8 @@ async def load_run(session, base: str, names: list[str], tokens: dict[str, str],
     return run
 
 
-def slurm_counts(before: dict, after: dict) -> dict[str, int]:
-    found = {"squeue (shared)": after["squeue_calls"] - before["squeue_calls"],
-             "scontrol (shared)": after.get("scontrol_calls", 0) - before.get("scontrol_calls", 0)}
-    found.update({f"{k} (as users)": v for k, v in counts_delta(before.get("user_slurm_calls", {}),
-                                                                 after.get("user_slurm_calls", {})).items()})
-    found.update({f"runuser {k}": v for k, v in counts_delta(before.get("runuser_calls", {}),
-                                                              after.get("runuser_calls", {})).items()})
-    if "hub_calls" in after:
-        found["hub API requests"] = after["hub_calls"] - before.get("hub_calls", 0)
-    return found
-
-
-def report(args: argparse.Namespace, run: Run, seconds: float, period: float, refresh_s: float,
-           slurm: dict[str, int], cores: dict[str, float], setup: dict[str, float]) -> int:
+def report(args: argparse.Namespace, box: BenchBox, run: Run, seconds: float, period: float, refresh_s: float,
+           ran: dict[str, int], cores: dict[str, float], setup: dict[str, float]) -> int:
     submits = len(run.samples["submit"].latencies_ms)
     every = args.submit_every or period
     print(f"\n{args.users} users, {args.submitters} submitting and cancelling every {every:g} s "
@@ -299,71 +310,73 @@ def report(args: argparse.Namespace, run: Run, seconds: float, period: float, re
           f"slots missed (the previous request took a whole period longer)\n")
     print(table(["request", "count", "p50 ms", "p99 ms", "max ms", "errors"],
                 [s.row(k) for k, s in run.samples.items()]))
-    print(f"\nwhat the dashboard ran during the run ({submits} submits; refresh interval {refresh_s:g} s)\n")
-    print(table(["command", "count", "per second"], [[k, v, f"{v / seconds:.2f}"] for k, v in slurm.items()]))
+    print(f"\n{box.ran_title} ({submits} submits; refresh interval {refresh_s:g} s)\n")
+    print(table(["command", "count", "per second"], [[k, v, f"{v / seconds:.2f}"] for k, v in ran.items()]))
     print("\nCPU during the run (cores; 'commands': the processes it ran and waited for)\n")
     print(table(["process", "cores"], [[k, f"{v:.2f}"] for k, v in cores.items()]))
-    targets = targets_of(run.samples, slurm["squeue (shared)"], seconds, refresh_s)
+    targets = [t if t.met or not t.name.startswith("p99") else dataclasses.replace(t, where=busiest(cores))
+               for t in targets_of(run.samples, ran[box.calls_row], seconds, refresh_s, box.calls_name)]
     print()
     for line in verdict_lines(targets):
         print(line)
     for kind, samples in run.samples.items():
         if samples.first_error:
             print(f"first error ({kind}): {samples.first_error}")
-    data = {"users": args.users, "submitters": args.submitters, "submit_every_s": every, "seconds": round(seconds, 1),
-            "page_refresh_s": period, "refresh_s": refresh_s, "late_requests": run.late, "missed_slots": run.missed,
-            "requests": {k: s.figures() for k, s in run.samples.items()}, "dashboard_ran": slurm,
-            "cpu_cores": cores, "setup": {k: round(v, 2) for k, v in setup.items()}}
-    command = (f"python -m bench.dashboard --users {args.users} --submitters {args.submitters} "
-               f"--seconds {args.seconds:g}" + (f" --interval {args.interval:g}" if args.interval else "")
+    data = {"box": box.name, "users": args.users, "submitters": args.submitters, "submit_every_s": every,
+            "seconds": round(seconds, 1), "page_refresh_s": period, "refresh_s": refresh_s, "late_requests": run.late,
+            "missed_slots": run.missed, "requests": {k: s.figures() for k, s in run.samples.items()},
+            "dashboard_ran": ran, "cpu_cores": cores, "setup": {k: round(v, 2) for k, v in setup.items()}}
+    command = (f"python -m bench.dashboard{'' if box.name == 'slurm' else ' --box ' + box.name} "
+               f"--users {args.users} --submitters {args.submitters} --seconds {args.seconds:g}"
+               + (f" --interval {args.interval:g}" if args.interval else "")
                + (f" --submit-every {args.submit_every:g}" if args.submit_every else ""))
-    print(f"\nsaved {save('dashboard', command=command, targets=targets, data=data)}")
+    print(f"\nsaved {save(box.result, command=command, targets=targets, data=data)}")
     return 0 if all(t.met for t in targets) else 1
 
 
-async def bench(cfg: PortalConfig, args: argparse.Namespace) -> int:
+async def bench(box: BenchBox, args: argparse.Namespace) -> int:
     import aiohttp
 
     names = bench_users(args.users)
-    if not args.remove_users and args.submitters:
-        from portal.jobs.demo_data import ensure_demo_data
-
-        ensure_demo_data(cfg)  # what the submitted jobs read (`make up` makes it too)
-    connector = aiohttp.TCPConnector(limit=0)
+    connector = aiohttp.TCPConnector(limit=0, ssl=ssl.create_default_context(cafile=box.ca) if box.ca else True)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
-        admin_token = HubClient(cfg.hub_url).login(ADMIN, ADMIN_PASSWORD).new_token(ADMIN, "dashboard bench", 3600)
+        admin = HubClient(box.hub_url, ca=box.ca).login(ADMIN, ADMIN_PASSWORD)
+        admin_token = admin.new_token(ADMIN, "dashboard bench", 3600)
         if args.remove_users:
-            hub = await remove_hub_users(session, cfg.hub_url, admin_token, names)
-            slurm = remove_slurm_associations(cfg, names)
-            print(f"removed {hub} hub users, {slurm} Slurm associations and {remove_unix_users(names)} Unix users")
+            hub = await remove_hub_users(session, box.hub_url, admin_token, names)
+            print(f"removed {hub} hub users, {box.remove(names)}")
             return 0
-        left = cancel_leftover_jobs(cfg, names)
-        cleared = clear_job_dirs(names[:args.submitters])
-        tokens, setup = await prepare_users(session, cfg, admin_token, names, args.submitters,
-                                            int(args.seconds) + 3600)
-        setup["leftover jobs cancelled before"] = left
-        setup["job directories of earlier runs removed"] = cleared
+        setup = box.clear(names, args.submitters)
+        setup.update(box.prepare(names, args.submitters))
+        tokens, hub_setup = await prepare_hub_users(session, box.hub_url, admin_token, names,
+                                                    int(args.seconds) + 3600)
+        setup.update(hub_setup)
         print(f"{len(tokens)} users ready; set-up: " + ", ".join(
             f"{k} {v:.1f}" if k.endswith(" s") else f"{k} {v:.0f}" for k, v in setup.items()))
-        base = f"{cfg.hub_url}{PORTAL}"
+        base = f"{box.hub_url}{PORTAL}"
         setup["cold first pages s"] = await warm_up(session, base, tokens)
         print(f"first jobs page of every user (cold caches): {setup['cold first pages s']:.1f} s")
         before = await counters(session, base, admin_token)  # the counters are the admins' to read
         refresh_s = float(before["refresh_s"])
         period = args.interval or float(before.get("page_refresh_s", max(5.0, refresh_s)))
-        pids = box_processes(cfg)
+        pids = box.processes()
+        box_before = box.read_counters()
         cpu_before, generator_before = cpu_readings(pids), time.process_time()
         started = time.monotonic()
         run = await load_run(session, base, names, tokens, args, period)
         seconds = time.monotonic() - started
-        setup["leftover jobs cancelled"] = cancel_leftover_jobs(cfg, names)
         cores = cpu_table(cpu_before, cpu_readings(pids), seconds, time.process_time() - generator_before)
-        after = await counters(session, base, admin_token)
-    return report(args, run, seconds, period, refresh_s, slurm_counts(before, after), cores, setup)
+        after, box_after = await counters(session, base, admin_token), box.read_counters()
+        setup.update(box.after_run(names))
+    ran = box.ran(before, after, box_before, box_after)
+    return report(args, box, run, seconds, period, refresh_s, ran, cores, setup)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--box", choices=BOXES, default="slurm",
+                        help="slurm: the Slurm box (make up); kubernetes: the Kubernetes box, its hub in a pod "
+                             "(make up-k8s)")
     parser.add_argument("--users", type=int, default=1000, help="simulated users (bench001..)")
     parser.add_argument("--submitters", type=int, default=50, help="of them, how many submit and cancel jobs")
     parser.add_argument("--seconds", type=float, default=60, help="how long the load runs")
@@ -373,13 +386,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between one submitter's submit-and-cancel (default: the page period)")
     parser.add_argument("--remove-users", action="store_true", help="delete the simulated users and stop")
     args = parser.parse_args(argv)
-    if not 1 <= args.submitters <= args.users:
+    if not args.remove_users and not 1 <= args.submitters <= args.users:  # removing needs only --users
         parser.error(f"--submitters is {args.submitters}; allowed: 1-{args.users}")
     if args.interval is not None and args.interval <= 0:
         parser.error(f"--interval is {args.interval:g}; allowed: more than 0 seconds")
     if args.submit_every is not None and args.submit_every <= 0:
         parser.error(f"--submit-every is {args.submit_every:g}; allowed: more than 0 seconds")
-    return asyncio.run(bench(load(), args))
+    return asyncio.run(bench(SlurmBox(load()) if args.box == "slurm" else KubernetesBox(), args))
 
 
 if __name__ == "__main__":

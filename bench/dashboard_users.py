@@ -1,5 +1,6 @@
-"""The dashboard benchmark's simulated users: Unix accounts, hub users and API tokens, made idempotently and in
-batches (a thousand users one request at a time took the hub minutes), and removed again on request.
+"""The dashboard benchmark's simulated users: Unix accounts and Slurm associations (the Slurm box's), hub users and
+API tokens (either box's hub), made idempotently and in batches (a thousand users one request at a time took the
+hub minutes), and removed again on request.
 
 Names: bench001..bench999, bench1000 (`bench_users`), so the users of a smaller run are the first of a larger one.
 """
@@ -196,21 +197,16 @@ async def remove_hub_users(session, hub_url: str, admin_token: str, names: Seque
     return len(present)
 
 
-async def prepare_users(session, cfg: PortalConfig, admin_token: str, names: Sequence[str], submitters: int,
-                        token_life_s: int) -> tuple[dict[str, str], dict[str, float]]:
-    """Unix users, Slurm associations of the submitters, hub users and tokens; the tokens and what each step took
-    (s), with how many were made."""
+async def prepare_hub_users(session, hub_url: str, admin_token: str, names: Sequence[str],
+                            token_life_s: int) -> tuple[dict[str, str], dict[str, float]]:
+    """Hub users and a fresh token each; the tokens and what each step took (s), with how many were made. The
+    box's own part (Unix users, Slurm associations; or namespaces) is its `prepare`'s: bench.dashboard_slurm,
+    bench.dashboard_kubernetes."""
     timings: dict[str, float] = {}
     started = time.monotonic()
-    timings["unix users made"] = ensure_unix_users(names)
-    timings["unix users s"] = time.monotonic() - started
-    started = time.monotonic()
-    timings["slurm associations made"] = ensure_slurm_associations(cfg, names[:submitters])
-    timings["slurm associations s"] = time.monotonic() - started
-    started = time.monotonic()
-    timings["hub users made"] = await ensure_hub_users(session, cfg.hub_url, admin_token, names)
+    timings["hub users made"] = await ensure_hub_users(session, hub_url, admin_token, names)
     timings["hub users s"] = time.monotonic() - started
     started = time.monotonic()
-    tokens = await user_tokens(session, cfg.hub_url, admin_token, names, token_life_s)
+    tokens = await user_tokens(session, hub_url, admin_token, names, token_life_s)
     timings["tokens s"] = time.monotonic() - started
     return tokens, timings

@@ -14,7 +14,10 @@
     `throughput/images_per_sec` points). Dell's bare metal vs Kubernetes comparison, on this machine's CPUs:
     both boxes share the same 2 cores and the GPUs are fake, so these are CPU figures, not GPU ones.
 
-No target: the figures (every run, medians, ratios Kubernetes / Slurm) are saved to docs/results/kube.json.
+Targets (bench.kube_report, issue 43): spawn median ours / stock <= 0.7 and p90 <= 1.0; the job's first point
+Kubernetes / Slurm <= 1.1 and images/s >= 0.95. Each part also times its stages (bench.kube_timeline: the server pod
+watched; bench.timeline: the job's log watched), and a target not met names the stages that hold the seconds. The
+figures (every run, stages, medians, ratios) are saved to docs/results/kube.json; exit 1 when a target is not met.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import kube_report, kube_timeline, timeline
 from bench.hub_client import HubClient, HubError, wait_for
 from bench.results import save
-from bench.spawn import PHASE_JITTER_S, open_lab, start_spawn, summary
+from bench.spawn import PHASE_JITTER_S, open_lab, start_spawn
 from bench.stock_hub import HubProcess, _yaml_value
 from portal import jobs
 from portal.config import PortalConfig, load
@@ -48,6 +52,7 @@ PARTITION, GPUS, CPUS, MEMORY_GB, RUNTIME = "t4", 1, 1, 2, "01:00:00"
 TRAINING = {"nodes": 2, "gpus_per_node": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 3,
             "time_limit": "00:30:00"}
 JOB_WAIT_S = 1800
+SERVER_PODS = "component=singleuser-server"  # KubeSpawner's label on a server's pod (ours and stock alike)
 
 
 def configure_stock_kube_spawner(c: Any, portal: PortalConfig) -> None:
@@ -99,21 +104,31 @@ class KubeHub(HubProcess):
 
 # --- (a) spawn ---------------------------------------------------------------------------------------------
 
-def spawn_once(spawner: str, client: HubClient, start_timeout: int) -> float:
-    """Seconds from the request that starts the spawn to /user/alice/lab 200; the server is stopped after."""
-    started = start_spawn(client, spawner, {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS,
-                                            "memory_gb": MEMORY_GB, "runtime": RUNTIME})
-    client.follow_progress(USER, start_timeout + 60)
-    open_lab(client)
-    took = time.time() - started
+def spawn_once(spawner: str, client: HubClient, start_timeout: int, core: Any,
+               namespace: str) -> tuple[float, dict[str, float | None]]:
+    """Seconds from the request that starts the spawn to /user/alice/lab 200, and their stages (bench.kube_timeline:
+    the pod watched meanwhile); the server is stopped after."""
+    watcher = kube_timeline.PodWatcher(core, namespace, SERVER_PODS)
+    try:
+        started = start_spawn(client, spawner, {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS,
+                                                "memory_gb": MEMORY_GB, "runtime": RUNTIME})
+        client.follow_progress(USER, start_timeout + 60)
+        ready = time.time()
+        open_lab(client)
+        page = time.time()
+        listening = watcher.listening()
+    finally:
+        seen = watcher.stop()
     client.stop(USER, timeout=90)
-    return took
+    return page - started, kube_timeline.stages(started, seen, listening, ready, page)
 
 
 def spawn_benchmark(cfg: PortalConfig, kube: Any, runs: int, warmup: int,
-                    report: Callable[[str], None]) -> dict[str, list[float]]:
+                    report: Callable[[str], None]) -> dict[str, Any]:
     core = _core(kube)
+    namespace = cfg.user_namespace(USER)
     took: dict[str, list[float]] = {name: [] for name in SPAWNERS}
+    stages: dict[str, list[dict]] = {name: [] for name in SPAWNERS}
     with KubeHub(cfg, "portal", kube) as ours, KubeHub(cfg, "stock", kube) as stock:
         clients = {"portal": HubClient(ours.url), "stock": HubClient(stock.url)}
         for client in clients.values():
@@ -123,15 +138,17 @@ def spawn_benchmark(cfg: PortalConfig, kube: Any, runs: int, warmup: int,
         for index in range(warmup + runs):
             for name in SPAWNERS:
                 time.sleep(random.uniform(0, PHASE_JITTER_S))
-                seconds = spawn_once(name, clients[name], cfg.start_timeout)
+                seconds, stage = spawn_once(name, clients[name], cfg.start_timeout, core, namespace)
                 # the next spawn makes a pod of the same name: this one must be gone
                 wait_for(lambda: not _server_pod(core, cfg), 90, what=f"{USER}'s pod to be deleted")
                 counted = index >= warmup
                 report(f"spawn {'run' if counted else 'warm-up'} {index - warmup + 1 if counted else index + 1} "
-                       f"{name}: {seconds:.2f} s")
+                       f"{name}: {seconds:.2f} s (" + ", ".join(
+                           f"{k} {v:.2f}" for k, v in stage.items() if v is not None) + ")")
                 if counted:
                     took[name].append(seconds)
-    return took
+                    stages[name].append(stage)
+    return {"runs": took, "stages": stages}
 
 
 def _core(kube: Any):
@@ -142,7 +159,7 @@ def _core(kube: Any):
 
 
 def _server_pod(core, cfg: PortalConfig) -> bool:
-    pods = core.list_namespaced_pod(cfg.user_namespace(USER), label_selector="component=singleuser-server")
+    pods = core.list_namespaced_pod(cfg.user_namespace(USER), label_selector=SERVER_PODS)
     return bool(pods.items)
 
 
@@ -180,12 +197,19 @@ def train_once(cfg: PortalConfig, epochs: int, report: Callable[[str], None], ho
     submitted = time.time()
     job = jobs.submit({**TRAINING, "epochs": epochs}, user=USER, groups=GROUPS, cfg=cfg)
     report(f"training on {cfg.scheduler}: job {job.id} submitted")
-    state = job.wait(timeout=JOB_WAIT_S, poll=3)
+    watcher = timeline.LogWatcher(job.logs)
+    try:
+        state = job.wait(timeout=JOB_WAIT_S, poll=3)
+    finally:
+        marks = watcher.stop()
     if state != "COMPLETED":
         raise HubError(f"job {job.id} on {cfg.scheduler} ended {state}: {job.logs(tail=40)}")
     logdir = home(job.id) / "tensorboard"
-    figures = training_figures(submitted, event_times(logdir, "throughput/images_per_sec"),
-                               event_times(logdir, "loss/train"))
+    rates = event_times(logdir, "throughput/images_per_sec")
+    figures = training_figures(submitted, rates, event_times(logdir, "loss/train"))
+    point = (rates[0][1], rates[0][0], rates[0][2]) if rates else None
+    workers = TRAINING["nodes"] * TRAINING["gpus_per_node"]
+    figures["stages"] = timeline.stages(submitted, marks, point, TRAINING["batch_size"] * workers)
     report(f"training on {cfg.scheduler}: job {job.id} {state}: first point after {figures['first_point_s']:.1f} s, "
            f"epoch {figures['epoch_s']:.1f} s, {figures['images_per_sec']:.1f} images/s")
     return {"job": job.id, **figures}
@@ -206,30 +230,6 @@ def _kubebox():
     from deploy.kubernetes import kubebox  # the box's clients, imported when a run needs them
 
     return kubebox
-
-
-def ratio(kube_value: float | None, slurm_value: float | None) -> float | None:
-    return kube_value / slurm_value if kube_value is not None and slurm_value else None
-
-
-def table(spawn: dict[str, list[float]] | None, training: dict[str, Any] | None) -> str:
-    lines = []
-    if spawn:
-        ours, stock = summary(spawn["portal"]), summary(spawn["stock"])
-        lines += [f"(a) form -> /user/{USER}/lab 200 on the Kubernetes box, runs alternate, "
-                  f"n={len(spawn['portal'])} each", f"{'seconds':<34}{'portal':>9}{'stock':>9}{'ratio':>8}"]
-        for stat in ("median", "p90", "min", "max"):
-            lines.append(f"{stat:<34}{ours[stat]:9.2f}{stock[stat]:9.2f}{ours[stat] / stock[stat]:8.2f}")
-    if training:
-        slurm, kube = training["slurm"], training["kubernetes"]
-        lines += ["", "(b) the same 2-worker job (2 nodes x 1 fake GPU, CPU figures), one box after the other",
-                  f"{'':<34}{'Slurm':>9}{'Kube':>9}{'K/S':>8}"]
-        for key, label in (("first_point_s", "submit -> first TensorBoard point, s"),
-                           ("epoch_s", "time per epoch (after the first), s"), ("images_per_sec", "images/s")):
-            value = ratio(kube[key], slurm[key])
-            lines.append(f"{label:<34}{slurm[key]:9.2f}{kube[key]:9.2f}{value:8.2f}" if value is not None
-                         else f"{label:<34}{'n/a':>9}{'n/a':>9}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,19 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     spawn = spawn_benchmark(cfg, kube, args.runs, args.warmup, report) if args.only != "training" else None
     training = training_benchmark(cfg, kube, args.epochs, report) if args.only != "spawn" else None
     print()
-    print(table(spawn, training))
     data: dict[str, Any] = {"user": USER, "server": {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS,
                                                      "memory_gb": MEMORY_GB}, "training_spec": TRAINING,
-                            "cpu_figures": True}
-    if spawn:
-        data["spawn"] = {"runs": spawn, "portal": summary(spawn["portal"]), "stock": summary(spawn["stock"]),
-                         "ratio": statistics.median(spawn["portal"]) / statistics.median(spawn["stock"])}
-    if training:
-        data["training"] = {**training, "ratios_kubernetes_over_slurm": {
-            key: ratio(training["kubernetes"][key], training["slurm"][key])
-            for key in ("first_point_s", "epoch_s", "images_per_sec")}}
-    print(f"results: {save('kube', command=command, targets=[], data=data)}")
-    return 0
+                            "cpu_figures": True, **kube_report.figures(spawn, training)}
+    print(kube_report.table(data))
+    targets = kube_report.targets(data)
+    print("\n".join(kube_report.verdicts(targets)))
+    print(f"results: {save('kube', command=command, targets=targets, data=data)}")
+    return 0 if all(t.met for t in targets) else 1
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ One file per benchmark, overwritten by its next run; `load` reads it back. A rec
     {"schema": 1, "benchmark": "spawn", "finished": "2026-11-23T05:00:00Z" (UTC), "machine": {"cores", "host"},
      "commit": `git describe --always --dirty` of the checkout (null outside git), "command": what reproduces it,
      "met": every target met (true for a benchmark without targets),
-     "targets": [{"name", "measured", "target", "met"}, ...], "data": {the benchmark's own figures}}
+     "targets": [{"name", "measured", "target", "met", "where"}, ...], "data": {the benchmark's own figures}}
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Target:
     measured: float
     target: str  # the target as people read it, e.g. "<= 250"
     met: bool
+    where: str = ""  # a target not met: where the measured seconds go (the largest stages), as its run printed it
 
 
 def results_dir() -> Path:

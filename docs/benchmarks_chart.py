@@ -12,7 +12,7 @@ which panel came from which file and when that run finished. What each panel rea
                segments.<portal|stock>.<submit|queue|job_launch|server_start|hub_ready|first_page> (medians, s)
     dashboard  requests: [{"request", "p50_ms", "p99_ms"}] or {"<request>": {"p50_ms", "p99_ms"}}; optional users,
                submitters, seconds, target_p99_ms, errors (else the sum of the requests' "errors")
-    liveness   measures: [{"name", "runs", "median", "min", "max", "target_s"}]
+    liveness   measures: [{"name", "runs", "median", "min", "max", "target_s", "statistic"}]
     scaling    rows: [{"name", "median", "min", "max"}], efficiency: {"<workers>": fraction}, model, image_size
     nodes      rows: [{"name", "median", "min", "max"}], two_nodes_over_one
 """
@@ -142,12 +142,14 @@ def liveness(ax, data: dict) -> str:
     names = [m["name"].replace(" -> ", " ->\n", 1) for m in measures]
     medians = [number(m["median"]) for m in measures]
     ax.bar(names, medians, yerr=min_max_errors(measures), capsize=4, color=MEASURED, label="median (bars: min..max)")
-    ax.scatter(names, [m["target_s"] for m in measures], color="red", marker="_", s=2000, label="target, every run")
+    ax.scatter(names, [m["target_s"] for m in measures], color="red", marker="_", s=2000,
+               label="target (of the median or of every run)")
     ax.set_ylabel("seconds")
     ax.legend(fontsize=8)
     runs = " and ".join(str(m["runs"]) for m in measures)
-    worst = max(number(m["max"]) / m["target_s"] for m in measures)
-    return f"TensorBoard liveness (runs: {runs}): slowest run at {worst:.0%} of its target"
+    # each measure against its target, on the statistic the target holds for (older results: every run, the max)
+    worst = max(number(m[m.get("statistic", "max")]) / m["target_s"] for m in measures)
+    return f"TensorBoard liveness (runs: {runs}): at {worst:.0%} of its target, the furthest"
 
 
 def scaling(ax, data: dict) -> str:

@@ -243,6 +243,9 @@ class PortalConfig:
     dashboard_metrics_refresh_s: int = setting(15, "Seconds a running job's metrics (read from its TensorBoard "
                                                "files, as the user: a Python process) are reused.")
     dashboard_log_lines: int = setting(40, "Lines of a job's output shown on its page.")
+    dashboard_page_reads_per_s: int = setting(200, "Page reads a second that all open dashboard pages together are "
+                                              "paced to: each page refreshes every 5 s while few are open, and "
+                                              "less often as more are (5,000 open pages: every 25 s).")
     dashboard_api_rate: int = setting(20, "Requests a second one user may make to the dashboard's JSON API, over "
                                       "time; beyond it (and dashboard_api_burst) the answer is 429 with Retry-After.")
     dashboard_api_burst: int = setting(100, "Requests one user may make to the JSON API at once, before "

@@ -91,8 +91,10 @@ def cluster_answer(view: dict[str, Any], counters: dict[str, Any], admin: bool) 
 class ClusterAPIHandler(APIHandler):
     async def get(self) -> None:
         snapshot = await self.blocking(self.cluster.snapshot)
-        # page_refresh_s: how often an open jobs page reloads itself (its meta refresh), what a load test simulates.
-        view = {**snapshot.to_dict(), "refresh_s": self.cluster.interval_s, "page_refresh_s": self.settings["poll_s"]}
+        # page_refresh_s: how often an open jobs page reloads itself now (portal.service.pace: longer as more pages
+        # are open), what a load test simulates; open_pages: how many users have one open.
+        view = {**snapshot.to_dict(), "refresh_s": self.cluster.interval_s,
+                "page_refresh_s": self.settings["pace"].poll_s(), "open_pages": self.settings["pace"].open_pages()}
         # What this process has asked so far (the load benchmark reads the difference over its run): the shared
         # snapshot's squeue/scontrol, the Slurm commands run as users, every command run as a user, hub requests.
         counters = {"squeue_calls": self.cluster.squeue_calls, "scontrol_calls": self.cluster.scontrol_calls,

@@ -17,6 +17,7 @@ from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFil
 from portal.service.board import JobBoard
 from portal.service.fairness import RateLimits, UserShares
 from portal.service.hub import HubDirectory
+from portal.service.pace import Pace
 from portal.templates import templates_dir
 
 HERE = Path(__file__).resolve().parent
@@ -33,7 +34,7 @@ ACTION_WORKERS = 8
 # One user's requests hold at most this many of each pool's workers at once; the rest of theirs wait without one
 # (portal.service.fairness.UserShares): 6 of 8 stay free for the others, whatever one user's files do.
 WORKERS_PER_USER = 2
-MIN_POLL_S = 5  # the job page asks for its job's state at most this often
+MIN_POLL_S = 5  # an open page asks for its rows or its job's state at most this often (portal.service.pace)
 # The most a request body may be before tornado stops reading it and closes the connection (the proxy then shows
 # its own error page), so that no request holds more memory than this. Bodies up to it are answered by the
 # dashboard itself: over portal.inputs.MAX_BODY_BYTES a 413 (PortalHandler.prepare), in JSON for the API, in the
@@ -88,7 +89,8 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         read_shares=UserShares(WORKERS_PER_USER), action_shares=UserShares(WORKERS_PER_USER),
         rate_limits=RateLimits(cfg.dashboard_api_rate, cfg.dashboard_api_burst),
         service_prefix=prefix, hub_base_url=hub_base_url, notebooks_dir=notebooks_dir or templates_dir(),
-        poll_s=max(MIN_POLL_S, cfg.dashboard_refresh_s), log_lines=cfg.dashboard_log_lines,
+        pace=Pace(max(MIN_POLL_S, cfg.dashboard_refresh_s), cfg.dashboard_page_reads_per_s),
+        log_lines=cfg.dashboard_log_lines,
     )
 
 

@@ -293,9 +293,14 @@ class PageRendering(SecurityHeaders):
         settings = self.settings
         namespace = hub_namespace(settings["hub_base_url"], settings["hub_static_url"], user,
                                   self.xsrf_token.decode("ascii"), self.xsrf_form_html())
+        pace = settings["pace"]
+        if user is not None:
+            pace.seen(user.name)
+        poll_s = pace.poll_s()
+        self.set_header("X-Poll-S", f"{poll_s:g}")  # an open page's script follows it (portal.service.pace)
         namespace.update(portal_url=settings["service_prefix"], root_url=settings["hub_base_url"],
                          portal_static=self.static_url,
-                         poll_s=settings["poll_s"], page=name.removesuffix(".html"), **values)
+                         poll_s=f"{poll_s:g}", page=name.removesuffix(".html"), **values)
         if http_status is not None:
             self.set_status(http_status)
         self.set_header("Content-Type", "text/html; charset=UTF-8")

@@ -48,6 +48,7 @@ SSH_DIR = "/etc/dsportal-ssh"  # the job's Secret, mounted read-only
 # pods leave a lost node after LOST_NODE_S (the default toleration is 300 s), and the workers Job replaces them.
 RESTARTS, LOST_NODE_S = 2, 30
 WATCH_EVERY_S = 10  # the launcher looks whether every worker still answers this often
+WORKER_POLL_S = 0.5  # the launcher looks for its workers' sshd this often until all answer
 STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
 CARD_IN_LOG_BYTES = 64 * 1024  # the model card a script copies into its pod's log (a card is a few KB)
 MODEL_CARD_LINE = "chexnet: model card "  # chexnet.card-in-log.sh: the line's start, the card's JSON after it
@@ -227,7 +228,7 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     values = {"spec": spec, "job_id": job_id, "job_dir": job_dir, "ssh_port": SSH_PORT}
     launcher_script = env.get_template(f"{spec.template}.k8s.sh").render(
         **values, **_launcher_values(cfg), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
-        watch_every=WATCH_EVERY_S, stop_grace=STOP_GRACE_S)
+        watch_every=WATCH_EVERY_S, worker_poll=WORKER_POLL_S, stop_grace=STOP_GRACE_S)
     worker_script = env.get_template(f"{spec.template}.k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
     worker_resources = _node_resources(spec)

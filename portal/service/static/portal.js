@@ -21,13 +21,22 @@
     if (note) { note.hidden = false; }
   }
 
+  // The period is the page's, then what the last answer's X-Poll-S said: the dashboard lengthens it as more pages
+  // are open (portal.service.pace), and shortens it again.
+  var period = {seconds: 0};
+  function follow(r) {
+    var next = Number(r.headers.get("X-Poll-S"));
+    if (next > 0) { period.seconds = next; }
+  }
+
   function every(seconds, fn) {
+    period.seconds = seconds;
     function tick() {
       if (stopped) { return; }
       var done = document.hidden ? Promise.resolve() : fn();
-      Promise.resolve(done).catch(function () {}).then(function () { setTimeout(tick, seconds * 1000); });
+      Promise.resolve(done).catch(function () {}).then(function () { setTimeout(tick, period.seconds * 1000); });
     }
-    setTimeout(tick, seconds * 1000);
+    setTimeout(tick, period.seconds * 1000);
   }
 
   // The answer's text, or null when it is refused or fails; `after(response)` sees its headers first.
@@ -35,6 +44,7 @@
     return fetch(url, ask()).then(function (r) {
       if (r.type === "opaqueredirect") { stop(); return null; }
       if (!r.ok) { return null; }
+      follow(r);
       if (after) { after(r); }
       return r.text();
     });

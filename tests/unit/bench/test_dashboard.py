@@ -9,10 +9,10 @@ import time
 import pytest
 
 from bench import dashboard, dashboard_users
+from bench.common import counts_delta
 from bench.dashboard import (
     Run,
     Samples,
-    counts_delta,
     cpu_of,
     each_period,
     percentile,
@@ -57,6 +57,8 @@ def test_targets_name_each_read_errors_and_squeue():
     assert [t.met for t in targets] == [False, False, False]
     assert (targets[0].name, targets[0].measured, targets[1].measured) == ("p99 of jobs page (ms)", 300.0, 2)
     assert squeue_allowed(60, 2) == 31
+    named = targets_of(fast, 31, 60, 2, calls_name="Kubernetes LIST nodes")
+    assert named[2].name == "Kubernetes LIST nodes calls in 60 s" and named[2].target == "<= 31 (once per 2 s)"
 
 
 def test_readers_start_evenly_over_one_period():
@@ -126,8 +128,26 @@ def test_clear_job_dirs_removes_only_the_bench_users_jobs(monkeypatch, tmp_path)
 
 @pytest.mark.parametrize("argv, named", [(["--submit-every", "0"], "--submit-every"),
                                          (["--interval", "-1"], "--interval"),
+                                         (["--box", "local"], "--box"),
                                          (["--users", "10", "--submitters", "11"], "--submitters")])
 def test_a_bad_option_is_refused_by_name_before_anything_runs(argv, named, capsys):
     with pytest.raises(SystemExit) as exit_:
         dashboard.main(argv)
     assert exit_.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_a_page_follows_the_period_its_answer_gives_and_a_p99_not_met_names_the_busiest_processes():
+    run = dashboard.Run()
+    run.started = time.monotonic()
+    run.stop_at = run.started + 0.35
+    calls: list[float] = []
+
+    async def action() -> float:
+        calls.append(time.monotonic() - run.started)
+        return 0.2  # the answer's X-Poll-S: slower than the 0.05 s the page started with
+
+    asyncio.run(dashboard.each_period(run, 0.0, 0.05, action))
+    assert len(calls) == 2 and calls[1] - calls[0] == pytest.approx(0.2, abs=0.04)
+    where = dashboard.busiest({"load generator": 0.1, "dashboard": 0.56, "proxy": 0.13, "dashboard's commands": 0.43,
+                               "hub": 0.02}, count=3)
+    assert where.endswith(": dashboard 0.56, dashboard's commands 0.43, proxy 0.13")

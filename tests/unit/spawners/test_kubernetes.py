@@ -63,3 +63,41 @@ def test_a_users_namespace_binds_the_user_and_their_pods_and_caps_their_gpus():
     assert {(s["kind"], s["name"]) for s in binding["subjects"]} == {("User", "dsportal:alice"),
                                                                      ("ServiceAccount", "default")}
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+
+
+def test_the_spawn_returns_once_the_servers_port_answers_not_before():
+    """The pod runs before JupyterLab listens; the spawn waits for the port (so that the hub's first check finds the
+    server up) and gives up after http_timeout, leaving the hub's wait to say so."""
+    import asyncio
+    import socket
+    import time
+    import types
+
+    from spawners.kubernetes import PortalKubeSpawner
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+
+    async def listen_later() -> float:
+        await asyncio.sleep(0.3)
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", port)
+        opened = time.monotonic()
+        waited = asyncio.ensure_future(asyncio.sleep(1))
+        await waited
+        server.close()
+        return opened
+
+    async def both() -> tuple[float, float]:
+        later = asyncio.ensure_future(listen_later())
+        await PortalKubeSpawner._answering(types.SimpleNamespace(http_timeout=10), f"http://127.0.0.1:{port}")
+        answered = time.monotonic()
+        return answered, await later
+
+    answered, opened = asyncio.run(both())
+    assert 0 <= answered - opened < 0.5
+    started = time.monotonic()
+    asyncio.run(PortalKubeSpawner._answering(types.SimpleNamespace(http_timeout=0.3), f"http://127.0.0.1:{port}"))
+    assert 0.25 < time.monotonic() - started < 3  # nobody listens: bounded by http_timeout
+    asyncio.run(PortalKubeSpawner._answering(types.SimpleNamespace(http_timeout=10), ("198.18.0.9", 8888)))  # no URL

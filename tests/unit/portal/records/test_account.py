@@ -117,3 +117,25 @@ def test_event_files_that_are_no_regular_files_are_not_read(tmp_path):
     for run in (fifo_run, device_run):
         metrics = read_run_metrics(run)
         assert metrics.unreadable == "events.out.tfevents.1.node1 is not a regular file: not read", metrics
+
+
+def test_a_command_runs_while_the_process_holds_more_than_a_thousand_descriptors():
+    """A dashboard with a connection per user holds thousands of descriptors; select() refuses any numbered 1024
+    or more (bench.dashboard at 5,000 users answered 500s), so the wait for a command's exit must not use it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, wanted + 64), hard))  # raise it: CI's limit is 1024
+    held = []
+    try:
+        while len(held) < wanted:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+        assert max(held) >= 1024
+        result = run_bounded(["/bin/sh", "-c", "echo ran"], None, timeout=30)
+        assert result.returncode == 0 and result.stdout == b"ran\n"
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
