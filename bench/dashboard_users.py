@@ -185,7 +185,8 @@ async def user_tokens(session, hub_url: str, admin_token: str, names: Sequence[s
 
 async def remove_hub_users(session, hub_url: str, admin_token: str, names: Sequence[str]) -> int:
     auth = {"Authorization": f"token {admin_token}"}
-    present = [n for n in names if n in await hub_user_names(session, hub_url, auth)]
+    known = await hub_user_names(session, hub_url, auth)  # once: in the comprehension it was asked per name
+    present = [n for n in names if n in known]
     sem = asyncio.Semaphore(HUB_CONCURRENCY)
 
     async def one(name: str) -> None:

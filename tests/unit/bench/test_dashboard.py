@@ -151,3 +151,30 @@ def test_a_page_follows_the_period_its_answer_gives_and_a_p99_not_met_names_the_
     where = dashboard.busiest({"load generator": 0.1, "dashboard": 0.56, "proxy": 0.13, "dashboard's commands": 0.43,
                                "hub": 0.02}, count=3)
     assert where.endswith(": dashboard 0.56, dashboard's commands 0.43, proxy 0.13")
+
+
+def test_removing_hub_users_lists_the_hubs_users_once_not_once_per_name(monkeypatch):
+    listed, deleted = [], []
+
+    async def names(session, hub_url, auth):
+        listed.append(hub_url)
+        return {"bench0001", "bench0003"}
+
+    class Answer:
+        status, content_type = 204, "text/plain"
+
+        async def __aenter__(self):
+            return self
+
+        async def __aexit__(self, *exc):
+            return False
+
+    class Session:
+        def delete(self, url, headers):
+            deleted.append(url.rsplit("/", 1)[1])
+            return Answer()
+
+    monkeypatch.setattr(dashboard_users, "hub_user_names", names)
+    count = asyncio.run(dashboard_users.remove_hub_users(Session(), "http://hub", "t", ["bench0001", "bench0002",
+                                                                                      "bench0003"]))
+    assert count == 2 and sorted(deleted) == ["bench0001", "bench0003"] and len(listed) == 1
