@@ -65,7 +65,8 @@ def ensure_unix_users(names: Sequence[str]) -> int:
 
 
 def remove_unix_users(names: Sequence[str]) -> int:
-    present = [n for n in names if n not in set(missing_unix_users(names))]
+    missing = set(missing_unix_users(names))  # once, not once per name
+    present = [n for n in names if n not in missing]
     for name in present:
         subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
     return len(present)
@@ -122,7 +123,8 @@ def slurm_users(cfg: PortalConfig) -> set[str]:
 def ensure_slurm_associations(cfg: PortalConfig, names: Sequence[str]) -> int:
     """One association each (account SLURM_ACCOUNT) for those that have none, one sacctmgr per page of names; and
     on every one MaxJobs=0 (BENCH_MAX_JOBS): how many were made."""
-    missing = [n for n in names if n not in slurm_users(cfg)]
+    known = slurm_users(cfg)  # once (one sacctmgr), not once per name
+    missing = [n for n in names if n not in known]
     for batch in pages(missing):
         sacctmgr(cfg, "-i", "add", "user", f"name={','.join(batch)}", f"account={SLURM_ACCOUNT}",
                  f"maxjobs={BENCH_MAX_JOBS}")
@@ -132,7 +134,8 @@ def ensure_slurm_associations(cfg: PortalConfig, names: Sequence[str]) -> int:
 
 
 def remove_slurm_associations(cfg: PortalConfig, names: Sequence[str]) -> int:
-    present = [n for n in names if n in slurm_users(cfg)]
+    known = slurm_users(cfg)  # once (one sacctmgr), not once per name
+    present = [n for n in names if n in known]
     for batch in pages(present):
         sacctmgr(cfg, "-i", "delete", "user", f"name={','.join(batch)}")
     return len(present)

@@ -178,3 +178,18 @@ def test_removing_hub_users_lists_the_hubs_users_once_not_once_per_name(monkeypa
     count = asyncio.run(dashboard_users.remove_hub_users(Session(), "http://hub", "t", ["bench0001", "bench0002",
                                                                                       "bench0003"]))
     assert count == 2 and sorted(deleted) == ["bench0001", "bench0003"] and len(listed) == 1
+
+
+def test_the_slurm_associations_are_listed_once_whatever_the_number_of_names(monkeypatch):
+    listed, ran = [], []
+
+    def users(cfg):
+        listed.append(cfg)
+        return {"bench001"}
+
+    monkeypatch.setattr(dashboard_users, "slurm_users", users)
+    monkeypatch.setattr(dashboard_users, "sacctmgr", lambda cfg, *args: ran.append(args) or "")
+    names = bench_users(300)
+    assert dashboard_users.ensure_slurm_associations("cfg", names) == 299 and len(listed) == 1
+    assert dashboard_users.remove_slurm_associations("cfg", names) == 1 and len(listed) == 2
+    assert ran[-1] == ("-i", "delete", "user", "name=bench001")
