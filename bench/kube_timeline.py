@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from bench import timeline
+
 STAGES = (
     ("pod", "request -> pod created (spawner: checks, namespace, claim)"),
     ("scheduled", "-> pod bound to a node (scheduler)"),
@@ -60,13 +62,7 @@ def stages(requested: float, seen: Mapping[str, float], listening: float | None,
            page: float | None) -> dict[str, float | None]:
     """Seconds of each stage (None where a boundary is missing; 0 where one came before the one it follows)."""
     marks = {**seen, "listening": listening, "ready": ready, "page": page}
-    found: dict[str, float | None] = {}
-    before: float | None = requested
-    for key, _ in STAGES:
-        at = marks.get(key)
-        found[key] = None if at is None or before is None else max(0.0, at - before)
-        before = at
-    return found
+    return timeline.durations(requested, [(key, marks.get(key)) for key, _ in STAGES])
 
 
 class PodWatcher:
@@ -121,16 +117,8 @@ class PodWatcher:
 
 
 def median_stages(runs: list[Mapping[str, float | None]]) -> dict[str, float | None]:
-    import statistics
-
-    return {key: statistics.median(values) if (values := [r[key] for r in runs if r.get(key) is not None])
-            else None for key, _ in STAGES}
+    return timeline.medians(runs, [key for key, _ in STAGES])
 
 
 def table(columns: Mapping[str, Mapping[str, float | None]]) -> list[str]:
-    names = list(columns)
-    lines = [f"{'spawn stage, median (s)':<58}" + "".join(f"{name:>9}" for name in names)]
-    for key, label in STAGES:
-        cells = [columns[name].get(key) for name in names]
-        lines.append(f"{label:<58}" + "".join(f"{c:9.2f}" if c is not None else f"{'-':>9}" for c in cells))
-    return lines
+    return timeline.stage_table(columns, STAGES, "spawn stage, median (s)", 58, 9, 2)

@@ -16,9 +16,10 @@ A line is stamped when a poll first sees it, so each boundary is late by at most
 from __future__ import annotations
 
 import re
+import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 # (key, the log line that ends the stage); in the order they appear.
 LOG_MARKS = (
@@ -50,7 +51,8 @@ class LogWatcher:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set() and len(self.seen) < len(LOG_MARKS):
+        last = LOG_MARKS[-1][0]  # the marks come in order: once the last is seen, nothing is left to look for
+        while not self._stop.is_set() and last not in self.seen:
             try:
                 text = self._read()
             except Exception:  # noqa: BLE001 - a log not there yet, or a request that failed: poll again
@@ -83,32 +85,48 @@ def stages(submitted: float, seen: Mapping[str, float], point: tuple[float, int,
     marks += [("first step", step_start), ("timed steps", point_wall)]
     if shown is not None:
         marks.append(("shown", shown))
+    return durations(submitted, marks)
+
+
+def durations(start: float, marks: Sequence[tuple[str, float | None]]) -> dict[str, float | None]:
+    """Each mark's stage, in order: the seconds from the mark before it (`start` for the first); None where either
+    boundary is missing; 0 where a mark came before the one it follows (a late poll). Shared with
+    bench.kube_timeline."""
     found: dict[str, float | None] = {}
-    before: float | None = submitted
+    before: float | None = start
     for key, at in marks:
         found[key] = None if at is None or before is None else max(0.0, at - before)
-        before = at if at is not None else None
+        before = at
     return found
 
 
-def median_stages(runs: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
-    """Each stage's median over the runs that have it."""
-    import statistics
-
-    keys = [key for key in LABELS if any(key in run for run in runs)]
+def medians(runs: Sequence[Mapping[str, float | None]], keys: Iterable[str]) -> dict[str, float | None]:
+    """Each of `keys`' median over the runs that have it (None where none has)."""
     return {key: statistics.median(values) if (values := [run[key] for run in runs if run.get(key) is not None])
             else None for key in keys}
 
 
-def table(columns: Mapping[str, Mapping[str, float | None]]) -> list[str]:
+def median_stages(runs: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
+    """Each stage's median over the runs that have it."""
+    return medians(runs, [key for key in LABELS if any(key in run for run in runs)])
+
+
+def stage_table(columns: Mapping[str, Mapping[str, float | None]], labels: Iterable[tuple[str, str]], title: str,
+                width: int, cell: int, digits: int) -> list[str]:
     """Lines of a stage table, one column per run or per box: '<stage label>  <s>  <s> ...'."""
     names = list(columns)
-    keys = [key for key in LABELS if any(key in column for column in columns.values())]
-    lines = [f"{'stage (s)':<62}" + "".join(f"{name:>11}" for name in names)]
-    for key in keys:
+    lines = [f"{title:<{width}}" + "".join(f"{name:>{cell}}" for name in names)]
+    for key, label in labels:
         cells = [columns[name].get(key) for name in names]
-        lines.append(f"{LABELS[key]:<62}" + "".join(f"{c:11.1f}" if c is not None else f"{'-':>11}" for c in cells))
+        lines.append(f"{label:<{width}}" + "".join(f"{c:{cell}.{digits}f}" if c is not None else f"{'-':>{cell}}"
+                                                   for c in cells))
     return lines
+
+
+def table(columns: Mapping[str, Mapping[str, float | None]]) -> list[str]:
+    """The job's stages that any column has, in seconds to a tenth."""
+    labels = [(key, label) for key, label in LABELS.items() if any(key in column for column in columns.values())]
+    return stage_table(columns, labels, "stage (s)", 62, 11, 1)
 
 
 def biggest(stage_seconds: Mapping[str, float | None], count: int = 3) -> str:
