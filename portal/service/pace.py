@@ -46,8 +46,9 @@ class Pace:
     def poll_s(self) -> float:
         """The period every open page is asked to keep now."""
         with self._lock:
-            if self._clock() - self._pruned >= self.base_s:
-                self._prune(self._clock())
+            now = self._clock()
+            if now - self._pruned >= self.base_s:
+                self._prune(now)
             return self._period
 
     def open_pages(self) -> int:
