@@ -9,6 +9,7 @@ import getpass
 import json
 import os
 import posixpath
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,23 +50,55 @@ def kube_user(user: str | None, groups: Sequence[str] | None, cfg: PortalConfig)
 
 def api_client(cfg: PortalConfig, user: KubeUser | None = None):
     """A client with the portal's credentials (a kubeconfig, else the pod's service account); acting for a user
-    who is not the caller, it impersonates them."""
-    from kubernetes import client, config
+    who is not the caller, it impersonates them. Every client this process makes shares one configuration and one
+    pool of connections to the API server (`_connection`): a client per call, each with its own pool, cost the
+    dashboard a TLS handshake with the API server per call (and the kubeconfig read again), a request per page view
+    of every user's jobs page. Only the impersonation headers are the client's own."""
+    from kubernetes import client
 
+    configuration, rest = _connection(cfg)
+    api = client.ApiClient(configuration)
+    api.rest_client = rest  # thread-safe (urllib3's PoolManager); the headers are per client, per call
+    if user is not None and not user.is_caller:
+        impersonate(api, cfg.user_principal(user.name), cfg.k8s_users_group)
+    return api
+
+
+POOL_CONNECTIONS = 32  # kept open to the API server: more than the dashboard's threads that call it at once (18)
+_connections: dict[str, tuple[object, tuple[Any, Any]]] = {}  # where -> (its stamp, (configuration, rest client))
+_connections_lock = threading.Lock()
+
+
+def _connection(cfg: PortalConfig) -> tuple[Any, Any]:
+    """The portal's credentials and its pool of connections to the API server, made once per process, and again
+    when the kubeconfig file changes (its mtime, size, inode). The service account's token is read again by the
+    client itself as it rotates (load_incluster_config's refresh hook)."""
+    from kubernetes import client, config
+    from kubernetes.client import rest
+
+    where = cfg.k8s_kubeconfig or "in-cluster"
     try:
+        stamp: object = None
         if cfg.k8s_kubeconfig:
-            api = config.new_client_from_config(config_file=cfg.k8s_kubeconfig)
-        else:
+            found = os.stat(cfg.k8s_kubeconfig)
+            stamp = (found.st_mtime_ns, found.st_size, found.st_ino)
+        with _connections_lock:
+            known = _connections.get(where)
+            if known is not None and known[0] == stamp:
+                return known[1]
             configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
-            api = client.ApiClient(configuration)
+            if cfg.k8s_kubeconfig:
+                config.load_kube_config(config_file=cfg.k8s_kubeconfig, client_configuration=configuration)
+            else:
+                config.load_incluster_config(client_configuration=configuration)
+            configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, POOL_CONNECTIONS)
+            made = (configuration, rest.RESTClientObject(configuration))
+            _connections[where] = (stamp, made)
+            return made
     except (config.ConfigException, OSError) as err:
         where = f"k8s_kubeconfig {cfg.k8s_kubeconfig}" if cfg.k8s_kubeconfig else \
             "the pod's service account (k8s_kubeconfig is empty and this is not a pod)"
         raise KubernetesError(f"no credentials for the Kubernetes API from {where}: {err}") from None
-    if user is not None and not user.is_caller:
-        impersonate(api, cfg.user_principal(user.name), cfg.k8s_users_group)
-    return api
 
 
 def impersonate(api, principal: str, group: str | None = None):
