@@ -18,11 +18,14 @@ LOG_FORMAT = "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s %(module)s:%(l
 
 
 async def serve() -> None:
+    from portal.service import gc_pauses
     from portal.service.app import make_app, stop_work
 
+    gc_pauses.watch()
     cfg = load()
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", cfg.dashboard_url))
     app = make_app(cfg)
+    gc_pauses.settle()
     app.listen(url.port or cfg.dashboard_service_port, url.hostname or "127.0.0.1",
                max_body_size=app.settings["max_body_size"])
     log = logging.getLogger("portal.service")
