@@ -92,9 +92,11 @@ class Samples:
     latencies_ms: list[float] = field(default_factory=list)
     errors: int = 0
     first_error: str = ""
+    asked: list[tuple[float, str]] = field(default_factory=list)  # per latency: (seconds into the run, who)
 
-    def add(self, ms: float, error: str | None = None) -> None:
+    def add(self, ms: float, error: str | None = None, at: float = math.nan, who: str = "") -> None:
         self.latencies_ms.append(ms)
+        self.asked.append((at, who))
         if error is not None:
             self.errors += 1
             self.first_error = self.first_error or error
@@ -128,6 +130,26 @@ def targets_of(samples: dict[str, Samples], snapshot_calls: int, seconds: float,
 def verdict_lines(targets: Sequence[Target]) -> list[str]:
     return [f"{t.name}: {t.measured:g}, target {t.target}: {'met' if t.met else 'NOT met'}"
             + (f"; where the time goes: {t.where}" if t.where else "") for t in targets]
+
+
+def slow_reads(samples: Samples, over_ms: float = TARGET_P99_MS) -> str:
+    """Who asked the reads slower than `over_ms` and when: 'of 12000 reads, 120 took over 250 ms: 80 of the
+    submitters' pages, 40 of the others'; in 2 bursts (seconds into the run: 14, 44)': a burst (a second with
+    at least half the slow reads of the busiest such second) is the dashboard stalled for everyone; a kind of
+    user's pages, what their requests do."""
+    slow = [(at, who) for ms, (at, who) in zip(samples.latencies_ms, samples.asked, strict=True) if ms > over_ms]
+    if not slow:
+        return f"of {len(samples.latencies_ms)} reads none took over {over_ms:g} ms"
+    by_who: dict[str, int] = {}
+    per_second: dict[int, int] = {}
+    for at, who in slow:
+        by_who[who or "unnamed"] = by_who.get(who or "unnamed", 0) + 1
+        if not math.isnan(at):
+            per_second[int(at)] = per_second.get(int(at), 0) + 1
+    bursts = sorted(sec for sec, n in per_second.items() if n >= max(2, max(per_second.values(), default=0) / 2))
+    whose = ", ".join(f"{n} of the {who}s' pages" for who, n in sorted(by_who.items(), key=lambda kv: -kv[1]))
+    return (f"of {len(samples.latencies_ms)} reads, {len(slow)} took over {over_ms:g} ms: {whose}; "
+            f"busiest seconds into the run: {', '.join(map(str, bursts[:10])) or 'none'}")
 
 
 def busiest(cores: dict[str, float], count: int = 4) -> str:
@@ -200,10 +222,11 @@ class Run:
     missed: int = 0  # slots skipped: the previous action of that user took a whole period longer
 
 
-async def timed(run: Run, kind: str, request, headers: dict[str, str] | None = None) -> object | None:
-    """The request, timed into run.samples[kind]; its JSON (b"" for another answer that is OK, None for an error).
-    `headers`: filled with the answer's headers."""
+async def timed(run: Run, kind: str, request, headers: dict[str, str] | None = None, who: str = "") -> object | None:
+    """The request, timed into run.samples[kind] with when it was asked and by `who`; its JSON (b"" for another
+    answer that is OK, None for an error). `headers`: filled with the answer's headers."""
     started = time.perf_counter()
+    at = time.monotonic() - run.started
     try:
         async with request as response:
             if headers is not None:
@@ -212,9 +235,9 @@ async def timed(run: Run, kind: str, request, headers: dict[str, str] | None = N
             ok = response.status < 300  # a redirect (to the hub's login: the token was not taken) is an error
             error = None if ok else f"{kind}: {response.status} {body[:200]!r}"
     except Exception as err:  # a refused or timed-out request is the run's error, counted and shown
-        run.samples[kind].add((time.perf_counter() - started) * 1000, f"{kind}: {type(err).__name__}: {err}")
+        run.samples[kind].add((time.perf_counter() - started) * 1000, f"{kind}: {type(err).__name__}: {err}", at, who)
         return None
-    run.samples[kind].add((time.perf_counter() - started) * 1000, error)
+    run.samples[kind].add((time.perf_counter() - started) * 1000, error, at, who)
     return json.loads(body) if ok and response.content_type == "application/json" else (b"" if ok else None)
 
 
@@ -240,14 +263,15 @@ async def each_period(run: Run, offset: float, period: float, action) -> None:
             slot += passed * period
 
 
-def reader(run: Run, session, base: str, token: str, follow: bool = True):
+def reader(run: Run, session, base: str, token: str, follow: bool = True, who: str = ""):
     """An open jobs page: one read per period; `follow`: the period its last answer gave (X-Poll-S: the dashboard
     paces open pages, portal.service.pace), as the page's script does."""
     headers = {"Authorization": f"token {token}"}
 
     async def read() -> float | None:
         answer: dict[str, str] = {}
-        await timed(run, "jobs page", session.get(f"{base}jobs", headers=headers, allow_redirects=False), answer)
+        await timed(run, "jobs page", session.get(f"{base}jobs", headers=headers, allow_redirects=False), answer,
+                    who)
         try:
             return float(answer["X-Poll-S"]) if follow else None
         except (KeyError, ValueError):
@@ -291,7 +315,8 @@ async def load_run(session, base: str, names: list[str], tokens: dict[str, str],
     run.stop_at = run.started + args.seconds
     follow = args.interval is None  # a fixed --interval is kept whatever the dashboard asks
     tasks = [each_period(run, start_offset(i, len(names), period), period,
-                         reader(run, session, base, tokens[n], follow)) for i, n in enumerate(names)]
+                         reader(run, session, base, tokens[n], follow,
+                                "submitter" if i < args.submitters else "reader")) for i, n in enumerate(names)]
     # Submitters spread over their own period too, half a slot from the readers' grid.
     every = args.submit_every or period
     tasks += [each_period(run, start_offset(i, args.submitters, every) + every / (2 * args.submitters), every,
@@ -310,11 +335,13 @@ def report(args: argparse.Namespace, box: BenchBox, run: Run, seconds: float, pe
           f"slots missed (the previous request took a whole period longer)\n")
     print(table(["request", "count", "p50 ms", "p99 ms", "max ms", "errors"],
                 [s.row(k) for k, s in run.samples.items()]))
+    slow = slow_reads(run.samples["jobs page"])
+    print(f"\n{slow}")
     print(f"\n{box.ran_title} ({submits} submits; refresh interval {refresh_s:g} s)\n")
     print(table(["command", "count", "per second"], [[k, v, f"{v / seconds:.2f}"] for k, v in ran.items()]))
     print("\nCPU during the run (cores; 'commands': the processes it ran and waited for)\n")
     print(table(["process", "cores"], [[k, f"{v:.2f}"] for k, v in cores.items()]))
-    targets = [t if t.met or not t.name.startswith("p99") else dataclasses.replace(t, where=busiest(cores))
+    targets = [t if t.met or not t.name.startswith("p99") else dataclasses.replace(t, where=f"{slow}; {busiest(cores)}")
                for t in targets_of(run.samples, ran[box.calls_row], seconds, refresh_s, box.calls_name)]
     print()
     for line in verdict_lines(targets):
@@ -325,6 +352,7 @@ def report(args: argparse.Namespace, box: BenchBox, run: Run, seconds: float, pe
     data = {"box": box.name, "users": args.users, "submitters": args.submitters, "submit_every_s": every,
             "seconds": round(seconds, 1), "page_refresh_s": period, "refresh_s": refresh_s, "late_requests": run.late,
             "missed_slots": run.missed, "requests": {k: s.figures() for k, s in run.samples.items()},
+            "slow_reads": slow,
             "dashboard_ran": ran, "cpu_cores": cores, "setup": {k: round(v, 2) for k, v in setup.items()}}
     command = (f"python -m bench.dashboard{'' if box.name == 'slurm' else ' --box ' + box.name} "
                f"--users {args.users} --submitters {args.submitters} --seconds {args.seconds:g}"

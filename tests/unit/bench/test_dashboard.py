@@ -193,3 +193,17 @@ def test_the_slurm_associations_are_listed_once_whatever_the_number_of_names(mon
     assert dashboard_users.ensure_slurm_associations("cfg", names) == 299 and len(listed) == 1
     assert dashboard_users.remove_slurm_associations("cfg", names) == 1 and len(listed) == 2
     assert ran[-1] == ("-i", "delete", "user", "name=bench001")
+
+
+def test_slow_reads_say_whose_pages_they_were_and_when_the_dashboard_stalled_for_everyone():
+    samples = Samples()
+    for second in range(60):  # a fast read every second, by the readers
+        samples.add(3.0, at=second + 0.5, who="reader")
+    for at in (14.1, 14.2, 14.3, 14.9, 44.0, 44.5, 44.6):  # two stalls: several slow reads each, everyone's
+        samples.add(300.0, at=at, who="reader")
+    samples.add(400.0, at=30.0, who="submitter")  # one submitter's slow page alone: no stall
+    said = dashboard.slow_reads(samples)
+    assert said.startswith("of 68 reads, 8 took over 250 ms: 7 of the readers' pages, 1 of the submitters' pages")
+    assert said.endswith("busiest seconds into the run: 14, 44")
+    assert dashboard.slow_reads(Samples(latencies_ms=[1.0], asked=[(0.0, "reader")])) == \
+        "of 1 reads none took over 250 ms"
