@@ -1,7 +1,7 @@
 """Kubernetes beside Slurm, on this machine's boxes: `make up` (Slurm, and the directory both hubs log in with) and
 `make up-k8s` (the Kubernetes box, its nodes and images).
 
-    python -m bench.kube [--runs 10] [--warmup 1] [--epochs 3] [--only spawn|training]
+    python -m bench.kube [--runs 10] [--warmup 1] [--epochs 3] [--pairs 3] [--only spawn|training]
 
 (a) spawn: form -> JupyterLab on the Kubernetes box, the portal's PortalKubeSpawner against stock KubeSpawner with
     the same image and the same server (1 t4 GPU, 1 CPU, 2 GB, alice's home claim), each on a hub of its own
@@ -9,9 +9,10 @@
     request that starts the spawn (our form's POST; stock has no form: its GET /hub/spawn) and stops when
     GET /user/alice/lab answers 200. Medians of --runs each.
 (b) training: the same 2-worker CheXNet job (2 nodes x 1 GPU, TRAINING below) submitted through portal.jobs on the
-    Slurm box and on the Kubernetes box, one after the other, never at once: time to the first TensorBoard point,
-    time per epoch (epochs after the first; the first holds TensorFlow's start), images/s (the median of the
-    `throughput/images_per_sec` points). Dell's bare metal vs Kubernetes comparison, on this machine's CPUs:
+    Slurm box and on the Kubernetes box, one after the other, never at once, --pairs times, the box that goes
+    first alternating: time to the first TensorBoard point, time per epoch (epochs after the first; the first
+    holds TensorFlow's start), images/s (the median of the `throughput/images_per_sec` points); each ratio is
+    the median of the pairs' ratios. Dell's bare metal vs Kubernetes comparison, on this machine's CPUs:
     both boxes share the same 2 cores and the GPUs are fake, so these are CPU figures, not GPU ones.
 
 Targets (bench.kube_report, issue 43): spawn median ours / stock <= 0.7 and p90 <= 1.0; the job's first point
@@ -215,13 +216,25 @@ def train_once(cfg: PortalConfig, epochs: int, report: Callable[[str], None], ho
     return {"job": job.id, **figures}
 
 
-def training_benchmark(cfg: PortalConfig, kube: Any, epochs: int, report: Callable[[str], None]) -> dict[str, Any]:
+def training_benchmark(cfg: PortalConfig, kube: Any, epochs: int, report: Callable[[str], None],
+                       pairs: int = 1) -> dict[str, Any]:
+    """`pairs` times the same job on each box, the box that goes first alternating (Slurm first in the first
+    pair): {"pairs": [{"first": box, "slurm": figures, "kubernetes": figures}, ...]} (bench.kube_report takes
+    the median of the pairs' ratios)."""
     kube_cfg = dataclasses.replace(cfg, scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfig("hub")),
                                    k8s_jobs="plain")
-    return {"slurm": train_once(cfg, epochs, report, lambda job_id: Path(jobs.get(job_id, user=USER).job_dir)),
-            "kubernetes": train_once(kube_cfg, epochs, report,
-                                     lambda job_id: cluster_jobs_dir(kube.path("volumes", "home", USER),
-                                                                     kube_cfg.cluster_name) / job_id)}
+    runs = {"slurm": lambda: train_once(cfg, epochs, report, lambda job_id: Path(jobs.get(job_id, user=USER).job_dir)),
+            "kubernetes": lambda: train_once(kube_cfg, epochs, report,
+                                             lambda job_id: cluster_jobs_dir(kube.path("volumes", "home", USER),
+                                                                             kube_cfg.cluster_name) / job_id)}
+    done = []
+    for index in range(pairs):
+        order = ("slurm", "kubernetes") if index % 2 == 0 else ("kubernetes", "slurm")
+        pair: dict[str, Any] = {"first": order[0]}
+        for box in order:
+            pair[box] = runs[box]()
+        done.append(pair)
+    return {"pairs": done}
 
 
 # --- the run -----------------------------------------------------------------------------------------------
@@ -233,14 +246,17 @@ def _kubebox():
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Kubernetes beside Slurm: spawn time, and one training job on each.")
+    parser = argparse.ArgumentParser(
+        description="Kubernetes beside Slurm: spawn time, and the same training job on each.")
     parser.add_argument("--runs", type=int, default=10, help="counted spawns of each spawner (default 10)")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted spawns of each first (default 1)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs of the training job (default 3; 2 or more)")
+    parser.add_argument("--pairs", type=int, default=3,
+                        help="training jobs on each box, in pairs whose first box alternates (default 3)")
     parser.add_argument("--only", choices=["spawn", "training"], help="one part only")
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.warmup < 0 or args.epochs < 2:
-        parser.error("--runs must be 1 or more, --warmup 0 or more, --epochs 2 or more")
+    if args.runs < 1 or args.warmup < 0 or args.epochs < 2 or args.pairs < 1:
+        parser.error("--runs must be 1 or more, --warmup 0 or more, --epochs 2 or more, --pairs 1 or more")
     if os.geteuid() != 0:
         print("bench.kube: run as root (it starts hubs and reads the boxes' volumes)", file=sys.stderr)
         return 2
@@ -250,14 +266,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.kube: the Kubernetes box ({kube.state_dir}) is not up: run `make up-k8s` (and `make up`)",
               file=sys.stderr)
         return 2
-    command = f"python -m bench.kube --runs {args.runs} --warmup {args.warmup} --epochs {args.epochs}" + \
+    command = f"python -m bench.kube --runs {args.runs} --warmup {args.warmup} --epochs {args.epochs} " \
+        f"--pairs {args.pairs}" + \
         (f" --only {args.only}" if args.only else "")
 
     def report(line: str) -> None:
         print(line, flush=True)
 
     spawn = spawn_benchmark(cfg, kube, args.runs, args.warmup, report) if args.only != "training" else None
-    training = training_benchmark(cfg, kube, args.epochs, report) if args.only != "spawn" else None
+    training = training_benchmark(cfg, kube, args.epochs, report, args.pairs) if args.only != "spawn" else None
     print()
     data: dict[str, Any] = {"user": USER, "server": {"partition": PARTITION, "gpus": GPUS, "cpus": CPUS,
                                                      "memory_gb": MEMORY_GB}, "training_spec": TRAINING,

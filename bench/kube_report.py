@@ -9,6 +9,7 @@ stock, the stages of the job's first point (bench.timeline) where Kubernetes is 
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from bench import kube_timeline, timeline
@@ -35,9 +36,26 @@ def figures(spawn: dict[str, Any] | None, training: dict[str, Any] | None) -> di
                          "stages_median": {name: kube_timeline.median_stages(found)
                                            for name, found in stages.items()}}
     if training:
-        data["training"] = {**training, "ratios_kubernetes_over_slurm": {
-            key: ratio(training["kubernetes"][key], training["slurm"][key]) for key in RATIOS}}
+        data["training"] = paired(training)
     return data
+
+
+def paired(training: dict[str, Any]) -> dict[str, Any]:
+    """The training part: each pair's ratios (Kubernetes / Slurm), their medians (the targets' figures), and as
+    "slurm" and "kubernetes" the pair whose images/s ratio is the median (its stages explain a target not met).
+    One job per box ({"slurm": ..., "kubernetes": ...}) is one pair."""
+    pairs = training.get("pairs") or [{"slurm": training["slurm"], "kubernetes": training["kubernetes"]}]
+    each = [{key: ratio(pair["kubernetes"][key], pair["slurm"][key]) for key in RATIOS} for pair in pairs]
+    medians = {key: median_of([r[key] for r in each]) for key in RATIOS}
+    by_rate = sorted(range(len(pairs)), key=lambda i: (each[i]["images_per_sec"] is None, each[i]["images_per_sec"]))
+    middle = pairs[by_rate[(len(by_rate) - 1) // 2]]
+    return {"pairs": pairs, "pair_ratios": each, "slurm": middle["slurm"], "kubernetes": middle["kubernetes"],
+            "ratios_kubernetes_over_slurm": medians}
+
+
+def median_of(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def targets(data: dict[str, Any]) -> list[Target]:
@@ -98,13 +116,23 @@ def table(data: dict[str, Any]) -> str:
             lines += ["", *kube_timeline.table(spawn["stages_median"])]
     if training := data.get("training"):
         slurm, kube = training["slurm"], training["kubernetes"]
-        lines += ["", "(b) the same 2-worker job (2 nodes x 1 fake GPU, CPU figures), one box after the other",
+        count = len(training.get("pairs", [])) or 1
+        lines += ["", f"(b) the same 2-worker job (2 nodes x 1 fake GPU, CPU figures), one box after the other, "
+                      f"{count} pair(s); the pair with the median images/s ratio:",
                   f"{'':<34}{'Slurm':>9}{'Kube':>9}{'K/S':>8}"]
         for key, label in (("first_point_s", "submit -> first TensorBoard point, s"),
                            ("epoch_s", "time per epoch (after the first), s"), ("images_per_sec", "images/s")):
             value = ratio(kube[key], slurm[key])
             lines.append(f"{label:<34}{slurm[key]:9.2f}{kube[key]:9.2f}{value:8.2f}" if value is not None
                          else f"{label:<34}{'n/a':>9}{'n/a':>9}")
+        for index, each in enumerate(training.get("pair_ratios", []) if count > 1 else []):
+            lines.append(f"pair {index + 1} ({training['pairs'][index].get('first', 'slurm')} first): K/S "
+                         + ", ".join(f"{key} {value:.2f}" if value is not None else f"{key} n/a"
+                                     for key, value in each.items()))
+        if count > 1:
+            medians = training["ratios_kubernetes_over_slurm"]
+            lines.append("median of the pairs: K/S " + ", ".join(
+                f"{key} {value:.2f}" if value is not None else f"{key} n/a" for key, value in medians.items()))
         if "stages" in slurm and "stages" in kube:
             lines += ["", *timeline.table({"Slurm": slurm["stages"], "Kubernetes": kube["stages"]})]
     return "\n".join(lines)

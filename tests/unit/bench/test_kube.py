@@ -78,3 +78,22 @@ def test_a_spawn_is_cut_into_stages_from_the_pods_changes_and_its_log():
     assert found == pytest.approx({"pod": 0.3, "scheduled": 0.1, "running": 1.5, "listening": 1.2, "ready": 0.4,
                                    "page": 0.1})
     assert kube_timeline.stages(100.0, {"pod": 100.3}, None, 103.5, 103.6)["listening"] is None
+
+
+def test_pairs_of_jobs_give_the_median_ratio_and_the_median_pairs_figures():
+    def job(first_point: float, rate: float) -> dict:
+        return {"first_point_s": first_point, "epoch_s": 100.0 / rate, "images_per_sec": rate}
+
+    pairs = [{"first": "slurm", "slurm": job(60.0, 50.0), "kubernetes": job(63.0, 46.5)},  # 0.93
+             {"first": "kubernetes", "slurm": job(61.0, 50.0), "kubernetes": job(62.0, 50.0)},  # 1.00
+             {"first": "slurm", "slurm": job(59.0, 50.0), "kubernetes": job(70.0, 48.5)}]  # 0.97
+    data = figures(None, {"pairs": pairs})
+    training = data["training"]
+    assert training["ratios_kubernetes_over_slurm"]["images_per_sec"] == pytest.approx(0.97)
+    assert training["ratios_kubernetes_over_slurm"]["first_point_s"] == pytest.approx(63.0 / 60.0)
+    assert training["kubernetes"] is pairs[2]["kubernetes"]  # the pair of the median images/s ratio
+    found = {t.name: t for t in targets(data)}
+    assert found["same job, images/s Kubernetes / Slurm"].met
+    lines = table(data).splitlines()
+    assert any(line.startswith("pair 2 (kubernetes first): K/S first_point_s 1.02") for line in lines), lines
+    assert any(line.startswith("median of the pairs: K/S") and "images_per_sec 0.97" in line for line in lines)
