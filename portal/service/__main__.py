@@ -24,7 +24,7 @@ async def serve() -> None:
     gc_pauses.watch()
     cfg = load()
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", cfg.dashboard_url))
-    app = make_app(cfg)
+    app = make_app(cfg, watch_jobs=True)
     gc_pauses.settle()
     app.listen(url.port or cfg.dashboard_service_port, url.hostname or "127.0.0.1",
                max_body_size=app.settings["max_body_size"])

@@ -18,6 +18,7 @@ from portal.service.board import JobBoard
 from portal.service.fairness import RateLimits, UserShares
 from portal.service.hub import HubDirectory
 from portal.service.pace import Pace
+from portal.service.scans import change_stamps
 from portal.templates import templates_dir
 
 HERE = Path(__file__).resolve().parent
@@ -44,13 +45,17 @@ MAX_BODY_SIZE = 4 * 1024 * 1024
 
 def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str | None = None,
              cluster: ClusterCache | None = None, board: JobBoard | None = None,
-             directory: HubDirectory | None = None, notebooks_dir: Path | None = None) -> Application:
+             directory: HubDirectory | None = None, notebooks_dir: Path | None = None,
+             watch_jobs: bool = False) -> Application:
+    """The dashboard. `watch_jobs` (the service itself, not tests): on Kubernetes, one watch of the API server says
+    whose jobs changed (portal.service.scans.change_stamps); without it each user's jobs are listed every rescan."""
     if not prefix:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
     if not hub_base_url:
         hub_base_url = os.environ.get("JUPYTERHUB_BASE_URL", "/")
     cluster = cluster or ClusterCache(cfg)
-    board = board or JobBoard(cfg, cluster, base_url=hub_base_url, service_prefix=prefix)
+    board = board or JobBoard(cfg, cluster, base_url=hub_base_url, service_prefix=prefix,
+                              dir_stamp=change_stamps(cfg) if watch_jobs else None)
     directory = directory or HubDirectory(ttl_s=cfg.dashboard_refresh_s)
     routes = [
         ("oauth_callback", OAuthCallbackHandler),

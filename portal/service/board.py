@@ -46,7 +46,7 @@ from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
 from portal.service.run_reads import RunReads
-from portal.service.scans import DirStamp, UserRecords, jobs_dir_stamp
+from portal.service.scans import UserRecords, jobs_dir_stamp
 from portal.service.summary import job_key, job_summary, unreadable_summary, waiting
 from portal.settings import Settings
 
@@ -94,10 +94,11 @@ class JobBoard(UsageViews, RunReads, Generic[P]):
     def __init__(self, cfg: PortalConfig, cluster: ClusterCache, base_url: str = "/",
                  service_prefix: str = "/services/portal/", api: Any = jobs_api, rescan_s: float = RESCAN_S,
                  refresher: Refresher | None = None, clock: Callable[[], float] = time.monotonic,
-                 dir_stamp: Callable[[str], DirStamp | None] | None = None):
+                 dir_stamp: Callable[[str], Any] | None = None):
         self.cfg, self.cluster, self.api = cfg, cluster, api
         self.scheduler = scheduler_for(cfg)
-        self._dir_stamp = dir_stamp or functools.partial(jobs_dir_stamp, cluster=cfg.cluster_name)
+        self._dir_stamp = dir_stamp or (functools.partial(jobs_dir_stamp, cluster=cfg.cluster_name)
+                                        if self.scheduler.records_in_home else lambda user: None)
         self.base_url, self.service_prefix = base_url, service_prefix
         self.rescan_s, self._clock = rescan_s, clock
         self._refresher = refresher or Refresher()
@@ -130,12 +131,11 @@ class JobBoard(UsageViews, RunReads, Generic[P]):
         scanned_at = self._clock()
         with self._records_lock:
             known = dict(self._records[user.name].jobs) if user.name in self._records else {}
-        dir_stamp = None
+        dir_stamp = self._dir_stamp(user.name)  # before listing: a change meanwhile makes the next one differ
         found: dict[str, tuple[str | None, AnyJob]]
-        if not self.scheduler.records_in_home:  # the records are the scheduler's (MPIJobs): one call lists them
-            found = {job.id: (None, job) for job in self.api.jobs(user=user.name, groups=user.groups, cfg=self.cfg)}
+        if not self.scheduler.records_in_home:  # the records are the scheduler's (Jobs, MPIJobs): one call lists them
+            found = {job.id: ("", job) for job in self.api.jobs(user=user.name, groups=user.groups, cfg=self.cfg)}
         else:
-            dir_stamp = self._dir_stamp(user.name)  # before listing: a change meanwhile makes the next one differ
             found = {}
             for job_id, stamp in self.api.job_entries(user=user.name, groups=user.groups, cfg=self.cfg):
                 if job_id in known and known[job_id][0] == stamp:

@@ -1,17 +1,22 @@
 """What the board keeps of a scan of a user's jobs, and whether they may have changed since, found without running
 anything as the user: the (device, inode, ctime) of their home, of ~/jobs and of this cluster's ~/jobs/<cluster>,
-read by lstat as the service.
+read by lstat as the service; on Kubernetes, the count of changes to their namespace's jobs that one watch of the
+API server saw (portal.scheduler.kubernetes.watch).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from portal.config import PortalConfig
 from portal.records.record import JOBS_ROOT
+from portal.scheduler import scheduler_for
 
 # A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
 # jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).
@@ -55,6 +60,17 @@ def jobs_dir_stamp(user: str, cluster: str) -> DirStamp | None:
     return DirStamp(fields + (0,) * (9 - len(fields)), max(st.st_ctime_ns for st in found), time.time_ns())
 
 
+def change_stamps(cfg: PortalConfig) -> Callable[[str], Any]:
+    """The dashboard's stamp of a user's jobs (`same_as` a later one: nothing new to list): their ~/jobs's where
+    the records are in the homes, else the watch's count for their namespace (started here, once per process)."""
+    if scheduler_for(cfg).records_in_home:
+        return functools.partial(jobs_dir_stamp, cluster=cfg.cluster_name)
+    from portal.scheduler.kubernetes.watch import jobs_watch
+
+    watch = jobs_watch(cfg)
+    return lambda user: watch.stamp(cfg.user_namespace(user))
+
+
 @dataclass
 class UserRecords:
     """One user's jobs as last scanned: job id -> (directory stamp, Job or UnreadableJob); `dir_stamp`: the
@@ -62,4 +78,4 @@ class UserRecords:
 
     scanned_at: float
     jobs: dict[str, tuple[str | None, Any]] = field(default_factory=dict)
-    dir_stamp: DirStamp | None = None
+    dir_stamp: Any = None  # a DirStamp, a WatchStamp, or None: listed again at the next rescan
