@@ -180,8 +180,8 @@ def lister_for(cfg: PortalConfig, plain: bool) -> Callable[..., Any]:
         if watch:
             query.update(watch=True, resource_version=resource_version, timeout_seconds=WATCH_TIMEOUT_S,
                          allow_watch_bookmarks=True, _request_timeout=(10, WATCH_TIMEOUT_S + 30))
-        else:
-            query.update(_request_timeout=60)
+        else:  # only the list's resourceVersion is wanted: one item, not every job in the cluster
+            query.update(limit=1, _request_timeout=60)
         if plain:
             return client.BatchV1Api(api).list_job_for_all_namespaces(**query)
         return client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL, **query)
