@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chexnet.cli import EXIT_USAGE, UsageError
+from chexnet.cpus import usable_cores
 from chexnet.train_args import PROG, TrainConfig, parse_args, with_trial
 
 # TensorFlow and Horovod are imported inside the functions that use them: a bad flag is then reported in a
@@ -265,9 +266,10 @@ def _place_on_devices() -> None:
         gpu = gpus[hvd.local_rank()] if len(gpus) > 1 else gpus[0]
         tf.config.experimental.set_memory_growth(gpu, True)
         tf.config.set_visible_devices(gpu, "GPU")
-    else:
-        cores = len(os.sched_getaffinity(0))
-        tf.config.threading.set_intra_op_parallelism_threads(max(1, cores // hvd.local_size()))
+    else:  # the CPUs the worker may use (a Kubernetes pod's limit too: chexnet.cpus), shared by the node's workers
+        threads = max(1, usable_cores() // hvd.local_size())
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
 def _datasets(cfg: TrainConfig, rank: int, size: int) -> tuple[DataSource, tf.data.Dataset, tf.data.Dataset, int]:
