@@ -20,6 +20,8 @@ OWN_DATA = "the data set or checkpoint of the job's own run, read as its user: a
 ACCOUNTED = {
     ("chexnet/userfiles.py", "read_bytes", "os.open"): "the training side's bounded reader itself",
     ("chexnet/studylock.py", "acquire", "os.open"): "creates the lock file (O_CREAT | O_EXCL): never reads one",
+    ("chexnet/cpus.py", "_read", "open"): "the kernel's cgroup files (cpu.max, cpu.cfs_quota_us), 64 bytes at most: "
+                                          "no user's file",
     ("portal/jobmail.py", "first_message", "os.open"): "creates an array's marker (O_CREAT | O_EXCL) in root's slurm "
                                                        "directory: never reads one",
     ("chexnet/tblog.py", "_fsync_directory", "os.open"): "opens the run's directory to fsync it; reads nothing",
