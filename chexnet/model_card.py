@@ -28,6 +28,7 @@ import math
 import os
 import platform
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,8 @@ def checkpoint_section(prefix: str | None) -> dict[str, Any]:
 
 
 def code_version() -> dict[str, Any]:
-    """The portal's distribution version, and its git commit when it runs from a checkout (an editable install)."""
+    """The portal's distribution version, and its git commit: the checkout's when it runs from one, else the one
+    its installed copy was made from."""
     from importlib import metadata
 
     try:
@@ -133,7 +135,20 @@ def code_version() -> dict[str, Any]:
             dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         pass
+    if commit is None:
+        commit, dirty = installed_commit()
     return {"dsportal": version, "git_commit": commit, "git_dirty": dirty}
+
+
+def installed_commit() -> tuple[str | None, bool | None]:
+    """The commit a non-editable install was made from (deploy/local/install-package.sh writes it beside the
+    venv's copy): jobs run that copy, not the checkout."""
+    try:
+        record = json.loads((Path(sys.prefix) / "share" / "dsportal" / "source.json").read_text())
+    except (OSError, ValueError):
+        return None, None
+    commit, dirty = record.get("git_commit"), record.get("git_dirty")
+    return (commit if isinstance(commit, str) else None), (dirty if isinstance(dirty, bool) else None)
 
 
 def environment() -> dict[str, Any]:

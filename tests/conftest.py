@@ -114,6 +114,12 @@ def box(*args: str, check: bool = True, settings: Path | None = None) -> subproc
     """Run the cluster-in-a-box command line against the test state dir (or the box that `settings`, a settings
     file, describes); with `check`, a failure shows its output."""
     env = {**os.environ, "DSPORTAL_CONFIG": str(settings)} if settings is not None else None
+    if args[:1] == ("up",):  # the users' jobs run the venv's copy of dsportal: this checkout's, up to date
+        installed = subprocess.run([REPO / "deploy/local/install-package.sh"], capture_output=True, text=True,
+                                   timeout=600)
+        if installed.returncode != 0:
+            raise AssertionError(f"deploy/local/install-package.sh exited {installed.returncode}:\n"
+                                 f"{installed.stdout}\n{installed.stderr}")
     result = subprocess.run([sys.executable, "-m", "deploy.local.box", *args],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:

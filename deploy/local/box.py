@@ -46,7 +46,7 @@ import sys
 import time
 
 from deploy.daemons import descendants
-from deploy.local.parts import accounting, hub, mail, munge, nodes, slapd, slurm, users
+from deploy.local.parts import accounting, hub, mail, munge, nodes, reach, slapd, slurm, users
 from deploy.local.parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir
 from deploy.supervise import Lock, Service, service_pid, start_service, stop_service
 from portal.cli import run_reporting
@@ -73,6 +73,7 @@ def cmd_up(lay: Layout, no_hub: bool) -> None:
     for svc in services(lay.cfg, no_hub):
         for line in start_service(svc, lay):
             print(line, flush=True)
+    print(reach.report_reach(lay, slapd.DEMO_USERS[0][0]), flush=True)  # fails loudly, naming what to do
     cfg = lay.cfg
     print(f"\nthe box is up ({time.monotonic() - began:.1f} s); state in {lay.root}")
     print(f"hub: {cfg.hub_url}/" if not no_hub else "hub: not started (--no-hub)")

@@ -15,6 +15,18 @@ APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client slurmdbd mariadb-se
               cmake g++ libopenmpi-dev openmpi-bin  # these four build and run Horovod
               exim4-daemon-light bsd-mailx)  # the box's MTA for job-end e-mail (local delivery only), and `mail`
 
+# Users' jobs and servers run the venv: every directory above it must let them through (a venv under root's mode-700
+# home cannot work). Said at the first step, not when the first job fails.
+dir=$VENV
+while [ "$dir" != / ]; do
+    perms=$(stat -c %A "$dir" 2>/dev/null || echo ----------x)  # one still to be made: made 0755 below
+    if [ "${perms:9:1}" != x ] && [ "${perms:9:1}" != t ]; then
+        echo "install: $dir is mode $perms: the users' jobs and servers could not reach the venv $VENV." >&2
+        echo "install: give it o+x, or choose a venv users can reach (DSPORTAL_VENV; default /opt/dsportal/venv)." >&2
+        exit 1
+    fi
+    dir=$(dirname "$dir")
+done
 mkdir -p "$STAMPS"
 
 apt_install_missing "${APT_PACKAGES[@]}"
@@ -31,16 +43,15 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 chmod 755 "$(dirname "$VENV")"
 
+# The distribution, NOT editable (install-package.sh): what users' processes import lies in the venv, never in the
+# checkout, which may be unreadable to them. Its dependencies too when setup.py changes; otherwise only the
+# distribution, whenever its sources change.
 inputs=$(cat "$REPO/setup.py" | sha256sum | cut -c1-16)
 if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
-    say "python: installing the dsportal distribution and its dependencies into $VENV"
-    "$VENV/bin/pip" install -q -e "$REPO[test,train,k8s]"
+    "$REPO/deploy/local/install-package.sh" --with-deps
     echo "$inputs" > "$STAMPS/pip"
-elif [ "$(cd / && "$VENV/bin/python" -c 'import portal, os; print(os.path.dirname(os.path.dirname(portal.__file__)))' 2>/dev/null)" != "$REPO" ]; then
-    # Same dependencies, another checkout (CI clones afresh): point the editable install here.
-    say "python: pointing the editable dsportal install at $REPO"
-    out=$("$VENV/bin/pip" install -q --no-deps -e "$REPO" 2>&1) || { echo "$out" >&2; exit 1; }
 fi
+"$REPO/deploy/local/install-package.sh"
 # The type checker of `make lint` and `make test` (mypy): a tool of the checkout, kept out of setup.py so that the
 # images, whose dependency layers are keyed on setup.py, are not rebuilt for it.
 DEV_TOOLS="mypy==1.13.0"
@@ -49,11 +60,6 @@ if [ "$(cat "$STAMPS/dev-tools" 2>/dev/null)" != "$DEV_TOOLS" ]; then
     "$VENV/bin/pip" install -q $DEV_TOOLS
     echo "$DEV_TOOLS" > "$STAMPS/dev-tools"
 fi
-# JupyterLab's setting defaults for every server (no "official Jupyter news" prompt): setup.py's data_files put
-# this file there in the images, but an editable install skips data_files. Cheap, so done every time.
-install -D -m 0644 "$REPO/deploy/jupyterlab/dsportal.json" \
-    "$VENV/share/jupyter/lab/settings/overrides.d/dsportal.json"
-
 # Horovod builds from source against the TensorFlow just installed (2.5-5 min on 2 cores), once per machine.
 HOROVOD_VERSION=0.28.1
 if [ "$("$VENV/bin/python" -c 'import horovod; print(horovod.__version__)' 2>/dev/null)" != "$HOROVOD_VERSION" ] \

@@ -29,7 +29,10 @@ def ensure_hub(lay: Layout) -> None:
 def hub_env(lay: Layout) -> dict[str, str]:
     cfg = lay.cfg
     path = f"{cfg.venv}/bin:{cfg.node_prefix}/node_modules/.bin:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    return {**os.environ, "PYTHONPATH": str(REPO), "PATH": path, MARKER: str(lay.root)}
+    # No PYTHONPATH: the hub and its services import the venv's copy of dsportal, as the users' servers (which
+    # inherit the hub's PYTHONPATH through Spawner.env_keep) must: the checkout may be unreadable to them.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    return {**env, "PATH": path, MARKER: str(lay.root)}
 
 
 def leftovers(lay: Layout) -> list[int]:

@@ -91,3 +91,20 @@ def test_comparing_the_data_names_what_differs(layout, tmp_path):
     unknown = {"dir": "/old", "kind": "tfrecord", "note": "its manifest.json records no image or patient lists"}
     assert model_card.compare_data(unknown, trained) == [
         "the data cannot be compared: its manifest.json records no image or patient lists"]
+
+
+def test_a_non_editable_install_names_the_commit_it_was_made_from(tmp_path, monkeypatch):
+    """Jobs run the venv's copy (deploy/local/install-package.sh), outside any git checkout: the card's commit is
+    the one that copy was installed from, and a record of the wrong types names nothing."""
+    from chexnet.model_card import installed_commit
+
+    monkeypatch.setattr("sys.prefix", str(tmp_path))
+    assert installed_commit() == (None, None)
+    (tmp_path / "share/dsportal").mkdir(parents=True)
+    record = tmp_path / "share/dsportal/source.json"
+    record.write_text('{"source_hash": "ab", "git_commit": "0123abcd", "git_dirty": false}')
+    assert installed_commit() == ("0123abcd", False)
+    record.write_text('{"git_commit": 5, "git_dirty": "no"}')
+    assert installed_commit() == (None, None)
+    record.write_text("not json")
+    assert installed_commit() == (None, None)

@@ -45,7 +45,7 @@ def test_the_overrides_are_valid_settings_of_jupyterlabs_own_schemas():
 
 
 def test_the_installed_overrides_are_the_repositorys_and_turn_the_news_prompt_off(tmp_path):
-    """deploy/local/install.sh copies the file (an editable install skips data_files); JupyterLab's own settings
+    """The venv's non-editable install puts the file there (setup.py's data_files); JupyterLab's own settings
     code then gives a user who has chosen nothing fetchNews "false": the prompt shows only for "none"."""
     assert INSTALLED_OVERRIDES.read_text() == OVERRIDES.read_text()
     result, _ = get_settings(str(LAB / "settings"), str(LAB / "schemas"), str(tmp_path), schema_name=NOTIFICATION)
