@@ -23,23 +23,42 @@ class HubError(RuntimeError):
     """The hub answered, but not as a working hub does (a login refused, a spawn that failed)."""
 
 
+class NotYet(Exception):
+    """An answer that is not (yet) what a wait asks for: a predicate may raise it to say why, and the wait names it
+    when it times out."""
+
+
+# What a wait counts as "not yet", never as its end: a question that could not be asked (a refused connection, a
+# read timeout while a server restarts), an answer that is not a success (an error status: raise_for_status's
+# HTTPError; a proxy's plain "Service Unavailable" where JSON was asked: requests' JSONDecodeError) and a body
+# without the part asked for (KeyError, TypeError on None, IndexError) while a restarted service catches up. A
+# predicate that must end the wait at once raises something else (AssertionError, HubError).
+NOT_YET: tuple[type[BaseException], ...] = (NotYet, requests.RequestException, OSError, ValueError, LookupError,
+                                            TypeError)
+try:  # the Kubernetes client's errors, where it is installed (the venv's [k8s] extra): its API and its transport
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError as TransportError
+    NOT_YET += (ApiException, TransportError)
+except ImportError:  # pragma: no cover - a venv without the Kubernetes client
+    pass
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.5, what: str = "condition") -> Any:
     """predicate()'s first true value, asked every `interval` s; TimeoutError naming `what` after `timeout` s.
 
-    A question that could not be asked is a "not yet", never the wait's end: a transport error of the predicate's
-    (a refused connection, a read timeout while a server restarts: requests.RequestException, OSError) counts as
-    false, and the last one is named in the TimeoutError."""
+    Any non-success (NOT_YET: transport, status, body) counts as false until the deadline, and the last one is
+    named in the TimeoutError."""
     deadline = time.monotonic() + timeout
     unasked = None
     while time.monotonic() < deadline:
         try:
             value = predicate()
-        except (requests.RequestException, OSError) as err:
+        except NOT_YET as err:
             value, unasked = None, err
         if value:
             return value
         time.sleep(interval)
-    last = f" (its last question could not be asked: {type(unasked).__name__}: {unasked})" if unasked else ""
+    last = f" (its last answer was not a success: {type(unasked).__name__}: {unasked})" if unasked else ""
     raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}{last}")
 
 
@@ -132,8 +151,9 @@ class HubClient:
 
     def server(self, username: str) -> dict | None:
         """The user's default server as the REST API describes it, or None when there is none."""
-        model = self.api("GET", f"users/{username}").json()
-        return model.get("servers", {}).get("")
+        answer = self.api("GET", f"users/{username}")
+        answer.raise_for_status()  # an error page is no description of a server: in a wait, a "not yet"
+        return answer.json().get("servers", {}).get("")
 
     def progress_events(self, username: str, timeout: float) -> list[dict[str, Any]]:
         """The progress event stream, as the spawn-pending page reads it, until its last event (ready or failed)."""

@@ -106,7 +106,9 @@ def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(po
               f"alice's server again {time.monotonic() - deleted:.1f} s later")
         # Her server was never stopped: the same pod, and the new hub knows it as ready.
         assert core.read_namespaced_pod("jupyter-alice", ALICE_NS).metadata.uid == server_pod.metadata.uid
-        assert pod_hub.server(alice, "alice")["ready"]
+        # The proxy may route to her server before the new hub's API answers (a 503 from the proxy meanwhile).
+        assert wait_for(lambda: pod_hub.server(alice, "alice")["ready"], 60,
+                        what="the new hub pod to know her server as ready")
     finally:
         admin = pod_hub.login("admin")
         pod_hub.api(admin, "DELETE", "users/alice/server")
