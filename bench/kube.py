@@ -41,6 +41,7 @@ from bench.spawn import PHASE_JITTER_S, open_lab, start_spawn
 from bench.stock_hub import HubProcess, _yaml_value
 from portal import jobs
 from portal.config import PortalConfig, load
+from portal.directory import search_password_file
 from portal.records.record import cluster_jobs_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,6 +96,7 @@ class KubeHub(HubProcess):
         settings = {f.name: _yaml_value(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
         settings.update(
             state_dir=str(state_dir), ldap_ca_file=str(cfg.ca_file), hub_port=port, proxy_api_port=port + 1,
+            ldap_search_password_file=str(search_password_file(cfg)),  # the box's directory's portal identity
             hub_api_port=port + 2, dashboard_port=port + 3, cull_idle_timeout=0, scheduler="kubernetes",
             # the pods reach the hub's API on the Kubernetes box's bridge
             k8s_kubeconfig=str(kube.kubeconfig("hub")), hub_api_ip=kube.api_address,

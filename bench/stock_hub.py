@@ -16,6 +16,7 @@ from typing import Any
 
 from bench.hub_client import wait_until_up
 from portal.config import PortalConfig
+from portal.directory import search_password_file
 
 REPO = Path(__file__).resolve().parents[1]
 STOCK_HUB_CONFIG = Path(__file__).with_name("stock_hub_config.py")
@@ -70,7 +71,8 @@ def stock_hub_settings(cfg: PortalConfig, state_dir: Path) -> dict[str, Any]:
     settings = {f.name: _yaml_value(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
     port = cfg.hub_port + STOCK_PORT_SHIFT
     settings.update(state_dir=str(state_dir), slurm_conf=str(cfg.slurm_conf_path), ldap_ca_file=str(cfg.ca_file),
-                    hub_port=port, proxy_api_port=port + 1, hub_api_port=port + 2, dashboard_port=port + 3)
+                    ldap_search_password_file=str(search_password_file(cfg)), hub_port=port, proxy_api_port=port + 1,
+                    hub_api_port=port + 2, dashboard_port=port + 3)
     return settings
 
 

@@ -15,11 +15,15 @@
   is a browser holding a signed login-device cookie for that user, else its address; the loose per-address and
   per-user rules never hold back a browser the user has logged in from before, so a flood cannot lock them out.
   The address is the proxy's X-Forwarded-For entry when the connection comes from `trusted_proxies`.
+- The user's bind checks the password and nothing else; the groups are read as the portal's own identity
+  (ldap_search_user, portal.ldap_login), since the directory shows a user only their own entry. A bind refused
+  because the directory's password policy locked the account (too many wrong passwords) gets a message of its own.
 - A directory that is down or untrusted gives the login page a message (503) instead of a traceback. A dropped
   connection is told apart: the directory is probed with an anonymous bind, and if it answers, the request
   itself was refused (a failed login, 403), not the directory down.
 - Every refused login is one line in the hub's log: the user, the client's address and why (wrong user name or
-  password, in no allowed group, blocked, held back, directory busy or unavailable); never the password.
+  password, account locked, in no allowed group, blocked, held back, directory busy or unavailable); never the
+  password.
 - The directory's address, TLS, bind and search settings, allowed groups and timeouts are portal settings, which
   `portal.accounts`' sync reads too: upstream's traits take them from portal.config, and a hub configuration that
   gives one of them (or a spawner trait that is a setting) another value stops the hub at startup (portal.traits).
@@ -40,14 +44,15 @@ from typing import Any
 import ldap3
 from ldap3 import Tls
 from ldap3.core.exceptions import LDAPBindError, LDAPException
-from ldap3.utils.conv import escape_filter_chars
 from ldapauthenticator import LDAPAuthenticator
 from ldapauthenticator.ldapauthenticator import TlsStrategy
 from tornado import web
 from traitlets import Float, Instance, Integer, List, TraitError, Unicode, default, validate
 
 from portal.config import ConfigError, PortalConfig, load
+from portal.directory import DirectoryError, search_password
 from portal.hub_pages import spawn_handlers
+from portal.ldap_login import AccountLocked, login
 from portal.login_limits import Attempt, LdapBusy, LdapSlots, LoginThrottle, Policy, client_address, is_ip_address
 from portal.traits import class_conflicts, fixed_default, portal_default
 
@@ -60,6 +65,8 @@ PASSWORD_TOO_LONG = ("password: at most {limit} bytes (UTF-8) are allowed, and t
                      "checked. Enter your directory password.")
 REQUEST_REFUSED = ("The directory refused this login request (it closed the connection while checking it); the "
                    "directory itself is up. Check the user name and password and try again.")
+ACCOUNT_LOCKED = ("This account is locked: too many wrong passwords were tried for it. The directory unlocks it "
+                  "by itself after a while; try again later, or ask your administrator to unlock it.")
 DEVICE_COOKIE = "dsportal-login-device"
 # ldap3's connection modes for each upstream TLS strategy: (use_ssl, auto_bind).
 CONNECT_MODES = {
@@ -160,7 +167,8 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
     _user_search_base_default = portal_default("user_search_base", "ldap_user_search_base")
     _user_attribute_default = portal_default("user_attribute", "ldap_user_attribute")
     _search_user_default = portal_default("lookup_dn_search_user", "ldap_search_user")
-    _search_password_default = portal_default("lookup_dn_search_password", "ldap_search_password")
+    _search_password_default = portal_default("lookup_dn_search_password", "ldap_search_password",
+                                              "ldap_search_password_file", "ldap_search_user", read=search_password)
     _allowed_groups_default = portal_default("allowed_groups", "allowed_groups", "ldap_group_search_base", read=(
         lambda cfg: [cfg.group_dn(g) for g in cfg.allowed_groups]))
     _connect_timeout_default = portal_default("ldap_connect_timeout", "ldap_timeout",
@@ -303,16 +311,20 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         except _RequestDropped as err:
             self._refused(attempt, "the directory dropped the request but answers a probe: %s", err)
             raise web.HTTPError(403, REQUEST_REFUSED) from None
-        except (TimeoutError, LDAPException, OSError) as err:
+        except AccountLocked:
+            self._refused(attempt, "account locked by the directory's password policy (too many wrong passwords)")
+            raise web.HTTPError(403, ACCOUNT_LOCKED) from None
+        except (TimeoutError, LDAPException, OSError, DirectoryError) as err:
             self.log.error("Login refused for %s from %s: directory unavailable: LDAP at %s:%s: %s: %s", attempt.user,
                            attempt.address, self.server_address, self.server_port, type(err).__name__, err)
             raise web.HTTPError(503, DIRECTORY_UNAVAILABLE) from None
 
     def _bind_and_read(self, username: str, password: str) -> dict | None:
-        """In a worker thread: upstream's authenticate (synchronous inside); a failure of the connection is the
+        """In a worker thread: the login in two binds (portal.ldap_login); a failure of the connection is the
         request's own fault when the directory still answers an anonymous bind."""
         try:
-            return asyncio.run(super().authenticate(None, {"username": username, "password": password}))
+            return login(self, username, password, self._server(), self.ldap_receive_timeout,
+                         self.portal.ldap_group_search_base)
         except (LDAPException, OSError) as err:
             if self._directory_answers():
                 raise _RequestDropped(f"{type(err).__name__}: {err}") from err
@@ -327,13 +339,16 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             conn.unbind()
         return True  # a refused anonymous bind is an answer too
 
+    def _server(self) -> ldap3.Server:
+        use_ssl, _ = CONNECT_MODES[self.tls_strategy]
+        return ldap3.Server(self.server_address, port=self.server_port, use_ssl=use_ssl, tls=Tls(**self.tls_kwargs),
+                            connect_timeout=self.ldap_connect_timeout)
+
     def get_connection(self, userdn: str | None, password: str | None) -> ldap3.Connection | None:
         """Upstream's, with ldap3's own timeouts, so that a worker thread ends instead of waiting forever."""
-        use_ssl, auto_bind = CONNECT_MODES[self.tls_strategy]
-        server = ldap3.Server(self.server_address, port=self.server_port, use_ssl=use_ssl,
-                              tls=Tls(**self.tls_kwargs), connect_timeout=self.ldap_connect_timeout)
+        _, auto_bind = CONNECT_MODES[self.tls_strategy]
         try:
-            return ldap3.Connection(server, user=userdn, password=password, auto_bind=auto_bind,
+            return ldap3.Connection(self._server(), user=userdn, password=password, auto_bind=auto_bind,
                                     receive_timeout=self.ldap_receive_timeout)
         except LDAPBindError:
             return None
@@ -361,20 +376,6 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         handler.set_signed_cookie(DEVICE_COOKIE, f"{username}:{secrets.token_urlsafe(12)}",
                                   expires_days=self.login_device_days, path=handler.settings["login_url"],
                                   httponly=True, samesite="Strict", secure=handler.request.protocol == "https")
-
-    def get_user_attributes(self, conn: ldap3.Connection, userdn: str) -> dict:
-        """The upstream hook, bound as the user: add the names of every group the user is in."""
-        attributes = dict(super().get_user_attributes(conn, userdn))
-        uid = userdn.split(",", 1)[0].split("=", 1)[1]
-        conn.search(
-            search_base=self.portal.ldap_group_search_base,
-            search_scope=ldap3.SUBTREE,
-            search_filter=self.group_search_filter.format(
-                userdn=escape_filter_chars(userdn), uid=escape_filter_chars(uid)),
-            attributes=["cn"],
-        )
-        attributes["portal_groups"] = sorted(str(entry.cn) for entry in conn.entries)
-        return attributes
 
 
 class _RequestDropped(Exception):

@@ -87,12 +87,22 @@ class PortalConfig:
                                          "Where users are searched for (with ldap_lookup_dn).")
     ldap_user_attribute: str = setting("uid", "The attribute that holds the login name (with ldap_lookup_dn; "
                                        "e.g. sAMAccountName).")
-    ldap_search_user: str = setting("", "The DN the portal binds as to search the directory (with ldap_lookup_dn); "
-                                    "empty means an anonymous search.")
-    ldap_search_password: str = setting("", "ldap_search_user's password.", secret=True)
+    ldap_search_user: str = setting("cn=portal,ou=services,dc=dsportal,dc=local", "The DN the portal binds as to "
+                                    "read the directory (logins' groups, accounts sync, e-mail addresses); empty means "
+                                    "anonymous reads. The box's slapd makes it, with a password of its own.")
+    ldap_search_password: str = setting("", "ldap_search_user's password; empty means ldap_search_password_file's.",
+                                        secret=True)
+    ldap_search_password_file: str = setting("", "A file (mode 0600) whose first line is ldap_search_user's password; "
+                                             "empty means <state_dir>/ldap/search-password, which the box writes.")
     ldap_group_search_base: str = setting("ou=groups,dc=dsportal,dc=local",
                                           "Where groups named by cn (not a full DN) are looked up.")
     ldap_timeout: int = setting(5, "Seconds to wait for the directory before telling the user it is unavailable.")
+    # The box's slapd's password policy (ppolicy): a site's directory has its own (docs/admin-guide.md).
+    directory_max_failures: int = setting(10, "Wrong passwords in a row (within directory_failure_window_s) that lock "
+                                          "a directory account (the box's slapd: pwdMaxFailure).")
+    directory_lockout_s: int = setting(900, "Seconds a locked account stays locked (pwdLockoutDuration).")
+    directory_failure_window_s: int = setting(900, "Seconds a wrong password counts towards a lock "
+                                              "(pwdFailureCountInterval).")
 
     # Authorisation, by LDAP group name (cn) or full DN.
     allowed_groups: tuple[str, ...] = setting(("datascientists", "portal-admins"),

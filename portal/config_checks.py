@@ -63,7 +63,8 @@ def check_settings(cfg: PortalConfig) -> None:
     _check_box(cfg)
     _check_places(cfg)
     for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines", "max_jobs_per_user",
-                 "dashboard_api_rate", "dashboard_api_burst"):
+                 "dashboard_api_rate", "dashboard_api_burst", "directory_max_failures", "directory_lockout_s",
+                 "directory_failure_window_s"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 1 or more")
 

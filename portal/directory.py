@@ -3,8 +3,10 @@ and a user's e-mail address (for portal.jobmail).
 
     read_directory(cfg)          # every group under ldap_group_search_base; DirectoryError when there is none
     directory_mail(user, cfg)    # the user's `mail`, None when the entry has none
+    search_password(cfg)         # ldap_search_user's password: the setting, or the first line of its file
 
-Both take the connection as an argument (`connect`), so the tests pass a mock directory.
+Both readers take the connection as an argument (`connect`), so the tests pass a mock directory. Every read binds as
+the portal's own identity (ldap_search_user): the directory shows anonymous clients and other users nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ldap3
@@ -74,6 +77,24 @@ def directory_from_entries(entries: Iterable[Mapping[str, Any]]) -> tuple[Group,
     return tuple(sorted(groups, key=lambda g: g.name))
 
 
+def search_password_file(cfg: PortalConfig) -> Path:
+    return Path(cfg.ldap_search_password_file or cfg.state_dir / "ldap" / "search-password")
+
+
+def search_password(cfg: PortalConfig) -> str:
+    """ldap_search_user's password: ldap_search_password, else the first line of ldap_search_password_file (a
+    secret file rather than a setting: the settings file is readable by every user's jobs). "" for anonymous
+    reads (no ldap_search_user). DirectoryError, naming the setting, when the file cannot be read."""
+    if cfg.ldap_search_password or not cfg.ldap_search_user:
+        return cfg.ldap_search_password
+    path = search_password_file(cfg)
+    try:
+        return path.read_text().split("\n", 1)[0]
+    except OSError as err:
+        raise DirectoryError(f"ldap_search_password_file: {path} cannot be read ({err.strerror or err}); it holds "
+                             f"the password of ldap_search_user {cfg.ldap_search_user}") from None
+
+
 def ldap_connection(cfg: PortalConfig) -> ldap3.Connection:
     """A read-only connection bound as ldap_search_user (or anonymously), with the hub's TLS (portal.auth)."""
     if cfg.ldap_tls != "none" and not os.access(cfg.ca_file, os.R_OK):
@@ -83,7 +104,7 @@ def ldap_connection(cfg: PortalConfig) -> ldap3.Connection:
     server = ldap3.Server(cfg.ldap_host, port=cfg.ldap_server_port, use_ssl=cfg.ldap_tls == "ldaps", tls=tls,
                           get_info=ldap3.NONE, connect_timeout=cfg.ldap_timeout)
     auto_bind = ldap3.AUTO_BIND_TLS_BEFORE_BIND if cfg.ldap_tls == "starttls" else ldap3.AUTO_BIND_NO_TLS
-    return ldap3.Connection(server, user=cfg.ldap_search_user or None, password=cfg.ldap_search_password or None,
+    return ldap3.Connection(server, user=cfg.ldap_search_user or None, password=search_password(cfg) or None,
                             auto_bind=auto_bind, receive_timeout=cfg.ldap_timeout, read_only=True,
                             raise_exceptions=True)
 

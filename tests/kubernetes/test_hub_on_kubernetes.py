@@ -17,6 +17,7 @@ import kubernetes_validate
 import pytest
 import requests
 
+from portal.directory import search_password_file
 from tests.conftest import PORT_OFFSET, REPO, TEST_STATE, Hub, wait_for
 from tests.integration.helpers import portal_client
 from tests.unit.helpers import KUBERNETES_VERSIONS
@@ -38,6 +39,7 @@ def k8s_hub(directory, kube):
         "state_dir": HUB_STATE, "hub_port": HUB_PORT, "hub_api_port": HUB_PORT + 81,
         "proxy_api_port": HUB_PORT + 1, "dashboard_port": HUB_PORT + 90, "cull_idle_timeout": 0,
         "ldap_port": directory.ldap_port, "ldaps_port": directory.ldaps_port, "ldap_ca_file": directory.ca_file,
+        "ldap_search_password_file": search_password_file(directory),  # the directory's portal identity's
         "scheduler": "kubernetes", "k8s_kubeconfig": kube.kubeconfigs["hub"], "start_timeout": START_TIMEOUT_S,
         "slurm_conf": TEST_STATE / "slurm" / "slurm.conf",
         # the pods reach the hub's API on the Kubernetes box's bridge; the box's nodes have 4 fake t4 GPUs each

@@ -7,6 +7,8 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
     PersistentVolume dsportal-hub-state, claim hub-state   the hub's database and cookie secret (hostPath:
                                                            <state>/volumes/hub), kept when the pod is replaced
     Secret dsportal-ldap-ca                                the directory's CA (values.yaml: hub.extraVolumes)
+    Secret dsportal-ldap-search                            the password of the portal's own directory identity
+                                                           (ldap_search_user), as a file (values.yaml)
     Secret dsportal-hub-tls                                the proxy's HTTPS certificate, signed by the box's CA
                                                            for every node's address (tls/hub.pem), and its key
     Service hub                                            ClusterIP: 8081 the hub's own API, 8090 the dashboard;
@@ -18,10 +20,11 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
 
 The directory is the Slurm box's slapd (`python -m deploy.local.box start slapd`; the tests': their own box's).
 The pods reach only the box's bridge (the nodes have no default route) and slapd listens on 127.0.0.1: the service
-`ldap-relay` (socat) relays the bridge address's LDAP port to slapd's, for the pods' range only, and the pod names
+`ldap-relay` (socat) relays the bridge address's LDAPS port to slapd's, for the pods' range only, and the pod names
 the directory by this machine's hostname, which slapd's certificate carries, with a hostAliases entry for the
-bridge address. `install` writes <state>/hub/directory.json; while it is there, every `up` starts the relay, imports
-the hub image again when podman's copy changed, and brings the objects in line.
+bridge address. Only LDAPS is relayed: no port that speaks plain LDAP is reachable from a pod, and the hub's pod
+talks LDAPS (ldap_tls: ldaps). `install` writes <state>/hub/directory.json; while it is there, every `up` starts
+the relay, imports the hub image again when podman's copy changed, and brings the objects in line.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from deploy.kubernetes.kubeparts.layout import HERE, HUB_NAMESPACE, HUB_SERVICE_
 from deploy.selfsigned import ensure_ca_and_server_cert
 from deploy.supervise import BoxError, Service
 from portal.config import PortalConfig
+from portal.directory import search_password_file
 
 VALUES_FILE = HERE / "values.yaml"
 HUB_IMAGE = "localhost/dsportal-hub:latest"
@@ -55,17 +59,20 @@ NODE_PORT = 30080
 HUB_API_PORT, DASHBOARD_PORT, PROXY_PORT = 8081, 8090, 8000
 STATE_MOUNT = "/var/lib/dsportal"  # the image's DSPORTAL_STATE_DIR default; /srv/jupyterhub holds its config
 CA_MOUNT = "/etc/dsportal/ldap-ca"
+SEARCH_MOUNT = "/etc/dsportal/ldap-search"  # the Secret dsportal-ldap-search's `password`
 TLS_MOUNT = "/etc/dsportal/hub-tls"  # the Secret's tls.crt and tls.key (a kubernetes.io/tls Secret's names)
 SOCAT = "/usr/bin/socat"
 LABELS = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "hub"}
 IMAGE_ANNOTATION = "dsportal/hub-image"  # podman's image id: a rebuilt image rolls the Deployment
 READY_S = 180  # the hub's pod, from the Deployment's change to /hub/health: ~20 s here
-DIRECTORY_FIELDS = ("ldap_port", "ldap_base_dn", "ldap_bind_dn_template", "ldap_user_search_base",
-                    "ldap_group_search_base")
+DIRECTORY_FIELDS = ("ldaps_port", "ldap_base_dn", "ldap_bind_dn_template", "ldap_user_search_base",
+                    "ldap_group_search_base", "ldap_search_user")
 # What the box sets over values.yaml, and why: values.yaml is written for a site (its LDAP, its registry).
 BOX_VALUES = {
     "DSPORTAL_LDAP_HOST": "this machine's hostname: in slapd's certificate; hostAliases maps it to the bridge",
-    "DSPORTAL_LDAP_PORT": "the box's slapd port (relayed on the bridge)",
+    "DSPORTAL_LDAP_TLS": "ldaps: the relay carries the LDAPS port only",
+    "DSPORTAL_LDAP_PORT": "ldap_port is not relayed: set to ldaps_port, so that no setting names a port pods lack",
+    "DSPORTAL_LDAP_SEARCH_USER": "the demo directory's portal identity",
     "DSPORTAL_LDAP_BASE_DN": "the demo directory's",
     "DSPORTAL_LDAP_BIND_DN_TEMPLATE": "the demo directory's",
     "DSPORTAL_LDAP_USER_SEARCH_BASE": "the demo directory's",
@@ -84,6 +91,7 @@ BOX_EXTRA = {
     "DSPORTAL_HUB_SSL_CERT": "HTTPS at the NodePort: the box's CA signs it for the nodes' addresses (a site: "
                              "its own certificate, or TLS ended at its ingress)",
     "DSPORTAL_HUB_SSL_KEY": "its key",
+    "DSPORTAL_LDAPS_PORT": "the box's slapd LDAPS port (relayed on the bridge)",
 }
 
 
@@ -98,6 +106,10 @@ def ca_file(box: KubeBox) -> Path:
     return box.path("hub", "ldap-ca.pem")
 
 
+def search_password_copy(box: KubeBox) -> Path:
+    return box.path("hub", "ldap-search-password")
+
+
 def installed(box: KubeBox) -> dict[str, Any] | None:
     try:
         return json.loads(directory_file(box).read_text())
@@ -106,10 +118,14 @@ def installed(box: KubeBox) -> dict[str, Any] | None:
 
 
 def relay_port(box: KubeBox) -> int:
+    """The directory's LDAPS port: the only one relayed."""
     found = installed(box)
     if found is None:
         raise BoxError(f"ldap-relay: the hub is not installed ({directory_file(box)} is missing)")
-    return int(found["ldap_port"])
+    if "ldaps_port" not in found:
+        raise BoxError(f"ldap-relay: {directory_file(box)} was written before the relay spoke LDAPS only: run "
+                       "`kubebox up --hub` (make up-k8s) to install the hub again")
+    return int(found["ldaps_port"])
 
 
 def _relay_prepare(box: KubeBox) -> None:
@@ -119,7 +135,8 @@ def _relay_prepare(box: KubeBox) -> None:
 
 
 def relay_command(box: KubeBox) -> list[str]:
-    """The bridge address's LDAP port to slapd's on 127.0.0.1, for clients in the pods' range only."""
+    """The bridge address's LDAPS port to slapd's on 127.0.0.1, for clients in the pods' range only: TLS end to end
+    (socat carries the bytes; slapd's certificate and the hub's CA check them)."""
     port = relay_port(box)
     return [SOCAT, "-d", f"TCP-LISTEN:{port},bind={box.api_address},reuseaddr,fork,range={box.cluster_cidr}",
             f"TCP:127.0.0.1:{port}"]
@@ -147,7 +164,10 @@ def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[st
     settings (DIRECTORY_FIELDS), as portal.config has them."""
     env = values_env()
     env.update({
-        "DSPORTAL_LDAP_HOST": socket.gethostname(), "DSPORTAL_LDAP_PORT": str(directory["ldap_port"]),
+        "DSPORTAL_LDAP_HOST": socket.gethostname(), "DSPORTAL_LDAP_TLS": "ldaps",
+        "DSPORTAL_LDAPS_PORT": str(directory["ldaps_port"]), "DSPORTAL_LDAP_PORT": str(directory["ldaps_port"]),
+        "DSPORTAL_LDAP_SEARCH_USER": directory["ldap_search_user"],
+        "DSPORTAL_LDAP_SEARCH_PASSWORD_FILE": f"{SEARCH_MOUNT}/password",
         "DSPORTAL_LDAP_BASE_DN": directory["ldap_base_dn"],
         "DSPORTAL_LDAP_BIND_DN_TEMPLATE": directory["ldap_bind_dn_template"],
         "DSPORTAL_LDAP_USER_SEARCH_BASE": directory["ldap_user_search_base"],
@@ -175,9 +195,9 @@ def hub_services() -> list[dict]:
 
 
 def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = "",
-                tls: tuple[str, str] = ("", "")) -> list[dict]:
-    """The claim, its volume, the CA's Secret, the TLS Secret (`tls`: certificate and key, PEM) and the Deployment
-    (the Services: hub_services)."""
+                tls: tuple[str, str] = ("", ""), search_password: str = "") -> list[dict]:
+    """The claim, its volume, the CA's Secret, the portal's directory password's Secret, the TLS Secret (`tls`:
+    certificate and key, PEM) and the Deployment (the Services: hub_services)."""
     meta = {"namespace": HUB_NAMESPACE, "labels": LABELS}
     return [
         {"apiVersion": "v1", "kind": "PersistentVolume",
@@ -191,6 +211,8 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                   "resources": {"requests": {"storage": "1Gi"}}}},
         {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "dsportal-ldap-ca", **meta},
          "stringData": {"ca.pem": ca_pem}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": "dsportal-ldap-search", **meta},
+         "stringData": {"password": search_password}},
         {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
          "metadata": {"name": "dsportal-hub-tls", **meta}, "stringData": {"tls.crt": tls[0], "tls.key": tls[1]}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hub", **meta},
@@ -207,9 +229,12 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                           "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
                           "volumeMounts": [{"name": "state", "mountPath": STATE_MOUNT},
                                            {"name": "ldap-ca", "mountPath": CA_MOUNT, "readOnly": True},
+                                           {"name": "ldap-search", "mountPath": SEARCH_MOUNT, "readOnly": True},
                                            {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True}]}],
                       "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": "hub-state"}},
                                   {"name": "ldap-ca", "secret": {"secretName": "dsportal-ldap-ca"}},
+                                  {"name": "ldap-search", "secret": {"secretName": "dsportal-ldap-search",
+                                                                     "defaultMode": 0o400}},
                                   {"name": "tls", "secret": {"secretName": "dsportal-hub-tls",
                                                              "defaultMode": 0o400}}]}}}}]
 
@@ -236,13 +261,17 @@ def ensure_tls(box: KubeBox) -> tuple[str, str]:
 # --- install, bring in line, remove ----------------------------------------------------------------------------
 
 def install(box: KubeBox, cfg: PortalConfig) -> None:
-    """Record the directory the hub uses (cfg: its port, DNs and CA); `ensure` then runs the hub."""
-    ca = Path(cfg.ca_file)
-    if not ca.is_file():
-        raise BoxError(f"the directory's CA {ca} is missing: start the directory first (`make up`, or "
-                       "`python -m deploy.local.box start slapd`)")
+    """Record the directory the hub uses (cfg: its port, DNs, CA and the portal's password); `ensure` then runs
+    the hub."""
+    ca, password = Path(cfg.ca_file), search_password_file(cfg)
+    if not ca.is_file() or not password.is_file():
+        raise BoxError(f"the directory's CA {ca} or the portal's password {password} is missing: start the "
+                       "directory first (`make up`, or `python -m deploy.local.box start slapd`)")
     directory_file(box).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ca, ca_file(box))
+    search_password_copy(box).touch(mode=0o600)
+    os.chmod(search_password_copy(box), 0o600)
+    shutil.copyfile(password, search_password_copy(box))
     directory_file(box).write_text(json.dumps({k: getattr(cfg, k) for k in DIRECTORY_FIELDS}, indent=1) + "\n")
 
 
@@ -264,7 +293,9 @@ def ensure(box: KubeBox, admin: DynamicClient, core: k8s.CoreV1Api, socket_of: C
     env = box_env(box, connect_ip, directory)
     image_id = box_images.podman_id(HUB_IMAGE) or ""
     tls = ensure_tls(box)
-    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id, tls):  # a bound claim's spec is fixed
+    password = search_password_copy(box).read_text().split("\n", 1)[0]
+    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id, tls, password):  # a bound claim's spec
+        # is fixed; the Secrets and the Deployment are replaced
         report(f"hub: {apply(admin, manifest, replaceable=('Secret', 'Deployment'))}")
     report(wait_ready(box, core))
 

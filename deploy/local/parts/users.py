@@ -8,17 +8,18 @@ import pwd
 import stat
 
 from deploy.local.parts.layout import Layout
-from deploy.local.parts.slapd import ldap_connection
 from deploy.supervise import BoxError, run
+from portal.directory import ldap_connection
 
 
 def sync_unix_users(lay: Layout) -> list[str]:
     """Create the directory's posix groups and users as local Unix accounts; return what was done.
 
     Slurm runs jobs as Unix users, so alice must exist for the kernel. On a real cluster nslcd (libnss-ldapd)
-    or sssd would resolve them from LDAP on every node; the box copies them instead.
+    or sssd would resolve them from LDAP on every node; the box copies them instead, reading as the portal
+    (ldap_search_user), as nslcd would with its own bind identity.
     """
-    conn = ldap_connection(lay, lay.cfg.ldap_port, use_ssl=False)
+    conn = ldap_connection(lay.cfg)
     base = lay.cfg.ldap_base_dn
     conn.search(base, "(objectClass=posixGroup)", attributes=["cn", "gidNumber", "memberUid"])
     groups = [(str(e.cn), int(e.gidNumber.value), [str(m) for m in e.memberUid]) for e in conn.entries]

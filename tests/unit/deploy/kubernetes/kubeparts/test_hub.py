@@ -18,7 +18,7 @@ from portal.config import PortalConfig
 from tests.conftest import REPO
 from tests.unit.helpers import KUBERNETES_VERSIONS
 
-LDAP = {"ldap_port": 3389, "ldap_base_dn": "dc=dsportal,dc=local",
+LDAP = {"ldaps_port": 6636, "ldap_base_dn": "dc=dsportal,dc=local", "ldap_search_user": "cn=portal,ou=services,dc=x",
         "ldap_bind_dn_template": "uid={username},ou=people,dc=dsportal,dc=local",
         "ldap_user_search_base": "ou=people,dc=dsportal,dc=local",
         "ldap_group_search_base": "ou=groups,dc=dsportal,dc=local"}
@@ -76,15 +76,28 @@ def test_install_records_the_directory_and_the_relay_serves_the_pods_range_only(
     assert hub.installed(box) is None
     with pytest.raises(BoxError, match="not installed"):
         hub.relay_command(box)
-    ca = tmp_path / "ca.pem"
+    ca, password = tmp_path / "ca.pem", tmp_path / "search-password"
+    settings = PortalConfig(ldap_ca_file=str(ca), ldap_search_password_file=str(password), ldaps_port=16636)
     with pytest.raises(BoxError, match="start the directory first"):
-        hub.install(box, PortalConfig(ldap_ca_file=str(ca)))
+        hub.install(box, settings)
     ca.write_text("PEM")
-    hub.install(box, PortalConfig(ldap_ca_file=str(ca), ldap_port=13389))
-    assert hub.installed(box)["ldap_port"] == 13389 and hub.ca_file(box).read_text() == "PEM"
-    command = hub.relay_command(box)
-    assert f"TCP-LISTEN:13389,bind={box.api_address},reuseaddr,fork,range={box.cluster_cidr}" in command
-    assert command[-1] == "TCP:127.0.0.1:13389"
+    password.write_text("sesame\n")
+    hub.install(box, settings)
+    assert hub.installed(box)["ldaps_port"] == 16636 and hub.ca_file(box).read_text() == "PEM"
+    assert hub.search_password_copy(box).stat().st_mode & 0o777 == 0o600
+    command = hub.relay_command(box)  # LDAPS only: no port that speaks plain LDAP reaches the pods
+    assert f"TCP-LISTEN:16636,bind={box.api_address},reuseaddr,fork,range={box.cluster_cidr}" in command
+    assert command[-1] == "TCP:127.0.0.1:16636"
+    env = hub.box_env(box, "198.19.1.10", hub.installed(box))
+    assert env["DSPORTAL_LDAP_TLS"] == "ldaps" and env["DSPORTAL_LDAPS_PORT"] == "16636"
+    (secret,) = [m for m in hub.hub_objects(box, env, "PEM", "id", search_password="sesame")
+                 if m["metadata"]["name"] == "dsportal-ldap-search"]
+    assert secret["stringData"] == {"password": "sesame"}
+    assert env["DSPORTAL_LDAP_SEARCH_PASSWORD_FILE"] == f"{hub.SEARCH_MOUNT}/password"
+    directory = hub.directory_file(box)
+    directory.write_text('{"ldap_port": 13389}')  # installed before the relay spoke LDAPS only
+    with pytest.raises(BoxError, match="install the hub again"):
+        hub.relay_command(box)
 
 
 def test_the_dashboard_service_gets_the_pods_api_server_address(monkeypatch):
