@@ -23,6 +23,7 @@ from portal.scheduler.snapshot import ClusterCache
 from portal.service.board import HubUser, JobBoard, SubmitInProgress
 from portal.service.fairness import read_key
 from portal.service.hub import HubDirectory, HubUnavailable
+from portal.service.parts import PartsLate
 from portal.service.render import hub_namespace
 
 T = TypeVar("T")
@@ -120,6 +121,8 @@ def as_portal_error(err: Exception) -> UserError | None:
         return UserError(503, "Slurm or the file system did not answer in time; try again shortly")
     if isinstance(err, SubmitInProgress):
         return UserError(429, str(err))
+    if isinstance(err, PartsLate):  # an admin's lookup: some users' records did not answer in time
+        return UserError(503, str(err))
     if isinstance(err, HubUnavailable):
         return hub_error(err)
     return None

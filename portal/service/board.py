@@ -36,18 +36,20 @@ from portal import jobs as jobs_api
 from portal import settings as user_settings
 from portal.config import PortalConfig
 from portal.inputs import one_line
-from portal.jobs import Job, JobAccessError, JobNotFound, SchedulerError, UnreadableJob, UnreadableRecord
+from portal.jobs import Job, JobAccessError, JobNotFound, UnreadableJob, UnreadableRecord
 from portal.quota import array_claim
 from portal.records.account import JobUser, job_user
-from portal.records.record import CANCELLED, ENDED_STATES, PENDING, UNKNOWN
+from portal.records.record import CANCELLED, ENDED_STATES, PENDING
 from portal.records.spec import JobLimits
 from portal.scheduler import P, Scheduler, scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
+from portal.service.parts import UserParts
 from portal.service.run_reads import RunReads
 from portal.service.scans import UserRecords, jobs_dir_stamp
 from portal.service.summary import job_key, job_summary, unreadable_summary, waiting
+from portal.service.views import ManyUsersViews
 from portal.settings import Settings
 
 log = logging.getLogger("portal.service")
@@ -85,7 +87,7 @@ class HubUser:
                    admin=bool(model.get("admin")), server_ready=bool(server.get("ready")))
 
 
-class JobBoard(UsageViews, RunReads, Generic[P]):
+class JobBoard(UsageViews, RunReads, ManyUsersViews, Generic[P]):
     """The jobs of the hub's users, on the configured scheduler. Generic in that scheduler's person (P): the board
     asks the scheduler for it (`person`) wherever a scheduler call needs one, never hands it the hub's user."""
 
@@ -94,7 +96,7 @@ class JobBoard(UsageViews, RunReads, Generic[P]):
     def __init__(self, cfg: PortalConfig, cluster: ClusterCache, base_url: str = "/",
                  service_prefix: str = "/services/portal/", api: Any = jobs_api, rescan_s: float = RESCAN_S,
                  refresher: Refresher | None = None, clock: Callable[[], float] = time.monotonic,
-                 dir_stamp: Callable[[str], Any] | None = None):
+                 dir_stamp: Callable[[str], Any] | None = None, parts: UserParts | None = None):
         self.cfg, self.cluster, self.api = cfg, cluster, api
         self.scheduler = scheduler_for(cfg)
         self._dir_stamp = dir_stamp or (functools.partial(jobs_dir_stamp, cluster=cfg.cluster_name)
@@ -102,6 +104,7 @@ class JobBoard(UsageViews, RunReads, Generic[P]):
         self.base_url, self.service_prefix = base_url, service_prefix
         self.rescan_s, self._clock = rescan_s, clock
         self._refresher = refresher or Refresher()
+        self._parts = parts or UserParts(clock=clock)  # each user's part of a view of several users (views.py)
         self._scans = Coalescer()
         self._records: dict[str, UserRecords] = {}
         self._records_lock = threading.Lock()
@@ -123,6 +126,7 @@ class JobBoard(UsageViews, RunReads, Generic[P]):
     def stop(self) -> None:
         """The background reads that have not started are dropped (see app.stop_work)."""
         self._refresher.stop()
+        self._parts.stop()
 
     # --- reading ---
 
@@ -241,33 +245,11 @@ class JobBoard(UsageViews, RunReads, Generic[P]):
             else None
         return job_summary(job, state, elapsed, metrics, self.base_url, self.service_prefix, waits)
 
-    def job_rows(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
-        """The user's jobs, newest first; an admin's list has every user in `everyone` too."""
-        snapshot = self.cluster.snapshot()
-        owners = [user, *(u for u in everyone if u.name != user.name)] if user.admin else [user]
-        found: list[AnyJob] = []
-        for owner in owners:
-            try:
-                found.extend(self._jobs_of(owner))
-            except JobAccessError:
-                continue  # a hub user with no account on this machine has no jobs here
-        found.sort(key=lambda job: job.submitted_at, reverse=True)
-        listed = []
-        for job in found:
-            try:
-                listed.append(self.summary(job, snapshot, wait=False, viewer=user.name))
-            except JobNotFound:
-                continue  # a job.json that claims a job Slurm says is someone else's
-            except SchedulerError as err:  # this job's own question failed (say, accounting is down): not a state
-                assert isinstance(job, Job)  # an unreadable record's summary asks no scheduler
-                listed.append({**job_summary(job, UNKNOWN, "", None, self.base_url, self.service_prefix),
-                               "reason": str(err)[:300]})
-        return listed
-
     def get(self, user: HubUser, job_id: str, everyone: Sequence[HubUser] = (), check: bool = True) -> AnyJob:
         """The job, if it is the user's (or the user is an admin); JobNotFound otherwise, for either reason. A job
         directory of theirs whose record is not one is an UnreadableJob (shown, never acted on). `check=False`:
-        the scheduler is not asked whose the job is, for a caller whose next step asks it (cancel)."""
+        the scheduler is not asked whose the job is, for a caller whose next step asks it (cancel). An admin's
+        lookup among the others' records never waits for one user's past the deadline (`find_among`)."""
         try:
             return self.api.get(job_id, user=user.name, groups=user.groups, cfg=self.cfg, check=check)
         except UnreadableRecord as err:
@@ -276,17 +258,8 @@ class JobBoard(UsageViews, RunReads, Generic[P]):
             if not user.admin:
                 raise
         queued = self.cluster.snapshot().queue.get(str(job_id))
-        candidates = [u for u in everyone if queued is None or u.name == queued.user]
-        for owner in candidates:
-            if owner.name == user.name:
-                continue
-            try:
-                return self.api.get(job_id, user=owner.name, groups=owner.groups, cfg=self.cfg, check=check)
-            except UnreadableRecord as err:
-                return err.job
-            except (JobNotFound, JobAccessError):
-                continue
-        raise JobNotFound(f"job {job_id}: not found")
+        return self.find_among(user, str(job_id), [u for u in everyone if queued is None or u.name == queued.user],
+                               check)
 
     # --- acting ---
 

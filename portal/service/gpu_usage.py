@@ -1,6 +1,8 @@
 """The dashboard's usage panel: GPUs held now against each quota, from the shared cluster snapshot, and this
 week's GPU-hours from the scheduler's accounting (Slurm's sacct, as the user), read at most every USAGE_REFRESH_S
-per user and never waited for by the jobs page (`known_usage`). A part of portal.service.board.JobBoard.
+per user and never waited for by the jobs page (`known_usage`); an admin's usage of everyone waits for accounting
+at most a view's part deadline (portal.service.parts), then shows the last report, marked stale, or says it is
+being read. A part of portal.service.board.JobBoard.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from portal.scheduler.snapshot import ClusterCache
     from portal.service.background import Refresher, TimedCache
     from portal.service.board import HubUser
+    from portal.service.parts import UserParts
 
 USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view
 USAGE_RETRY_S = 10.0  # ... and after it failed, asked again no sooner than this
@@ -33,14 +36,33 @@ class UsageViews:
     _refresher: Refresher
     _usage: TimedCache
     _usage_failed: TimedCache
+    _parts: UserParts
+    part_deadline_s: float
 
     def usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
         """GPUs held now against each quota (from the shared squeue answer) and this week's GPU-hours per job
         (Slurm accounting): the user's own, or everyone's for an admin. When accounting does not answer, the
         quotas are still shown and `history_unavailable` says why."""
         key = self._usage_key(user)
-        report = self._usage.get(key) or self._usage_failed.get(key) or self._read_usage(user)
-        return {**self._quotas(user, everyone), **report}
+        report = self._usage.get(key) or self._usage_failed.get(key)
+        if report is None and user.admin:  # everyone's: a view of several users answers within its bound
+            report = self._everyones_usage(user)
+        return {**self._quotas(user, everyone), **(report or self._read_usage(user))}
+
+    def _everyones_usage(self, user: HubUser) -> dict[str, Any]:
+        """An admin's report, waited for at most `part_deadline_s` (read as a part of the admin's own): when late,
+        the last one with `history_stale` saying how old, or none yet with `history_unavailable` saying so."""
+        key = self._usage_key(user)
+        part = self._parts.gather({user.name: (("usage", *key), lambda: self._read_usage(user))},
+                                  self.part_deadline_s, keep=False)[user.name]
+        if part.fresh:
+            return part.value or {}
+        last = self._usage.get_any(key)
+        if last is not None:
+            return {**last, "history_stale": f"as read earlier: Slurm's accounting did not answer now ({part.late})"}
+        return {"gpu_hours": None, "history_unavailable": (
+            f"GPU-hours are being read from Slurm's accounting, which did not answer in time ({part.late}); they "
+            "are shown once it has: reload the page in a moment.")}
 
     def known_usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
         """`usage` without waiting for accounting (the jobs page): the quotas at once, from the shared squeue

@@ -103,11 +103,12 @@ class JobsPageHandler(PageHandler):
         state = state_filter(self.get_argument("state", None))
         rows_only = part(self, "rows")
         everyone = await self.everyone()
-        jobs = await self.blocking(self.board.job_rows, self.hub_user, everyone)
+        listed = await self.blocking(self.board.job_list, self.hub_user, everyone)
+        jobs = listed["jobs"]
         usage = usage_panel(await self.blocking(self.board.known_usage, self.hub_user), self.hub_user.name)
         shown_jobs = [job for job in jobs if job["state"] == state] if state else jobs
         self.render_page("jobs_live.html" if rows_only else "jobs.html", jobs=shown_jobs, state=state,
-                         counts=state_counts(jobs), usage=usage)
+                         counts=state_counts(jobs), usage=usage, late=listed["late"])
 
 
 class JobPageHandler(PageHandler):

@@ -74,6 +74,7 @@ def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, 
         "epoch_seconds": metrics.epoch_seconds if metrics else None,
         "time_left_s": time_left_s(state, spec.epochs, metrics),
         "metrics_unreadable": metrics.unreadable if metrics else "", "unreadable": "",
+        "stale": "",  # an admin's list: what says this row is as last read, its owner's files late (views.py)
         "links": {"page": f"{service_prefix}jobs/{job.id}", "log": f"{service_prefix}jobs/{job.id}/log",
                   "tensorboard": panel_url(job.record.user, job.record.run_prefix, base_url)},
     }
@@ -94,7 +95,7 @@ def unreadable_summary(job: UnreadableJob, service_prefix: str = "/services/port
             "submitted_at": "", "job_dir": job.job_dir, "spec": {}, "sweep": None, "images_per_sec": None,
             "best_mean_auroc": None,
             "epochs_done": 0, "epochs": None, "series": {"images_per_sec": [], "mean_auroc": []},
-            "epoch_seconds": None, "time_left_s": None, "metrics_unreadable": "",
+            "epoch_seconds": None, "time_left_s": None, "metrics_unreadable": "", "stale": "",
             "links": {"page": f"{service_prefix}jobs/{job.id}", "log": "", "tensorboard": ""}}
 
 
