@@ -230,8 +230,9 @@ def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str |
     if job_limits.mail and isinstance(raw, Mapping) and "mail" not in raw and isinstance(who, JobUser):
         # The user's default for e-mail at a job's end.
         raw = {**raw, "mail": settings.read(who, cfg.user_settings_file).job_mail}
-    checked = parse_job_spec(raw, job_limits, who.can_read_dir)
-    plan = parse_sweep(sweep, checked.epochs, job_limits, checked.gpus) if sweep is not None else None
+    checked = parse_job_spec(raw, job_limits, who.can_read_dir, sweep=sweep is not None)
+    plan = parse_sweep(sweep, checked.epochs, job_limits, checked.gpus,
+                       lambda most: job_limits.runs_at_once(checked, most)) if sweep is not None else None
     if plan is not None:
         chosen.check_sweep(checked)  # what the scheduler's trials cannot be (Kubernetes: one pod each)
     return chosen, who, checked, job_limits, plan

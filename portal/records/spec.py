@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from chexnet.reference import MODELS  # the models the trainer builds, defined once (TensorFlow-free)
 from portal import inputs
 from portal.inputs import InputError, format_minutes, minutes_of
 from portal.quota import GpuQuota
+from portal.records.fit import NodeRoom, Request, Shape, cluster_words, fits, most_placed, refusal, request_words
 
 TEMPLATES = ("chexnet",)
 WHOLE = "spec"  # what an error about the request as a whole names (not a mapping, a key that is no field name)
@@ -33,6 +34,9 @@ DEFAULT_GPUS_PER_NODE = 1
 DEFAULT_CPUS_PER_TASK = 4
 DEFAULT_MEMORY_GB = 16
 DEFAULT_TIME_LIMIT = "04:00:00"
+
+
+PLACED = ("nodes", "gpus_per_node", "cpus_per_task", "memory_gb")  # the fields that say what a job places
 
 
 class JobSpecError(InputError):
@@ -95,6 +99,11 @@ class JobLimits:
     jobs_queued: int = 0  # the user's jobs queued or running now, servers included
     max_jobs: int | None = None  # the most of those at once (max_jobs_per_user); None: no limit
     mail: bool = False  # e-mail at a job's end is offered (Slurm, with job_mail)
+    # The usable nodes as a job can ever have them (portal.records.fit), busy or not; (): `nodes` nodes of the
+    # shape above (a dry run's configured shape, a scheduler that does not say).
+    rooms: tuple[NodeRoom, ...] = ()
+    launcher: Shape | None = None  # the pod a single run adds (Kubernetes' launcher); None: none
+    own_nodes: bool = True  # each of a run's node pods on a node of its own (Slurm); False: they may share one
 
     @property
     def max_gpus_per_node(self) -> int:
@@ -115,6 +124,34 @@ class JobLimits:
 
     def where(self) -> str:
         return f"in partition {self.partition}" if self.partition else "on this machine"
+
+    def node_rooms(self) -> tuple[NodeRoom, ...]:
+        if self.rooms:
+            return self.rooms
+        shape = Shape(self.cpus_per_node * 1000, self.memory_gb_per_node * 1024, self.gpus_per_node)
+        return tuple(NodeRoom(f"node {i + 1}", shape) for i in range(self.nodes))
+
+    def request(self, values: Mapping[str, int], runs: int = 1, sweep: bool = False) -> Request:
+        """What a run of `values` (nodes, gpus_per_node, cpus_per_task, memory_gb) places, `runs` of them at once;
+        a sweep's trials bring no launcher."""
+        workers = max(1, values["gpus_per_node"])
+        pod = Shape(values["cpus_per_task"] * workers * 1000, values["memory_gb"] * 1024, values["gpus_per_node"])
+        return Request(pod, values["nodes"], runs, self.own_nodes, None if sweep else self.launcher)
+
+    def refusal(self, values: Mapping[str, int], runs: int = 1, sweep: bool = False,
+                runs_field: str = "") -> tuple[str, str] | None:
+        """(field, message with the arithmetic) when `runs` runs of `values` can never be placed on the nodes,
+        else None (portal.records.fit.refusal)."""
+        return refusal(self.node_rooms(), lambda asked: self.request(asked, runs, sweep), dict(values), runs_field)
+
+    def runs_at_once(self, spec: JobSpec, most: int) -> tuple[int, str]:
+        """How many runs of `spec` (a sweep's trials, up to `most`) the nodes can ever hold at once, and the
+        arithmetic in words."""
+        request = self.request({name: getattr(spec, name) for name in PLACED}, most, sweep=True)
+        rooms = self.node_rooms()
+        found = most_placed(rooms, request) if most > 1 else int(fits(rooms, request))
+        trial = request_words(replace(request, runs=1), spec.workers_per_node, spec.cpus_per_task)
+        return found, f"trials at once that {cluster_words(rooms)} can ever hold, each on {trial}"
 
 
 def _integer(raw: Mapping[str, Any], name: str, low: int, high: int, why: str = "") -> int:
@@ -144,6 +181,15 @@ def _gpus_per_node(raw: Mapping[str, Any], limits: JobLimits, nodes: int, most: 
     return value
 
 
+def _fitting(limits: JobLimits, others: Mapping[str, int], sweep: bool, field: str, most: int) -> int:
+    """A field's default: the most (up to `most`) with which a run of `others` fits the nodes, the launcher
+    counted; `most` when none does (the check after says why)."""
+    for value in range(most, 0, -1):
+        if limits.refusal({**others, field: value}, sweep=sweep) is None:
+            return value
+    return most
+
+
 def _mail(raw: Mapping[str, Any], limits: JobLimits) -> bool:
     if "mail" not in raw:
         return limits.mail
@@ -157,11 +203,14 @@ def _mail(raw: Mapping[str, Any], limits: JobLimits) -> bool:
 @inputs.refused_as(JobSpecError)
 def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
                    user_can_read: Callable[[str], bool] = lambda path: os.path.isdir(path) and os.access(
-                       path, os.R_OK | os.X_OK)) -> JobSpec:
+                       path, os.R_OK | os.X_OK), sweep: bool = False) -> JobSpec:
     """Validate a notebook's dict, API JSON or command-line flags against what the user may ask for.
 
     `user_can_read(path)` says whether the user who will run the job can list the directory; the default asks
     for the calling process, which is right when the user calls (a notebook), wrong when root acts for them.
+    A job that the cluster's nodes could never hold (its launcher counted) is refused with the arithmetic
+    (portal.records.fit); the defaults are lowered until the job fits. `sweep`: the spec is a sweep's trial's,
+    which brings no launcher (its trials at once are checked by portal.records.sweep.parse_sweep).
     """
     raw = inputs.fields_of(raw, FIELDS, WHOLE)
     if limits.max_jobs is not None and limits.jobs_queued >= limits.max_jobs:
@@ -183,12 +232,14 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
     if "cpus_per_task" in raw:
         cpus_per_task = _integer(raw, "cpus_per_task", 1, most_cpus, cpu_note)
     else:
-        cpus_per_task = max(1, min(DEFAULT_CPUS_PER_TASK, most_cpus))
+        cpus_per_task = _fitting(limits, {"nodes": nodes, "gpus_per_node": gpus_per_node, "memory_gb": 1}, sweep,
+                                 "cpus_per_task", max(1, min(DEFAULT_CPUS_PER_TASK, most_cpus)))
     memory_note = f" (GB per node {limits.where()})"
     if "memory_gb" in raw:
         memory_gb = _integer(raw, "memory_gb", 1, limits.memory_gb_per_node, memory_note)
     else:
-        memory_gb = max(1, min(DEFAULT_MEMORY_GB, limits.memory_gb_per_node))
+        memory_gb = _fitting(limits, {"nodes": nodes, "gpus_per_node": gpus_per_node, "cpus_per_task": cpus_per_task},
+                             sweep, "memory_gb", max(1, min(DEFAULT_MEMORY_GB, limits.memory_gb_per_node)))
     if "time_limit" in raw:
         time_limit = inputs.wall_time(raw["time_limit"], "time_limit", limits.max_minutes, f" ({limits.where()})")
     elif limits.max_minutes is not None and minutes_of(DEFAULT_TIME_LIMIT) > limits.max_minutes:
@@ -197,7 +248,7 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
         time_limit = DEFAULT_TIME_LIMIT
 
     defaults = JobSpec()
-    return JobSpec(
+    spec = JobSpec(
         template=template,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
@@ -215,3 +266,7 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
         mail=_mail(raw, limits),
         data_dir=_data_dir(raw, limits, user_can_read),
     )
+    found = limits.refusal({name: getattr(spec, name) for name in PLACED}, sweep=sweep)
+    if found is not None:  # every field is allowed alone; together, the nodes could never hold the job
+        raise JobSpecError(*found)
+    return spec

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,11 +162,14 @@ def _param(name: Any, raw: Any) -> Param:
 
 
 @inputs.refused_as(JobSpecError)
-def parse_sweep(raw: Any, epochs: int, limits: JobLimits | None, gpus_per_trial: int) -> SweepPlan:
+def parse_sweep(raw: Any, epochs: int, limits: JobLimits | None, gpus_per_trial: int,
+                at_once: Callable[[int], tuple[int, str]] | None = None) -> SweepPlan:
     """The sweep part of a request, validated; `limits` None re-reads a recorded plan (nothing is capped then).
 
     `parallel` is capped so that that many trials fit the user's GPU quota now (each trial holds
-    `gpus_per_trial`); asked for more, the user gets the refusal saying how many fit."""
+    `gpus_per_trial`), and so that the cluster's nodes can ever hold them at once (`at_once(most)`: how many of
+    `most` trials they can, and the arithmetic in words; JobLimits.runs_at_once for the trial's spec): asked for
+    more, the user gets the refusal saying how many fit and why."""
     raw = inputs.fields_of(raw, SWEEP_FIELDS, FIELD)
     space_raw = raw.get("space", DEFAULT_SPACE)
     if not isinstance(space_raw, Mapping) or not space_raw:
@@ -184,6 +187,10 @@ def parse_sweep(raw: Any, epochs: int, limits: JobLimits | None, gpus_per_trial:
         if fit < 1:
             raise InputError(f"{FIELD}.parallel", f"no trial of {gpus_per_trial} GPU(s) fits your GPU quota now "
                                                   f"({limits.quota.held()}); lower gpus_per_node or end a job")
+    if at_once is not None:
+        fit, words = at_once(most)
+        if fit < most:
+            most, why = max(1, fit), f" ({words})"
     parallel = inputs.whole_number(raw.get("parallel", min(DEFAULT_PARALLEL, most)), f"{FIELD}.parallel", 1, most,
                                    why)
     sampler = inputs.choice(raw.get("sampler", SAMPLERS[0]), f"{FIELD}.sampler", SAMPLERS)

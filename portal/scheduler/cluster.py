@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from portal.quota import GpuHolder
+from portal.records.fit import NOTHING, NodeRoom, Shape
 from portal.records.states import ENDED_STATES, RUNNING
 
 
@@ -82,6 +83,15 @@ class ClusterNode:
     address: str = ""
     free_cpus: int = 0  # what no job holds now; 0 when the node cannot run anything now
     free_memory_mb: int = 0
+    # What a job can ever have of it, busy or not: on Kubernetes its allocatable less what the cluster's own pods
+    # (no user's: the hub, DNS) request, `kept`; None: all of it (Slurm gives a job whole nodes' CPUs and memory).
+    room: Shape | None = None
+    kept: Shape | None = None
+
+    def node_room(self) -> NodeRoom:
+        """The node as portal.records.fit weighs a job against it."""
+        return NodeRoom(self.name, self.room or Shape(self.cpus * 1000, self.memory_mb, self.gpus),
+                        self.kept or NOTHING)
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,10 @@ class NodePool:
     @property
     def gpus_per_node(self) -> int:
         return max((n.gpus for n in self.usable_nodes), default=0)
+
+    def rooms(self) -> tuple[NodeRoom, ...]:
+        """The usable nodes as a job can ever have them (what a submit is weighed against: portal.records.fit)."""
+        return tuple(node.node_room() for node in self.usable_nodes)
 
     @property
     def free_gpus_per_node(self) -> int:

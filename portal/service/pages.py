@@ -265,8 +265,9 @@ class SubmitPageHandler(PageHandler):
                          values=shown_values, summary=request_summary(shown_values, limits), error=error,
                          fields=form_fields(limits), again_of=again_of, mine=mine, saved=saved,
                          kind="sweep" if isinstance(values.get("sweep"), Mapping) else "single",
-                         sweep_values=sweep_form_values(values), sampler_choices=SAMPLERS, pruner_choices=PRUNERS,
-                         model_choices=MODELS, sweep_error=sweep_form_field(error.field if error else None),
+                         sweep_values=sweep_form_values(values, limits), sampler_choices=SAMPLERS,
+                         pruner_choices=PRUNERS, model_choices=MODELS,
+                         sweep_error=sweep_form_field(error.field if error else None),
                          sweeps=self.board.scheduler.sweeps)  # "Sweep" beside "Single run"
 
     checks_own_body = True  # _posted_spec: a body over the limit is said beside the form

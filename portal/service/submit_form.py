@@ -24,6 +24,7 @@ from portal.records.spec import (
     format_minutes,
     parse_job_spec,
 )
+from portal.records.sweep import parse_sweep
 
 CHECKED = "on"  # what a browser sends for a checked checkbox without a value attribute
 
@@ -60,12 +61,13 @@ SWEEP_FORM_DEFAULTS = {"sweep_trials": "8", "sweep_parallel": "2", "sweep_lr_low
                        "sweep_sampler": "tpe", "sweep_pruner": "median", "sweep_min_epochs": "2"}
 
 
-def sweep_form_values(given: Mapping[str, object]) -> dict[str, str]:
+def sweep_form_values(given: Mapping[str, object], limits: JobLimits | None = None) -> dict[str, str]:
     """What the form's sweep fields show: the "sweep" of what was posted (or of the job run again), else the
-    defaults."""
+    defaults, with the trials at once that the user's quota and the cluster's nodes hold for `limits` (the API's
+    default for a sweep of the default trial: portal.records.sweep.parse_sweep)."""
     sweep = given.get("sweep")
     if not isinstance(sweep, Mapping):
-        return dict(SWEEP_FORM_DEFAULTS)
+        return {**SWEEP_FORM_DEFAULTS, **({"sweep_parallel": str(default_parallel(limits))} if limits else {})}
     shown_values: dict[str, str] = {}
     for name, where in SWEEP_FORM.items():
         value: object = sweep
@@ -76,6 +78,16 @@ def sweep_form_values(given: Mapping[str, object]) -> dict[str, str]:
         shown_values[name] = ", ".join(map(str, value)) if isinstance(value, list) else "" if value is None \
             else str(value)
     return shown_values
+
+
+def default_parallel(limits: JobLimits) -> int:
+    """The trials at once that a sweep leaving `parallel` out gets, for the default trial on these limits."""
+    try:
+        trial = parse_job_spec({}, replace(limits, max_jobs=None), user_can_read=lambda path: True, sweep=True)
+        plan = parse_sweep({}, trial.epochs, limits, trial.gpus, lambda most: limits.runs_at_once(trial, most))
+    except InputError:  # room for no trial at all: the plain default, which the submit refuses with the reason
+        return int(SWEEP_FORM_DEFAULTS["sweep_parallel"])
+    return plan.parallel
 
 
 def sweep_form_field(field: str | None) -> str:
@@ -137,12 +149,13 @@ class FormField:
 def form_fields(limits: JobLimits) -> list[FormField]:
     """The submit form's fields, from the user's limits now."""
     wall = "" if limits.max_minutes is None else f", at most {format_minutes(limits.max_minutes)}"
+    launcher = f"; the job's launcher takes {limits.launcher.words()} on one node" if limits.launcher else ""
     return [
         FormField("template", "select", "the training script", TEMPLATES),
         FormField("model", "select", "DenseNet-121 is CheXNet's", MODELS),
         FormField("nodes", "number", f"1-{limits.nodes}"),
         FormField("gpus_per_node", "number", f"0-{limits.max_gpus_per_node} (one Horovod worker per GPU)"),
-        FormField("cpus_per_task", "number", f"per worker; {limits.cpus_per_node} CPUs per node"),
+        FormField("cpus_per_task", "number", f"per worker; {limits.cpus_per_node} CPUs per node{launcher}"),
         FormField("memory_gb", "number", f"GB per node, 1-{limits.memory_gb_per_node}"),
         FormField("time_limit", "text", f"HH:MM:SS{wall}"),
         FormField("epochs", "number", f"1-{MAX_EPOCHS}"),
@@ -155,10 +168,16 @@ def form_fields(limits: JobLimits) -> list[FormField]:
 def form_values(limits: JobLimits, given: Mapping[str, object]) -> dict[str, object]:
     """What the form shows: `given` (a job's settings for "run again", or what was posted) over the values that a
     submit leaving the field out uses (parse_job_spec's defaults for these limits, the same as the API's)."""
+    open_limits = replace(limits, max_jobs=None)
+    # The fields left out take what fits beside those given (2 nodes: fewer CPUs each, where a launcher is placed)
+    placed = {name: given[name] for name in ("nodes", "gpus_per_node", "cpus_per_task") if given.get(name)}
     try:
-        defaults = parse_job_spec({}, replace(limits, max_jobs=None), user_can_read=lambda path: True).to_dict()
-    except JobSpecError:  # limits with room for no job at all (no usable node): the plain defaults, shown
-        defaults = {**JobSpec().to_dict(), "data_dir": limits.default_data_dir}
+        defaults = parse_job_spec(placed, open_limits, user_can_read=lambda path: True).to_dict()
+    except JobSpecError:  # those given cannot be placed (the submit says why) or the limits have room for nothing
+        try:
+            defaults = parse_job_spec({}, open_limits, user_can_read=lambda path: True).to_dict()
+        except JobSpecError:  # limits with room for no job at all (no usable node): the plain defaults, shown
+            defaults = {**JobSpec().to_dict(), "data_dir": limits.default_data_dir}
     return {**defaults, **{name: value for name, value in given.items() if value not in ("", None)}}
 
 

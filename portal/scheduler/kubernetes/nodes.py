@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from portal.records.fit import Shape
 from portal.scheduler.cluster import ClusterNode, NodePool
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -59,12 +60,18 @@ def _address(node: Mapping[str, Any]) -> str:
     return ""
 
 
-def node_record(node: Mapping[str, Any], used: tuple[float, float, float], pool: str) -> ClusterNode:
-    """One node: what it can give and what its pods leave free (nothing, when it cannot take a pod now: not
-    Ready, or cordoned)."""
+def node_record(node: Mapping[str, Any], used: tuple[float, float, float], pool: str,
+                kept: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> ClusterNode:
+    """One node: what it can give, what its pods leave free (nothing, when it cannot take a pod now: not
+    Ready, or cordoned), and what a job can ever have of it: its allocatable less `kept`, what the cluster's own
+    pods request (counted in `used` too)."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     cpus, memory_mb = int(quantity(allocatable.get("cpu"))), int(quantity(allocatable.get("memory")) // MIB)
     gpus = int(quantity(allocatable.get(GPU_RESOURCE)))
+    whole = Shape(round(quantity(allocatable.get("cpu")) * 1000), memory_mb, gpus)
+    held = Shape(math.ceil(kept[0] * 1000 - 1e-6), math.ceil(kept[1] / MIB), math.ceil(kept[2]))
+    room = Shape(max(0, whole.millicpus - held.millicpus), max(0, whole.memory_mb - held.memory_mb),
+                 max(0, whole.gpus - held.gpus))
     cordoned = bool((node.get("spec") or {}).get("unschedulable"))
     usable = _ready(node) and not cordoned
     state = "CORDONED" if cordoned else "READY" if usable else "NOT READY"
@@ -73,26 +80,34 @@ def node_record(node: Mapping[str, Any], used: tuple[float, float, float], pool:
     return ClusterNode(name=str((node.get("metadata") or {}).get("name", "")), cpus=cpus, memory_mb=memory_mb,
     gpus=gpus,
                      free_gpus=free[2], usable=usable, partitions=(pool,), state=state, address=_address(node),
-                     free_cpus=free[0], free_memory_mb=free[1])
+                     free_cpus=free[0], free_memory_mb=free[1], room=room, kept=held)
 
 
 def node_pools(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], label: str,
-               pools: Sequence[str]) -> tuple[NodePool, ...]:
+               pools: Sequence[str], user_of: Callable[[str], str | None] = lambda namespace: "",
+               ) -> tuple[NodePool, ...]:
     """Each GPU pool (a value of the node label `label`, in the configured order; the first is the default) with
-    its nodes, their free resources less what the pods bound to them that have not ended request."""
+    its nodes, their free resources less what the pods bound to them that have not ended request, and what a job
+    can ever have of them: less what the pods in namespaces that are no user's (`user_of` None: the hub's, the
+    cluster's own) request, which no user's job ends."""
     used: dict[str, tuple[float, float, float]] = {}
+    kept: dict[str, tuple[float, float, float]] = {}
     for pod in pods:
         phase = (pod.get("status") or {}).get("phase")
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name or phase in ("Succeeded", "Failed"):
             continue
-        asked, before = pod_requests(pod), used.get(node_name, (0.0, 0.0, 0.0))
-        used[node_name] = (before[0] + asked[0], before[1] + asked[1], before[2] + asked[2])
+        asked = pod_requests(pod)
+        owners = [used] if user_of((pod.get("metadata") or {}).get("namespace", "")) is not None else [used, kept]
+        for counted in owners:
+            before = counted.get(node_name, (0.0, 0.0, 0.0))
+            counted[node_name] = (before[0] + asked[0], before[1] + asked[1], before[2] + asked[2])
     members: dict[str, list[ClusterNode]] = {pool: [] for pool in pools}
     for node in nodes:
         pool = ((node.get("metadata") or {}).get("labels") or {}).get(label)
         if pool in members:
             name = str((node.get("metadata") or {}).get("name", ""))
-            members[pool].append(node_record(node, used.get(name, (0.0, 0.0, 0.0)), pool))
+            members[pool].append(node_record(node, used.get(name, (0.0, 0.0, 0.0)), pool,
+                                             kept.get(name, (0.0, 0.0, 0.0))))
     return tuple(NodePool(name=pool, nodes=tuple(sorted(found, key=lambda n: n.name)), max_minutes=None,
                                 default=i == 0) for i, (pool, found) in enumerate(members.items()))

@@ -19,6 +19,7 @@ from portal.config import PortalConfig
 from portal.config_checks import CLUSTER_NAME
 from portal.metrics import MAX_SERIES, RunMetrics
 from portal.quota import GpuHolder, GpuQuota
+from portal.records.fit import Shape
 from portal.records.ids import K8S_ID
 from portal.records.record import (
     CANCELLED,
@@ -36,7 +37,8 @@ from portal.records.record import (
 )
 from portal.records.spec import JobLimits
 from portal.records.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
-from portal.scheduler.cluster import QueuedJob, duration_text
+from portal.scheduler.cluster import NodePool, QueuedJob, duration_text
+from portal.scheduler.errors import JobNotFound, KubernetesError
 from portal.scheduler.home import checked_card
 from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_CLUSTER,
@@ -47,8 +49,10 @@ from portal.scheduler.kubernetes.manifests import (
     LABEL_JOB,
     LABEL_ROLE,
     LABEL_USER,
+    LAUNCHER_RESOURCES,
     MODEL_CARD_LINE,
 )
+from portal.scheduler.kubernetes.nodes import MIB, quantity
 from portal.scheduler.kubernetes.pods import POD_SERVER_NAME, scheduling_in_words
 
 NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
@@ -60,13 +64,28 @@ PARAMS_LINE = re.compile(r"^chexnet: trial parameters (\{[^\n]{0,2000}\})$", re.
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
-def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "") -> JobLimits:
-    """What a user may ask of one GPU type's node pool (no nodes are read: the pool's shape is configured)."""
+def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
+               pools: Callable[[], Sequence[NodePool]] | None = None) -> JobLimits:
+    """What a user may ask of one GPU type's node pool: its usable nodes as a job can ever have them, from
+    `pools()` (the nodes, asked as the portal: KubernetesScheduler.snapshot); the configured shape (k8s_node_cpus,
+    ...: a dry run, a caller that may not list nodes, a pool with no usable node now) where they cannot say. A
+    job's pods may share a node, and its launcher pod (LAUNCHER_RESOURCES) lands on one of them."""
     gpu_type = partition or (cfg.jobs_partition if cfg.jobs_partition in cfg.k8s_gpu_types else cfg.k8s_gpu_types[0])
-    return JobLimits(partition=gpu_type, nodes=cfg.k8s_max_nodes, gpus_per_node=cfg.k8s_node_gpus,
-                     cpus_per_node=cfg.k8s_node_cpus, memory_gb_per_node=cfg.k8s_node_memory_gb, max_minutes=None,
-                     quota=GpuQuota(cfg.gpu_quota_for(list(groups)), tuple(groups)),
-                     default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"))
+    try:
+        pool = next((p for p in (pools() if pools is not None else ()) if p.name == gpu_type), None)
+    except (KubernetesError, JobNotFound):  # a user's own pod may not list every pod
+        pool = None
+    rooms = pool.rooms() if pool is not None else ()
+    shapes = [node.room for node in rooms]
+    return JobLimits(partition=gpu_type, nodes=cfg.k8s_max_nodes,
+                     gpus_per_node=max((s.gpus for s in shapes), default=cfg.k8s_node_gpus),
+                     cpus_per_node=max((s.millicpus // 1000 for s in shapes), default=cfg.k8s_node_cpus),
+                     memory_gb_per_node=max((s.memory_mb // 1024 for s in shapes), default=cfg.k8s_node_memory_gb),
+                     max_minutes=None, quota=GpuQuota(cfg.gpu_quota_for(list(groups)), tuple(groups)),
+                     default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"),
+                     rooms=rooms, own_nodes=False,
+                     launcher=Shape(round(quantity(LAUNCHER_RESOURCES["cpu"]) * 1000),
+                                    int(quantity(LAUNCHER_RESOURCES["memory"]) // MIB)))
 
 
 def _pod_gpus(pod: Mapping[str, Any]) -> int:

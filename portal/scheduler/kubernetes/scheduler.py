@@ -136,7 +136,7 @@ class KubernetesScheduler:
             nodes = api_call("the nodes", core.list_node).get("items", [])
         except (KubernetesError, JobNotFound):
             nodes = []
-        pools = node_pools(nodes, pods, self.cfg.k8s_gpu_node_label, self.cfg.k8s_gpu_types)
+        pools = node_pools(nodes, pods, self.cfg.k8s_gpu_node_label, self.cfg.k8s_gpu_types, self.cfg.namespace_user)
         queue = pod_queue(pods, self.cfg.namespace_user, datetime.now(UTC))
         return ClusterSnapshot(taken_at=clock(), partitions=pools, queue=queue, asked_at=asked_at)
 
@@ -186,12 +186,12 @@ class KubernetesScheduler:
 
     def limits(self, user: KubeUser, snapshot: ClusterSnapshot | None = None,
                held: Sequence[tuple[str, int]] = ()) -> JobLimits:
-        """The pool's shape, and the user's quota with what their pods hold now: the portal refuses what the
-        namespace's ResourceQuota would, with the same arithmetic and words as on Slurm."""
+        """The pool's nodes (`snapshot`'s, else asked now: limits_for), and the user's quota with what their pods
+        hold now: the portal refuses what the namespace's ResourceQuota would, with the same arithmetic as on Slurm."""
         _, core, _ = self._apis(user)
         pods = self._in_namespace(user, f"the pods of {user.name}", core.list_namespaced_pod,
                                   self.cfg.user_namespace(user.name)) or {}
-        limits = limits_for(self.cfg, user.groups)
+        limits = limits_for(self.cfg, user.groups, pools=lambda: (snapshot or self.snapshot()).partitions)
         quota = GpuQuota(limits.quota.limit, limits.quota.groups, pod_holders(pods.get("items", [])))
         return dataclasses.replace(limits, quota=quota.with_submitted(held))
 

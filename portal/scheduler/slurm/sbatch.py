@@ -77,8 +77,9 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[NodePool], quota: GpuQuo
     """What a user may ask for, given Slurm's partitions and their GPU quota with what their jobs and server hold
     of it (SlurmScheduler.quota) (pure): the jobs partition's shape (its usable nodes, busy or not: a job may
     wait; drained or down ones are left out), the quota, and how many of their jobs are queued or running against
-    max_jobs_per_user (Slurm holds the same limits for whatever does not come through the portal). SlurmError
-    when no partition can take a job."""
+    max_jobs_per_user (Slurm holds the same limits for whatever does not come through the portal), and each usable
+    node's shape, which a job's nodes must each have room for (portal.records.fit). SlurmError when no partition
+    can take a job."""
     partition = jobs_partition(cfg, partitions)
     if not partition.usable_nodes:
         raise SlurmError(f"partition {partition.name} has no node that can run a job now"
@@ -88,4 +89,5 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[NodePool], quota: GpuQuo
         cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
         max_minutes=partition.max_minutes, quota=quota,
         default_data_dir=str(cfg.default_data_path), unusable_note=partition.unusable_note(),
-        jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user, mail=cfg.job_mail)
+        jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user, mail=cfg.job_mail,
+        rooms=partition.rooms())

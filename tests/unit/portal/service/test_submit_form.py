@@ -55,3 +55,22 @@ def test_mail_starts_as_the_backend_offers_it_and_a_given_no_stays_no():
     slurm = replace(LIMITS, mail=True)
     assert form_values(slurm, {})["mail"] is True
     assert form_values(slurm, {"mail": False})["mail"] is False  # the user's default, or the old job's choice
+
+
+def test_on_kubernetes_nodes_the_defaults_and_a_sweeps_trials_at_once_fit_beside_the_launcher():
+    from portal.records.fit import NodeRoom, Shape
+    from portal.service.submit_form import sweep_form_values
+
+    # two nodes of 2 CPUs and 8 GB (the test box's): a 2-CPU worker could meet the launcher (1 CPU, 2 GB)
+    box = replace(LIMITS, cpus_per_node=2, memory_gb_per_node=8, gpus_per_node=2, launcher=Shape(1000, 2048),
+                  own_nodes=False, rooms=tuple(NodeRoom(f"kubec-{i}", Shape(2000, 8192, 2)) for i in (1, 2)))
+    shown = form_values(box, {})
+    assert (shown["nodes"], shown["cpus_per_task"], shown["memory_gb"]) == (1, 2, 8)  # the other node is free
+    two = form_values(box, {"nodes": "2"})
+    assert (two["cpus_per_task"], two["memory_gb"]) == (1, 6)  # one of the 2 pods meets the launcher
+    assert "the job's launcher takes 1 CPU and 2 GB on one node" in form_fields(box)[4].hint
+    # trials bring no launcher; 2 CPUs each, one a node, of the quota's 3 GPUs left: 2 at once
+    assert sweep_form_values({}, box)["sweep_parallel"] == "2"
+    one_node = replace(box, rooms=box.rooms[:1])
+    assert sweep_form_values({}, one_node)["sweep_parallel"] == "1"  # "2" would be refused
+    assert sweep_form_values({})["sweep_parallel"] == "2"  # no limits: the plain default

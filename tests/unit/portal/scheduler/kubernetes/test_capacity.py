@@ -1,0 +1,71 @@
+"""What a Kubernetes job can ever have of the pool's nodes (portal.scheduler.kubernetes.nodes and records.limits_for):
+their allocatable, less what the cluster's own pods request (never a user's); the launcher counted at submit."""
+
+from __future__ import annotations
+
+import pytest
+
+from portal.jobs import JobSpecError
+from portal.records.fit import Shape
+from portal.records.spec import parse_job_spec
+from portal.scheduler.errors import KubernetesError
+from portal.scheduler.kubernetes.client import kube_user
+from portal.scheduler.kubernetes.nodes import node_pools
+from portal.scheduler.kubernetes.records import limits_for
+from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
+from tests.unit.portal.scheduler.kubernetes.test_scheduler import CFG, FakeCore, bound, node
+
+
+def two_cpu_node(name: str) -> dict:
+    """A node of the Kubernetes test box: the whole machine's 2 CPUs, 8 GiB, 2 fake GPUs."""
+    found = node(name, gpus="2")
+    found["status"]["allocatable"].update(cpu="2", memory="8Gi")
+    return found
+
+
+NODES = [two_cpu_node("kubec-1"), two_cpu_node("kubec-2")]
+HUB = bound("hub-abc", "kubec-1", namespace="dsportal", cpu="100m", memory="512Mi", gpus="0")
+ALICE_SERVER = bound("jupyter-alice", "kubec-2", cpu="1", memory="2Gi", gpus="1")
+
+
+def test_the_clusters_own_pods_are_kept_and_users_pods_are_only_busy():
+    (pool,) = node_pools(NODES, [HUB, ALICE_SERVER], "nvidia", ("t4",), CFG.namespace_user)
+    one, two = pool.nodes
+    assert (one.room, one.kept) == (Shape(1900, 7680, 2), Shape(100, 512, 0))
+    assert (two.room, two.kept) == (Shape(2000, 8192, 2), Shape(0, 0, 0))  # alice's server ends: not kept
+    assert (two.free_cpus, two.free_gpus) == (1, 1)
+    assert [room.room for room in pool.rooms()] == [one.room, two.room]
+    # without saying whose namespaces are whose, nothing is kept (the cluster page's reading, as before)
+    (plain,) = node_pools(NODES, [HUB], "nvidia", ("t4",))
+    assert plain.nodes[0].room == Shape(2000, 8192, 2)
+
+
+def test_the_limits_come_from_the_nodes_and_the_default_job_fits_them():
+    (pool,) = node_pools(NODES, [HUB], "nvidia", ("t4",), CFG.namespace_user)
+    limits = limits_for(CFG, ["gpu-users"], pools=lambda: [pool])
+    assert (limits.cpus_per_node, limits.memory_gb_per_node, limits.gpus_per_node) == (2, 8, 2)
+    assert (limits.launcher, limits.own_nodes) == (Shape(1000, 2048), False)
+    spec = parse_job_spec({}, limits, lambda path: True)
+    assert (spec.nodes, spec.gpus_per_node, spec.cpus_per_task) == (1, 1, 1)  # 2 CPUs could meet the launcher
+    with pytest.raises(JobSpecError) as err:  # the issue's job: 2 nodes x 2 CPUs and the launcher
+        parse_job_spec({"nodes": 2, "cpus_per_task": 2}, limits, lambda path: True)
+    assert err.value.field == "cpus_per_task" and "launcher pod of 1 CPU and 2 GB" in str(err.value)
+
+
+def test_where_the_nodes_cannot_be_read_the_configured_shape_stands():
+    def refused():
+        raise KubernetesError("the users' pods: forbidden (403)", status=403)
+    limits = limits_for(CFG, ["gpu-users"], pools=refused)
+    assert (limits.cpus_per_node, limits.rooms) == (CFG.k8s_node_cpus, ())
+    assert len(limits.node_rooms()) == CFG.k8s_max_nodes and limits.launcher is not None
+
+
+def test_the_scheduler_weighs_a_submit_against_the_nodes_it_lists():
+    core = FakeCore([])
+    core.list_pod_for_all_namespaces = lambda **query: {"items": [HUB]}
+    core.list_node = lambda **query: {"items": NODES}
+    scheduler = KubernetesScheduler(CFG)
+    scheduler._apis = lambda user: (None, core, None)  # type: ignore[method-assign]
+    limits = scheduler.limits(kube_user("alice", ["gpu-users"], CFG))
+    assert [room.name for room in limits.rooms] == ["kubec-1", "kubec-2"]
+    assert limits.rooms[0].room == Shape(1900, 7680, 2)
