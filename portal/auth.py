@@ -54,13 +54,14 @@ from portal.directory import DirectoryError, search_password
 from portal.hub_pages import spawn_handlers
 from portal.ldap_login import AccountLocked, login
 from portal.login_limits import Attempt, LdapBusy, LdapSlots, LoginThrottle, Policy, client_address, is_ip_address
+from portal.retry import RetryLater
 from portal.traits import class_conflicts, fixed_default, portal_default
 
 DIRECTORY_UNAVAILABLE = (
     "The directory service (LDAP) is unavailable, so nobody can log in right now. "
     "Try again in a few minutes; if it lasts, tell your administrator."
 )
-LOGIN_BUSY = "The login service is busy (too many logins at once). Try again in a few seconds."
+LOGIN_BUSY = "The login service is busy (too many logins at once): {retry}."
 PASSWORD_TOO_LONG = ("password: at most {limit} bytes (UTF-8) are allowed, and this one is longer, so it was not "
                      "checked. Enter your directory password.")
 REQUEST_REFUSED = ("The directory refused this login request (it closed the connection while checking it); the "
@@ -240,7 +241,7 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
         if refusal:
             self._refused(attempt, "held back by the %s rule for %d s (too many failed logins)", refusal.rule,
                           refusal.retry_after, name=username)
-            raise web.HTTPError(429, refusal.message)
+            raise RetryLater(refusal.retry_after).http_error(refusal.message)
         try:
             result = await self._check_password(attempt, password, name=username)
             if result is not None and not await self._may_log_in(attempt, result):
@@ -301,7 +302,9 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
             await slots.acquire(attempt.address)
         except LdapBusy as err:
             self._refused(attempt, "directory busy: %s", err)
-            raise web.HTTPError(429, LOGIN_BUSY) from None
+            # As long again as it waited for a slot: the logins holding them end within their timeouts.
+            later = RetryLater.after(self.ldap_queue_timeout)
+            raise later.http_error(LOGIN_BUSY.format(retry=later.text)) from None
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(pool, self._bind_and_read, attempt.user, password)
         # The thread may outlive the deadline below (up to a few receive timeouts): its slot waits for it.

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from portal.retry import RetryLater
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -142,8 +143,8 @@ class LoginThrottle:
 
 
 def _refusal(rule: str, wait: float, why: str) -> Refusal:
-    seconds = max(1, math.ceil(wait))
-    return Refusal(rule, seconds, f"{why}: try again in {seconds} s.")
+    later = RetryLater.after(wait)  # the text's seconds are the Retry-After header's (portal.auth sends both)
+    return Refusal(rule, later.seconds, f"{why}: {later.text}.")
 
 
 class LdapBusy(Exception):

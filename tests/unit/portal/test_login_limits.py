@@ -190,6 +190,7 @@ def test_refusals_count_and_then_hold_back_before_ldap():
     with pytest.raises(web.HTTPError) as err:
         asyncio.run(auth.authenticate(None, {"username": "alice", "password": "right"}))
     assert err.value.status_code == 429 and "try again in 10 s" in err.value.log_message
+    assert err.value.headers == {"Retry-After": "10"}  # the text's seconds (the hub's write_error sends it)
     assert asyncio.run(auth.authenticate(None, {"username": "*)(uid=*", "password": "x"})) is None
 
 
@@ -293,6 +294,8 @@ def test_held_back_busy_and_unavailable_are_logged_with_their_reason(caplog):
             with pytest.raises(web.HTTPError) as err:
                 login(auth, "bob", "builder-pw")
             assert err.value.status_code == status
+            if status == 429:  # busy: as long again as ldap_queue_timeout, said in the text and the header
+                assert err.value.headers == {"Retry-After": "5"} and "try again in 5 s" in err.value.log_message
     wrong, held, down, refused = logged(caplog)
     assert held == "Login refused for alice from local: held back by the user and client rule for 10 s (too many " \
                    "failed logins)"
