@@ -10,6 +10,7 @@ from portal.auth import PortalLDAPAuthenticator
 from portal.config import load
 from portal.service import HUB_TEMPLATES
 from portal.service.base import COOKIE_SAMESITE, SECURITY_HEADERS
+from portal.service.headers import proxy_command
 
 portal = load()
 hub_dir = portal.state_dir / "hub"
@@ -35,11 +36,16 @@ if portal.hub_ssl_cert:
     c.JupyterHub.ssl_cert = portal.hub_ssl_cert
     c.JupyterHub.ssl_key = portal.hub_ssl_key
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{portal.proxy_api_port}"
-c.ConfigurableHTTPProxy.command = [str(portal.node_prefix / "node_modules" / ".bin" / "configurable-http-proxy")]
+# The proxy with Strict-Transport-Security on every answer it sends over TLS (portal/proxy_hsts.js: CHP has no
+# option for a response header); none over plain HTTP.
+c.ConfigurableHTTPProxy.command = proxy_command(portal.node_prefix)
 c.JupyterHub.db_url = f"sqlite:///{hub_dir / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(hub_dir / "jupyterhub_cookie_secret")
 # A hub restart re-attaches to running servers instead of cancelling every user's job.
 c.JupyterHub.cleanup_servers = False
+# The hub's own 429 (too many spawns pending) says "Try again in N seconds" rounded up to tens and sends a
+# Retry-After drawn from this range: one value, a multiple of ten, makes the text and the header agree.
+c.JupyterHub.spawn_throttle_retry_range = (30, 30)
 # The dashboard's policy (portal.service.base) on the hub's pages too. The hub keeps its own Content-Security-Policy
 # (frame-ancestors 'none'); its cookie_options reach its login and _xsrf cookies and, through the spawner, the
 # servers' OAuth cookies. Lax, not Strict: the OAuth redirects back from the hub's login must carry the cookies.

@@ -41,7 +41,7 @@ setup(
     packages=find_packages(include=["portal", "portal.*", "spawners", "spawners.*", "chexnet", "chexnet.*"]),
     # Job scripts and the dashboard's HTML travel inside the packages; the template notebooks users copy go to
     # <prefix>/share/dsportal/notebooks (portal.templates.templates_dir() finds them there or in a source tree).
-    package_data={"portal": ["icons/*.svg"], "portal.records": ["templates/*"],
+    package_data={"portal": ["icons/*.svg", "proxy_hsts.js"], "portal.records": ["templates/*"],
                   "portal.service": ["templates/*.html", "hub_templates/*.html", "static/*"]},
     # JupyterLab reads <prefix>/share/jupyter/lab/settings/overrides.d/*.json as its setting defaults (no news prompt).
     data_files=[("share/dsportal/notebooks", sorted(glob("notebooks/*.ipynb"))),

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from jupyterhub.utils import url_path_join
-from tornado.web import Application
+from tornado.web import Application, RequestHandler
 
 from portal.config import PortalConfig
 from portal.scheduler import job_id_patterns
@@ -41,6 +41,27 @@ MIN_POLL_S = 5  # an open page asks for its rows or its job's state at most this
 # dashboard itself: over portal.inputs.MAX_BODY_BYTES a 413 (PortalHandler.prepare), in JSON for the API, in the
 # page for a form (the submit form: beside its fields).
 MAX_BODY_SIZE = 4 * 1024 * 1024
+# Every path under the service prefix (api/: JSON, the rest: pages; a browser test visits every page it lists).
+ROUTES: list[tuple[str, type[RequestHandler]]] = [
+    ("oauth_callback", OAuthCallbackHandler),
+    ("api/jobs", api.JobsAPIHandler),
+    (f"api/jobs/{JOB_ID}", api.JobAPIHandler),
+    ("api/cluster", api.ClusterAPIHandler),
+    ("api/usage", api.UsageAPIHandler),
+    ("api/settings", api.SettingsAPIHandler),
+    ("", pages.HomeHandler),
+    ("templates", pages.TemplatesHandler),
+    ("jobs", pages.JobsPageHandler),
+    (f"jobs/{JOB_ID}", pages.JobPageHandler),
+    (f"jobs/{JOB_ID}/log", pages.JobLogHandler),
+    (f"jobs/{JOB_ID}/model_card.json", pages.ModelCardHandler),
+    (f"jobs/{JOB_ID}/cancel", pages.CancelHandler),
+    (f"jobs/{JOB_ID}/notebook", pages.JobNotebookHandler),
+    ("submit", pages.SubmitPageHandler),
+    ("settings", pages.SettingsPageHandler),
+    ("cluster", pages.ClusterPageHandler),
+    ("usage", pages.UsagePageHandler),
+]
 
 
 def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str | None = None,
@@ -57,28 +78,8 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
     board = board or JobBoard(cfg, cluster, base_url=hub_base_url, service_prefix=prefix,
                               dir_stamp=change_stamps(cfg) if watch_jobs else None)
     directory = directory or HubDirectory(ttl_s=cfg.dashboard_refresh_s)
-    routes = [
-        ("oauth_callback", OAuthCallbackHandler),
-        ("api/jobs", api.JobsAPIHandler),
-        (f"api/jobs/{JOB_ID}", api.JobAPIHandler),
-        ("api/cluster", api.ClusterAPIHandler),
-        ("api/usage", api.UsageAPIHandler),
-        ("api/settings", api.SettingsAPIHandler),
-        ("", pages.HomeHandler),
-        ("templates", pages.TemplatesHandler),
-        ("jobs", pages.JobsPageHandler),
-        (f"jobs/{JOB_ID}", pages.JobPageHandler),
-        (f"jobs/{JOB_ID}/log", pages.JobLogHandler),
-        (f"jobs/{JOB_ID}/model_card.json", pages.ModelCardHandler),
-        (f"jobs/{JOB_ID}/cancel", pages.CancelHandler),
-        (f"jobs/{JOB_ID}/notebook", pages.JobNotebookHandler),
-        ("submit", pages.SubmitPageHandler),
-        ("settings", pages.SettingsPageHandler),
-        ("cluster", pages.ClusterPageHandler),
-        ("usage", pages.UsagePageHandler),
-    ]
     return Application(
-        [(url_path_join(prefix, path), handler) for path, handler in routes],
+        [(url_path_join(prefix, path), handler) for path, handler in ROUTES],
         pages=render.environment(), hub_static_url=render.hub_static(hub_base_url),
         # The portal's own stylesheet and script (everything else is the hub's, linked from the hub).
         static_path=str(HERE / "static"), static_url_prefix=url_path_join(prefix, "static/"),

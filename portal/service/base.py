@@ -10,31 +10,28 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
-from jupyterhub.utils import get_browser_protocol, url_path_join
+from jupyterhub.utils import get_browser_protocol
 from tornado.ioloop import IOLoop
 from tornado.web import ErrorHandler, HTTPError, RequestHandler, StaticFileHandler
 
 from portal.inputs import MAX_BODY_BYTES
 from portal.jobs import JobAccessError, JobNotFound, JobSpecError, UnreadableRecord
+from portal.retry import RetryLater
 from portal.scheduler import UnknownScheduler
 from portal.scheduler.errors import KubernetesError, SchedulerUnavailable, SlurmError
 from portal.scheduler.slurm.scheduler import JobDirError
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.board import HubUser, JobBoard, SubmitInProgress
 from portal.service.fairness import read_key
+from portal.service.headers import SECURITY_HEADERS, content_security_policy, new_nonce, strict_transport_security
 from portal.service.hub import HubDirectory, HubUnavailable
 from portal.service.parts import PartsLate
 from portal.service.render import hub_namespace
 
 T = TypeVar("T")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-# What JupyterHub 6 sends on its own pages (frame-ancestors 'none', CSP reports to the hub) and what it leaves out:
-# nothing of the portal is meant to be framed (the dashboard frames TensorBoard, never the other way round).
-SECURITY_HEADERS = {
-    "X-Frame-Options": "DENY",  # frame-ancestors for browsers that ignore CSP
-    "X-Content-Type-Options": "nosniff",  # a job's log is text/plain, never a script or a page
-    "Referrer-Policy": "same-origin",  # job ids and paths in URLs stay on this site
-}
+# A submit while the user's last is still being decided: that one takes about a second (some ten commands).
+SUBMIT_RETRY_S = 1
 COOKIE_SAMESITE = "Lax"  # Strict would drop the OAuth cookies on the redirect back from the hub's login
 LOGIN_REFUSED = "log in to JupyterHub, or send Authorization: token <your API token>"
 XSRF_REFUSED_PAGE = "the form's XSRF token (_xsrf) is missing or does not match your session; reload the page " \
@@ -43,24 +40,24 @@ XSRF_REFUSED_API = "the request's XSRF token (the _xsrf argument or the X-XSRFTo
                    "match the _xsrf cookie; send it with cookie requests, or use Authorization: token <API token>"
 
 
-def content_security_policy(hub_base_url: str, is_api: bool) -> str:
-    """The hub's policy: no framing, violations reported to the hub; JSON loads nothing at all."""
-    policy = ["frame-ancestors 'none'", f"report-uri {url_path_join(hub_base_url, 'hub/security/csp-report')}"]
-    return "; ".join(policy + (["default-src 'none'"] if is_api else []))
-
-
 class SecurityHeaders(RequestHandler):
-    """Security headers on every response (tornado sets default headers again for errors) and SameSite, HttpOnly
-    and, behind https, Secure on every cookie this service sets (OAuth state and token, _xsrf)."""
+    """Security headers on every response (tornado sets default headers again for errors: a fresh nonce then, which
+    the error page renders with) and SameSite, HttpOnly and, behind https, Secure on every cookie this service sets
+    (OAuth state and token, _xsrf). What they say and why: portal.service.headers."""
 
     is_api = False
+    csp_nonce: str | None = None  # this response's: the pages' templates put it on their inline <script>/<style>
 
     def set_default_headers(self) -> None:
         super().set_default_headers()
         hub_base_url = self.settings.get("hub_base_url", "/")
-        self.set_header("Content-Security-Policy", content_security_policy(hub_base_url, self.is_api))
+        self.csp_nonce = None if self.is_api else new_nonce()
+        self.set_header("Content-Security-Policy", content_security_policy(hub_base_url, self.csp_nonce))
         for name, value in SECURITY_HEADERS.items():
             self.set_header(name, value)
+        hsts = strict_transport_security(get_browser_protocol(self.request))
+        if hsts:
+            self.set_header("Strict-Transport-Security", hsts)
 
     # tornado names each cookie option as a parameter; they pass through **kwargs here, defaults filled in.
     def set_cookie(self, name: str, value: str | bytes, **kwargs: Any) -> None:  # type: ignore[override]
@@ -120,7 +117,8 @@ def as_portal_error(err: Exception) -> UserError | None:
     if isinstance(err, subprocess.TimeoutExpired):
         return UserError(503, "Slurm or the file system did not answer in time; try again shortly")
     if isinstance(err, SubmitInProgress):
-        return UserError(429, str(err))
+        later = RetryLater(SUBMIT_RETRY_S)
+        return UserError(429, f"{err}; {later.text}", headers=later.headers)
     if isinstance(err, PartsLate):  # an admin's lookup: some users' records did not answer in time
         return UserError(503, str(err))
     if isinstance(err, HubUnavailable):
@@ -270,9 +268,9 @@ class APIHandler(PortalHandler):
         limits = self.settings["rate_limits"]
         wait_s = limits.take(self.hub_user.name)
         if wait_s:
+            later = RetryLater.after(wait_s)  # the text's seconds are the header's
             raise UserError(429, f"too many requests from {self.hub_user.name}: at most {limits.rate:g} a second "
-                                 f"({limits.burst} at once); try again in {wait_s:.1f} s",
-                            headers={"Retry-After": limits.retry_after(wait_s)})
+                                 f"({limits.burst} at once); {later.text}", headers=later.headers)
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -302,10 +300,14 @@ class PageRendering(SecurityHeaders):
         poll_s = pace.poll_s()
         self.set_header("X-Poll-S", f"{poll_s:g}")  # an open page's script follows it (portal.service.pace)
         namespace.update(portal_url=settings["service_prefix"], root_url=settings["hub_base_url"],
-                         portal_static=self.static_url,
+                         portal_static=self.static_url, csp_nonce=self.csp_nonce,
                          poll_s=f"{poll_s:g}", page=name.removesuffix(".html"), **values)
         if http_status is not None:
             self.set_status(http_status)
+        shown = values.get("error")
+        if isinstance(shown, UserError):  # an error shown in a page (the submit form's 429): its Retry-After too
+            for header, value in shown.headers.items():
+                self.set_header(header, value)
         self.set_header("Content-Type", "text/html; charset=UTF-8")
         self.finish(settings["pages"].get_template(name).render(namespace))
 

@@ -15,7 +15,6 @@ is the number of users active at once.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
@@ -122,10 +121,6 @@ class RateLimits:
             return 0.0
         self._buckets[user] = (tokens, now)
         return (1 - tokens) / self.rate
-
-    def retry_after(self, wait_s: float) -> str:
-        """Retry-After's value (whole seconds, at least 1)."""
-        return str(max(1, math.ceil(wait_s)))
 
     def _prune(self, now: float) -> None:
         """Forget the users whose bucket is full again (every one idle for burst / rate seconds)."""

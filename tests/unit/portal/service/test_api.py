@@ -198,7 +198,10 @@ class DashboardTest(AsyncHTTPTestCase):
             assert limits.take("bob") == 0  # his burst, spent
         answer = self.call("GET", "api/jobs", user="bob")
         assert answer.code == 429 and int(answer.headers["Retry-After"]) >= 1, (answer.code, answer.headers)
-        assert "too many requests from bob" in json.loads(answer.body)["error"]
+        said = json.loads(answer.body)["error"]
+        # The text's wait is the header's (it said "try again in 0.0 s" beside Retry-After: 1).
+        assert "too many requests from bob" in said and f"try again in {answer.headers['Retry-After']} s" in said, \
+            (said, answer.headers["Retry-After"])
         assert self.call("GET", "api/jobs").code == 200  # alice's own bucket
         assert self.call("GET", "jobs", user="bob").code == 200  # pages are not rate limited, only the API
 
@@ -339,9 +342,12 @@ class DashboardTest(AsyncHTTPTestCase):
             self.io_loop.run_sync(until_it_is_submitting, timeout=5)
             second = self.call("POST", "api/jobs", body={"gpus_per_node": 0}, user="bob")
             assert second.code == 429, second.body
-            assert "bob's previous submit is still being decided" in json.loads(second.body)["error"]
+            said = json.loads(second.body)["error"]
+            assert "bob's previous submit is still being decided" in said, said
+            assert f"try again in {second.headers['Retry-After']} s" in said, (said, second.headers)
             form = self.call("POST", "submit", body="gpus_per_node=0&epochs=1", user="bob")
             assert form.code == 429 and b"still being decided" in form.body  # the form, shown again with why
+            assert f"try again in {form.headers['Retry-After']} s".encode() in form.body, form.headers
             assert self.call("POST", "api/jobs", body={"gpus_per_node": 0}, user="alice").code == 201
         finally:
             self.api.submits_held.set()

@@ -127,6 +127,32 @@ class HeadersTest(AsyncHTTPTestCase):
         assert callback.code == 400
         self.assert_secured(callback)
 
+    def nonce_of(self, response) -> str:
+        """The nonce the response's policy allows, after checking that every inline <script>/<style> of its body
+        carries it (the hub's page.html has one of each)."""
+        policy = response.headers["Content-Security-Policy"]
+        nonce = re.search(r"script-src 'self' 'nonce-([A-Za-z0-9_-]+)'", policy).group(1)
+        assert f"style-src 'self' 'nonce-{nonce}'" in policy and "default-src 'self'" in policy, policy
+        inline = re.findall(rb"<(?:script|style)\b(?![^>]*\bsrc=)[^>]*>", response.body)
+        assert len(inline) >= 2 and all(f'nonce="{nonce}"'.encode() in tag for tag in inline), (nonce, inline)
+        return nonce
+
+    def test_every_page_and_error_page_runs_its_inline_code_with_a_nonce_of_its_own(self):
+        nonces = [self.nonce_of(self.call("GET", path))
+                  for path in ("jobs", "jobs", "jobs/7", "submit", "usage", "cluster", "templates")]
+        assert len(set(nonces)) == len(nonces), nonces  # fresh for each response
+        # Errors: tornado clears the headers and sets them again (a new nonce); the page shows that one.
+        for path, code in (("jobs/8", 404), ("no/such/page", 404), ("jobs/7/log?tail=x", 400)):
+            response = self.call("GET", path)
+            assert response.code == code and self.nonce_of(response), (path, response.code)
+
+    def test_hsts_only_on_an_answer_the_browser_got_over_https(self):
+        for path in ("jobs", "api/jobs", "no/such/page", "jobs/8"):
+            plain = self.call("GET", path)
+            assert "Strict-Transport-Security" not in plain.headers, (path, dict(plain.headers))
+            secure = self.call("GET", path, **{"X-Forwarded-Proto": "https"})
+            assert secure.headers.get("Strict-Transport-Security") == "max-age=31536000", (path, secure.code)
+
     def test_cookies_are_samesite_httponly_and_secure_behind_https(self):
         login = self.call("GET", "jobs", logged_in=False)  # to the hub's login, with the OAuth state cookie
         assert login.code == 302 and "/hub/api/oauth2/authorize" in login.headers["Location"]
