@@ -93,3 +93,20 @@ def test_no_template_has_what_a_nonce_cannot_allow(template):
     source = template.read_text()
     assert not re.findall(r"<[^>]*\s(on[a-z]+|style)\s*=", source, re.IGNORECASE), template
     assert "javascript:" not in source.lower(), template
+
+
+def test_the_hub_starts_its_proxy_with_hsts_and_its_spawn_throttle_says_the_wait_it_sends():
+    """jupyterhub_config.py: the proxy loads proxy_hsts.js; the hub's own 429 (too many spawns pending) says
+    "Try again in N seconds" with N its Retry-After rounded up to tens, so one value, a multiple of ten up to 90
+    (past that the text says minutes), makes the two agree (jupyterhub.handlers.base)."""
+    import runpy
+
+    from traitlets.config import Config
+
+    config = Config()
+    runpy.run_path(str(Path(__file__).resolve().parents[4] / "jupyterhub_config.py"),
+                   init_globals={"get_config": lambda: config})
+    assert config.ConfigurableHTTPProxy.command[:3] == ["node", "--require", str(PROXY_HSTS)]
+    assert config.ConfigurableHTTPProxy.command[3].endswith("/.bin/configurable-http-proxy")
+    low, high = config.JupyterHub.spawn_throttle_retry_range
+    assert low == high and low % 10 == 0 and 0 < low <= 90, (low, high)
