@@ -101,3 +101,22 @@ def test_the_spawn_returns_once_the_servers_port_answers_not_before():
     asyncio.run(PortalKubeSpawner._answering(types.SimpleNamespace(http_timeout=0.3), f"http://127.0.0.1:{port}"))
     assert 0.25 < time.monotonic() - started < 3  # nobody listens: bounded by http_timeout
     asyncio.run(PortalKubeSpawner._answering(types.SimpleNamespace(http_timeout=10), ("198.18.0.9", 8888)))  # no URL
+
+
+def test_the_forms_pools_come_from_the_nodes_the_hub_lists_and_the_default_server_fits_them():
+    from portal.scheduler.kubernetes.nodes import node_pools
+
+    def two_cpus(name: str) -> dict:  # a node of the Kubernetes test box: the machine's 2 CPUs
+        return {"metadata": {"name": name, "labels": {CFG.k8s_gpu_node_label: "t4"}}, "spec": {},
+                "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "2"},
+                           "conditions": [{"type": "Ready", "status": "True"}]}}
+    hub = {"metadata": {"name": "hub", "namespace": "dsportal"}, "status": {"phase": "Running"},
+           "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"cpu": "100m", "memory": "512Mi"}}}]}}
+    listed = node_pools([two_cpus("n1"), two_cpus("n2")], [hub], CFG.k8s_gpu_node_label, CFG.k8s_gpu_types,
+                        CFG.namespace_user)
+    limits = cluster_limits(CFG, ("gpu-users",), listed=listed)
+    t4, v100 = limits.partitions
+    assert (t4.cpus_per_node, t4.memory_mb_per_node, t4.gpus_per_node, t4.free_gpus_per_node) == (2, 8192, 2, 2)
+    assert v100.cpus_per_node == CFG.k8s_node_cpus  # no node of that type is listed: the configured shape
+    options = parse_server_options({"partition": "t4"}, limits)
+    assert options.cpus <= 2 and options.memory_gb <= 8  # the default server fits the node without the hub's pod
