@@ -29,19 +29,16 @@ status:
 
 # The Kubernetes box (deploy/kubernetes/kubebox.py): etcd, the control plane and 2 nodes (containerd + kubelet each,
 # 4 fake GPUs each) in network namespaces, the images imported from podman, and the hub in a pod. The hub logs users
-# in against the Slurm box's directory: its slapd alone is started here (`make up` starts it with the rest).
-# docs/kubernetes.md says what it is.
+# in against the machine's one demo directory (deploy/local/parts/directory.py), which every box shares: started by
+# whichever box needs it first, stopped by `down` of the last. docs/kubernetes.md says what it is.
 KUBEBOX := $(PY) -m deploy.kubernetes.kubebox
 up-k8s: install
 	@deploy/kubernetes/build-kubernetes.sh
 	@docker/build.sh
-	@$(BOX) start slapd
 	@$(KUBEBOX) up --hub
 
-# Then the directory too, unless the Slurm box runs (its slurmctld): `make down` stops it with the rest.
 down-k8s:
 	@$(KUBEBOX) down
-	@$(BOX) status | grep -q '^slurmctld: running' || $(BOX) stop slapd
 
 # What the suites need built (the images, kube-apiserver), built before any suite starts so that no suite shares
 # the 2 cores with a build: seconds once cached, about 12 minutes on a new machine (deploy/build-for-tests.sh).

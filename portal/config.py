@@ -75,7 +75,7 @@ class PortalConfig:
     ldap_tls: str = setting("starttls", "How to talk to the directory: starttls, ldaps (on ldaps_port), or none "
                             "(no TLS at all: not advised).")
     ldap_ca_file: str = setting("", "CA bundle that signs the directory's certificate; empty means "
-                                "<state_dir>/tls/ca.pem.")
+                                "<directory_dir>/tls/ca.pem.")
     ldap_base_dn: str = setting("dc=dsportal,dc=local",
                                 "The directory's base DN (the cluster in a box's slapd serves it).")
     ldap_bind_dn_template: str = setting("uid={username},ou=people,dc=dsportal,dc=local",
@@ -93,11 +93,13 @@ class PortalConfig:
     ldap_search_password: str = setting("", "ldap_search_user's password; empty means ldap_search_password_file's.",
                                         secret=True)
     ldap_search_password_file: str = setting("", "A file (mode 0600) whose first line is ldap_search_user's password; "
-                                             "empty means <state_dir>/ldap/search-password, which the box writes.")
+                                             "empty means <directory_dir>/ldap/search-password (the box's).")
     ldap_group_search_base: str = setting("ou=groups,dc=dsportal,dc=local",
                                           "Where groups named by cn (not a full DN) are looked up.")
     ldap_timeout: int = setting(5, "Seconds to wait for the directory before telling the user it is unavailable.")
-    # The box's slapd's password policy (ppolicy): a site's directory has its own (docs/admin-guide.md).
+    # The box's slapd (one for every box on the machine) and its password policy (ppolicy): docs/admin-guide.md.
+    directory_dir: Path = setting(Path("/var/lib/dsportal-directory"), "Where the demo directory lives (slapd, its "
+                                  "CA, the portal's password): one for every box on this machine, which name it alike.")
     directory_max_failures: int = setting(10, "Wrong passwords in a row (within directory_failure_window_s) that lock "
                                           "a directory account (the box's slapd: pwdMaxFailure).")
     directory_lockout_s: int = setting(900, "Seconds a locked account stays locked (pwdLockoutDuration).")
@@ -294,7 +296,7 @@ class PortalConfig:
     # Derived values: computed, never stored twice.
     @property
     def ca_file(self) -> Path:
-        return Path(self.ldap_ca_file) if self.ldap_ca_file else self.state_dir / "tls" / "ca.pem"
+        return Path(self.ldap_ca_file) if self.ldap_ca_file else self.directory_dir / "tls" / "ca.pem"
 
     @property
     def slurm_conf_path(self) -> Path:

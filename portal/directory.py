@@ -78,7 +78,7 @@ def directory_from_entries(entries: Iterable[Mapping[str, Any]]) -> tuple[Group,
 
 
 def search_password_file(cfg: PortalConfig) -> Path:
-    return Path(cfg.ldap_search_password_file or cfg.state_dir / "ldap" / "search-password")
+    return Path(cfg.ldap_search_password_file or cfg.directory_dir / "ldap" / "search-password")
 
 
 def search_password(cfg: PortalConfig) -> str:

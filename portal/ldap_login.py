@@ -78,10 +78,12 @@ def user_bind(server: ldap3.Server, userdn: str, password: str, start_tls: bool,
     conn = ldap3.Connection(server, user=userdn, password=password, receive_timeout=receive_timeout,
                             raise_exceptions=False)
     try:
-        conn.open()
+        # No look at the server's root DSE before StartTLS (ldap3's default): the directory answers nothing
+        # before a bind, and a search still outstanding makes slapd refuse StartTLS (operationsError).
+        conn.open(read_server_info=False)
         if start_tls:
-            conn.start_tls()
-        if conn.bind(controls=[(PPOLICY_CONTROL, False, None)]):
+            conn.start_tls(read_server_info=False)
+        if conn.bind(read_server_info=False, controls=[(PPOLICY_CONTROL, False, None)]):
             return Bind.BOUND
         result = conn.result or {}
         if result.get("result") != INVALID_CREDENTIALS:

@@ -40,6 +40,7 @@ def box_settings(cluster: str, state: Path, port_offset: int, node_prefix: str, 
     (tests/slurm_versions) with its own cluster name, state dir, ports, nodes and subnet."""
     return {
         "state_dir": str(state),
+        "directory_dir": str(state / "directory"),  # its own directory (slapd, CA), never the users' boxes' one
         "hub_port": 18000 + port_offset,
         "hub_api_port": 18081 + port_offset,
         "proxy_api_port": 18001 + port_offset,
@@ -365,7 +366,8 @@ def box_parts_down() -> list[str]:
     """The test box's services whose recorded process is gone, read from its pid files: nothing is run."""
     down = []
     for name in BOX_SERVICES:
-        if not pid_file_alive(TEST_STATE / "run" / f"{name}.pid"):
+        run = TEST_STATE / "directory" / "run" if name == "slapd" else TEST_STATE / "run"  # the directory's own
+        if not pid_file_alive(run / f"{name}.pid"):
             down.append(name)
     return down
 

@@ -80,6 +80,7 @@ from deploy.kubernetes.kubeparts.layout import (  # noqa: F401
     user_principal,
 )
 from deploy.kubernetes.kubeparts.machine import LeftBehind, Teardown
+from deploy.local.parts import directory, users
 from deploy.supervise import BoxError, Lock, Service, service_pid, start_service, stop_service
 from portal.config import ConfigError, PortalConfig, load
 
@@ -140,7 +141,8 @@ def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: Porta
         wanted = [box_images.ensure_busybox(), *(box.images or [PORTAL.k8s_image])]
         _report(box_images.ensure_images(box, box.node_network.nodes, nodes.socket, wanted), report)
         _report(nodes.wait_schedulable(box), report)
-        if hub_directory is not None:
+        if hub_directory is not None:  # the shared directory, claimed for this box (started unless it runs)
+            _report(directory.acquire(hub_directory, box.state_dir, users.report_sync), report)
             box_hub.install(box, hub_directory)
         if box_hub.installed(box):
             _report(start_service(LDAP_RELAY, box), report)
@@ -153,7 +155,10 @@ def remove_hub(box: KubeBox) -> list[str]:
     `up(hub_directory=...)`)."""
     with Lock(box):
         admin = with_token(box, read_tokens(box)["admin"])
-        return box_hub.remove(box, admin, nodes.admin_api(box), lambda: stop_service(LDAP_RELAY, box))
+        found = box_hub.installed(box)
+        lines = box_hub.remove(box, admin, nodes.admin_api(box), lambda: stop_service(LDAP_RELAY, box))
+        return lines + ([directory.release(Path(found["directory_dir"]), box.state_dir)]
+                        if found and "directory_dir" in found else [])
 
 
 def _report(lines: list[str], report: Callable[[str], None]) -> None:
@@ -186,6 +191,9 @@ def down(box: KubeBox) -> list[str]:
             if svc not in CONTROL_PLANE[2:]:
                 done.step(svc.name, lambda svc=svc: stop_service(svc, box))
         nodes.teardown(box, done)
+        found = box_hub.installed(box)
+        if found and "directory_dir" in found:  # the shared directory: stopped unless another box needs it
+            done.step("slapd", lambda: directory.release(Path(found["directory_dir"]), box.state_dir))
     if done.ours:
         raise LeftBehind(done)
     return done.report()
@@ -213,6 +221,17 @@ def _delete_pods(box: KubeBox) -> list[str]:
 def status(box: KubeBox) -> dict[str, int | None]:
     """process name -> PID, or None when it is not running."""
     return {svc.name: service_pid(svc, box) for svc in services(box)}
+
+
+def _hub_directory(box: KubeBox) -> PortalConfig:
+    """The directory as the hub's pod uses it (LDAPS, the CA and the password `install` copied), reached here on
+    127.0.0.1: for `status`'s check that its logins work."""
+    found = box_hub.installed(box) or {}
+    return PortalConfig(ldap_tls="ldaps", ldaps_port=int(found.get("ldaps_port", 0)),
+                        ldap_ca_file=str(box_hub.ca_file(box)),
+                        ldap_search_password_file=str(box_hub.search_password_copy(box)),
+                        **{k: found[k] for k in box_hub.DIRECTORY_FIELDS
+                           if k in found and k not in ("ldaps_port", "directory_dir")})
 
 
 def crash(box: KubeBox, name: str) -> str:
@@ -253,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         for name, pid in status(box).items():
             print(f"{name}: {f'running ({pid})' if pid else 'stopped'}")
+        if box_hub.installed(box):
+            print(f"directory: logins {directory.login_check(_hub_directory(box))} (as the hub's pod reaches it: "
+                  "its CA, its password, LDAPS)")
         return 0
     if os.geteuid() != 0:
         print("kubebox.py: run as root (it writes keys under the state dir and runs daemons)", file=sys.stderr)

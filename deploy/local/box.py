@@ -8,18 +8,20 @@ Run as root from the repository root:
 
 Every port and path comes from ``portal.config.load()``; a second box beside a user's is just another
 ``DSPORTAL_CONFIG`` (its own state dir, ports, box_subnet and box_node_prefix). Services start in the order
-slapd, munged, exim4, mariadb, slurmdbd, slurmctld, node1..N, hub, and stop by their recorded PID (never by name) in
-reverse; `down` then removes the network it made (deploy/local/parts/nodes.py). `stop NODE` shuts a node down
-with everything running on it; `crash NODE` cuts its power (link down, every process killed at once), so that
-Slurm finds it dead and requeues its jobs; `start NODE` brings it back. `crash` alone cuts the whole box's power:
-every process of every service (the hub's proxy and services too) and of every node killed at once, pid files
-and saved state left as they were; `up` recovers from that.
+slapd (the machine's one directory: claimed, started unless it runs), munged, exim4, mariadb, slurmdbd, slurmctld,
+node1..N, hub, and stop by their recorded PID (never by name) in reverse; `down` then removes the network it made
+(deploy/local/parts/nodes.py) and drops the box's claim on the directory (stopped when no other box needs it).
+`stop NODE` shuts a node down with everything running on it; `crash NODE` cuts its power (link down, every
+process killed at once), so that Slurm finds it dead and requeues its jobs; `start NODE` brings it back. `crash`
+alone cuts the whole box's power: every process of every service (the hub's proxy and services too) and of every
+node killed at once, pid files and saved state left as they were; `up` recovers from that. The directory is not
+the box's alone: `crash` leaves it running, `start slapd` / `stop slapd` claim it and drop the claim.
 
 Everything lives under ``cfg.state_dir`` (mode 0755: job users must reach the munge socket and slurm.conf):
 
-    tls/ca.pem, ca.key          self-signed CA (its certificate is cfg.ca_file unless set)
-    tls/server.pem, server.key  slapd's certificate, SAN IP:127.0.0.1, DNS:localhost
-    ldap/                       slapd's cn=config, the demo directory (loaded once), rootpw (0600)
+    (the directory)             slapd, its CA and the demo directory live in cfg.directory_dir, shared by every
+                                box on this machine: started by the first that needs it, stopped by the last
+                                (deploy/local/parts/directory.py); `status` says whether its logins work
     munge/                      owned by munge: munge.key (0400), munge.socket.2, munged.pid/.log/.seed
     accounting/                 MariaDB's data directory and socket, slurmdbd's database password (0600)
     exim4/exim4.conf, spool/, log/   the box's own exim4: its configuration (listed in /etc/exim4/trusted_configs
@@ -46,7 +48,7 @@ import sys
 import time
 
 from deploy.daemons import descendants
-from deploy.local.parts import accounting, hub, mail, munge, nodes, reach, slapd, slurm, users
+from deploy.local.parts import accounting, directory, hub, mail, munge, nodes, reach, slapd, slurm, users
 from deploy.local.parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir
 from deploy.supervise import Lock, Service, service_pid, start_service, stop_service
 from portal.cli import run_reporting
@@ -56,7 +58,6 @@ from portal.config import ConfigError, PortalConfig, load
 def services(cfg: PortalConfig, no_hub: bool = False) -> list[Service]:
     """Every service of the box, in starting order."""
     return [
-        slapd.service(after_start=users.report_sync),
         munge.service(),
         mail.service(),
         accounting.mariadb_service(),
@@ -69,6 +70,8 @@ def services(cfg: PortalConfig, no_hub: bool = False) -> list[Service]:
 
 def cmd_up(lay: Layout, no_hub: bool) -> None:
     began = time.monotonic()
+    for line in directory.acquire(lay.cfg, lay.root, users.report_sync):
+        print(line, flush=True)
     slurm.prepare_cluster(lay)  # first: slurm.conf, and the bridge that every Slurm address of the box is on
     for svc in services(lay.cfg, no_hub):
         for line in start_service(svc, lay):
@@ -81,7 +84,7 @@ def cmd_up(lay: Layout, no_hub: bool) -> None:
     print(f"nodes: {', '.join(f'{n.name} ({n.address})' for n in nodes.network_of(cfg).nodes)} on bridge "
           f"{nodes.network_of(cfg).bridge} ({cfg.box_gateway}); e.g. `ip netns exec {cfg.box_node_names()[0]} bash`")
     print(f"ldap: ldap://{LOCALHOST}:{cfg.ldap_port} (StartTLS), ldaps://{LOCALHOST}:{cfg.ldaps_port},"
-          f" CA {lay.tls / 'ca.pem'}")
+          f" CA {cfg.ca_file} (the directory in {cfg.directory_dir}, one for every box on this machine)")
     print(f"mail: exim4 on {LOCALHOST}:{cfg.smtp_port} delivers job e-mail to {cfg.box_mail_dir}/<user> "
           f"(`mail -f {cfg.box_mail_dir}/<user>` reads it)")
     print("demo accounts (user / password: groups):")
@@ -102,6 +105,10 @@ def cmd_down(lay: Layout) -> None:
     try:
         for line in nodes.teardown(lay):
             print(line, flush=True)
+    except BoxError as err:
+        failed.append(str(err))
+    try:
+        print(directory.release(lay.cfg.directory_dir, lay.root), flush=True)  # stopped unless another box needs it
     except BoxError as err:
         failed.append(str(err))
     if failed:
@@ -128,6 +135,7 @@ def cmd_status(lay: Layout) -> None:
     network = nodes.network_of(lay.cfg)
     addresses = {node.name: node.address for node in network.nodes}
     ctld_up = nodes.bridge_up(lay) and slurm.slurmctld_ready(lay) is None
+    print(directory.status_line(lay.cfg, lay.root))
     for svc in services(lay.cfg):
         pid = service_pid(svc, lay)
         line = f"{svc.name}: {f'running ({pid})' if pid else 'stopped'}"
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"box.py: {err}", file=sys.stderr)
         return 2
-    names = [svc.name for svc in services(cfg)]
+    names = ["slapd", *(svc.name for svc in services(cfg))]  # slapd: this box's claim on the shared directory
     parser = argparse.ArgumentParser(prog="python -m deploy.local.box",
                                      description="The Data Scientist Portal's cluster in a box.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -179,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                 cmd_up(lay, args.no_hub)
             elif args.command == "down":
                 cmd_down(lay)
+            elif args.command == "start" and args.name == "slapd":
+                print("\n".join(directory.acquire(cfg, lay.root, users.report_sync)))
+            elif args.command == "stop" and args.name == "slapd":
+                print(directory.release(cfg.directory_dir, lay.root))
             elif args.command == "start":
                 print("\n".join(start_service(by_name[args.name], lay)))
             elif args.command == "stop":

@@ -32,8 +32,9 @@ def fingerprint(cfg) -> dict:
          "-b", "uid=alice,ou=people,dc=dsportal,dc=local", "entryUUID", "createTimestamp"],
         env={**os.environ, "LDAPTLS_CACERT": str(cfg.ca_file)}, capture_output=True, text=True, check=True).stdout
     digest = {name: hashlib.sha256((cfg.state_dir / name).read_bytes()).hexdigest()
-              for name in ("munge/munge.key", "tls/ca.pem", "tls/server.pem", "hub/jupyterhub_cookie_secret",
-                           "accounting/slurmdbd.pass")}
+              for name in ("munge/munge.key", "hub/jupyterhub_cookie_secret", "accounting/slurmdbd.pass")}
+    digest.update({name: hashlib.sha256((cfg.directory_dir / name).read_bytes()).hexdigest()
+                   for name in ("tls/ca.pem", "tls/server.pem", "ldap/search-password")})
     return {"alice": entry, **digest}
 
 

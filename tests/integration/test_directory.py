@@ -1,10 +1,12 @@
 """The directory keeps its secrets (issue 49): the test box's real slapd refuses anonymous searches and passwords
 without TLS, shows a user only their own entry, locks an account after directory_max_failures wrong passwords (the
 hub then says so), never locks the portal's own identity, and the portal's reads, as that identity, still work. A
-directory made by an earlier box gets the same rules at its next start."""
+directory made by an earlier box gets the same rules at its next start. One directory serves several boxes: each
+claims it, and it stops with the last one's claim."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -20,7 +22,7 @@ import ldap3
 import pytest
 from ldap3.core.exceptions import LDAPBindError
 
-from deploy.local.parts import slapd
+from deploy.local.parts import directory, slapd
 from deploy.local.parts.layout import Layout
 from portal.auth import ACCOUNT_LOCKED
 from portal.directory import read_directory, search_password, search_password_file
@@ -106,7 +108,7 @@ def lockee(cluster):
     """A directory user of this test's own, removed afterwards (with the lock the test put on it)."""
     name = f"lockee{uuid.uuid4().hex[:6]}"
     dn, password = f"uid={name},ou=people,dc=dsportal,dc=local", "right-password"
-    root = slapd.ldap_connection(Layout(cluster), cluster.ldaps_port, use_ssl=True)
+    root = slapd.ldap_connection(directory.place(cluster), cluster.ldaps_port, use_ssl=True)  # the directory's root
     root.add(dn, ["inetOrgPerson", "posixAccount"], {
         "uid": name, "cn": name, "sn": name, "uidNumber": 19999, "gidNumber": 100, "homeDirectory": f"/tmp/{name}",
         "userPassword": slapd.ssha(password)})
@@ -151,12 +153,12 @@ def old_directory(tmp_path_factory):
     state = Path(f"{TEST_STATE}-olddir")
     shutil.rmtree(state, ignore_errors=True)
     settings_file = tmp_path_factory.mktemp("olddir") / "settings.yaml"
-    values = {**TEST_SETTINGS, "state_dir": str(state), "ldap_port": 33389 + PORT_OFFSET,
-              "ldaps_port": 36636 + PORT_OFFSET}
+    values = {**TEST_SETTINGS, "state_dir": str(state), "directory_dir": f"{state}-directory",
+              "ldap_port": 33389 + PORT_OFFSET, "ldaps_port": 36636 + PORT_OFFSET}
     settings_file.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
     from portal.config import load
     cfg = load({"DSPORTAL_CONFIG": str(settings_file)})
-    lay = Layout(cfg)
+    lay = Layout(cfg)  # the box's own state dir: where an earlier box kept its directory
     for part in (lay.root, lay.run, lay.log):
         part.mkdir(parents=True, exist_ok=True)
     os.chmod(lay.root, 0o755)
@@ -173,6 +175,7 @@ def old_directory(tmp_path_factory):
     finally:
         box("stop", "slapd", check=False, settings=settings_file)  # not `down`: its network is the test box's
         shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(cfg.directory_dir, ignore_errors=True)
 
 
 def test_a_directory_made_by_an_earlier_box_gets_the_rules_at_its_next_start(old_directory):
@@ -180,6 +183,8 @@ def test_a_directory_made_by_an_earlier_box_gets_the_rules_at_its_next_start(old
     assert not search_password_file(cfg).exists()
     started = box("start", "slapd", settings=settings_file)
     assert "rules and managed entries brought in line (5 added)" in started.stdout, started.stdout
+    assert f"moved from {cfg.state_dir} to {cfg.directory_dir}" in started.stdout  # its CA and data kept
+    assert not (cfg.state_dir / "ldap").exists() and (cfg.directory_dir / "ldap" / ".initialized").exists()
     anonymous = bound(cfg, None, None)
     assert not anonymous.search("dc=dsportal,dc=local", "(objectClass=*)") and not anonymous.entries
     assert {g.name for g in read_directory(cfg)} >= {"datascientists", "gpu-users", "portal-admins"}
@@ -193,3 +198,44 @@ def test_a_directory_made_by_an_earlier_box_gets_the_rules_at_its_next_start(old
     for _ in range(stricter.directory_max_failures):
         user_bind(server(cfg), ALICE_DN, "guess", True, 5)
     assert user_bind(server(cfg), ALICE_DN, PASSWORDS["alice"], True, 5) is Bind.LOCKED
+
+
+def test_one_directory_serves_two_boxes_and_stops_with_the_last(tmp_path):
+    """Two boxes (their own state dirs) name one directory_dir: the second finds it running with the first's CA,
+    the first's `stop slapd` keeps it for the second (whose logins still work), the second's stops it."""
+    shared = Path(f"{TEST_STATE}-shared-directory")
+    states = [Path(f"{TEST_STATE}-box{i}") for i in (1, 2)]
+    files = []
+    for state in [shared, *states]:
+        shutil.rmtree(state, ignore_errors=True)
+    for i, state in enumerate(states):
+        state.mkdir()
+        files.append(tmp_path / f"box{i + 1}.yaml")
+        values = {**TEST_SETTINGS, "state_dir": str(state), "directory_dir": str(shared),
+                  "ldap_port": 34389 + PORT_OFFSET, "ldaps_port": 37636 + PORT_OFFSET}
+        files[-1].write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
+    from portal.auth import PortalLDAPAuthenticator
+    from portal.config import load
+    first, second = (load({"DSPORTAL_CONFIG": str(f)}) for f in files)
+    try:
+        assert "slapd: started" in box("start", "slapd", settings=files[0]).stdout
+        ca = first.ca_file.read_bytes()
+        joined = box("start", "slapd", settings=files[1]).stdout
+        assert "already running" in joined and f"shared with {states[0]}" in joined, joined
+        assert second.ca_file == first.ca_file and second.ca_file.read_bytes() == ca
+        kept = box("stop", "slapd", settings=files[0]).stdout
+        assert f"kept running for {states[1]}" in kept, kept
+        status = box("status", settings=files[1]).stdout
+        assert re.search(r"^slapd: running \(\d+\), .*needed by this box and 0 other.*logins: work \(bound as "
+                         r"cn=portal,ou=services,dc=dsportal,dc=local; alice found\)", status, re.M), status
+        login = asyncio.run(PortalLDAPAuthenticator(portal=second).authenticate(
+            None, {"username": "alice", "password": PASSWORDS["alice"]}))
+        assert login["groups"] == ["datascientists", "gpu-users"]
+        assert "slapd: stopped" in box("stop", "slapd", settings=files[1]).stdout
+        status = box("status", settings=files[0]).stdout
+        assert re.search(r"^slapd: stopped, .*needed by not this box; 0 other.*logins: FAIL", status, re.M), status
+    finally:
+        for f in files:
+            box("stop", "slapd", check=False, settings=f)
+        for state in [shared, *states]:
+            shutil.rmtree(state, ignore_errors=True)

@@ -109,6 +109,7 @@ def directory():
     local_box("down", check=False, settings=settings) if settings.exists() else None  # one a killed session left
     shutil.rmtree(DIRECTORY_STATE, ignore_errors=True)
     settings.write_text("".join(f"{k}: {v}\n" for k, v in {**TEST_SETTINGS, "state_dir": str(DIRECTORY_STATE),
+                                                            "directory_dir": str(DIRECTORY_STATE / "directory"),
                                                             **DIRECTORY_PORTS}.items()))
     started = local_box("start", "slapd", check=False, settings=settings)
     if started.returncode != 0:

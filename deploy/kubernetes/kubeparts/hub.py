@@ -66,7 +66,7 @@ LABELS = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component"
 IMAGE_ANNOTATION = "dsportal/hub-image"  # podman's image id: a rebuilt image rolls the Deployment
 READY_S = 180  # the hub's pod, from the Deployment's change to /hub/health: ~20 s here
 DIRECTORY_FIELDS = ("ldaps_port", "ldap_base_dn", "ldap_bind_dn_template", "ldap_user_search_base",
-                    "ldap_group_search_base", "ldap_search_user")
+                    "ldap_group_search_base", "ldap_search_user", "directory_dir")
 # What the box sets over values.yaml, and why: values.yaml is written for a site (its LDAP, its registry).
 BOX_VALUES = {
     "DSPORTAL_LDAP_HOST": "this machine's hostname: in slapd's certificate; hostAliases maps it to the bridge",
@@ -272,7 +272,8 @@ def install(box: KubeBox, cfg: PortalConfig) -> None:
     search_password_copy(box).touch(mode=0o600)
     os.chmod(search_password_copy(box), 0o600)
     shutil.copyfile(password, search_password_copy(box))
-    directory_file(box).write_text(json.dumps({k: getattr(cfg, k) for k in DIRECTORY_FIELDS}, indent=1) + "\n")
+    directory_file(box).write_text(json.dumps({k: getattr(cfg, k) for k in DIRECTORY_FIELDS}, indent=1,
+                                              default=str) + "\n")
 
 
 def ensure(box: KubeBox, admin: DynamicClient, core: k8s.CoreV1Api, socket_of: Callable,

@@ -21,7 +21,7 @@ def test_defaults_are_the_local_demo():
     cfg = load(env={})
     assert cfg.hub_url == "http://127.0.0.1:8000"
     assert cfg.ldap_url == "ldap://127.0.0.1:3389"
-    assert str(cfg.ca_file) == "/var/lib/dsportal/tls/ca.pem"
+    assert str(cfg.ca_file) == "/var/lib/dsportal-directory/tls/ca.pem"
     assert cfg.gpu_quota_for(["datascientists", "gpu-users"]) == 4
     assert cfg.gpu_quota_for(["datascientists"]) == 0
     assert cfg.is_admin(["portal-admins"]) and not cfg.is_admin(["gpu-users"])

@@ -14,7 +14,7 @@ def test_the_password_is_the_settings_else_its_files_first_line(tmp_path):
     assert search_password(PortalConfig(ldap_search_password_file=str(secret))) == "sesame"
     assert search_password(PortalConfig(ldap_search_password="given", ldap_search_password_file=str(secret))) == "given"
     assert search_password(PortalConfig(ldap_search_user="")) == ""  # anonymous reads: no password at all
-    assert search_password_file(PortalConfig(state_dir=tmp_path)) == tmp_path / "ldap" / "search-password"
+    assert search_password_file(PortalConfig(directory_dir=tmp_path)) == tmp_path / "ldap" / "search-password"
 
 
 def test_a_missing_file_names_the_setting(tmp_path):

@@ -258,8 +258,8 @@ def test_the_stock_hub_shares_the_boxs_slurm_and_ldap_on_its_own_ports(tmp_path)
     cfg = PortalConfig(state_dir=tmp_path / "box", hub_port=19100)
     settings = stock_hub_settings(cfg, tmp_path / "stock")
     assert settings["slurm_conf"] == str(tmp_path / "box" / "slurm" / "slurm.conf")
-    assert settings["ldap_ca_file"] == str(tmp_path / "box" / "tls" / "ca.pem")
-    assert settings["ldap_search_password_file"] == str(tmp_path / "box" / "ldap" / "search-password")
+    assert settings["ldap_ca_file"] == str(cfg.directory_dir / "tls" / "ca.pem")  # the one directory of the machine
+    assert settings["ldap_search_password_file"] == str(cfg.directory_dir / "ldap" / "search-password")
     assert (settings["hub_port"], settings["proxy_api_port"], settings["hub_api_port"],
             settings["dashboard_port"]) == (19140, 19141, 19142, 19143)
     (tmp_path / "stock.yaml").write_text("".join(f"{k}: {v!r}\n" if isinstance(v, str) else f"{k}: {v}\n"
