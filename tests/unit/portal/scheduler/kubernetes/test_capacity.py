@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from portal.config import PortalConfig
 from portal.jobs import JobSpecError
 from portal.records.fit import Shape
 from portal.records.spec import parse_job_spec
@@ -13,19 +14,43 @@ from portal.scheduler.kubernetes.client import kube_user
 from portal.scheduler.kubernetes.nodes import node_pools
 from portal.scheduler.kubernetes.records import limits_for
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
-from tests.unit.portal.scheduler.kubernetes.test_scheduler import CFG, FakeCore, bound, node
+
+CFG = PortalConfig(scheduler="kubernetes", k8s_gpu_types=("t4",), gpu_quota={"gpu-users": 4})
 
 
 def two_cpu_node(name: str) -> dict:
-    """A node of the Kubernetes test box: the whole machine's 2 CPUs, 8 GiB, 2 fake GPUs."""
-    found = node(name, gpus="2")
-    found["status"]["allocatable"].update(cpu="2", memory="8Gi")
-    return found
+    """A node of the Kubernetes test box: the whole machine's 2 CPUs, 8 GiB, 2 fake GPUs, in pool t4."""
+    return {"metadata": {"name": name, "labels": {CFG.k8s_gpu_node_label: "t4"}}, "spec": {},
+            "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "2"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def bound(name: str, node_name: str, namespace: str, cpu: str, memory: str, gpus: str) -> dict:
+    """A running pod on `node_name` with these requests."""
+    return {"metadata": {"name": name, "namespace": namespace, "labels": {}}, "status": {"phase": "Running"},
+            "spec": {"nodeName": node_name, "containers": [
+                {"resources": {"requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus}}}]}}
+
+
+class FakeCore:
+    """CoreV1Api's answers, as the API server gives them: the nodes, and the pods (of a namespace, or all)."""
+
+    def __init__(self, nodes: list[dict], pods: list[dict]):
+        self.nodes, self.pods = nodes, pods
+
+    def list_namespaced_pod(self, namespace, **query):
+        return {"items": [p for p in self.pods if p["metadata"]["namespace"] == namespace]}
+
+    def list_pod_for_all_namespaces(self, **query):
+        return {"items": self.pods}
+
+    def list_node(self, **query):
+        return {"items": self.nodes}
 
 
 NODES = [two_cpu_node("kubec-1"), two_cpu_node("kubec-2")]
 HUB = bound("hub-abc", "kubec-1", namespace="dsportal", cpu="100m", memory="512Mi", gpus="0")
-ALICE_SERVER = bound("jupyter-alice", "kubec-2", cpu="1", memory="2Gi", gpus="1")
+ALICE_SERVER = bound("jupyter-alice", "kubec-2", "dsportal-u-alice", cpu="1", memory="2Gi", gpus="1")
 
 
 def test_the_clusters_own_pods_are_kept_and_users_pods_are_only_busy():
@@ -61,11 +86,11 @@ def test_where_the_nodes_cannot_be_read_the_configured_shape_stands():
 
 
 def test_the_scheduler_weighs_a_submit_against_the_nodes_it_lists():
-    core = FakeCore([])
-    core.list_pod_for_all_namespaces = lambda **query: {"items": [HUB]}
-    core.list_node = lambda **query: {"items": NODES}
+    core = FakeCore(NODES, [HUB, ALICE_SERVER])
     scheduler = KubernetesScheduler(CFG)
     scheduler._apis = lambda user: (None, core, None)  # type: ignore[method-assign]
     limits = scheduler.limits(kube_user("alice", ["gpu-users"], CFG))
     assert [room.name for room in limits.rooms] == ["kubec-1", "kubec-2"]
     assert limits.rooms[0].room == Shape(1900, 7680, 2)
+    assert limits.rooms[1].room == Shape(2000, 8192, 2)  # alice's server is busy, not kept
+    assert limits.quota.in_use == 1  # ... and holds a GPU of her quota
