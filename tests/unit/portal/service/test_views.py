@@ -4,18 +4,24 @@ read in time, with a stalled user's rows marked stale or his records named unrea
 
 from __future__ import annotations
 
+import json
+import tempfile
 import threading
 from datetime import datetime
+from pathlib import Path
 
 import pytest
+from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
 from portal.jobs import Job, UnreadableJob, UnreadableRecord
 from portal.scheduler.snapshot import ClusterCache
 from portal.scheduler.usage import UsageReport
+from portal.service.app import make_app
+from portal.service.base import PortalHandler
 from portal.service.board import HubUser, JobBoard, Refresher
 from portal.service.parts import PartsLate
-from tests.unit.helpers import CountingAPI, squeue_free
+from tests.unit.helpers import CountingAPI, FakeDirectory, identify_from_test_header, squeue_free
 
 DEADLINE_S = 2.0  # the board's part deadline here: a view with a stalled part waits this long, once
 ADMIN = HubUser("admin", ("portal-admins",), admin=True)
@@ -172,3 +178,49 @@ def test_an_admins_usage_answers_within_its_deadline_while_accounting_is_slow(tm
     finally:
         api.accounting_answers.set()
         board.stop()
+
+
+class AdminPagesTest(AsyncHTTPTestCase):
+    """The admin's page, live rows and API while bob's reads stall: what they say of him (X-Test-User stands in for
+    the hub's OAuth, as in test_api)."""
+
+    def get_app(self):
+        self.api = StallingAPI(Path(tempfile.mkdtemp()))
+        cfg = PortalConfig()
+        cluster = ClusterCache(cfg, run=squeue_free)
+        self.board = JobBoard(cfg, cluster, api=self.api)
+        self.board.part_deadline_s = DEADLINE_S
+        return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=cluster, board=self.board,
+                        directory=FakeDirectory(), notebooks_dir=Path(tempfile.mkdtemp()))
+
+    def setUp(self):
+        self._identity = PortalHandler.get_current_user, PortalHandler.identify
+        PortalHandler.get_current_user = lambda handler: {"name": handler.request.headers["X-Test-User"]}
+        PortalHandler.identify = identify_from_test_header
+        super().setUp()
+
+    def tearDown(self):
+        self.api.bob_stalls.set()
+        PortalHandler.get_current_user, PortalHandler.identify = self._identity
+        super().tearDown()
+
+    def get(self, path):
+        return self.fetch(f"/services/portal/{path}", headers={"X-Test-User": "admin"})
+
+    def test_the_admins_list_page_and_lookup_say_whose_records_are_late(self):
+        self.api.add("alice", "9", "COMPLETED")
+        self.api.add("bob", "12", "COMPLETED")
+        self.api.bob_stalls.clear()
+        listed = json.loads(self.get("api/jobs").body)
+        assert [row["id"] for row in listed["jobs"]] == ["9"] and [e["user"] for e in listed["late"]] == ["bob"]
+        for path in ("jobs", "jobs?part=rows"):
+            page = self.get(path).body.decode()
+            assert 'data-late-user="bob"' in page and "bob&#39;s jobs are unreadable now" in page, page[-2000:]
+            assert 'data-job="9"' in page and 'data-job="12"' not in page
+        missing = self.get("api/jobs/404")
+        assert missing.code == 503 and "not answered in time: bob" in json.loads(missing.body)["error"]
+        self.api.bob_stalls.set()
+        settled(self.board, "bob")
+        page = self.get("jobs").body.decode()
+        assert 'data-job="12"' in page and "late-users" not in page
+        assert json.loads(self.get("api/jobs/12").body)["user"] == "bob"
