@@ -246,6 +246,8 @@ class PortalConfig:
                             "MPI Operator runs).")
     k8s_shm_gb: int = setting(8, "/dev/shm as an in-memory emptyDir of this size in GB (Horovod and tf.data use "
                               "shared memory).")
+    k8s_server_egress: tuple[str, ...] = setting((), "Where users' servers may connect besides the hub's API and DNS "
+                                                 "(NetworkPolicy): CIDR[:PORT[-PORT]] each, such as the API server's.")
 
     # The dashboard (portal.service): a JupyterHub managed service at /services/portal/ on 127.0.0.1.
     dashboard_port: int = setting(0, "The dashboard's port; 0 means hub_port + 90 (8090 for the demo), so boxes "

@@ -92,6 +92,8 @@ def _check_kubernetes(cfg: PortalConfig) -> None:
             raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 1 or more")
     if cfg.k8s_node_gpus < 0:
         raise ConfigError(f"k8s_node_gpus is {cfg.k8s_node_gpus}; allowed: 0 or more")
+    for entry in cfg.k8s_server_egress:
+        egress_entry(entry)
     for name in ("k8s_data_mount", "k8s_home_mount"):
         if not getattr(cfg, name).startswith("/"):
             raise ConfigError(f"{name} is {getattr(cfg, name)!r}; allowed: an absolute path")
@@ -135,3 +137,19 @@ def _check_places(cfg: PortalConfig) -> None:
                                   "digits and '_', the value on one line ({home}: the user's home)")
     if not cfg.box_mail_dir.is_absolute():
         raise ConfigError(f"box_mail_dir is {str(cfg.box_mail_dir)[:60]!r}; allowed: an absolute path")
+
+
+def egress_entry(entry: str) -> tuple[str, int | None, int | None]:
+    """One k8s_server_egress entry, CIDR, CIDR:PORT or CIDR:PORT-PORT: (the network, its first and last port, or
+    None); ConfigError naming the setting and the entry otherwise."""
+    cidr, colon, ports = entry.strip().partition(":")
+    numbers = [int(n) for n in ports.split("-", 1) if ascii_digits(n)]
+    try:
+        network = str(ipaddress.ip_network(cidr))
+    except ValueError:
+        network = ""
+    if not network or (colon and len(numbers) != len(ports.split("-", 1))) or \
+            any(not 1 <= n <= 65535 for n in numbers) or numbers != sorted(numbers):
+        raise ConfigError(f"k8s_server_egress: {entry!r} is not allowed; allowed: CIDR, CIDR:PORT or CIDR:PORT-PORT "
+                          "(ports 1-65535, TCP), such as 198.19.0.1/32:16443")
+    return network, (numbers[0] if numbers else None), (numbers[-1] if numbers else None)

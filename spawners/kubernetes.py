@@ -8,7 +8,8 @@ What it adds to `kubespawner.KubeSpawner` (7.x), each through the Spawner's name
   activeDeadlineSeconds.
 - Every server in the user's own namespace (`k8s_user_namespace_template`), which `_ensure_namespace` makes
   theirs: the role `dsportal-user` for them and their pods, and their GPU quota as a ResourceQuota
-  (`portal.scheduler.kubernetes.manifests.user_namespace_objects`).
+  (`portal.scheduler.kubernetes.manifests.user_namespace_objects`), and the NetworkPolicies that fence its pods
+  in (`portal.scheduler.kubernetes.netpol`).
 - The server starts faster: the image's `dsportal-jupyterhub-singleuser` with the options of
   `spawners.singleuser.SINGLEUSER_FAST_START`, as on Slurm; and the spawn returns once its port answers, so the
   hub's first check finds it up (its own wait backs off from 0.2 s to 5 s).
@@ -41,6 +42,7 @@ from portal.scheduler.cluster import NodePool
 from portal.scheduler.errors import kubernetes_failure
 from portal.scheduler.kubernetes.client import api_reason
 from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
+from portal.scheduler.kubernetes.netpol import user_network_policies
 from portal.scheduler.kubernetes.nodes import node_pools as listed_node_pools
 from portal.scheduler.kubernetes.pods import cannot_start, event_in_words
 from portal.scheduler.kubernetes.records import pod_holders
@@ -260,12 +262,15 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
         from kubernetes_asyncio.client.exceptions import ApiException
         from kubespawner.clients import shared_client
 
-        rbac = shared_client("RbacAuthorizationV1Api")
+        rbac, net = shared_client("RbacAuthorizationV1Api"), shared_client("NetworkingV1Api")
         groups = tuple(g.name for g in self.user.groups)
         binding, quota = user_namespace_objects(self.portal, self.user.name, self.portal.gpu_quota_for(groups))
+        fences = [(net.create_namespaced_network_policy, net.replace_namespaced_network_policy, policy)
+                  for policy in user_network_policies(self.portal, self.user.name)]  # before the pod starts
         for create, replace, body in (
                 (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, binding),
-                (self.api.create_namespaced_resource_quota, self.api.replace_namespaced_resource_quota, quota)):
+                (self.api.create_namespaced_resource_quota, self.api.replace_namespaced_resource_quota, quota),
+                *fences):
             try:
                 await create(self.namespace, body)
             except ApiException as err:

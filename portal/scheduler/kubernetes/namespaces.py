@@ -1,6 +1,6 @@
 """A user's namespace on Kubernetes, as the portal itself (the hub's service account) makes and reads it: the
-namespace, the RoleBinding that makes it the user's, their GPU ResourceQuota and their home claim (the manifests:
-portal.scheduler.kubernetes.manifests)."""
+namespace, the RoleBinding that makes it the user's, their GPU ResourceQuota, the NetworkPolicies that fence its
+pods in and their home claim (the manifests: portal.scheduler.kubernetes.manifests and .netpol)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from portal.config import PortalConfig
 from portal.scheduler.errors import JobNotFound, KubernetesError
 from portal.scheduler.kubernetes.client import KubeUser, api_call
 from portal.scheduler.kubernetes.manifests import home_claim_manifest, user_namespace_manifest, user_namespace_objects
+from portal.scheduler.kubernetes.netpol import user_network_policies
 
 
 def ensure_namespace(cfg: PortalConfig, api: Any, user: KubeUser) -> None:
@@ -19,13 +20,16 @@ def ensure_namespace(cfg: PortalConfig, api: Any, user: KubeUser) -> None:
     too. Idempotent; the quota and the binding are replaced when they changed (the user's groups)."""
     from kubernetes import client
 
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    core, rbac, net = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.NetworkingV1Api(api)
     namespace = cfg.user_namespace(user.name)
     binding, quota = user_namespace_objects(cfg, user.name, cfg.gpu_quota_for(list(user.groups)))
     steps: list[tuple[Callable[..., Any], Callable[..., Any] | None, tuple[Any, ...]]] = [
         (core.create_namespace, None, (user_namespace_manifest(cfg, user.name),)),
         (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, (namespace, binding)),
         (core.create_namespaced_resource_quota, core.replace_namespaced_resource_quota, (namespace, quota)),
+        # Its pods fenced in before any starts (portal.scheduler.kubernetes.netpol).
+        *((net.create_namespaced_network_policy, net.replace_namespaced_network_policy, (namespace, policy))
+          for policy in user_network_policies(cfg, user.name)),
         (core.create_namespaced_persistent_volume_claim, None, (namespace, home_claim_manifest(cfg, user.name)))]
     for create, replace, args in steps:
         try:

@@ -59,6 +59,7 @@ from portal.scheduler.kubernetes.manifests import (
     sweep_job_manifest,
 )
 from portal.scheduler.kubernetes.namespaces import ensure_namespace, namespace_exists
+from portal.scheduler.kubernetes.netpol import job_network_policy
 from portal.scheduler.kubernetes.nodes import node_pools
 from portal.scheduler.kubernetes.pods import POD_SERVER_NAME
 from portal.scheduler.kubernetes.records import (
@@ -201,11 +202,13 @@ class KubernetesScheduler:
         return limits_for(self.cfg, user.groups)
 
     def _objects(self, spec: JobSpec, job_id: str, user: KubeUser, partition: str, **plain) -> list[dict]:
+        """The job's record, then what it owns: its NetworkPolicy first (its pods reach each other as they start)."""
+        fence = job_network_policy(self.cfg, user.name, job_id)
         if not self.plain:
             return [mpijob_manifest(spec, job_id, user.name, self.cfg, partition,
-                                    submitted_at=plain.get("submitted_at", ""))]
+                                    submitted_at=plain.get("submitted_at", "")), fence]
         launcher, owned = plain_job_objects(spec, job_id, user.name, self.cfg, partition, **plain)
-        return [launcher, *owned]
+        return [launcher, fence, *owned]
 
     def render(self, spec: JobSpec, user: KubeUser, partition: str = "", plan: SweepPlan | None = None) -> str:
         """The objects a submit would create, as YAML, made without the API server (a dry run)."""
@@ -240,8 +243,9 @@ class KubernetesScheduler:
     def submit(self, spec: JobSpec, user: KubeUser, partition: str = "",
                plan: SweepPlan | None = None) -> tuple[JobRecord, None]:
         """Create the job's objects; (its record, None: the record is the launcher Job or the MPIJob, there is
-        no directory). A plain job's Secret and workers are made after its launcher Job, owned by it; when one
-        cannot be made, the launcher Job is deleted again, so nothing is left half-made. A sweep is one Job."""
+        no directory). Its NetworkPolicy (a plain job's Secret and workers too) is made after the record, owned by
+        it; when one cannot be made, the record is deleted again, so nothing is left half-made. A sweep is one Job."""
+        from kubernetes import client
         if not user.is_caller:
             self.ensure_namespace(user)
         custom, core, batch = self._apis(user)
@@ -254,19 +258,20 @@ class KubernetesScheduler:
                                sweep_job_manifest(spec, plan, job_id, user.name, self.cfg, partition))
             return mpijob_record(created, self.cfg), None
         if not self.plain:
+            record, *owned = self._objects(spec, job_id, user, partition)
             created = api_call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
-                               GROUP, VERSION, namespace, PLURAL, self._objects(spec, job_id, user, partition)[0])
-            return mpijob_record(created, self.cfg), None
-        private_key, public_key = new_ssh_key()
-        launcher, *owned = self._objects(spec, job_id, user, partition, private_key=private_key,
-                                         public_key=public_key)
-        created = api_call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace, launcher)
+                               GROUP, VERSION, namespace, PLURAL, record)
+        else:
+            private_key, public_key = new_ssh_key()
+            record, *owned = self._objects(spec, job_id, user, partition, private_key=private_key,
+                                           public_key=public_key)
+            created = api_call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace, record)
+        creators = {"Secret": core.create_namespaced_secret, "Job": batch.create_namespaced_job,
+                    "NetworkPolicy": client.NetworkingV1Api(core.api_client).create_namespaced_network_policy}
         try:
             for manifest in owned:
-                create = core.create_namespaced_secret if manifest["kind"] == "Secret" else \
-                    batch.create_namespaced_job
-                api_call(f"creating {manifest['kind']} {manifest['metadata']['name']} in {namespace}", create,
-                         namespace, owned_by(manifest, created))
+                api_call(f"creating {manifest['kind']} {manifest['metadata']['name']} in {namespace}",
+                         creators[manifest["kind"]], namespace, owned_by(manifest, created))
         except (KubernetesError, JobNotFound):
             self._delete(user, job_id)
             raise

@@ -229,10 +229,13 @@ def test_render_prints_the_jobs_objects(kind, first):
     assert rendered[0]["kind"] == first and rendered[0]["metadata"]["namespace"] == "dsportal-u-alice"
     if kind == "mpijob":
         assert rendered[0]["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
-    else:
-        assert [m["kind"] for m in rendered] == ["Job", "Secret", "Job"]
-        assert rendered[2]["spec"]["parallelism"] == 2
-        assert rendered[1]["stringData"]["id_ed25519"] == "<made at submit>"  # no key in a dry run
+        assert [m["kind"] for m in rendered] == ["MPIJob", "NetworkPolicy"]
+    else:  # the policy before the workers: they are reachable by their job's pods as they start
+        assert [m["kind"] for m in rendered] == ["Job", "NetworkPolicy", "Secret", "Job"]
+        assert rendered[3]["spec"]["parallelism"] == 2
+        assert rendered[2]["stringData"]["id_ed25519"] == "<made at submit>"  # no key in a dry run
+    fence = rendered[1]
+    assert fence["metadata"]["name"] == "k8s-<date>-<time>-<random>" == rendered[0]["metadata"]["name"]
 
 
 def test_without_credentials_the_error_says_where_it_looked(monkeypatch):
