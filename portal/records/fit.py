@@ -113,14 +113,18 @@ def most_placed(rooms: Sequence[NodeRoom], request: Request) -> int:
     """The most of what `request` asks for that the nodes can ever hold, wherever the launcher lands: runs at once
     for a sweep (up to `request.runs`), else the run's node pods (up to `request.nodes`). The request fits when
     that is all of it; 0 when the launcher fits on no node."""
+    if request.runs == 1:  # a node's pods do not depend on the others': only the launcher's node changes (O(n))
+        most = 1 if request.own_nodes else request.nodes
+        counts = [request.pod.times_in(node.room, most) for node in rooms]
+        if request.launcher is None:
+            return min(sum(counts), request.nodes)
+        losses = [count - request.pod.times_in(node.room.less(request.launcher), most)
+                  for count, node in zip(counts, rooms, strict=True) if request.launcher.times_in(node.room, 1)]
+        return min(sum(counts) - max(losses), request.nodes) if losses else 0
     worst: int | None = None
     for shapes in _rooms_after_launcher(rooms, request.launcher):
-        if request.runs > 1:
-            counts = [request.pod.times_in(room, request.runs * request.nodes) for room in shapes]
-            placed = _runs_in(counts, request.nodes, request.own_nodes, request.runs)
-        else:
-            placed = sum(request.pod.times_in(room, 1 if request.own_nodes else request.nodes) for room in shapes)
-            placed = min(placed, request.nodes)
+        counts = [request.pod.times_in(room, request.runs * request.nodes) for room in shapes]
+        placed = _runs_in(counts, request.nodes, request.own_nodes, request.runs)
         worst = placed if worst is None else min(worst, placed)
     return worst or 0
 

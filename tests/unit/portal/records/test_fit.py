@@ -180,3 +180,16 @@ def test_a_sweeps_trials_at_once_are_capped_by_the_nodes_with_the_reason():
     assert "allowed: 1-3 (trials at once that 2 nodes" in str(err.value)
     big = parse(KUBE_LIMITS, sweep=True, cpus_per_task=1, memory_gb=7)
     assert KUBE_LIMITS.runs_at_once(big, 4)[0] == 2  # 7 GB a trial: one on each node
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 8), st.integers(0, 4)), min_size=1, max_size=6),
+       st.integers(1, 6), st.booleans(), st.integers(500, 2500), st.integers(0, 2))
+def test_a_runs_pods_counted_node_by_node_match_placing_the_launcher_on_each_node(shapes, count, own, cpus, gpus):
+    rooms = tuple(NodeRoom(f"n{i}", Shape(c, m * GB, g)) for i, (c, m, g) in enumerate(shapes))
+    request = Request(Shape(cpus, GB, gpus), count, own_nodes=own, launcher=LAUNCHER)
+    per_node = 1 if own else count
+    worst = [min(count, sum(request.pod.times_in(r.room.less(LAUNCHER) if i == at else r.room, per_node)
+                            for i, r in enumerate(rooms)))
+             for at, landing in enumerate(rooms) if LAUNCHER.times_in(landing.room, 1)]
+    assert most_placed(rooms, request) == (min(worst) if worst else 0)
