@@ -208,7 +208,7 @@ def test_a_user_at_the_job_limit_is_refused_by_the_portal_and_by_slurm(cluster, 
 
 
 def ldap_modify(cluster, ldif: str) -> None:
-    rootpw = (cluster.state_dir / "ldap" / "rootpw").read_text()
+    rootpw = (cluster.directory_dir / "ldap" / "rootpw").read_text()  # the directory's own place
     subprocess.run(["ldapmodify", "-x", "-ZZ", "-H", f"ldap://localhost:{cluster.ldap_port}",
                     "-D", f"cn=admin,{cluster.ldap_base_dn}", "-w", rootpw], input=ldif, text=True, check=True,
                    capture_output=True, env={"LDAPTLS_CACERT": str(cluster.ca_file), "PATH": "/usr/bin:/bin"})
