@@ -126,6 +126,7 @@ class JobLimits:
         return f"in partition {self.partition}" if self.partition else "on this machine"
 
     def node_rooms(self) -> tuple[NodeRoom, ...]:
+        """The nodes a job is weighed against: `rooms`, else `nodes` nodes of the per-node shape above."""
         if self.rooms:
             return self.rooms
         shape = Shape(self.cpus_per_node * 1000, self.memory_gb_per_node * 1024, self.gpus_per_node)
