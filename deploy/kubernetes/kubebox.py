@@ -9,7 +9,8 @@ Run as root from the repository root (after `make kube-build`, which builds the 
 
 `up` starts what is stopped, waits for /readyz, applies mpijob-crd.yaml (waits until Established) and rbac.yaml,
 waits for the hub ServiceAccount's token, writes a kubeconfig per identity (kubeparts/identities.py), starts the
-nodes with their fake GPUs, imports the images and waits until every node takes pods (no taint, no pressure);
+nodes with their fake GPUs and the NetworkPolicy enforcer (kubeparts/netpol.py: each node's firewall, the box's
+stand-in for a CNI plugin's), imports the images and waits until every node takes pods (no taint, no pressure);
 with `--hub` (and on every later `up`) it runs the hub in a pod (kubeparts/hub.py). `down` deletes the pods,
 stops the processes by their recorded PIDs and removes what the nodes made on the machine; it tries every step,
 prints what it left ("left /var/lib/cni: holds networks/podman, not the box's") and exits 1 only when something
@@ -51,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deploy import netns
-from deploy.kubernetes.kubeparts import apiserver, bootstrap, etcd, nodes, volumes
+from deploy.kubernetes.kubeparts import apiserver, bootstrap, etcd, netpol, nodes, volumes
 from deploy.kubernetes.kubeparts import hub as box_hub
 from deploy.kubernetes.kubeparts import images as box_images
 from deploy.kubernetes.kubeparts.api import (  # noqa: F401  (the tests reach the box's clients through this module)
@@ -88,6 +89,7 @@ KubeBoxError = BoxError
 CONTROL_PLANE = [etcd.service(), apiserver.apiserver_service(), apiserver.controller_manager_service(),
                  apiserver.scheduler_service()]
 LDAP_RELAY = box_hub.relay_service()  # runs while the hub is installed (kubeparts/hub.py)
+NETPOL = netpol.service()  # the nodes enforce the NetworkPolicies (kubeparts/netpol.py); stopped, it removes its rules
 PODS_GONE_S = 60  # `down` deletes every pod first and waits this long for the kubelets to stop them
 
 
@@ -96,9 +98,9 @@ def node_services(box: KubeBox) -> list[Service]:
 
 
 def services(box: KubeBox) -> list[Service]:
-    """In start order: the control plane, each node (its containerd and kubelet), and while the hub is
-    installed its LDAP relay."""
-    return [*CONTROL_PLANE, *node_services(box), *([LDAP_RELAY] if box_hub.installed(box) else [])]
+    """In start order: the control plane, each node (its containerd and kubelet), the NetworkPolicy enforcer, and
+    while the hub is installed its LDAP relay."""
+    return [*CONTROL_PLANE, *node_services(box), NETPOL, *([LDAP_RELAY] if box_hub.installed(box) else [])]
 
 
 def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: PortalConfig | None = None) -> Cluster:
@@ -138,6 +140,7 @@ def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: Porta
             for lines in starting.map(lambda svc: start_service(svc, box), node_services(box)):
                 _report(lines, report)
         _report(nodes.ensure_routes(box), report)
+        _report(start_service(NETPOL, box), report)  # before any user's pod: the policies hold from the start
         wanted = [box_images.ensure_busybox(), *(box.images or [PORTAL.k8s_image])]
         _report(box_images.ensure_images(box, box.node_network.nodes, nodes.socket, wanted), report)
         _report(nodes.wait_schedulable(box), report)

@@ -21,8 +21,10 @@ from urllib3.exceptions import HTTPError
 
 from deploy.kubernetes.kubeparts.layout import PORTAL, USERS_GROUP, KubeBox, user_namespace, user_principal
 from deploy.supervise import BoxError
+from portal.config import PortalConfig
 from portal.scheduler.kubernetes.client import impersonate
 from portal.scheduler.kubernetes.manifests import LABEL_USER, user_namespace_manifest, user_role_binding
+from portal.scheduler.kubernetes.netpol import user_network_policies
 
 ApiError = DynamicApiError
 # Kinds whose whole content a manifest owns, so `apply` replaces them; others are only created when missing
@@ -111,9 +113,10 @@ def _current(handle: Any, meta: dict[str, Any]) -> Any:
         return None
 
 
-def ensure_user_namespace(api: DynamicClient, name: str) -> str:
-    """Give portal user `name` their namespace and its RoleBinding (dsportal-user for dsportal:<name> and the
-    namespace's `default` ServiceAccount), built as the portal builds them.
+def ensure_user_namespace(api: DynamicClient, name: str, portal: PortalConfig = PORTAL) -> str:
+    """Give portal user `name` their namespace, its RoleBinding (dsportal-user for dsportal:<name> and the
+    namespace's `default` ServiceAccount) and the NetworkPolicies that fence its pods in, built as the portal builds
+    them with the settings `portal` (the box's: KubeBox.portal).
 
     Idempotent; what the hub does (as ServiceAccount dsportal-hub) before a user's first job. Returns the
     namespace. A namespace of that name not labelled for this user is refused, never taken over."""
@@ -131,4 +134,6 @@ def ensure_user_namespace(api: DynamicClient, name: str) -> str:
         resource(api, binding["apiVersion"], binding["kind"]).create(body=binding, namespace=namespace)
     except ConflictError:
         pass  # made before: the binding's content is the builder's, and the same every time
+    for policy in user_network_policies(portal, name):  # as the hub makes them, and brought in line
+        apply(api, policy, replaceable=("NetworkPolicy",))
     return namespace

@@ -16,6 +16,7 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
                                                            (DSPORTAL_HUB_CONNECT_IP), whichever pod runs it
     Service proxy-public                                   NodePort NODE_PORT to the proxy's 8000 (z2jh's name):
                                                            the URL `make up-k8s` prints, on a node's address
+    NetworkPolicy hub                                      8000 from anywhere, 8081 from users' servers, 8090 its own
     Deployment hub                                         1 replica, Recreate (one hub at a time: sqlite)
 
 The directory is the Slurm box's slapd (`python -m deploy.local.box start slapd`; the tests': their own box's).
@@ -52,6 +53,7 @@ from deploy.selfsigned import ensure_ca_and_server_cert
 from deploy.supervise import BoxError, Service
 from portal.config import PortalConfig
 from portal.directory import search_password_file
+from portal.scheduler.kubernetes.netpol import HUB_POD_LABELS, SERVER_ACCESS, hub_network_policy
 
 VALUES_FILE = HERE / "values.yaml"
 HUB_IMAGE = "localhost/dsportal-hub:latest"
@@ -63,6 +65,7 @@ SEARCH_MOUNT = "/etc/dsportal/ldap-search"  # the Secret dsportal-ldap-search's 
 TLS_MOUNT = "/etc/dsportal/hub-tls"  # the Secret's tls.crt and tls.key (a kubernetes.io/tls Secret's names)
 SOCAT = "/usr/bin/socat"
 LABELS = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "hub"}
+PODS = {**LABELS, **HUB_POD_LABELS, **SERVER_ACCESS}  # its pod's labels: z2jh's too, which the users' policies name
 IMAGE_ANNOTATION = "dsportal/hub-image"  # podman's image id: a rebuilt image rolls the Deployment
 READY_S = 180  # the hub's pod, from the Deployment's change to /hub/health: ~20 s here
 DIRECTORY_FIELDS = ("ldaps_port", "ldap_base_dn", "ldap_bind_dn_template", "ldap_user_search_base",
@@ -81,6 +84,7 @@ BOX_VALUES = {
                           "/srv/jupyterhub, values.yaml's z2jh mount point)",
     "DSPORTAL_K8S_IMAGE": "the image podman built, imported into the nodes",
     "DSPORTAL_K8S_GPU_TYPES": "the box's nodes are all one GPU type",
+    "DSPORTAL_K8S_SERVER_EGRESS": "the box's API server (KubeBox.portal): notebooks in the servers submit jobs",
 }
 # Not in values.yaml (a site's defaults or the chart's own wiring are right there), set for the box:
 BOX_EXTRA = {
@@ -177,6 +181,7 @@ def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[st
         "DSPORTAL_HUB_CONNECT_IP": connect_ip, "DSPORTAL_K8S_NODE_GPUS": str(box.gpus_per_node),
         "DSPORTAL_K8S_NODE_CPUS": str(os.cpu_count() or 1), "DSPORTAL_K8S_NODE_MEMORY_GB": "8",
         "DSPORTAL_HUB_SSL_CERT": f"{TLS_MOUNT}/tls.crt", "DSPORTAL_HUB_SSL_KEY": f"{TLS_MOUNT}/tls.key",
+        "DSPORTAL_K8S_SERVER_EGRESS": ",".join(box.portal.k8s_server_egress),
     })
     return env
 
@@ -215,9 +220,10 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
          "stringData": {"password": search_password}},
         {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
          "metadata": {"name": "dsportal-hub-tls", **meta}, "stringData": {"tls.crt": tls[0], "tls.key": tls[1]}},
+        hub_network_policy(HUB_NAMESPACE, LABELS, PROXY_PORT, HUB_API_PORT, (DASHBOARD_PORT,)),
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hub", **meta},
          "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": LABELS},
-                  "template": {"metadata": {"labels": LABELS, "annotations": {IMAGE_ANNOTATION: image_id}}, "spec": {
+                  "template": {"metadata": {"labels": PODS, "annotations": {IMAGE_ANNOTATION: image_id}}, "spec": {
                       "serviceAccountName": HUB_SERVICE_ACCOUNT, "enableServiceLinks": False,
                       "hostAliases": [{"ip": box.api_address, "hostnames": [env["DSPORTAL_LDAP_HOST"]]}],
                       "containers": [{
@@ -297,7 +303,7 @@ def ensure(box: KubeBox, admin: DynamicClient, core: k8s.CoreV1Api, socket_of: C
     password = search_password_copy(box).read_text().split("\n", 1)[0]
     for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id, tls, password):  # a bound claim's spec
         # is fixed; the Secrets and the Deployment are replaced
-        report(f"hub: {apply(admin, manifest, replaceable=('Secret', 'Deployment'))}")
+        report(f"hub: {apply(admin, manifest, replaceable=('Secret', 'NetworkPolicy', 'Deployment'))}")
     report(wait_ready(box, core))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -119,6 +120,12 @@ class KubeBox(Place):
     @property
     def api_url(self) -> str:
         return f"https://{self.api_address}:{self.api_port}"
+
+    @property
+    def portal(self) -> PortalConfig:
+        """The portal's settings for the box's namespaces and its hub: the users' servers may reach the API server
+        (their notebooks submit jobs with the pod's service account); NetworkPolicies name its real address."""
+        return dataclasses.replace(PORTAL, k8s_server_egress=(f"{self.api_address}/32:{self.api_port}",))
 
     @property
     def etcd_url(self) -> str:

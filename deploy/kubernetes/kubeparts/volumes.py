@@ -64,7 +64,7 @@ def ensure_user_volumes(box: KubeBox, hub: DynamicClient, admin: k8s.CoreV1Api) 
     data = data_dir(box)
     lines = []
     for user in DEMO_USERS:
-        namespace = ensure_user_namespace(hub, user)
+        namespace = ensure_user_namespace(hub, user, box.portal)
         home = home_dir(box, user)
         home.mkdir(parents=True, exist_ok=True)
         os.chown(home, NOTEBOOK_UID, NOTEBOOK_GID)
