@@ -248,6 +248,16 @@ def submit_from_the_form(browser, hub, cookies: dict, submitted: list[str]) -> N
         context.close()
 
 
+# Before any script of a page: the Content-Security-Policy violations the browser reports in it, kept for a test
+# to read (window.__violations: one line each).
+RECORD_VIOLATIONS = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__violations.push(`${e.effectiveDirective} blocked ${e.blockedURI || "(inline)"} at ${e.sourceFile}:`
+                           + `${e.lineNumber} ${e.sample}`);
+}, true);
+"""
+
 # The browser's Notification API, recorded in localStorage (kept across the page loads of one origin): what the
 # pages showed, and how often they asked for permission. A browser keeps a granted permission the same way.
 RECORD_NOTIFICATIONS = """

@@ -22,17 +22,9 @@ from tornado.web import RequestHandler
 
 from portal.service.app import JOB_ID, ROUTES
 from portal.service.base import PageRendering
-from tests.browser.conftest import PORTAL, WAITING_FORM, new_context
+from tests.browser.conftest import PORTAL, RECORD_VIOLATIONS, WAITING_FORM, new_context
 
 pytestmark = pytest.mark.integration
-# Before any script of the page: what the browser reports, kept for the test to read.
-RECORD_VIOLATIONS = """
-window.__violations = [];
-document.addEventListener("securitypolicyviolation", (e) => {
-  window.__violations.push(`${e.effectiveDirective} blocked ${e.blockedURI || "(inline)"} at ${e.sourceFile}:`
-                           + `${e.lineNumber} ${e.sample}`);
-}, true);
-"""
 # The URLs a page's script fetches again while it is open (data-rows-url, data-figures-url, data-log-url, ...).
 LIVE_PARTS = """() => [...document.querySelectorAll("*")].flatMap(
   (el) => Object.entries(el.dataset).filter(([key]) => key.endsWith("Url")).map(([, url]) => url))"""

@@ -17,7 +17,14 @@ from portal import jobs
 from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
 from portal.records.record import ENDED_STATES
-from tests.browser.conftest import PORTAL, RECORD_NOTIFICATIONS, log_in, new_context, wait_for_job_state
+from tests.browser.conftest import (
+    PORTAL,
+    RECORD_NOTIFICATIONS,
+    RECORD_VIOLATIONS,
+    log_in,
+    new_context,
+    wait_for_job_state,
+)
 from tests.conftest import (
     CLUSTER,
     JOB_END_GRACE_S,
@@ -67,6 +74,7 @@ def alice_in_lab(hub, admin, cluster, page):
 def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboard(hub, alice_in_lab, artifacts):
     page, submitted = alice_in_lab
     page.context.add_init_script(RECORD_NOTIFICATIONS)
+    page.context.add_init_script(RECORD_VIOLATIONS)
     fonts = []  # what TensorBoard's page asks for its fonts, and what it gets
     page.on("response", lambda r: fonts.append((r.url, r.status)) if "font-roboto" in r.url else None)
     page.goto(f"{hub.url}/services/portal/")
@@ -153,6 +161,8 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
                          for url, status in fonts), \
         fonts
     page.screenshot(path=str(artifacts / "dashboard-5-job-completed.png"), full_page=True)
+    # The job page framed TensorBoard (the site's own, /user/alice/) under its nonce policy: nothing was refused.
+    assert page.evaluate("() => window.__violations") == [], page.evaluate("() => window.__violations")
 
 
 def test_alice_turns_job_email_off_for_herself_on_the_submit_page(hub, browser, alice_cookies, artifacts):
