@@ -44,14 +44,16 @@ def stored(kube, job) -> dict:
 
 
 def test_the_server_stores_the_mpijob_as_rendered(kube, cfg):
-    job = jobs.submit({**TINY, "nodes": 2, "gpus_per_node": 2}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+    # 2 nodes of 1 GPU (2 GPUs a node would be 2 CPUs a worker pod: two of those and the launcher can never fit the
+    # box's nodes of 2 CPUs, and are refused at submit)
+    job = jobs.submit({**TINY, "nodes": 2, "gpus_per_node": 1}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
     try:
         mpijob = stored(kube, job)
-        assert mpijob["spec"]["slotsPerWorker"] == 2
+        assert mpijob["spec"]["slotsPerWorker"] == 1
         worker = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]
         assert worker["replicas"] == 2
         limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
-        assert limits["nvidia.com/gpu"] == "2"
+        assert limits["nvidia.com/gpu"] == "1"
         assert worker["template"]["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
         assert job.logs() == ""  # no launcher pod: no operator runs here
         assert job.metrics().images_per_sec is None
