@@ -65,6 +65,17 @@ def test_the_hub_is_served_over_https_with_the_boxs_ca_and_secure_cookies(pod_hu
     cookies = {cookie.name: cookie for cookie in alice.cookies}
     assert "jupyterhub-session-id" in cookies, list(cookies)
     assert all(cookie.secure for cookie in cookies.values()), [(c.name, c.secure) for c in cookies.values()]
+    # HSTS on every answer over TLS (portal/proxy_hsts.js in the proxy): the hub's pages and API, the proxy's own
+    # error, the dashboard's page, which also keeps its nonce policy behind the proxy.
+    answers = {path: pod_hub.get(path, allow_redirects=False) for path in ("/hub/health", "/hub/login", "/hub/api/",
+                                                                          "/user/nobody-here/x")}
+    answers["dashboard"] = alice.get(f"{pod_hub.url}/services/portal/jobs", timeout=30)
+    for name, answer in answers.items():
+        assert answer.headers.get("Strict-Transport-Security") == "max-age=31536000", (name, answer.status_code,
+                                                                                     dict(answer.headers))
+    dashboard = answers["dashboard"]
+    assert dashboard.status_code == 200 and dashboard.url.endswith("/services/portal/jobs"), dashboard.url
+    assert "script-src 'self' 'nonce-" in dashboard.headers["Content-Security-Policy"], dashboard.headers
 
 
 def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(pod_hub, kube, core):
