@@ -290,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "crash":
             print(crash(box, args.node or ""))
             return 0
-        cluster = up(box, report=lambda line: print(line, flush=True), hub_directory=load() if args.hub else None)
+        # Once the hub is installed, every `up` claims the directory again and refreshes its CA and password copies.
+        hub_directory = load() if args.hub or box_hub.installed(box) else None
+        cluster = up(box, report=lambda line: print(line, flush=True), hub_directory=hub_directory)
     except LeftBehind as err:  # down's whole report, then what of the box's own is left
         _report(err.lines, print)
         print(f"kubebox.py down: {err}", file=sys.stderr)
