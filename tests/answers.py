@@ -13,6 +13,7 @@ import re
 PER_REQUEST = (
     re.compile(rb'(xsrf_token: ")[^"]*(")'),  # the hub's page.html: window.jhdata's token, signed with a timestamp
     re.compile(rb'(name="_xsrf" value=")[^"]*(")'),  # tornado's xsrf_form_html(), the same token in every form
+    re.compile(rb'( nonce=")[^"]*(")'),  # the CSP nonce of each page's inline scripts and styles (a new one each time)
 )
 MASK = rb"\1<per-request>\2"
 
