@@ -22,6 +22,7 @@ from deploy.source_hash import source_hash
 from deploy.supervise import BoxError
 from tests.conftest import REPO
 
+DSPORTAL = ("portal", "spawners", "chexnet")  # the distribution's packages (setup.py)
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("cluster")]
 
 
@@ -47,14 +48,20 @@ def private_clone(tmp_path_factory) -> Path:
 @pytest.fixture
 def readable_venv() -> Iterator[Path]:
     """A venv users can read (under /var/tmp: pytest's own temporary directories are mode 700), with the shared
-    venv's packages behind its own (a .pth file): installs are local. Removed afterwards."""
+    venv's dependencies behind its own (a .pth file), not its dsportal: installs are local. Removed afterwards."""
     place = Path(tempfile.mkdtemp(prefix="dsportal-test-venv.", dir="/var/tmp"))
     try:
         place.chmod(0o755)
         venv = place / "venv"
         subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, timeout=120)
         own = next((venv / "lib").glob("python3*/site-packages"))
-        (own / "shared-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        # The shared venv's packages without its own copy of dsportal, which would hide a failed import.
+        borrowed = place / "borrowed"
+        borrowed.mkdir()
+        for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+            if entry.name not in DSPORTAL and not entry.name.startswith(("dsportal-", "__editable__")):
+                (borrowed / entry.name).symlink_to(entry)
+        (own / "shared-venv.pth").write_text(f"{borrowed}\n")
         yield venv
     finally:
         shutil.rmtree(place)
