@@ -233,9 +233,10 @@ class PortalConfig:
     k8s_gpu_types: tuple[str, ...] = setting(("t4", "v100"), "The GPU types (values of k8s_gpu_node_label).")
     k8s_gpu_profiles: tuple[str, ...] = setting(("0", "1", "2", "4", "8"), "The GPU counts a server may ask for "
                                                 "(profiles), within the user's group quota.")
-    k8s_node_cpus: int = setting(32, "CPUs of one GPU node.")
-    k8s_node_memory_gb: int = setting(180, "Memory (GB) of one GPU node.")
-    k8s_node_gpus: int = setting(8, "GPUs of one GPU node.")
+    k8s_node_cpus: int = setting(32, "CPUs of one GPU node, where the pool's nodes cannot be listed (a dry run, "
+                                     "a notebook in a user's pod); otherwise each node's allocatable is used.")
+    k8s_node_memory_gb: int = setting(180, "Memory (GB) of one GPU node, where the nodes cannot be listed.")
+    k8s_node_gpus: int = setting(8, "GPUs of one GPU node, where the nodes cannot be listed.")
     k8s_max_nodes: int = setting(4, "How many nodes one training job may span.")
     k8s_data_claim: str = setting("chestxray14", "The data set's claim (ReadOnlyMany, mounted read-only).")
     k8s_data_mount: str = setting("/data", "Where the data set is mounted.")
