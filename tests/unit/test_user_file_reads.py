@@ -25,6 +25,11 @@ ACCOUNTED = {
     ("portal/jobmail.py", "first_message", "os.open"): "creates an array's marker (O_CREAT | O_EXCL) in root's slurm "
                                                        "directory: never reads one",
     ("chexnet/tblog.py", "_fsync_directory", "os.open"): "opens the run's directory to fsync it; reads nothing",
+    ("chexnet/model_card.py", "installed_commit", "read_text"): "the venv's own source.json, written by root's "
+                                                                "install-package.sh: no user's file",
+    ("portal/directory.py", "search_password", "read_text"): "the portal's directory password, a root-owned 0600 "
+                                                             "file of the settings: no user's file",
+    ("portal/ldap_login.py", "user_bind", "open"): "ldap3's Connection.open: a connection to the directory, no file",
     ("chexnet/tblog.py", "append_record", "open"): "appends the run's own epoch record (the writer)",
     ("chexnet/sweepclaims.py", "claim", "open"): "the claims' lock file, opened to append and lock (flock)",
     ("chexnet/data/synthetic.py", "_write_csv", "open"): "writes the generated demo set's CSV",

@@ -145,7 +145,7 @@ def test_a_directory_that_does_not_answer_is_one_line_with_its_own_words():
 
 def test_tls_needs_a_readable_ca_file(tmp_path):
     with pytest.raises(DirectoryError, match=r"ldap_tls is ldaps, but its CA file .*ca\.pem \(ldap_ca_file\)"):
-        ldap_connection(PortalConfig(state_dir=tmp_path, ldap_tls="ldaps"))
+        ldap_connection(PortalConfig(state_dir=tmp_path, directory_dir=tmp_path, ldap_tls="ldaps"))
 
 
 # --- The rules -------------------------------------------------------------------------------------------------
