@@ -162,7 +162,12 @@ def test_render_prints_what_submit_would_make_and_refuses_what_it_would_refuse(k
     shown = subprocess.run([*command, "--user", "alice", "--groups", "gpu-users"], capture_output=True, text=True,
                            timeout=60, env=env)
     assert shown.returncode == 0, shown.stderr
-    assert [m["kind"] for m in yaml.safe_load_all(shown.stdout)] == ["Job", "Secret", "Job"]
+    made = list(yaml.safe_load_all(shown.stdout))
+    # The record (a Job), then what it owns: its NetworkPolicy first (its pods reach each other, nothing else does),
+    # its Secret, its workers' Job.
+    assert [m["kind"] for m in made] == ["Job", "NetworkPolicy", "Secret", "Job"]
+    job_id = made[1]["metadata"]["name"]
+    assert made[1]["spec"]["podSelector"] == {"matchLabels": {"dsportal/job-id": job_id}}, made[1]
     refused = subprocess.run([*command, "--user", "bob"], capture_output=True, text=True, timeout=60, env=env)
     assert refused.returncode == 2 and "gpus_per_node" in refused.stderr  # bob's groups carry no GPU quota
 
