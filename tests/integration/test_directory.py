@@ -14,7 +14,6 @@ import ssl
 import stat
 import subprocess
 import sys
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,12 +21,13 @@ import ldap3
 import pytest
 from ldap3.core.exceptions import LDAPBindError
 
-from deploy.local.parts import directory, slapd
+from deploy.local.parts import slapd
 from deploy.local.parts.layout import Layout
 from portal.auth import ACCOUNT_LOCKED
 from portal.directory import read_directory, search_password, search_password_file
 from portal.ldap_login import Bind, user_bind
 from tests.conftest import PASSWORDS, PORT_OFFSET, REPO, TEST_SETTINGS, TEST_STATE, box
+from tests.directory_users import own_user
 
 ALICE_DN = "uid=alice,ou=people,dc=dsportal,dc=local"
 
@@ -106,17 +106,8 @@ def test_wrong_passwords_never_lock_the_portal_out(cluster):
 @pytest.fixture
 def lockee(cluster):
     """A directory user of this test's own, removed afterwards (with the lock the test put on it)."""
-    name = f"lockee{uuid.uuid4().hex[:6]}"
-    dn, password = f"uid={name},ou=people,dc=dsportal,dc=local", "right-password"
-    root = slapd.ldap_connection(directory.place(cluster), cluster.ldaps_port, use_ssl=True)  # the directory's root
-    root.add(dn, ["inetOrgPerson", "posixAccount"], {
-        "uid": name, "cn": name, "sn": name, "uidNumber": 19999, "gidNumber": 100, "homeDirectory": f"/tmp/{name}",
-        "userPassword": slapd.ssha(password)})
-    try:
-        yield name, dn, password
-    finally:
-        root.delete(dn)
-        root.unbind()
+    with own_user(cluster, 19999) as made:
+        yield made
 
 
 def test_wrong_passwords_lock_an_account_and_the_hub_says_so(cluster, hub, lockee):

@@ -13,10 +13,9 @@ import uuid
 import pytest
 from kubernetes import client as k8s
 
-from deploy.local.parts import directory as shared_directory
-from deploy.local.parts import slapd
 from portal.auth import ACCOUNT_LOCKED
 from tests.conftest import wait_for
+from tests.directory_users import own_user
 from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration
@@ -60,18 +59,9 @@ print(json.dumps(out))
 
 @pytest.fixture
 def lockee(directory):
-    """A directory user of this test's own, removed afterwards with the lock the test put on it."""
-    name = f"lockee{uuid.uuid4().hex[:6]}"
-    dn, password = f"uid={name},ou=people,{directory.ldap_base_dn}", "right-password"
-    root = slapd.ldap_connection(shared_directory.place(directory), directory.ldaps_port, use_ssl=True)
-    root.add(dn, ["inetOrgPerson", "posixAccount"], {
-        "uid": name, "cn": name, "sn": name, "uidNumber": 19998, "gidNumber": 100, "homeDirectory": f"/tmp/{name}",
-        "userPassword": slapd.ssha(password)})
-    try:
-        yield name, dn, password
-    finally:
-        root.delete(dn)
-        root.unbind()
+    """A directory user of this test's own, removed afterwards (with the lock the test put on it)."""
+    with own_user(directory, 19998) as made:
+        yield made
 
 
 def test_a_pod_finds_only_ldaps_no_anonymous_reads_and_a_lock_after_wrong_passwords(pod_hub, kube, core, directory,
