@@ -226,16 +226,17 @@ def submit_form(defaults: Mapping[str, Any] | None = None, submit=None):
     import ipywidgets as widgets
 
     from portal import jobs
-    from portal.records.spec import MODELS
+    from portal.records.programs import registry
 
-    values = {"template": "chexnet", "nodes": 1, "gpus_per_node": 1, "epochs": 1, "model": "densenet121",
+    values = {"template": registry().default.name, "nodes": 1, "gpus_per_node": 1, "epochs": 1, "model": "densenet121",
               **(defaults or {})}
     fields = {
         "nodes": widgets.BoundedIntText(value=values["nodes"], min=1, max=64, description="Nodes"),
         "gpus_per_node": widgets.BoundedIntText(value=values["gpus_per_node"], min=0, max=16,
                                                 description="GPUs/node"),
         "epochs": widgets.BoundedIntText(value=values["epochs"], min=1, max=1000, description="Epochs"),
-        "model": widgets.Dropdown(options=list(MODELS), value=values["model"], description="Model"),
+        "model": widgets.Dropdown(options=list(registry().get(values["template"]).models), value=values["model"],
+                                  description="Model"),
     }
     button = widgets.Button(description="Submit training", button_style="primary")
     message = widgets.HTML()

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from portal.config import ConfigError
 from portal.jobs import SCHEDULERS, JobAccessError, SchedulerError, UnknownScheduler, render
-from portal.records.spec import BOOLEAN_FIELDS, FIELDS, JobSpecError
+from portal.records.spec import JobSpecError, boolean_fields, input_fields
 
 EXIT_USAGE = 2
 PROG = "python -m portal.jobs"
@@ -38,8 +38,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--user", help="render for this user (root only); default: you")
     r.add_argument("--groups", help="the user's groups, comma-separated (their GPU quota); default: their Unix "
                    "groups, or DSPORTAL_GROUPS on Kubernetes")
-    for name in FIELDS:
-        if name in BOOLEAN_FIELDS:  # --fp16 alone means true; --fp16 false is allowed too
+    switches = boolean_fields()
+    for name in input_fields():  # every program's own fields too (--amp ...: chexnet-torch's)
+        if name in switches:  # --fp16 alone means true; --fp16 false is allowed too
             r.add_argument(f"--{name.replace('_', '-')}", dest=name, nargs="?", const="true", metavar="true|false")
         else:
             r.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar=name.upper())
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    spec = {name: getattr(args, name) for name in FIELDS if getattr(args, name) is not None}
+    spec = {name: getattr(args, name) for name in input_fields() if getattr(args, name) is not None}
     try:
         groups = None if args.groups is None else [g for g in args.groups.split(",") if g]
         print(render(spec, backend=args.backend, user=args.user, groups=groups), end="")

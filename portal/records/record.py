@@ -24,6 +24,8 @@ from typing import Any
 
 from portal.inputs import finite_json
 from portal.records.ids import HOME_ID_PATTERNS, JOB_ID, LOCAL_ID_PATTERN, SLURM_ID_PATTERN  # noqa: F401
+from portal.records.programs import registry
+from portal.records.spec import FIELDS as JOBSPEC_FIELDS
 from portal.records.spec import JobSpec, JobSpecError
 from portal.records.states import (  # noqa: F401  (the API's words for a job's state, by portal.records.states)
     CANCELLED,
@@ -183,6 +185,26 @@ def _recorded_sweep(data: dict[str, Any], spec: JobSpec) -> SweepPlan | None:
         raise RecordError(str(err)) from None
 
 
+def _recorded_options(raw: dict) -> tuple[tuple[str, Any], ...]:
+    """The recorded program's own fields, as it declares them now (a program no longer registered: none); each
+    of the declared kind, a choice's text bounded like any other."""
+    try:
+        program = registry().get(raw.get("template", JobSpec.template))
+    except KeyError:
+        return ()
+    found = []
+    for field in program.fields:
+        if field.name in JOBSPEC_FIELDS or field.name not in raw:
+            continue
+        value, kind = raw[field.name], {"bool": bool, "int": int, "choice": str}[field.kind]
+        if type(value) is not kind:
+            raise RecordError(f"spec.{field.name}: a {type(value).__name__}, not a {kind.__name__}")
+        if kind is str:
+            _text(raw, field.name)
+        found.append((field.name, value))
+    return tuple(found)
+
+
 def recorded_spec(raw: Any) -> JobSpec:
     """The spec as recorded at submit (validated then): here only each field's type and size are checked, since
     the record is shown, never submitted again. Unknown fields (a newer version's) are left out."""
@@ -190,6 +212,9 @@ def recorded_spec(raw: Any) -> JobSpec:
         raise RecordError("spec: missing" if raw is None else f"spec: a {type(raw).__name__}, not an object")
     values: dict[str, Any] = {}
     for spec_field in fields(JobSpec):
+        if spec_field.name == "options":
+            values["options"] = _recorded_options(raw)
+            continue
         if spec_field.name not in raw:
             continue  # an older version's record: the default
         value, kind = raw[spec_field.name], type(getattr(JobSpec(), spec_field.name))

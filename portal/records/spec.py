@@ -13,16 +13,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from chexnet.reference import MODELS  # the models the trainer builds, defined once (TensorFlow-free)
 from portal import inputs
 from portal.inputs import InputError, format_minutes, minutes_of
 from portal.quota import GpuQuota
 from portal.records.fit import NodeRoom, Request, Shape, cluster_words, fits, most_placed, refusal, request_words
+from portal.records.programs import LEGACY_OPTIONS, Program, ProgramField, registry
 
-TEMPLATES = ("chexnet",)
 WHOLE = "spec"  # what an error about the request as a whole names (not a mapping, a key that is no field name)
-__all__ = ["FIELDS", "MODELS", "TEMPLATES", "JobLimits", "JobSpec", "JobSpecError", "format_minutes", "minutes_of",
+__all__ = ["FIELDS", "JobLimits", "JobSpec", "JobSpecError", "format_minutes", "input_fields", "minutes_of",
            "parse_job_spec"]
+OptionValue = str | int | bool
 
 # Bounds that do not depend on the cluster: wide enough for real training, narrow enough to catch typos.
 MAX_EPOCHS = 1000
@@ -61,6 +61,8 @@ class JobSpec:
     xla: bool = False
     mail: bool = False  # e-mail at the job's end (Slurm's --mail-type=END,FAIL); parse_job_spec's default: the user's
     data_dir: str = ""  # empty only before parsing: parse_job_spec puts the configured default here
+    # The program's own fields (portal.records.programs) beyond those above, as (name, value) in its order.
+    options: tuple[tuple[str, OptionValue], ...] = ()
 
     @property
     def workers_per_node(self) -> int:
@@ -76,11 +78,36 @@ class JobSpec:
         return self.nodes * self.gpus_per_node
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Flat, as the API takes it: the program's own fields beside the others (chexnet's fp16 and xla only for
+        a program that has them)."""
+        values = asdict(self)
+        del values["options"]
+        try:
+            program = registry().get(self.template)
+            for name in LEGACY_OPTIONS:
+                if program.field(name) is None:
+                    del values[name]
+        except KeyError:  # a record of a program no longer registered: shown as it was
+            pass
+        return {**values, **dict(self.options)}
+
+    def option(self, name: str) -> OptionValue | None:
+        return dict(self.options).get(name)
 
 
-FIELDS = tuple(f.name for f in fields(JobSpec))
+FIELDS = tuple(f.name for f in fields(JobSpec) if f.name != "options")  # every program's (and chexnet's fp16, xla)
 BOOLEAN_FIELDS = tuple(f.name for f in fields(JobSpec) if f.type in (bool, "bool"))  # switches: fp16, xla, mail
+
+
+def input_fields() -> tuple[str, ...]:
+    """What a request may name: JobSpec's fields and every registered program's own."""
+    return (*FIELDS, *registry().option_names())
+
+
+def boolean_fields() -> tuple[str, ...]:
+    """The switches among input_fields(): JobSpec's and the programs' own."""
+    own = (f.name for p in registry().programs for f in p.fields if f.kind == "bool")
+    return tuple(dict.fromkeys((*BOOLEAN_FIELDS, *own)))
 
 
 @dataclass(frozen=True)
@@ -201,6 +228,27 @@ def _mail(raw: Mapping[str, Any], limits: JobLimits) -> bool:
     return wanted
 
 
+def _program_value(raw: Mapping[str, Any], field: ProgramField, program: Program) -> OptionValue:
+    if field.name not in raw:
+        return field.default
+    value = raw[field.name]
+    if field.kind == "bool":
+        return inputs.boolean(value, field.name)
+    if field.kind == "int":
+        return inputs.whole_number(value, field.name, field.low, field.high, f" ({field.label} of {program.name})")
+    return inputs.choice(value, field.name, field.choices, f"offered by {program.name}")
+
+
+def _program_fields(raw: Mapping[str, Any], program: Program) -> dict[str, OptionValue]:
+    """The program's own fields (model among them), each checked as it declares; a field of another program is
+    refused, naming the program's own fields."""
+    for name in (*registry().option_names(), *LEGACY_OPTIONS):
+        if name in raw and program.field(name) is None:
+            own = ", ".join(f.name for f in program.fields) or "none"
+            raise JobSpecError(name, f"is not a field of the program {program.name}; its own fields: {own}")
+    return {f.name: _program_value(raw, f, program) for f in program.fields}
+
+
 @inputs.refused_as(JobSpecError)
 def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
                    user_can_read: Callable[[str], bool] = lambda path: os.path.isdir(path) and os.access(
@@ -213,11 +261,15 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
     (portal.records.fit); the defaults are lowered until the job fits. `sweep`: the spec is a sweep's trial's,
     which brings no launcher (its trials at once are checked by portal.records.sweep.parse_sweep).
     """
-    raw = inputs.fields_of(raw, FIELDS, WHOLE)
+    raw = inputs.fields_of(raw, input_fields(), WHOLE)
     if limits.max_jobs is not None and limits.jobs_queued >= limits.max_jobs:
         raise JobSpecError(WHOLE, f"you have {limits.jobs_queued} jobs queued or running (your server included); "
                                   f"allowed: at most {limits.max_jobs} at once: cancel one or wait for one to end")
-    template = inputs.choice(raw["template"], "template", TEMPLATES) if "template" in raw else JobSpec.template
+    programs = registry()
+    template = inputs.choice(raw["template"], "template", programs.names, "a training program here") \
+        if "template" in raw else programs.default.name
+    program = programs.get(template)
+    own = _program_fields(raw, program)
 
     nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"
     nodes = _integer(raw, "nodes", 1, limits.nodes, nodes_note) if "nodes" in raw else 1
@@ -261,11 +313,12 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
         if "batch_size" in raw else defaults.batch_size,
         image_size=_integer(raw, "image_size", MIN_IMAGE_SIZE, MAX_IMAGE_SIZE, " (pixels, square)")
         if "image_size" in raw else defaults.image_size,
-        model=inputs.choice(raw["model"], "model", MODELS) if "model" in raw else defaults.model,
-        fp16=inputs.boolean(raw["fp16"], "fp16") if "fp16" in raw else defaults.fp16,
-        xla=inputs.boolean(raw["xla"], "xla") if "xla" in raw else defaults.xla,
+        model=str(own.pop("model")),
+        fp16=bool(own.pop("fp16", False)),
+        xla=bool(own.pop("xla", False)),
         mail=_mail(raw, limits),
         data_dir=_data_dir(raw, limits, user_can_read),
+        options=tuple(own.items()),
     )
     found = limits.refusal({name: getattr(spec, name) for name in PLACED}, sweep=sweep)
     if found is not None:  # every field is allowed alone; together, the nodes could never hold the job

@@ -1,6 +1,8 @@
-"""The job templates (`portal/records/templates/<kind>.sbatch`, `<kind>.local.sh`): one file per job kind, filled
-from a validated spec, like Open OnDemand's submit templates. Plain text, so no HTML escaping; two filters quote
-what reaches the script."""
+"""The job scripts: one template per launcher and scheduler (`portal/records/templates/<launcher>.sbatch`,
+`<launcher>.local.sh`, `<launcher>.k8s.sh`, ...), filled from a validated spec, like Open OnDemand's submit
+templates. The training program's own fragment (`<program>/<ARGS_TEMPLATE>`, from its package: the bash array
+`train_args`) is included from there (portal.records.programs). Plain text, so no HTML escaping; two filters
+quote what reaches the script."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from portal.records.programs import Program, Registry, registry
+
 if TYPE_CHECKING:
     from portal.config import PortalConfig
+    from portal.records.spec import JobSpec
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 # What mpirun passes on to the workers it starts on other hosts (-x), besides job_environment's names.
@@ -28,14 +33,39 @@ def sbatch_value(value: object) -> str:
     return text
 
 
-@lru_cache(maxsize=1)
 def template_environment() -> jinja2.Environment:
+    """The launchers' templates, and each registered program's under its name (`chexnet/args.sh`)."""
+    return _environment(registry())
+
+
+@lru_cache(maxsize=4)
+def _environment(programs: Registry) -> jinja2.Environment:
     # StrictUndefined: a template that names a value the renderer did not pass fails, never renders blank.
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=False,
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(TEMPLATES_DIR), jinja2.PrefixLoader(
+        {p.name: jinja2.FileSystemLoader(p.templates) for p in programs.programs}, delimiter="/")])
+    env = jinja2.Environment(loader=loader, autoescape=False, undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True)
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["sbatch"] = sbatch_value
     return env
+
+
+def program_of(spec: JobSpec) -> Program:
+    """The registered program a validated spec runs (KeyError for a name no longer registered)."""
+    return registry().get(spec.template)
+
+
+def launch_template(spec: JobSpec, suffix: str) -> jinja2.Template:
+    """The job script of `spec`'s program's launcher for one scheduler: `suffix` is "sbatch", "local.sh", ..."""
+    return template_environment().get_template(f"{program_of(spec).launcher}.{suffix}")
+
+
+def program_values(spec: JobSpec, cfg: PortalConfig) -> dict[str, object]:
+    """What every launcher template gets of the program: the program itself, the interpreter and bin directory
+    of its environment, and its options (its own fields' values) for its fragment."""
+    program = program_of(spec)
+    return {"program": program, "python": program.python(cfg.venv), "program_bin": program.bin_dir(cfg.venv),
+            "options": dict(spec.options)}
 
 
 def job_environment(cfg: PortalConfig, home: str) -> list[tuple[str, str]]:

@@ -41,7 +41,7 @@ from portal.records.record import (
 from portal.records.spec import JobLimits, JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, sweep_view
-from portal.records.templating import job_environment, template_environment
+from portal.records.templating import job_environment, launch_template, program_values
 from portal.scheduler import NoAccounting
 from portal.scheduler.errors import JobNotFound
 from portal.scheduler.home import JobsInHome
@@ -56,13 +56,14 @@ CANCEL_GRACE_S = 10  # TERM first, so Horovod stops its workers; KILL what is le
 
 
 def render_local(spec: JobSpec, job_dir: str, cfg: PortalConfig) -> str:
-    """The shell script that runs `spec` under horovodrun in `job_dir`."""
+    """The shell script that runs `spec` in `job_dir` under its program's launcher (horovodrun, torchrun)."""
     hours, minutes, seconds = (int(p) for p in spec.time_limit.split(":"))
-    return template_environment().get_template(f"{spec.template}.local.sh").render(
+    values = program_values(spec, cfg)
+    return launch_template(spec, "local.sh").render(
         spec=spec, job_dir=job_dir, output=OUTPUT_FILE, seconds=hours * 3600 + minutes * 60 + seconds,
-        venv_bin=str(cfg.venv / "bin"), python=str(cfg.venv / "bin" / "python"),
-        horovodrun=str(cfg.venv / "bin" / "horovodrun"), trainer_args=cfg.jobs_trainer_args,
-        job_env=job_environment(cfg, '"$HOME"'))
+        venv_bin=values["program_bin"], horovodrun=f"{values['program_bin']}/horovodrun",
+        torchrun=f"{values['program_bin']}/torchrun", trainer_args=cfg.jobs_trainer_args,
+        job_env=job_environment(cfg, '"$HOME"'), **values)
 
 
 def local_gpus() -> int:

@@ -8,7 +8,7 @@ from typing import Any
 from portal import settings as user_settings
 from portal.inputs import InputError, read_json_object
 from portal.records.account import RUNUSER_CALLS
-from portal.records.spec import FIELDS, WHOLE
+from portal.records.spec import WHOLE, input_fields
 from portal.scheduler.slurm.scheduler import USER_SLURM_CALLS
 from portal.service.base import APIHandler, UserError
 
@@ -20,7 +20,7 @@ def posted_spec(body: bytes | None) -> dict:
     spec = read_json_object(body, WHOLE)
     if not spec:
         raise InputError("template", 'required when no other field is sent; allowed: {"template": "chexnet"} '
-                                     f"for a job with every default, or any of: {', '.join(FIELDS)}")
+                                     f"for a job with every default, or any of: {', '.join(input_fields())}")
     return spec
 
 

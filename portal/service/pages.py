@@ -16,11 +16,9 @@ from portal import settings as user_settings
 from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
 from portal.jobs import Job
 from portal.logview import filter_log
+from portal.records.programs import registry
 from portal.records.record import ENDED_STATES, UNREADABLE
-from portal.records.spec import (
-    MODELS,
-    WHOLE,
-)
+from portal.records.spec import WHOLE
 from portal.records.sweep import MAX_TRIALS, PRUNERS, SAMPLERS, SweepView
 from portal.reference import AurocTable
 from portal.scheduler.home import ModelCardError
@@ -266,7 +264,8 @@ class SubmitPageHandler(PageHandler):
                          fields=form_fields(limits), again_of=again_of, mine=mine, saved=saved,
                          kind="sweep" if isinstance(values.get("sweep"), Mapping) else "single",
                          sweep_values=sweep_form_values(values, limits), sampler_choices=SAMPLERS,
-                         pruner_choices=PRUNERS, model_choices=MODELS,
+                         pruner_choices=PRUNERS, programs=registry().programs,
+                         model_choices=tuple(dict.fromkeys(m for p in registry().programs for m in p.models)),
                          sweep_error=sweep_form_field(error.field if error else None),
                          sweeps=self.board.scheduler.sweeps)  # "Sweep" beside "Single run"
 

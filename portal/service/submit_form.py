@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from portal.inputs import MAX_PATH, InputError, decode_form, minutes_of, shown
+from portal.records.programs import COMMON_OPTIONS, LEGACY_OPTIONS, Program, ProgramField, registry
 from portal.records.spec import (
     BOOLEAN_FIELDS,
     FIELDS,
@@ -15,8 +16,6 @@ from portal.records.spec import (
     MAX_EPOCHS,
     MAX_IMAGE_SIZE,
     MIN_IMAGE_SIZE,
-    MODELS,
-    TEMPLATES,
     WHOLE,
     JobLimits,
     JobSpec,
@@ -106,26 +105,47 @@ def form_spec(arguments: dict[str, list[bytes]]) -> dict[str, object]:
     Refused (InputError, naming the field): a field the form does not have, a value that is not UTF-8 or longer
     than a path may be, a field sent twice, and a post with no field at all (a browser sends every input of the
     form, empty or not: nothing at all is not a person submitting the form)."""
-    decoded = decode_form(arguments, (*FIELDS, KIND, *SWEEP_FORM), WHOLE, cap=MAX_PATH)
+    own_fields = program_form_names()
+    decoded = decode_form(arguments, (*FORM_FIELDS, *own_fields, KIND, *SWEEP_FORM), WHOLE, cap=MAX_PATH)
     if not decoded:
-        raise InputError("template", f"no field was sent; allowed: the form's fields ({', '.join(FIELDS)})")
+        raise InputError("template", f"no field was sent; allowed: the form's fields ({', '.join(FORM_FIELDS)})")
     for name, sent in decoded.items():
         if len(sent) > 1:
             raise InputError(name, f"sent {len(sent)} times; allowed: once")
     spec: dict[str, object] = {}
-    for name in FIELDS:
+    for name in FORM_FIELDS:
         values = decoded.get(name)
         if name in BOOLEAN_FIELDS:
             spec[name] = checkbox(name, values)
             continue
         if values and values[0].strip():
             spec[name] = values[0].strip()
+    # The chosen program's own fields (each program's are posted as "<program>.<field>"; the others' are left out).
+    chosen = str(spec.get("template", registry().default.name))
+    for posted, (program, field) in own_fields.items():
+        if program.name != chosen:
+            continue
+        values = decoded.get(posted)
+        if field.kind == "bool":
+            spec[field.name] = checkbox(field.name, values)
+        elif values and values[0].strip():
+            spec[field.name] = values[0].strip()
     kind = (decoded.get(KIND) or ["single"])[0]
     if kind not in KINDS:
         raise InputError(KIND, f"{shown(kind)} is not a kind of job; allowed: {', '.join(KINDS)}")
     if kind == "sweep":
         spec["sweep"] = form_sweep(decoded)
     return spec
+
+
+# The form's own inputs: JobSpec's fields but those a program declares (fp16, xla: chexnet's), posted per program.
+FORM_FIELDS = tuple(name for name in FIELDS if name not in LEGACY_OPTIONS)
+
+
+def program_form_names() -> dict[str, tuple[Program, ProgramField]]:
+    """Each registered program's own fields (its model aside: one select for all) as the form posts them:
+    "<program>.<field>" (two programs may both have a field of one name)."""
+    return {f"{p.name}.{f.name}": (p, f) for p in registry().programs for f in p.fields if f.name not in COMMON_OPTIONS}
 
 
 def checkbox(name: str, values: list[str] | None) -> bool:
@@ -150,9 +170,12 @@ def form_fields(limits: JobLimits) -> list[FormField]:
     """The submit form's fields, from the user's limits now."""
     wall = "" if limits.max_minutes is None else f", at most {format_minutes(limits.max_minutes)}"
     launcher = f"; the job's launcher takes {limits.launcher.words()} on one node" if limits.launcher else ""
+    programs = registry()
+    models = tuple(dict.fromkeys(m for p in programs.programs for m in p.models))
     return [
-        FormField("template", "select", "the training script", TEMPLATES),
-        FormField("model", "select", "DenseNet-121 is CheXNet's", MODELS),
+        FormField("template", "select", "the training program: each is explained below the form's fields",
+                  programs.names),
+        FormField("model", "select", "DenseNet-121 is CheXNet's", models),
         FormField("nodes", "number", f"1-{limits.nodes}"),
         FormField("gpus_per_node", "number", f"0-{limits.max_gpus_per_node} (one Horovod worker per GPU)"),
         FormField("cpus_per_task", "number", f"per worker; {limits.cpus_per_node} CPUs per node{launcher}"),

@@ -26,7 +26,7 @@ from portal.config import PortalConfig
 from portal.records.record import JOBS_ROOT, now_utc
 from portal.records.spec import JobSpec, minutes_of
 from portal.records.sweep import SweepPlan
-from portal.records.templating import exported, job_environment, template_environment
+from portal.records.templating import exported, job_environment, launch_template, program_values
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -51,7 +51,7 @@ WATCH_EVERY_S = 10  # the launcher looks whether every worker still answers this
 WORKER_POLL_S = 0.5  # the launcher looks for its workers' sshd this often until all answer
 STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
 CARD_IN_LOG_BYTES = 64 * 1024  # the model card a script copies into its pod's log (a card is a few KB)
-MODEL_CARD_LINE = "chexnet: model card "  # chexnet.card-in-log.sh: the line's start, the card's JSON after it
+MODEL_CARD_LINE = "chexnet: model card "  # card-in-log.sh: the line's start, the card's JSON after it
 
 # What a dry run's YAML (KubernetesScheduler.render) says first: checked against the settings, not the cluster.
 DRY_RUN_NOTE = ("# Checked against the configured limits (k8s_max_nodes, k8s_node_gpus, k8s_node_cpus,\n"
@@ -102,18 +102,20 @@ def user_namespace_objects(cfg: PortalConfig, user: str, gpu_quota: int) -> list
     return [user_role_binding(cfg, user), gpu_quota_manifest(cfg, user, gpu_quota)]
 
 
-def _launcher_values(cfg: PortalConfig) -> dict[str, Any]:
+def _launcher_values(cfg: PortalConfig, spec: JobSpec) -> dict[str, Any]:
     """What every launcher script (MPIJob or plain) renders mpirun and the training command with."""
     environment = job_environment(cfg, shlex.quote(cfg.k8s_home_mount.rstrip("/")))
-    return {"venv_bin": str(cfg.venv / "bin"), "python": str(cfg.venv / "bin" / "python"), "job_env": environment,
+    values = program_values(spec, cfg)
+    return {**values, "venv_bin": values["program_bin"], "portal_python": str(cfg.venv / "bin" / "python"),
+            "job_env": environment,
             "card_bytes": CARD_IN_LOG_BYTES, "card_line": MODEL_CARD_LINE, "trainer_args": cfg.jobs_trainer_args,
             "map_by": cfg.jobs_mpi_map_by, "bind_to": cfg.jobs_mpi_bind_to, "mpirun_args": cfg.jobs_mpirun_args,
             "exported": exported(environment)}
 
 
 def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig) -> str:
-    return template_environment().get_template(f"{spec.template}.mpijob.sh").render(
-        spec=spec, job_id=job_id, job_dir=job_dir, **_launcher_values(cfg))
+    return launch_template(spec, "mpijob.sh").render(
+        spec=spec, job_id=job_id, job_dir=job_dir, **_launcher_values(cfg, spec))
 
 
 def _node_resources(spec: JobSpec) -> dict[str, str]:
@@ -218,18 +220,17 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
                       private_key: str, public_key: str, submitted_at: str = "") -> tuple[dict, list[dict]]:
     """A Horovod job with plain objects: (the launcher Job, [its Secret, the workers Job]). The two are created
     after the launcher, with an owner reference to it (`owned_by`), so the garbage collector deletes them with
-    it; the launcher waits for the workers itself (chexnet.k8s.sh)."""
+    it; the launcher waits for the workers itself (horovod.k8s.sh)."""
     job_dir = pod_job_dir(cfg, job_id)
     secret_name, workers_name = f"{job_id}-ssh", f"{job_id}-workers"
     home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
     mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}, {"name": SSH, "mountPath": SSH_DIR, "readOnly": True}]
     ssh = {"name": SSH, "secret": {"secretName": secret_name, "defaultMode": 0o440}}
-    env = template_environment()
     values = {"spec": spec, "job_id": job_id, "job_dir": job_dir, "ssh_port": SSH_PORT}
-    launcher_script = env.get_template(f"{spec.template}.k8s.sh").render(
-        **values, **_launcher_values(cfg), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
+    launcher_script = launch_template(spec, "k8s.sh").render(
+        **values, **_launcher_values(cfg, spec), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
         watch_every=WATCH_EVERY_S, worker_poll=WORKER_POLL_S, stop_grace=STOP_GRACE_S)
-    worker_script = env.get_template(f"{spec.template}.k8s-worker.sh").render(
+    worker_script = launch_template(spec, "k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
     worker_resources = _node_resources(spec)
     deadline = minutes_of(spec.time_limit) * 60
@@ -283,13 +284,13 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
 def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, cfg: PortalConfig, partition: str,
                        submitted_at: str = "") -> dict:
     """A sweep as one Job: `plan.trials` completions, `plan.parallel` pods at once, each pod one trial of one node
-    (chexnet.k8s-trial.sh). The Job is the record (its annotations hold the spec and the plan); a pod lost with
+    (horovod.k8s-trial.sh). The Job is the record (its annotations hold the spec and the plan); a pod lost with
     its node is made again by the Job and takes its task over. The deadline is every round of trials' wall time."""
     job_dir = pod_job_dir(cfg, job_id)
     plan_json = json.dumps(plan.file_dict(), sort_keys=True)
-    script = template_environment().get_template(f"{spec.template}.k8s-trial.sh").render(
+    script = launch_template(spec, "k8s-trial.sh").render(
         spec=spec, plan=plan, job_id=job_id, job_dir=job_dir, plan_json=plan_json, plan_file=PLAN_FILE,
-        finished_exit=EXIT_FINISHED, heartbeat_s=HEARTBEAT_S, stale_s=int(STALE_CLAIM_S), **_launcher_values(cfg))
+        finished_exit=EXIT_FINISHED, heartbeat_s=HEARTBEAT_S, stale_s=int(STALE_CLAIM_S), **_launcher_values(cfg, spec))
     resources = _node_resources(spec)
     trial = {"name": "trial", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
              "command": ["/bin/bash", "-c", script],

@@ -58,7 +58,7 @@ from portal.scheduler.kubernetes.pods import POD_SERVER_NAME, scheduling_in_word
 NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
 EPOCH_LINE = re.compile(rf"chexnet\.train: epoch ([0-9]{{1,7}})/[0-9]+: .*?auroc/mean=({NUMBER}|n/a)"
                         rf".*?images/sec=({NUMBER}|n/a)")
-# A trial pod's log (chexnet.k8s-trial.sh): its task and trial, then the trial's parameters (trial.json).
+# A trial pod's log (horovod.k8s-trial.sh): its task and trial, then the trial's parameters (trial.json).
 TRIAL_LINE = re.compile(r"^chexnet: sweep task ([0-9]{1,6}) is trial ([0-9]{1,6}), on pod ", re.MULTILINE)
 PARAMS_LINE = re.compile(r"^chexnet: trial parameters (\{[^\n]{0,2000}\})$", re.MULTILINE)
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -280,7 +280,7 @@ def _image_id(pod: Mapping[str, Any]) -> str:
 
 
 def card_from_log(log: str, job_id: str, image_id: str = "") -> dict[str, Any] | None:
-    """The last model card line of a pod's log (chexnet.card-in-log.sh), checked as the card file is; its
+    """The last model card line of a pod's log (card-in-log.sh), checked as the card file is; its
     image digest, when the run could not know it, is the one the kubelet reports having run (`image_id`, the
     pod's containerStatuses[].imageID), marked as such."""
     lines = [line for line in log.splitlines() if line.startswith(MODEL_CARD_LINE)]

@@ -13,7 +13,7 @@ from portal.quota import GpuQuota
 from portal.records.record import OUTPUT_FILE
 from portal.records.spec import JobLimits, JobSpec
 from portal.records.sweep import SweepPlan
-from portal.records.templating import exported, job_environment, template_environment
+from portal.records.templating import exported, job_environment, launch_template, program_values
 from portal.scheduler.cluster import NodePool
 from portal.scheduler.errors import SlurmError
 
@@ -39,16 +39,17 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
     environment = job_environment(cfg, '"$HOME"')
     if plan is not None:
         job_dir = job_dir.replace(SLURM_JOB_ID, SLURM_ARRAY_JOB_ID)
-    return template_environment().get_template(f"{spec.template}.sbatch").render(
+    values = program_values(spec, cfg)
+    return launch_template(spec, "sbatch").render(
         spec=spec,
         plan=plan,
         finished_exit=EXIT_FINISHED,
         partition=partition,
         output=f"{job_dir}/{SWEEP_TASK_LOG if plan is not None else OUTPUT_FILE}",
         job_dir_sh=shell_path(job_dir),
-        venv_bin=str(cfg.venv / "bin"),
+        venv_bin=values["program_bin"],
         slurm_bin=str(cfg.slurm_bin_dir),
-        python=str(cfg.venv / "bin" / "python"),
+        portal_python=str(cfg.venv / "bin" / "python"),
         job_env=environment,
         launcher=cfg.jobs_launcher,
         map_by=cfg.jobs_mpi_map_by,
@@ -57,6 +58,8 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
         trainer_args=cfg.jobs_trainer_args,
         exported=exported(environment),
         srun_mpi=cfg.jobs_srun_mpi,
+        torchrun=f"{values['program_bin']}/torchrun",
+        **values,
     )
 
 

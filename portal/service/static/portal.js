@@ -229,6 +229,20 @@
     show();
   }
 
+  // The submit form's program fields: only the chosen program's fieldset is shown and sent (without script, the
+  // program the page was made with keeps its own; another program chosen takes its defaults).
+  function followProgram(form, select) {
+    function show() {
+      form.querySelectorAll("fieldset.program-fields").forEach(function (set) {
+        var on = set.dataset.program === select.value;
+        set.hidden = !on;
+        set.disabled = !on;
+      });
+    }
+    select.addEventListener("change", show);
+    show();
+  }
+
   // TensorBoard's page takes the charts it shows when it loads: loaded before the run has written them (a job just
   // started, or one that ended within TensorBoard's last read of its files), it shows the time series as inactive,
   // or some of the charts only, and never looks again. While the panel may be missing charts, ask TensorBoard's own
@@ -285,5 +299,7 @@
     if (form && line) { followForm(form, line); }
     var sweepFields = document.getElementById("sweep-fields");
     if (form && sweepFields) { followKind(form, sweepFields); }
+    var program = document.getElementById("template");
+    if (form && program) { followProgram(form, program); }
   });
 })();

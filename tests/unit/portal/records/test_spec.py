@@ -64,7 +64,8 @@ def test_unknown_fields_are_refused_with_the_list_of_fields():
 
 
 def test_template_must_be_a_known_kind():
-    refused("template", "'pytorch' is not offered", "allowed: chexnet", template="pytorch")
+    refused("template", "'pytorch' is not a training program here", "allowed: chexnet, chexnet-torch",
+            template="pytorch")
 
 
 @pytest.mark.parametrize("value", [True, False, 2.0, 1.5, "2.0", "two", "", None, [1]])

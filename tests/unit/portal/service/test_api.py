@@ -300,7 +300,7 @@ class DashboardTest(AsyncHTTPTestCase):
         response = self.call("POST", "submit", user="bob", body="gpus_per_node=4&epochs=1")
         assert response.code == 400
         assert b'data-field="gpus_per_node"' in response.body and b"allowed: 0-0" in response.body
-        ok = self.call("POST", "submit", body="gpus_per_node=2&epochs=1&fp16=on")
+        ok = self.call("POST", "submit", body="gpus_per_node=2&epochs=1&chexnet.fp16=on")
         assert ok.code == 302 and "/services/portal/jobs/" in ok.headers["Location"]
 
     def test_a_burst_of_submits_does_not_hold_up_the_jobs_page(self):

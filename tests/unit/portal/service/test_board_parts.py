@@ -13,7 +13,7 @@ from portal.service.submit_form import form_spec
 
 
 def test_form_spec_keeps_given_fields_and_reads_checkboxes():
-    spec = form_spec({"nodes": [b"1"], "epochs": [b" "], "fp16": [b"on"], "mail": [b"on"], "_xsrf": [b"x"]})
+    spec = form_spec({"nodes": [b"1"], "epochs": [b" "], "chexnet.fp16": [b"on"], "mail": [b"on"], "_xsrf": [b"x"]})
     assert spec == {"nodes": "1", "fp16": True, "xla": False, "mail": True}
     assert form_spec({"nodes": [b"1"]})["mail"] is False  # an unticked box is not sent: off, not "the default"
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from portal.quota import GpuHolder, GpuQuota
-from portal.records.spec import MODELS, TEMPLATES, JobLimits, parse_job_spec
+from chexnet.reference import MODELS
+from portal.records.programs import registry
+from portal.records.spec import JobLimits, parse_job_spec
 from portal.service.submit_form import form_fields, form_values, request_summary
 
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
@@ -32,7 +34,7 @@ def test_what_was_given_is_shown_over_the_defaults_and_empty_fields_are_not():
 
 def test_choices_are_selects_and_every_field_says_what_is_allowed():
     fields = {field.name: field for field in form_fields(LIMITS)}
-    assert fields["template"].kind == "select" and fields["template"].choices == TEMPLATES
+    assert fields["template"].kind == "select" and fields["template"].choices == registry().names == ("chexnet", "chexnet-torch")
     assert fields["model"].kind == "select" and fields["model"].choices == MODELS
     assert fields["gpus_per_node"].hint.startswith("0-3")  # 1 of her 4 GPUs is her server's
     assert fields["memory_gb"].hint == "GB per node, 1-20"

@@ -16,8 +16,9 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PA
 {% for name, word in job_env %}export {{ name }}={{ word }}
 {% endfor %}
 # --resume: a run again (a lost worker, a new launcher pod) continues from the last checkpoint.
-{% include "chexnet.train.sh" %}
-{% include "chexnet.card-in-log.sh" %}
+{% include program.include() %}
+train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
+{% include "card-in-log.sh" %}
 # The job's key, from its Secret, where ssh accepts it (its own, not group-readable).
 key=$(mktemp -d)/id
 install -m 0600 {{ key_file | q }} "$key" || exit 1

@@ -1,4 +1,4 @@
-# A worker pod of job {{ job_id }} on Kubernetes without an operator (see chexnet.k8s.sh): sshd as the notebook user
+# A worker pod of job {{ job_id }} on Kubernetes without an operator (see horovod.k8s.sh): sshd as the notebook user
 # on port {{ ssh_port }}, accepting the job's key only; its address published in the job directory once sshd listens;
 # done when the launcher writes workers-done (or sshd dies: then the pod fails, and the workers Job makes another).
 set -uo pipefail

@@ -11,8 +11,9 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 {% for name, word in job_env %}export {{ name }}={{ word }}
 {% endfor %}
 # --resume: a restarted launcher continues from the last checkpoint (a fresh job starts at epoch 1).
-{% include "chexnet.train.sh" %}
-{% include "chexnet.card-in-log.sh" %}
+{% include program.include() %}
+train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
+{% include "card-in-log.sh" %}
 echo "chexnet: MPIJob {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun"
 status=0
 # -np is every worker on every pod; the operator's hostfile gives each pod slotsPerWorker slots.

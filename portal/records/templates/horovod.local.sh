@@ -14,7 +14,8 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 {% for name, word in job_env %}export {{ name }}={{ word }}
 {% endfor %}
 # --resume: a job started again in the same directory continues from its last checkpoint.
-{% include "chexnet.train.sh" %}
+{% include program.include() %}
+train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
 echo "chexnet: local job on $(hostname), {{ spec.workers }} worker(s), time limit {{ spec.time_limit }}"
 status=0
 # The wall-time limit, as Slurm would enforce it: TERM, then KILL a minute later. --foreground keeps timeout in

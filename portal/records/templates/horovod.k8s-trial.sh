@@ -20,8 +20,9 @@ if [ ! -e {{ plan_file | q }} ]; then
     rm -f ".plan.$holder"
 fi
 # --resume: a task taken over from a lost pod continues from its trial's last checkpoint.
-{% include "chexnet.train.sh" %}
-{% include "chexnet.card-in-log.sh" %}
+{% include program.include() %}
+train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
+{% include "card-in-log.sh" %}
 task=$({{ python | q }} -m chexnet.sweep claim "$job_dir" "$holder" {{ plan.trials }})
 status=$?
 if [ "$status" -eq {{ finished_exit }} ]; then

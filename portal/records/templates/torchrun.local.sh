@@ -1,0 +1,26 @@
+#!/bin/bash
+# {{ program.title }} on this machine: {{ spec.workers }} process(es) under torchrun --standalone.
+# Rendered by portal.jobs from a validated JobSpec; every value below was checked, then shell-quoted.
+# Started detached in a session of its own (setsid), so cancelling signals its whole process group.
+set -uo pipefail
+job_dir={{ job_dir | q }}
+cd "$job_dir" || exit 1
+exec >>"$job_dir/{{ output }}" 2>&1
+echo "$$" > "$job_dir/pid"
+mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints"
+
+export PATH={{ venv_bin | q }}:"$PATH"
+export PYTHONUNBUFFERED=1
+export OMP_NUM_THREADS={{ spec.cpus_per_task }}
+{% for name, word in job_env %}export {{ name }}={{ word }}
+{% endfor %}
+# --resume: a job started again in the same directory continues from its last checkpoint.
+{% include program.include() %}
+echo "{{ program.name }}: local job on $(hostname), {{ spec.workers }} process(es), time limit {{ spec.time_limit }}"
+status=0
+# The wall-time limit, as Slurm would enforce it: TERM, then KILL a minute later (see horovod.local.sh).
+timeout --foreground --kill-after=60 {{ seconds }} \
+    {{ torchrun | q }} --standalone --nnodes=1 --nproc-per-node={{ spec.workers }} --max-restarts=0 \
+    -m {{ program.module | q }} "${train_args[@]}" || status=$?
+echo "$status" > "$job_dir/exit_status"
+exit "$status"
