@@ -38,10 +38,13 @@ setup(
     version="0.1.0",
     description="A JupyterHub portal for training medical-imaging models with Horovod on GPU clusters",
     python_requires=">=3.11",
-    packages=find_packages(include=["portal", "portal.*", "spawners", "spawners.*", "chexnet", "chexnet.*"]),
+    packages=find_packages(include=["portal", "portal.*", "spawners", "spawners.*", "chexnet", "chexnet.*",
+                                    "chexnet_torch", "chexnet_torch.*"]),
     # Job scripts and the dashboard's HTML travel inside the packages; the template notebooks users copy go to
     # <prefix>/share/dsportal/notebooks (portal.templates.templates_dir() finds them there or in a source tree).
     package_data={"portal": ["icons/*.svg", "proxy_hsts.js"], "portal.records": ["templates/*"],
+                  # Each training program's argument fragment for the job scripts (portal.records.programs).
+                  "chexnet": ["templates/*"], "chexnet_torch": ["templates/*"],
                   "portal.service": ["templates/*.html", "hub_templates/*.html", "static/*"]},
     # JupyterLab reads <prefix>/share/jupyter/lab/settings/overrides.d/*.json as its setting defaults (no news prompt).
     data_files=[("share/dsportal/notebooks", sorted(glob("notebooks/*.ipynb"))),

@@ -23,13 +23,15 @@ RUNS_FORMAT = "State,Start,End,NodeList"
 EVENTS_FORMAT = "NodeName,TimeStart,State,Reason"
 REQUEUED_BY = ("NODE_FAIL", "REQUEUED", "PREEMPTED", "BOOT_FAIL")  # a run that ended so and was run again
 # The job's log is the user's to write: ASCII digits only, and few of them (int() of 5,000 digits raises).
-RESTART_LINE = re.compile(r"^chexnet: Slurm job [0-9]{1,12} restarted \(restart ([0-9]{1,6})\)", re.M)
-RESUME_LINE = re.compile(r"chexnet\.train: (?:resuming from .*continuing with epoch ([0-9]{1,6}) of|--resume: no "
-                         r"checkpoint in .*starting fresh at (epoch) 1)")
+# The launcher's line (any program's name before it: "chexnet:", "chexnet-torch:") and the program's own resume
+# line (chexnet.train's wording, which chexnet_torch.train keeps).
+RESTART_LINE = re.compile(r"^[a-z][a-z0-9-]{0,40}: Slurm job [0-9]{1,12} restarted \(restart ([0-9]{1,6})\)", re.M)
+RESUME_LINE = re.compile(r"[a-z][a-z0-9_]{0,40}\.train: (?:resuming from .*continuing with epoch ([0-9]{1,6}) of|"
+                         r"--resume: no checkpoint in .*starting fresh at (epoch) 1)")
 MAX_MARKS, MAX_MARKS_BYTES = 1000, 256 * 1024  # of the log's lines that history reads: more than any job has
 MAX_LOG_BYTES = 256 * 2**20  # of a job's log, the part history looks through (its start, where runs begin)
 # What of a job's log history reads (grep -E: the lines the two patterns above can match), so a long log is not copied.
-LOG_LINES = r"^chexnet: Slurm job [0-9]+ restarted|chexnet\.train: (resuming from|--resume: no checkpoint)"
+LOG_LINES = r"^[a-z][a-z0-9-]*: Slurm job [0-9]+ restarted|[a-z][a-z0-9_]*\.train: (resuming from|--resume: no checkpoint)"
 EVENT_SLACK = timedelta(seconds=60)  # a node is marked down when its jobs are killed, give or take Slurm's ping
 
 

@@ -1,0 +1,1 @@
+"""CheXNet in PyTorch: DistributedDataParallel under torchrun, beside the TensorFlow + Horovod program (chexnet/)."""
