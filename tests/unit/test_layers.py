@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-PRODUCT = ("portal", "chexnet", "spawners", "deploy", "bench")
-PACKAGES = ("portal", "chexnet", "spawners")  # what imports what among them
+PRODUCT = ("portal", "chexnet", "chexnet_torch", "spawners", "deploy", "bench")
+PACKAGES = ("portal", "chexnet", "chexnet_torch", "spawners")  # what imports what among them
 MAX_LINES = 400
 
 
@@ -168,7 +168,8 @@ NEUTRAL_SCHEDULER = ("portal.scheduler.__init__", "portal.scheduler.errors", "po
                      "portal.scheduler.home", "portal.scheduler.usage", "portal.scheduler.asker",
                      "portal.scheduler.local")
 FORBIDDEN = {
-    "chexnet": ("portal", "spawners"),
+    "chexnet": ("portal", "spawners", "chexnet_torch"),  # each program imports nothing of the hub side, nor
+    "chexnet_torch": ("portal", "spawners"),  # of another program but chexnet's TF-free kit (schemas, record, card)
     **{name: ("portal.records", *ABOVE_RECORDS) for name in SETTINGS},
     "portal.records": ABOVE_RECORDS,
     "portal.scheduler.slurm": ("portal.scheduler.kubernetes", "portal.scheduler.local", "portal.service",
