@@ -80,6 +80,8 @@ TRAINER_SPEEDUP = ("--graph-optimizer", "off")
 # convolutions (chexnet.model.tiny_cnn), an epoch of the demo set in well under a second, learning its marks in a few
 # epochs. DenseNet-121 keeps its own tests (tests/integration/test_training.py).
 TINY_MODEL = "tinycnn"
+# Every registered training program (portal.records.programs): the journeys run each with the same test functions.
+PROGRAMS = ("chexnet", "chexnet-torch")
 NODES = tuple(f"{NODE_PREFIX}{i}" for i in (1, 2))
 # Waits are derived from what is waited for, never picked for an idle machine. A server: the hub itself gives a
 # spawn start_timeout seconds, then a few more for its verdict to reach the REST API (it polls every second).

@@ -18,6 +18,7 @@ from portal.records.account import job_user
 from portal.runas import RUNUSER
 from tests.conftest import (
     JOB_END_GRACE_S,
+    PROGRAMS,
     Mailbox,
     as_user,
     scratch_dir,
@@ -45,12 +46,14 @@ def empty_data(cluster):
     as_user("alice", "rm", "-rf", "--", str(path))
 
 
-def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, empty_data):
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, empty_data, program):
     mailbox = Mailbox("alice")
     log = load().slurm_conf_path.parent / "jobmail.log"
     log_start = log.stat().st_size if log.exists() else 0
-    quiet = jobs.submit({**FAILING, "data_dir": empty_data, "mail": False}, backend="slurm", user="alice")
-    asked = jobs.submit({**FAILING, "data_dir": empty_data}, backend="slurm", user="alice")  # alice's default: on
+    failing = {**FAILING, "template": program, "data_dir": empty_data}
+    quiet = jobs.submit({**failing, "mail": False}, backend="slurm", user="alice")
+    asked = jobs.submit(failing, backend="slurm", user="alice")  # alice's default: on
     assert (quiet.spec.mail, asked.spec.mail) == (False, True)
     for job in (quiet, asked):
         job.wait(timeout=JOB_END_GRACE_S + 300)

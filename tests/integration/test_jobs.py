@@ -21,7 +21,7 @@ from portal.records.spec import format_minutes
 from portal.runas import RUNUSER
 from portal.scheduler.local import session_alive
 from portal.scheduler.slurm.scheduler import SlurmScheduler
-from tests.conftest import TINY_MODEL, job_dir_of, job_wait_s, jobs_of, slurm, wait_for
+from tests.conftest import PROGRAMS, TINY_MODEL, job_dir_of, job_wait_s, jobs_of, slurm, wait_for
 
 pytestmark = pytest.mark.integration
 TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 4,
@@ -137,9 +137,10 @@ def test_data_dir_must_be_readable_by_the_user_herself(cluster, demo_data):
     assert jobs.validate({"data_dir": alice_home}, "slurm", user="alice").data_dir == alice_home
 
 
-def test_the_local_backend_runs_a_tiny_job_to_completed(cluster, demo_data):
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_the_local_backend_runs_a_tiny_job_to_completed(cluster, demo_data, program):
     started = time.monotonic()
-    job = jobs.submit({**TINY, "gpus_per_node": 0}, backend="local", user="alice")
+    job = jobs.submit({**TINY, "template": program, "gpus_per_node": 0}, backend="local", user="alice")
     assert job.id.startswith("local-") and job.backend == "local"
     state = job.wait(timeout=JOB_WAIT_S, poll=2)
     print(f"\nlocal 1-worker job: submit to {state} in {time.monotonic() - started:.1f} s")

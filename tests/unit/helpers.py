@@ -222,15 +222,16 @@ class FakeJobsAPI:
         self.submits_held: threading.Event | None = None  # set: submits wait for it
         self.submitting = 0
         self.limits_given: list[JobLimits | None] = []  # submit()'s `limits`, call by call
+        self.given: list[dict] = []  # submit()'s `spec`, call by call
 
     def add(self, owner: str, job_id: str, state: str = "COMPLETED", second: int | None = None,
-            sweep: dict | None = None) -> Job:
+            sweep: dict | None = None, spec: JobSpec | None = None) -> Job:
         job_dir = self.tmp / owner / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "output.log").write_text("".join(f"line {i}\n" for i in range(100)))
         second = int(job_id) % 60 if second is None else second
         plan = parse_sweep(sweep, 3, None, 0) if sweep is not None else None
-        record = JobRecord(id=job_id, backend="slurm", user=owner, spec=JobSpec(gpus_per_node=2, data_dir="/d"),
+        record = JobRecord(id=job_id, backend="slurm", user=owner, spec=spec or JobSpec(gpus_per_node=2, data_dir="/d"),
                            submitted_at=f"2026-01-01T00:00:{second:02d}+00:00", job_dir=job_dir, sweep=plan)
         self.backend.states[job_id] = state
         job = Job(record, self.backend, job_user())
@@ -261,6 +262,7 @@ class FakeJobsAPI:
     def submit(self, spec, user, groups, cfg, limits=None):
         self._check()
         self.limits_given.append(limits)
+        self.given.append(dict(spec))
         if self.submits_held is not None:
             self.submitting += 1
             self.submits_held.wait(10)

@@ -13,6 +13,7 @@ from pathlib import Path
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
+from portal.records.spec import JobSpec
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.api import cluster_answer
 from portal.service.app import ACTION_WORKERS, make_app
@@ -262,6 +263,25 @@ class DashboardTest(AsyncHTTPTestCase):
         form = self.call("GET", "submit?from=8").body.decode()
         assert 'id="kind-sweep" value="sweep" checked' in form  # "run again with changes" of a sweep
         assert re.search(r'id="sweep_trials" name="sweep_trials" type="number"\s+value="3"', form)
+
+    def test_the_form_explains_each_program_and_sends_only_the_chosen_ones_fields(self):
+        form = self.call("GET", "submit").body.decode()
+        assert '<option value="chexnet" selected>' in form and '<option value="chexnet-torch">' in form
+        assert "DistributedDataParallel" in form and "Horovod over MPI" in form  # each explained in a line
+        assert re.search(r'id="program-chexnet" data-program="chexnet">', form)  # the default's: shown
+        assert re.search(r'id="program-chexnet-torch" data-program="chexnet-torch" hidden disabled>', form)
+        assert 'name="chexnet-torch.amp"' in form and 'name="chexnet.fp16"' in form
+        answer = self.call("POST", "submit", body="template=chexnet-torch&gpus_per_node=1&chexnet-torch.amp=bf16"
+                                                  "&chexnet-torch.channels_last=on&chexnet.fp16=on")
+        assert answer.code == 302, answer.body
+        given = self.api.given[-1]  # the other program's fields are not sent on
+        assert (given["template"], given["amp"], given["channels_last"], "fp16" in given) == (
+            "chexnet-torch", "bf16", "on", False), given
+        spec = JobSpec(template="chexnet-torch", data_dir="/d", options=(("amp", "bf16"), ("channels_last", "on")))
+        self.api.add("alice", "9", spec=spec)
+        again = self.call("GET", "submit?from=9").body.decode()  # "run again" keeps the program and its fields
+        assert '<option value="chexnet-torch" selected>' in again and '<option value="bf16" selected>' in again
+        assert re.search(r'id="program-chexnet-torch" data-program="chexnet-torch">', again)
 
     def test_the_log_tail_hides_framework_warnings_and_says_how_many(self):
         job = self.api.add("alice", "7", "RUNNING")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from portal.quota import GpuHolder, GpuQuota
 from chexnet.reference import MODELS
+from portal.quota import GpuHolder, GpuQuota
 from portal.records.programs import registry
 from portal.records.spec import JobLimits, parse_job_spec
 from portal.service.submit_form import form_fields, form_values, request_summary
@@ -34,7 +34,8 @@ def test_what_was_given_is_shown_over_the_defaults_and_empty_fields_are_not():
 
 def test_choices_are_selects_and_every_field_says_what_is_allowed():
     fields = {field.name: field for field in form_fields(LIMITS)}
-    assert fields["template"].kind == "select" and fields["template"].choices == registry().names == ("chexnet", "chexnet-torch")
+    assert fields["template"].kind == "select"
+    assert fields["template"].choices == registry().names == ("chexnet", "chexnet-torch")
     assert fields["model"].kind == "select" and fields["model"].choices == MODELS
     assert fields["gpus_per_node"].hint.startswith("0-3")  # 1 of her 4 GPUs is her server's
     assert fields["memory_gb"].hint == "GB per node, 1-20"
