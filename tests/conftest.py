@@ -475,6 +475,18 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
+def epochs_recorded(checkpoints: Path) -> int:
+    """The last epoch in a training's per-epoch record (checkpoints/epochs.jsonl, any program's; chexnet.tblog),
+    0 before its first. A line is written just before its epoch's checkpoint."""
+    try:
+        lines = (checkpoints / "epochs.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    epochs = [entry["epoch"] for line in lines if line.startswith("{") and line.endswith("}")
+              for entry in [json.loads(line)] if isinstance(entry.get("epoch"), int)]
+    return max(epochs, default=0)
+
+
 def last_checkpoint(checkpoints: Path) -> int:
     """The epoch of a training's last saved checkpoint, as TensorFlow's `checkpoint` state file names it
     ("ckpt-<epoch>"); 0 before its first save. Waits read this, never a ckpt-1 file: the trainer keeps its last 3

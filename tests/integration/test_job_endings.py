@@ -15,10 +15,11 @@ import pytest
 from portal import jobs
 from tests.conftest import (
     NODES,
+    PROGRAMS,
     box,
+    epochs_recorded,
     job_wait_s,
     jobs_of,
-    last_checkpoint,
     node_taken_back,
     slurm,
     tensorboard_steps,
@@ -109,25 +110,25 @@ def test_what_a_job_hides_from_slurm_ends_with_it_at_cancel_and_at_its_time_limi
 # --- a node dies in the middle of a 2-node training ------------------------------------------------------------
 
 
+@pytest.mark.parametrize("program", PROGRAMS)
 def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cluster, hub, demo_data,
-                                                                              no_jobs_left):
+                                                                              no_jobs_left, program):
     client = portal_client(hub, "alice")
-    submitted = client.post(f"{client.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 1, "epochs": EPOCHS},
-                            timeout=60)
+    submitted = client.post(f"{client.base}jobs", json={**TINY, "template": program, "nodes": 2, "gpus_per_node": 1,
+                                                        "epochs": EPOCHS}, timeout=60)
     assert submitted.status_code == 201, submitted.text
     job = jobs.get(submitted.json()["id"], user="alice")
     checkpoints = Path(job.job_dir) / "checkpoints"
-    wait_for(lambda: last_checkpoint(checkpoints) >= 1, JOB_TIMEOUT_S, interval=0.2,
+    wait_for(lambda: epochs_recorded(checkpoints) >= 2, JOB_TIMEOUT_S, interval=0.2,
              what="the job's first checkpoint")
     # node2 loses its power mid-training: link down, every process on it killed, no goodbye to its peers.
     assert box("crash", NODES[1]).returncode == 0
     wait_for(lambda: job.state == "PENDING", 120, interval=2, what="Slurm to requeue the job")
     # The run's half on node1 (mpirun, its worker) ended with it: no process of alice's is left on either node.
     wait_for(lambda: not any(user_processes("alice").values()), KILL_WAIT_S, what="the first run's processes to end")
-    # What the first run saved is where the second must go on: read once nothing of it runs any more.
-    saved = int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', (checkpoints / "checkpoint").read_text(),
-                          re.M).group(1))
-    assert 1 <= saved < EPOCHS, saved
+    # What the first run recorded: at most one epoch past its last checkpoint (the record's line comes first).
+    recorded = epochs_recorded(checkpoints)
+    assert 1 <= recorded < EPOCHS, recorded
     page = wait_for(lambda: (j := client.get(f"{client.base}jobs/{job.id}", timeout=60).json())["history"] and j,
                     60, interval=3, what="the dashboard to tell the job's history")
     assert page["history"][0].startswith(f"requeued after {NODES[1]} failed (Not responding) at "), page
@@ -143,7 +144,11 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cl
 
     log = job.logs()
     assert "restarted (restart 1) after it was requeued" in log
-    assert f"{saved} epochs done, continuing with epoch {saved + 1} of {EPOCHS}" in log
+    # The second run went on from the first's last checkpoint: the epoch recorded, or the one before it.
+    resumed = re.search(rf"([0-9]+) epochs done, continuing with epoch ([0-9]+) of {EPOCHS}", log)
+    assert resumed and int(resumed.group(2)) == int(resumed.group(1)) + 1, log[-3000:]
+    saved = int(resumed.group(1))
+    assert recorded - 1 <= saved <= recorded, (saved, recorded)
     steps = tensorboard_steps(Path(job.job_dir) / "tensorboard")
     for tag in ("loss/train", "loss/val", "lr", "auroc/mean"):
         assert steps[tag] == list(range(1, EPOCHS + 1)), (tag, steps[tag])  # every epoch once
