@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -225,14 +226,25 @@ class Hub:
 # one box never waits for the other's trainings and restarts. A test is on one side only: by its path, or for a
 # test parametrized over both boxes, by its parameter ("slurm" or "kubernetes" in its id).
 KUBE_PATHS = ("tests/kubernetes/", "tests/images/")
+# The training programs' own tests, which need no box: two sides of their own (the TensorFlow program's long
+# module, and the rest), after the boxes' sides, each started by whichever worker is done first. With them on the
+# Slurm side, it was the longer by about 9 minutes (2026-11-28: 2,174 s against the Kubernetes side's 1,401 s).
+TRAINING_TF = "tests/integration/test_training.py"
+PROGRAM_PATHS = (TRAINING_TF, "tests/integration/test_corrupt_data.py", "tests/integration/test_torch_program.py",
+                 "tests/programs/")
 
 
 def side_of(nodeid: str) -> str:
-    """"slurm" or "kube": the test box a test (by its node id) runs against; "releases" for the boxes on other
-    Slurm releases (tests/slurm_versions), a third side that starts on whichever worker is done first (the
+    """"slurm" or "kube": the test box a test (by its node id) runs against; "training-tf" and "programs" for the
+    training programs' tests, which need no box; "releases" for the boxes on other
+    Slurm releases (tests/slurm_versions), a side that starts on whichever worker is done first (the
     Kubernetes side's, about 10 minutes before the Slurm side's)."""
     if nodeid.startswith("tests/slurm_versions/"):
         return "releases"
+    if nodeid.startswith(TRAINING_TF):
+        return "training-tf"
+    if nodeid.startswith(PROGRAM_PATHS):
+        return "programs"
     params = nodeid.partition("[")[2].rstrip("]").split("-")
     if "slurm" in params:
         return "slurm"
@@ -258,10 +270,16 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(session, config, items):
     """The images tests last on their side: they wait for the image build, which `make builds` did before the
-    session (podman's layer cache answers in seconds)."""
-    images = [item for item in items if "tests/images/" in item.nodeid]
-    if images:
-        items[:] = [item for item in items if item not in images] + images
+    session (podman's layer cache answers in seconds). The programs' side last of all: the boxes' sides start
+    first, one on each worker; the sides that follow go, in this order, to the worker done first: the TensorFlow
+    program's tests, the other Slurm releases, the other programs' tests."""
+    def last(chosen: Callable[[str], bool]) -> None:
+        picked = [item for item in items if chosen(item.nodeid)]
+        items[:] = [item for item in items if not chosen(item.nodeid)] + picked
+    last(lambda nodeid: nodeid.startswith(TRAINING_TF))
+    last(lambda nodeid: nodeid.startswith("tests/slurm_versions/"))
+    last(lambda nodeid: "tests/images/" in nodeid)
+    last(lambda nodeid: nodeid.startswith(PROGRAM_PATHS) and not nodeid.startswith(TRAINING_TF))
 
 
 DEMO_USERS = ("alice", "bob", "mallory", "admin")
