@@ -177,7 +177,7 @@ def form_fields(limits: JobLimits) -> list[FormField]:
                   programs.names),
         FormField("model", "select", "DenseNet-121 is CheXNet's", models),
         FormField("nodes", "number", f"1-{limits.nodes}"),
-        FormField("gpus_per_node", "number", f"0-{limits.max_gpus_per_node} (one Horovod worker per GPU)"),
+        FormField("gpus_per_node", "number", f"0-{limits.max_gpus_per_node} (one worker process per GPU)"),
         FormField("cpus_per_task", "number", f"per worker; {limits.cpus_per_node} CPUs per node{launcher}"),
         FormField("memory_gb", "number", f"GB per node, 1-{limits.memory_gb_per_node}"),
         FormField("time_limit", "text", f"HH:MM:SS{wall}"),
