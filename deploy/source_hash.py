@@ -2,6 +2,7 @@
 the shared venv (not editable), and what the box's check compares with the installed copy.
 
     /usr/bin/python3 deploy/source_hash.py [CHECKOUT]   # prints the fingerprint (16 hex digits)
+    /usr/bin/python3 deploy/source_hash.py --sources    # prints SOURCES, one per line (what install-package stages)
 
 Standard library only: install.sh runs it before the venv has anything in it.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 # What the distribution is built from (setup.py's packages, package_data and data_files): a change to any of these
 # files is a change to what a job, a server or a notebook runs.
-SOURCES = ("setup.py", "portal", "spawners", "chexnet", "notebooks", "deploy/jupyterlab")
+SOURCES = ("setup.py", "portal", "spawners", "chexnet", "chexnet_torch", "notebooks", "deploy/jupyterlab")
 SKIPPED_PARTS = {"__pycache__"}
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 
@@ -40,4 +41,7 @@ def source_hash(checkout: Path) -> str:
 
 
 if __name__ == "__main__":
-    print(source_hash(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)))
+    if sys.argv[1:] == ["--sources"]:
+        print("\n".join(SOURCES))
+    else:
+        print(source_hash(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)))

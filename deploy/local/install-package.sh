@@ -27,8 +27,9 @@ fi
 say "python: installing this checkout's dsportal ($fingerprint) into $VENV (not editable: users' jobs run that copy)"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-(cd "$REPO" && tar -c --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' setup.py portal spawners chexnet \
-    notebooks deploy/jupyterlab) | tar -x -C "$stage"
+mapfile -t sources < <(/usr/bin/python3 "$REPO/deploy/source_hash.py" --sources)  # what the fingerprint covers
+(cd "$REPO" && tar -c --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' "${sources[@]}") \
+    | tar -x -C "$stage"
 if [ "${1:-}" = --with-deps ]; then
     say "python: installing the dsportal distribution's dependencies into $VENV"
     "$VENV/bin/pip" install -q "$stage[test,train,k8s]"
