@@ -84,7 +84,7 @@ fresh-test:
 # was saved, and `make bench` then fails naming them.
 # PIPELINE_BENCH_ARGS: the pipeline's tables per core count, its ablation and thread pools are all in
 # docs/benchmarks.md, so make bench runs them (about 12 of its 40 minutes on 2 cores).
-BENCHES := pipeline parity scaling spawn dashboard dashboard_kubernetes liveness nodes sweep kube
+BENCHES := pipeline parity scaling spawn dashboard dashboard_kubernetes liveness nodes sweep kube programs
 PIPELINE_BENCH_ARGS ?= --cores 1,2 --ablation --threads-ablation
 CHART := $(PY) docs/benchmarks_chart.py
 bench: install

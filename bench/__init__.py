@@ -13,6 +13,9 @@ docs/benchmarks.png from those files, and docs/benchmarks.md has the results.
                                 #   box (bench.dashboard_{users,slurm,kubernetes})
     python -m bench.liveness    # submit -> first images/sec in TensorBoard; event file -> TensorBoard
     python -m bench.nodes       # the same 2-worker training on 1 node vs 2 nodes
+    python -m bench.programs    # the PyTorch program against the TensorFlow one, and on 1 vs 2 hosts (Slurm box)
+    python -m bench.gpu_torch   # the PyTorch program on one GPU against plain torchvision and its input pipeline
+                                #   (the torch venv, on a machine with a GPU; not in `make bench`)
 
 The hub-side ones run against a running cluster in a box (`make up`, or the one DSPORTAL_CONFIG names; `make up-k8s`
 for the Kubernetes box), as root, from the repository root. bench.hub_client is the one small hub client the tests

@@ -19,7 +19,7 @@ from bench.results import load, results_dir
 
 # The benchmarks in the order docs/benchmarks.md presents them (`make bench` runs them in this order too).
 BENCHMARKS = ("pipeline", "parity", "scaling", "spawn", "dashboard", "dashboard_kubernetes", "liveness", "nodes",
-              "sweep", "kube")
+              "sweep", "kube", "programs", "gpu_torch")
 
 
 def measured_text(value: float | None) -> str:
