@@ -26,7 +26,7 @@ from portal import jobs
 from portal.config import load
 from portal.records.sweep import parse_sweep
 from portal.runas import RUNUSER
-from tests.conftest import Mailbox, box, node_taken_back, scratch_dir, slurm, tensorboard_steps, wait_for
+from tests.conftest import PROGRAMS, Mailbox, box, node_taken_back, scratch_dir, slurm, tensorboard_steps, wait_for
 from tests.integration.helpers import JOB_TIMEOUT_S, KILL_WAIT_S, PORTAL, TINY, portal_client, user_processes
 
 pytestmark = pytest.mark.integration
@@ -81,12 +81,14 @@ def hparams_groups(logdir: Path, port: int = 16106) -> list[dict]:
         server.wait(30)
 
 
-def test_a_sweep_prunes_a_bad_trial_and_runs_at_most_its_parallel(cluster, hub, demo_data, no_jobs_left):
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_a_sweep_prunes_a_bad_trial_and_runs_at_most_its_parallel(cluster, hub, demo_data, no_jobs_left, program):
     trials = 6
     seed = seed_for(trials, parallel=2)  # tasks 0 and 1 learn, a later one does not
     client = portal_client(hub, "alice")
-    # tinycnn learns the demo set's marks to a mean AUROC above 0.9 in 5 epochs at GOOD_LR, and not at BAD_LR.
-    request = {**TINY, "epochs": 6, "gpus_per_node": 1,
+    # tinycnn learns the demo set's marks to a mean AUROC above 0.9 in 5 epochs at GOOD_LR, and not at BAD_LR
+    # (each program's tinycnn: chexnet.model.tiny_cnn, chexnet_torch's twin of it).
+    request = {**TINY, "template": program, "epochs": 6, "gpus_per_node": 1,
                "sweep": {"trials": trials, "parallel": 2, "sampler": "random", "pruner": "median", "min_epochs": 2,
                          "seed": seed, "space": {"lr": [GOOD_LR, BAD_LR]}}}
     mailbox = Mailbox("alice")
