@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chexnet.data.chestxray14 import IMAGES_DIR, SPLITS, DataError, Index, labels_matrix, load_index
-from chexnet.data.tfrecords import MANIFEST, PNG, Storage, storage_of
+from chexnet.data.storage import MANIFEST, PNG, Storage, storage_of
 from chexnet.labels import CLASSES
 from chexnet.userfiles import read_bytes
 
