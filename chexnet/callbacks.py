@@ -47,17 +47,20 @@ from chexnet.reference import MODELS, PIPELINES
 if TYPE_CHECKING:
     from chexnet.resume import EpochLog
 
-TAG_THROUGHPUT = "throughput/images_per_sec"
-TAG_LOSS_TRAIN = "loss/train"
-TAG_LOSS_VAL = "loss/val"
-TAG_LR = "lr"
-TAG_AUROC_MEAN = "auroc/mean"
-TAG_SKIPPED = "data/skipped_records"
-AUROC_TAG_PREFIX = "auroc/"
-AUROC_TAGS = tuple(f"{AUROC_TAG_PREFIX}{name}" for name in CLASSES)
-EPOCH_TAGS = (TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_AUROC_MEAN, *AUROC_TAGS, TAG_SKIPPED)
-ALL_TAGS = (TAG_THROUGHPUT, *EPOCH_TAGS)
-THROUGHPUT_EVERY_STEPS = 10
+from chexnet.tags import (  # noqa: F401  (every program's tags, defined once: chexnet.tags)
+    ALL_TAGS,
+    AUROC_TAG_PREFIX,
+    AUROC_TAGS,
+    EPOCH_TAGS,
+    TAG_AUROC_MEAN,
+    TAG_LOSS_TRAIN,
+    TAG_LOSS_VAL,
+    TAG_LR,
+    TAG_SKIPPED,
+    TAG_THROUGHPUT,
+    THROUGHPUT_EVERY_STEPS,
+)
+
 LOG_PREFIX = "chexnet.train:"
 
 
@@ -308,6 +311,7 @@ class CheckpointSaver(DeclaredCallback):
     guard: NanGuard
     validation: WholeSetValidation | None = None
     epoch_log: EpochLog | None = None
+    throughput: ThroughputLogger | None = None  # the epoch's images/sec, for the record
 
     def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:
         if self.guard.tripped:
@@ -324,7 +328,8 @@ class CheckpointSaver(DeclaredCallback):
         if self.epoch_log is None or self.validation is None or not self.validation.history:
             return None
         values = self.validation.history[-1]
-        return self.epoch_log.record(values) if values["epoch"] == epoch else None
+        rate = self.throughput.epoch_images_per_sec if self.throughput is not None else None
+        return self.epoch_log.record(values, rate, f"ckpt-{epoch}") if values["epoch"] == epoch else None
 
 
 @dataclass(eq=False)

@@ -9,6 +9,8 @@ from the record what a kill left out and skips what the logdir already holds (`c
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -77,6 +79,7 @@ class EpochLog:
         self.record_path = record_path
         self.logged = logged
         self._writer: tf.summary.SummaryWriter | None = None
+        self._since = time.monotonic()  # an epoch's wall time: from the last record (or the start) to this one
 
     @property
     def writer(self) -> tf.summary.SummaryWriter:
@@ -84,13 +87,21 @@ class EpochLog:
             self._writer = tf.summary.create_file_writer(str(self.logdir))
         return self._writer
 
-    def record(self, values: Mapping[str, object]) -> tblog.EpochScalars:
-        """Appends one `WholeSetValidation.history` entry to the durable record; returns it as recorded."""
+    def record(self, values: Mapping[str, object], images_per_sec: float | None = None,
+               checkpoint: str | None = None) -> tblog.EpochScalars:
+        """Appends one `WholeSetValidation.history` entry to the durable record (with the epoch's images/sec, the
+        checkpoint about to be saved and the time since the last one), prints its line; returns it as recorded."""
         # Plain floats: they go to JSON, and the live and the re-written values must be the same numbers.
         # .get: a history entry without a tag (no SkippedRecords in the run) has nothing to write for it.
         scalars = {tag: None if values.get(tag) is None else float(values[tag]) for tag in EPOCH_TAGS}
-        entry = tblog.EpochScalars(epoch=int(values["epoch"]), scalars=scalars, logdir=tblog.logdir_key(self.logdir))
+        now = time.monotonic()
+        rate = float(images_per_sec) if images_per_sec is not None and math.isfinite(images_per_sec) else None
+        entry = tblog.EpochScalars(epoch=int(values["epoch"]), scalars=scalars, logdir=tblog.logdir_key(self.logdir),
+                                   images_per_sec=rate, checkpoint=checkpoint,
+                                   seconds=round(now - self._since, 3), program="chexnet")
+        self._since = now
         tblog.append_record(self.record_path, entry)
+        entry.print_line()
         return entry
 
     def publish(self, entry: tblog.EpochScalars) -> int:

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CARD_FORMAT", "MODEL_CARD", "SWEEP_PLAN", "TRIAL_RECORD", "Either", "Exactly", "Flag", "ListOf", "MapOf",
-           "Number", "Record", "Scalar", "SchemaError", "Text", "Whole", "check", "json_kind"]
+__all__ = ["CARD_FORMAT", "EPOCH_RECORD", "MODEL_CARD", "SWEEP_PLAN", "TRIAL_RECORD", "Either", "Exactly", "Flag",
+           "ListOf", "MapOf", "Number", "Record", "Scalar", "SchemaError", "Text", "Whole", "check", "json_kind"]
 
 MAX_TEXT = 4096  # any one string (a data directory's path is the longest)
 MAX_ITEMS = 1000  # any one list or object of a record
@@ -293,3 +293,13 @@ SWEEP_PLAN = Record("an object with space, sampler, pruner, min_epochs, seed and
 TRIAL_RECORD = Record("an object with number, task and params", fields={
     "number": Whole("a trial's number"), "task": Whole("a task's index"),
     "params": MapOf("an object of the trial's parameter values", max_items=20)})
+
+# One line of the per-epoch record (chexnet.tblog.EpochScalars: checkpoints/epochs.jsonl, and the `dsportal.epoch`
+# lines of a job's log), as every training program writes it.
+EPOCH_RECORD = Record("an object with epoch, logdir and scalars", fields={
+    "epoch": Whole("a whole number of epochs 1-100000", low=1, high=100_000),
+    "logdir": Text(),
+    "scalars": MapOf("an object of scalars by tag (numbers or null)", value=Number(nullable=True)),
+    "images_per_sec": Number(nullable=True), "checkpoint": MAYBE_TEXT, "seconds": Number(nullable=True),
+    "program": MAYBE_TEXT},
+    optional=frozenset({"images_per_sec", "checkpoint", "seconds", "program"}))

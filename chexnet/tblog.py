@@ -30,20 +30,38 @@ from pathlib import Path
 from chexnet.userfiles import NotARegularFile, read_bytes
 
 RECORD_FILE = "epochs.jsonl"
+# Rank 0 also prints each line on its standard output after this prefix: where the portal can read only a job's log
+# (a pod's, on Kubernetes), it reads the record there, checked against chexnet.schemas.EPOCH_RECORD.
+RECORD_LINE_PREFIX = "dsportal.epoch "
 MAX_RECORD_BYTES = 256 * 1024 * 1024  # a line per epoch, about 1 KB: far more epochs than a run has
 EVENT_FILE_MARK = "tfevents"  # TensorBoard's own test for an event file name
 
 
 @dataclass(frozen=True)
 class EpochScalars:
-    """One finished epoch's scalars as rank 0 logs them; a None value (undefined AUROC) is never written."""
+    """One finished epoch as rank 0 records it (the per-epoch record every training program writes): its scalars
+    by TensorBoard tag (loss/*, lr, auroc/mean, auroc/<Class>; an undefined AUROC is null), and, from programs that
+    say them, its images/sec (all workers), the checkpoint saved for it, its wall time and the program's name."""
 
     epoch: int
     scalars: dict[str, float | None]
     logdir: str
+    images_per_sec: float | None = None
+    checkpoint: str | None = None
+    seconds: float | None = None
+    program: str | None = None
+
+    def to_dict(self) -> dict:
+        extra = {name: getattr(self, name) for name in ("images_per_sec", "checkpoint", "seconds", "program")
+                 if getattr(self, name) is not None}
+        return {"epoch": self.epoch, "logdir": self.logdir, "scalars": self.scalars, **extra}
 
     def to_line(self) -> bytes:
-        return (json.dumps({"epoch": self.epoch, "logdir": self.logdir, "scalars": self.scalars}) + "\n").encode()
+        return (json.dumps(self.to_dict()) + "\n").encode()
+
+    def print_line(self) -> None:
+        """The record's line on standard output (RECORD_LINE_PREFIX), for the readers of the job's log."""
+        print(f"{RECORD_LINE_PREFIX}{json.dumps(self.to_dict())}", flush=True)
 
 
 @dataclass
@@ -125,7 +143,11 @@ def parse_line(line: bytes) -> EpochScalars | None:
         return None
     if not all(value is None or isinstance(value, int | float) for value in scalars.values()):
         return None
-    return EpochScalars(epoch=epoch, scalars={str(tag): value for tag, value in scalars.items()}, logdir=logdir)
+    extra = {name: data.get(name) for name in ("images_per_sec", "seconds")
+             if isinstance(data.get(name), int | float) and not isinstance(data.get(name), bool)}
+    extra.update({name: data.get(name) for name in ("checkpoint", "program") if isinstance(data.get(name), str)})
+    return EpochScalars(epoch=epoch, scalars={str(tag): value for tag, value in scalars.items()}, logdir=logdir,
+                        **extra)
 
 
 def reset_record(path: Path) -> None:

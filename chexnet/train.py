@@ -331,7 +331,7 @@ def _callbacks(cfg: TrainConfig, hvd, model, eval_ds, loss, epoch_log, guard, ma
                                              min_lr=MIN_LR, verbose=1 if chief else 0),
     ]
     if chief:
-        callbacks.append(cb.CheckpointSaver(manager, epoch_done, saved_lr, guard, validation, epoch_log))
+        callbacks.append(cb.CheckpointSaver(manager, epoch_done, saved_lr, guard, validation, epoch_log, throughput))
     return callbacks
 
 

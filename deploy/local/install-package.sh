@@ -14,17 +14,28 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${DSPORTAL_VENV:-/opt/dsportal/venv}
+# The training programs' own environments hold the same copy (chexnet_torch imports chexnet's TF-free modules):
+# install-torch.sh makes the PyTorch one; each gets this copy once it exists.
+TORCH_VENV=${DSPORTAL_TORCH_VENV:-$(dirname "$VENV")/torch-venv}
 RECORD=$VENV/share/dsportal/source.json
 
 exec 9>"$(dirname "$VENV")/install-package.lock"
 flock 9
 fingerprint=$(/usr/bin/python3 "$REPO/deploy/source_hash.py" "$REPO")
-installed=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["source_hash"])' "$RECORD" \
-            2>/dev/null || true)
-if [ "${1:-}" != --with-deps ] && [ "$installed" = "$fingerprint" ]; then
+installed_in() {  # the fingerprint of the copy a venv holds, "" when none
+    /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["source_hash"])' \
+        "$1/share/dsportal/source.json" 2>/dev/null || true
+}
+venvs=("$VENV")
+[ -x "$TORCH_VENV/bin/python" ] && venvs+=("$TORCH_VENV")
+stale=()
+for venv in "${venvs[@]}"; do
+    [ "$(installed_in "$venv")" = "$fingerprint" ] || stale+=("$venv")
+done
+if [ "${1:-}" != --with-deps ] && [ ${#stale[@]} -eq 0 ]; then
     exit 0
 fi
-say "python: installing this checkout's dsportal ($fingerprint) into $VENV (not editable: users' jobs run that copy)"
+say "python: installing this checkout's dsportal ($fingerprint) into ${stale[*]:-$VENV} (not editable: users' jobs run that copy)"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mapfile -t sources < <(/usr/bin/python3 "$REPO/deploy/source_hash.py" --sources)  # what the fingerprint covers
@@ -34,13 +45,17 @@ if [ "${1:-}" = --with-deps ]; then
     say "python: installing the dsportal distribution's dependencies into $VENV"
     "$VENV/bin/pip" install -q "$stage[test,train,k8s]"
 fi
-out=$("$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall "$stage" 2>&1) \
-    || { echo "$out" >&2; exit 1; }
 commit=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || true)
 dirty=$([ -z "$commit" ] || git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null)
-mkdir -p "$(dirname "$RECORD")"
-/usr/bin/python3 -c 'import json, sys; _, fingerprint, commit, dirty, checkout = sys.argv
+[ "${1:-}" != --with-deps ] || [ ${#stale[@]} -gt 0 ] || stale=("$VENV")
+for venv in "${stale[@]}"; do
+    out=$("$venv/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall "$stage" 2>&1) \
+        || { echo "$out" >&2; exit 1; }
+    record=$venv/share/dsportal/source.json
+    mkdir -p "$(dirname "$record")"
+    /usr/bin/python3 -c 'import json, sys; _, fingerprint, commit, dirty, checkout = sys.argv
 print(json.dumps({"source_hash": fingerprint, "git_commit": commit or None, "git_dirty": bool(dirty) if commit else None,
-                  "checkout": checkout}))' "$fingerprint" "$commit" "$dirty" "$REPO" > "$RECORD.new"
-chmod 0644 "$RECORD.new"
-mv "$RECORD.new" "$RECORD"
+                  "checkout": checkout}))' "$fingerprint" "$commit" "$dirty" "$REPO" > "$record.new"
+    chmod 0644 "$record.new"
+    mv "$record.new" "$record"
+done

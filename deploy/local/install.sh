@@ -46,6 +46,8 @@ chmod 755 "$(dirname "$VENV")"
 # The distribution, NOT editable (install-package.sh): what users' processes import lies in the venv, never in the
 # checkout, which may be unreadable to them. Its dependencies too when setup.py changes; otherwise only the
 # distribution, whenever its sources change.
+# The PyTorch program's own environment (install-torch.sh), before the copy below goes into it too.
+"$REPO/deploy/local/install-torch.sh"
 inputs=$(cat "$REPO/setup.py" | sha256sum | cut -c1-16)
 if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
     "$REPO/deploy/local/install-package.sh" --with-deps
