@@ -16,6 +16,7 @@ from pathlib import Path
 from deploy.local.parts.layout import REPO, Layout
 from deploy.source_hash import source_hash
 from deploy.supervise import BoxError
+from portal.records.programs import registry
 from portal.runas import ISOLATED_CWD, PYTHON_ISOLATED, launcher_env, runuser_argv
 
 CHECK_TIMEOUT_S = 120
@@ -78,9 +79,40 @@ def check_user_runs(venv: Path, user: str) -> dict[str, object]:
     return found
 
 
+# Run as the user in a program's own environment (portal.records.programs: VENV): its training module imports.
+PROGRAM_CHECK = """
+import importlib, json, sys
+print(json.dumps({"module": importlib.import_module(sys.argv[1]).__file__}))
+"""
+
+
+def check_program_runs(venv: Path, module: str, user: str) -> None:
+    """BoxError unless `user` imports the program's `module` from its own environment `venv` (and that holds this
+    checkout's copy)."""
+    if not (venv / "bin" / "python").exists():
+        raise BoxError(f"the training program {module} has no environment at {venv}: run `make install` "
+                       f"(deploy/local/install.sh builds it)")
+    check_installed_copy(venv)
+    argv = runuser_argv(user, pwd.getpwnam(user).pw_dir,
+                        [f"{venv}/bin/python", PYTHON_ISOLATED, "-c", PROGRAM_CHECK, module])
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=ISOLATED_CWD, env=launcher_env(),
+                              timeout=CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise BoxError(f"{user} could not import {module} from {venv} within {CHECK_TIMEOUT_S} s") from None
+    last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+    if done.returncode != 0 or not json.loads(done.stdout or "{}").get("module", "").startswith(f"{venv}/"):
+        raise BoxError(f"{user} cannot run the training program {module} from {venv}: {last}; run `make install`")
+
+
 def report_reach(lay: Layout, user: str) -> str:
-    """The line `up` prints: the installed copy is this checkout's and `user` runs it."""
+    """The line `up` prints: the installed copy is this checkout's and `user` runs it, and every registered
+    program that has an environment of its own."""
     fingerprint = check_installed_copy(lay.cfg.venv)
     check_user_runs(lay.cfg.venv, user)
+    own = [(p.environment(lay.cfg.venv), p.module) for p in registry().programs if p.venv]
+    for venv, module in own:
+        check_program_runs(venv, module, user)
+    others = "".join(f", {module} from {venv}" for venv, module in own)
     return (f"users' programs: {user} imports the training program and the server's launcher from "
-            f"{lay.cfg.venv} (dsportal {fingerprint}, this checkout's)")
+            f"{lay.cfg.venv} (dsportal {fingerprint}, this checkout's){others}")

@@ -31,7 +31,8 @@ RESUME_LINE = re.compile(r"[a-z][a-z0-9_]{0,40}\.train: (?:resuming from .*conti
 MAX_MARKS, MAX_MARKS_BYTES = 1000, 256 * 1024  # of the log's lines that history reads: more than any job has
 MAX_LOG_BYTES = 256 * 2**20  # of a job's log, the part history looks through (its start, where runs begin)
 # What of a job's log history reads (grep -E: the lines the two patterns above can match), so a long log is not copied.
-LOG_LINES = r"^[a-z][a-z0-9-]*: Slurm job [0-9]+ restarted|[a-z][a-z0-9_]*\.train: (resuming from|--resume: no checkpoint)"
+LOG_LINES = (r"^[a-z][a-z0-9-]*: Slurm job [0-9]+ restarted|"
+             r"[a-z][a-z0-9_]*\.train: (resuming from|--resume: no checkpoint)")
 EVENT_SLACK = timedelta(seconds=60)  # a node is marked down when its jobs are killed, give or take Slurm's ping
 
 
