@@ -45,6 +45,12 @@ def say(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
+def tell(message: str) -> None:
+    """What the run as a whole did, said once (rank 0): the other ranks' lines would repeat it."""
+    if rank_and_size()[0] == 0:
+        say(message)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = with_trial(parse_args(argv))
@@ -118,7 +124,7 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
     state = {"model": model, "optimizer": optimizer, "warmup": warmup, "plateau": plateau}
     start_epoch, step = checkpoints.restore(state, device) if cfg.resume else (0, 0)
     if cfg.resume:
-        say(f"resuming from {checkpoints.latest()}: {start_epoch} epochs done, continuing with epoch "
+        tell(f"resuming from {checkpoints.latest()}: {start_epoch} epochs done, continuing with epoch "
             f"{start_epoch + 1} of {cfg.epochs}" if start_epoch else
             f"--resume: no checkpoint in {cfg.checkpoint_dir}, starting fresh at epoch 1")
     board = Board(cfg.logdir, tblog.record_path(cfg.checkpoint_dir), resume=cfg.resume) if chief else None
@@ -126,11 +132,11 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
     if board is not None:
         board.start(hparams(cfg, size), trial_id=cfg.logdir.name)
         if start_epoch and (written := board.catch_up(start_epoch)):
-            say(f"wrote {written} epoch(s) to TensorBoard from the checkpoint's record")
+            tell(f"wrote {written} epoch(s) to TensorBoard from the checkpoint's record")
     if start_epoch >= cfg.epochs:
-        say(f"the checkpoint has finished {start_epoch} epochs, --epochs is {cfg.epochs}: nothing to do")
+        tell(f"the checkpoint has finished {start_epoch} epochs, --epochs is {cfg.epochs}: nothing to do")
     else:
-        say(f"{cfg.model} at {cfg.image_size}px: {len(train_set)} training images, {steps_per_epoch} steps/epoch "
+        tell(f"{cfg.model} at {cfg.image_size}px: {len(train_set)} training images, {steps_per_epoch} steps/epoch "
             f"on {size} process(es), {workers} loader worker(s) each; epochs {start_epoch + 1}..{cfg.epochs} at lr "
             f"{optimizer.param_groups[0]['lr']:.3g} (--lr {cfg.lr:g} x {size} processes, then plateau cuts)")
     last: dict[str, float | None] = {}
@@ -158,7 +164,7 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
             board.record(entry)  # before the checkpoint (chexnet.tblog)
             checkpoints.save(state, epoch, step)
             board.publish(entry)
-        say(f"epoch {epoch}/{cfg.epochs}: loss/train={train_loss:.4f} loss/val={last[TAG_LOSS_VAL]:.4f} "
+        tell(f"epoch {epoch}/{cfg.epochs}: loss/train={train_loss:.4f} loss/val={last[TAG_LOSS_VAL]:.4f} "
             f"auroc/mean={fmt(last.get(TAG_AUROC_MEAN))} images/sec={images_per_sec:.1f} lr={lr:.3g}")
         if pruned(reporter, epoch, last.get(TAG_AUROC_MEAN)):
             pruned_at = epoch
@@ -168,10 +174,10 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
         write_card(cfg, size, source, checkpoints, last)
         if reporter is not None and pruned_at is not None:
             reporter.pruned(pruned_at)
-            say(f"sweep: pruned at epoch {pruned_at} by the {reporter.plan.pruner} pruner")
+            tell(f"sweep: pruned at epoch {pruned_at} by the {reporter.plan.pruner} pruner")
         elif reporter is not None:
             reporter.complete(last.get(TAG_AUROC_MEAN))
-            say(f"sweep: trial {reporter.number} completed: mean AUROC {last.get(TAG_AUROC_MEAN)}")
+            tell(f"sweep: trial {reporter.number} completed: mean AUROC {last.get(TAG_AUROC_MEAN)}")
     return 0
 
 

@@ -131,6 +131,7 @@ class JobLimits:
     rooms: tuple[NodeRoom, ...] = ()
     launcher: Shape | None = None  # the pod a single run adds (Kubernetes' launcher); None: none
     own_nodes: bool = True  # each of a run's node pods on a node of its own (Slurm); False: they may share one
+    programs: tuple[str, ...] = ()  # the training programs this scheduler can start (templating.programs_with); (): all
 
     @property
     def max_gpus_per_node(self) -> int:
@@ -269,6 +270,9 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
     template = inputs.choice(raw["template"], "template", programs.names, "a training program here") \
         if "template" in raw else programs.default.name
     program = programs.get(template)
+    if limits.programs and template not in limits.programs:
+        raise JobSpecError("template", f"{template} cannot run {limits.where()}: its launcher ({program.launcher}) has "
+                                       f"no job script for this scheduler yet; allowed: {', '.join(limits.programs)}")
     own = _program_fields(raw, program)
 
     nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"

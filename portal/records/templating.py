@@ -50,6 +50,12 @@ def _environment(programs: Registry) -> jinja2.Environment:
     return env
 
 
+def programs_with(suffix: str) -> tuple[str, ...]:
+    """The registered programs whose launcher has a job script of this kind (`sbatch`, `local.sh`, `k8s.sh`, ...):
+    those a scheduler can run (JobLimits.programs)."""
+    return tuple(p.name for p in registry().programs if (TEMPLATES_DIR / f"{p.launcher}.{suffix}").is_file())
+
+
 def program_of(spec: JobSpec) -> Program:
     """The registered program a validated spec runs (KeyError for a name no longer registered)."""
     return registry().get(spec.template)

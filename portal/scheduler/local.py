@@ -41,7 +41,7 @@ from portal.records.record import (
 from portal.records.spec import JobLimits, JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, sweep_view
-from portal.records.templating import job_environment, launch_template, program_values
+from portal.records.templating import job_environment, launch_template, program_values, programs_with
 from portal.scheduler import NoAccounting
 from portal.scheduler.errors import JobNotFound
 from portal.scheduler.home import JobsInHome
@@ -99,7 +99,8 @@ class LocalScheduler(JobsInHome):
         memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1024**3
         return JobLimits(partition="", nodes=1, gpus_per_node=gpus, cpus_per_node=os.cpu_count() or 1,
                          memory_gb_per_node=max(1, memory_gb), max_minutes=None,
-                         quota=GpuQuota(gpus, tuple(user.groups)), default_data_dir=str(self.cfg.default_data_path))
+                         quota=GpuQuota(gpus, tuple(user.groups)), default_data_dir=str(self.cfg.default_data_path),
+                         programs=programs_with("local.sh"))
 
     def configured_limits(self, user: JobUser) -> JobLimits:
         return self.limits(user)  # this machine's own, read without asking anyone

@@ -173,8 +173,10 @@ def form_fields(limits: JobLimits) -> list[FormField]:
     programs = registry()
     models = tuple(dict.fromkeys(m for p in programs.programs for m in p.models))
     return [
-        FormField("template", "select", "the training program: each is explained below the form's fields",
-                  programs.names),
+        FormField("template", "select", "the training program: each is explained below the form's fields" + (
+                  f"; not on this scheduler yet: {', '.join(n for n in programs.names if n not in limits.programs)}"
+                  if limits.programs and set(programs.names) - set(limits.programs) else ""),
+                  limits.programs or programs.names),
         FormField("model", "select", "DenseNet-121 is CheXNet's", models),
         FormField("nodes", "number", f"1-{limits.nodes}"),
         FormField("gpus_per_node", "number", f"0-{limits.max_gpus_per_node} (one worker process per GPU)"),

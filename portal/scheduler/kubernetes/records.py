@@ -37,6 +37,7 @@ from portal.records.record import (
 )
 from portal.records.spec import JobLimits
 from portal.records.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
+from portal.records.templating import programs_with
 from portal.scheduler.cluster import NodePool, QueuedJob, duration_text
 from portal.scheduler.errors import JobNotFound, KubernetesError
 from portal.scheduler.home import checked_card
@@ -84,6 +85,7 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
                      max_minutes=None, quota=GpuQuota(cfg.gpu_quota_for(list(groups)), tuple(groups)),
                      default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"),
                      rooms=rooms, own_nodes=False,
+                     programs=programs_with("mpijob.sh" if cfg.k8s_jobs == "mpijob" else "k8s.sh"),
                      launcher=Shape(round(quantity(LAUNCHER_RESOURCES["cpu"]) * 1000),
                                     int(quantity(LAUNCHER_RESOURCES["memory"]) // MIB)))
 

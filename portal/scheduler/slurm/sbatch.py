@@ -13,7 +13,7 @@ from portal.quota import GpuQuota
 from portal.records.record import OUTPUT_FILE
 from portal.records.spec import JobLimits, JobSpec
 from portal.records.sweep import SweepPlan
-from portal.records.templating import exported, job_environment, launch_template, program_values
+from portal.records.templating import exported, job_environment, launch_template, program_values, programs_with
 from portal.scheduler.cluster import NodePool
 from portal.scheduler.errors import SlurmError
 
@@ -93,4 +93,4 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[NodePool], quota: GpuQuo
         max_minutes=partition.max_minutes, quota=quota,
         default_data_dir=str(cfg.default_data_path), unusable_note=partition.unusable_note(),
         jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user, mail=cfg.job_mail,
-        rooms=partition.rooms())
+        rooms=partition.rooms(), programs=programs_with("sbatch"))

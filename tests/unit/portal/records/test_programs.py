@@ -105,6 +105,21 @@ def test_the_torch_program_takes_its_precision_and_layout():
     assert "#SBATCH --ntasks-per-node=1" in script and "--nproc-per-node=2" in script
 
 
+def test_a_scheduler_without_a_job_script_for_the_programs_launcher_refuses_it_by_name(toy):
+    from dataclasses import replace
+
+    from portal.records.templating import programs_with
+
+    assert programs_with("sbatch") == ("chexnet", "chexnet-torch", "toy")
+    assert programs_with("mpijob.sh") == ("chexnet",)  # the MPI Operator's shape is Horovod's alone
+    only_horovod = replace(LIMITS, programs=programs_with("mpijob.sh"))
+    with pytest.raises(JobSpecError, match="template: toy cannot run in partition gpu: its launcher .torchrun. has no "
+                                           "job script for this scheduler yet; allowed: chexnet") as err:
+        parse_job_spec({"template": "toy"}, only_horovod, user_can_read=lambda path: True)
+    assert err.value.field == "template"
+    assert parse_job_spec({}, only_horovod, user_can_read=lambda path: True).template == "chexnet"
+
+
 @pytest.mark.parametrize(("declaration", "said"), [
     ('NAME = "Bad Name"', "NAME is lower-case letters"),
     ('LAUNCHER = "ssh"', "LAUNCHER 'ssh' is not one of horovod, torchrun"),
