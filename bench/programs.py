@@ -1,6 +1,6 @@
 """The PyTorch program beside the TensorFlow one: the same job on the Slurm box, images/s and time to the first point.
 
-    python -m bench.programs [--rounds 3] [--epochs 3] [--user alice]
+    python -m bench.programs [--rounds 5] [--epochs 3] [--user alice]
 
 Against the running box (`make up`, or DSPORTAL_CONFIG's), as root: the user's jobs through `portal.jobs` on the
 demo data set, DenseNet-121 at 64 px, batch 8 per worker, one CPU per worker (bench.nodes' and bench.kube's job),
@@ -88,7 +88,7 @@ def command(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three jobs, order alternating (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the three jobs, order alternating (default 5)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per job, 2 or more (default 3)")
     parser.add_argument("--user", default="alice", help="whose jobs (needs 2 nodes and a GPU quota of 2 or more)")
     args = parser.parse_args(argv)
