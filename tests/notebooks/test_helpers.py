@@ -30,9 +30,20 @@ def templates(tmp_path: Path) -> Path:
     return source
 
 
-def test_the_repository_has_the_five_templates():
-    assert TEMPLATES == ["01-explore-chestxray14.ipynb", "02-train-chexnet-horovod.ipynb", "03-evaluate.ipynb",
-                         "04-scaling-study.ipynb", "05-sweep.ipynb"]
+def test_the_repository_has_the_templates_and_the_pytorch_twins():
+    assert TEMPLATES == ["01-explore-chestxray14.ipynb", "02-train-chexnet-horovod.ipynb",
+                         "02b-train-chexnet-pytorch.ipynb", "03-evaluate.ipynb", "04-scaling-study.ipynb",
+                         "04b-scaling-study-pytorch.ipynb", "05-sweep.ipynb"]
+
+
+def test_each_pytorch_twin_differs_from_its_original_in_words_and_its_program_only():
+    """One code for both: a twin's code cells are its original's but for the parameter that names the program."""
+    for original, twin in (("02-train-chexnet-horovod.ipynb", "02b-train-chexnet-pytorch.ipynb"),
+                           ("04-scaling-study.ipynb", "04b-scaling-study-pytorch.ipynb")):
+        code = [["".join(cell["source"]) for cell in json.loads((REPO / "notebooks" / name).read_text())["cells"]
+                 if cell["cell_type"] == "code"] for name in (original, twin)]
+        assert code[0][1:] == code[1][1:], twin
+        assert 'template = "chexnet"' in code[0][0] and 'template = "chexnet-torch"' in code[1][0], twin
 
 
 def test_every_template_starts_with_a_tagged_parameters_cell():

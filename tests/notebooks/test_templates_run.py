@@ -21,7 +21,7 @@ import yaml
 
 from portal.jobs.demo_data import ensure_demo_data
 from portal.runas import RUNUSER
-from tests.conftest import REPO, TEST_CONFIG, TINY_MODEL, as_user, job_dir_of, scratch_dir
+from tests.conftest import PROGRAMS, REPO, TEST_CONFIG, TINY_MODEL, as_user, job_dir_of, scratch_dir
 
 pytestmark = pytest.mark.integration
 USER = "alice"
@@ -89,9 +89,13 @@ def test_01_explore_draws_frequencies_co_occurrence_and_samples(cluster, workdir
     assert images(notebook) == 3  # frequencies, co-occurrence, sample grid
 
 
-@pytest.fixture(scope="module")
-def trained_job(cluster, workdir) -> str:
-    notebook = run_notebook(cluster, workdir, "02-train-chexnet-horovod.ipynb", {**TINY, "gpus_per_node": 2})
+TRAIN = {"chexnet": "02-train-chexnet-horovod.ipynb", "chexnet-torch": "02b-train-chexnet-pytorch.ipynb"}
+SCALING = {"chexnet": "04-scaling-study.ipynb", "chexnet-torch": "04b-scaling-study-pytorch.ipynb"}
+
+
+@pytest.fixture(scope="module", params=PROGRAMS)  # each program's training notebook (its PyTorch twin too)
+def trained_job(request, cluster, workdir) -> str:
+    notebook = run_notebook(cluster, workdir, TRAIN[request.param], {**TINY, "gpus_per_node": 2})
     out = texts(notebook)
     assert "final state: COMPLETED" in out, out[-3000:]
     assert '<table class="dsportal-auroc">' in out and "Rajpurkar" in out
@@ -104,6 +108,8 @@ def test_02_train_ends_with_a_completed_job_and_an_auroc_table(trained_job):
     assert trained_job.isdigit()
 
 
+# 03-evaluate reads the TensorFlow program's checkpoints (chexnet.evaluate): its job is chexnet's.
+@pytest.mark.parametrize("trained_job", ["chexnet"], indirect=True)
 def test_03_evaluate_shows_test_auroc_roc_curves_and_grad_cam(cluster, workdir, trained_job):
     notebook = run_notebook(cluster, workdir, "03-evaluate.ipynb",
                             {"job_id": trained_job, "batch_size": 8, "gradcam_images": 2})
@@ -117,8 +123,9 @@ def test_03_evaluate_shows_test_auroc_roc_curves_and_grad_cam(cluster, workdir, 
     assert report["checkpoint"] and len(report["auroc"]) == 14
 
 
-def test_04_scaling_study_charts_one_node_and_two(cluster, workdir):
-    notebook = run_notebook(cluster, workdir, "04-scaling-study.ipynb",
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_04_scaling_study_charts_one_node_and_two(cluster, workdir, program):
+    notebook = run_notebook(cluster, workdir, SCALING[program],
                             {**TINY, "layouts": ["1x1", "2x1"], "run_together": True})
     out = texts(notebook)
     assert "points on the chart: 2 (1x1, 2x1)" in out, out[-3000:]
