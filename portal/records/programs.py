@@ -56,11 +56,6 @@ class ProgramField:
     low: int = 0
     high: int = 0
 
-    def allowed(self) -> str:
-        if self.kind == "choice":
-            return ", ".join(self.choices)
-        return "true or false" if self.kind == "bool" else f"{self.low}-{self.high}"
-
 
 @dataclass(frozen=True)
 class Program:
@@ -78,10 +73,6 @@ class Program:
 
     def field(self, name: str) -> ProgramField | None:
         return next((f for f in self.fields if f.name == name), None)
-
-    @property
-    def field_names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.fields)
 
     @property
     def models(self) -> tuple[str, ...]:
