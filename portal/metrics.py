@@ -235,6 +235,45 @@ def read_run_metrics(logdir: str | Path) -> RunMetrics:
                       **history)
 
 
+def record_lines(text: str) -> dict[int, dict]:
+    """The per-epoch record's lines in a job's log (`dsportal.epoch <json>`, chexnet.tblog.RECORD_LINE_PREFIX,
+    every program's rank 0), each checked against chexnet.schemas.EPOCH_RECORD before it counts (the log is the
+    user's to write); {epoch: its last line}, since a resumed run records an epoch again."""
+    from chexnet.schemas import EPOCH_RECORD, SchemaError, check
+    from chexnet.tblog import RECORD_LINE_PREFIX
+
+    found: dict[int, dict] = {}
+    for line in text.splitlines():
+        if not line.startswith(RECORD_LINE_PREFIX) or len(line) > MAX_OUTPUT_BYTES:
+            continue
+        try:
+            entry = finite_json(line[len(RECORD_LINE_PREFIX):], MAX_OUTPUT_BYTES, MetricsError)
+            check(EPOCH_RECORD, entry, "epoch record")
+        except (MetricsError, SchemaError):
+            continue
+        found[entry["epoch"]] = entry
+    return found
+
+
+def metrics_of_records(records: dict[int, dict]) -> RunMetrics:
+    """What the job page shows, from the per-epoch record's lines: the latest images/sec, the best epoch's mean and
+    per-class AUROC, the epochs done and the series of both (their last MAX_SERIES epochs)."""
+    epochs = sorted(records)[-MAX_EPOCHS:]
+    means = {e: records[e]["scalars"].get("auroc/mean") for e in epochs}
+    means = {e: v for e, v in means.items() if v is not None}
+    rates = [records[e].get("images_per_sec") for e in epochs]
+    rates = [r for r in rates if r is not None][-MAX_SERIES:]
+    best = max(means, key=lambda e: (means[e], -e)) if means else None
+    per_class = {} if best is None else {tag[len(AUROC_PREFIX):]: value for tag, value in records[best]["scalars"]
+                                         .items() if tag.startswith(AUROC_PREFIX) and tag != TAG_AUROC_MEAN
+                                         and value is not None}
+    return RunMetrics(images_per_sec=rates[-1] if rates else None,
+                      best_mean_auroc=None if best is None else means[best], best_epoch=best,
+                      per_class_auroc=dict(list(per_class.items())[:MAX_CLASSES]),
+                      epochs_done=max(epochs, default=0), images_per_sec_series=tuple(rates),
+                      mean_auroc_series=tuple(means[e] for e in sorted(means))[-MAX_SERIES:])
+
+
 def without_tensorflow() -> None:
     """TensorBoard's event reader on its own stub of TensorFlow (its `no_tensorflow` build's switch, a module named
     tensorboard.compat.notf), as TensorBoard runs where TensorFlow is not installed. The helper the dashboard runs as

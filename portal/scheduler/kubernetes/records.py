@@ -17,7 +17,7 @@ from typing import Any
 
 from portal.config import PortalConfig
 from portal.config_checks import CLUSTER_NAME
-from portal.metrics import MAX_SERIES, RunMetrics
+from portal.metrics import MAX_SERIES, RunMetrics, metrics_of_records, record_lines
 from portal.quota import GpuHolder, GpuQuota
 from portal.records.fit import Shape
 from portal.records.ids import K8S_ID
@@ -267,8 +267,8 @@ def _running_trial(log: str, plan: SweepPlan) -> dict[int, dict[str, Any]]:
         params = json.loads(params_lines[-1]).get("params", {}) if params_lines else {}
     except (ValueError, AttributeError):
         params = {}
-    epochs = {}
-    for match in EPOCH_LINE.finditer(log):
+    epochs = {str(e): entry["scalars"].get("auroc/mean") for e, entry in record_lines(log).items()}
+    for match in EPOCH_LINE.finditer(log) if not epochs else ():  # a log from before the record's lines
         epochs[match.group(1)] = None if match.group(2) == "n/a" else float(match.group(2))
     return read_status(json.dumps({"trials": [{"number": number, "task": task, "state": "RUNNING",
                                                "params": params, "value": None, "epochs": epochs}]}), plan)
@@ -344,9 +344,12 @@ def _job_dir(notes: Mapping[str, Any], name: str, cfg: PortalConfig) -> Path:
 
 
 def log_metrics(text: str) -> RunMetrics:
-    """Images/sec and mean AUROC from the launcher's log (chexnet.train's line per epoch), for a reader who
-    cannot open the TensorBoard files on the user's volume (the dashboard). Per-class AUROC needs the files, and
-    so do the epochs' times (the line has none). A resumed run repeats epochs: the last line of an epoch wins."""
+    """Images/sec and AUROC from the launcher's log, for a reader who cannot open the files on the user's volume
+    (the dashboard): the per-epoch record's lines (portal.metrics.record_lines, schema-checked); a log from before
+    programs printed them, chexnet.train's line per epoch (no per-class AUROC there). A resumed run repeats epochs:
+    the last line of an epoch wins."""
+    if records := record_lines(text):
+        return metrics_of_records(records)
     rates: dict[int, float] = {}
     means: dict[int, float] = {}
     seen = {0}

@@ -184,6 +184,25 @@ def test_an_edited_spec_annotation_is_a_record_error_never_a_crash(annotation):
     assert "annotation" in str(refused.value) and len(str(refused.value)) < 300
 
 
+def test_metrics_from_the_records_lines_in_the_log_any_program_and_hostile_lines_ignored():
+    """The per-epoch record's lines (`dsportal.epoch`, every program's rank 0), schema-checked: per-class AUROC
+    too; a line of the wrong shape, a NaN, a huge or cut line is not read, and the human lines are not looked at."""
+    def line(epoch: int, mean: float | None, rate: float, **more) -> str:
+        scalars = {"loss/train": 0.1, "auroc/mean": mean, "auroc/Mass": mean, "auroc/Hernia": None}
+        return "dsportal.epoch " + json.dumps({"epoch": epoch, "logdir": "/l", "scalars": scalars,
+                                               "images_per_sec": rate, "program": "chexnet-torch", **more}) + "\n"
+    log = (line(1, 0.7, 40.5) + "chexnet.train: epoch 2/2: auroc/mean=0.9999 images/sec=1.0\n" + line(2, 0.65, 48.0)
+           + 'dsportal.epoch {"epoch": "3", "logdir": "/l", "scalars": {}}\n'  # wrong type
+           + 'dsportal.epoch {"epoch": 4, "logdir": "/l", "scalars": {"auroc/mean": NaN}}\n'  # not finite
+           + 'dsportal.epoch {"epoch": 5, "logdir": "/l", "scal\n'  # cut short
+           + "dsportal.epoch " + "[" * 100_000 + "\n")
+    metrics = log_metrics(log)
+    assert (metrics.images_per_sec, metrics.best_mean_auroc, metrics.best_epoch, metrics.epochs_done) == (
+        48.0, 0.7, 1, 2)
+    assert metrics.per_class_auroc == {"Mass": 0.7} and metrics.mean_auroc_series == (0.7, 0.65)
+    assert log_metrics(line(1, 0.5, 10.0) + line(1, 0.6, 12.0)).best_mean_auroc == 0.6  # a resumed epoch: the last
+
+
 def test_ids_are_mpijob_names_and_unique():
     ids = {new_k8s_id() for _ in range(50)}
     assert len(ids) == 50 and all(K8S_ID.match(i) and len(i) <= 63 and i == i.lower() for i in ids)
