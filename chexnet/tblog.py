@@ -86,6 +86,15 @@ def logdir_key(logdir: Path) -> str:
     return os.path.abspath(logdir)
 
 
+def run_name(logdir: Path) -> str:
+    """The run's name in TensorBoard's HPARAMS tab, the same from every program: its logdir below ~/jobs
+    ("dsportal/42/tensorboard", "dsportal/57/tensorboard/trial-3": the cluster's directory, then the job's), one
+    per run, so that runs are rows of their own."""
+    parts = logdir.resolve().parts
+    below = parts[len(parts) - parts[::-1].index("jobs"):] if "jobs" in parts else parts[-2:]
+    return "/".join(below) or logdir.name
+
+
 def record_path(checkpoint_dir: Path) -> Path:
     return checkpoint_dir / RECORD_FILE
 

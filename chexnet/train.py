@@ -185,12 +185,9 @@ def run(cfg: TrainConfig) -> int:
 
 
 def _run_name(logdir: Path) -> str:
-    """The run's name in TensorBoard's HPARAMS tab: its logdir below ~/jobs ("dsportal/42/tensorboard",
-    "dsportal/57/tensorboard/trial-3": the cluster's directory, then the job's), one per run, so that runs are rows
-    of their own."""
-    parts = logdir.resolve().parts
-    below = parts[len(parts) - parts[::-1].index("jobs"):] if "jobs" in parts else parts[-2:]
-    return "/".join(below) or logdir.name
+    from chexnet import tblog
+
+    return tblog.run_name(logdir)
 
 
 def _recorded(cfg: TrainConfig) -> dict[int, dict[str, float | None]]:

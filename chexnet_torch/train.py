@@ -130,7 +130,7 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
     board = Board(cfg.logdir, tblog.record_path(cfg.checkpoint_dir), resume=cfg.resume) if chief else None
     reporter = sweep_reporter(cfg, start_epoch) if chief else None
     if board is not None:
-        board.start(hparams(cfg, size), trial_id=cfg.logdir.name)
+        board.start(hparams(cfg, size), trial_id=tblog.run_name(cfg.logdir))
         if start_epoch and (written := board.catch_up(start_epoch)):
             tell(f"wrote {written} epoch(s) to TensorBoard from the checkpoint's record")
     if start_epoch >= cfg.epochs:
