@@ -21,8 +21,8 @@ the rounds' ratios (bench.programs_report has the targets).
 These are CPU figures: the box's nodes are network namespaces of one machine and share its cores, the GPUs are
 fake (the PyTorch program trains on the CPU with gloo, autocast and channels_last off), and other work on the
 machine falls on both sides alike. DenseNet-121 at 224 px would take about 12 times as long per epoch on these
-2 cores: 64 px keeps a round within about 6 minutes. Figures are saved to docs/results/programs.json; exit 1 when
-a target is not met.
+2 cores: at 64 px a round takes 4-5 minutes (TensorFlow's job most of it). Figures are saved to
+docs/results/programs.json; exit 1 when a target is not met.
 """
 
 from __future__ import annotations
