@@ -20,10 +20,10 @@ def test_the_wheel_has_the_job_scripts_the_dashboard_pages_and_the_notebooks(tmp
                     "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=120)
     (wheel,) = tmp_path.glob("dsportal-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert tracked("portal/jobs/templates", "portal/service/templates", "portal/service/hub_templates",
-                   "portal/service/static") <= names
+    assert tracked("portal/records/templates", "portal/service/templates", "portal/service/hub_templates",
+                   "portal/service/static", "chexnet/templates", "chexnet_torch/templates") <= names
     notebooks = {name.split("/")[-1] for name in names if "/share/dsportal/notebooks/" in name}
     assert notebooks == {Path(name).name for name in tracked("notebooks/*.ipynb")}
-    assert len(notebooks) == 5
+    assert len(notebooks) == 7  # five templates and the two PyTorch twins
     # JupyterLab's setting defaults (no news prompt) land in <prefix>/share/jupyter/lab/settings/overrides.d.
     assert any(name.endswith(".data/data/share/jupyter/lab/settings/overrides.d/dsportal.json") for name in names)
