@@ -106,20 +106,23 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
 TRIAL_PARAMS = {"lr": float, "warmup_epochs": int, "batch_size": int, "image_size": int, "model": str, "fp16": bool}
 
 
-def with_trial(cfg: TrainConfig) -> TrainConfig:
-    """`cfg` with the sweep trial's parameters (every rank reads the same file); UsageError when it is unreadable."""
-    if cfg.trial is None:
-        return cfg
+def trial_params(path: Path) -> dict[str, object]:
+    """A sweep trial file's parameters, each of its TRIAL_PARAMS type (every program's --trial reads it so);
+    UsageError when the file is unreadable or not a trial's."""
     import json
 
     try:
         from chexnet.schemas import TRIAL_RECORD, check
         from chexnet.userfiles import read_bytes
 
-        trial = json.loads(read_bytes(cfg.trial, 65536))
-        check(TRIAL_RECORD, trial, str(cfg.trial))
+        trial = json.loads(read_bytes(path, 65536))
+        check(TRIAL_RECORD, trial, str(path))
         params = trial["params"]
-        values = {name: TRIAL_PARAMS[name](params[name]) for name in params}
+        return {name: TRIAL_PARAMS[name](params[name]) for name in params}
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UsageError(f"--trial {cfg.trial}: not a sweep's trial file ({type(err).__name__}: {err})") from None
-    return replace(cfg, **values)
+        raise UsageError(f"--trial {path}: not a sweep's trial file ({type(err).__name__}: {err})") from None
+
+
+def with_trial(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with the sweep trial's parameters (every rank reads the same file); UsageError when it is unreadable."""
+    return cfg if cfg.trial is None else replace(cfg, **trial_params(cfg.trial))

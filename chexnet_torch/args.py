@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chexnet.cli import InputFlags, OneLineParser, UsageError, require_choice, require_positive
-from chexnet.train_args import PROGRESS, TRIAL_PARAMS
+from chexnet.train_args import PROGRESS, trial_params
 
 PROG = "chexnet_torch.train"
 AMP = ("auto", "off", "bf16", "fp16")
@@ -81,18 +81,7 @@ def with_trial(cfg: TorchConfig) -> TorchConfig:
     """`cfg` with the sweep trial's parameters (those this program has: fp16 is TensorFlow's --amp here)."""
     if cfg.trial is None:
         return cfg
-    import json
-
-    try:
-        from chexnet.schemas import TRIAL_RECORD, check
-        from chexnet.userfiles import read_bytes
-
-        trial = json.loads(read_bytes(cfg.trial, 65536))
-        check(TRIAL_RECORD, trial, str(cfg.trial))
-        params = dict(trial["params"])
-        if params.pop("fp16", False):
-            params["amp"] = "fp16"
-        values = {name: (str if name == "amp" else TRIAL_PARAMS[name])(value) for name, value in params.items()}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UsageError(f"--trial {cfg.trial}: not a sweep's trial file ({type(err).__name__}: {err})") from None
-    return replace(cfg, **values)
+    params = trial_params(cfg.trial)
+    if params.pop("fp16", False):
+        params["amp"] = "fp16"
+    return replace(cfg, **params)
