@@ -1,94 +1,13 @@
-# One trial of a CheXNet sweep on Kubernetes: one pod of the sweep's Job ({{ plan.trials }} completions, at most
+{% extends "k8s-trial.sh" %}{% set stop_process = "mpirun" %}{% block header %}# One trial of a CheXNet sweep on Kubernetes: one pod of the sweep's Job ({{ plan.trials }} completions, at most
 # {{ plan.parallel }} at once), {{ spec.workers_per_node }} worker(s) in this pod under mpirun, one per GPU.
 # Rendered by portal.scheduler.kubernetes.manifests from a validated JobSpec and sweep plan; every value below was checked,
 # then shell-quoted. The pod claims a task (chexnet.sweep claim: the lowest one no live pod holds), keeps its claim
 # alive, asks the study for the task's trial (a task taken over from a lost pod gets the same trial, and resumes
 # it from its checkpoint), trains it, and leaves the trial's row as its termination message for the dashboard.
-set -uo pipefail
-job_dir={{ job_dir | q }}
-holder=${POD_NAME:?}
-mkdir -p "$job_dir/tensorboard" "$job_dir/trials" || exit 1
-cd "$job_dir" || exit 1
-
-export PATH={{ venv_bin | q }}:"$PATH"
-export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
-{% for name, word in job_env %}export {{ name }}={{ word }}
-{% endfor %}
-# The plan the portal validated, for every trial (the first pod writes it; the same text in each).
-if [ ! -e {{ plan_file | q }} ]; then
-    printf '%s\n' {{ plan_json | q }} > ".plan.$holder" && mv -n ".plan.$holder" {{ plan_file | q }}
-    rm -f ".plan.$holder"
-fi
-# --resume: a task taken over from a lost pod continues from its trial's last checkpoint.
-{% include program.include() %}
-train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
-{% include "card-in-log.sh" %}
-task=$({{ python | q }} -m chexnet.sweep claim "$job_dir" "$holder" {{ plan.trials }})
-status=$?
-if [ "$status" -eq {{ finished_exit }} ]; then
-    echo "chexnet: every trial of the sweep has finished: nothing left for pod $holder"
-    exit 0
-fi
-if [ "$status" -ne 0 ] || ! [[ "$task" =~ ^[0-9]+$ ]]; then
-    echo "chexnet: pod $holder could not claim a task of the sweep (exit $status)" >&2
-    exit 1
-fi
-run_dir="$job_dir/trials/$task"
-mkdir -p "$run_dir" || exit 1
-rm -f "$run_dir/exit_status"
-log="$job_dir/trial-$task.log"
-# The claim stays this pod's while it lives: a claim untouched for {{ stale_s }} s is a lost pod's, and taken over.
-claim_file="$job_dir/claims/$task"
-( while sleep {{ heartbeat_s }}; do
-      [ "$(head -c 200 "$claim_file" 2>/dev/null)" = "$holder" ] || exit 0
-      touch "$claim_file"
-  done ) &
-report() {  # the trial's row, where the dashboard reads it (4 KB at most, a pod's termination message)
-    {{ python | q }} -m chexnet.sweep status "$job_dir" "$task" 2>/dev/null | head -c 4000 > /dev/termination-log
-}
-stopped() {  # the pod is deleted (the sweep cancelled): its trial ends as FAIL, not left running
-    echo "chexnet: pod $holder stopped: task $task's trial ends as FAIL" | tee -a "$log"
-    pkill -TERM -x mpirun
-    {{ python | q }} -m chexnet.sweep fail "$job_dir" "$task"
-    echo 143 > "$run_dir/exit_status"
-    report
-    exit 143
-}
-trap stopped TERM  # bash is the container's PID 1: without a trap it would ignore the TERM of a deleted pod
-
-number=$({{ python | q }} -m chexnet.sweep attach "$job_dir" "$task")
-status=$?
-if [ "$status" -eq {{ finished_exit }} ]; then
-    echo "chexnet: task $task's trial has already finished: nothing to do" | tee -a "$log"
-    report
-    exit 0
-fi
-if [ "$status" -ne 0 ] || ! [[ "$number" =~ ^[0-9]+$ ]]; then
-    echo "chexnet: the sweep's study did not give task $task a trial (exit $status)" | tee -a "$log" >&2
-    echo "$status" > "$run_dir/exit_status"
-    exit 1
-fi
-echo "chexnet: sweep task $task is trial $number, on pod $holder" | tee -a "$log"
-echo "chexnet: trial parameters $(head -c 2000 "$run_dir/trial.json")" | tee -a "$log"
-# The trial's own run: its TensorBoard run beside the other trials', its checkpoints, its parameters (the last
-# --logdir and --checkpoint-dir given are the ones taken).
-train+=(--logdir "$job_dir/tensorboard/trial-$number" --checkpoint-dir "$run_dir/checkpoints"
-    --trial "$run_dir/trial.json")
-
-mpirun -np {{ spec.workers_per_node }} --host localhost:{{ spec.workers_per_node }} \
-    --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \
-    {% for arg in mpirun_args %}{{ arg | q }} {% endfor %}\
-    {% for name in exported %}-x {{ name }} {% endfor %}\
-    "${train[@]}" 2>&1 | tee -a "$log" &
-wait $!
-status=$?
-if [ "$status" -ne 0 ]; then
-    echo "chexnet: trial $number's training failed (exit $status): it ends as FAIL" | tee -a "$log"
-    {{ python | q }} -m chexnet.sweep fail "$job_dir" "$task"
-fi
-echo "$status" > "$run_dir/exit_status"
-card_in_log "$run_dir/checkpoints"
-report
-# The task is done whatever its trial's end (complete, pruned, failed: the study says which): one completion of
-# the sweep's Job. A pod that fails is one that could not run its task, and the Job makes another.
-exit 0
+{% endblock %}{% block environment %}export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+{% endblock %}{% block run %}{ mpirun -np {{ spec.workers_per_node }} --host localhost:{{ spec.workers_per_node }} \
+      --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \
+      {% for arg in mpirun_args %}{{ arg | q }} {% endfor %}\
+      {% for name in exported %}-x {{ name }} {% endfor %}\
+      "${train[@]}" 2>&1; echo $? > "$run_dir/run-status"; } | tee -a "$log" &
+{% endblock %}

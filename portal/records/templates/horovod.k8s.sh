@@ -19,6 +19,7 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PA
 {% include program.include() %}
 train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
 {% include "card-in-log.sh" %}
+{% include "run-status.sh" %}
 # The job's key, from its Secret, where ssh accepts it (its own, not group-readable).
 key=$(mktemp -d)/id
 install -m 0600 {{ key_file | q }} "$key" || exit 1
@@ -94,11 +95,12 @@ restarts=0
 while :; do
     wait_for_workers
     # -np is every worker on every pod; the hostfile gives each pod {{ spec.workers_per_node }} slot(s).
-    mpirun -np {{ spec.workers }} --hostfile "$job_dir/hostfile" --mca plm_rsh_agent "$ssh_agent" \
-        --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \
-        {% for arg in mpirun_args %}{{ arg | q }} {% endfor %}\
-        {% for name in exported %}-x {{ name }} {% endfor %}\
-        "${train[@]}" 2>&1 | tee -a "$job_dir/output.log" &
+    rm -f "$job_dir/.run-status"
+    { mpirun -np {{ spec.workers }} --hostfile "$job_dir/hostfile" --mca plm_rsh_agent "$ssh_agent" \
+          --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \
+          {% for arg in mpirun_args %}{{ arg | q }} {% endfor %}\
+          {% for name in exported %}-x {{ name }} {% endfor %}\
+          "${train[@]}" 2>&1; echo $? > "$job_dir/.run-status"; } | tee -a "$job_dir/output.log" &
     run=$!
     # A worker whose node died sends no goodbye: mpirun would wait on its connections for many minutes. Its sshd
     # not answering any more is the sign; this run is then stopped, to run again once a worker replaces it.
@@ -114,7 +116,7 @@ while :; do
         fi
     done
     wait "$run"
-    status=$?  # mpirun's, when it failed (pipefail)
+    status=$(run_status "$job_dir/.run-status")  # mpirun's
     # The workers are asked even when mpirun exited 0: Open MPI 4.1 exits 0 after "ORTE has lost communication
     # with a remote daemon", with the training half done.
     [ "$lost" -gt 0 ] || lost=$(lost_workers)

@@ -33,6 +33,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 LABEL_USER, LABEL_JOB = "dsportal/user", "dsportal/job-id"
 ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
 ANNOTATION_SWEEP = "dsportal/sweep"  # a sweep's plan, on its Job
+# How many worker pods run beside a torchrun job's node 0 (a Horovod job's workers are its nodes): on its record.
+ANNOTATION_WORKER_PODS = "dsportal/worker-pods"
 # The cluster whose directory under ~/jobs holds the job's files (portal.records.record.cluster_jobs_dir); a job
 # submitted before clusters had directories of their own has none, and its files are in ~/jobs/<id>.
 ANNOTATION_CLUSTER = "dsportal/cluster"
@@ -102,11 +104,12 @@ def user_namespace_objects(cfg: PortalConfig, user: str, gpu_quota: int) -> list
     return [user_role_binding(cfg, user), gpu_quota_manifest(cfg, user, gpu_quota)]
 
 
-def _launcher_values(cfg: PortalConfig, spec: JobSpec) -> dict[str, Any]:
+def launcher_values(cfg: PortalConfig, spec: JobSpec) -> dict[str, Any]:
     """What every launcher script (MPIJob or plain) renders mpirun and the training command with."""
     environment = job_environment(cfg, shlex.quote(cfg.k8s_home_mount.rstrip("/")))
     values = program_values(spec, cfg)
     return {**values, "venv_bin": values["program_bin"], "portal_python": str(cfg.venv / "bin" / "python"),
+            "torchrun": f"{values['program_bin']}/torchrun",
             "job_env": environment,
             "card_bytes": CARD_IN_LOG_BYTES, "card_line": MODEL_CARD_LINE, "trainer_args": cfg.jobs_trainer_args,
             "map_by": cfg.jobs_mpi_map_by, "bind_to": cfg.jobs_mpi_bind_to, "mpirun_args": cfg.jobs_mpirun_args,
@@ -115,10 +118,10 @@ def _launcher_values(cfg: PortalConfig, spec: JobSpec) -> dict[str, Any]:
 
 def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig) -> str:
     return launch_template(spec, "mpijob.sh").render(
-        spec=spec, job_id=job_id, job_dir=job_dir, **_launcher_values(cfg, spec))
+        spec=spec, job_id=job_id, job_dir=job_dir, **launcher_values(cfg, spec))
 
 
-def _node_resources(spec: JobSpec) -> dict[str, str]:
+def node_resources(spec: JobSpec) -> dict[str, str]:
     """What one node's pod of the job asks for (and is limited to): its workers' CPUs, the memory, its GPUs."""
     resources = {"cpu": str(spec.cpus_per_task * spec.workers_per_node), "memory": f"{spec.memory_gb}Gi"}
     if spec.gpus_per_node:
@@ -126,7 +129,7 @@ def _node_resources(spec: JobSpec) -> dict[str, str]:
     return resources
 
 
-def _pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict],
+def pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict],
                   node_selector: Mapping[str, str] | None = None) -> dict:
     spec: dict[str, Any] = {"containers": [container], "volumes": volumes,
                             # The image's notebook user; the home volume is theirs.
@@ -145,7 +148,7 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
               LABEL_USER: user, LABEL_JOB: job_id}
     mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}]
     home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
-    worker_resources = _node_resources(spec)
+    worker_resources = node_resources(spec)
     launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
                 "command": ["/bin/bash", "-c", launcher_script(spec, job_id, job_dir, cfg)],
                 "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
@@ -171,9 +174,9 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
                           "activeDeadlineSeconds": minutes_of(spec.time_limit) * 60},
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": _pod_template(labels, launcher, [home])},
+                             "template": pod_template(labels, launcher, [home])},
                 "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
-                           "template": _pod_template(labels, worker, worker_volumes, selector)},
+                           "template": pod_template(labels, worker, worker_volumes, selector)},
             },
         },
     }
@@ -194,15 +197,15 @@ def manifest_yaml(manifest: Mapping[str, Any]) -> str:
     return yaml.dump(manifest, Dumper=Dumper, sort_keys=False, width=120)
 
 
-def _job_labels(user: str, job_id: str) -> dict[str, str]:
+def job_labels(user: str, job_id: str) -> dict[str, str]:
     return {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "training",
             LABEL_USER: user, LABEL_JOB: job_id}
 
 
-def _job_metadata(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, submitted_at: str) -> dict:
+def job_metadata(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, submitted_at: str) -> dict:
     """The record a job's top object carries: its name is the job id, its labels whose it is, its annotations the
     spec and the submit time."""
-    return {"name": job_id, "namespace": cfg.user_namespace(user), "labels": _job_labels(user, job_id),
+    return {"name": job_id, "namespace": cfg.user_namespace(user), "labels": job_labels(user, job_id),
             "annotations": _record_annotations(spec, cfg, submitted_at)}
 
 
@@ -228,13 +231,13 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     ssh = {"name": SSH, "secret": {"secretName": secret_name, "defaultMode": 0o440}}
     values = {"spec": spec, "job_id": job_id, "job_dir": job_dir, "ssh_port": SSH_PORT}
     launcher_script = launch_template(spec, "k8s.sh").render(
-        **values, **_launcher_values(cfg, spec), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
+        **values, **launcher_values(cfg, spec), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
         watch_every=WATCH_EVERY_S, worker_poll=WORKER_POLL_S, stop_grace=STOP_GRACE_S)
     worker_script = launch_template(spec, "k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
-    worker_resources = _node_resources(spec)
+    worker_resources = node_resources(spec)
     deadline = minutes_of(spec.time_limit) * 60
-    tolerations = _lost_node_tolerations()  # the workers Job replaces a lost node's pods on the nodes left
+    tolerations = lost_node_tolerations()  # the workers Job replaces a lost node's pods on the nodes left
     launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
                 "command": ["/bin/bash", "-c", launcher_script],
                 "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
@@ -252,10 +255,10 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
                                                                           "readOnly": True}},
                       {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
     selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
-    labels = _job_labels(user, job_id)
+    labels = job_labels(user, job_id)
 
     def pod(role: str, container: dict, volumes: list[dict], node_selector=None) -> dict:
-        template = _pod_template({**labels, LABEL_ROLE: role}, container, volumes, node_selector)
+        template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, node_selector)
         template["spec"].update(restartPolicy="Never", tolerations=tolerations, enableServiceLinks=False,
                                 automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
         if role == "worker":  # one worker pod per node where the nodes allow (a node's GPUs are one pod's)
@@ -265,7 +268,7 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
         return template
 
     launcher_job = {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": _job_metadata(spec, job_id, user, cfg, submitted_at),
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": job_metadata(spec, job_id, user, cfg, submitted_at),
         # A launcher pod lost with its node is made again (it resumes); the wall time is the job's deadline.
         "spec": {"backoffLimit": RESTARTS, "activeDeadlineSeconds": deadline,
                  "template": pod("launcher", launcher, [home, ssh])}}
@@ -290,8 +293,8 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
     plan_json = json.dumps(plan.file_dict(), sort_keys=True)
     script = launch_template(spec, "k8s-trial.sh").render(
         spec=spec, plan=plan, job_id=job_id, job_dir=job_dir, plan_json=plan_json, plan_file=PLAN_FILE,
-        finished_exit=EXIT_FINISHED, heartbeat_s=HEARTBEAT_S, stale_s=int(STALE_CLAIM_S), **_launcher_values(cfg, spec))
-    resources = _node_resources(spec)
+        finished_exit=EXIT_FINISHED, heartbeat_s=HEARTBEAT_S, stale_s=int(STALE_CLAIM_S), **launcher_values(cfg, spec))
+    resources = node_resources(spec)
     trial = {"name": "trial", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
              "command": ["/bin/bash", "-c", script],
              "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
@@ -303,12 +306,12 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
                {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim, "readOnly": True}},
                {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
     selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
-    labels = {**_job_labels(user, job_id), LABEL_ROLE: "trial"}
-    template = _pod_template(labels, trial, volumes, selector)
-    template["spec"].update(restartPolicy="Never", tolerations=_lost_node_tolerations(), enableServiceLinks=False,
+    labels = {**job_labels(user, job_id), LABEL_ROLE: "trial"}
+    template = pod_template(labels, trial, volumes, selector)
+    template["spec"].update(restartPolicy="Never", tolerations=lost_node_tolerations(), enableServiceLinks=False,
                             automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
     rounds = -(-plan.trials // plan.parallel)
-    metadata = _job_metadata(spec, job_id, user, cfg, submitted_at)
+    metadata = job_metadata(spec, job_id, user, cfg, submitted_at)
     metadata["annotations"][ANNOTATION_SWEEP] = plan_json
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
             # Every pod lost with a node is one failure; a task's trial fails inside its pod, which exits 0.
@@ -318,7 +321,7 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
                      "template": template}}
 
 
-def _lost_node_tolerations() -> list[dict]:
+def lost_node_tolerations() -> list[dict]:
     """A lost node's pods go after LOST_NODE_S (not the default 300 s), so their Job replaces them elsewhere."""
     return [{"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute",
              "tolerationSeconds": LOST_NODE_S} for taint in ("unreachable", "not-ready")]

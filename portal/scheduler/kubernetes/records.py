@@ -46,6 +46,7 @@ from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_SPEC,
     ANNOTATION_SUBMITTED,
     ANNOTATION_SWEEP,
+    ANNOTATION_WORKER_PODS,
     GPU_RESOURCE,
     LABEL_JOB,
     LABEL_ROLE,
@@ -188,11 +189,15 @@ def mpijob_state(mpijob: Mapping[str, Any]) -> str:
 
 def plain_job_state(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str:
     """A plain job's state from its launcher Job's conditions, and while it runs from its pods: RUNNING once the
-    launcher and every worker pod run (the launcher waits for the workers), PENDING before."""
+    launcher and every worker pod run (the launcher waits for the workers), PENDING before. A Horovod job has a
+    worker pod per node; a torchrun job's launcher is node 0, and its record says how many workers it has."""
     ended = _ended(job, "Complete")
     if ended:
         return ended
-    nodes = recorded_nodes(job)
+    try:
+        nodes = int((job.get("metadata", {}).get("annotations") or {})[ANNOTATION_WORKER_PODS])
+    except (KeyError, TypeError, ValueError):
+        nodes = recorded_nodes(job)
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
                and not p.get("metadata", {}).get("deletionTimestamp")]
     roles = [(p.get("metadata", {}).get("labels") or {}).get(LABEL_ROLE) for p in running]

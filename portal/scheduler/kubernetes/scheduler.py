@@ -43,23 +43,21 @@ from portal.scheduler import NoAccounting
 from portal.scheduler.cluster import QueuedJob
 from portal.scheduler.cluster import start_note as note_from_nodes
 from portal.scheduler.errors import JobNotFound, KubernetesError
-from portal.scheduler.kubernetes.client import KubeUser, api_call, api_client, kube_user, new_ssh_key
+from portal.scheduler.kubernetes.client import KubeUser, api_call, api_client, kube_user
+from portal.scheduler.kubernetes.jobs import create_owned, job_objects
 from portal.scheduler.kubernetes.manifests import (
     DRY_RUN_NOTE,
     GROUP,
+    KIND,
     LABEL_JOB,
     LABEL_ROLE,
     LABEL_USER,
     PLURAL,
     VERSION,
     manifest_yaml,
-    mpijob_manifest,
-    owned_by,
-    plain_job_objects,
     sweep_job_manifest,
 )
 from portal.scheduler.kubernetes.namespaces import ensure_namespace, namespace_exists
-from portal.scheduler.kubernetes.netpol import job_network_policy
 from portal.scheduler.kubernetes.nodes import node_pools
 from portal.scheduler.kubernetes.pods import POD_SERVER_NAME
 from portal.scheduler.kubernetes.records import (
@@ -201,23 +199,14 @@ class KubernetesScheduler:
         that hold it now: a dry run needs no API server."""
         return limits_for(self.cfg, user.groups)
 
-    def _objects(self, spec: JobSpec, job_id: str, user: KubeUser, partition: str, **plain) -> list[dict]:
-        """The job's record, then what it owns: its NetworkPolicy first (its pods reach each other as they start)."""
-        fence = job_network_policy(self.cfg, user.name, job_id)
-        if not self.plain:
-            return [mpijob_manifest(spec, job_id, user.name, self.cfg, partition,
-                                    submitted_at=plain.get("submitted_at", "")), fence]
-        launcher, owned = plain_job_objects(spec, job_id, user.name, self.cfg, partition, **plain)
-        return [launcher, fence, *owned]
-
     def render(self, spec: JobSpec, user: KubeUser, partition: str = "", plan: SweepPlan | None = None) -> str:
         """The objects a submit would create, as YAML, made without the API server (a dry run)."""
         if plan is not None:
             return DRY_RUN_NOTE + manifest_yaml(sweep_job_manifest(
                 spec, plan, "k8s-<date>-<time>-<random>", user.name, self.cfg, partition, submitted_at="<submit time>"))
         made = "<made at submit>"
-        objects = self._objects(spec, "k8s-<date>-<time>-<random>", user, partition, submitted_at="<submit time>",
-                                **({"private_key": made, "public_key": made} if self.plain else {}))
+        objects = job_objects(self.cfg, spec, "k8s-<date>-<time>-<random>", user.name, partition, plain=self.plain,
+                              submitted_at="<submit time>", keys=(made, made))
         return DRY_RUN_NOTE + "---\n".join(manifest_yaml(manifest) for manifest in objects)
 
     def ensure_namespace(self, user: KubeUser) -> None:
@@ -245,7 +234,6 @@ class KubernetesScheduler:
         """Create the job's objects; (its record, None: the record is the launcher Job or the MPIJob, there is
         no directory). Its NetworkPolicy (a plain job's Secret and workers too) is made after the record, owned by
         it; when one cannot be made, the record is deleted again, so nothing is left half-made. A sweep is one Job."""
-        from kubernetes import client
         if not user.is_caller:
             self.ensure_namespace(user)
         custom, core, batch = self._apis(user)
@@ -257,21 +245,14 @@ class KubernetesScheduler:
             created = api_call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace,
                                sweep_job_manifest(spec, plan, job_id, user.name, self.cfg, partition))
             return mpijob_record(created, self.cfg), None
-        if not self.plain:
-            record, *owned = self._objects(spec, job_id, user, partition)
+        record, *owned = job_objects(self.cfg, spec, job_id, user.name, partition, plain=self.plain)
+        if record["kind"] == KIND:
             created = api_call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
                                GROUP, VERSION, namespace, PLURAL, record)
         else:
-            private_key, public_key = new_ssh_key()
-            record, *owned = self._objects(spec, job_id, user, partition, private_key=private_key,
-                                           public_key=public_key)
             created = api_call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace, record)
-        creators = {"Secret": core.create_namespaced_secret, "Job": batch.create_namespaced_job,
-                    "NetworkPolicy": client.NetworkingV1Api(core.api_client).create_namespaced_network_policy}
         try:
-            for manifest in owned:
-                api_call(f"creating {manifest['kind']} {manifest['metadata']['name']} in {namespace}",
-                         creators[manifest["kind"]], namespace, owned_by(manifest, created))
+            create_owned(core, namespace, owned, created)
         except (KubernetesError, JobNotFound):
             self._delete(user, job_id)
             raise

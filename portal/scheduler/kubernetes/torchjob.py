@@ -1,0 +1,119 @@
+"""A torchrun job (the PyTorch program, chexnet_torch) on Kubernetes as plain objects, as sites run PyTorch without
+an operator (Kubernetes 1.20 has no Indexed Jobs, and Kubeflow's trainer needs 1.31): pure builders, unit-tested
+without a cluster; `portal.scheduler.kubernetes.jobs` creates them.
+
+- the record Job (named by the job id, its annotations the spec): one pod, node 0, hostname `<id>-0`, which hosts
+  torchrun's c10d rendezvous, is rank 0 (`ranked_first`) and trains (torchrun.k8s.sh); a pod lost with its node is
+  made again and resumes;
+- a headless Service named by the job id that publishes node 0's address before it is ready: `<id>-0.<id>` is the
+  rendezvous's stable name where the cluster has DNS (where it has none, node 0 writes its address into the job's
+  directory, and the workers read it there);
+- a workers Job of `nodes - 1` pods (torchrun.k8s-worker.sh) that join each run naming them.
+
+The Service and the workers Job are owned by the record, so deleting it (a cancel) removes all. Every pod asks for one
+node's share (CPUs, memory, GPUs): the namespace's ResourceQuota counts `nodes x gpus_per_node`, as on Slurm.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from portal.config import PortalConfig
+from portal.records.spec import JobSpec, minutes_of
+from portal.records.templating import launch_template
+from portal.scheduler.kubernetes.manifests import (
+    ANNOTATION_WORKER_PODS,
+    DATA,
+    HOME,
+    LABEL_JOB,
+    LABEL_ROLE,
+    RESTARTS,
+    SHM,
+    STOP_GRACE_S,
+    WATCH_EVERY_S,
+    WORKER_POLL_S,
+    job_labels,
+    job_metadata,
+    launcher_values,
+    lost_node_tolerations,
+    node_resources,
+    pod_job_dir,
+    pod_template,
+)
+
+RENDEZVOUS_PORT = 29400  # torchrun's c10d default, on node 0's own address
+HEARTBEAT_S = 5  # each node touches its file in the job's nodes/ directory this often
+STALE_S = 20  # a node whose file is older is lost: its run is stopped
+
+
+def node0_hostname(job_id: str) -> str:
+    """Node 0's hostname, its stable name `<id>-0.<id>` behind the job's Service."""
+    return f"{job_id}-0"
+
+
+def ranked_first(node0_address: str, worker_pod: str) -> bool:
+    """Whether torchrun makes node 0 rank 0: it ranks the nodes by the address each gives (sorted), node 0 gives its
+    IP address (torchrun.k8s.sh: --local-addr), a worker its pod's name (its FQDN: the name, without a subdomain)."""
+    return sorted([node0_address, worker_pod])[0] == node0_address
+
+
+def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str,
+                         submitted_at: str = "") -> tuple[dict, list[dict]]:
+    """(the record Job, [its headless Service, its workers Job (none for one node)])."""
+    namespace = cfg.user_namespace(user)
+    job_dir = pod_job_dir(cfg, job_id)
+    host0 = node0_hostname(job_id)
+    values = {**launcher_values(cfg, spec), "spec": spec, "job_id": job_id, "job_dir": job_dir, "host0": host0,
+              "port": RENDEZVOUS_PORT, "heartbeat_s": HEARTBEAT_S, "stale_s": STALE_S, "restarts": RESTARTS,
+              "watch_every": WATCH_EVERY_S, "worker_poll": WORKER_POLL_S, "stop_grace": STOP_GRACE_S}
+    resources = node_resources(spec)
+    mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount},
+              {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
+              {"name": SHM, "mountPath": "/dev/shm"}]
+    volumes = [{"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}},
+               {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim, "readOnly": True}},
+               {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+    selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
+    labels = job_labels(user, job_id)
+    deadline = minutes_of(spec.time_limit) * 60
+
+    def pod(role: str, script: str, ports: list[dict[str, Any]]) -> dict:
+        container = {"name": "node", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
+                     "command": ["/bin/bash", "-c", script],
+                     "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                     "ports": ports, "resources": {"requests": dict(resources), "limits": dict(resources)},
+                     "volumeMounts": mounts}
+        template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, selector)
+        template["spec"].update(restartPolicy="Never", tolerations=lost_node_tolerations(), enableServiceLinks=False,
+                                automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
+        # One node's pod per machine where the machines allow (a machine's GPUs are one pod's).
+        template["spec"]["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
+                "matchLabels": {LABEL_JOB: job_id}}}}]}}
+        if role == "launcher":
+            template["spec"].update(hostname=host0, subdomain=job_id)
+        return template
+
+    node0 = pod("launcher", launch_template(spec, "k8s.sh").render(**values),
+                [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}])
+    metadata = job_metadata(spec, job_id, user, cfg, submitted_at)
+    metadata["annotations"][ANNOTATION_WORKER_PODS] = str(spec.nodes - 1)
+    # A node-0 pod lost with its machine is made again (it resumes); the wall time is the job's deadline.
+    record = {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+              "spec": {"backoffLimit": RESTARTS, "activeDeadlineSeconds": deadline, "template": node0}}
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": job_id, "namespace": namespace, "labels": labels},
+               "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                        "selector": {LABEL_JOB: job_id, LABEL_ROLE: "launcher"},
+                        "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}]}}
+    owned: list[dict] = [service]
+    if spec.nodes > 1:
+        workers = spec.nodes - 1
+        owned.append({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": f"{job_id}-workers", "namespace": namespace, "labels": labels},
+            "spec": {"parallelism": workers, "completions": workers, "backoffLimit": workers * (RESTARTS + 1),
+                     "activeDeadlineSeconds": deadline,
+                     "template": pod("worker", launch_template(spec, "k8s-worker.sh").render(**values), [])}})
+    return record, owned

@@ -1,0 +1,170 @@
+"""A torchrun (PyTorch) job on Kubernetes, built and read without a cluster: node 0's Job (the record, hostname
+`<id>-0`, the rendezvous), its headless Service, its workers Job, the scripts, its state, its sweep trial, and the
+dry run; and that a portal of MPIJobs does not offer it."""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import pytest
+
+from portal.records.record import RUNNING
+from portal.records.spec import JobSpecError
+from portal.records.sweep import parse_sweep
+from portal.scheduler.kubernetes.jobs import job_objects
+from portal.scheduler.kubernetes.manifests import (
+    ANNOTATION_SPEC,
+    ANNOTATION_WORKER_PODS,
+    LABEL_JOB,
+    LABEL_ROLE,
+    sweep_job_manifest,
+)
+from portal.scheduler.kubernetes.records import limits_for, plain_job_state
+from portal.scheduler.kubernetes.torchjob import RENDEZVOUS_PORT, ranked_first, torchrun_job_objects
+from tests.unit.helpers import K8S_CFG as CFG
+from tests.unit.helpers import K8S_JOB_ID as JOB_ID
+from tests.unit.helpers import KUBE_ALICE, KUBERNETES_VERSIONS, bash_syntax_ok, k8s_spec, plain_job, pod_of_job
+
+
+def spec(**raw):
+    return k8s_spec(template="chexnet-torch", **raw)
+
+
+def objects(**raw):
+    record, owned = torchrun_job_objects(spec(**raw), JOB_ID, "alice", CFG, "v100",
+                                         submitted_at="2026-11-29T10:15:00+00:00")
+    return record, owned
+
+
+def script(job: dict) -> str:
+    return job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+def test_two_nodes_is_node_zeros_job_a_headless_service_and_one_worker_pod():
+    record, (service, workers) = objects(nodes=2, gpus_per_node=4, cpus_per_task=2, memory_gb=64,
+                                         time_limit="02:00:00")
+    assert (record["kind"], record["metadata"]["name"]) == ("Job", JOB_ID)
+    assert json.loads(record["metadata"]["annotations"][ANNOTATION_SPEC])["template"] == "chexnet-torch"
+    assert record["metadata"]["annotations"][ANNOTATION_WORKER_PODS] == "1"
+    node0 = record["spec"]["template"]["spec"]
+    # Node 0 trains too: it asks for a node's share, as each worker pod does (the quota counts both).
+    for pod in (node0, workers["spec"]["template"]["spec"]):
+        assert pod["containers"][0]["resources"]["limits"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}
+        assert pod["nodeSelector"] == {"nvidia": "v100"} and pod["affinity"]["podAntiAffinity"]
+        assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+    assert (node0["hostname"], node0["subdomain"]) == (f"{JOB_ID}-0", JOB_ID)
+    # The stable name: a headless Service that lists node 0 before it is ready (the rendezvous must be found first).
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["metadata"]["name"] == JOB_ID
+    assert service["spec"]["selector"] == {LABEL_JOB: JOB_ID, LABEL_ROLE: "launcher"}
+    assert service["spec"]["ports"][0]["port"] == RENDEZVOUS_PORT
+    assert (workers["spec"]["parallelism"], workers["spec"]["completions"]) == (1, 1)
+    assert record["spec"]["activeDeadlineSeconds"] == workers["spec"]["activeDeadlineSeconds"] == 7200
+
+
+@pytest.mark.parametrize("address", ["198.18.3.4", "10.0.0.1", "fd00::1", "2001:db8::7", "ab::1"])
+def test_node_zero_sorts_first_so_it_is_rank_zero(address):
+    """torchrun's c10d rendezvous ranks nodes by the address each gives: node 0's IP address must sort before any
+    worker pod's name (the job id, then -workers-, then the Job controller's 5 characters)."""
+    for suffix in ("00000", "zzzzz", "bcdfg"):
+        assert ranked_first(address, f"{JOB_ID}-workers-{suffix}")
+    assert JOB_ID.startswith("k8s-")  # what makes it so: every job id begins with a letter after a-f
+    record, _ = objects(nodes=2)
+    assert '--local-addr="${POD_IP}"' in script(record)
+
+
+def test_one_node_has_no_workers_job():
+    record, owned = objects(nodes=1)
+    assert [o["kind"] for o in owned] == ["Service"]
+    assert record["metadata"]["annotations"][ANNOTATION_WORKER_PODS] == "0"
+
+
+def test_the_scripts_are_bash_rendezvous_on_node_zero_and_end_together():
+    record, (_, workers) = objects(nodes=3, gpus_per_node=2)
+    launch, work = script(record), script(workers)
+    bash_syntax_ok(launch)
+    bash_syntax_ok(work)
+    assert "--nnodes=3 --nproc-per-node=2" in launch and "--nnodes=3 --nproc-per-node=2" in work
+    assert '--rdzv-conf=is_host=1' in launch and '--rdzv-conf=is_host=0' in work
+    assert "--max-restarts=0" in launch and "--max-restarts=0" in work  # one failed process ends the run
+    assert "-m chexnet_torch.train" in launch and "--resume" in launch
+    assert 'if [ "$ready" -ge 2 ]' in launch  # node 0 waits for the 2 other nodes' heartbeats
+    assert "workers-done" in launch and "workers-done" in work
+    assert f"getent hosts {JOB_ID}-0.{JOB_ID}" in work  # the Service's name where there is DNS
+    assert "card_in_log \"$job_dir/checkpoints\"" in launch
+    assert "/opt/dsportal/torch-venv/bin/torchrun" in launch
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_objects_validate_strictly(version):
+    record, owned = objects(nodes=2, gpus_per_node=2)
+    for manifest in (record, *owned, pod_of_job(record), pod_of_job(owned[1])):
+        kubernetes_validate.validate({**manifest, "metadata": {**manifest["metadata"]}}, version, strict=True)
+
+
+def test_the_state_counts_node_zero_and_its_workers():
+    record, _ = objects(nodes=2)
+    job = {**plain_job([], False), "metadata": record["metadata"]}
+
+    def pod(role: str) -> dict:
+        return {"metadata": {"labels": {LABEL_ROLE: role}}, "status": {"phase": "Running"}}
+    assert plain_job_state(job, [pod("launcher")]) != RUNNING
+    assert plain_job_state(job, [pod("launcher"), pod("worker")]) == RUNNING
+
+
+def test_the_job_objects_are_node_zeros_record_first_then_its_fence():
+    made = job_objects(CFG, spec(nodes=2), JOB_ID, "alice", "v100", plain=True)
+    assert [m["kind"] for m in made] == ["Job", "NetworkPolicy", "Service", "Job"]
+    assert "Secret" not in [m["kind"] for m in made]  # no ssh key: torchrun needs none
+
+
+def test_a_sweep_trial_runs_torchrun_standalone_and_stops_it_when_deleted():
+    plan = parse_sweep({"trials": 4, "parallel": 2, "space": {"lr": [0.001, 1e-8]}}, 4, None, 0)
+    manifest = sweep_job_manifest(spec(epochs=4, gpus_per_node=2), plan, JOB_ID, "alice", CFG, "v100")
+    trial = script(manifest)
+    bash_syntax_ok(trial)
+    assert "--standalone --nnodes=1 --nproc-per-node=2" in trial and '"${train[@]:1}"' in trial
+    assert "pkill -TERM -x torchrun" in trial and "mpirun" not in trial
+    assert 'chexnet.sweep claim "$job_dir" "$holder" 4' in trial and "/dev/termination-log" in trial
+
+
+def test_a_portal_of_mpijobs_does_not_offer_torchrun():
+    from dataclasses import replace
+
+    limits = limits_for(replace(CFG, k8s_jobs="mpijob"), KUBE_ALICE.groups)
+    assert "chexnet-torch" not in limits.programs and "chexnet" in limits.programs
+    with pytest.raises(JobSpecError) as refused:
+        from portal.records.spec import parse_job_spec
+        parse_job_spec({"template": "chexnet-torch"}, limits, KUBE_ALICE.can_read_dir)
+    assert refused.value.field == "template"
+    assert "chexnet-torch" in limits_for(CFG, KUBE_ALICE.groups).programs
+
+
+def test_a_failed_run_in_a_background_pipeline_is_read_as_failed():
+    """`wait PID` on a background `cmd | tee` that bash has already reaped answers tee's 0: a failed training read
+    as a success (a torchrun job's lost node ended as COMPLETED so). Every Kubernetes script's run writes its own
+    status into a file instead, and run_status reads it."""
+    import subprocess
+
+    from portal.records.templating import template_environment
+
+    helper = template_environment().get_template("run-status.sh").render()
+    probe = helper + '''
+set -uo pipefail
+f=$(mktemp)
+{ (exit 3); echo $? > "$f"; } | tee /dev/null &
+run=$!
+while kill -0 "$run" 2>/dev/null; do sleep 0.1; done
+wait "$run"
+echo "wait=$? file=$(run_status "$f") none=$(run_status /nonexistent)"
+'''
+    said = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30).stdout.strip()
+    assert said == "wait=0 file=3 none=1", said
+    plan = parse_sweep({"trials": 2, "parallel": 1, "space": {"lr": [0.001, 1e-8]}}, 4, None, 0)
+    for program in ("chexnet", "chexnet-torch"):
+        made = k8s_spec(template=program, nodes=2)
+        record, *_ = job_objects(CFG, made, JOB_ID, "alice", "v100", plain=True, keys=("K", "P"))
+        trial = sweep_job_manifest(k8s_spec(template=program), plan, JOB_ID, "alice", CFG, "v100")
+        for text in (script(record), script(trial)):
+            assert "status=$(run_status " in text and '; } | tee -a "$' in text or "status-$generation" in text, program
