@@ -14,6 +14,10 @@
 #   CA_BUNDLE               CA bundle pip/npm trust      (default pip's `cert`, else the system bundle)
 #   --gpu                   = BASE_IMAGE=nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04 (training image only; the
 #                             hub keeps its base) TF_PACKAGE=tensorflow==2.15.1 HOROVOD_GPU_OPERATIONS=NCCL
+#                             TORCH_REQUIREMENTS=deploy/local/torch-requirements-gpu.txt
+#   TORCH_REQUIREMENTS      the PyTorch program's venv   (default deploy/local/torch-requirements.txt: CPU torch)
+#   WHEELS                  a directory of wheels mounted into the training build as pip's find-links (default the
+#                           machine's pip find-links, where the CPU torch wheel is: PyPI's x86_64 torch is CUDA's)
 #   --only training|hub     build one image;  --no-cache  rebuild every layer
 set -euo pipefail
 
@@ -24,6 +28,7 @@ BASE_IMAGE=${BASE_IMAGE:-$LOCAL_BASE}
 HUB_BASE_IMAGE=${HUB_BASE_IMAGE:-$BASE_IMAGE}
 TF_PACKAGE=${TF_PACKAGE:-tensorflow-cpu==2.15.1}
 HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-}
+TORCH_REQUIREMENTS=${TORCH_REQUIREMENTS:-deploy/local/torch-requirements.txt}
 TRAINING_TAG=${TRAINING_TAG:-localhost/dsportal-training:latest}
 HUB_TAG=${HUB_TAG:-localhost/dsportal-hub:latest}
 ONLY=
@@ -33,7 +38,7 @@ usage() { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
         --gpu) BASE_IMAGE=nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04 TF_PACKAGE=tensorflow==2.15.1
-               HOROVOD_GPU_OPERATIONS=NCCL ;;
+               HOROVOD_GPU_OPERATIONS=NCCL TORCH_REQUIREMENTS=deploy/local/torch-requirements-gpu.txt ;;
         --only) ONLY=${2:?--only needs training or hub}; shift
                 case $ONLY in training|hub) ;; *) echo "build.sh: --only must be training or hub" >&2; exit 2;; esac ;;
         --no-cache) EXTRA+=(--no-cache) ;;
@@ -88,8 +93,14 @@ build() {  # build NAME TAG BASE [--build-arg ...]
 }
 
 if [ "$ONLY" != hub ]; then
+    WHEELS=${WHEELS:-$(python3 -m pip config get global.find-links 2>/dev/null || true)}
+    wheels=()
+    if [ -n "$WHEELS" ] && [ -d "$WHEELS" ]; then
+        wheels=(--volume "$WHEELS:/opt/dsportal-wheels:ro" --build-arg "PIP_FIND_LINKS=/opt/dsportal-wheels")
+    fi
     build training "$TRAINING_TAG" "$BASE_IMAGE" --build-arg "TF_PACKAGE=$TF_PACKAGE" \
-        --build-arg "HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS"
+        --build-arg "HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS" \
+        --build-arg "TORCH_REQUIREMENTS=$TORCH_REQUIREMENTS" "${wheels[@]}"
 fi
 if [ "$ONLY" != training ]; then
     # The hub needs no CUDA: with --gpu it keeps the base it had (HUB_BASE_IMAGE).
