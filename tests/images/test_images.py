@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import TRAINER_SPEEDUP
+from tests.conftest import TINY_MODEL, TRAINER_SPEEDUP
 from tests.images.conftest import REPO, podman
 
 VENV = "/opt/dsportal/venv"
+TORCH_VENV = "/opt/dsportal/torch-venv"  # the PyTorch program's (chexnet_torch/program.py: VENV)
 WORKERS = 2
 IMAGES = 320
 IMAGE_SIZE = 64
@@ -66,22 +67,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_python(image: str, code: str) -> dict:
+def run_python(image: str, code: str, venv: str = VENV) -> dict:
     """Run code with the image's venv Python (no network); its last line of output is JSON."""
-    proc = podman("run", "--rm", "--network=none", "--entrypoint", f"{VENV}/bin/python", image, "-c", code)
+    proc = podman("run", "--rm", "--network=none", "--entrypoint", f"{venv}/bin/python", image, "-c", code)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def training_run(images, tmp_path_factory) -> tuple[Path, str, float]:
-    """Synthetic data and a `horovodrun -np 2` training, both inside the training image, as its notebook user."""
+    """Synthetic data and a `horovodrun -np 2` training, both inside the training image, as its notebook user. The
+    image's stack is under test, not the model: tinycnn, as every job that tests the portal (DenseNet-121 took
+    223 s of the Kubernetes side's time here in a loaded `make test`; its own tests are tests/integration)."""
     work = tmp_path_factory.mktemp("image-training")
     work.chmod(0o777)  # the container's user (uid 1000) writes here
     script = (
         f"set -e; python -m chexnet.data.synthetic --out /work/data --images {IMAGES} --size {IMAGE_SIZE} --seed 3;"
         f" horovodrun -np {WORKERS} -H localhost:{WORKERS} python -m chexnet.train --data-dir /work/data"
         f" --logdir /work/logs --checkpoint-dir /work/checkpoints --epochs 1 --batch-size {BATCH}"
-        f" --image-size {IMAGE_SIZE} --model densenet121 --pipeline parallel --progress epoch"
+        f" --image-size {IMAGE_SIZE} --model {TINY_MODEL} --pipeline parallel --progress epoch"
         f" {' '.join(TRAINER_SPEEDUP)}"
     )
     started = time.monotonic()
@@ -147,6 +150,22 @@ def test_training_image_carries_the_pinned_stack_and_the_notebooks(images):
     assert expected and found["notebooks"] == expected, found["notebooks"]
     # JupyterLab's setting defaults (no news prompt), from setup.py's data_files.
     assert found["lab_overrides"] == (REPO / "deploy" / "jupyterlab" / "dsportal.json").read_text()
+
+
+def test_training_image_carries_the_pytorch_programs_own_stack(images):
+    """The PyTorch program's venv beside TensorFlow's (the path its job scripts name): torch and torchvision of
+    deploy/local/torch-requirements.txt, its own numpy, no TensorFlow, the same dsportal, its program importable."""
+    code = "import chexnet_torch.train, chexnet.sweep\n" + VERSIONS.replace(
+        '"dsportal"]', '"dsportal", "torch", "torchvision", "numpy", "optuna"]')
+    found = run_python(images.training, code, venv=TORCH_VENV)
+    versions = found["versions"]
+    assert found["prefix"] == TORCH_VENV and found["python"] == "3.11", found
+    pinned = dict(line.split("==") for line in (REPO / "deploy" / "local" / "torch-requirements.txt").read_text()
+                  .splitlines() if "==" in line and not line.startswith("#"))
+    assert versions["torch"].partition("+")[0] == pinned["torch"] and versions["optuna"] == pinned["optuna"], versions
+    assert versions["torchvision"] == "0.28.0" and versions["numpy"].startswith("2."), versions
+    assert "tensorflow" not in versions and "tensorflow-cpu" not in versions and "horovod" not in versions, versions
+    assert versions["dsportal"] == run_python(images.training, VERSIONS)["versions"]["dsportal"]
 
 
 def test_hub_image_carries_the_hub_side(images):

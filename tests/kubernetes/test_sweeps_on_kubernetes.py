@@ -21,7 +21,7 @@ from bench.sweep import BAD_LR, GOOD_LR, seed_for
 from portal import jobs
 from portal.jobs import JobSpecError
 from portal.scheduler.kubernetes.manifests import LABEL_JOB
-from tests.conftest import TINY_MODEL, tensorboard_steps, wait_for
+from tests.conftest import PROGRAMS, TINY_MODEL, epochs_recorded, tensorboard_steps, wait_for
 from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration
@@ -63,11 +63,13 @@ def study_trials(home) -> dict[int, str]:
     return {trial["task"]: trial["state"] for trial in json.loads(found)["trials"]}
 
 
-def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resumes(kube, cfg, core):
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resumes(kube, cfg, core, program):
     trials = 3
     seed = seed_for(trials, parallel=2)
-    request = {**TRIAL, "sweep": {"trials": trials, "parallel": 2, "sampler": "random", "pruner": "median",
-                                  "min_epochs": 2, "seed": seed, "space": {"lr": [GOOD_LR, BAD_LR]}}}
+    request = {**TRIAL, "template": program,
+               "sweep": {"trials": trials, "parallel": 2, "sampler": "random", "pruner": "median", "min_epochs": 2,
+                         "seed": seed, "space": {"lr": [GOOD_LR, BAD_LR]}}}
     job = jobs.submit(request, user=ALICE[0], groups=ALICE[1], cfg=cfg)
     home = kube.box.path("volumes", "home", "alice", "jobs", cfg.cluster_name, job.id)
     selector = f"{LABEL_JOB}={job.id}"
@@ -77,8 +79,7 @@ def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resum
 
     def checkpointed_pod():  # a running trial pod whose task has saved an epoch: (pod, task)
         for row in job.sweep().rows:
-            state = home / "trials" / str(row.task) / "checkpoints" / "checkpoint"
-            if row.state == "RUNNING" and state.exists() and "ckpt-" in state.read_text():
+            if row.state == "RUNNING" and epochs_recorded(home / "trials" / str(row.task) / "checkpoints") >= 1:
                 holder = (home / "claims" / str(row.task)).read_text().strip()
                 found = [p for p in pods() if p.metadata.name == holder and p.status.phase == "Running"]
                 if found:

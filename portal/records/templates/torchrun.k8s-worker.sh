@@ -15,6 +15,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
 {% for name, word in job_env %}export {{ name }}={{ word }}
 {% endfor %}
 {% include program.include() %}
+{% include "torchrun-stop.sh" %}
 ( while :; do touch "$nodes/$pod.alive"; sleep {{ heartbeat_s }}; done ) &
 echo "worker $pod (${POD_IP:-}): beating in $nodes, waiting for a run that names it"
 host_age() {  # seconds since node 0's last beat, by the volume's clock
@@ -54,9 +55,7 @@ while :; do
         current=$(head -c 100 "$job_dir/rendezvous" 2>/dev/null | cut -d' ' -f1 | tr -cd '0-9')
         if [ "$(host_age)" -gt {{ stale_s }} ] || [ "${current:-0}" != "$generation" ]; then
             echo "worker $pod: run $generation's rendezvous host stopped beating, or a new run began; stopping"
-            pkill -TERM -x torchrun
-            sleep {{ stop_grace }}
-            pkill -KILL -x torchrun
+            stop_torchrun
             break
         fi
     done

@@ -24,6 +24,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
 {% include program.include() %}
 {% include "card-in-log.sh" %}
 {% include "run-status.sh" %}
+{% include "torchrun-stop.sh" %}
 nodes="$job_dir/nodes"
 # Node 0's own heartbeat: the workers end a run whose rendezvous host stopped beating.
 ( while :; do touch "$nodes/node-0.alive"; sleep {{ heartbeat_s }}; done ) &
@@ -72,16 +73,6 @@ lost_workers() {  # how many of this run's workers stopped beating; their heartb
     done < "$nodes/run"
     echo "$count"
 }
-stop_run() {  # this node's torchrun (and with it its processes): asked first, then killed
-    local waited=0
-    pkill -TERM -x torchrun
-    while pgrep -x torchrun > /dev/null && [ "$waited" -lt {{ stop_grace }} ]; do
-        sleep 1
-        waited=$((waited + 1))
-    done
-    pkill -KILL -x torchrun
-}
-
 # Runs are numbered on from what an earlier pod of node 0 published (it was lost with its node).
 generation=$(head -c 100 "$job_dir/rendezvous" 2>/dev/null | cut -d' ' -f1 | tr -cd '0-9')
 generation=${generation:-0}
@@ -124,7 +115,7 @@ while :; do
         lost=$(lost_workers)
         if [ "$lost" -gt 0 ]; then
             echo "{{ program.name }}: $lost worker pod(s) stopped beating; stopping this run" | tee -a "$job_dir/output.log"
-            stop_run
+            stop_torchrun
             break
         fi
     done

@@ -168,3 +168,29 @@ echo "wait=$? file=$(run_status "$f") none=$(run_status /nonexistent)"
         trial = sweep_job_manifest(k8s_spec(template=program), plan, JOB_ID, "alice", CFG, "v100")
         for text in (script(record), script(trial)):
             assert "status=$(run_status " in text and '; } | tee -a "$' in text or "status-$generation" in text, program
+
+
+def test_stopping_torchrun_stops_the_processes_it_started_even_when_they_ignore_it(tmp_path):
+    """A rank stuck in a collective with a vanished peer outlives a killed torchrun and holds node 0's output pipe
+    open: stop_torchrun kills torchrun's children too. Here a stand-in `torchrun` (the name is what is matched)
+    ignores TERM and starts a child that ignores it as well."""
+    import subprocess
+
+    from portal.records.templating import template_environment
+
+    fake = tmp_path / "torchrun"
+    fake.write_text("#!/bin/bash\ntrap '' TERM\nbash -c \"trap '' TERM; sleep 300\" &\necho $! > \"$1\"\nwait\n")
+    fake.chmod(0o755)
+    helper = template_environment().get_template("torchrun-stop.sh").render(stop_grace=1)
+    probe = helper + f'''
+{fake} {tmp_path / "child"} &
+for _ in $(seq 50); do [ -s {tmp_path / "child"} ] && break; sleep 0.1; done
+stop_torchrun
+sleep 0.5
+child=$(cat {tmp_path / "child"})
+state=$(ps -o stat= -p "$child" | tr -d ' ')
+case $state in ""|Z*) echo "child gone" ;; *) echo "child alive" ;; esac  # a zombie has ended: its reaper is not us
+pgrep -x torchrun > /dev/null && echo "torchrun alive" || echo "torchrun gone"
+'''
+    said = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60).stdout.split("\n")
+    assert said[:2] == ["child gone", "torchrun gone"], said

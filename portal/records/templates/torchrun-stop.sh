@@ -1,0 +1,17 @@
+{#- torchrun's Kubernetes scripts: stop this pod's torchrun and the processes it started, asked first (TERM), then
+    killed after {{ stop_grace }} s. Its processes are killed too: one stuck in a collective with a peer that vanished
+    outlives a killed torchrun, and would keep the run's output pipe open (node 0's wait would never end) and its CPUs. -#}
+stop_torchrun() {
+    local waited=0 launchers ranks
+    launchers=$(pgrep -d, -x torchrun)
+    [ -n "$launchers" ] || return 0
+    ranks=$(pgrep -P "$launchers" | tr '\n' ' ')
+    pkill -TERM -x torchrun
+    while pgrep -x torchrun > /dev/null && [ "$waited" -lt {{ stop_grace }} ]; do
+        sleep 1
+        waited=$((waited + 1))
+    done
+    pkill -KILL -x torchrun
+    [ -z "$ranks" ] || kill -KILL $ranks 2>/dev/null
+    return 0
+}
