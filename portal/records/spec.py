@@ -130,6 +130,9 @@ class JobLimits:
     # shape above (a dry run's configured shape, a scheduler that does not say).
     rooms: tuple[NodeRoom, ...] = ()
     launcher: Shape | None = None  # the pod a single run adds (Kubernetes' launcher); None: none
+    # The launchers (portal.records.programs.LAUNCHERS) whose single runs add it; (): every one. On Kubernetes a
+    # Horovod run's launcher is a pod of its own, while a torchrun run's node 0 both trains and hosts the rendezvous.
+    launcher_for: tuple[str, ...] = ()
     own_nodes: bool = True  # each of a run's node pods on a node of its own (Slurm); False: they may share one
     programs: tuple[str, ...] = ()  # the training programs this scheduler can start (templating.programs_with); (): all
 
@@ -160,23 +163,28 @@ class JobLimits:
         shape = Shape(self.cpus_per_node * 1000, self.memory_gb_per_node * 1024, self.gpus_per_node)
         return tuple(NodeRoom(f"node {i + 1}", shape) for i in range(self.nodes))
 
-    def request(self, values: Mapping[str, int], runs: int = 1, sweep: bool = False) -> Request:
+    def adds_launcher(self, launcher: str) -> bool:
+        """Whether a single run of a program with this launcher ("horovod", "torchrun") brings the launcher pod."""
+        return self.launcher is not None and (not self.launcher_for or launcher in self.launcher_for)
+
+    def request(self, values: Mapping[str, int], runs: int = 1, no_launcher: bool = False) -> Request:
         """What a run of `values` (nodes, gpus_per_node, cpus_per_task, memory_gb) places, `runs` of them at once;
-        a sweep's trials bring no launcher."""
+        `no_launcher`: a sweep's trials, or a program whose launcher needs no pod of its own (adds_launcher)."""
         workers = max(1, values["gpus_per_node"])
         pod = Shape(values["cpus_per_task"] * workers * 1000, values["memory_gb"] * 1024, values["gpus_per_node"])
-        return Request(pod, values["nodes"], runs, self.own_nodes, None if sweep else self.launcher)
+        return Request(pod, values["nodes"], runs, self.own_nodes, None if no_launcher else self.launcher)
 
-    def refusal(self, values: Mapping[str, int], runs: int = 1, sweep: bool = False,
+    def refusal(self, values: Mapping[str, int], runs: int = 1, no_launcher: bool = False,
                 runs_field: str = "") -> tuple[str, str] | None:
         """(field, message with the arithmetic) when `runs` runs of `values` can never be placed on the nodes,
         else None (portal.records.fit.refusal)."""
-        return refusal(self.node_rooms(), lambda asked: self.request(asked, runs, sweep), dict(values), runs_field)
+        return refusal(self.node_rooms(), lambda asked: self.request(asked, runs, no_launcher), dict(values),
+                       runs_field)
 
     def runs_at_once(self, spec: JobSpec, most: int) -> tuple[int, str]:
         """How many runs of `spec` (a sweep's trials, up to `most`) the nodes can ever hold at once, and the
         arithmetic in words."""
-        request = self.request({name: getattr(spec, name) for name in PLACED}, most, sweep=True)
+        request = self.request({name: getattr(spec, name) for name in PLACED}, most, no_launcher=True)
         rooms = self.node_rooms()
         found = most_placed(rooms, request) if most > 1 else int(fits(rooms, request))
         trial = request_words(replace(request, runs=1), spec.workers_per_node, spec.cpus_per_task)
@@ -210,11 +218,11 @@ def _gpus_per_node(raw: Mapping[str, Any], limits: JobLimits, nodes: int, most: 
     return value
 
 
-def _fitting(limits: JobLimits, others: Mapping[str, int], sweep: bool, field: str, most: int) -> int:
+def _fitting(limits: JobLimits, others: Mapping[str, int], no_launcher: bool, field: str, most: int) -> int:
     """A field's default: the most (up to `most`) with which a run of `others` fits the nodes, the launcher
     counted; `most` when none does (the check after says why)."""
     for value in range(most, 0, -1):
-        if limits.refusal({**others, field: value}, sweep=sweep) is None:
+        if limits.refusal({**others, field: value}, no_launcher=no_launcher) is None:
             return value
     return most
 
@@ -274,6 +282,7 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
         raise JobSpecError("template", f"{template} cannot run {limits.where()}: its launcher ({program.launcher}) has "
                                        f"no job script for this scheduler yet; allowed: {', '.join(limits.programs)}")
     own = _program_fields(raw, program)
+    no_launcher = sweep or not limits.adds_launcher(program.launcher)
 
     nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"
     nodes = _integer(raw, "nodes", 1, limits.nodes, nodes_note) if "nodes" in raw else 1
@@ -289,14 +298,14 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
     if "cpus_per_task" in raw:
         cpus_per_task = _integer(raw, "cpus_per_task", 1, most_cpus, cpu_note)
     else:
-        cpus_per_task = _fitting(limits, {"nodes": nodes, "gpus_per_node": gpus_per_node, "memory_gb": 1}, sweep,
+        cpus_per_task = _fitting(limits, {"nodes": nodes, "gpus_per_node": gpus_per_node, "memory_gb": 1}, no_launcher,
                                  "cpus_per_task", max(1, min(DEFAULT_CPUS_PER_TASK, most_cpus)))
     memory_note = f" (GB per node {limits.where()})"
     if "memory_gb" in raw:
         memory_gb = _integer(raw, "memory_gb", 1, limits.memory_gb_per_node, memory_note)
     else:
         memory_gb = _fitting(limits, {"nodes": nodes, "gpus_per_node": gpus_per_node, "cpus_per_task": cpus_per_task},
-                             sweep, "memory_gb", max(1, min(DEFAULT_MEMORY_GB, limits.memory_gb_per_node)))
+                             no_launcher, "memory_gb", max(1, min(DEFAULT_MEMORY_GB, limits.memory_gb_per_node)))
     if "time_limit" in raw:
         time_limit = inputs.wall_time(raw["time_limit"], "time_limit", limits.max_minutes, f" ({limits.where()})")
     elif limits.max_minutes is not None and minutes_of(DEFAULT_TIME_LIMIT) > limits.max_minutes:
@@ -324,7 +333,7 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
         data_dir=_data_dir(raw, limits, user_can_read),
         options=tuple(own.items()),
     )
-    found = limits.refusal({name: getattr(spec, name) for name in PLACED}, sweep=sweep)
+    found = limits.refusal({name: getattr(spec, name) for name in PLACED}, no_launcher=no_launcher)
     if found is not None:  # every field is allowed alone; together, the nodes could never hold the job
         raise JobSpecError(*found)
     return spec

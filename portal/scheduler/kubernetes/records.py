@@ -71,7 +71,7 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
     """What a user may ask of one GPU type's node pool: its usable nodes as a job can ever have them, from
     `pools()` (the nodes, asked as the portal: KubernetesScheduler.snapshot); the configured shape (k8s_node_cpus,
     ...: a dry run, a caller that may not list nodes, a pool with no usable node now) where they cannot say. A
-    job's pods may share a node, and its launcher pod (LAUNCHER_RESOURCES) lands on one of them."""
+    job's pods may share a node, and a Horovod job's launcher pod (LAUNCHER_RESOURCES) lands on one of them."""
     gpu_type = partition or (cfg.jobs_partition if cfg.jobs_partition in cfg.k8s_gpu_types else cfg.k8s_gpu_types[0])
     try:
         pool = next((p for p in (pools() if pools is not None else ()) if p.name == gpu_type), None)
@@ -88,7 +88,8 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
                      rooms=rooms, own_nodes=False,
                      programs=programs_with("mpijob.sh" if cfg.k8s_jobs == "mpijob" else "k8s.sh"),
                      launcher=Shape(round(quantity(LAUNCHER_RESOURCES["cpu"]) * 1000),
-                                    int(quantity(LAUNCHER_RESOURCES["memory"]) // MIB)))
+                                    int(quantity(LAUNCHER_RESOURCES["memory"]) // MIB)),
+                     launcher_for=("horovod",))  # a torchrun job's node 0 is its launcher (torchjob)
 
 
 def _pod_gpus(pod: Mapping[str, Any]) -> int:

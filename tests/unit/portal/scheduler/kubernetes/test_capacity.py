@@ -77,6 +77,24 @@ def test_the_limits_come_from_the_nodes_and_the_default_job_fits_them():
     assert err.value.field == "cpus_per_task" and "launcher pod of 1 CPU and 2 GB" in str(err.value)
 
 
+def test_a_torchrun_job_brings_no_launcher_pod_so_a_job_that_fills_the_nodes_fits_as_pytorch():
+    """A PyTorch job's node 0 is its own launcher (portal.scheduler.kubernetes.torchjob): 2 node pods of 7 GB fill
+    these nodes (7.5 and 8 GB) so a Horovod job's 2 GB launcher pod has no room; as PyTorch the same job fits, and
+    its default memory is not lowered for a launcher it does not have."""
+    (pool,) = node_pools(NODES, [HUB], "nvidia", ("t4",), CFG.namespace_user)
+    limits = limits_for(CFG, ["gpu-users"], pools=lambda: [pool])
+    assert limits.adds_launcher("horovod") and not limits.adds_launcher("torchrun")
+    job = {"nodes": 2, "cpus_per_task": 1, "memory_gb": 7}
+    spec = parse_job_spec({**job, "template": "chexnet-torch"}, limits, lambda path: True)
+    assert (spec.nodes, spec.memory_gb) == (2, 7)
+    with pytest.raises(JobSpecError) as err:  # the same job with Horovod: its launcher pod has no room left
+        parse_job_spec(job, limits, lambda path: True)
+    assert err.value.field == "memory_gb" and "launcher pod of 1 CPU and 2 GB" in str(err.value)
+    defaults = {"nodes": 2, "cpus_per_task": 1}
+    assert parse_job_spec({**defaults, "template": "chexnet-torch"}, limits, lambda path: True).memory_gb > \
+        parse_job_spec(defaults, limits, lambda path: True).memory_gb
+
+
 def test_where_the_nodes_cannot_be_read_the_configured_shape_stands():
     def refused():
         raise KubernetesError("the users' pods: forbidden (403)", status=403)
