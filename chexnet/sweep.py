@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chexnet import tblog
 from chexnet.schemas import SWEEP_PLAN, TRIAL_RECORD, check
+from chexnet.tags import TAG_AUROC_MEAN
 from chexnet.userfiles import read_bytes
 
 PLAN_FILE = "sweep.json"
@@ -218,6 +220,27 @@ class TrialReporter:
         data = json.loads(read_bytes(path, MAX_PLAN_BYTES))
         check(TRIAL_RECORD, data, str(path))
         return cls(path.parent.parent.parent, data["task"], data["number"])
+
+    @classmethod
+    def for_run(cls, trial: Path | None, checkpoint_dir: Path, start_epoch: int) -> TrialReporter | None:
+        """Rank 0's reporter for a training run of either program (None outside a sweep): the epochs a resumed run
+        had recorded (its per-epoch record, chexnet.tblog) reported again. SweepError naming --trial when the
+        study cannot be opened."""
+        if trial is None:
+            return None
+        try:
+            reporter = cls.from_trial_file(trial)
+        except (OSError, ValueError, KeyError, TypeError, SweepError) as err:
+            raise SweepError(f"--trial {trial}: the sweep's study cannot be opened ({err})") from None
+        if start_epoch:
+            done = tblog.read_record(tblog.record_path(checkpoint_dir))
+            reporter.catch_up({epoch: entry.scalars.get(TAG_AUROC_MEAN) for epoch, entry in done.items()
+                               if epoch <= start_epoch})
+        return reporter
+
+    def describe(self) -> str:
+        """"trial 3: lr=0.001, ...": what a run says when it starts its trial."""
+        return f"trial {self.number}: {', '.join(f'{k}={v}' for k, v in self.trial.params.items())}"
 
     def report(self, epoch: int, value: float | None) -> bool:
         """Report epoch `epoch` (from 1); whether the pruner stops the trial here. NaN (undefined AUROC) is

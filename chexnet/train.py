@@ -199,21 +199,16 @@ def _recorded(cfg: TrainConfig) -> dict[int, dict[str, float | None]]:
 
 
 def _sweep_reporter(cfg: TrainConfig, start_epoch: int):
-    """Rank 0's reporter to the sweep's study (chexnet.sweep), with what a resumed run's checkpoint measured
-    reported again; None outside a sweep."""
-    if cfg.trial is None:
-        return None
+    """Rank 0's reporter to the sweep's study (chexnet.sweep.TrialReporter.for_run); None outside a sweep."""
     from chexnet import sweep
-    from chexnet.callbacks import TAG_AUROC_MEAN, say
+    from chexnet.callbacks import say
 
     try:
-        reporter = sweep.TrialReporter.from_trial_file(cfg.trial)
-    except (OSError, ValueError, KeyError, TypeError, sweep.SweepError) as err:
-        raise UsageError(f"--trial {cfg.trial}: the sweep's study cannot be opened ({err})") from None
-    if start_epoch:
-        reporter.catch_up({epoch: scalars.get(TAG_AUROC_MEAN) for epoch, scalars in _recorded(cfg).items()
-                           if epoch <= start_epoch})
-    say(f"sweep: trial {reporter.number}: {', '.join(f'{k}={v}' for k, v in reporter.trial.params.items())}")
+        reporter = sweep.TrialReporter.for_run(cfg.trial, cfg.checkpoint_dir, start_epoch)
+    except sweep.SweepError as err:
+        raise UsageError(str(err)) from None
+    if reporter is not None:
+        say(f"sweep: {reporter.describe()}")
     return reporter
 
 

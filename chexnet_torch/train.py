@@ -251,19 +251,15 @@ def hparams(cfg: TorchConfig, size: int) -> dict[str, object]:
 
 
 def sweep_reporter(cfg: TorchConfig, start_epoch: int):
-    """Rank 0's reporter to the sweep's study, with the epochs a resumed run's checkpoint had reported again."""
-    if cfg.trial is None:
-        return None
+    """Rank 0's reporter to the sweep's study (chexnet.sweep.TrialReporter.for_run); None outside a sweep."""
     from chexnet import sweep
 
     try:
-        reporter = sweep.TrialReporter.from_trial_file(cfg.trial)
-    except (OSError, ValueError, KeyError, TypeError, sweep.SweepError) as err:
-        raise DataError(f"--trial {cfg.trial}: the sweep's study cannot be opened ({err})") from None
-    if start_epoch:
-        done = tblog.read_record(tblog.record_path(cfg.checkpoint_dir))
-        reporter.catch_up({e: entry.scalars.get(TAG_AUROC_MEAN) for e, entry in done.items() if e <= start_epoch})
-    say(f"sweep: trial {reporter.number}: {', '.join(f'{k}={v}' for k, v in reporter.trial.params.items())}")
+        reporter = sweep.TrialReporter.for_run(cfg.trial, cfg.checkpoint_dir, start_epoch)
+    except sweep.SweepError as err:
+        raise DataError(str(err)) from None
+    if reporter is not None:
+        say(f"sweep: {reporter.describe()}")
     return reporter
 
 

@@ -89,6 +89,25 @@ def test_a_resumed_trial_reports_its_checkpoints_epochs_again_keeping_the_first(
     assert sweep.status(job_dir)["trials"][0]["epochs"] == {"1": 0.5, "2": 0.7}
 
 
+def test_a_runs_reporter_comes_from_its_trial_file_and_catches_up_from_its_record(job_dir):
+    """TrialReporter.for_run, as both programs' rank 0 makes it: from --trial, the resumed epochs (the per-epoch
+    record in the checkpoint directory, any program's) reported again up to the epoch it resumes after."""
+    from chexnet import tblog
+
+    assert sweep.TrialReporter.for_run(None, job_dir, 0) is None  # not a sweep
+    number, params, _ = sweep.attach(job_dir, 0)
+    trial_file = sweep.write_trial_file(job_dir, 0, number, params)
+    checkpoints = job_dir / "trials" / "0" / "checkpoints"
+    checkpoints.mkdir()
+    for epoch, auroc in ((1, 0.5), (2, 0.6), (3, 0.7)):
+        tblog.append_record(tblog.record_path(checkpoints), tblog.EpochScalars(epoch, {"auroc/mean": auroc}, "x"))
+    reporter = sweep.TrialReporter.for_run(trial_file, checkpoints, 2)
+    assert reporter is not None and reporter.describe().startswith(f"trial {number}: lr=")
+    assert sweep.status(job_dir)["trials"][0]["epochs"] == {"1": 0.5, "2": 0.6}  # not epoch 3: it runs again
+    with pytest.raises(sweep.SweepError, match=r"--trial .*: the sweep's study cannot be opened"):
+        sweep.TrialReporter.for_run(job_dir / "nothing.json", checkpoints, 0)
+
+
 def test_nan_auroc_fails_the_trial_rather_than_completing_it(job_dir):
     sweep.attach(job_dir, 0)
     sweep.TrialReporter(job_dir, 0, 0).complete(float("nan"))
