@@ -19,7 +19,7 @@ from portal.config import PortalConfig, load
 from portal.jobs import JobNotFound, JobSpecError
 from portal.jobs.demo_data import ensure_demo_data
 from portal.service.submit_form import form_values
-from tests.conftest import wait_for
+from tests.conftest import PROGRAMS, wait_for
 from tests.kubernetes.conftest import ALICE, BOB, TINY
 
 pytestmark = pytest.mark.integration
@@ -105,6 +105,7 @@ def test_a_bad_spec_names_the_field_and_submits_nothing(backend):
 # box's 2 nodes report the machine's CPUs (2 here), and a run's launcher pod (1 CPU, 2 GB) lands on one of them.
 
 PLACED = ("nodes", "gpus_per_node", "cpus_per_task", "memory_gb")
+JOB_WAIT_S = 600  # a tiny job of one epoch: under a minute on an idle box
 
 
 def alice_limits(backend) -> jobs.JobLimits:
@@ -113,14 +114,19 @@ def alice_limits(backend) -> jobs.JobLimits:
     return limits
 
 
-def test_the_forms_default_job_starts(backend, submitted):
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_the_forms_default_job_runs_to_completed(backend, submitted, program):
+    """The form's default placement (one node), each program: on Kubernetes a PyTorch job of one node is node 0's
+    pod alone (no workers Job, nothing to gather)."""
     limits = alice_limits(backend)
     shown = form_values(limits, {})  # what the dashboard's form shows, and a submit leaving the fields out uses
     placed = {name: shown[name] for name in PLACED}
     assert placed["cpus_per_task"] <= limits.cpus_per_node and placed["nodes"] == 1
-    job = submitted(**placed)  # TINY's training fields (a small model, 1 epoch) with the form's placement
+    job = submitted(template=program, **placed)  # TINY's training fields (a small model, 1 epoch), the form's placement
     assert {name: getattr(job.spec, name) for name in PLACED} == placed
     backend.start(job)
+    assert job.wait(timeout=JOB_WAIT_S, poll=2) == "COMPLETED", job.logs(tail=40)
+    assert job.metrics().epochs_done == 1
 
 
 def test_the_issues_job_is_refused_where_its_launcher_cannot_be_placed_and_runs_where_there_is_none(

@@ -35,8 +35,18 @@ LONG_EPOCHS = 80
 JOB_WAIT_S = 900
 CANCEL_WAIT_S = 180  # a cancelled job's objects gone (see test_cancelling_deletes_everything_the_job_made)
 APISERVER_DOWN_S = 12  # under node-monitor-grace (20 s): the nodes stay Ready
+WATCH_SEES_S = 120  # at most this much longer, until the notebook's watch has found it down
 
 
+
+
+def pod_log_on_disk(kube, pod: str) -> str:
+    """A pod's log in alice's namespace as its node's kubelet writes it (the box's nodes are this machine: each
+    node's /var/log/pods is its dir's private/var/log/pods), readable while the API server is down."""
+    found = [path.read_text(errors="replace") for node in ("node1", "node2")
+             for path in (kube.box.node_dir(f"{kube.box.name}-{node}") / "private" / "var" / "log" / "pods").glob(
+                 f"{NAMESPACE}_{pod}_*/*/*.log")]
+    return "".join(found)
 
 
 def objects_of(kube, job_id: str) -> dict[str, list[str]]:
@@ -111,7 +121,12 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
                  JOB_WAIT_S, interval=0.5, what="the notebook's job to save its first checkpoint")
         apiserver = kubebox.CONTROL_PLANE[1]
         print(kubebox.stop_service(apiserver, kube.box))
+        # Down until the notebook's watch has found it down (its pod's log, read where the kubelet writes it: the API
+        # server cannot be asked). A fixed outage raced the watch: in a busy `make test` one look (the state, then
+        # the TensorBoard files of every epoch so far) took longer than the outage, twice (stops 54 and 56).
         time.sleep(APISERVER_DOWN_S)
+        wait_for(lambda: "the scheduler does not answer now" in pod_log_on_disk(kube, name), WATCH_SEES_S,
+                 interval=1, what="the notebook's watch to find the API server down")
         kubebox.up(kube.box, report=print)
         deadline = time.monotonic() + JOB_WAIT_S
         while (phase := core.read_namespaced_pod(name, NAMESPACE).status.phase) not in ("Succeeded", "Failed"):

@@ -98,12 +98,15 @@ while :; do
           --rdzv-backend=c10d --rdzv-endpoint="${POD_IP}:{{ port }}" --rdzv-id="{{ job_id }}-$generation" \
           --rdzv-conf=is_host=1 --local-addr="${POD_IP}" --max-restarts=0 -m {{ program.module | q }} "${train_args[@]}" 2>&1 &
       run=$!
-      tail -q -n +1 -F "${logs[@]}" 2>/dev/null &
-      gather=$!
+      gather=
+      if [ -n "${logs[*]:-}" ]; then  # (one node: none to follow)
+          tail -q -n +1 -F "${logs[@]}" 2>/dev/null &
+          gather=$!
+      fi
       wait "$run"
       status=$?
       sleep 2  # the other nodes' last lines
-      kill "$gather" 2>/dev/null
+      [ -z "$gather" ] || kill "$gather" 2>/dev/null
       echo "$status" > "$nodes/status-$generation" ) | tee -a "$job_dir/output.log" &
     run=$!
     lost=0 looked=$SECONDS

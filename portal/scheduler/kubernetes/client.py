@@ -72,6 +72,10 @@ def api_client(cfg: PortalConfig, user: KubeUser | None = None):
     return api
 
 
+# (connect, read) seconds of a call that gives none: the client's own default is to wait for ever, and a request
+# to an API server that stopped (a restart: it drains, then goes) waited as long as it was down, a notebook's watch
+# silent for 33 s instead of saying that it could not ask (seen in `make test`, stop 56).
+REQUEST_TIMEOUT_S = (5, 30)
 POOL_CONNECTIONS = 32  # kept open to the API server: more than the dashboard's threads that call it at once (18)
 _connections: dict[str, tuple[object, tuple[Any, Any]]] = {}  # where -> (its stamp, (configuration, rest client))
 _connections_lock = threading.Lock()
@@ -140,10 +144,12 @@ def api_reason(err) -> str:
 
 def api_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """One call of the `kubernetes` client, its answer as the API server sent it (plain dicts); JobNotFound for a
-    404, KubernetesError saying `what` failed and why for any other refusal, or when the server did not answer."""
+    404, KubernetesError saying `what` failed and why for any other refusal, or when the server did not answer
+    within REQUEST_TIMEOUT_S (unless the caller gives its own `_request_timeout`, as a watch does)."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
+    kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
     try:
         answer = fn(*args, **kwargs)
     except ApiException as err:

@@ -10,6 +10,7 @@ import pytest
 from portal.config import PortalConfig
 from portal.jobs import SlurmError
 from portal.scheduler import snapshot as cluster_module
+from portal.scheduler.kubernetes.client import REQUEST_TIMEOUT_S
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from portal.scheduler.snapshot import ClusterCache
 from tests.slurm_answers import squeue_job, squeue_json
@@ -132,7 +133,9 @@ def test_on_kubernetes_the_pools_come_from_the_settings_and_the_queue_from_the_u
     assert [p["name"] for p in snapshot.to_dict()["partitions"]] == ["t4", "a100"]
     assert snapshot.to_dict()["partitions"][0]["default"] and snapshot.to_dict()["jobs_running"] == 1
     assert (snapshot.queue["jupyter-alice"].user, snapshot.queue["jupyter-alice"].gpus) == ("alice", 2)
-    assert core.asked == [{"field_selector": "status.phase!=Succeeded,status.phase!=Failed"}, {"nodes": {}}]
+    timeout = {"_request_timeout": REQUEST_TIMEOUT_S}  # every call bounded (client.api_call)
+    assert core.asked == [{"field_selector": "status.phase!=Succeeded,status.phase!=Failed", **timeout},
+                          {"nodes": timeout}]
     assert cache.squeue_calls == 0
 
 
