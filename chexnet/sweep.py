@@ -40,7 +40,6 @@ from typing import Any
 
 from chexnet import tblog
 from chexnet.schemas import SWEEP_PLAN, TRIAL_RECORD, check
-from chexnet.tags import TAG_AUROC_MEAN
 from chexnet.userfiles import read_bytes
 
 PLAN_FILE = "sweep.json"
@@ -228,6 +227,8 @@ class TrialReporter:
         study cannot be opened."""
         if trial is None:
             return None
+        from chexnet.tags import TAG_AUROC_MEAN  # here: chexnet.tags needs numpy, which the hub's image lacks
+
         try:
             reporter = cls.from_trial_file(trial)
         except (OSError, ValueError, KeyError, TypeError, SweepError) as err:

@@ -27,3 +27,23 @@ def test_the_wheel_has_the_job_scripts_the_dashboard_pages_and_the_notebooks(tmp
     assert len(notebooks) == 7  # five templates and the two PyTorch twins
     # JupyterLab's setting defaults (no news prompt) land in <prefix>/share/jupyter/lab/settings/overrides.d.
     assert any(name.endswith(".data/data/share/jupyter/lab/settings/overrides.d/dsportal.json") for name in names)
+
+
+def test_the_hub_side_imports_without_the_training_stack():
+    """The hub's image has no numpy, TensorFlow or torch (docker/hub/Dockerfile checks these imports as its last
+    step): a module of the hub side that reaches a training program's module needing them at load breaks the image
+    build (chexnet.sweep reaching chexnet.tags -> chexnet.labels -> numpy did, at stop 56)."""
+    blocked = ("numpy", "tensorflow", "torch", "horovod", "sklearn", "PIL")
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {blocked!r}:\n"
+        "            raise ImportError(f'{name} is not in the hub image')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import portal.auth, portal.service, spawners.slurm, spawners.kubernetes\n"
+        "import portal.scheduler.slurm.scheduler, portal.scheduler.kubernetes.scheduler, portal.jobs\n"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           cwd=Path(__file__).resolve().parents[2])
+    assert found.returncode == 0, found.stderr[-3000:]
