@@ -184,7 +184,7 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
 
 def manifest_yaml(manifest: Mapping[str, Any]) -> str:
     """A manifest as people read it: keys in the order built, scripts as literal blocks, no YAML anchors."""
-    import yaml  # type: ignore[import-untyped]
+    import yaml  # type: ignore[import-untyped,unused-ignore]  # which of the two: mypy cache
 
     class Dumper(yaml.SafeDumper):
         def ignore_aliases(self, data: Any) -> bool:
