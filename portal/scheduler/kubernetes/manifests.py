@@ -298,13 +298,8 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
     trial = {"name": "trial", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
              "command": ["/bin/bash", "-c", script],
              "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-             "resources": {"requests": dict(resources), "limits": dict(resources)},
-             "volumeMounts": [{"name": HOME, "mountPath": cfg.k8s_home_mount},
-                              {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
-                              {"name": SHM, "mountPath": "/dev/shm"}]}
-    volumes = [{"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}},
-               {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim, "readOnly": True}},
-               {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+             "resources": {"requests": dict(resources), "limits": dict(resources)}}
+    trial["volumeMounts"], volumes = training_volumes(cfg, user)
     selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
     labels = {**job_labels(user, job_id), LABEL_ROLE: "trial"}
     template = pod_template(labels, trial, volumes, selector)
@@ -319,6 +314,19 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
                      "backoffLimit": plan.trials * RESTARTS,
                      "activeDeadlineSeconds": minutes_of(spec.time_limit) * 60 * rounds,
                      "template": template}}
+
+
+def training_volumes(cfg: PortalConfig, user: str) -> tuple[list[dict], list[dict]]:
+    """(mounts, volumes) of a pod that trains without ssh (a sweep's trial, a torchrun job's node): the user's home,
+    the data set read-only, /dev/shm in memory."""
+    mounts: list[dict] = [{"name": HOME, "mountPath": cfg.k8s_home_mount},
+              {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
+              {"name": SHM, "mountPath": "/dev/shm"}]
+    volumes: list[dict] = [
+        {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}},
+        {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim, "readOnly": True}},
+        {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+    return mounts, volumes
 
 
 def lost_node_tolerations() -> list[dict]:

@@ -23,12 +23,9 @@ from portal.records.spec import JobSpec, minutes_of
 from portal.records.templating import launch_template
 from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_WORKER_PODS,
-    DATA,
-    HOME,
     LABEL_JOB,
     LABEL_ROLE,
     RESTARTS,
-    SHM,
     STOP_GRACE_S,
     WATCH_EVERY_S,
     WORKER_POLL_S,
@@ -39,6 +36,7 @@ from portal.scheduler.kubernetes.manifests import (
     node_resources,
     pod_job_dir,
     pod_template,
+    training_volumes,
 )
 
 RENDEZVOUS_PORT = 29400  # torchrun's c10d default, on node 0's own address
@@ -67,12 +65,7 @@ def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfi
               "port": RENDEZVOUS_PORT, "heartbeat_s": HEARTBEAT_S, "stale_s": STALE_S, "restarts": RESTARTS,
               "watch_every": WATCH_EVERY_S, "worker_poll": WORKER_POLL_S, "stop_grace": STOP_GRACE_S}
     resources = node_resources(spec)
-    mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount},
-              {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
-              {"name": SHM, "mountPath": "/dev/shm"}]
-    volumes = [{"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}},
-               {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim, "readOnly": True}},
-               {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+    mounts, volumes = training_volumes(cfg, user)
     selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
     labels = job_labels(user, job_id)
     deadline = minutes_of(spec.time_limit) * 60
