@@ -20,8 +20,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import os
 import posixpath
+import pwd
 import re
+import secrets
+import shutil
 import ssl
 import subprocess
 import time
@@ -61,6 +65,8 @@ pytestmark = pytest.mark.integration
 TINY = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 3,
         "gpus_per_node": 1, "time_limit": "00:15:00", "model": TINY_MODEL}
 JOB_WAIT_S = job_wait_s(TINY["time_limit"])  # submit (to an idle box) to ended
+FAIL_WAIT_S = 240  # a job that fails at its start ended (its launcher's Job gives up after its back-off, ~30 s)
+NOTE_WAIT_S = 120  # an ended job announced by the open jobs page (it looks every poll period)
 CANCEL_WAIT_S = 180  # a cancelled job ended, as its scheduler says (Kubernetes: its objects deleted)
 
 
@@ -75,6 +81,7 @@ class Box:
     data_dir: Path  # the demo set's TFRecords, as this machine sees them
     data_shown: str  # ... as a job there names them (its card's data.dir)
     hosts: Callable[[str], set[str]]  # the hosts a job's two workers ran on (as mpirun's log names them)
+    home: Callable[[str], tuple[Path, str]]  # user -> their home, as this machine sees it and as a job names it
     hub_log: Callable[[], str]  # the end of the hub's and the dashboard's log, for a failure's message
 
 
@@ -82,7 +89,8 @@ def slurm_box(request) -> Box:
     request.getfixturevalue("cluster")
     data = request.getfixturevalue("demo_data")
     return Box("slurm", request.getfixturevalue("hub"), CLUSTER, job_dir_of, data, str(data),
-               lambda job_id: set(NODES), lambda: (TEST_STATE / "log" / "hub.log").read_text()[-6000:])
+               lambda job_id: set(NODES), lambda user: (home := Path(pwd.getpwnam(user).pw_dir), str(home)),
+               lambda: (TEST_STATE / "log" / "hub.log").read_text()[-6000:])
 
 
 def kubernetes_box(request) -> Box:
@@ -102,6 +110,7 @@ def kubernetes_box(request) -> Box:
     return Box("kubernetes", hub, cluster,
                lambda user, job_id: volumes.home_dir(kube.box, user) / "jobs" / cluster / job_id, data,
                posixpath.join(PortalConfig().k8s_data_mount, volumes.DATA_SET), worker_hosts,
+               lambda user: (volumes.home_dir(kube.box, user), PortalConfig().k8s_home_mount),
                lambda: kubebox.box_hub.hub_log(core)[-6000:])
 
 
@@ -297,6 +306,28 @@ def test_a_two_node_job_from_the_form_runs_to_completed(box, clients, api, made,
     assert "COMPLETED" in page(box, session, f"jobs/{job_id}").text
 
 
+def test_a_job_whose_training_fails_ends_failed_at_once_saying_why_in_its_log(box, clients, api, made, program):
+    """alice points a job at a directory with no images: the program exits 2 naming it, and the job ends FAILED in
+    about a minute, on both schedulers. (On Kubernetes the launcher's Job made a new launcher pod after the failed
+    one, which waited for workers that had ended until the time limit: the job read RUNNING for 15 minutes.)"""
+    here, shown = box.home("alice")
+    name = f"dsportal-test-no-images-{secrets.token_hex(4)}"  # this test's own mark: it removes it
+    (here / name).mkdir(mode=0o755)
+    os.chown(here / name, here.stat().st_uid, here.stat().st_gid)
+    try:
+        response = api(clients["alice"], "POST", "jobs",
+                       json={**TINY, "template": program, "data_dir": posixpath.join(shown, name)})
+        assert response.status_code == 201, response.text
+        job_id = response.json()["id"]
+        made.append(job_id)
+        job = ended(box, clients, api, job_id, FAIL_WAIT_S)
+        log = page(box, browser(box.hub, "alice"), f"jobs/{job_id}/log").text
+        assert job["state"] == "FAILED", f"{job}\n{log[-3000:]}"
+        assert posixpath.join(shown, name) in log, log[-3000:]
+    finally:
+        shutil.rmtree(here / name)
+
+
 def test_a_job_is_cancelled_from_its_page_and_only_with_xsrf(box, clients, api, made):
     response = api(clients["alice"], "POST", "jobs", json={**TINY, "epochs": 500, "time_limit": "00:10:00"})
     assert response.status_code == 201, response.text
@@ -412,9 +443,13 @@ def test_in_chromium_every_page_passes_axe_and_a_job_that_ends_is_notified(box, 
     for name in ("templates", "usage", "cluster"):
         problems += look(page, box, name, name, artifacts)
     problems += look(page, box, "jobs", "jobs", artifacts)  # stays open: the toggle reads her jobs each period
+    # The page stays open on her jobs meanwhile. A job that failed says so here, not as a note that never came.
+    job = ended(box, clients, api, job_id, JOB_WAIT_S)
+    assert job["state"] == "COMPLETED", f"{job}\n" + browser(box.hub, "alice").get(
+        f"{box.hub.url}{PORTAL}jobs/{job_id}/log", timeout=60).text[-3000:]
     title = f"Job {job_id} COMPLETED"
     page.wait_for_function(f"() => ({NOTES})().some((note) => note.title === {title!r})",
-                           timeout=JOB_WAIT_S * 1000)
+                           timeout=NOTE_WAIT_S * 1000)
     note = next(n for n in page.evaluate(NOTES) if n["title"] == title)
     # Its AUROC is in the note when the dashboard had read the job's last epoch by the look that saw it end.
     assert note["tag"] == f"dsportal-job-{job_id}" and note["body"].startswith(f"{TINY_MODEL}, "), note

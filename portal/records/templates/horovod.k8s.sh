@@ -10,6 +10,7 @@ set -uo pipefail
 job_dir={{ job_dir | q }}
 mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints" "$job_dir/workers" || exit 1
 cd "$job_dir" || exit 1
+{% include "ended-once.sh" %}
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
@@ -24,7 +25,11 @@ train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
 key=$(mktemp -d)/id
 install -m 0600 {{ key_file | q }} "$key" || exit 1
 # ServerAlive: an ssh to a node that died ends in 15 s, so mpirun, which waits for its ssh children, ends too.
-ssh_agent="ssh -p {{ ssh_port }} -i $key -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
+ssh_probe="ssh -p {{ ssh_port }} -i $key -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
+# mpirun's ssh tries a refused connection again, once a second: a pod's NetworkPolicy is programmed after the pod
+# starts, as on any cluster, and a worker that answered the probe refused mpirun's ssh while the launcher's address
+# was being added to what it lets in. One refusal made the whole job fail.
+ssh_agent="$ssh_probe -o ConnectionAttempts={{ ssh_attempts }}"
 
 finish() {
     echo "$1" > "$job_dir/exit_status"
@@ -33,7 +38,7 @@ finish() {
     exit "$1"
 }
 probe() {  # probe ADDRESS HOSTNAME: true when the pod at ADDRESS takes the job's key and is HOSTNAME
-    [ -n "$2" ] && [ "$(timeout 10 $ssh_agent "$1" hostname < /dev/null 2>/dev/null)" = "$2" ]  # not the caller's stdin
+    [ -n "$2" ] && [ "$(timeout 10 $ssh_probe "$1" hostname < /dev/null 2>/dev/null)" = "$2" ]  # not the caller's stdin
 }
 answering() {  # "address hostname file" of each worker in $job_dir/workers/ that answers, one per line
     local file address name

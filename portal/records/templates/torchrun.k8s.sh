@@ -15,6 +15,7 @@ set -uo pipefail
 job_dir={{ job_dir | q }}
 mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints" "$job_dir/nodes" || exit 1
 cd "$job_dir" || exit 1
+{% include "ended-once.sh" %}
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}

@@ -194,3 +194,36 @@ pgrep -x torchrun > /dev/null && echo "torchrun alive" || echo "torchrun gone"
 '''
     said = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60).stdout.split("\n")
     assert said[:2] == ["child gone", "torchrun gone"], said
+
+
+@pytest.mark.parametrize("program", ["chexnet", "chexnet-torch"])
+def test_a_launcher_pod_made_again_after_its_job_ended_ends_it_the_same_way_at_once(program, tmp_path):
+    """A launcher that ended its job with a failure wrote exit_status and workers-done (which ended the workers);
+    its Job then makes a new launcher pod, as for one lost with its node. That pod waited for workers that no
+    longer come until the time limit (a failed 1-node Horovod job read RUNNING for 15 minutes). It now ends with the
+    same status at once, before it asks for anything."""
+    import os
+    import re
+    import subprocess
+
+    record, *_ = job_objects(CFG, k8s_spec(template=program, nodes=2), JOB_ID, "alice", "v100", plain=True,
+                             keys=("K", "P"))
+    text = re.sub(r"^job_dir=.*$", f"job_dir={tmp_path}", script(record), count=1, flags=re.MULTILINE)
+    (tmp_path / "exit_status").write_text("3\n")
+    (tmp_path / "workers-done").touch()
+    (tmp_path / "output.log").write_text("the first lines\n" + "x" * 9000 + "\nchexnet: --data-dir has no images\n")
+    run = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ["PATH"], "POD_IP": "198.18.0.9", "HOME": str(tmp_path)})
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert f"job {JOB_ID} has ended (exit status 3)" in run.stdout
+    assert run.stdout.endswith("chexnet: --data-dir has no images\n") and "the first lines" not in run.stdout
+    assert (tmp_path / "workers-done").exists() and not (tmp_path / "nodes" / "node-0.alive").exists()
+
+
+def test_mpiruns_ssh_tries_a_refused_worker_again_and_the_probe_does_not():
+    """A worker pod's NetworkPolicy lets the launcher in only once the enforcer has seen the launcher's address:
+    a worker that answered the launcher's probe refused mpirun's ssh a moment later, and the job failed."""
+    record, *_ = job_objects(CFG, k8s_spec(nodes=2), JOB_ID, "alice", "v100", plain=True, keys=("K", "P"))
+    text = script(record)
+    assert 'ssh_agent="$ssh_probe -o ConnectionAttempts=10"' in text and '--mca plm_rsh_agent "$ssh_agent"' in text
+    assert 'timeout 10 $ssh_probe "$1" hostname' in text and "ConnectionAttempts" not in text.split("ssh_agent=")[0]
