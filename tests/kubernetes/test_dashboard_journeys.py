@@ -5,8 +5,9 @@ on the Kubernetes box's (conftest.side_of).
 
 alice's 2-node job from the API runs to COMPLETED with its page, log, figures, TensorBoard link and model card
 (its hashes checked here with hashlib; on Kubernetes the card carries the image digest that the kubelet ran), and
-so does a 2-node job from the form; a job is cancelled from its page (the cancel form needs XSRF); a sweep from
-the API shows its trials;
+so does a 2-node job from the form; a job pointed at a directory without images ends FAILED within a minute, the
+path in its log; a job is cancelled from its page (the cancel form needs XSRF); a sweep from the API shows its
+trials;
 bob gets 404 on each of alice's pages and cannot cancel; admins see her job; the usage page says, on Kubernetes,
 why there are no GPU-hours. In Chromium (the hub in a pod over HTTPS with the box's CA, as a site serves it): every
 page through axe, with screenshots (tests/artifacts/journey-<box>-*.png), and the browser's own notification when

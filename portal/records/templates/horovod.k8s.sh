@@ -21,6 +21,7 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PA
 train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
 {% include "card-in-log.sh" %}
 {% include "run-status.sh" %}
+{% include "run-stopped.sh" %}
 # The job's key, from its Secret, where ssh accepts it (its own, not group-readable).
 key=$(mktemp -d)/id
 install -m 0600 {{ key_file | q }} "$key" || exit 1
@@ -120,6 +121,7 @@ while :; do
             break
         fi
     done
+    [ "$lost" -eq 0 ] || end_stopped_run
     wait "$run"
     status=$(run_status "$job_dir/.run-status")  # mpirun's
     # The workers are asked even when mpirun exited 0: Open MPI 4.1 exits 0 after "ORTE has lost communication

@@ -26,6 +26,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
 {% include "card-in-log.sh" %}
 {% include "run-status.sh" %}
 {% include "torchrun-stop.sh" %}
+{% include "run-stopped.sh" %}
 nodes="$job_dir/nodes"
 # Node 0's own heartbeat: the workers end a run whose rendezvous host stopped beating.
 ( while :; do touch "$nodes/node-0.alive"; sleep {{ heartbeat_s }}; done ) &
@@ -123,6 +124,7 @@ while :; do
             break
         fi
     done
+    [ "$lost" -eq 0 ] || end_stopped_run
     wait "$run"
     status=$(run_status "$nodes/status-$generation")  # this node's torchrun's
     [ "$lost" -gt 0 ] || [ "$status" -eq 0 ] || { sleep {{ stale_s }}; lost=$(lost_workers); }

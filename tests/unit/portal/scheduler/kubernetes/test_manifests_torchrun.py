@@ -227,3 +227,36 @@ def test_mpiruns_ssh_tries_a_refused_worker_again_and_the_probe_does_not():
     text = script(record)
     assert 'ssh_agent="$ssh_probe -o ConnectionAttempts=10"' in text and '--mca plm_rsh_agent "$ssh_agent"' in text
     assert 'timeout 10 $ssh_probe "$1" hostname' in text and "ConnectionAttempts" not in text.split("ssh_agent=")[0]
+
+
+@pytest.mark.parametrize("program", ["chexnet", "chexnet-torch"])
+def test_a_stopped_run_whose_output_stays_open_is_ended_by_killing_what_holds_it(program, tmp_path):
+    """Node 0 stopped a run for a lost node and then waited on the run's `| tee` until the job's time limit (a CI
+    run): something still held the pipe. Here an orphan (its parent gone, as a rank of a killed torchrun is) holds
+    it; end_stopped_run kills every holder but tee, says so, and the wait ends."""
+    import re
+    import subprocess
+    import time
+
+    record, *_ = job_objects(CFG, k8s_spec(template=program, nodes=2), JOB_ID, "alice", "v100", plain=True,
+                             keys=("K", "P"))
+    text = script(record)
+    assert '[ "$lost" -eq 0 ] || end_stopped_run\n    wait "$run"' in text
+    function = re.search(r"^end_stopped_run\(\) \{.*?^\}\n", text, flags=re.MULTILINE | re.DOTALL)
+    assert function, text
+    probe = f'''set -uo pipefail
+job_dir={tmp_path} lost=1
+{function.group(0)}
+( sleep 300 & ) | tee -a {tmp_path}/out.log > /dev/null &
+run=$!
+sleep 0.5
+end_stopped_run
+wait "$run"
+echo "waited"
+'''
+    started = time.monotonic()
+    said = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=120)
+    assert said.stdout.strip().endswith("waited"), said.stdout + said.stderr
+    assert time.monotonic() - started < 60  # the orphan would hold it 300 s
+    said_there = (tmp_path / "output.log").read_text()
+    assert "did not end" in said_there and "sleep" in said_there, said_there
