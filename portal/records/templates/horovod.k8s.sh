@@ -97,16 +97,18 @@ stop_run() {  # mpirun and its ssh children: asked first, then killed
 
 rm -f "$job_dir/workers-done"
 echo "chexnet: job {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun over ssh"
-restarts=0
+restarts=0 launches=0
 while :; do
     wait_for_workers
     # -np is every worker on every pod; the hostfile gives each pod {{ spec.workers_per_node }} slot(s).
-    rm -f "$job_dir/.run-status"
+    # Each process marks .launched as it starts: a run that failed with none started never reached the program
+    # (an orted that could not connect back to mpirun while a new pod's NetworkPolicy was being programmed).
+    rm -f "$job_dir/.run-status" "$job_dir/.launched"
     { mpirun -np {{ spec.workers }} --hostfile "$job_dir/hostfile" --mca plm_rsh_agent "$ssh_agent" \
           --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \
           {% for arg in mpirun_args %}{{ arg | q }} {% endfor %}\
           {% for name in exported %}-x {{ name }} {% endfor %}\
-          "${train[@]}" 2>&1; echo $? > "$job_dir/.run-status"; } | tee -a "$job_dir/output.log" &
+          bash -c 'touch "$0" && exec "$@"' "$job_dir/.launched" "${train[@]}" 2>&1; echo $? > "$job_dir/.run-status"; } | tee -a "$job_dir/output.log" &
     run=$!
     # A worker whose node died sends no goodbye: mpirun would wait on its connections for many minutes. Its sshd
     # not answering any more is the sign; this run is then stopped, to run again once a worker replaces it.
@@ -128,6 +130,12 @@ while :; do
     # with a remote daemon", with the training half done.
     [ "$lost" -gt 0 ] || lost=$(lost_workers)
     [ "$lost" -eq 0 ] && [ "$status" -eq 0 ] && finish 0
+    if [ "$lost" -eq 0 ] && [ ! -e "$job_dir/.launched" ] && [ "$launches" -lt {{ launch_attempts }} ]; then
+        launches=$((launches + 1))
+        echo "chexnet: mpirun started no process (exit $status); launching again in 5 s ({{ launch_attempts }} at most)" | tee -a "$job_dir/output.log"
+        sleep 5
+        continue
+    fi
     if [ "$lost" -gt 0 ] && [ "$restarts" -lt {{ restarts }} ]; then
         restarts=$((restarts + 1))
         echo "chexnet: $lost worker pod(s) lost; run $((restarts + 1)) resumes from the last checkpoint once {{ spec.nodes }} answer" | tee -a "$job_dir/output.log"

@@ -45,6 +45,7 @@ HOME, DATA, SHM, SSH = "home", "data", "dshm", "ssh"  # volume names
 LABEL_ROLE = "dsportal/role"  # launcher or worker, on a plain job's pods
 HOME_CLAIM_SIZE = "20Gi"  # what a user's home claim asks for (KubeSpawner's storage_capacity, the same)
 SSH_PORT = 2222  # each worker pod's sshd (as the notebook user, so not 22)
+LAUNCH_ATTEMPTS = 3  # a Horovod run that started no process (a new pod's policy not programmed yet), again
 SSH_ATTEMPTS = 10  # mpirun's ssh to a worker that refuses, once a second (its NetworkPolicy being programmed)
 SSH_DIR = "/etc/dsportal-ssh"  # the job's Secret, mounted read-only
 # A plain job's launcher runs again from the last checkpoint when a worker pod is lost, at most this often; its
@@ -233,7 +234,8 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     values = {"spec": spec, "job_id": job_id, "job_dir": job_dir, "ssh_port": SSH_PORT}
     launcher_script = launch_template(spec, "k8s.sh").render(
         **values, **launcher_values(cfg, spec), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
-        watch_every=WATCH_EVERY_S, worker_poll=WORKER_POLL_S, stop_grace=STOP_GRACE_S, ssh_attempts=SSH_ATTEMPTS)
+        watch_every=WATCH_EVERY_S, worker_poll=WORKER_POLL_S, stop_grace=STOP_GRACE_S, ssh_attempts=SSH_ATTEMPTS,
+        launch_attempts=LAUNCH_ATTEMPTS)
     worker_script = launch_template(spec, "k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
     worker_resources = node_resources(spec)

@@ -227,6 +227,11 @@ def test_mpiruns_ssh_tries_a_refused_worker_again_and_the_probe_does_not():
     text = script(record)
     assert 'ssh_agent="$ssh_probe -o ConnectionAttempts=10"' in text and '--mca plm_rsh_agent "$ssh_agent"' in text
     assert 'timeout 10 $ssh_probe "$1" hostname' in text and "ConnectionAttempts" not in text.split("ssh_agent=")[0]
+    # ... and the other way, an orted that cannot connect back to mpirun: a run that started no process (none
+    # marked .launched) is launched again, at most 3 times, before it counts as the job's failure.
+    marked = "bash -c 'touch \"$0\" && exec \"$@\"' \"$job_dir/.launched\" \"${train[@]}\""
+    assert marked in text
+    assert '[ ! -e "$job_dir/.launched" ] && [ "$launches" -lt 3 ]' in text
 
 
 @pytest.mark.parametrize("program", ["chexnet", "chexnet-torch"])
