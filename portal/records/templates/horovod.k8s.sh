@@ -10,7 +10,6 @@ set -uo pipefail
 job_dir={{ job_dir | q }}
 mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints" "$job_dir/workers" || exit 1
 cd "$job_dir" || exit 1
-{% include "ended-once.sh" %}
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
@@ -22,6 +21,7 @@ train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
 {% include "card-in-log.sh" %}
 {% include "run-status.sh" %}
 {% include "run-stopped.sh" %}
+{% include "ended-once.sh" %}
 # The job's key, from its Secret, where ssh accepts it (its own, not group-readable).
 key=$(mktemp -d)/id
 install -m 0600 {{ key_file | q }} "$key" || exit 1

@@ -15,7 +15,6 @@ set -uo pipefail
 job_dir={{ job_dir | q }}
 mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints" "$job_dir/nodes" || exit 1
 cd "$job_dir" || exit 1
-{% include "ended-once.sh" %}
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
@@ -27,6 +26,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
 {% include "run-status.sh" %}
 {% include "torchrun-stop.sh" %}
 {% include "run-stopped.sh" %}
+{% include "ended-once.sh" %}
 nodes="$job_dir/nodes"
 # Node 0's own heartbeat: the workers end a run whose rendezvous host stopped beating.
 ( while :; do touch "$nodes/node-0.alive"; sleep {{ heartbeat_s }}; done ) &
