@@ -1,6 +1,6 @@
 """A corrupt TFRecord shard during training is skipped and counted, not a crash (issue 11, item 8).
 
-Two Horovod workers train DenseNet-121 on tiny JPEG records in which one training shard has flipped bytes near its
+Two Horovod workers train the tiny model on tiny JPEG records in which one training shard has flipped bytes near its
 end (its CRC fails there: the rest of the shard is lost, under the 10 % that would stop training) and one validation
 record holds an image that does not decode. Training finishes every epoch; the log names the files; TensorBoard
 holds data/skipped_records for every epoch.
