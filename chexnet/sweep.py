@@ -33,7 +33,6 @@ import json
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -323,62 +322,9 @@ def status(job_dir: Path, task: int | None = None) -> dict[str, Any]:
     return {"trials": trials}
 
 
-def _number(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 6
-
-
-def main(argv: list[str] | None = None) -> int:
-    from chexnet.sweepclaims import CLAIM_WAIT_S, STALE_CLAIM_S, _holder, claim
-
-    args = sys.argv[1:] if argv is None else argv
-    usage = ("usage: python -m chexnet.sweep {claim JOB_DIR HOLDER TRIALS | attach JOB_DIR TASK | "
-             "fail JOB_DIR TASK | close JOB_DIR | status JOB_DIR [TASK]}")
-    commands = {"claim": (3,), "attach": (2,), "fail": (2,), "close": (1,), "status": (1, 2)}
-    if not args or args[0] not in commands or len(args) - 1 not in commands[args[0]] or not all(
-            _number(arg) for arg in ([args[3]] if args[0] == "claim" else args[2:3])) or (
-            args[0] == "claim" and not _holder(args[2])):
-        print(usage, file=sys.stderr)
-        return 2
-    job_dir = Path(args[1])
-    try:
-        if args[0] == "claim":
-            waited = 0.0
-            while True:
-                task, held = claim(job_dir, args[2], int(args[3]))
-                if task is not None:
-                    print(task)
-                    return 0
-                if not held:
-                    print("chexnet.sweep: every trial has finished: nothing left to run", file=sys.stderr)
-                    return EXIT_FINISHED
-                if waited % 60 == 0:
-                    print("chexnet.sweep: every unfinished task is held by a running pod; waiting for one whose "
-                          f"pod was lost ({STALE_CLAIM_S:.0f} s without a heartbeat)", file=sys.stderr)
-                time.sleep(CLAIM_WAIT_S)
-                waited += CLAIM_WAIT_S
-        elif args[0] == "attach":
-            task = int(args[2])
-            number, params, finished = attach(job_dir, task)
-            if finished:
-                print(f"chexnet.sweep: trial {number} of task {task} has already finished", file=sys.stderr)
-                return EXIT_FINISHED
-            write_trial_file(job_dir, task, number, params)
-            print(number)
-        elif args[0] == "fail":
-            fail(job_dir, int(args[2]))
-        elif args[0] == "close":
-            print(f"chexnet.sweep: {close(job_dir)} unfinished trial(s) marked FAIL", file=sys.stderr)
-        else:
-            print(json.dumps(status(job_dir, int(args[2]) if len(args) == 3 else None)))
-    except (SweepError, OSError, ValueError, KeyError, TypeError) as err:  # the files are the user's: any content
-        print(f"chexnet.sweep: error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
-    return 0
-
-
 if __name__ == "__main__":
-    # main() of chexnet.sweep, not of this copy named __main__: chexnet.sweepclaims imports chexnet.sweep, and the
-    # SweepError it raises must be the one main() catches.
-    from chexnet.sweep import main as sweep_main
+    # The command line is chexnet.sweep_cli's (it imports this module, as chexnet.sweepclaims does): `python -m
+    # chexnet.sweep` stays the command that job scripts run.
+    from chexnet.sweep_cli import main
 
-    sys.exit(sweep_main())
+    sys.exit(main())

@@ -83,5 +83,6 @@ def claim(job_dir: Path, holder: str, trials: int, now: float | None = None) -> 
         return None, held
 
 
-def _holder(text: str) -> bool:
+def valid_holder(text: str) -> bool:
+    """A pod's name as a claim may hold it: 1 to 200 characters of [A-Za-z0-9.-_]."""
     return 0 < len(text) <= 200 and text.isascii() and all(c.isalnum() or c in ".-_" for c in text)

@@ -25,7 +25,7 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn, parse_dn
 
 from portal.config import PortalConfig
-from portal.scheduler.slurm.commands import one_line
+from portal.inputs import one_line
 
 # An address as a directory's `mail` holds it (local@domain, no display name): anything else is not mailed to.
 MAIL_ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")

@@ -57,11 +57,12 @@ class InputError(ValueError):
         self.message = message
 
 
-def one_line(reason: object) -> str:
-    """A refusal's reason for a log line: one line (a scheduler's message may hold several, and a user's text is
-    never let start a line of its own), cut to LOGGED_REASON_CHARS."""
-    text = " ".join(str(reason).split())
-    return text if len(text) <= LOGGED_REASON_CHARS else text[:LOGGED_REASON_CHARS] + "..."
+def one_line(reason: object, limit: int | None = LOGGED_REASON_CHARS) -> str:
+    """A message on one line, for a log line or an error: its lines joined by "; " (a scheduler's message may hold
+    several, and a user's text is never let start a line of its own), each one's runs of white space as one space,
+    cut to `limit` characters (None: whole, where the caller bounds it)."""
+    text = "; ".join(" ".join(line.split()) for line in str(reason).splitlines() if line.strip())
+    return text if limit is None or len(text) <= limit else text[:limit] + "..."
 
 
 def shown(value: object) -> str:

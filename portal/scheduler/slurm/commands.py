@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from portal.config import PortalConfig
+from portal.inputs import one_line
 from portal.scheduler.cluster import NodePool, QueuedJob
 from portal.scheduler.errors import SlurmError, SlurmRefused, SlurmUnavailable
 from portal.scheduler.slurm.answers import nodes_from_scontrol, slurm_partitions
@@ -48,10 +49,6 @@ class AsUser(Protocol):
 def version_key(version: str) -> tuple[int, ...]:
     """"v0.0.42" as (0, 0, 42), to compare."""
     return tuple(int(part) for part in version.lstrip("v").split("."))
-
-
-def one_line(text: str) -> str:
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 class SlurmCommands:
@@ -92,7 +89,7 @@ class SlurmCommands:
             return self.fake(argv)
         result = self.complete(*argv, user=user, input=input)
         if check and result.returncode != 0:
-            said = one_line(result.stderr) or one_line(result.stdout) or f"exit status {result.returncode}"
+            said = one_line(result.stderr, None) or one_line(result.stdout, None) or f"exit status {result.returncode}"
             kind = SlurmUnavailable if UNREACHABLE.search(said) else SlurmRefused
             raise kind(f"Slurm refused `{shlex.join(argv)}`: {said}", said)
         return result.stdout
