@@ -46,8 +46,8 @@ from bench.common import Proc, counts_delta, processes
 from bench.dashboard_users import BENCH_NAME
 from bench.hub_client import trusting
 from portal.config import PortalConfig
-from portal.scheduler.errors import KubernetesError
 from portal.scheduler.kubernetes.client import api_client, kube_user
+from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.manifests import HOME_CLAIM_SIZE, LABEL_USER, user_namespace_manifest
 from portal.scheduler.kubernetes.namespaces import ensure_namespace
 

@@ -51,6 +51,7 @@ from traitlets import Float, Instance, Integer, List, TraitError, Unicode, defau
 
 from portal.config import ConfigError, PortalConfig, load
 from portal.directory import DirectoryError, search_password
+from portal.errors import Unavailable
 from portal.hub_pages import spawn_handlers
 from portal.ldap_login import AccountLocked, login
 from portal.login_limits import Attempt, LdapBusy, LdapSlots, LoginThrottle, Policy, client_address, is_ip_address
@@ -381,5 +382,5 @@ class PortalLDAPAuthenticator(LDAPAuthenticator):
                                   httponly=True, samesite="Strict", secure=handler.request.protocol == "https")
 
 
-class _RequestDropped(Exception):
+class _RequestDropped(Unavailable):
     """The directory closed the connection on one request but answers others: the request's fault."""

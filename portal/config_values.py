@@ -17,13 +17,15 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from portal.errors import Misconfigured
+
 log = logging.getLogger("portal.config")
 
 # Settings that were renamed: old name -> new name. The old name still works in the YAML file and as DSPORTAL_<OLD>.
 RENAMED = {"spawner_backend": "scheduler"}
 
 
-class ConfigError(ValueError):
+class ConfigError(Misconfigured, ValueError):
     """A setting has a value that is not allowed; the message names the setting."""
 
 

@@ -25,6 +25,7 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn, parse_dn
 
 from portal.config import PortalConfig
+from portal.errors import Unavailable
 from portal.inputs import one_line
 
 # An address as a directory's `mail` holds it (local@domain, no display name): anything else is not mailed to.
@@ -35,7 +36,7 @@ LDAP_PAGE_SIZE = 500  # below slapd's default size limit, so a large directory i
 USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
-class DirectoryError(RuntimeError):
+class DirectoryError(Unavailable, RuntimeError):
     """The directory refused or did not answer; the message names it and has its own words."""
 
 

@@ -23,6 +23,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from portal.errors import Refused
+
 SHOWN_CHARS = 40  # how much of a refused value an error message echoes
 LOGGED_REASON_CHARS = 300  # how much of a refusal's reason a log line holds
 MAX_NAME = 64  # partitions, models, templates, field names
@@ -48,7 +50,7 @@ def ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-class InputError(ValueError):
+class InputError(Refused, ValueError):
     """A value is not allowed. `field` names it; `message` says what is allowed."""
 
     def __init__(self, field: str, message: str):

@@ -30,6 +30,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
 from portal.config import PortalConfig
+from portal.errors import NotFound
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 SMTP_TIMEOUT_S = 30
@@ -45,7 +46,7 @@ SENT_DIR = "jobmail-sent"  # beside slurm.conf, where MailProg writes its log
 SENT_WINDOW_S = 300
 
 
-class NoAddress(RuntimeError):
+class NoAddress(NotFound):
     """The directory gives no address for the job's user: no message goes."""
 
 
@@ -163,8 +164,8 @@ def array_tasks(array_id: str, user: str, cfg: PortalConfig) -> list[dict[int, s
     job for MinJobAge), asked as MailProg's user for the owner's tasks. An answer Slurm did not give is left out,
     with a line on stderr."""
     from portal.records.sweep import task_states
-    from portal.scheduler.errors import SlurmError
     from portal.scheduler.slurm.commands import SlurmCommands
+    from portal.scheduler.slurm.errors import SlurmError
 
     slurm, answers = SlurmCommands(cfg), []
     for argv in (("sacct", "-n", "-X", "-P", "-j", array_id, "-u", user, "-o", "JobID,State"),

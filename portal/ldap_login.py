@@ -24,13 +24,14 @@ from ldapauthenticator import LDAPAuthenticator
 from ldapauthenticator.ldapauthenticator import TlsStrategy
 
 from portal.directory import DirectoryError
+from portal.errors import Forbidden
 
 PPOLICY_CONTROL = "1.3.6.1.4.1.42.2.27.8.5.1"
 ACCOUNT_LOCKED = 1  # PasswordPolicyResponseValue's error: passwordExpired(0), accountLocked(1), ...
 INVALID_CREDENTIALS = 49
 
 
-class AccountLocked(Exception):
+class AccountLocked(Forbidden):
     """The directory's password policy refused the bind: the account is locked."""
 
 

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from portal.errors import Unavailable
 from portal.retry import RetryLater
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -147,7 +148,7 @@ def _refusal(rule: str, wait: float, why: str) -> Refusal:
     return Refusal(rule, later.seconds, f"{why}: {later.text}.")
 
 
-class LdapBusy(Exception):
+class LdapBusy(Unavailable):
     """No directory slot became free in time."""
 
 

@@ -25,6 +25,7 @@ import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from portal.errors import BadAnswer
 from portal.inputs import finite_json
 
 TAG_THROUGHPUT = "throughput/images_per_sec"
@@ -42,7 +43,7 @@ MAX_EPOCH_SECONDS = 366 * 24 * 3600.0
 MAX_EVENT_BYTES = 128 * 2**20  # a run's event files, all together: a CheXNet run of 1,000 epochs writes ~20 MB
 
 
-class MetricsError(ValueError):
+class MetricsError(BadAnswer, ValueError):
     """What `python -m portal.metrics` answered is not metrics (the message says what is wrong)."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from portal.errors import Untrusted
 from portal.inputs import InputError, boolean, finite_json
 
 SETTINGS_FILE = PurePosixPath(".config/dsportal/settings.json")  # the default: portal.config's user_settings_file
@@ -56,8 +57,10 @@ def updates(given: dict[str, Any]) -> dict[str, Any]:
     return {name: boolean(value, name) for name, value in given.items()}
 
 
-class SettingsNotSaved(Exception):
+class SettingsNotSaved(Untrusted):
     """The user's settings file could not be written (a directory they cannot write, a link, a full disk): why."""
+
+    field = "settings"
 
 
 def read(who: Any, where: PurePosixPath | str = SETTINGS_FILE) -> Settings:

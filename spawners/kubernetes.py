@@ -36,11 +36,12 @@ from tornado import web
 from traitlets import default
 
 from portal.config import PortalConfig
+from portal.errors import Unavailable
 from portal.inputs import seconds_of
 from portal.quota import GpuHolder, GpuQuota
 from portal.scheduler.cluster import NodePool
-from portal.scheduler.errors import kubernetes_failure
 from portal.scheduler.kubernetes.client import api_reason
+from portal.scheduler.kubernetes.errors import kubernetes_failure
 from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
 from portal.scheduler.kubernetes.netpol import user_network_policies
 from portal.scheduler.kubernetes.nodes import node_pools as listed_node_pools
@@ -58,7 +59,7 @@ LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # what holds a node'
 ANSWER_WAIT_S = 30  # at most this long (or http_timeout, if shorter); then the hub's own wait takes over
 
 
-class PodCannotStart(web.HTTPError):
+class PodCannotStart(Unavailable, web.HTTPError):
     """The server's pod will not start without a change; the message says why, in words. An HTTP error (503), so
     that a spawn which fails before the hub answers the request shows the message, not "Internal Server Error"."""
 

@@ -16,8 +16,8 @@ from tornado import web
 from traitlets import HasTraits, Instance, default
 
 from portal.config import PortalConfig, load
+from portal.errors import SchedulerError
 from portal.inputs import one_line
-from portal.scheduler.errors import SchedulerError
 from portal.traits import portal_default
 from spawners.forms import ClusterLimits, OptionsError, ServerOptions, form_options, parse_server_options, render_form
 
@@ -42,10 +42,10 @@ def server_environment(portal: PortalConfig, home_of: Callable[[Any], str]) -> d
 
 
 def refusal(err: OptionsError | SchedulerError) -> web.HTTPError:
-    """The spawners' one mapping of errors to HTTP: 400 for options that are not allowed, 503 for a scheduler that
-    failed. The message is exactly the error's: the hub shows `jupyterhub_message` on the re-rendered form and in
-    the REST API's JSON, instead of "HTTP 400: Bad Request (...)"."""
-    error = web.HTTPError(503 if isinstance(err, SchedulerError) else 400, "%s", str(err))
+    """The spawn form's error, with the status portal.errors gives it (400 for options that are not allowed, 503 for
+    a scheduler that failed). The message is exactly the error's: the hub shows `jupyterhub_message` on the
+    re-rendered form and in the REST API's JSON, instead of "HTTP 400: Bad Request (...)"."""
+    error = web.HTTPError(err.http_status, "%s", str(err))
     error.jupyterhub_message = str(err)
     return error
 

@@ -27,9 +27,10 @@ import time
 from batchspawner.batchspawner import JobStatus
 from traitlets import Float, Integer, Unicode, default
 
+from portal.errors import PortalError
 from portal.runas import RUNUSER
-from portal.scheduler.errors import PortalError, SlurmError
 from portal.scheduler.slurm.answers import pending_reason
+from portal.scheduler.slurm.errors import SlurmError
 from portal.traits import fixed_default
 from spawners import slurm_cluster
 from spawners.forms import ClusterLimits, ServerOptions

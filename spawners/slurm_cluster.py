@@ -17,9 +17,9 @@ from pathlib import Path
 from portal.config import PortalConfig
 from portal.records.account import job_user
 from portal.scheduler.cluster import NodePool, QueuedJob, start_note
-from portal.scheduler.errors import SlurmError
 from portal.scheduler.slurm.answers import SLURM_SERVERS, slurm_partitions
 from portal.scheduler.slurm.commands import SlurmCommands
+from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.slurm.json_answers import users_jobs
 from portal.scheduler.slurm.scheduler import SlurmScheduler
 from spawners.forms import ClusterLimits, Partition

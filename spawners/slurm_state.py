@@ -38,8 +38,8 @@ from traitlets import Float, Unicode, default, observe
 
 from portal.inputs import one_line
 from portal.runas import ISOLATED_PATH, LOCALE
-from portal.scheduler.errors import SlurmUnavailable
 from portal.scheduler.slurm.answers import squeue_outcome
+from portal.scheduler.slurm.errors import SlurmUnavailable
 
 __all__ = ["SlurmStateSpawner", "SlurmUnavailable", "refused"]
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from portal import settings
 from portal.config import PortalConfig, load
+from portal.errors import JobNotFound, SchedulerError, Untrusted
 from portal.metrics import RunMetrics
 from portal.records.account import JobAccessError, JobUser, job_user
 from portal.records.record import (
@@ -44,15 +45,12 @@ from portal.records.record import (
 from portal.records.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, parse_sweep
-from portal.scheduler import SCHEDULERS, NoAccounting, Scheduler, UnknownScheduler, scheduler_for, scheduler_of_job
+from portal.scheduler import SCHEDULERS, Scheduler, scheduler_for, scheduler_of_job
 from portal.scheduler.asker import Asker
-from portal.scheduler.errors import (
-    JobNotFound,
-    KubernetesError,
-    SchedulerError,
-    SlurmError,
-)
+from portal.scheduler.errors import NoAccounting, UnknownScheduler
 from portal.scheduler.kubernetes.client import KubeUser
+from portal.scheduler.kubernetes.errors import KubernetesError
+from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.usage import UsageReport
 
 DEFAULT_POLL_S = 5.0
@@ -63,12 +61,15 @@ __all__ = ["SCHEDULERS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "J
 Who = JobUser | KubeUser
 
 
-class UnreadableRecord(LookupError):
+class UnreadableRecord(Untrusted, LookupError):
     """The job directory's job.json is not a record of the user's for that job; `job` stands for it."""
 
     def __init__(self, job: UnreadableJob):
         super().__init__(f"job {job.id}: unreadable record {job.job_dir}/{RECORD_FILE}: {job.reason}")
         self.job = job
+
+    def user_message(self) -> str:
+        return f"{self}; nothing is done with a job whose record cannot be trusted"
 
 
 class UnreadableJob:

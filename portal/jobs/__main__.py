@@ -11,6 +11,7 @@ import sys
 from typing import NoReturn
 
 from portal.config import ConfigError
+from portal.errors import Refused
 from portal.jobs import SCHEDULERS, JobAccessError, SchedulerError, UnknownScheduler, render
 from portal.records.spec import JobSpecError, boolean_fields, input_fields
 
@@ -18,7 +19,7 @@ EXIT_USAGE = 2
 PROG = "python -m portal.jobs"
 
 
-class UsageError(Exception):
+class UsageError(Refused):
     pass
 
 

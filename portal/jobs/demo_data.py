@@ -19,6 +19,7 @@ from pathlib import Path
 
 from portal.cli import run_reporting
 from portal.config import PortalConfig, load
+from portal.errors import PortalError
 
 DEMO_IMAGES = 240  # a minute of training on 2 CPU cores at 64 px
 DEMO_SIZE = 64
@@ -29,7 +30,7 @@ LAYOUT_NAME = "chestxray14-demo"
 TFRECORDS_NAME = "chestxray14-demo-tfrecords"
 
 
-class DemoDataError(RuntimeError):
+class DemoDataError(PortalError, RuntimeError):
     pass
 
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from portal.errors import Forbidden
 from portal.runas import ENV, ISOLATED_CWD, launcher_env, runuser_argv
 
 COMMAND_TIMEOUT_S = 60
@@ -90,7 +91,7 @@ class CallCounts:
 RUNUSER_CALLS = CallCounts()
 
 
-class JobAccessError(PermissionError):
+class JobAccessError(Forbidden, PermissionError):
     """The caller may not act for this user."""
 
 

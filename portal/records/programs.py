@@ -31,6 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from portal.errors import Misconfigured
+
 # The one registration of each program: its declaration module.
 REGISTERED = ("chexnet.program", "chexnet_torch.program")
 LAUNCHERS = ("horovod", "torchrun")  # portal/records/templates/<launcher>.* exist for each scheduler
@@ -39,7 +41,7 @@ COMMON_OPTIONS = ("model",)  # program fields that JobSpec holds as attributes o
 LEGACY_OPTIONS = ("fp16", "xla")  # chexnet's fields, JobSpec attributes since before programs were registered
 
 
-class ProgramError(ValueError):
+class ProgramError(Misconfigured, ValueError):
     """A declaration module that is missing or not as this module's docstring says; names the module."""
 
 

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from portal.errors import Untrusted
 from portal.inputs import finite_json
 from portal.records.ids import HOME_ID_PATTERNS, JOB_ID, LOCAL_ID_PATTERN, SLURM_ID_PATTERN  # noqa: F401
 from portal.records.programs import registry
@@ -136,7 +137,7 @@ def now_utc() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-class RecordError(ValueError):
+class RecordError(Untrusted, ValueError):
     """A job.json that is not a record of this portal's (the message says what is wrong with it)."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from chexnet.reference import MODELS
 from portal import inputs
+from portal.errors import BadAnswer
 from portal.inputs import InputError
 from portal.records.spec import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, JobLimits, JobSpecError
 
@@ -227,7 +228,7 @@ SLURM_STATE = re.compile(r"[A-Z][A-Z_]{0,31}")
 RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED")
 
 
-class SweepStatusError(ValueError):
+class SweepStatusError(BadAnswer, ValueError):
     """The study's answer is not one chexnet.sweep writes."""
 
 

@@ -17,9 +17,10 @@ from `job_id_patterns()`, not from a list of their own.
 
 Each implementation owns one command runner (Slurm: portal.scheduler.slurm.commands.SlurmCommands; Kubernetes: the
 API client with impersonation), its snapshot, its limits and its job operations; the quota rule and its wording
-are in portal.quota, the errors in portal.scheduler.errors. Adding a scheduler means a package of its own that
-implements `Scheduler` (below), its job-id format (portal/records/ids.py) and its job templates
-(portal/records/templates/), and naming it in `SCHEDULERS` (docs/architecture.md, "Where to add").
+are in portal.quota, the errors in portal.errors (each scheduler's in its package's errors.py). Adding a
+scheduler means a package of its own that implements `Scheduler` (below), its job-id format
+(portal/records/ids.py) and its job templates (portal/records/templates/), and naming it in `SCHEDULERS`
+(docs/architecture.md, "Where to add").
 
 The implementations are named here as strings and imported when first asked for: this scheduler-neutral layer
 never imports either scheduler's package (portal/scheduler/slurm/, portal/scheduler/kubernetes/), and they never
@@ -33,7 +34,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from portal.scheduler.errors import SchedulerRefused
+from portal.scheduler.errors import UnknownScheduler
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
@@ -49,14 +50,6 @@ if TYPE_CHECKING:
 SCHEDULERS = {"slurm": ("portal.scheduler.slurm.scheduler", "SlurmScheduler"),
               "local": ("portal.scheduler.local", "LocalScheduler"),
               "kubernetes": ("portal.scheduler.kubernetes.scheduler", "KubernetesScheduler")}
-
-
-class UnknownScheduler(SchedulerRefused, ValueError):
-    """The scheduler named is not one this portal has."""
-
-
-class NoAccounting(SchedulerRefused):
-    """This scheduler keeps no accounting of GPU-hours (only Slurm's slurmdbd does)."""
 
 
 class Person(Protocol):

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from portal.scheduler.errors import SchedulerRefused, SchedulerUnavailable
+from portal.errors import SchedulerRefused, SchedulerUnavailable
 
 # How long a waiter asks again when the scheduler refuses a job it answered for before. A Kubernetes API server
 # that has just started serves before its authorizer has read the cluster's roles: for some seconds it answers

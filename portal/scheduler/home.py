@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from chexnet.model_card import CARD_FILE, check_card  # TensorFlow-free
 from chexnet.schemas import SchemaError
+from portal.errors import Untrusted
 from portal.inputs import finite_json
 from portal.metrics import MetricsError, RunMetrics, read_run_metrics
 from portal.records.record import OUTPUT_FILE, JobRecord, cluster_jobs_dir
@@ -29,7 +30,7 @@ METRICS_IF_EVENTS = ('for f in "$1"/events.out.tfevents.*; do [ -e "$f" ] && exe
                      'done; echo "{}"')
 
 
-class ModelCardError(ValueError):
+class ModelCardError(Untrusted, ValueError):
     """A job's model_card.json that is not one (the user's to write: read as hostile)."""
 
 

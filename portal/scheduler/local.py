@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from portal.config import PortalConfig
+from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
 from portal.quota import GpuQuota
 from portal.records.account import JobUser
@@ -42,8 +43,7 @@ from portal.records.spec import JobLimits, JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, sweep_view
 from portal.records.templating import job_environment, launch_template, program_values, programs_with
-from portal.scheduler import NoAccounting
-from portal.scheduler.errors import JobNotFound
+from portal.scheduler.errors import NoAccounting
 from portal.scheduler.home import JobsInHome
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.scheduler.usage import UsageReport

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from portal.config import PortalConfig
-from portal.scheduler.errors import SchedulerError
+from portal.errors import SchedulerError
 
 if TYPE_CHECKING:
     from portal.scheduler.cluster import ClusterNode, NodePool, QueuedJob

@@ -10,7 +10,7 @@ from portal.inputs import InputError, read_json_object
 from portal.records.account import RUNUSER_CALLS
 from portal.records.spec import WHOLE, input_fields
 from portal.scheduler.slurm.scheduler import USER_SLURM_CALLS
-from portal.service.base import APIHandler, UserError
+from portal.service.base import APIHandler, user_error
 
 
 def posted_spec(body: bytes | None) -> dict:
@@ -34,7 +34,7 @@ class JobsAPIHandler(APIHandler):
         try:
             spec = posted_spec(self.request.body)
         except InputError as err:
-            raise UserError(400, str(err), err.field) from None
+            raise user_error(err) from None
         self.write_json(await self.acting(self.board.submit, self.hub_user, spec), status=201)
 
 
@@ -70,9 +70,9 @@ class SettingsAPIHandler(APIHandler):
             given = read_json_object(self.request.body, "settings")
             saved = await self.acting(self.board.save_user_settings, self.hub_user, given)
         except InputError as err:
-            raise UserError(400, str(err), err.field) from None
+            raise user_error(err) from None
         except user_settings.SettingsNotSaved as err:
-            raise UserError(409, str(err), "settings") from None
+            raise user_error(err) from None
         self.write_json(saved.to_dict())
 
 

@@ -14,24 +14,18 @@ from jupyterhub.utils import get_browser_protocol
 from tornado.ioloop import IOLoop
 from tornado.web import ErrorHandler, HTTPError, RequestHandler, StaticFileHandler
 
+from portal import errors
 from portal.inputs import MAX_BODY_BYTES
-from portal.jobs import JobAccessError, JobNotFound, JobSpecError, UnreadableRecord
 from portal.retry import RetryLater
-from portal.scheduler import UnknownScheduler
-from portal.scheduler.errors import KubernetesError, SchedulerUnavailable, SlurmError
-from portal.scheduler.slurm.scheduler import JobDirError
 from portal.scheduler.snapshot import ClusterCache
-from portal.service.board import HubUser, JobBoard, SubmitInProgress
+from portal.service.board import HubUser, JobBoard
 from portal.service.fairness import read_key
 from portal.service.headers import SECURITY_HEADERS, content_security_policy, new_nonce, strict_transport_security
 from portal.service.hub import HubDirectory, HubUnavailable
-from portal.service.parts import PartsLate
 from portal.service.render import hub_namespace
 
 T = TypeVar("T")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-# A submit while the user's last is still being decided: that one takes about a second (some ten commands).
-SUBMIT_RETRY_S = 1
 COOKIE_SAMESITE = "Lax"  # Strict would drop the OAuth cookies on the redirect back from the hub's login
 LOGIN_REFUSED = "log in to JupyterHub, or send Authorization: token <your API token>"
 XSRF_REFUSED_PAGE = "the form's XSRF token (_xsrf) is missing or does not match your session; reload the page " \
@@ -67,6 +61,22 @@ class SecurityHeaders(RequestHandler):
             kwargs.setdefault("secure", True)
         super().set_cookie(name, value, **kwargs)
 
+    def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
+        """What a handler raised, answered: one of the portal's errors (or a timeout) with its status and words
+        (as_portal_error, the one mapping), anything else as tornado does (a bug: 500, never its words)."""
+        raised = kwargs.get("exc_info", (None, None, None))[1]
+        mapped = as_portal_error(raised) if isinstance(raised, Exception) else None
+        if mapped is not None:
+            kwargs["exc_info"] = (UserError, mapped, None)
+            status_code = mapped.status_code
+        super().send_error(status_code, **kwargs)
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        """The portal's own errors are answers, not bugs: no traceback (a bug keeps tornado's)."""
+        if isinstance(value, Exception) and as_portal_error(value) is not None:
+            return
+        super().log_exception(typ, value, tb)
+
     def error_parts(self, kwargs: dict) -> tuple[str, str | None]:
         error = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(error, UserError):
@@ -88,48 +98,35 @@ class OAuthCallbackHandler(HubOAuthCallbackHandler, SecurityHeaders):
 
 class UserError(HTTPError):
     """An error a user sees: status, a message, and the field it is about (for a spec that is not allowed).
-    The one place where the portal's errors (portal.scheduler.errors and the rest) become HTTP statuses."""
+    What the portal's errors (portal.errors) become: user_error, as_portal_error."""
 
     def __init__(self, status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(status, reason=None)
         self.message, self.field, self.headers = message, field, headers or {}
 
 
+def user_error(err: errors.PortalError) -> UserError:
+    """The user-facing error for one of the portal's errors: its status, words and field as portal.errors says (the
+    one mapping to HTTP), with a Retry-After where it says when to ask again."""
+    status, message, field = err.http_status, err.user_message(), err.field
+    if err.retry_after_s is not None:
+        later = RetryLater(err.retry_after_s)
+        return UserError(status, f"{message}; {later.text}", field, headers=later.headers)
+    return UserError(status, message, field)
+
+
 def as_portal_error(err: Exception) -> UserError | None:
     """The user-facing error for what portal.jobs, the scheduler or the hub raised; None for a bug (logged, 500)."""
-    if isinstance(err, JobSpecError):
-        return UserError(400, str(err), err.field)
-    if isinstance(err, UnknownScheduler):
-        return UserError(400, str(err), "backend")
-    if isinstance(err, JobNotFound):
-        return UserError(404, str(err))
-    if isinstance(err, UnreadableRecord):  # the user's own job.json is broken: shown, never acted on
-        return UserError(409, f"{err}; nothing is done with a job whose record cannot be trusted")
-    if isinstance(err, JobAccessError):
-        return UserError(403, str(err))
-    if isinstance(err, JobDirError):  # the user's own storage: full or over quota; Slurm is fine
-        return UserError(507, f"your job directory could not be prepared: {err}")
-    if isinstance(err, KubernetesError):
-        # Refused (a quota, an admission rule): the user's request; anything else: the API server is not there.
-        return UserError(400 if err.status in (403, 409, 422) else 503, str(err))
-    if isinstance(err, SlurmError | SchedulerUnavailable):  # a refusal other than the user's limits: Slurm's state
-        return UserError(503, f"Slurm is unavailable: {err}")
+    if isinstance(err, errors.PortalError):
+        return user_error(err)
     if isinstance(err, subprocess.TimeoutExpired):
-        return UserError(503, "Slurm or the file system did not answer in time; try again shortly")
-    if isinstance(err, SubmitInProgress):
-        later = RetryLater(SUBMIT_RETRY_S)
-        return UserError(429, f"{err}; {later.text}", headers=later.headers)
-    if isinstance(err, PartsLate):  # an admin's lookup: some users' records did not answer in time
-        return UserError(503, str(err))
-    if isinstance(err, HubUnavailable):
-        return hub_error(err)
+        return UserError(503, "the scheduler or the file system did not answer in time; try again shortly")
     return None
 
 
 def hub_error(err: HubUnavailable) -> UserError:
-    """The user-facing error for a hub that did not answer (as_portal_error's, typed for the handlers that catch
-    HubUnavailable themselves)."""
-    return UserError(503, f"JupyterHub is unavailable: {err}")
+    """The user-facing error for a hub that did not answer (typed for the handlers that catch HubUnavailable)."""
+    return user_error(err)
 
 
 class PortalHandler(HubOAuthenticated, SecurityHeaders):
@@ -248,13 +245,9 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         return user.name if user is not None else ""
 
     async def _in_pool(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> T:
-        try:
-            return await IOLoop.current().run_in_executor(pool, call)
-        except Exception as err:  # noqa: BLE001 (what as_portal_error does not name is a bug: raised as it is)
-            mapped = as_portal_error(err)
-            if mapped is None:
-                raise
-            raise mapped from None
+        """`call` in `pool`; what it raises is raised as it is (a handler may catch the portal's errors; what it does
+        not catch is answered by send_error)."""
+        return await IOLoop.current().run_in_executor(pool, call)
 
 class APIHandler(PortalHandler):
     is_api = True

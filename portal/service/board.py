@@ -35,6 +35,7 @@ from typing import Any, Generic
 from portal import jobs as jobs_api
 from portal import settings as user_settings
 from portal.config import PortalConfig
+from portal.errors import Busy
 from portal.inputs import one_line
 from portal.jobs import Job, JobAccessError, JobNotFound, UnreadableJob, UnreadableRecord
 from portal.quota import array_claim
@@ -67,8 +68,10 @@ def refusal_logged(decision: str) -> Iterator[None]:
         raise
 
 
-class SubmitInProgress(RuntimeError):
+class SubmitInProgress(Busy, RuntimeError):
     """The user's previous submit is still being decided: one quota decision at a time per user."""
+
+    retry_after_s = 1  # that one takes about a second (some ten commands)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from portal.errors import Unavailable
 from portal.service.board import HubUser
 
 T = TypeVar("T")
@@ -34,8 +35,11 @@ STALE_GRACE_S = 10.0  # how long past its age the roster is served while a fresh
 log = logging.getLogger("portal.service")
 
 
-class HubUnavailable(RuntimeError):
+class HubUnavailable(Unavailable, RuntimeError):
     """The hub's API did not answer as expected; the message says what was asked."""
+
+    def user_message(self) -> str:
+        return f"JupyterHub is unavailable: {self}"
 
 
 class HubDirectory:

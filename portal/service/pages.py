@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from portal import settings as user_settings
+from portal.errors import PortalError
 from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
 from portal.jobs import Job
 from portal.logview import filter_log
@@ -22,7 +23,7 @@ from portal.records.spec import WHOLE
 from portal.records.sweep import MAX_TRIALS, PRUNERS, SAMPLERS, SweepView
 from portal.reference import AurocTable
 from portal.scheduler.home import ModelCardError
-from portal.service.base import PageHandler, UserError
+from portal.service.base import PageHandler, UserError, user_error
 from portal.service.job_notebooks import NOTEBOOK_ELSEWHERE, write_job_notebook
 from portal.service.submit_form import (
     checkbox,
@@ -166,7 +167,7 @@ def task_argument(value: str | None) -> int | None:
     try:
         return whole_number(value, "task", 0, MAX_TRIALS - 1, " (a task of the sweep)")
     except InputError as err:
-        raise UserError(400, str(err), err.field) from None
+        raise user_error(err) from None
 
 
 def tail_lines(value: str | None) -> int | None:
@@ -176,7 +177,7 @@ def tail_lines(value: str | None) -> int | None:
     try:
         return whole_number(value, "tail", 1, MAX_TAIL_LINES, " (lines)")
     except InputError as err:
-        raise UserError(400, str(err), err.field) from None
+        raise user_error(err) from None
 
 
 def flag(value: str | None, name: str) -> bool:
@@ -219,7 +220,7 @@ class ModelCardHandler(PageHandler):
         try:
             card = await self.blocking(job.model_card, task)
         except ModelCardError as err:
-            raise UserError(409, str(err)) from None
+            raise user_error(err) from None
         if card is None:
             which = f"job {job.id}" if task is None else f"task {task} of sweep {job.id}"
             raise UserError(404, f"{which} has no model card yet: its run writes one when training ends"
@@ -287,14 +288,15 @@ class SubmitPageHandler(PageHandler):
         try:
             spec = self._posted_spec()
         except InputError as err:  # shown beside an empty form: what was sent is not worth showing again
-            await self._show({}, UserError(400, str(err), err.field))
+            await self._show({}, user_error(err))
             return
         try:
             job = await self.acting(self.board.submit, self.hub_user, spec)
-        except UserError as err:
-            if err.status_code not in (400, 429):  # the request's own fault: shown beside what was sent
+        except PortalError as err:
+            refused = user_error(err)
+            if refused.status_code not in (400, 429):  # the request's own fault: shown beside what was sent
                 raise
-            await self._show(spec, err)
+            await self._show(spec, refused)
             return
         self.redirect(f"{self.settings['service_prefix']}jobs/{job['id']}")
 
@@ -320,10 +322,10 @@ class SettingsPageHandler(SubmitPageHandler):
             await self.acting(self.board.save_user_settings, self.hub_user,
                               {name: checkbox(name, given.get(name)) for name in user_settings.FIELDS})
         except InputError as err:
-            await self._show({}, UserError(400, str(err), err.field))
+            await self._show({}, user_error(err))
             return
         except user_settings.SettingsNotSaved as err:  # their home's doing: said on the page, the form kept
-            await self._show({}, UserError(409, str(err), "settings"))
+            await self._show({}, user_error(err))
             return
         self.redirect(f"{self.settings['service_prefix']}submit?saved=1")
 

@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from portal.errors import Unavailable
 from portal.inputs import one_line
 
 T = TypeVar("T")
@@ -61,7 +62,7 @@ class Part(Generic[T]):
         return f"stale: {self.user}'s {what} as read {self.age_s:.0f} s ago ({self.late})"
 
 
-class PartsLate(RuntimeError):
+class PartsLate(Unavailable, RuntimeError):
     """A view could not be answered from the parts that were read in time (a job looked up among users whose
     records did not all answer): the service says 503, try again."""
 

@@ -118,8 +118,8 @@ def sync_accounts(lay: Layout) -> str:
     portal.accounts sync`, which an admin runs after changing the directory. It reads the cluster's name from
     slurmctld, so it runs once slurmctld is up (which then hears of the changes from slurmdbd)."""
     from portal import directory  # the portal's own sync
-    from portal.scheduler.errors import SlurmError
     from portal.scheduler.slurm import accounts
+    from portal.scheduler.slurm.errors import SlurmError
 
     try:
         changes = accounts.sync(lay.cfg, warn=lambda line: print(f"accounting: {line}", flush=True))

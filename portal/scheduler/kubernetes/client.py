@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from portal.config import PortalConfig
-from portal.scheduler.errors import JobNotFound, KubernetesError, kubernetes_failure
+from portal.errors import JobNotFound
+from portal.scheduler.kubernetes.errors import KubernetesError, kubernetes_failure
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from portal.config import PortalConfig
-from portal.scheduler.errors import JobNotFound, KubernetesError
+from portal.errors import JobNotFound
 from portal.scheduler.kubernetes.client import KubeUser, api_call
+from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.manifests import home_claim_manifest, user_namespace_manifest, user_namespace_objects
 from portal.scheduler.kubernetes.netpol import user_network_policies
 

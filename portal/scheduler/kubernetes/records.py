@@ -17,6 +17,7 @@ from typing import Any
 
 from portal.config import PortalConfig
 from portal.config_checks import CLUSTER_NAME
+from portal.errors import JobNotFound
 from portal.metrics import MAX_SERIES, RunMetrics, metrics_of_records, record_lines
 from portal.quota import GpuHolder, GpuQuota
 from portal.records.fit import Shape
@@ -39,8 +40,8 @@ from portal.records.spec import JobLimits
 from portal.records.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
 from portal.records.templating import programs_with
 from portal.scheduler.cluster import NodePool, QueuedJob, duration_text
-from portal.scheduler.errors import JobNotFound, KubernetesError
 from portal.scheduler.home import checked_card
+from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_CLUSTER,
     ANNOTATION_SPEC,

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from portal.config import PortalConfig
+from portal.errors import JobNotFound
 from portal.metrics import RunMetrics
 from portal.quota import GpuQuota
 from portal.records.ids import K8S_ID
@@ -39,11 +40,11 @@ from portal.records.record import CANCELLED, PENDING, JobRecord
 from portal.records.spec import JobLimits, JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, sweep_view
-from portal.scheduler import NoAccounting
 from portal.scheduler.cluster import QueuedJob
 from portal.scheduler.cluster import start_note as note_from_nodes
-from portal.scheduler.errors import JobNotFound, KubernetesError
+from portal.scheduler.errors import NoAccounting
 from portal.scheduler.kubernetes.client import KubeUser, api_call, api_client, kube_user
+from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.jobs import create_owned, job_objects
 from portal.scheduler.kubernetes.manifests import (
     DRY_RUN_NOTE,

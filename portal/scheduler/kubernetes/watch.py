@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from portal.config import PortalConfig
-from portal.scheduler.errors import KubernetesError
+from portal.errors import BadAnswer
 from portal.scheduler.kubernetes.client import api_client
+from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.manifests import GROUP, LABEL_USER, PLURAL, VERSION
 
 log = logging.getLogger("portal.scheduler")
@@ -127,7 +128,7 @@ class JobsWatch:
         return version
 
 
-class WatchError(RuntimeError):
+class WatchError(BadAnswer, RuntimeError):
     """The API server ended the watch with an error event (a 410 Gone: listed again)."""
 
 

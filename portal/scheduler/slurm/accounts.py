@@ -23,8 +23,8 @@ from portal.config import ConfigError, PortalConfig, load
 from portal.directory import USER_NAME, DirectoryError, Group, normal_dn, read_directory
 from portal.inputs import ascii_digits
 from portal.quota import quota_group
-from portal.scheduler.errors import SlurmError
 from portal.scheduler.slurm.commands import SlurmCommands
+from portal.scheduler.slurm.errors import SlurmError
 
 PROG = "python -m portal.accounts"
 USAGE = f"usage: {PROG} sync [--dry-run] | show   (as root)"

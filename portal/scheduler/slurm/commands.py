@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Protocol
 from portal.config import PortalConfig
 from portal.inputs import one_line
 from portal.scheduler.cluster import NodePool, QueuedJob
-from portal.scheduler.errors import SlurmError, SlurmRefused, SlurmUnavailable
 from portal.scheduler.slurm.answers import nodes_from_scontrol, slurm_partitions
 from portal.scheduler.slurm.data_parsers import DATA_PARSERS
+from portal.scheduler.slurm.errors import SlurmError, SlurmRefused, SlurmUnavailable
 from portal.scheduler.slurm.json_answers import SlurmAnswerError, read_squeue
 from portal.scheduler.snapshot import ClusterSnapshot
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from portal.errors import BadAnswer
 from portal.quota import array_claim
 from portal.records.states import ENDED_STATES, PENDING, RUNNING
 from portal.scheduler.cluster import QueuedJob, duration_text
@@ -40,7 +41,7 @@ JOB_STATE = re.compile(r"[A-Z_]{1,32}")
 NOT_ASSIGNED = "None assigned"  # Slurm's node list for a job that has not run on any node
 
 
-class SlurmAnswerError(ValueError):
+class SlurmAnswerError(BadAnswer, ValueError):
     """Slurm's answer is not what Slurm writes: read as Slurm not answering."""
 
 

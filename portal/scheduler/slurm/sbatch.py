@@ -15,7 +15,7 @@ from portal.records.spec import JobLimits, JobSpec
 from portal.records.sweep import SweepPlan
 from portal.records.templating import exported, job_environment, launch_template, program_values, programs_with
 from portal.scheduler.cluster import NodePool
-from portal.scheduler.errors import SlurmError
+from portal.scheduler.slurm.errors import SlurmError
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
 SLURM_ARRAY_JOB_ID = "%A"  # ... and for a job array's (a sweep's), which every task of the array shares

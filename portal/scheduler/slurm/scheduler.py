@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from chexnet.sweep import PLAN_FILE
 from portal.config import PortalConfig
+from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
 from portal.quota import GpuQuota
 from portal.records.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
@@ -51,11 +52,11 @@ from portal.records.sweep import (
     task_states,
 )
 from portal.scheduler.cluster import QueuedJob, gpu_holders, start_note
-from portal.scheduler.errors import JobNotFound, SlurmError, SlurmRefused
 from portal.scheduler.home import JobsInHome
 from portal.scheduler.slurm import history
 from portal.scheduler.slurm.answers import SLURM_SERVERS, job_unknown
 from portal.scheduler.slurm.commands import SlurmCommands
+from portal.scheduler.slurm.errors import JobDirError, SlurmError, SlurmRefused
 from portal.scheduler.slurm.json_answers import SlurmAnswerError, read_sacct, users_jobs
 from portal.scheduler.slurm.sbatch import (
     SLURM_JOB_ID,
@@ -71,11 +72,6 @@ POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a jo
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
 # Slurm commands run as a job's user (sbatch, scontrol, sacct, scancel), by name: the dashboard shows them.
 USER_SLURM_CALLS = CallCounts()
-
-
-class JobDirError(SlurmError):
-    """The job was cancelled because its ~/jobs/<cluster>/<id>/ could not be made: the user's file system (full, over
-    quota, not writable), not Slurm. A SlurmError still, for every caller that handles a failed submit."""
 
 
 class SlurmScheduler(JobsInHome):

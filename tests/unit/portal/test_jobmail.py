@@ -11,7 +11,7 @@ from portal import jobmail
 from portal.config import PortalConfig
 from portal.directory import DirectoryError
 from portal.jobmail import compose, slurm_arguments
-from portal.scheduler.errors import SlurmRefused
+from portal.scheduler.slurm.errors import SlurmRefused
 
 FIRST_MESSAGE = jobmail.first_message  # before any stand-in
 

@@ -17,8 +17,8 @@ from traitlets.config.loader import PyFileConfigLoader
 from bench.spawn import Run, first_time, job_id_submitted, log_time, median_ratio, p90, summary, table, verdict
 from bench.stock_hub import STOCK_HUB_CONFIG, configure_stock_slurm_spawner, stock_hub_settings
 from portal.config import PortalConfig, load
+from portal.errors import PortalError
 from portal.scheduler.cluster import QueuedJob
-from portal.scheduler.errors import PortalError
 from spawners import slurm_cluster
 from spawners.slurm import SINGLEUSER_FAST_START, PortalSlurmSpawner, ServerJobEnded
 from spawners.slurm_script import server_log_dir

@@ -12,7 +12,8 @@ import pytest
 from portal import jobs, notebook
 from portal.jobs import Asker, Job
 from portal.scheduler import asker as asker_module
-from portal.scheduler.errors import KubernetesRefused, KubernetesUnavailable, SlurmUnavailable, kubernetes_failure
+from portal.scheduler.kubernetes.errors import KubernetesRefused, KubernetesUnavailable, kubernetes_failure
+from portal.scheduler.slurm.errors import SlurmUnavailable
 
 
 class FlakyScheduler:

@@ -105,7 +105,7 @@ class DashboardTest(AsyncHTTPTestCase):
     def test_a_reason_is_logged_on_one_line_whatever_it_holds(self):
         from portal.inputs import LOGGED_REASON_CHARS, one_line
         assert one_line("sbatch: error: x\nsubmit by alice: job 1 on slurm\r\n") == \
-            "sbatch: error: x submit by alice: job 1 on slurm"
+            "sbatch: error: x; submit by alice: job 1 on slurm"
         assert len(one_line("y" * 10_000)) == LOGGED_REASON_CHARS + 3
 
     def test_a_user_sees_only_their_own_jobs_and_anothers_id_is_404(self):

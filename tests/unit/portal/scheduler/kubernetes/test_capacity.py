@@ -9,8 +9,8 @@ from portal.config import PortalConfig
 from portal.jobs import JobSpecError
 from portal.records.fit import Shape
 from portal.records.spec import parse_job_spec
-from portal.scheduler.errors import KubernetesError
 from portal.scheduler.kubernetes.client import kube_user
+from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.nodes import node_pools
 from portal.scheduler.kubernetes.records import limits_for
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from portal.config import PortalConfig
-from portal.scheduler.errors import KubernetesError
 from portal.scheduler.kubernetes.client import KubeUser, api_client
+from portal.scheduler.kubernetes.errors import KubernetesError
 
 KUBECONFIG = """apiVersion: v1
 kind: Config

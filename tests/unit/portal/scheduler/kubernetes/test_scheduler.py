@@ -168,8 +168,9 @@ class Refusing:
 @pytest.mark.parametrize("exists", [False, True])
 def test_a_user_without_a_namespace_has_no_jobs_and_holds_nothing_and_a_refusal_elsewhere_is_one(monkeypatch,
                                                                                                exists):
-    from portal.scheduler.errors import JobNotFound, KubernetesError
+    from portal.errors import JobNotFound
     from portal.scheduler.kubernetes import scheduler as module
+    from portal.scheduler.kubernetes.errors import KubernetesError
 
     monkeypatch.setattr(module, "namespace_exists", lambda api, cfg, user: exists)
     scheduler = KubernetesScheduler(CFG, client_for=lambda cfg, user: None)
@@ -190,8 +191,8 @@ def test_a_user_without_a_namespace_has_no_jobs_and_holds_nothing_and_a_refusal_
 def test_a_caller_that_may_not_read_namespaces_keeps_the_refusal_it_got(monkeypatch):
     """In a user's own pod (its service account reads no namespaces), a 403 while the API server's roles load
     stays that 403, about the call made, for the notebook's watch to ask again."""
-    from portal.scheduler.errors import KubernetesError
     from portal.scheduler.kubernetes import scheduler as module
+    from portal.scheduler.kubernetes.errors import KubernetesError
 
     def refused(api, cfg, user):
         raise KubernetesError("the Kubernetes API refused namespace dsportal-u-alice: 403", status=403)

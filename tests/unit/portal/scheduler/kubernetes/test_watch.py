@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from portal.scheduler.errors import KubernetesError
+from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.watch import JobsWatch, WatchError, WatchStamp, events
 
 

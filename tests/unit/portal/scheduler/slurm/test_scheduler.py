@@ -14,10 +14,10 @@ from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import JobStatus
 
 from portal.config import PortalConfig
+from portal.errors import SchedulerUnavailable
 from portal.records.account import JobUser
 from portal.records.record import JobRecord, cluster_jobs_dir
 from portal.records.spec import JobSpec
-from portal.scheduler.errors import SchedulerUnavailable
 from portal.scheduler.slurm.answers import job_unknown, squeue_outcome
 from portal.scheduler.slurm.scheduler import SlurmError, SlurmScheduler
 from portal.scheduler.snapshot import ClusterCache
