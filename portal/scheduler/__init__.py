@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from portal.scheduler.errors import UnknownScheduler
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from portal.config import PortalConfig
     from portal.metrics import RunMetrics
     from portal.records.record import JobRecord
@@ -71,9 +73,17 @@ P = TypeVar("P", bound=Person)
 class Scheduler(Protocol[P]):
     """What every scheduler does for the portal. `user` (P) is the scheduler's own view of the person, made by its
     `person`: a Unix account (portal.records.account.JobUser) for Slurm and local jobs, an identity to impersonate
-    (KubeUser) on Kubernetes."""
+    (KubeUser) on Kubernetes.
 
-    name: str
+    The contract, for each method below: its arguments and return, the errors it raises (all portal.errors kinds:
+    JobNotFound for a job that is not the user's or not known, the scheduler's SchedulerUnavailable when it does not
+    answer, SchedulerRefused when it says no), and whether it blocks. "Blocks" means it asks the cluster (a command,
+    an API call) or reads the user's files, and may take up to the scheduler's timeout: the dashboard and the
+    spawners call it in a thread pool, never on the event loop. "Pure" means it reads only its arguments and the
+    settings. The contract suite (tests/unit/portal/scheduler/test_contract.py) checks every scheduler against it.
+    """
+
+    name: str  # its name in SCHEDULERS, the `scheduler` setting and the API's `backend`
     cfg: PortalConfig
     job_ids: ClassVar[re.Pattern[str]]  # its job ids, anchored: a path component and a route (job_id_patterns)
     # each job's record is ~/jobs/<cluster>/<id>/job.json; else the scheduler keeps them (KeepsRecords)
@@ -82,58 +92,95 @@ class Scheduler(Protocol[P]):
     sweeps: bool  # it runs sweeps (portal.records.sweep): `submit` and `render` take a plan, `sweep` reads one
 
     def person(self, user: str | None, groups: Sequence[str] | None) -> P:
-        """The scheduler's view of the person (None: the calling process's user)."""
+        """The scheduler's view of the person called `user` with the hub's `groups` (None: the calling process's
+        user). Pure, but for a lookup of the account (Slurm, local: the passwd entry; KeyError for none)."""
 
     def snapshot(self, clock: Callable[[], float] = ...) -> ClusterSnapshot:
-        """The cluster now, asked once (the dashboard caches it: portal.scheduler.snapshot.ClusterCache)."""
+        """The cluster now, asked once: its queue (where `queue_in_snapshot`), node pools and nodes, stamped by
+        `clock`. Blocks (the dashboard caches it: portal.scheduler.snapshot.ClusterCache); SchedulerUnavailable."""
 
     def limits(self, user: P, snapshot: ClusterSnapshot | None = None,
                held: Sequence[tuple[str, int]] = ()) -> JobLimits:
-        """What the user may ask for now; from `snapshot` when given (no command), with `held`: (job id, GPUs)
-        of jobs submitted since it was taken."""
+        """What the user may ask for now (node pools, the GPU quota with what they hold, the caps); from `snapshot`
+        when given, with `held`: (job id, GPUs) of jobs submitted since it was taken. Blocks without a snapshot
+        (with one: Slurm asks nothing, Kubernetes lists the user's pods); SchedulerUnavailable."""
 
     def configured_limits(self, user: P) -> JobLimits | None:
         """What the settings alone let the user ask for, with no call to the cluster: a dry run (`render`) is
         checked against these, and the cluster decides at submit. None where only the cluster can say (Slurm's
-        partitions)."""
+        partitions). Pure."""
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         """The job's line in the snapshot's queue while it is queued there and is its record's user's; None when
-        it is not, or when this scheduler's jobs are not in the snapshot (ask `state`)."""
+        it is not, or when this scheduler's jobs are not in the snapshot (ask `state`). Pure."""
 
     def waiting(self, snapshot: ClusterSnapshot, record: JobRecord) -> QueuedJob | None:
         """The job's line in the snapshot while it waits there to start (its reason, Slurm's estimate of its
-        start), is its record's user's; else None."""
+        start), is its record's user's; else None. Pure."""
 
     def start_note(self, spec: JobSpec, user: str, snapshot: ClusterSnapshot) -> str:
         """Why a job of `spec`, just submitted by `user`, will wait (the nodes it needs are busy, and with what of
-        the user's own), from `snapshot` taken before the submit; "" when it can start now or cannot tell."""
+        the user's own), from `snapshot` taken before the submit; "" when it can start now or cannot tell. Pure."""
 
     def check_sweep(self, spec: JobSpec) -> None:
         """What a sweep's trial of `spec` cannot be on this scheduler: JobSpecError naming the field (Kubernetes:
-        a trial is one pod, on one node). Asked for every sweep, after the spec and the plan are parsed."""
+        a trial is one pod, on one node). Asked for every sweep, after the spec and the plan are parsed. Pure."""
 
-    def render(self, spec: JobSpec, user: P, partition: str = "", plan: SweepPlan | None = None) -> str: ...
+    def render(self, spec: JobSpec, user: P, partition: str = "", plan: SweepPlan | None = None) -> str:
+        """What `submit` would hand the scheduler for `spec` (a sweep's with `plan`), as text: the batch script
+        (Slurm, local) or the objects as YAML (Kubernetes). Nothing is created. Pure, but for the user's account
+        and settings; JobSpecError for what the scheduler cannot take."""
+
     def submit(self, spec: JobSpec, user: P, partition: str = "",
-               plan: SweepPlan | None = None) -> tuple[JobRecord, str | None]: ...
-    def state(self, record: JobRecord, user: P) -> str: ...
-    def cancel(self, record: JobRecord, user: P) -> None: ...
-    def logs(self, record: JobRecord, user: P, tail: int | None = None, task: int | None = None) -> str: ...
-    def metrics(self, record: JobRecord, user: P) -> RunMetrics: ...
-    def model_card(self, record: JobRecord, user: P, task: int | None = None) -> dict[str, Any] | None: ...
-    def history(self, record: JobRecord, user: P) -> list[str]: ...
+               plan: SweepPlan | None = None) -> tuple[JobRecord, str | None]:
+        """Start the job as the user: (its record, the stamp of its job directory where there is one, else None).
+        Nothing is left half-made when it fails. Blocks; SchedulerRefused (a policy, a quota), SchedulerUnavailable,
+        UserStorage (Slurm: the user's job directory could not be made)."""
+
+    def state(self, record: JobRecord, user: P) -> str:
+        """The job's state now, in the one vocabulary of portal.records.states (a sweep's: its tasks' together).
+        Blocks; JobNotFound, SchedulerUnavailable."""
+
+    def cancel(self, record: JobRecord, user: P) -> None:
+        """End the job and everything it started, as the user (the scheduler refuses anyone else's). Blocks;
+        JobNotFound for a job it does not know or that is not the user's (alike), SchedulerRefused,
+        SchedulerUnavailable."""
+
+    def logs(self, record: JobRecord, user: P, tail: int | None = None, task: int | None = None) -> str:
+        """The job's output (its last `tail` lines), read as the user through the bounded reader; "" before it
+        starts. A sweep's: task `task`'s (default 0). Blocks; SchedulerUnavailable where the scheduler keeps it."""
+
+    def metrics(self, record: JobRecord, user: P) -> RunMetrics:
+        """Images/sec and AUROC so far (portal.metrics.RunMetrics), from the run's per-epoch record or TensorBoard
+        files, read as the user. Blocks; an empty RunMetrics before the first epoch."""
+
+    def model_card(self, record: JobRecord, user: P, task: int | None = None) -> dict[str, Any] | None:
+        """The run's model card, checked against its schema: None before the run wrote one, ModelCardError
+        (Untrusted) saying why for one that is not a card. A sweep's: its task's trial's. Blocks."""
+
+    def history(self, record: JobRecord, user: P) -> list[str]:
+        """Lines for the runs the scheduler ended and ran again (a node lost, a requeue, a resume); [] for a job
+        that ran once, or a scheduler that keeps no such history. Blocks."""
+
     def sweep(self, record: JobRecord, user: P) -> SweepView:
-        """A sweep's trials (where `sweeps`)."""
-    def usage(self, user: P, everyone: bool, now: Any) -> UsageReport:
-        """GPU-hours from the scheduler's accounting; NoAccounting where it keeps none."""
+        """A sweep's trials, the study's figures beside the scheduler's tasks (where `sweeps`; elsewhere its trials
+        as never run). A study that cannot be read leaves the rows to the scheduler and says why. Blocks."""
+
+    def usage(self, user: P, everyone: bool, now: datetime) -> UsageReport:
+        """This week's jobs and GPU-hours up to `now` from the scheduler's accounting: the user's, or every user's
+        with `everyone` (an admin). Blocks; NoAccounting where it keeps none, SchedulerUnavailable."""
 
 
 class KeepsRecords(Scheduler[P], Protocol[P]):
     """A scheduler whose job records are its own objects (records_in_home False: Kubernetes' Jobs and MPIJobs),
     not job.json files in the homes that portal.jobs reads."""
 
-    def records(self, user: P) -> list[JobRecord]: ...
-    def load(self, user: P, job_id: str) -> JobRecord: ...
+    def records(self, user: P) -> list[JobRecord]:
+        """Every job of the user's that the scheduler keeps, as records (a broken object is skipped, logged).
+        Blocks; SchedulerUnavailable."""
+
+    def load(self, user: P, job_id: str) -> JobRecord:
+        """The user's job `job_id` as a record. Blocks; JobNotFound (another user's too), SchedulerUnavailable."""
 
 
 def scheduler_for(cfg: PortalConfig, name: str | None = None, run: Callable[[Sequence[str]], str] | None = None

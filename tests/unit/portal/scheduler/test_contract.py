@@ -1,0 +1,142 @@
+"""The scheduler contract (portal.scheduler.Scheduler), one suite over every registered scheduler: each
+implements every method with the protocol's arguments, says in the protocol's docstring whether it blocks, renders a
+job without asking its cluster, answers usage or says it keeps no accounting, and, where it asks a service that does
+not answer, fails as that scheduler's SchedulerUnavailable naming it. A toy scheduler registered here passes the same
+checks. (The box journeys drive the real ones end to end: tests/kubernetes/test_dashboard_journeys.py.)"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import socket
+from datetime import datetime
+from typing import Any, ClassVar
+
+import pytest
+
+from portal import errors
+from portal.config import PortalConfig
+from portal.records.spec import JobLimits
+from portal.scheduler import SCHEDULERS, KeepsRecords, Scheduler, scheduler_class, scheduler_for
+from portal.scheduler.errors import NoAccounting
+from portal.scheduler.local import LocalScheduler
+from portal.scheduler.usage import UsageReport
+from tests.conftest import REPO
+from tests.slurm_answers import sacct_json, sacct_run
+from tests.unit.helpers import parse_spec
+
+CONTRACT = [name for name, value in vars(Scheduler).items() if inspect.isfunction(value) and not name.startswith("_")]
+KEPT_RECORDS = [name for name, value in vars(KeepsRecords).items() if inspect.isfunction(value)
+                and not name.startswith("_")]
+ATTRIBUTES = ("name", "job_ids", "records_in_home", "queue_in_snapshot", "sweeps")
+
+
+class ToyScheduler(LocalScheduler):
+    """A third scheduler as a site would add one: its own class and job ids, registered in SCHEDULERS."""
+
+    name = "toy"
+    job_ids: ClassVar[re.Pattern[str]] = re.compile(r"^toy-[0-9a-f]{8}\Z")
+
+
+@pytest.fixture(params=[*SCHEDULERS, "toy"])
+def registered(request, monkeypatch) -> str:
+    """Each registered scheduler's name; "toy" registers the toy scheduler from this module first."""
+    if request.param == "toy":
+        monkeypatch.setitem(SCHEDULERS, "toy", (__name__, "ToyScheduler"))
+    return request.param
+
+
+def refuse_every_command(argv) -> str:
+    raise AssertionError(f"the contract says this asks nothing, but it ran {list(argv)}")
+
+
+def test_the_contract_has_every_method_the_page_and_the_docs_name():
+    assert {"person", "snapshot", "limits", "render", "submit", "state", "cancel", "logs", "usage"} <= set(CONTRACT)
+    assert KEPT_RECORDS == ["records", "load"]
+
+
+def test_each_method_of_the_contract_says_its_arguments_errors_and_whether_it_blocks():
+    for name in (*CONTRACT, *KEPT_RECORDS):
+        method = getattr(KeepsRecords, name)
+        doc = inspect.getdoc(method) or ""
+        assert re.search(r"\b(Blocks|Pure)\b", doc), f"Scheduler.{name}: its docstring says not whether it blocks"
+        source = inspect.getsource(method)
+        assert not source.rstrip().endswith("..."), f"Scheduler.{name} has no contract, only `...`"
+
+
+def test_the_architecture_page_lists_every_method_of_the_contract():
+    page = (REPO / "docs" / "architecture.md").read_text()
+    section = page[page.index("- **A scheduler**"):page.index("- **A training program**")]
+    missing = [name for name in (*CONTRACT, *KEPT_RECORDS) if f"`{name}`" not in section]
+    assert not missing and "..." not in section, f"docs/architecture.md, 'Where to add': missing {missing}"
+
+
+def test_each_scheduler_implements_the_contract_with_its_arguments(registered):
+    cls = scheduler_class(registered)
+    made = scheduler_for(PortalConfig(), registered, run=refuse_every_command)
+    for attribute in ATTRIBUTES:
+        assert hasattr(made, attribute), f"{registered}: no {attribute}"
+    assert made.name == registered
+    assert cls.job_ids.pattern.startswith("^") and cls.job_ids.pattern.endswith(r"\Z"), registered
+    methods = CONTRACT + ([] if cls.records_in_home else KEPT_RECORDS)
+    for name in methods:
+        wanted = list(inspect.signature(getattr(KeepsRecords, name)).parameters)
+        found = list(inspect.signature(getattr(cls, name)).parameters)
+        assert found == wanted, f"{registered}.{name}{found}: the contract's arguments are {wanted}"
+
+
+def test_a_job_renders_on_each_scheduler_without_asking_it(registered):
+    scheduler = scheduler_for(PortalConfig(), registered, run=refuse_every_command)
+    user = scheduler.person("alice", ["gpu-users"])
+    text = scheduler.render(parse_spec(nodes=1, gpus_per_node=0, epochs=1), user)
+    assert "chexnet" in text and len(text) > 500, (registered, text[:300])
+    configured = scheduler.configured_limits(user)
+    assert configured is None or isinstance(configured, JobLimits)
+
+
+def test_usage_is_a_report_or_says_that_there_is_no_accounting(registered):
+    now = datetime(2026, 11, 25, 12, 0)
+    answers = {"sacct": sacct_json(sacct_run(7, "alice", "COMPLETED", datetime(2026, 11, 24, 9), datetime(2026, 11,
+                                                                                                       24, 10)))}
+
+    def accounting(argv) -> str:
+        return answers[argv[0]]
+
+    scheduler: Any = scheduler_for(PortalConfig(), registered, run=accounting)
+    try:
+        report = scheduler.usage(scheduler.person("alice", ["gpu-users"]), False, now)
+    except NoAccounting as err:  # a kind of the tree, answered 501 with the scheduler's words
+        assert errors.answer(err)[0] == 501 and str(err)
+        return
+    assert isinstance(report, UsageReport)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def silent(name: str, tmp_path) -> PortalConfig:
+    """Settings whose scheduler cannot be reached: Slurm's commands missing, an API server on a closed port."""
+    if name == "slurm":
+        return PortalConfig(slurm_bin_dir=tmp_path / "no-slurm-here")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{closed_port()}", insecure-skip-tls-verify: true}}}}]
+users: [{{name: u, user: {{token: "x"}}}}]
+contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
+current-context: c
+""")
+    return PortalConfig(scheduler="kubernetes", k8s_kubeconfig=str(kubeconfig))
+
+
+@pytest.mark.parametrize("name", ["slurm", "kubernetes"])  # the local runner asks no service
+def test_a_scheduler_that_does_not_answer_is_unavailable_in_its_own_name(name, tmp_path):
+    scheduler = scheduler_for(silent(name, tmp_path), name)
+    with pytest.raises(errors.SchedulerUnavailable) as raised:
+        scheduler.snapshot()
+    status, said, _ = errors.answer(raised.value)
+    assert status == 503 and raised.value.scheduler.lower() == name, (status, said)
+    assert said.lower().startswith(name) or f"the {name} api" in said.lower(), said
