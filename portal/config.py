@@ -324,11 +324,6 @@ class PortalConfig:
         return str(ipaddress.ip_network(self.box_subnet)[1 + index])
 
     @property
-    def spawner_backend(self) -> str:
-        """The old name of `scheduler`, read-only, for code not yet moved to it."""
-        return self.scheduler
-
-    @property
     def hub_api_address(self) -> str:
         if self.hub_api_ip:
             return self.hub_api_ip

@@ -48,6 +48,3 @@ def launcher_env() -> dict[str, str]:
     return {"PATH": ISOLATED_PATH, "LANG": LOCALE}
 
 
-def python_argv(python: Path | str, module: str, *args: str) -> list[str]:
-    """`python -I -m module args`: only the venv's own packages are importable, never the user's."""
-    return [str(python), PYTHON_ISOLATED, "-m", module, *args]

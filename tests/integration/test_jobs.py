@@ -60,8 +60,11 @@ def test_a_script_with_every_field_at_its_limits_passes_sbatch_test_only(cluster
         "time_limit": format_minutes(limits.max_minutes), "epochs": 1000, "batch_size": 1024, "image_size": 1024,
         "model": "resnet50", "fp16": True, "xla": True, "data_dir": str(demo_data)}, "slurm", user="alice")
     backend, alice = SlurmScheduler(cluster), job_user("alice")
-    answer = backend.test_only(spec, alice, limits.partition)
-    assert "to start at" in answer, answer
+    # sbatch --test-only: Slurm's own check that the script's request can ever run (nothing is queued).
+    tested = backend.commands.complete("sbatch", "--test-only", user=alice,
+                                       input=backend.render(spec, alice, limits.partition))
+    answer = tested.stderr.strip()  # "sbatch: Job 7 to start at ... using 8 processors on nodes localhost ..."
+    assert tested.returncode == 0 and "to start at" in answer, answer
     assert jobs_of("alice") == []  # --test-only queues nothing
 
 

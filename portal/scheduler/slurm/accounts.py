@@ -258,14 +258,6 @@ def sync(cfg: PortalConfig, dry_run: bool = False, *, read_dir: DirectoryReader 
     return changes
 
 
-def gpu_limits(cfg: PortalConfig, run: Runner | None = None) -> dict[str, int]:
-    """user -> the GPUs Slurm lets them hold at once: GrpTRES gres/gpu, summed over their associations (each limits
-    only itself); users with an association without a GPU limit are left out."""
-    associations = read_slurm(cfg, run).associations
-    limited = {a.user for a in associations} - {a.user for a in associations if a.gpus is None}
-    return {user: sum(a.gpus or 0 for a in associations if a.user == user) for user in sorted(limited)}
-
-
 def show_lines(associations: Sequence[Association]) -> list[str]:
     """A table of user, account and GPU limit ("none": no GPU limit)."""
     rows = [("USER", "ACCOUNT", "GPUS")] + [(a.user, a.account, "none" if a.gpus is None else str(a.gpus))

@@ -142,13 +142,6 @@ class SlurmScheduler(JobsInHome):
     def render(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None) -> str:
         return render_sbatch(spec, f"{self.jobs_dir(user)}/{SLURM_JOB_ID}", self.cfg, partition, plan)
 
-    def test_only(self, spec: JobSpec, user: JobUser, partition: str = "") -> str:
-        """`sbatch --test-only`: Slurm's own check that the script's request can ever run (nothing is queued)."""
-        result = self.commands.complete("sbatch", "--test-only", user=user, input=self.render(spec, user, partition))
-        if result.returncode != 0:
-            raise SlurmError(f"sbatch --test-only refused the script: {result.stderr.strip()}")
-        return result.stderr.strip()  # "sbatch: Job 7 to start at ... using 8 processors on nodes localhost ..."
-
     def submit(self, spec: JobSpec, user: JobUser, partition: str = "",
                plan: SweepPlan | None = None) -> tuple[JobRecord, str]:
         """Submit held, make ~/jobs/<cluster>/<id>/ with the script and job.json, then release; (the record, the

@@ -55,9 +55,7 @@ def test_a_command_for_another_user_gets_no_secret_of_the_callers_and_runs_in_ro
 
 
 def test_the_metrics_helper_runs_python_isolated():
-    assert '"$2" -I -m portal.metrics' in METRICS_IF_EVENTS
-    assert runas.python_argv("/venv/bin/python", "portal.metrics", "/l") == [
-        "/venv/bin/python", "-I", "-m", "portal.metrics", "/l"]
+    assert f'"$2" {runas.PYTHON_ISOLATED} -m portal.metrics' in METRICS_IF_EVENTS
 
 
 def forged_home(home: Path) -> None:
@@ -79,7 +77,7 @@ def test_a_forged_portal_package_in_the_home_is_not_imported(tmp_path):
                            text=True, env={**os.environ, "HOME": str(home), "PYTHONPATH": str(home)}, timeout=60)
     assert "1e9" in leaky.stdout or "1000000000" in leaky.stdout  # without isolation the user's code answers
     env_argv = [runas.ENV, "-i", *(f"{k}={v}" for k, v in runas.isolated_env("alice", home).items())]
-    isolated = subprocess.run([*env_argv, *runas.python_argv(sys.executable, "portal.metrics", str(logdir))],
+    isolated = subprocess.run([*env_argv, sys.executable, runas.PYTHON_ISOLATED, "-m", "portal.metrics", str(logdir)],
                               cwd=runas.ISOLATED_CWD, capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PYTHONPATH": str(home), **runas.launcher_env()})
     assert isolated.returncode == 0, isolated.stderr

@@ -14,7 +14,7 @@ import pytest
 from portal.config import PortalConfig
 from portal.directory import DirectoryError
 from portal.jobs import SlurmError
-from portal.scheduler.slurm.accounts import desired_state, gpu_limits, main, plan, show_lines, slurm_runner, sync
+from portal.scheduler.slurm.accounts import desired_state, main, plan, read_slurm, show_lines, slurm_runner, sync
 from tests.unit.helpers import ACCOUNTS_CFG as CFG
 from tests.unit.helpers import DEMO, IN_SYNC, NEW_CLUSTER, NEW_USERS, FakeSlurm, group, slurm_state
 
@@ -99,7 +99,8 @@ def test_show_and_gpu_limits(capsys):
     assert code == 0
     assert out == ["USER   ACCOUNT         GPUS", "admin  portal-admins   0", "alice  gpu-users       4",
                    "bob    datascientists  0", "carol  datascientists  none", "root   root            none"]
-    assert gpu_limits(CFG, slurm) == {"admin": 0, "alice": 4, "bob": 0}
+    gpus = {a.user: a.gpus for a in read_slurm(CFG, slurm).associations}  # GrpTRES gres/gpu; None: no limit
+    assert gpus == {"admin": 0, "alice": 4, "bob": 0, "carol": None, "root": None}
     assert show_lines(()) == ["USER  ACCOUNT  GPUS"]
 
 
