@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from tornado.ioloop import IOLoop
 from tornado.web import ErrorHandler, HTTPError, RequestHandler, StaticFileHandler
 
 from portal import errors
-from portal.inputs import MAX_BODY_BYTES
+from portal.inputs import MAX_BODY_BYTES, one_line
 from portal.retry import RetryLater
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.board import HubUser, JobBoard
@@ -25,6 +26,7 @@ from portal.service.hub import HubDirectory, HubUnavailable
 from portal.service.render import hub_namespace
 
 T = TypeVar("T")
+log = logging.getLogger("portal.service")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 COOKIE_SAMESITE = "Lax"  # Strict would drop the OAuth cookies on the redirect back from the hub's login
 LOGIN_REFUSED = "log in to JupyterHub, or send Authorization: token <your API token>"
@@ -72,10 +74,17 @@ class SecurityHeaders(RequestHandler):
         super().send_error(status_code, **kwargs)
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
-        """The portal's own errors are answers, not bugs: no traceback (a bug keeps tornado's)."""
-        if isinstance(value, Exception) and as_portal_error(value) is not None:
+        """A refused or failed request is one line: who asked what, the status and why (a warning from 500 up, as
+        the hub logs its own); the portal's errors are answers, not bugs, so without a traceback. A bug keeps
+        tornado's (its traceback, at error)."""
+        answered = value if isinstance(value, UserError) else \
+            as_portal_error(value) if isinstance(value, Exception) else None
+        if answered is None:
+            super().log_exception(typ, value, tb)
             return
-        super().log_exception(typ, value, tb)
+        user = getattr(getattr(self, "hub_user", None), "name", None) or "(not logged in)"
+        log.log(logging.WARNING if answered.status_code >= 500 else logging.INFO, "%s %s for %s: %d %s",
+                self.request.method, self.request.path, user, answered.status_code, one_line(answered.message))
 
     def error_parts(self, kwargs: dict) -> tuple[str, str | None]:
         error = kwargs.get("exc_info", (None, None, None))[1]

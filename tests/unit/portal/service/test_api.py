@@ -102,6 +102,15 @@ class DashboardTest(AsyncHTTPTestCase):
             f"cancel of job {job_id} by alice: cancelled on slurm",
         ], lines
 
+    def test_each_refused_or_failed_request_logs_who_asked_what_the_status_and_why(self):
+        with self.assertLogs("portal.service", level="INFO") as logged:
+            self.call("GET", "api/jobs/99", user="bob")  # none of his: 404
+            self.call("POST", "api/jobs", body={"epochs": "many\nforged line"})  # 400, the field's words
+        lines = [(r.levelname, r.getMessage()) for r in logged.records if " for " in r.getMessage()]
+        assert lines[0] == ("INFO", "GET /services/portal/api/jobs/99 for bob: 404 job 99: not found among bob's jobs"), lines
+        assert lines[1][0] == "INFO" and lines[1][1].startswith(
+            "POST /services/portal/api/jobs for alice: 400 epochs: ") and "\n" not in lines[1][1], lines
+
     def test_a_reason_is_logged_on_one_line_whatever_it_holds(self):
         from portal.inputs import LOGGED_REASON_CHARS, one_line
         assert one_line("sbatch: error: x\nsubmit by alice: job 1 on slurm\r\n") == \
