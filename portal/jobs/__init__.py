@@ -45,11 +45,12 @@ from portal.records.record import (
 from portal.records.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, parse_sweep
-from portal.scheduler import SCHEDULERS, Scheduler, scheduler_for, scheduler_of_job
+from portal.scheduler import Scheduler
 from portal.scheduler.asker import Asker
 from portal.scheduler.errors import NoAccounting, UnknownScheduler
 from portal.scheduler.kubernetes.client import KubeUser
 from portal.scheduler.kubernetes.errors import KubernetesError
+from portal.scheduler.registry import SCHEDULERS, scheduler_for, scheduler_of_job
 from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.usage import UsageReport
 

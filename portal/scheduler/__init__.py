@@ -1,7 +1,7 @@
 """The scheduler layer: the one way the spawners, the training jobs (portal.jobs), the dashboard and the accounts
 sync reach a scheduler.
 
-    from portal.scheduler import scheduler_for
+    from portal.scheduler.registry import scheduler_for
     scheduler = scheduler_for(cfg)            # the configured one: Slurm or Kubernetes (or "local" for jobs)
     scheduler.snapshot()                      # the cluster now: queue, partitions, nodes (cached: ClusterCache)
     user = scheduler.person("alice", groups)  # the scheduler's own view of the person (its Person type)
@@ -13,28 +13,25 @@ A scheduler's methods take only the person that its own `person` made: `Schedule
 for Slurm and local jobs, KubeUser on Kubernetes), so the type checker (`make lint`: mypy over portal/scheduler
 and portal/service) refuses anyone else's type, such as the hub's user, where a scheduler's person belongs. Each
 scheduler also owns the pattern of its job ids (`job_ids`): the dashboard's routes and portal.jobs.get are built
-from `job_id_patterns()`, not from a list of their own.
+from `job_id_patterns()` (portal.scheduler.registry), not from a list of their own.
 
 Each implementation owns one command runner (Slurm: portal.scheduler.slurm.commands.SlurmCommands; Kubernetes: the
 API client with impersonation), its snapshot, its limits and its job operations; the quota rule and its wording
 are in portal.quota, the errors in portal.errors (each scheduler's in its package's errors.py). Adding a
 scheduler means a package of its own that implements `Scheduler` (below), its job-id format
 (portal/records/ids.py) and its job templates (portal/records/templates/), and naming it in `SCHEDULERS`
-(docs/architecture.md, "Where to add").
+(portal/scheduler/registry.py; docs/architecture.md, "Where to add").
 
-The implementations are named here as strings and imported when first asked for: this scheduler-neutral layer
-never imports either scheduler's package (portal/scheduler/slurm/, portal/scheduler/kubernetes/), and they never
-import each other (tests/unit/test_layers.py).
+This module is the contract only: it imports no scheduler and nothing at run time, so that importing a
+scheduler's package (which runs this first) never runs the registry. The registry names the implementations as
+strings and imports one when first asked for; they never import each other (tests/unit/test_layers.py).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
-
-from portal.scheduler.errors import UnknownScheduler
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -47,12 +44,6 @@ if TYPE_CHECKING:
     from portal.scheduler.cluster import QueuedJob
     from portal.scheduler.snapshot import ClusterSnapshot
     from portal.scheduler.usage import UsageReport
-
-# name -> (module, class)
-SCHEDULERS = {"slurm": ("portal.scheduler.slurm.scheduler", "SlurmScheduler"),
-              "local": ("portal.scheduler.local", "LocalScheduler"),
-              "kubernetes": ("portal.scheduler.kubernetes.scheduler", "KubernetesScheduler")}
-
 
 class Person(Protocol):
     """What every scheduler's person has: a name, the groups the hub (LDAP) gives them, and which directories a
@@ -181,40 +172,6 @@ class KeepsRecords(Scheduler[P], Protocol[P]):
 
     def load(self, user: P, job_id: str) -> JobRecord:
         """The user's job `job_id` as a record. Blocks; JobNotFound (another user's too), SchedulerUnavailable."""
-
-
-def scheduler_for(cfg: PortalConfig, name: str | None = None, run: Callable[[Sequence[str]], str] | None = None
-                  ) -> Scheduler[Any]:
-    """The scheduler called `name` (default: the configured `scheduler`). `run`: a fake Slurm's commands (tests;
-    only Slurm runs commands)."""
-    name = name or cfg.scheduler
-    if name not in SCHEDULERS:
-        raise UnknownScheduler(f"scheduler: {name!r} is not a scheduler; allowed: {', '.join(SCHEDULERS)}")
-    implementation: Any = scheduler_class(name)  # each class's own constructor (Slurm's takes `run`)
-    return implementation(cfg, run=run) if run is not None and name == "slurm" else implementation(cfg)
-
-
-def scheduler_class(name: str) -> type[Scheduler[Any]]:
-    """The class of the scheduler called `name` (imported now)."""
-    module, cls = SCHEDULERS[name]
-    found: type[Scheduler[Any]] = getattr(importlib.import_module(module), cls)
-    return found
-
-
-def job_id_patterns() -> dict[str, str]:
-    """Each scheduler's job-id pattern, unanchored (for a route: one spelling per job, so "0002" is no route at
-    all rather than a second name for job 2), by scheduler name."""
-    return {name: scheduler_class(name).job_ids.pattern.removeprefix("^").removesuffix(r"\Z")
-            for name in SCHEDULERS}
-
-
-def scheduler_of_job(job_id: str) -> str | None:
-    """The name of the scheduler whose job ids look like `job_id` (ids never look alike across schedulers), or
-    None."""
-    for name in SCHEDULERS:
-        if scheduler_class(name).job_ids.match(job_id):
-            return name
-    return None
 
 
 if TYPE_CHECKING:  # each implementation against the protocol, with its own person (checked by `make lint`)

@@ -60,7 +60,7 @@ class ClusterCache:
 
     def __init__(self, cfg: PortalConfig, run: Runner | None = None, clock: Callable[[], float] = time.monotonic,
                  read: Callable[[], ClusterSnapshot] | None = None):
-        from portal.scheduler import scheduler_for  # the cache is below the schedulers it serves
+        from portal.scheduler.registry import scheduler_for  # the cache is below the schedulers it serves
 
         self.cfg = cfg
         self.interval_s = float(cfg.dashboard_refresh_s)

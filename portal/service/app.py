@@ -10,7 +10,7 @@ from jupyterhub.utils import url_path_join
 from tornado.web import Application, RequestHandler
 
 from portal.config import PortalConfig
-from portal.scheduler import job_id_patterns
+from portal.scheduler.registry import job_id_patterns
 from portal.scheduler.snapshot import ClusterCache
 from portal.service import api, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles

@@ -42,7 +42,8 @@ from portal.quota import array_claim
 from portal.records.account import JobUser, job_user
 from portal.records.record import CANCELLED, ENDED_STATES, PENDING
 from portal.records.spec import JobLimits
-from portal.scheduler import P, Scheduler, scheduler_for
+from portal.scheduler import P, Scheduler
+from portal.scheduler.registry import scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews

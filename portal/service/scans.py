@@ -16,7 +16,7 @@ from typing import Any
 
 from portal.config import PortalConfig
 from portal.records.record import JOBS_ROOT
-from portal.scheduler import scheduler_for
+from portal.scheduler.registry import scheduler_for
 
 # A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
 # jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).

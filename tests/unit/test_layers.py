@@ -191,9 +191,9 @@ SETTINGS = ("portal.config", "portal.config_values", "portal.config_cli", "porta
             "portal.runas", "portal.directory", "portal.errors")
 ABOVE_RECORDS = ("portal.scheduler", "portal.service", "portal.jobs", "portal.notebook", "portal.jobmail",
                  "portal.accounts", "spawners")
-NEUTRAL_SCHEDULER = ("portal.scheduler.__init__", "portal.scheduler.errors", "portal.scheduler.snapshot",
-                     "portal.scheduler.home", "portal.scheduler.usage", "portal.scheduler.asker",
-                     "portal.scheduler.local")
+NEUTRAL_SCHEDULER = ("portal.scheduler.__init__", "portal.scheduler.registry", "portal.scheduler.errors",
+                     "portal.scheduler.snapshot", "portal.scheduler.home", "portal.scheduler.usage",
+                     "portal.scheduler.asker", "portal.scheduler.local")
 FORBIDDEN = {
     "chexnet": ("portal", "spawners", "chexnet_torch"),  # each program imports nothing of the hub side, nor
     "chexnet_torch": ("portal", "spawners"),  # of another program but chexnet's TF-free kit (schemas, record, card)

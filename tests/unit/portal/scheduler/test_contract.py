@@ -17,9 +17,10 @@ import pytest
 from portal import errors
 from portal.config import PortalConfig
 from portal.records.spec import JobLimits
-from portal.scheduler import SCHEDULERS, KeepsRecords, Scheduler, scheduler_class, scheduler_for
+from portal.scheduler import KeepsRecords, Scheduler
 from portal.scheduler.errors import NoAccounting
 from portal.scheduler.local import LocalScheduler
+from portal.scheduler.registry import SCHEDULERS, scheduler_class, scheduler_for
 from portal.scheduler.usage import UsageReport
 from tests.conftest import REPO
 from tests.slurm_answers import sacct_json, sacct_run

@@ -107,7 +107,8 @@ class DashboardTest(AsyncHTTPTestCase):
             self.call("GET", "api/jobs/99", user="bob")  # none of his: 404
             self.call("POST", "api/jobs", body={"epochs": "many\nforged line"})  # 400, the field's words
         lines = [(r.levelname, r.getMessage()) for r in logged.records if " for " in r.getMessage()]
-        assert lines[0] == ("INFO", "GET /services/portal/api/jobs/99 for bob: 404 job 99: not found among bob's jobs"), lines
+        assert lines[0] == ("INFO", "GET /services/portal/api/jobs/99 for bob: 404 job 99: not found among bob's "
+                                    "jobs"), lines
         assert lines[1][0] == "INFO" and lines[1][1].startswith(
             "POST /services/portal/api/jobs for alice: 400 epochs: ") and "\n" not in lines[1][1], lines
 

@@ -9,9 +9,9 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.jobs import UnreadableJob
-from portal.scheduler import SCHEDULERS, job_id_patterns, scheduler_class, scheduler_of_job
 from portal.scheduler.kubernetes.client import KubeUser
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler, new_k8s_id
+from portal.scheduler.registry import SCHEDULERS, job_id_patterns, scheduler_class, scheduler_of_job
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.app import JOB_ID
 from portal.service.board import HubUser, JobBoard

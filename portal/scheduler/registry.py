@@ -1,0 +1,54 @@
+"""The registry of schedulers: which exist (`SCHEDULERS`, name -> the module and class that implement
+portal.scheduler.Scheduler), the configured one (`scheduler_for`), and which one a job id is of. Each
+implementation is imported when first asked for, by its name here: this module imports no scheduler's package."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from portal.scheduler.errors import UnknownScheduler
+
+if TYPE_CHECKING:
+    from portal.config import PortalConfig
+    from portal.scheduler import Scheduler
+
+# name -> (module, class)
+SCHEDULERS = {"slurm": ("portal.scheduler.slurm.scheduler", "SlurmScheduler"),
+              "local": ("portal.scheduler.local", "LocalScheduler"),
+              "kubernetes": ("portal.scheduler.kubernetes.scheduler", "KubernetesScheduler")}
+
+
+def scheduler_for(cfg: PortalConfig, name: str | None = None, run: Callable[[Sequence[str]], str] | None = None
+                  ) -> Scheduler[Any]:
+    """The scheduler called `name` (default: the configured `scheduler`). `run`: a fake Slurm's commands (tests;
+    only Slurm runs commands)."""
+    name = name or cfg.scheduler
+    if name not in SCHEDULERS:
+        raise UnknownScheduler(f"scheduler: {name!r} is not a scheduler; allowed: {', '.join(SCHEDULERS)}")
+    implementation: Any = scheduler_class(name)  # each class's own constructor (Slurm's takes `run`)
+    return implementation(cfg, run=run) if run is not None and name == "slurm" else implementation(cfg)
+
+
+def scheduler_class(name: str) -> type[Scheduler[Any]]:
+    """The class of the scheduler called `name` (imported now)."""
+    module, cls = SCHEDULERS[name]
+    found: type[Scheduler[Any]] = getattr(importlib.import_module(module), cls)
+    return found
+
+
+def job_id_patterns() -> dict[str, str]:
+    """Each scheduler's job-id pattern, unanchored (for a route: one spelling per job, so "0002" is no route at
+    all rather than a second name for job 2), by scheduler name."""
+    return {name: scheduler_class(name).job_ids.pattern.removeprefix("^").removesuffix(r"\Z")
+            for name in SCHEDULERS}
+
+
+def scheduler_of_job(job_id: str) -> str | None:
+    """The name of the scheduler whose job ids look like `job_id` (ids never look alike across schedulers), or
+    None."""
+    for name in SCHEDULERS:
+        if scheduler_class(name).job_ids.match(job_id):
+            return name
+    return None
