@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from portal import settings as user_settings
 from portal.inputs import InputError, read_json_object
 from portal.records.account import RUNUSER_CALLS
 from portal.records.spec import WHOLE, input_fields
 from portal.scheduler.slurm.scheduler import USER_SLURM_CALLS
-from portal.service.base import APIHandler, user_error
+from portal.service.base import APIHandler
 
 
 def posted_spec(body: bytes | None) -> dict:
@@ -31,10 +30,7 @@ class JobsAPIHandler(APIHandler):
         self.write_json(await self.blocking(self.board.job_list, self.hub_user, everyone))
 
     async def post(self) -> None:
-        try:
-            spec = posted_spec(self.request.body)
-        except InputError as err:
-            raise user_error(err) from None
+        spec = posted_spec(self.request.body)  # InputError: a 400 naming the field, by send_error
         self.write_json(await self.acting(self.board.submit, self.hub_user, spec), status=201)
 
 
@@ -66,13 +62,8 @@ class SettingsAPIHandler(APIHandler):
         self.write_json({**found.to_dict(), "problem": found.problem})
 
     async def post(self) -> None:
-        try:
-            given = read_json_object(self.request.body, "settings")
-            saved = await self.acting(self.board.save_user_settings, self.hub_user, given)
-        except InputError as err:
-            raise user_error(err) from None
-        except user_settings.SettingsNotSaved as err:
-            raise user_error(err) from None
+        given = read_json_object(self.request.body, "settings")  # InputError, SettingsNotSaved: by send_error
+        saved = await self.acting(self.board.save_user_settings, self.hub_user, given)
         self.write_json(saved.to_dict())
 
 

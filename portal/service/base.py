@@ -22,7 +22,7 @@ from portal.scheduler.snapshot import ClusterCache
 from portal.service.board import HubUser, JobBoard
 from portal.service.fairness import read_key
 from portal.service.headers import SECURITY_HEADERS, content_security_policy, new_nonce, strict_transport_security
-from portal.service.hub import HubDirectory, HubUnavailable
+from portal.service.hub import HubDirectory
 from portal.service.render import hub_namespace
 
 T = TypeVar("T")
@@ -133,11 +133,6 @@ def as_portal_error(err: Exception) -> UserError | None:
     return None
 
 
-def hub_error(err: HubUnavailable) -> UserError:
-    """The user-facing error for a hub that did not answer (typed for the handlers that catch HubUnavailable)."""
-    return user_error(err)
-
-
 class PortalHandler(HubOAuthenticated, SecurityHeaders):
     """Base of pages and API: the hub user (with groups and admin flag) is `self.hub_user` after `prepare`."""
 
@@ -175,10 +170,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         # After identifying: token requests are exempt (HubOAuth marks them), cookie requests need _xsrf.
         if self.request.method not in SAFE_METHODS:
             self.check_form_token()
-        try:
-            self.hub_user = await self.directory.user(identity["name"])
-        except HubUnavailable as err:
-            raise hub_error(err) from None
+        self.hub_user = await self.directory.user(identity["name"])  # HubUnavailable: a 503, by send_error
 
     async def identify(self) -> dict | None:
         """HubOAuth's identity, asked without blocking the service. HubAuthenticated's own get_current_user waits
@@ -199,10 +191,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
     async def server_ready(self) -> bool:
         """Whether the user's own server runs now: asked fresh (the roster that identified them may be
         portal.service.hub.ROSTER_S old; a server starts in seconds)."""
-        try:
-            return (await self.directory.user(self.hub_user.name, fresh=True)).server_ready
-        except HubUnavailable as err:
-            raise hub_error(err) from None
+        return (await self.directory.user(self.hub_user.name, fresh=True)).server_ready
 
     _identifying = False
 

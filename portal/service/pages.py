@@ -164,20 +164,14 @@ def task_argument(value: str | None) -> int | None:
     """The `task` argument of a sweep's log and card: a task index of the job array."""
     if value is None:
         return None
-    try:
-        return whole_number(value, "task", 0, MAX_TRIALS - 1, " (a task of the sweep)")
-    except InputError as err:
-        raise user_error(err) from None
+    return whole_number(value, "task", 0, MAX_TRIALS - 1, " (a task of the sweep)")
 
 
 def tail_lines(value: str | None) -> int | None:
     """The `tail` argument of the log page: None for the whole log, else 1-MAX_TAIL_LINES lines."""
     if value is None:
         return None
-    try:
-        return whole_number(value, "tail", 1, MAX_TAIL_LINES, " (lines)")
-    except InputError as err:
-        raise user_error(err) from None
+    return whole_number(value, "tail", 1, MAX_TAIL_LINES, " (lines)")
 
 
 def flag(value: str | None, name: str) -> bool:
@@ -217,10 +211,7 @@ class ModelCardHandler(PageHandler):
         task = task_argument(self.get_argument("task", None))
         everyone = await self.everyone()
         job = await self.blocking(self.board.get, self.hub_user, job_id, everyone)
-        try:
-            card = await self.blocking(job.model_card, task)
-        except ModelCardError as err:
-            raise user_error(err) from None
+        card = await self.blocking(job.model_card, task)  # ModelCardError: a 409 saying why, by send_error
         if card is None:
             which = f"job {job.id}" if task is None else f"task {task} of sweep {job.id}"
             raise UserError(404, f"{which} has no model card yet: its run writes one when training ends"

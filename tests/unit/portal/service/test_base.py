@@ -112,6 +112,21 @@ class HeadersTest(AsyncHTTPTestCase):
         assert log.code == 200 and log.headers["Content-Type"].startswith("text/plain")
         self.assert_secured(log)
 
+    def test_a_hub_that_does_not_answer_is_a_503_saying_so_on_a_page_and_in_the_api(self):
+        from unittest import mock
+
+        from portal.service.hub import HubUnavailable
+
+        async def silent(name, fresh=False):
+            raise HubUnavailable("GET /hub/api/users/alice: connection refused")
+
+        with mock.patch.object(FakeDirectory, "user", silent):
+            for path, api in (("jobs", False), ("api/jobs", True)):
+                response = self.call("GET", path)
+                assert response.code == 503 and b"JupyterHub is unavailable: GET /hub/api/users/alice" in \
+                    response.body, (path, response.code, response.body[-300:])
+                self.assert_secured(response, api=api)
+
     def test_errors_carry_the_headers(self):
         for method, path, code, api in (("GET", "jobs/8", 404, False), ("GET", "api/jobs/8", 404, True),
                                         ("GET", "jobs/7/log?tail=x", 400, False), ("GET", "no/such/page", 404, False),
