@@ -19,7 +19,7 @@ from playwright import sync_api as playwright
 
 from portal.config import load
 from portal.jobs.demo_data import ensure_demo_data
-from tests.conftest import every_node_held_by_a_job, jobs_of, slurm
+from tests.conftest import end_job, every_node_held_by_a_job
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -229,8 +229,7 @@ def waiting_job(cluster, hub, browser, alice_cookies, artifacts):
             yield submitted[0]
         finally:
             for job_id in submitted:
-                if any(line.startswith(f"{job_id} ") for line in jobs_of("alice")):
-                    slurm("scancel", job_id)
+                end_job(job_id)
 
 
 def submit_from_the_form(browser, hub, cookies: dict, submitted: list[str]) -> None:

@@ -32,10 +32,9 @@ from tests.conftest import (
     TINY_MODEL,
     Mailbox,
     as_user,
+    end_job,
     job_wait_s,
-    jobs_of,
     scratch_dir,
-    slurm,
     user_settings_cleared,
     wait_for,
 )
@@ -65,8 +64,7 @@ def alice_in_lab(hub, admin, cluster, page):
     submitted = []
     yield page, submitted
     for job_id in submitted:
-        if any(line.startswith(f"{job_id} ") for line in jobs_of("alice")):
-            slurm("scancel", job_id)
+        end_job(job_id)
     if hub.server(admin, "alice") is not None:
         hub.stop(admin, "alice")
 

@@ -21,7 +21,7 @@ from portal import jobs
 from portal.config import load
 from portal.service.board import USAGE_REFRESH_S
 from spawners import slurm_cluster
-from tests.conftest import NODES, REPO, TEST_CONFIG, box, jobs_of, slurm, wait_for
+from tests.conftest import NODES, REPO, TEST_CONFIG, box, end_job, jobs_of, slurm, wait_for
 from tests.integration.helpers import PORTAL, TINY, portal_client
 from tests.integration.helpers import as_user_in_terminal as as_user
 
@@ -273,7 +273,7 @@ def test_a_drained_node_is_not_offered(cluster, hub, demo_data, node2_drained, n
         form = hub.login("alice").get(f"{hub.url}/hub/spawn", timeout=30).text
         assert "1 free on a node now" in form and 'max="1"' in form
     finally:
-        slurm("scancel", holder)
+        end_job(holder)
 
 
 # --- slurmctld restarts while a server waits and a job runs ----------------------------------------------------

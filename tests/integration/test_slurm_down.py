@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import NODES, SERVER_START_S, box, jobs_of, slurm, wait_for
+from tests.conftest import NODES, SERVER_START_S, box, end_job, jobs_of, slurm, wait_for
 from tests.integration.helpers import PORTAL, browser, start_in_background, token_session
 
 pytestmark = pytest.mark.integration
@@ -24,14 +24,7 @@ def holder(cluster):
     wait_for(lambda: "RUNNING" in slurm("squeue", "-h", "-j", job_id, "-o", "%T"), 30, what="the holder job")
     yield job_id
     box("start", "slurmctld")  # whatever happened, the box is left with its controller
-    cancel_if_queued(job_id)
-
-
-def cancel_if_queued(job_id: str) -> None:
-    try:
-        slurm("scancel", job_id)
-    except subprocess.CalledProcessError:  # it has ended already (the test cancels it)
-        pass
+    end_job(job_id)
 
 
 def nodes_answering() -> bool:

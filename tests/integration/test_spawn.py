@@ -12,7 +12,7 @@ import pytest
 from portal.config import load
 from portal.runas import RUNUSER
 from spawners.slurm_script import server_log_dir
-from tests.conftest import NODES, SERVER_START_S, as_user, box, jobs_of, scratch_dir, slurm, wait_for
+from tests.conftest import NODES, SERVER_START_S, as_user, box, end_job, jobs_of, scratch_dir, slurm, wait_for
 from tests.integration.helpers import start_in_background
 
 HOME = Path("/home/alice")
@@ -124,7 +124,7 @@ def test_gpus_beyond_what_is_free_are_refused(hub, admin):
         assert "gpus: 2 is out of range; allowed: 0-1 (1 free on a node of partition gpu now)" in response.text
         assert jobs_of("alice") == []
     finally:
-        slurm("scancel", holder)
+        end_job(holder)
 
 
 def test_the_rest_api_is_validated_too(hub, admin):

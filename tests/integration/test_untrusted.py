@@ -20,7 +20,7 @@ import pytest
 
 from portal.runas import RUNUSER
 from tests.answers import masked
-from tests.conftest import as_user, job_dir_of, jobs_of, slurm, wait_for
+from tests.conftest import as_user, end_job, job_dir_of, jobs_of, slurm, wait_for
 from tests.integration.helpers import PORTAL, browser, readers_of, token_session
 from tests.special_files import device_link, fifo
 
@@ -100,7 +100,7 @@ def bobs_job(cluster):
                              "--parsable", "--mem=100M", "-o", "/dev/null", "--wrap=sleep 300"],
                             capture_output=True, text=True, check=True, cwd="/").stdout.strip()
     yield job_id
-    slurm("scancel", job_id)
+    end_job(job_id)
 
 
 def test_a_hostile_home_breaks_nothing_and_shows_only_its_own_real_metrics(hub, hostile_home):
