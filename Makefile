@@ -49,10 +49,11 @@ builds:
 # 1. the unit tests on both cores (pytest-xdist);
 # 2. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
 # 3. the suites against the test boxes, the Slurm box's and the Kubernetes box's side by side (pytest-xdist groups,
-#    one side per worker: tests/conftest.py); SUITE_WORKERS=1 runs them one after the other;
+#    one side per worker: tests/conftest.py), and on a third worker, niced, the sides that need no box (the
+#    training programs' tests, then the other Slurm releases); SUITE_WORKERS=1 runs them one after the other;
 # 4. the check that every file, record, process and mail of the users' boxes is as the suites found them.
 UNIT_WORKERS ?= 2
-SUITE_WORKERS ?= 2
+SUITE_WORKERS ?= 3
 SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions
 test: install builds
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \

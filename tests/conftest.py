@@ -281,6 +281,27 @@ def pytest_xdist_make_scheduler(config, log):
     return BySide(config, log)
 
 
+# The sides that need no box train on the CPUs: with a worker of their own (SUITE_WORKERS=3), they run beside both
+# boxes' sides and take what CPU those leave, at a lower priority (nice), so that the boxes' timed waits (a node's
+# heartbeat, a pod's start) see the load they saw with two workers. Children (the training runs) inherit it.
+BOX_FREE_SIDES = ("training-tf", "programs")
+BOX_FREE_NICENESS = 5
+
+
+def pytest_runtest_setup(item):
+    """Each test at its side's priority (BOX_FREE_NICENESS for the sides that need no box, else the worker's own):
+    a worker that goes on to a box's side after a box-free one runs it at full priority again. Only in a pool of
+    pytest-xdist workers (the unit tests' are all of the default side: unchanged), never in a plain run."""
+    if not hasattr(item.config, "workerinput"):
+        return
+    started = getattr(item.config, "_dsportal_niceness", None)
+    if started is None:
+        started = item.config._dsportal_niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    wanted = started + (BOX_FREE_NICENESS if side_of(item.nodeid) in BOX_FREE_SIDES else 0)
+    if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
+        os.setpriority(os.PRIO_PROCESS, 0, wanted)  # lowering it again needs root, as the suites run
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The images tests last on their side: they wait for the image build, which `make builds` did before the
     session (podman's layer cache answers in seconds). The programs' side last of all: the boxes' sides start
@@ -490,7 +511,7 @@ def every_node_held_by_a_job(seconds: int = 300):
                  what="the holder job")
         yield holder
     finally:
-        slurm("scancel", holder)
+        end_job(holder)
 
 
 @pytest.fixture
