@@ -137,17 +137,21 @@ def slurm(*args: str) -> str:
     return subprocess.run(list(args), env=env, capture_output=True, text=True, check=True, timeout=30).stdout
 
 
-def node_taken_back(node: str, states: tuple[str, ...] = ("idle",), timeout: float = 60) -> None:
+def node_taken_back(node: str, states: tuple[str, ...] = ("idle",), timeout: float = 60,
+                    run: Callable[..., str] | None = None) -> None:
     """After a crashed node's start: Slurm calls it `states` again, and slurmctld has no RPC left to send (sdiag's
     agent queue, its retry list, and its agents). Slurm holds a requeued job for 120 s before it may start again;
     a test that lets it go sooner (`scontrol update starttime=now`, as an admin who brought the node back may) waits
     for this first: the terminate request for the killed run, retried until the node answers, would otherwise reach
-    the node after the new run of the same job id has started there, and kill it (seen: WTERMSIG 15 at once)."""
-    wait_for(lambda: slurm("sinfo", "-h", "-n", node, "-o", "%t").strip() in states, timeout, interval=1,
+    the node after the new run of the same job id has started there, and kill it (seen: WTERMSIG 15 at once; on
+    the other releases' box, mpirun's "ORTE daemon has unexpectedly failed after launch"). `run`: how the box's
+    Slurm commands are run, their output (default: the test box's)."""
+    ask = run or slurm
+    wait_for(lambda: ask("sinfo", "-h", "-n", node, "-o", "%t").strip() in states, timeout, interval=1,
              what=f"Slurm to take {node} back ({'/'.join(states)})")
 
     def agents_idle() -> bool:
-        answer = slurm("sdiag")
+        answer = ask("sdiag")
         counts = [re.search(rf"^{label}:\s+(\d+)", answer, re.M) for label in ("Agent queue size", "Agent count")]
         return all(found and found.group(1) == "0" for found in counts)
     wait_for(agents_idle, timeout, interval=1, what="slurmctld's RPCs to the nodes to be delivered (sdiag)")
