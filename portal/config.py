@@ -27,7 +27,7 @@ from typing import Any
 
 from portal.config_checks import check_settings
 from portal.config_values import ConfigError, default_of, read_given
-from portal.quota import quota_for
+from portal.quota import GpuHolder, GpuQuota, quota_for
 
 
 def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
@@ -359,6 +359,11 @@ class PortalConfig:
         """The most GPUs a member of these groups may hold at once, server and jobs together: the largest quota
         among them."""
         return quota_for(self.gpu_quota, self.default_gpu_quota, groups)  # the rule: portal.quota
+
+    def user_gpu_quota(self, groups: Sequence[str], holders: Sequence[GpuHolder] = ()) -> GpuQuota:
+        """A member of `groups`'s GPU quota, with `holders`, what their server and jobs hold of it now: the one
+        place every scheduler's `limits` builds it."""
+        return GpuQuota(self.gpu_quota_for(groups), tuple(groups), tuple(holders))
 
     def is_admin(self, groups: list[str] | tuple[str, ...]) -> bool:
         return any(g in self.admin_groups for g in groups)

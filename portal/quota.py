@@ -71,6 +71,11 @@ class GpuQuota:
     def left(self) -> int:
         return max(0, self.limit - self.in_use)
 
+    def cap(self, gpus: int, nodes: int = 1) -> int:
+        """The most of `gpus` (what a node has, or has free) this user may ask of each of `nodes` nodes now: what
+        the quota leaves, shared evenly. The one rule the job form, the API and the spawn form apply."""
+        return max(0, min(gpus, self.left // max(1, nodes)))
+
     def with_submitted(self, submitted: Sequence[tuple[str, int]]) -> GpuQuota:
         """With the (job id, GPUs) of jobs submitted since the snapshot this was read from was taken."""
         added = tuple(GpuHolder(job_id, gpus) for job_id, gpus in submitted if gpus)

@@ -1,9 +1,10 @@
 """The server options form: one model, one validator, one renderer, shared by the Slurm and Kubernetes spawners.
 
-Pure functions: what the cluster offers (`ClusterLimits`) and what the user sent go in, a validated
-`ServerOptions` (or an `OptionsError` naming the field and what is allowed) comes out. Nothing here talks
-to a scheduler, so every rule is unit-tested without one. The form and the REST API go through the same
-`parse_server_options`, so no value reaches a batch script or a pod manifest unchecked.
+Pure functions: what the scheduler says the user may ask for (`JobLimits`, its `limits()`: the pools, the
+quota, GPU profiles) and what the user sent go in, a validated `ServerOptions` (or an `OptionsError` naming the
+field and what is allowed) comes out. Nothing here talks to a scheduler, so every rule is unit-tested without one,
+and any scheduler's limits make a form (the GPU rule is JobLimits.server_gpus). The form and the REST API go
+through the same `parse_server_options`, so no value reaches a batch script or a pod manifest unchecked.
 """
 
 from __future__ import annotations
@@ -15,54 +16,18 @@ from typing import Any
 
 from portal import inputs
 from portal.inputs import WALL_TIME_HTML_PATTERN, InputError, format_minutes, minutes_of
-from portal.quota import GpuQuota
+from portal.records.limits import JobLimits, Pool
 
 FIELDS = ("partition", "gpus", "cpus", "memory_gb", "runtime")
 WHOLE = "options"  # what an error about the request as a whole names (a key that is no field name, a non-mapping)
 
-__all__ = ["FIELDS", "ClusterLimits", "OptionsError", "Partition", "ServerOptions", "default_options",
+__all__ = ["FIELDS", "OptionsError", "ServerOptions", "default_options",
            "describe_minutes", "form_options", "format_minutes", "minutes_of", "parse_server_options",
            "render_form"]
 
 
 class OptionsError(InputError):
     """A server option is not allowed. `field` names it; the message says what is allowed."""
-
-
-@dataclass(frozen=True)
-class Partition:
-    """What one partition (Slurm) or node pool (Kubernetes) offers a single server."""
-
-    name: str
-    cpus_per_node: int
-    memory_mb_per_node: int
-    gpus_per_node: int
-    free_gpus_per_node: int  # the most GPUs free on any one of its nodes right now
-    max_minutes: int | None = None  # None: no wall-time limit
-    default: bool = False
-
-
-@dataclass(frozen=True)
-class ClusterLimits:
-    partitions: tuple[Partition, ...]
-    quota: GpuQuota  # the user's, with what their server and jobs hold of it now
-    gpu_choices: tuple[int, ...] | None = None  # GPU profiles (Kubernetes: 0/1/2/4/8); None: any count
-
-    def gpu_counts(self, partition: Partition) -> tuple[int, ...] | None:
-        """The GPU counts the user may pick on this partition now, when only some counts are offered."""
-        if self.gpu_choices is None:
-            return None
-        return tuple(n for n in self.gpu_choices if n <= self.max_gpus(partition))
-
-    def partition(self, name: str) -> Partition | None:
-        return next((p for p in self.partitions if p.name == name), None)
-
-    @property
-    def default_partition(self) -> Partition:
-        return next((p for p in self.partitions if p.default), self.partitions[0])
-
-    def max_gpus(self, partition: Partition) -> int:
-        return max(0, min(partition.free_gpus_per_node, self.quota.left))
 
 
 @dataclass(frozen=True)
@@ -90,24 +55,24 @@ def describe_minutes(minutes: int | None) -> str:
     return f"{minutes} minutes"
 
 
-def _gpu_note(limits: ClusterLimits, partition: Partition) -> str:
+def _gpu_note(limits: JobLimits, partition: Pool) -> str:
     quota = limits.quota
     if quota.left < partition.free_gpus_per_node:
         return f" ({quota.held()}: {quota.holders_text()})" if quota.in_use else quota.note()
     return f" ({partition.free_gpus_per_node} free on a node of partition {partition.name} now)"
 
 
-def _partition(raw: Mapping[str, Any], limits: ClusterLimits) -> Partition:
-    if not limits.partitions:
+def _partition(raw: Mapping[str, Any], limits: JobLimits) -> Pool:
+    if not limits.pools:
         raise OptionsError("partition", "the cluster reports no partitions that are up")
-    names = tuple(p.name for p in limits.partitions)
-    name = raw.get("partition", limits.default_partition.name)
+    names = tuple(p.name for p in limits.pools)
+    name = raw.get("partition", limits.default_pool.name)
     name = inputs.text(name, "partition", inputs.MAX_NAME, f"allowed: {', '.join(names)}").strip()
-    return limits.partition(inputs.choice(name, "partition", names, "a partition of this cluster"))
+    return limits.pool(inputs.choice(name, "partition", names, "a partition of this cluster"))
 
 
 @inputs.refused_as(OptionsError)
-def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
+def parse_server_options(raw: Mapping[str, Any], limits: JobLimits) -> ServerOptions:
     """Validate API input, or a form's through `form_options`, against what the cluster offers and the user may
     use. A value is one plain value: a list is refused, never unwrapped."""
     raw = inputs.fields_of(raw, FIELDS, WHOLE)
@@ -119,32 +84,35 @@ def parse_server_options(raw: Mapping[str, Any], limits: ClusterLimits) -> Serve
         return inputs.whole_number(raw[name], name, low, high, why)
 
     defaults = ServerOptions(partition=partition.name)
-    gpus = given("gpus", 0, limits.max_gpus(partition), 0, _gpu_note(limits, partition))
+    gpus = given("gpus", 0, limits.server_gpus(partition), 0, _gpu_note(limits, partition))
     counts = limits.gpu_counts(partition)
     if counts is not None:
         inputs.choice(gpus, "gpus", counts, "a GPU profile", _gpu_note(limits, partition))
     cpus = given("cpus", 1, partition.cpus_per_node, defaults.cpus)
     memory_gb = given("memory_gb", 1, max(1, partition.memory_mb_per_node // 1024), defaults.memory_gb)
-    runtime = raw.get("runtime", defaults.runtime)
+    longest = partition.max_minutes
+    default_runtime = defaults.runtime if longest is None or minutes_of(defaults.runtime) <= longest else (
+        format_minutes(longest))  # lowered to the partition's limit, as the other defaults are to its nodes
+    runtime = raw.get("runtime", default_runtime)
     runtime = inputs.wall_time(runtime, "runtime", partition.max_minutes, f" (partition {partition.name}'s limit)")
     return ServerOptions(partition=partition.name, gpus=gpus, cpus=cpus, memory_gb=memory_gb, runtime=runtime)
 
 
 @inputs.refused_as(OptionsError)
-def form_options(formdata: Mapping[str, Any], limits: ClusterLimits) -> ServerOptions:
+def form_options(formdata: Mapping[str, Any], limits: JobLimits) -> ServerOptions:
     """The spawn form's data (each field a list of strings, as the hub passes it) validated as API input is."""
     return parse_server_options(inputs.form_values(formdata, FIELDS, WHOLE), limits)
 
 
-def default_options(limits: ClusterLimits) -> ServerOptions:
+def default_options(limits: JobLimits) -> ServerOptions:
     """What the form shows first: the default partition, one GPU if the user may have one."""
-    partition = limits.default_partition
-    counts = limits.gpu_counts(partition) or (0, *range(1, limits.max_gpus(partition) + 1))
+    partition = limits.default_pool
+    counts = limits.gpu_counts(partition) or (0, *range(1, limits.server_gpus(partition) + 1))
     return parse_server_options({"gpus": min(counts, key=lambda n: abs(n - 1))}, limits)
 
 
-def _gpu_input(limits: ClusterLimits, partition: Partition, chosen: int) -> str:
-    max_gpus = limits.max_gpus(partition)
+def _gpu_input(limits: JobLimits, partition: Pool, chosen: int) -> str:
+    max_gpus = limits.server_gpus(partition)
     counts = limits.gpu_counts(partition)
     if counts is None:
         return (f'<input id="ds-gpus" name="gpus" type="number" min="0" max="{max_gpus}" '
@@ -153,7 +121,7 @@ def _gpu_input(limits: ClusterLimits, partition: Partition, chosen: int) -> str:
     return f'<select id="ds-gpus" name="gpus" class="form-select form-control">{options}</select>'
 
 
-def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None, pool_label: str = "Partition") -> str:
+def render_form(limits: JobLimits, chosen: ServerOptions | None = None, pool_label: str = "Partition") -> str:
     """The HTML inside JupyterHub's spawn form (the hub adds the <form> and the submit button)."""
     chosen = chosen or default_options(limits)
     esc = html.escape
@@ -161,10 +129,10 @@ def render_form(limits: ClusterLimits, chosen: ServerOptions | None = None, pool
         f'<option value="{esc(p.name)}"{" selected" if p.name == chosen.partition else ""}>'
         f"{esc(p.name)}: {p.gpus_per_node} GPUs, {p.cpus_per_node} CPUs, "
         f"{p.memory_mb_per_node // 1024} GB per node, up to {describe_minutes(p.max_minutes)}</option>"
-        for p in limits.partitions
+        for p in limits.pools
     )
-    partition = limits.partition(chosen.partition) or limits.default_partition
-    max_gpus = limits.max_gpus(partition)
+    partition = limits.pool(chosen.partition) or limits.default_pool
+    max_gpus = limits.server_gpus(partition)
     quota = limits.quota
     in_use = f", {quota.in_use} in use ({esc(quota.holders_text())})" if quota.in_use else ""
     return f"""

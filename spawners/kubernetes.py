@@ -3,7 +3,8 @@
 What it adds to `kubespawner.KubeSpawner` (7.x), each through the Spawner's named extension points:
 - `options_form` / `options_from_form` / `apply_user_options`: the GPU type (a node pool, chosen by node
   selector, e.g. `nvidia: v100`), a GPU profile (0/1/2/4/8, within the user's group quota), CPUs, memory and
-  wall time, validated by `spawners.forms` for the form and the REST API alike; the pod then gets
+  wall time, as the Kubernetes scheduler's `limits` offers them (spawners.options), validated by
+  `spawners.forms` for the form and the REST API alike; the pod then gets
   `nvidia.com/gpu` limits, the node selector, CPU/memory guarantees = limits and the wall time as its
   activeDeadlineSeconds.
 - Every server in the user's own namespace (`k8s_user_namespace_template`), which `_ensure_namespace` makes
@@ -27,10 +28,8 @@ import asyncio
 import os
 import posixpath
 import shlex
-from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-import aiohttp
 from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import default
@@ -38,24 +37,17 @@ from traitlets import default
 from portal.config import PortalConfig
 from portal.errors import Unavailable
 from portal.inputs import seconds_of
-from portal.quota import GpuHolder, GpuQuota
-from portal.scheduler.cluster import NodePool
-from portal.scheduler.kubernetes.client import api_reason
-from portal.scheduler.kubernetes.errors import kubernetes_failure
 from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
 from portal.scheduler.kubernetes.netpol import user_network_policies
-from portal.scheduler.kubernetes.nodes import node_pools as listed_node_pools
 from portal.scheduler.kubernetes.pods import cannot_start, event_in_words
-from portal.scheduler.kubernetes.records import pod_holders
 from portal.traits import fixed_default, portal_default
-from spawners.forms import ClusterLimits, Partition, ServerOptions
+from spawners.forms import ServerOptions
 from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
 from spawners.singleuser import SINGLEUSER_FAST_START
 
 HOME, DATA, SHM = "home", "data", "dshm"  # volume names, as in the MPIJobs
 LOOK_EVERY_S = 1.0  # how often a starting pod is looked at for a reason it cannot start
 ANSWER_EVERY_S = 0.05  # how often a running pod's server port is tried until it takes a connection
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # what holds a node's CPUs, memory and GPUs
 ANSWER_WAIT_S = 30  # at most this long (or http_timeout, if shorter); then the hub's own wait takes over
 
 
@@ -65,34 +57,6 @@ class PodCannotStart(Unavailable, web.HTTPError):
 
     def __init__(self, why: str) -> None:
         super().__init__(503, log_message=f"Your server cannot start: {why}.")
-
-
-def node_pools(cfg: PortalConfig, listed: Sequence[NodePool] = ()) -> tuple[Partition, ...]:
-    """The GPU types as the form's partitions: each pool's usable nodes as a server can ever have them (`listed`,
-    as the hub's service account lists them: portal.scheduler.kubernetes.nodes.node_pools, which leaves out what
-    the cluster's own pods hold), else the configured shape (k8s_node_cpus, ...); the scheduler and the
-    ResourceQuota have the last word."""
-    found = {pool.name: [node.room for node in pool.rooms()] for pool in listed if pool.usable_nodes}
-
-    def partition(index: int, gpu_type: str) -> Partition:
-        rooms = found.get(gpu_type)
-        if not rooms:
-            return Partition(name=gpu_type, cpus_per_node=cfg.k8s_node_cpus,
-                             memory_mb_per_node=cfg.k8s_node_memory_gb * 1024, gpus_per_node=cfg.k8s_node_gpus,
-                             free_gpus_per_node=cfg.k8s_node_gpus, default=index == 0)
-        pool = next(p for p in listed if p.name == gpu_type)
-        return Partition(name=gpu_type, cpus_per_node=max(r.millicpus // 1000 for r in rooms),
-                         memory_mb_per_node=max(r.memory_mb for r in rooms), gpus_per_node=max(r.gpus for r in rooms),
-                         free_gpus_per_node=pool.free_gpus_per_node, default=index == 0)
-    return tuple(partition(index, gpu_type) for index, gpu_type in enumerate(cfg.k8s_gpu_types))
-
-
-def cluster_limits(cfg: PortalConfig, groups: tuple[str, ...], holders: tuple[GpuHolder, ...] = (),
-                   listed: Sequence[NodePool] = ()) -> ClusterLimits:
-    """The pools (`node_pools`), and the quota with what the user's pods hold (`pod_holders`): the form refuses
-    what the namespace's ResourceQuota would, with the same words as on Slurm."""
-    return ClusterLimits(partitions=node_pools(cfg, listed),
-                         quota=GpuQuota(cfg.gpu_quota_for(groups), groups, holders), gpu_choices=cfg.gpu_profiles())
 
 
 def pod_settings(cfg: PortalConfig, options: ServerOptions) -> dict:
@@ -113,6 +77,7 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     """KubeSpawner with the portal's validated GPU form, per-user namespaces and the portal's volumes."""
 
     pool_label = "GPU type"
+    scheduler_name = "kubernetes"  # the form is a view of the Kubernetes scheduler's limits (spawners.options)
 
     _image_default = portal_default("image", "k8s_image")
     _pull_default = portal_default("image_pull_policy", "k8s_image_pull_policy")
@@ -217,38 +182,6 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
             yield {**update, "message": event_in_words(event)} if event else update
 
     # --- the form (shared with the Slurm spawner: spawners.options) ---
-
-    async def limits(self) -> ClusterLimits:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        what = f"the pods of {self.user.name}"
-        try:
-            listed = await self.api.list_namespaced_pod(self.namespace)
-            pods = self.api.api_client.sanitize_for_serialization(listed)["items"]
-        except ApiException as err:
-            if err.status != 404:  # 404: no namespace yet, so no pods
-                raise kubernetes_failure(what, err.status, api_reason(err)) from None  # the form says it (503)
-            pods = []
-        except (TimeoutError, aiohttp.ClientError, OSError) as err:
-            raise kubernetes_failure(what, 0, str(err) or type(err).__name__) from None
-        return cluster_limits(self.portal, tuple(sorted(g.name for g in self.user.groups)), pod_holders(pods),
-                              await self._listed_pools())
-
-    async def _listed_pools(self) -> tuple[NodePool, ...]:
-        """The pools' nodes and what the pods bound to them request, as the hub's service account lists them
-        (deploy/kubernetes/rbac.yaml lets it); () where it may not or the API server does not answer: the form then
-        offers the configured shape."""
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            nodes = await self.api.list_node()
-            pods = await self.api.list_pod_for_all_namespaces(field_selector=LIVE_PODS)
-        except (ApiException, TimeoutError, aiohttp.ClientError, OSError) as err:
-            self.log.info("the form offers the configured node shape: the nodes could not be listed (%s)", err)
-            return ()
-        plain = self.api.api_client.sanitize_for_serialization
-        return listed_node_pools(plain(nodes)["items"], plain(pods)["items"], self.portal.k8s_gpu_node_label,
-                                 self.portal.k8s_gpu_types, self.portal.namespace_user)
 
     def apply_server_options(self, options: ServerOptions) -> None:
         """Set only checked values on the pod."""

@@ -9,6 +9,7 @@ the options that were stored before the request: a refused request changes nothi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +19,11 @@ from traitlets import HasTraits, Instance, default
 from portal.config import PortalConfig, load
 from portal.errors import SchedulerError
 from portal.inputs import one_line
+from portal.records.limits import JobLimits
+from portal.scheduler import Scheduler
+from portal.scheduler.registry import scheduler_for
 from portal.traits import portal_default
-from spawners.forms import ClusterLimits, OptionsError, ServerOptions, form_options, parse_server_options, render_form
+from spawners.forms import OptionsError, ServerOptions, form_options, parse_server_options, render_form
 
 HUB_FORM_FIELDS = ("_xsrf",)  # the hub's own, never an option
 
@@ -52,11 +56,13 @@ def refusal(err: OptionsError | SchedulerError) -> web.HTTPError:
 
 class ServerOptionsMixin(HasTraits):
     """`options_form`, `options_from_form` and `apply_user_options` through `spawners.forms`, for a spawner that
-    provides `limits()` (what the user may ask for now) and `apply_server_options(options)`; and the settings
-    both spawners take from the portal. Put it before the Spawner class in the bases."""
+    names its scheduler (`scheduler_name`, as portal.scheduler.registry knows it: the form is a view of that
+    scheduler's `limits`) and provides `apply_server_options(options)`; and the settings both spawners take from
+    the portal. Put it before the Spawner class in the bases."""
 
     portal = Instance(PortalConfig, help="The portal's settings (portal.config).")
     pool_label = "Partition"
+    scheduler_name = ""  # the registered scheduler whose servers this spawner starts
 
     @default("portal")
     def _portal_default(self) -> PortalConfig:
@@ -78,10 +84,22 @@ class ServerOptionsMixin(HasTraits):
         # Observed from here on: the options loaded from the hub's database at construction are no request.
         self.observe(self._remember_stored_options, names="user_options")
 
-    async def limits(self) -> ClusterLimits:
-        raise NotImplementedError
+    def scheduler(self) -> Scheduler[Any]:
+        """The scheduler this spawner's servers run on (`scheduler_name`, made from the portal's settings)."""
+        return scheduler_for(self.portal, self.scheduler_name)
 
-    async def _limits(self) -> ClusterLimits:
+    async def limits(self) -> JobLimits:
+        """What the user may ask for now, as their scheduler answers every caller (Scheduler.limits, from one
+        snapshot of the cluster as the portal sees it), asked off the event loop: the pools, the quota with what
+        their server and jobs hold, the GPU profiles."""
+        scheduler = self.scheduler()
+        groups = tuple(sorted(g.name for g in self.user.groups))
+
+        def ask() -> JobLimits:
+            return scheduler.limits(scheduler.person(self.user.name, groups), scheduler.snapshot())
+        return await asyncio.to_thread(ask)
+
+    async def _limits(self) -> JobLimits:
         """`limits()`, with a scheduler that failed as an HTTP 503 naming what failed."""
         try:
             return await self.limits()

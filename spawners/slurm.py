@@ -33,7 +33,7 @@ from portal.scheduler.slurm.answers import pending_reason
 from portal.scheduler.slurm.errors import SlurmError
 from portal.traits import fixed_default
 from spawners import slurm_cluster
-from spawners.forms import ClusterLimits, ServerOptions
+from spawners.forms import ServerOptions
 from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
 from spawners.singleuser import SINGLEUSER_FAST_START
 from spawners.slurm_script import SERVER_JOB_SCRIPT, SERVER_OUTPUT_FILE, SUBMIT_CREATING_LOG_DIR, server_log_dir
@@ -65,6 +65,7 @@ async def accepts_connections(host: str, port: int) -> bool:
 class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     """SlurmSpawner with a validated GPU form, Slurm's pending reason as progress, and fail-fast starts."""
 
+    scheduler_name = "slurm"  # the form is a view of the Slurm scheduler's limits (spawners.options)
     start_note = ""  # why this start's job will wait, seen just before its submit (slurm_cluster.server_start_note)
 
     progress_poll_interval = Float(
@@ -146,10 +147,6 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         return str(self.portal.venv / "bin" / "dsportal-singleuser")  # spawners.singleuser, setup.py's script
 
     # --- the form (Spawner.options_form / options_from_form / apply_user_options: spawners.options) ---
-
-    async def limits(self) -> ClusterLimits:
-        groups = tuple(sorted(g.name for g in self.user.groups))
-        return await slurm_cluster.cluster_limits(self.portal, self.user.name, groups)
 
     def apply_server_options(self, options: ServerOptions) -> None:
         self.user_options = options.to_dict()

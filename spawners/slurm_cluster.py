@@ -1,6 +1,7 @@
-"""What the Slurm spawner asks Slurm as root, outside batchspawner's own commands (which run as the user): the
-partitions and the user's GPU use for the form, a node's address, and a job's record (`squeue --json`, read by
-portal.scheduler.slurm.json_answers: the job's name and paths are the user's text) to explain a failed start.
+"""What the Slurm spawner asks Slurm as root, outside batchspawner's own commands (which run as the user) and the
+form's limits (the scheduler's own: spawners.options): whether a server will wait, from the scheduler's snapshot;
+a node's address; and a job's record (`squeue --json`, read by portal.scheduler.slurm.json_answers: the job's name
+and paths are the user's text) to explain a failed start.
 
 Functions of the portal's settings and plain values, so the spawner (spawners.slurm) keeps only its extension points.
 Every command goes through the portal's one Slurm runner (portal.scheduler.slurm.commands). A Slurm that does not
@@ -11,66 +12,34 @@ a job state.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 from pathlib import Path
 
 from portal.config import PortalConfig
 from portal.records.account import job_user
-from portal.scheduler.cluster import NodePool, QueuedJob, start_note
-from portal.scheduler.slurm.answers import SLURM_SERVERS, slurm_partitions
+from portal.scheduler.cluster import QueuedJob, start_note
+from portal.scheduler.slurm.answers import SLURM_SERVERS
 from portal.scheduler.slurm.commands import SlurmCommands
 from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.slurm.json_answers import users_jobs
 from portal.scheduler.slurm.scheduler import SlurmScheduler
-from spawners.forms import ClusterLimits, Partition
 
 OUTPUT_TAIL_BYTES = 64 * 1024  # of a failed server's output: its last lines, however long they are
 
 
-def form_partitions(pools: Iterable[NodePool]) -> tuple[Partition, ...]:
-    """Partitions that are up and have a usable node, with the resources of their best usable node: a drained or
-    down node offers nothing."""
-    return tuple(
-        Partition(name=p.name, cpus_per_node=p.cpus_per_node, memory_mb_per_node=p.memory_mb_per_node,
-                  gpus_per_node=p.gpus_per_node, free_gpus_per_node=p.free_gpus_per_node,
-                  max_minutes=p.max_minutes, default=p.default)
-        for p in pools if p.usable_nodes
-    )
-
-
-def partitions_from_scontrol(partition_lines: str, node_lines: str) -> tuple[Partition, ...]:
-    """The form's partitions from `scontrol show partition -o` and `scontrol show node -d -o` (read by
-    portal.scheduler.slurm.answers, shared with the training jobs)."""
-    return form_partitions(slurm_partitions(partition_lines, node_lines))
-
-
-async def cluster_limits(portal: PortalConfig, user: str, groups: tuple[str, ...]) -> ClusterLimits:
-    """What this user may ask for now, from the Slurm scheduler's own look at the cluster (one snapshot: the
-    partitions that are up, the queue) and its quota (SlurmScheduler.quota: what the job form and the API show
-    too; the quota is for their server and jobs together)."""
-    scheduler = SlurmScheduler(portal)
-    snapshot = await asyncio.to_thread(scheduler.snapshot)
-    return ClusterLimits(partitions=form_partitions(snapshot.partitions),
-                         quota=scheduler.quota(scheduler.person(user, groups), snapshot))
-
-
 async def server_start_note(portal: PortalConfig, user: str, partition: str, gpus: int, cpus: int,
                             memory_gb: int) -> str:
-    """Why a server of this size, about to be submitted, will wait (portal.scheduler.slurm.answers.start_note, as a
-    training job's submit says it): "will wait for your job 7 to end: node1 has 0 of 4 GPUs free"; "" when it can start
-    now, or when Slurm does not answer (the start itself then says so)."""
-    slurm = SlurmCommands(portal)
-    try:  # the three at once: this look comes before the server's sbatch, on the spawn's own clock
-        partition_lines, node_lines, queue = await asyncio.gather(
-            slurm.arun("scontrol", "show", "partition", "-o"), slurm.arun("scontrol", "show", "node", "-d", "-o"),
-            squeue(portal))
+    """Why a server of this size, about to be submitted, will wait (portal.scheduler.cluster.start_note, as a
+    training job's submit says it), from the Slurm scheduler's own look at the cluster: "will wait for your job 7
+    to end: node1 has 0 of 4 GPUs free"; "" when it can start now, or when Slurm does not answer (the start itself
+    then says so)."""
+    try:
+        snapshot = await asyncio.to_thread(SlurmScheduler(portal).snapshot)
     except SlurmError:
         return ""
-    found = slurm_partitions(partition_lines, node_lines)
-    chosen = next((p for p in found if p.name == partition or (not partition and p.default)), None)
+    chosen = next((p for p in snapshot.partitions if p.name == partition or (not partition and p.default)), None)
     if chosen is None:
         return ""
-    return start_note(1, gpus, cpus, memory_gb, chosen, users_jobs(queue, user), SLURM_SERVERS)
+    return start_note(1, gpus, cpus, memory_gb, chosen, users_jobs(snapshot.queue, user), SLURM_SERVERS)
 
 
 async def node_address(portal: PortalConfig, node: str) -> str:

@@ -30,6 +30,7 @@ from portal.config import PortalConfig, load
 from portal.errors import JobNotFound, SchedulerError, Untrusted
 from portal.metrics import RunMetrics
 from portal.records.account import JobAccessError, JobUser, job_user
+from portal.records.limits import JobLimits
 from portal.records.record import (
     ENDED_STATES,
     JOB_ID,
@@ -42,7 +43,7 @@ from portal.records.record import (
     cluster_jobs_dir,
     old_jobs_dir,
 )
-from portal.records.spec import JobLimits, JobSpec, JobSpecError, parse_job_spec
+from portal.records.spec import JobSpec, JobSpecError, parse_job_spec
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, parse_sweep
 from portal.scheduler import Scheduler

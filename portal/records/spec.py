@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from portal import inputs
 from portal.inputs import InputError, format_minutes, minutes_of
-from portal.quota import GpuQuota
-from portal.records.fit import NodeRoom, Request, Shape, cluster_words, fits, most_placed, refusal, request_words
+from portal.records.limits import PLACED, JobLimits
 from portal.records.programs import LEGACY_OPTIONS, Program, ProgramField, registry
 
 WHOLE = "spec"  # what an error about the request as a whole names (not a mapping, a key that is no field name)
-__all__ = ["FIELDS", "JobLimits", "JobSpec", "JobSpecError", "format_minutes", "input_fields", "minutes_of",
+__all__ = ["FIELDS", "JobSpec", "JobSpecError", "format_minutes", "input_fields", "minutes_of",
            "parse_job_spec"]
 OptionValue = str | int | bool
 
@@ -36,7 +35,6 @@ DEFAULT_MEMORY_GB = 16
 DEFAULT_TIME_LIMIT = "04:00:00"
 
 
-PLACED = ("nodes", "gpus_per_node", "cpus_per_task", "memory_gb")  # the fields that say what a job places
 
 
 class JobSpecError(InputError):
@@ -110,85 +108,6 @@ def boolean_fields() -> tuple[str, ...]:
     return tuple(dict.fromkeys((*BOOLEAN_FIELDS, *own)))
 
 
-@dataclass(frozen=True)
-class JobLimits:
-    """What one user may ask for on one backend now: the partition's shape and the user's GPU quota."""
-
-    partition: str  # "" on the local backend
-    nodes: int
-    gpus_per_node: int
-    cpus_per_node: int
-    memory_gb_per_node: int
-    max_minutes: int | None  # None: no wall-time limit
-    quota: GpuQuota  # the user's (all nodes together), with what their server and jobs hold of it now
-    default_data_dir: str
-    unusable_note: str = ""  # "; not usable now: node2 (idle+drain)": why `nodes` is fewer than the partition's
-    jobs_queued: int = 0  # the user's jobs queued or running now, servers included
-    max_jobs: int | None = None  # the most of those at once (max_jobs_per_user); None: no limit
-    mail: bool = False  # e-mail at a job's end is offered (Slurm, with job_mail)
-    # The usable nodes as a job can ever have them (portal.records.fit), busy or not; (): `nodes` nodes of the
-    # shape above (a dry run's configured shape, a scheduler that does not say).
-    rooms: tuple[NodeRoom, ...] = ()
-    launcher: Shape | None = None  # the pod a single run adds (Kubernetes' launcher); None: none
-    # The launchers (portal.records.programs.LAUNCHERS) whose single runs add it; (): every one. On Kubernetes a
-    # Horovod run's launcher is a pod of its own, while a torchrun run's node 0 both trains and hosts the rendezvous.
-    launcher_for: tuple[str, ...] = ()
-    own_nodes: bool = True  # each of a run's node pods on a node of its own (Slurm); False: they may share one
-    programs: tuple[str, ...] = ()  # the training programs this scheduler can start (templating.programs_with); (): all
-
-    @property
-    def max_gpus_per_node(self) -> int:
-        return max(0, min(self.gpus_per_node, self.quota.left))
-
-    # What notebooks read (`jobs.limits()`; a user's copy of a template keeps its code): the quota's figures.
-    @property
-    def gpu_quota(self) -> int:
-        return self.quota.limit
-
-    @property
-    def gpus_in_use(self) -> int:
-        return self.quota.in_use
-
-    @property
-    def gpus_left(self) -> int:
-        return self.quota.left
-
-    def where(self) -> str:
-        return f"in partition {self.partition}" if self.partition else "on this machine"
-
-    def node_rooms(self) -> tuple[NodeRoom, ...]:
-        """The nodes a job is weighed against: `rooms`, else `nodes` nodes of the per-node shape above."""
-        if self.rooms:
-            return self.rooms
-        shape = Shape(self.cpus_per_node * 1000, self.memory_gb_per_node * 1024, self.gpus_per_node)
-        return tuple(NodeRoom(f"node {i + 1}", shape) for i in range(self.nodes))
-
-    def adds_launcher(self, launcher: str) -> bool:
-        """Whether a single run of a program with this launcher ("horovod", "torchrun") brings the launcher pod."""
-        return self.launcher is not None and (not self.launcher_for or launcher in self.launcher_for)
-
-    def request(self, values: Mapping[str, int], runs: int = 1, no_launcher: bool = False) -> Request:
-        """What a run of `values` (nodes, gpus_per_node, cpus_per_task, memory_gb) places, `runs` of them at once;
-        `no_launcher`: a sweep's trials, or a program whose launcher needs no pod of its own (adds_launcher)."""
-        workers = max(1, values["gpus_per_node"])
-        pod = Shape(values["cpus_per_task"] * workers * 1000, values["memory_gb"] * 1024, values["gpus_per_node"])
-        return Request(pod, values["nodes"], runs, self.own_nodes, None if no_launcher else self.launcher)
-
-    def refusal(self, values: Mapping[str, int], runs: int = 1, no_launcher: bool = False,
-                runs_field: str = "") -> tuple[str, str] | None:
-        """(field, message with the arithmetic) when `runs` runs of `values` can never be placed on the nodes,
-        else None (portal.records.fit.refusal)."""
-        return refusal(self.node_rooms(), lambda asked: self.request(asked, runs, no_launcher), dict(values),
-                       runs_field)
-
-    def runs_at_once(self, spec: JobSpec, most: int) -> tuple[int, str]:
-        """How many runs of `spec` (a sweep's trials, up to `most`) the nodes can ever hold at once, and the
-        arithmetic in words."""
-        request = self.request({name: getattr(spec, name) for name in PLACED}, most, no_launcher=True)
-        rooms = self.node_rooms()
-        found = most_placed(rooms, request) if most > 1 else int(fits(rooms, request))
-        trial = request_words(replace(request, runs=1), spec.workers_per_node, spec.cpus_per_task)
-        return found, f"trials at once that {cluster_words(rooms)} can ever hold, each on {trial}"
 
 
 def _integer(raw: Mapping[str, Any], name: str, low: int, high: int, why: str = "") -> int:
@@ -284,9 +203,11 @@ def parse_job_spec(raw: Mapping[str, Any], limits: JobLimits,
     own = _program_fields(raw, program)
     no_launcher = sweep or not limits.adds_launcher(program.launcher)
 
+    if limits.nodes < 1:  # every node of the jobs' pool drained or down: nothing a job asks for can run
+        raise JobSpecError("nodes", f"no node {limits.where()} can run a job now{limits.unusable_note}")
     nodes_note = f" (usable nodes {limits.where()}{limits.unusable_note})"
     nodes = _integer(raw, "nodes", 1, limits.nodes, nodes_note) if "nodes" in raw else 1
-    most_gpus = min(limits.gpus_per_node, limits.quota.left // nodes)
+    most_gpus = limits.quota.cap(limits.gpus_per_node, nodes)
     if "gpus_per_node" in raw:
         gpus_per_node = _gpus_per_node(raw, limits, nodes, most_gpus)
     else:  # one GPU when the user may have one, like the spawn form

@@ -25,7 +25,8 @@ from chexnet.reference import MODELS
 from portal import inputs
 from portal.errors import BadAnswer
 from portal.inputs import InputError
-from portal.records.spec import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, JobLimits, JobSpecError
+from portal.records.limits import JobLimits
+from portal.records.spec import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, JobSpecError
 
 FIELD = "sweep"
 SAMPLERS = ("tpe", "random")  # Optuna's TPESampler (random for its first 10 trials) and RandomSampler

@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 
     from portal.config import PortalConfig
     from portal.metrics import RunMetrics
+    from portal.records.limits import JobLimits
     from portal.records.record import JobRecord
-    from portal.records.spec import JobLimits, JobSpec
+    from portal.records.spec import JobSpec
     from portal.records.sweep import SweepPlan, SweepView
     from portal.scheduler.cluster import QueuedJob
     from portal.scheduler.snapshot import ClusterSnapshot

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from portal.quota import GpuHolder
 from portal.records.fit import NOTHING, NodeRoom, Shape
+from portal.records.limits import Pool
 from portal.records.states import ENDED_STATES, RUNNING
 
 
@@ -130,12 +131,23 @@ class NodePool:
     def free_gpus_per_node(self) -> int:
         return max((n.free_gpus for n in self.usable_nodes), default=0)
 
+    def as_pool(self) -> Pool:
+        """The pool as a server sees it (portal.records.limits.Pool): its best usable node's shape."""
+        return Pool(name=self.name, cpus_per_node=self.cpus_per_node, memory_mb_per_node=self.memory_mb_per_node,
+                    gpus_per_node=self.gpus_per_node, free_gpus_per_node=self.free_gpus_per_node,
+                    max_minutes=self.max_minutes, default=self.default)
+
     def unusable_note(self) -> str:
         """" (node2 is drained)"-style words for the nodes that cannot take work now, or ""."""
         down = [n for n in self.nodes if not n.usable]
         if not down:
             return ""
         return f"; not usable now: {', '.join(f'{n.name} ({n.state.lower()})' for n in down)}"
+
+
+def server_pools(pools: Iterable[NodePool]) -> tuple[Pool, ...]:
+    """The pools a server may go to: those with a usable node (a drained or down node offers nothing)."""
+    return tuple(pool.as_pool() for pool in pools if pool.usable_nodes)
 
 
 def gpu_holders(jobs: Iterable[QueuedJob], server_names: Collection[str]) -> tuple[GpuHolder, ...]:

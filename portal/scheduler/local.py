@@ -24,6 +24,7 @@ from portal.inputs import ascii_digits
 from portal.quota import GpuQuota
 from portal.records.account import JobUser
 from portal.records.ids import LOCAL_ID
+from portal.records.limits import JobLimits, Pool
 from portal.records.record import (
     CANCELLED,
     COMPLETED,
@@ -39,7 +40,7 @@ from portal.records.record import (
     exit_code,
     now_utc,
 )
-from portal.records.spec import JobLimits, JobSpec, JobSpecError
+from portal.records.spec import JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, sweep_view
 from portal.records.templating import job_environment, launch_template, program_values, programs_with
@@ -53,6 +54,7 @@ CANCELLED_FILE = "cancelled"
 TIMEOUT_EXIT = 124  # timeout(1)'s exit status when the limit struck
 PID = re.compile(r"^[1-9][0-9]{0,9}\Z")
 CANCEL_GRACE_S = 10  # TERM first, so Horovod stops its workers; KILL what is left after this
+LOCAL_POOL = "this-machine"  # the one pool a local server or job has: the machine itself
 
 
 def render_local(spec: JobSpec, job_dir: str, cfg: PortalConfig) -> str:
@@ -100,7 +102,9 @@ class LocalScheduler(JobsInHome):
         return JobLimits(partition="", nodes=1, gpus_per_node=gpus, cpus_per_node=os.cpu_count() or 1,
                          memory_gb_per_node=max(1, memory_gb), max_minutes=None,
                          quota=GpuQuota(gpus, tuple(user.groups)), default_data_dir=str(self.cfg.default_data_path),
-                         programs=programs_with("local.sh"))
+                         programs=programs_with("local.sh"),
+                         pools=(Pool(LOCAL_POOL, os.cpu_count() or 1, max(1, memory_gb) * 1024, gpus, gpus,
+                                     default=True),))
 
     def configured_limits(self, user: JobUser) -> JobLimits:
         return self.limits(user)  # this machine's own, read without asking anyone

@@ -40,8 +40,8 @@ from portal.inputs import one_line
 from portal.jobs import Job, JobAccessError, JobNotFound, UnreadableJob, UnreadableRecord
 from portal.quota import array_claim
 from portal.records.account import JobUser, job_user
+from portal.records.limits import JobLimits
 from portal.records.record import CANCELLED, ENDED_STATES, PENDING
-from portal.records.spec import JobLimits
 from portal.scheduler import P, Scheduler
 from portal.scheduler.registry import scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot

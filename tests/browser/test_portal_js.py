@@ -15,7 +15,7 @@ import pytest
 from playwright import sync_api as playwright
 
 from portal.quota import GpuHolder, GpuQuota
-from portal.records.spec import JobLimits
+from portal.records.limits import JobLimits
 from portal.service.submit_form import request_summary
 from tests.browser.conftest import RECORD_NOTIFICATIONS, new_context
 

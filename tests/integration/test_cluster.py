@@ -7,7 +7,6 @@ Sized for 2 CPU cores: the trainings are the demo set's 64x64 images, batch 8, o
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -19,8 +18,8 @@ import pytest
 
 from portal import jobs
 from portal.config import load
+from portal.scheduler.slurm.scheduler import SlurmScheduler
 from portal.service.board import USAGE_REFRESH_S
-from spawners import slurm_cluster
 from tests.conftest import NODES, REPO, TEST_CONFIG, box, end_job, jobs_of, slurm, wait_for
 from tests.integration.helpers import PORTAL, TINY, portal_client
 from tests.integration.helpers import as_user_in_terminal as as_user
@@ -159,7 +158,8 @@ def test_what_a_user_writes_into_a_job_forges_no_job_of_anothers(cluster, hub, n
         wait_for(lambda: slurm("squeue", "-h", "-j", job_id, "-o", "%T").strip() == "RUNNING", 60,
                  what="bob's job to run")
 
-        form = asyncio.run(slurm_cluster.cluster_limits(load(), "alice", ("datascientists", "gpu-users")))
+        scheduler = SlurmScheduler(load())
+        form = scheduler.limits(scheduler.person("alice", ("datascientists", "gpu-users")), scheduler.snapshot())
         assert (form.quota.limit, form.quota.in_use, form.quota.described()) == (4, 0, ())  # what the spawn form offers
         client = portal_client(hub, "alice")
         quota = wait_for(lambda: client.get(f"{client.base}usage", timeout=60).json()["quotas"][0], 30,

@@ -23,8 +23,9 @@ from portal.jobs import Job, JobNotFound, JobSpecError, SlurmError
 from portal.metrics import TAG_AUROC_MEAN, TAG_LOSS_VAL
 from portal.quota import GpuQuota
 from portal.records.account import job_user
+from portal.records.limits import JobLimits
 from portal.records.record import JobRecord
-from portal.records.spec import JobLimits, JobSpec, parse_job_spec
+from portal.records.spec import JobSpec, parse_job_spec
 from portal.records.sweep import parse_sweep, sweep_view
 from portal.scheduler.kubernetes.client import KubeUser
 from portal.scheduler.kubernetes.manifests import ANNOTATION_SPEC

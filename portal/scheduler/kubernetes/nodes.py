@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from portal.records.fit import Shape
+from portal.records.limits import Pool
 from portal.scheduler.cluster import ClusterNode, NodePool
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -111,3 +112,23 @@ def node_pools(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
                                              kept.get(name, (0.0, 0.0, 0.0))))
     return tuple(NodePool(name=pool, nodes=tuple(sorted(found, key=lambda n: n.name)), max_minutes=None,
                                 default=i == 0) for i, (pool, found) in enumerate(members.items()))
+
+
+def gpu_type_pools(gpu_types: Sequence[str], listed: Sequence[NodePool], configured: Shape) -> tuple[Pool, ...]:
+    """Each GPU type (the first is the default) as a server sees it: its usable nodes as a pod can ever have them
+    (`listed`: node_pools; each node's room, less what the cluster's own pods hold) with the most GPUs free on
+    one of them now; the `configured` shape (k8s_node_cpus, ...) where the nodes could not be listed or none is
+    usable. The scheduler and the ResourceQuota have the last word."""
+    found = {pool.name: pool for pool in listed if pool.usable_nodes}
+
+    def pool(index: int, gpu_type: str) -> Pool:
+        nodes = found.get(gpu_type)
+        if nodes is None:
+            return Pool(name=gpu_type, cpus_per_node=configured.millicpus // 1000,
+                        memory_mb_per_node=configured.memory_mb, gpus_per_node=configured.gpus,
+                        free_gpus_per_node=configured.gpus, default=index == 0)
+        rooms = [node.room for node in nodes.rooms()]
+        return Pool(name=gpu_type, cpus_per_node=max(r.millicpus // 1000 for r in rooms),
+                    memory_mb_per_node=max(r.memory_mb for r in rooms), gpus_per_node=max(r.gpus for r in rooms),
+                    free_gpus_per_node=nodes.free_gpus_per_node, default=index == 0)
+    return tuple(pool(index, gpu_type) for index, gpu_type in enumerate(gpu_types))

@@ -19,9 +19,10 @@ from portal.config import PortalConfig
 from portal.config_checks import CLUSTER_NAME
 from portal.errors import JobNotFound
 from portal.metrics import MAX_SERIES, RunMetrics, metrics_of_records, record_lines
-from portal.quota import GpuHolder, GpuQuota
+from portal.quota import GpuHolder
 from portal.records.fit import Shape
 from portal.records.ids import K8S_ID
+from portal.records.limits import JobLimits
 from portal.records.record import (
     CANCELLED,
     COMPLETED,
@@ -36,7 +37,6 @@ from portal.records.record import (
     old_jobs_dir,
     recorded_spec,
 )
-from portal.records.spec import JobLimits
 from portal.records.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
 from portal.records.templating import programs_with
 from portal.scheduler.cluster import NodePool, QueuedJob, duration_text
@@ -55,7 +55,7 @@ from portal.scheduler.kubernetes.manifests import (
     LAUNCHER_RESOURCES,
     MODEL_CARD_LINE,
 )
-from portal.scheduler.kubernetes.nodes import MIB, quantity
+from portal.scheduler.kubernetes.nodes import MIB, gpu_type_pools, quantity
 from portal.scheduler.kubernetes.pods import POD_SERVER_NAME, scheduling_in_words
 
 NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
@@ -75,22 +75,26 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
     job's pods may share a node, and a Horovod job's launcher pod (LAUNCHER_RESOURCES) lands on one of them."""
     gpu_type = partition or (cfg.jobs_partition if cfg.jobs_partition in cfg.k8s_gpu_types else cfg.k8s_gpu_types[0])
     try:
-        pool = next((p for p in (pools() if pools is not None else ()) if p.name == gpu_type), None)
+        listed = tuple(pools()) if pools is not None else ()
     except (KubernetesError, JobNotFound):  # a user's own pod may not list every pod
-        pool = None
+        listed = ()
+    pool = next((p for p in listed if p.name == gpu_type), None)
     rooms = pool.rooms() if pool is not None else ()
     shapes = [node.room for node in rooms]
     return JobLimits(partition=gpu_type, nodes=cfg.k8s_max_nodes,
                      gpus_per_node=max((s.gpus for s in shapes), default=cfg.k8s_node_gpus),
                      cpus_per_node=max((s.millicpus // 1000 for s in shapes), default=cfg.k8s_node_cpus),
                      memory_gb_per_node=max((s.memory_mb // 1024 for s in shapes), default=cfg.k8s_node_memory_gb),
-                     max_minutes=None, quota=GpuQuota(cfg.gpu_quota_for(list(groups)), tuple(groups)),
+                     max_minutes=None, quota=cfg.user_gpu_quota(groups),
                      default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"),
                      rooms=rooms, own_nodes=False,
                      programs=programs_with("mpijob.sh" if cfg.k8s_jobs == "mpijob" else "k8s.sh"),
                      launcher=Shape(round(quantity(LAUNCHER_RESOURCES["cpu"]) * 1000),
                                     int(quantity(LAUNCHER_RESOURCES["memory"]) // MIB)),
-                     launcher_for=("horovod",))  # a torchrun job's node 0 is its launcher (torchjob)
+                     launcher_for=("horovod",),  # a torchrun job's node 0 is its launcher (torchjob)
+                     pools=gpu_type_pools(cfg.k8s_gpu_types, listed, Shape(
+                         cfg.k8s_node_cpus * 1000, cfg.k8s_node_memory_gb * 1024, cfg.k8s_node_gpus)),
+                     gpu_choices=cfg.gpu_profiles())
 
 
 def _pod_gpus(pod: Mapping[str, Any]) -> int:

@@ -34,10 +34,10 @@ from typing import Any, ClassVar
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
 from portal.metrics import RunMetrics
-from portal.quota import GpuQuota
 from portal.records.ids import K8S_ID
+from portal.records.limits import JobLimits
 from portal.records.record import CANCELLED, PENDING, JobRecord
-from portal.records.spec import JobLimits, JobSpec, JobSpecError
+from portal.records.spec import JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, sweep_view
 from portal.scheduler.cluster import QueuedJob
@@ -192,7 +192,7 @@ class KubernetesScheduler:
         pods = self._in_namespace(user, f"the pods of {user.name}", core.list_namespaced_pod,
                                   self.cfg.user_namespace(user.name)) or {}
         limits = limits_for(self.cfg, user.groups, pools=lambda: (snapshot or self.snapshot()).partitions)
-        quota = GpuQuota(limits.quota.limit, limits.quota.groups, pod_holders(pods.get("items", [])))
+        quota = self.cfg.user_gpu_quota(user.groups, pod_holders(pods.get("items", [])))
         return dataclasses.replace(limits, quota=quota.with_submitted(held))
 
     def configured_limits(self, user: KubeUser) -> JobLimits:

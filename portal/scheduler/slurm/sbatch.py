@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from chexnet.sweep import EXIT_FINISHED
 from portal.config import PortalConfig
 from portal.quota import GpuQuota
+from portal.records.limits import JobLimits
 from portal.records.record import OUTPUT_FILE
-from portal.records.spec import JobLimits, JobSpec
+from portal.records.spec import JobSpec
 from portal.records.sweep import SweepPlan
 from portal.records.templating import exported, job_environment, launch_template, program_values, programs_with
-from portal.scheduler.cluster import NodePool
+from portal.scheduler.cluster import NodePool, server_pools
 from portal.scheduler.slurm.errors import SlurmError
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
@@ -81,16 +82,14 @@ def limits_from(cfg: PortalConfig, partitions: Sequence[NodePool], quota: GpuQuo
     of it (SlurmScheduler.quota) (pure): the jobs partition's shape (its usable nodes, busy or not: a job may
     wait; drained or down ones are left out), the quota, and how many of their jobs are queued or running against
     max_jobs_per_user (Slurm holds the same limits for whatever does not come through the portal), and each usable
-    node's shape, which a job's nodes must each have room for (portal.records.fit). SlurmError when no partition
-    can take a job."""
+    node's shape, which a job's nodes must each have room for (portal.records.fit); and every partition a server
+    may go to. SlurmError when the jobs partition is not up (a jobs partition whose nodes are all drained or down
+    has 0 nodes: a job is refused naming them, a server may still go elsewhere)."""
     partition = jobs_partition(cfg, partitions)
-    if not partition.usable_nodes:
-        raise SlurmError(f"partition {partition.name} has no node that can run a job now"
-                         f"{partition.unusable_note()}")
     return JobLimits(
         partition=partition.name, nodes=len(partition.usable_nodes), gpus_per_node=partition.gpus_per_node,
         cpus_per_node=partition.cpus_per_node, memory_gb_per_node=max(1, partition.memory_mb_per_node // 1024),
         max_minutes=partition.max_minutes, quota=quota,
         default_data_dir=str(cfg.default_data_path), unusable_note=partition.unusable_note(),
         jobs_queued=jobs_queued, max_jobs=cfg.max_jobs_per_user, mail=cfg.job_mail,
-        rooms=partition.rooms(), programs=programs_with("sbatch"))
+        rooms=partition.rooms(), programs=programs_with("sbatch"), pools=server_pools(partitions))

@@ -26,6 +26,7 @@ from portal.inputs import ascii_digits
 from portal.quota import GpuQuota
 from portal.records.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
 from portal.records.ids import SLURM_ID
+from portal.records.limits import JobLimits
 from portal.records.record import (
     COMPLETED,
     ENDED_STATES,
@@ -40,7 +41,7 @@ from portal.records.record import (
     exit_code,
     now_utc,
 )
-from portal.records.spec import WHOLE, JobLimits, JobSpec, JobSpecError
+from portal.records.spec import WHOLE, JobSpec, JobSpecError
 from portal.records.sweep import (
     RUNNING_STATES,
     SweepPlan,
@@ -107,7 +108,7 @@ class SlurmScheduler(JobsInHome):
         """The user's GPU quota and what their servers and jobs in `snapshot` hold or claim of it (portal.quota's
         rule): the one figure the job form, the API and the spawn form (spawners.slurm_cluster) all show."""
         holders = gpu_holders(users_jobs(snapshot.queue, user.name), SLURM_SERVERS)
-        return GpuQuota(self.cfg.gpu_quota_for(user.groups), tuple(user.groups), holders)
+        return self.cfg.user_gpu_quota(user.groups, holders)
 
     def configured_limits(self, user: JobUser) -> None:
         return None  # a partition's shape is Slurm's: a dry run asks it (as the user)

@@ -9,11 +9,11 @@ from jupyterhub.spawner import LocalProcessSpawner
 from tornado import web
 
 from portal.quota import GpuQuota
+from portal.records.limits import JobLimits
+from portal.records.limits import Pool as Partition
 from spawners.forms import (
     FIELDS,
-    ClusterLimits,
     OptionsError,
-    Partition,
     ServerOptions,
     default_options,
     describe_minutes,
@@ -28,6 +28,16 @@ GPU = Partition("gpu", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=
                 max_minutes=7 * 1440, default=True)
 DEBUG = Partition("debug", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=4, free_gpus_per_node=3,
                   max_minutes=60)
+
+
+def ClusterLimits(partitions: tuple, quota: GpuQuota, gpu_choices=None) -> JobLimits:  # noqa: N802
+    """A scheduler's limits with these pools (what the spawn form is a view of): the jobs' fields are no matter
+    here."""
+    return JobLimits(partition="gpu", nodes=1, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
+                     max_minutes=None, quota=quota, default_data_dir="/data", pools=partitions,
+                     gpu_choices=gpu_choices)
+
+
 ALICE = ClusterLimits(partitions=(GPU, DEBUG), quota=GpuQuota(4, ("datascientists", "gpu-users")))
 BOB = ClusterLimits(partitions=(GPU, DEBUG), quota=GpuQuota(0, ("datascientists",)))
 
@@ -168,8 +178,8 @@ def test_generated_options_are_valid_within_bounds_or_refused_naming_a_field(raw
         assert len(str(err)) < 600
         return
     assert all(isinstance(value, (str, int)) for value in raw.values())  # never a list, null, float or mapping
-    partition = limits.partition(options.partition)
-    assert 0 <= options.gpus <= limits.max_gpus(partition) and 1 <= options.cpus <= partition.cpus_per_node
+    partition = limits.pool(options.partition)
+    assert 0 <= options.gpus <= limits.server_gpus(partition) and 1 <= options.cpus <= partition.cpus_per_node
     assert 1 <= options.memory_gb <= partition.memory_mb_per_node // 1024
     assert options.runtime.isascii() and 0 < minutes_of(options.runtime) <= partition.max_minutes
 
@@ -223,3 +233,9 @@ def test_the_form_is_refused_with_a_400_before_the_hub_stores_anything():
     assert err.value.status_code == 400 and "runtime:" in err.value.jupyterhub_message
     assert "99:00:00 %d %s" in str(err.value)  # a % in the input is text, not a format
     assert asyncio.run(spawner.options_from_form({"gpus": ["2"], "_xsrf": ["t"]}))["gpus"] == 2
+
+
+def test_a_default_lowers_to_the_partitions_wall_time_limit():
+    """A partition whose limit is shorter than the default wall time still takes a request that names none."""
+    assert parse_server_options({"partition": "debug"}, ALICE).runtime == "01:00:00"
+    assert parse_server_options({"partition": "gpu"}, ALICE).runtime == ServerOptions("gpu").runtime

@@ -6,18 +6,24 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.scheduler.kubernetes.manifests import user_namespace_objects
+from portal.scheduler.kubernetes.records import limits_for
 from spawners.forms import OptionsError, parse_server_options, render_form
-from spawners.kubernetes import cluster_limits, pod_settings
+from spawners.kubernetes import pod_settings
 
 CFG = PortalConfig(gpu_quota={"gpu-users": 4, "gpu-power": 8})
 
 
+def cluster_limits(cfg: PortalConfig, groups: tuple[str, ...], listed=()):
+    """The Kubernetes scheduler's limits (what its spawn form is a view of), from the pools `listed`."""
+    return limits_for(cfg, groups, pools=lambda: listed)
+
+
 def test_the_gpu_types_are_the_forms_pools_and_the_profiles_are_bounded_by_the_quota():
     limits = cluster_limits(CFG, ("gpu-users",))
-    assert [p.name for p in limits.partitions] == ["t4", "v100"]
-    assert limits.gpu_counts(limits.partitions[0]) == (0, 1, 2, 4)
-    assert cluster_limits(CFG, ("gpu-power",)).gpu_counts(limits.partitions[0]) == (0, 1, 2, 4, 8)
-    assert cluster_limits(CFG, ("datascientists",)).gpu_counts(limits.partitions[0]) == (0,)
+    assert [p.name for p in limits.pools] == ["t4", "v100"]
+    assert limits.gpu_counts(limits.pools[0]) == (0, 1, 2, 4)
+    assert cluster_limits(CFG, ("gpu-power",)).gpu_counts(limits.pools[0]) == (0, 1, 2, 4, 8)
+    assert cluster_limits(CFG, ("datascientists",)).gpu_counts(limits.pools[0]) == (0,)
 
 
 def test_a_count_that_is_not_a_profile_is_refused_naming_the_field():
@@ -115,7 +121,7 @@ def test_the_forms_pools_come_from_the_nodes_the_hub_lists_and_the_default_serve
     listed = node_pools([two_cpus("n1"), two_cpus("n2")], [hub], CFG.k8s_gpu_node_label, CFG.k8s_gpu_types,
                         CFG.namespace_user)
     limits = cluster_limits(CFG, ("gpu-users",), listed=listed)
-    t4, v100 = limits.partitions
+    t4, v100 = limits.pools
     assert (t4.cpus_per_node, t4.memory_mb_per_node, t4.gpus_per_node, t4.free_gpus_per_node) == (2, 8192, 2, 2)
     assert v100.cpus_per_node == CFG.k8s_node_cpus  # no node of that type is listed: the configured shape
     options = parse_server_options({"partition": "t4"}, limits)

@@ -14,9 +14,10 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.quota import GpuQuota
+from portal.records.limits import JobLimits
 from portal.records.programs import REGISTERED, ProgramError, load_program, registry, registry_of, use_registry
 from portal.records.record import recorded_spec
-from portal.records.spec import JobLimits, JobSpecError, input_fields, parse_job_spec
+from portal.records.spec import JobSpecError, input_fields, parse_job_spec
 from portal.scheduler.local import render_local
 from portal.scheduler.slurm.sbatch import render_sbatch
 from portal.service.submit_form import form_spec

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from portal.quota import GpuHolder, GpuQuota
-from portal.records.spec import FIELDS, JobLimits, JobSpec, JobSpecError, parse_job_spec
+from portal.records.limits import JobLimits
+from portal.records.spec import FIELDS, JobSpec, JobSpecError, parse_job_spec
 from tests.unit.helpers import SPEC_DATA_DIR as DATA
 from tests.unit.helpers import SPEC_LIMITS as LIMITS
 from tests.unit.helpers import parse_spec as parse

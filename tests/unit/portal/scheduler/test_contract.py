@@ -6,25 +6,30 @@ checks. (The box journeys drive the real ones end to end: tests/kubernetes/test_
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 import socket
+import types
 from datetime import datetime
 from typing import Any, ClassVar
 
 import pytest
+from jupyterhub.spawner import LocalProcessSpawner
 
 from portal import errors
 from portal.config import PortalConfig
-from portal.records.spec import JobLimits
+from portal.records.limits import JobLimits
 from portal.scheduler import KeepsRecords, Scheduler
 from portal.scheduler.errors import NoAccounting
 from portal.scheduler.local import LocalScheduler
 from portal.scheduler.registry import SCHEDULERS, scheduler_class, scheduler_for
 from portal.scheduler.usage import UsageReport
+from portal.service.submit_form import form_fields
+from spawners.options import ServerOptionsMixin
 from tests.conftest import REPO
 from tests.slurm_answers import sacct_json, sacct_run
-from tests.unit.helpers import parse_spec
+from tests.unit.helpers import parse_spec, squeue_free
 
 CONTRACT = [name for name, value in vars(Scheduler).items() if inspect.isfunction(value) and not name.startswith("_")]
 KEPT_RECORDS = [name for name, value in vars(KeepsRecords).items() if inspect.isfunction(value)
@@ -141,3 +146,72 @@ def test_a_scheduler_that_does_not_answer_is_unavailable_in_its_own_name(name, t
     status, said, _ = errors.answer(raised.value)
     assert status == 503 and raised.value.scheduler.lower() == name, (status, said)
     assert said.lower().startswith(name) or f"the {name} api" in said.lower(), said
+
+
+# --- limits: the spawn form and the submit form are views of each scheduler's answer ---------------------------
+
+T4_NODE = {"metadata": {"name": "n1", "labels": {"nvidia": "t4"}}, "spec": {},
+           "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"},
+                      "conditions": [{"type": "Ready", "status": "True"}]}}
+HER_SERVER = {"metadata": {"name": "jupyter-alice", "namespace": "dsportal-u-alice", "labels": {}},
+              "status": {"phase": "Running"},
+              "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}
+
+
+class RecordedCore:
+    """A Kubernetes API of recorded objects: one t4 node with 4 GPUs, alice's server pod holding one of them."""
+
+    def list_node(self, **kwargs: Any) -> dict:
+        return {"items": [T4_NODE]}
+
+    def list_pod_for_all_namespaces(self, **kwargs: Any) -> dict:
+        return {"items": [HER_SERVER]}
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> dict:
+        return {"items": [HER_SERVER] if namespace == "dsportal-u-alice" else []}
+
+
+def answering(name: str) -> Scheduler[Any]:
+    """The scheduler called `name` with its cluster's answers recorded: Slurm's commands (a node of 4 GPUs, 2 of
+    them held by a job of alice's), a Kubernetes API of recorded objects (RecordedCore), this machine."""
+    if name == "slurm":
+        return scheduler_for(PortalConfig(), name, run=squeue_free)
+    made = scheduler_for(PortalConfig(), name)
+    if name == "kubernetes":
+        made._apis = lambda user: (None, RecordedCore(), None)  # type: ignore[attr-defined]
+    return made
+
+
+class SchedulersSpawner(ServerOptionsMixin, LocalProcessSpawner):
+    """A spawner of the portal's for whichever scheduler it names, as the Slurm and Kubernetes spawners are."""
+
+    answered: Any = None
+
+    def scheduler(self) -> Scheduler[Any]:
+        return self.answered
+
+    def apply_server_options(self, options) -> None:
+        self.user_options = options.to_dict()
+
+
+def test_the_submit_form_and_the_spawn_form_are_views_of_each_schedulers_limits(registered):
+    scheduler = answering(registered)
+    limits = scheduler.limits(scheduler.person("alice", ["gpu-users"]), scheduler.snapshot())
+    assert limits.pools and limits.default_pool in limits.pools, registered
+    held = {"slurm": 2, "kubernetes": 1}.get(registered, 0)  # what her job (Slurm) or server pod holds
+    assert limits.quota.in_use == held, (registered, limits.quota)
+    pool = limits.default_pool
+    assert limits.server_gpus(pool) == min(pool.free_gpus_per_node, limits.quota.left), registered
+
+    submit = {field.name: field for field in form_fields(limits)}
+    assert submit["gpus_per_node"].hint.startswith(f"0-{limits.max_gpus_per_node} "), submit["gpus_per_node"]
+
+    user = types.SimpleNamespace(name="alice", groups=[types.SimpleNamespace(name="gpu-users")], url="/user/alice/")
+    spawner = SchedulersSpawner(user=user, portal=PortalConfig())
+    spawner.answered = scheduler
+    form = asyncio.run(spawner._render_options_form())
+    for offered in limits.pools:
+        assert f'<option value="{offered.name}"' in form, (registered, form[:400])
+    assert f'max="{limits.server_gpus(pool)}"' in form or "<select id=\"ds-gpus\"" in form, form
+    chosen = asyncio.run(spawner.options_from_form({"gpus": ["0"], "_xsrf": ["t"]}))
+    assert chosen["partition"] == pool.name, (registered, chosen)

@@ -9,8 +9,9 @@ from dataclasses import replace
 
 from chexnet.reference import MODELS
 from portal.quota import GpuHolder, GpuQuota
+from portal.records.limits import JobLimits
 from portal.records.programs import registry
-from portal.records.spec import JobLimits, parse_job_spec
+from portal.records.spec import parse_job_spec
 from portal.service.submit_form import form_fields, form_values, request_summary
 
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,

@@ -3,19 +3,20 @@ what it owns, its scripts, its state from the Job and its pods, and its ssh key.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 
 import kubernetes_validate
 import pytest
 
+from portal.quota import GpuQuota
 from portal.scheduler.kubernetes.client import new_ssh_key
 from portal.scheduler.kubernetes.manifests import ANNOTATION_SPEC, LABEL_JOB, LABEL_ROLE, owned_by, plain_job_objects
-from portal.scheduler.kubernetes.records import plain_job_state, pod_holders, pod_queue
+from portal.scheduler.kubernetes.records import limits_for, plain_job_state, pod_holders, pod_queue
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.summary import quota_of
 from spawners.forms import OptionsError, parse_server_options
-from spawners.kubernetes import cluster_limits
 from tests.unit.helpers import K8S_CFG as CFG
 from tests.unit.helpers import K8S_JOB_ID as JOB_ID
 from tests.unit.helpers import KUBERNETES_VERSIONS, bash_syntax_ok, plain_job, pod_of_job
@@ -117,7 +118,8 @@ def test_what_holds_the_users_gpus_comes_from_their_pods():
             gpu_pod("launcher", 0, job=JOB_ID), gpu_pod("old", 4, "Succeeded", job="k8s-20261121-090000-000000")]
     holders = pod_holders(pods)
     assert [(h.describe(), h.gpus) for h in holders] == [("your server", 1), (f"job {JOB_ID}", 4)]
-    limits = cluster_limits(CFG, ("gpu-users",), holders)  # the spawn form: alice's quota 8, 5 held
+    configured = limits_for(CFG, ("gpu-users",))  # the spawn form: alice's quota 8, 5 held
+    limits = dataclasses.replace(configured, quota=GpuQuota(configured.quota.limit, ("gpu-users",), holders))
     with pytest.raises(OptionsError) as refused:
         parse_server_options({"partition": "t4", "gpus": "4", "cpus": "1", "memory_gb": "2",
                               "runtime": "01:00:00"}, limits)

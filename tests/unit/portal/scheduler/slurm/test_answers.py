@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from portal.scheduler.cluster import gpu_holders
+from portal.scheduler.cluster import gpu_holders, server_pools
 from portal.scheduler.slurm.answers import (
     SLURM_SERVERS,
     gpu_count,
@@ -14,7 +14,6 @@ from portal.scheduler.slurm.answers import (
     wall_minutes,
 )
 from portal.scheduler.slurm.json_answers import read_squeue, users_jobs
-from spawners.slurm_cluster import partitions_from_scontrol
 from tests.slurm_answers import SLURM_24_11, SLURM_26_05, STARTED, squeue_job, squeue_json
 
 PARTITIONS = (
@@ -27,8 +26,13 @@ NODE = ("NodeName=localhost Arch=x86_64 CoresPerSocket=4 CPUAlloc=2 CPUTot=8 Gre
         "GresUsed=gpu:1(IDX:0) CfgTRES=cpu=8,mem=20000M,billing=8 AllocTRES=cpu=2,mem=2G\n")
 
 
+def server_pools_of(partition_lines: str, node_lines: str):
+    """The pools a server may go to (portal.scheduler.cluster.server_pools), from scontrol's answers."""
+    return server_pools(slurm_partitions(partition_lines, node_lines))
+
+
 def test_partitions_and_free_gpus():
-    gpu, debug = partitions_from_scontrol(PARTITIONS, NODE.format(state="MIXED"))
+    gpu, debug = server_pools_of(PARTITIONS, NODE.format(state="MIXED"))
     assert (gpu.name, gpu.default, gpu.max_minutes, gpu.gpus_per_node, gpu.free_gpus_per_node) == (
         "gpu", True, 7 * 1440, 4, 3)
     assert (debug.name, debug.default, debug.max_minutes, debug.cpus_per_node) == ("debug", False, 60, 8)
@@ -37,15 +41,15 @@ def test_partitions_and_free_gpus():
 
 def test_allocated_gpus_from_tres_where_slurmdbd_tracks_them():
     node = NODE.replace("GresUsed=gpu:1(IDX:0) ", "").replace("mem=2G", "mem=2G,gres/gpu=2")
-    gpu, _ = partitions_from_scontrol(PARTITIONS, node.format(state="MIXED"))
+    gpu, _ = server_pools_of(PARTITIONS, node.format(state="MIXED"))
     assert gpu.free_gpus_per_node == 2
 
 
 def test_a_drained_node_offers_nothing():
-    assert partitions_from_scontrol(PARTITIONS, NODE.format(state="IDLE+DRAIN")) == ()  # none usable: not offered
+    assert server_pools_of(PARTITIONS, NODE.format(state="IDLE+DRAIN")) == ()  # none usable: not offered
     small = NODE.replace("localhost", "node2").replace("CPUTot=8", "CPUTot=16").replace("gpu:1(", "gpu:0(")
     partitions = PARTITIONS.replace("Nodes=localhost", "Nodes=localhost,node2")
-    gpu, _ = partitions_from_scontrol(partitions, NODE.format(state="MIXED") + small.format(state="IDLE+DRAIN"))
+    gpu, _ = server_pools_of(partitions, NODE.format(state="MIXED") + small.format(state="IDLE+DRAIN"))
     assert (gpu.cpus_per_node, gpu.free_gpus_per_node) == (8, 3)  # the drained node's 16 CPUs and 4 GPUs do not count
     (both, _) = slurm_partitions(partitions, NODE.format(state="MIXED") + small.format(state="DOWN+NOT_RESPONDING"))
     assert [n.name for n in both.usable_nodes] == ["localhost"]
