@@ -4,6 +4,9 @@ import json
 
 import pytest
 
+from portal.config import PortalConfig
+from portal.quota import GpuQuota
+from portal.records.spec import JobSpecError, parse_job_spec
 from portal.scheduler.cluster import gpu_holders, server_pools
 from portal.scheduler.slurm.answers import (
     SLURM_SERVERS,
@@ -14,6 +17,7 @@ from portal.scheduler.slurm.answers import (
     wall_minutes,
 )
 from portal.scheduler.slurm.json_answers import read_squeue, users_jobs
+from portal.scheduler.slurm.sbatch import limits_from
 from tests.slurm_answers import SLURM_24_11, SLURM_26_05, STARTED, squeue_job, squeue_json
 
 PARTITIONS = (
@@ -113,3 +117,15 @@ def test_scontrols_text_of_each_release_says_what_its_json_says(release):
                              (release / "scontrol-node.txt").read_text())
     assert [(p.name, p.default, p.max_minutes, len(p.nodes)) for p in pools] == [
         ("gpu", True, 7 * 1440, 2), ("debug", False, 60, 2)]
+
+
+def test_a_jobs_partition_with_every_node_drained_refuses_a_job_by_its_nodes_and_offers_no_server_there():
+    """limits() still answers (the spawn form may offer another partition): the job partition has 0 nodes, and a
+    job is refused naming the field and the drained node."""
+    limits = limits_from(PortalConfig(), slurm_partitions(PARTITIONS, NODE.format(state="IDLE+DRAIN")), GpuQuota(4))
+    assert limits.nodes == 0 and limits.pools == ()
+    with pytest.raises(JobSpecError) as refused:
+        parse_job_spec({"epochs": 1}, limits, user_can_read=lambda path: True)
+    assert refused.value.field == "nodes"
+    assert str(refused.value) == ("nodes: no node in partition gpu can run a job now; not usable now: localhost "
+                                  "(idle+drain)"), str(refused.value)
