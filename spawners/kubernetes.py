@@ -138,10 +138,11 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
 
     # --- starting: fail fast, say what happens ---
 
-    async def _start(self):
-        """KubeSpawner's start, failed as soon as the pod shows it cannot start (the hub then stops the server,
-        which deletes the pod)."""
-        starting = asyncio.ensure_future(super()._start())
+    async def start(self):
+        """KubeSpawner's start (Spawner.start, the documented hook; KubeSpawner's own returns the future of its
+        `_start`, which its `progress` watches), failed as soon as the pod shows it cannot start (the hub then
+        stops the server, which deletes the pod)."""
+        starting = super().start()
         key = f"{self.namespace}/{self.pod_name}"
         while not starting.done():
             pod = self.pod_reflector.pods.get(key) if self.pod_reflector else None
@@ -192,6 +193,15 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     # --- the user's namespace: theirs, with their GPU quota ---
 
     async def _ensure_namespace(self):
+        """KubeSpawner's namespace (made when `enable_user_namespaces`), then what makes it the user's: their role
+        binding, their GPU quota and the network fences, each before the pod is created.
+
+        Not a documented hook, and kept so: KubeSpawner 7.1 makes the namespace in `_start` (after `pre_spawn_hook`
+        and `modify_pod_hook`, before the pod), and no public hook runs between the two: a `pre_spawn_hook` would
+        find no namespace on a user's first start; a `modify_pod_hook` runs on every pod build, may not block on the
+        API, and cannot fail the start. If KubeSpawner renames or stops calling it, the pod starts in a namespace
+        without the quota and the fences: tests/unit/spawners/test_kubernetes.py checks that KubeSpawner's `_start`
+        still calls it, so an upgrade that changes this fails there first."""
         await super()._ensure_namespace()
         from kubernetes_asyncio.client.exceptions import ApiException
         from kubespawner.clients import shared_client

@@ -126,3 +126,18 @@ def test_the_forms_pools_come_from_the_nodes_the_hub_lists_and_the_default_serve
     assert v100.cpus_per_node == CFG.k8s_node_cpus  # no node of that type is listed: the configured shape
     options = parse_server_options({"partition": "t4"}, limits)
     assert options.cpus <= 2 and options.memory_gb <= 8  # the default server fits the node without the hub's pod
+
+
+def test_kubespawner_still_makes_the_namespace_where_the_portal_makes_it_theirs():
+    """PortalKubeSpawner._ensure_namespace extends a private method of KubeSpawner's (its docstring says why no
+    public hook fits): KubeSpawner's start must still call it, before it creates the pod."""
+    import inspect
+
+    from kubespawner import KubeSpawner
+
+    from spawners.kubernetes import PortalKubeSpawner
+
+    source = inspect.getsource(KubeSpawner._start)
+    assert "await self._ensure_namespace()" in source
+    assert source.index("_ensure_namespace()") < source.index("_make_create_pod_request")
+    assert "_start" not in vars(PortalKubeSpawner) and "start" in vars(PortalKubeSpawner)
