@@ -22,10 +22,16 @@ from portal.inputs import one_line
 from portal.records.limits import JobLimits
 from portal.scheduler import Scheduler
 from portal.scheduler.registry import scheduler_for
+from portal.scheduler.snapshot import ClusterCache
 from portal.traits import portal_default
 from spawners.forms import OptionsError, ServerOptions, form_options, parse_server_options, render_form
 
 HUB_FORM_FIELDS = ("_xsrf",)  # the hub's own, never an option
+# How long one look at the cluster serves a user's spawn requests: a burst of them (the form and its submit, a
+# client's retries, a flood through the REST API) asks the scheduler at most once a second, not once each (Slurm:
+# one squeue and two scontrol as root). Shorter than the scheduler's own lag: a stopped server's Slurm job stays
+# COMPLETING, holding its GPUs, for longer.
+SPAWN_SNAPSHOT_S = 1.0
 
 
 def tensorboard_proxy_url(spawner) -> str:
@@ -78,6 +84,7 @@ class ServerOptionsMixin(HasTraits):
     _apply_user_options_default = default("apply_user_options")(
         lambda spawner: ServerOptionsMixin._apply_server_options)
     _options_change: tuple[Any, Any] | None = None
+    _cluster: ClusterCache | None = None  # this spawner's look at the cluster (limits)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
@@ -90,13 +97,15 @@ class ServerOptionsMixin(HasTraits):
 
     async def limits(self) -> JobLimits:
         """What the user may ask for now, as their scheduler answers every caller (Scheduler.limits, from one
-        snapshot of the cluster as the portal sees it), asked off the event loop: the pools, the quota with what
-        their server and jobs hold, the GPU profiles."""
+        snapshot of the cluster as the portal sees it, at most SPAWN_SNAPSHOT_S old), asked off the event loop:
+        the pools, the quota with what their server and jobs hold, the GPU profiles."""
         scheduler = self.scheduler()
-        groups = tuple(sorted(g.name for g in self.user.groups))
+        if self._cluster is None:
+            self._cluster = ClusterCache(self.portal, read=scheduler.snapshot, interval_s=SPAWN_SNAPSHOT_S)
+        cluster, groups = self._cluster, tuple(sorted(g.name for g in self.user.groups))
 
         def ask() -> JobLimits:
-            return scheduler.limits(scheduler.person(self.user.name, groups), scheduler.snapshot())
+            return scheduler.limits(scheduler.person(self.user.name, groups), cluster.snapshot())
         return await asyncio.to_thread(ask)
 
     async def _limits(self) -> JobLimits:

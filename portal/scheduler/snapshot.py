@@ -55,15 +55,16 @@ Runner = Callable[[Sequence[str]], str]  # a Slurm command's output (a fake Slur
 
 
 class ClusterCache:
-    """The latest snapshot, refreshed by at most one thread at a time and at most once per interval. `read`: how
-    the snapshot is taken (the configured scheduler's `snapshot`); `run`: a fake Slurm's commands, for tests."""
+    """The latest snapshot, refreshed by at most one thread at a time and at most once per interval (`interval_s`,
+    default dashboard_refresh_s). `read`: how the snapshot is taken (the configured scheduler's `snapshot`); `run`:
+    a fake Slurm's commands, for tests."""
 
     def __init__(self, cfg: PortalConfig, run: Runner | None = None, clock: Callable[[], float] = time.monotonic,
-                 read: Callable[[], ClusterSnapshot] | None = None):
+                 read: Callable[[], ClusterSnapshot] | None = None, interval_s: float | None = None):
         from portal.scheduler.registry import scheduler_for  # the cache is below the schedulers it serves
 
         self.cfg = cfg
-        self.interval_s = float(cfg.dashboard_refresh_s)
+        self.interval_s = float(cfg.dashboard_refresh_s if interval_s is None else interval_s)
         # Slurm's snapshot is one squeue and two scontrol; Kubernetes's GPU pools come from the settings
         self._asks_queue = True
         self._clock = clock
