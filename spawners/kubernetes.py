@@ -77,7 +77,7 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     """KubeSpawner with the portal's validated GPU form, per-user namespaces and the portal's volumes."""
 
     pool_label = "GPU type"
-    scheduler_name = "kubernetes"  # the form is a view of the Kubernetes scheduler's limits (spawners.options)
+    portal_scheduler = "kubernetes"  # the form is a view of the Kubernetes scheduler's limits (spawners.options)
 
     _image_default = portal_default("image", "k8s_image")
     _pull_default = portal_default("image_pull_policy", "k8s_image_pull_policy")

@@ -62,13 +62,13 @@ def refusal(err: OptionsError | SchedulerError) -> web.HTTPError:
 
 class ServerOptionsMixin(HasTraits):
     """`options_form`, `options_from_form` and `apply_user_options` through `spawners.forms`, for a spawner that
-    names its scheduler (`scheduler_name`, as portal.scheduler.registry knows it: the form is a view of that
+    names its scheduler (`portal_scheduler`, as portal.scheduler.registry knows it: the form is a view of that
     scheduler's `limits`) and provides `apply_server_options(options)`; and the settings both spawners take from
     the portal. Put it before the Spawner class in the bases."""
 
     portal = Instance(PortalConfig, help="The portal's settings (portal.config).")
     pool_label = "Partition"
-    scheduler_name = ""  # the registered scheduler whose servers this spawner starts
+    portal_scheduler = ""  # the registered scheduler whose servers this spawner starts
 
     @default("portal")
     def _portal_default(self) -> PortalConfig:
@@ -92,8 +92,8 @@ class ServerOptionsMixin(HasTraits):
         self.observe(self._remember_stored_options, names="user_options")
 
     def scheduler(self) -> Scheduler[Any]:
-        """The scheduler this spawner's servers run on (`scheduler_name`, made from the portal's settings)."""
-        return scheduler_for(self.portal, self.scheduler_name)
+        """The scheduler this spawner's servers run on (`portal_scheduler`, made from the portal's settings)."""
+        return scheduler_for(self.portal, self.portal_scheduler)
 
     async def limits(self) -> JobLimits:
         """What the user may ask for now, as their scheduler answers every caller (Scheduler.limits, from one

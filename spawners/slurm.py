@@ -65,7 +65,7 @@ async def accepts_connections(host: str, port: int) -> bool:
 class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     """SlurmSpawner with a validated GPU form, Slurm's pending reason as progress, and fail-fast starts."""
 
-    scheduler_name = "slurm"  # the form is a view of the Slurm scheduler's limits (spawners.options)
+    portal_scheduler = "slurm"  # the form is a view of the Slurm scheduler's limits (spawners.options)
     start_note = ""  # why this start's job will wait, seen just before its submit (slurm_cluster.server_start_note)
 
     progress_poll_interval = Float(

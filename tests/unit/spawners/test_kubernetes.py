@@ -141,3 +141,20 @@ def test_kubespawner_still_makes_the_namespace_where_the_portal_makes_it_theirs(
     assert "await self._ensure_namespace()" in source
     assert source.index("_ensure_namespace()") < source.index("_make_create_pod_request")
     assert "_start" not in vars(PortalKubeSpawner) and "start" in vars(PortalKubeSpawner)
+
+
+def test_the_portals_own_spawner_attributes_shadow_no_trait_of_the_spawners_they_extend():
+    """A class attribute of the mixin's named like a trait of KubeSpawner's or batchspawner's replaces that trait
+    (a `scheduler_name = "kubernetes"` once made every server pod wait for a scheduler of that name)."""
+    from batchspawner import SlurmSpawner
+    from kubespawner import KubeSpawner
+
+    from spawners.kubernetes import PortalKubeSpawner
+    from spawners.options import ServerOptionsMixin
+    from spawners.slurm import PortalSlurmSpawner
+
+    own = {name for name, value in vars(ServerOptionsMixin).items() if not callable(value)
+           and not name.startswith("_")} | {"portal_scheduler", "pool_label", "start_note"}
+    assert not own & (set(KubeSpawner.class_trait_names()) | set(SlurmSpawner.class_trait_names())), own
+    assert PortalKubeSpawner.scheduler_name.default_value == KubeSpawner.scheduler_name.default_value
+    assert PortalSlurmSpawner.portal_scheduler == "slurm" and PortalKubeSpawner.portal_scheduler == "kubernetes"
