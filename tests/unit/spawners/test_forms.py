@@ -9,8 +9,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 from tornado import web
 
 from portal.quota import GpuQuota
-from portal.records.limits import JobLimits
-from portal.records.limits import Pool as Partition
+from portal.records.limits import JobLimits, Pool
 from spawners.forms import (
     FIELDS,
     OptionsError,
@@ -24,22 +23,22 @@ from spawners.forms import (
 )
 from spawners.options import ServerOptionsMixin
 
-GPU = Partition("gpu", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=4, free_gpus_per_node=3,
+GPU = Pool("gpu", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=4, free_gpus_per_node=3,
                 max_minutes=7 * 1440, default=True)
-DEBUG = Partition("debug", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=4, free_gpus_per_node=3,
+DEBUG = Pool("debug", cpus_per_node=8, memory_mb_per_node=20000, gpus_per_node=4, free_gpus_per_node=3,
                   max_minutes=60)
 
 
-def ClusterLimits(partitions: tuple, quota: GpuQuota, gpu_choices=None) -> JobLimits:  # noqa: N802
+def limits_with(pools: tuple, quota: GpuQuota, gpu_choices=None) -> JobLimits:
     """A scheduler's limits with these pools (what the spawn form is a view of): the jobs' fields are no matter
     here."""
     return JobLimits(partition="gpu", nodes=1, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=19,
-                     max_minutes=None, quota=quota, default_data_dir="/data", pools=partitions,
+                     max_minutes=None, quota=quota, default_data_dir="/data", pools=pools,
                      gpu_choices=gpu_choices)
 
 
-ALICE = ClusterLimits(partitions=(GPU, DEBUG), quota=GpuQuota(4, ("datascientists", "gpu-users")))
-BOB = ClusterLimits(partitions=(GPU, DEBUG), quota=GpuQuota(0, ("datascientists",)))
+ALICE = limits_with(pools=(GPU, DEBUG), quota=GpuQuota(4, ("datascientists", "gpu-users")))
+BOB = limits_with(pools=(GPU, DEBUG), quota=GpuQuota(0, ("datascientists",)))
 
 
 def form(**fields):
@@ -111,12 +110,12 @@ def test_api_values_are_plain_values_never_a_list_or_null(field, value, words):
 
 def test_no_partition_up():
     with pytest.raises(OptionsError, match="no partitions"):
-        parse_server_options({}, ClusterLimits(partitions=(), quota=GpuQuota(4)))
+        parse_server_options({}, limits_with(pools=(), quota=GpuQuota(4)))
 
 
 def test_form_shows_limits_and_escapes_names():
-    odd = Partition('<b>"x"', 2, 4096, 0, 0)
-    html = render_form(ClusterLimits(partitions=(GPU, odd), quota=GpuQuota(4)))
+    odd = Pool('<b>"x"', 2, 4096, 0, 0)
+    html = render_form(limits_with(pools=(GPU, odd), quota=GpuQuota(4)))
     assert 'name="gpus"' in html and 'max="3"' in html
     assert "<b>" not in html and "&lt;b&gt;" in html
     assert 'value="gpu" selected' in html
