@@ -22,7 +22,7 @@ from portal.inputs import one_line
 from portal.records.limits import JobLimits
 from portal.scheduler import Scheduler
 from portal.scheduler.registry import scheduler_for
-from portal.scheduler.snapshot import ClusterCache
+from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.traits import portal_default
 from spawners.forms import OptionsError, ServerOptions, form_options, parse_server_options, render_form
 
@@ -99,14 +99,19 @@ class ServerOptionsMixin(HasTraits):
         """What the user may ask for now, as their scheduler answers every caller (Scheduler.limits, from one
         snapshot of the cluster as the portal sees it, at most SPAWN_SNAPSHOT_S old), asked off the event loop:
         the pools, the quota with what their server and jobs hold, the GPU profiles."""
-        scheduler = self.scheduler()
-        if self._cluster is None:
-            self._cluster = ClusterCache(self.portal, read=scheduler.snapshot, interval_s=SPAWN_SNAPSHOT_S)
-        cluster, groups = self._cluster, tuple(sorted(g.name for g in self.user.groups))
+        scheduler, look = self.scheduler(), self.cluster_look
+        groups = tuple(sorted(g.name for g in self.user.groups))
 
         def ask() -> JobLimits:
-            return scheduler.limits(scheduler.person(self.user.name, groups), cluster.snapshot())
+            return scheduler.limits(scheduler.person(self.user.name, groups), look())
         return await asyncio.to_thread(ask)
+
+    def cluster_look(self) -> ClusterSnapshot:
+        """This spawner's look at the cluster, at most SPAWN_SNAPSHOT_S old: the limits the request was checked
+        against and what the start says it will wait for share it. Blocks (call it in a thread); SchedulerError."""
+        if self._cluster is None:
+            self._cluster = ClusterCache(self.portal, read=self.scheduler().snapshot, interval_s=SPAWN_SNAPSHOT_S)
+        return self._cluster.snapshot()
 
     async def _limits(self) -> JobLimits:
         """`limits()`, with a scheduler that failed as an HTTP 503 naming what failed."""

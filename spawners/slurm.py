@@ -166,7 +166,7 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         options = self.user_options or {}
         # Said while it waits (the progress page): what of the user's own holds the resources it asks for.
         self.start_note = await slurm_cluster.server_start_note(
-            self.portal, self.req_username, self.req_partition, int(options.get("gpus", 0)),
+            self.cluster_look, self.req_username, self.req_partition, int(options.get("gpus", 0)),
             int(self.req_nprocs or 1), int(options.get("memory_gb", 0)))
         job_id = await self.submit_batch_script()  # saves the job id with the state (spawners.slurm_state)
         if not job_id:

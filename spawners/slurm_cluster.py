@@ -12,6 +12,7 @@ a job state.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from portal.config import PortalConfig
@@ -21,19 +22,19 @@ from portal.scheduler.slurm.answers import SLURM_SERVERS
 from portal.scheduler.slurm.commands import SlurmCommands
 from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.slurm.json_answers import users_jobs
-from portal.scheduler.slurm.scheduler import SlurmScheduler
+from portal.scheduler.snapshot import ClusterSnapshot
 
 OUTPUT_TAIL_BYTES = 64 * 1024  # of a failed server's output: its last lines, however long they are
 
 
-async def server_start_note(portal: PortalConfig, user: str, partition: str, gpus: int, cpus: int,
+async def server_start_note(look: Callable[[], ClusterSnapshot], user: str, partition: str, gpus: int, cpus: int,
                             memory_gb: int) -> str:
     """Why a server of this size, about to be submitted, will wait (portal.scheduler.cluster.start_note, as a
-    training job's submit says it), from the Slurm scheduler's own look at the cluster: "will wait for your job 7
-    to end: node1 has 0 of 4 GPUs free"; "" when it can start now, or when Slurm does not answer (the start itself
-    then says so)."""
+    training job's submit says it), from `look`, the spawner's look at the cluster (the one its options were just
+    checked against: spawners.options): "will wait for your job 7 to end: node1 has 0 of 4 GPUs free"; "" when it
+    can start now, or when Slurm does not answer (the start itself then says so)."""
     try:
-        snapshot = await asyncio.to_thread(SlurmScheduler(portal).snapshot)
+        snapshot = await asyncio.to_thread(look)
     except SlurmError:
         return ""
     chosen = next((p for p in snapshot.partitions if p.name == partition or (not partition and p.default)), None)

@@ -46,7 +46,7 @@ def fake_slurm(spawner: PortalSlurmSpawner, states: list[JobStatus], monkeypatch
     async def node_address(portal, node: str) -> str:
         return node  # scontrol's NodeAddr, were there a Slurm
 
-    async def server_start_note(portal, user, partition, gpus, cpus, memory_gb) -> str:
+    async def server_start_note(look, user, partition, gpus, cpus, memory_gb) -> str:
         return ""  # the nodes are free, were there a Slurm
 
     spawner.run_command, spawner.get_env, spawner.query_job_status = sbatch, dict, query
