@@ -35,8 +35,6 @@ DEFAULT_MEMORY_GB = 16
 DEFAULT_TIME_LIMIT = "04:00:00"
 
 
-
-
 class JobSpecError(InputError):
     """A job field is not allowed. `field` names it; the message says what is allowed."""
 

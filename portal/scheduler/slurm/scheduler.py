@@ -106,7 +106,7 @@ class SlurmScheduler(JobsInHome):
 
     def quota(self, user: JobUser, snapshot: ClusterSnapshot) -> GpuQuota:
         """The user's GPU quota and what their servers and jobs in `snapshot` hold or claim of it (portal.quota's
-        rule): the one figure the job form, the API and the spawn form (spawners.slurm_cluster) all show."""
+        rule): the one figure the job form, the API and the spawn form (through `limits`: spawners.options) all show."""
         holders = gpu_holders(users_jobs(snapshot.queue, user.name), SLURM_SERVERS)
         return self.cfg.user_gpu_quota(user.groups, holders)
 
