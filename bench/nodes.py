@@ -81,7 +81,7 @@ def measure(logdir: Path, nodes: int, workers_per_node: int) -> Result:
 
 def run_one(user: str, epochs: int, nodes: int, workers_per_node: int) -> Result:
     job = jobs.submit({**BASE, "epochs": epochs, "nodes": nodes, "gpus_per_node": workers_per_node},
-                      backend="slurm", user=user)
+                      scheduler="slurm", user=user)
     started = time.monotonic()
     state = job.wait(timeout=JOB_TIMEOUT_S, poll=2)
     if state != "COMPLETED":

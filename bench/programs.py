@@ -67,7 +67,7 @@ def run_job(kind: str, user: str, epochs: int) -> dict[str, Any]:
 
     template, nodes = report.RUNS[kind]
     submitted = time.time()
-    job = jobs.submit({**BASE, "template": template, "epochs": epochs, "nodes": nodes}, backend="slurm", user=user)
+    job = jobs.submit({**BASE, "template": template, "epochs": epochs, "nodes": nodes}, scheduler="slurm", user=user)
     state = job.wait(timeout=JOB_TIMEOUT_S, poll=2)
     if state != "COMPLETED":
         raise SystemExit(f"job {job.id} ({kind}) ended {state}:\n{job.logs(tail=40)}")

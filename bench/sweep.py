@@ -78,7 +78,7 @@ def run_sweep(user: str, trials: int, parallel: int, epochs: int, seed: int, pru
                "sweep": {"trials": trials, "parallel": parallel, "sampler": "random", "pruner": pruner,
                          "min_epochs": 2, "seed": seed, "space": {"lr": list(choices)}}}
     started = time.monotonic()
-    job = jobs.submit(request, backend="slurm", user=user)
+    job = jobs.submit(request, scheduler="slurm", user=user)
     state = job.wait(timeout=SWEEP_TIMEOUT_S, poll=2)
     wall = time.monotonic() - started
     view = job.sweep()

@@ -10,9 +10,10 @@
 
 A job lives in `~/jobs/<cluster>/<id>/` (script, output.log, tensorboard/, checkpoints/, job.json), `<cluster>`
 being the `cluster_name` setting: clusters that share the homes keep their jobs apart (portal.records.record). The
-older layout's `~/jobs/<id>/` is still read (`jobs_old_layout`). The backend is config's
-`scheduler` unless given: "slurm" (the cluster), "local" (horovodrun on this machine) or "kubernetes" (an
-MPIJob in the user's namespace, which is also the job's record): see portal.scheduler. Callers that act for
+older layout's `~/jobs/<id>/` is still read (`jobs_old_layout`). The scheduler is config's
+`scheduler` unless given (`scheduler=`; `backend=`, its old name, until portal.renamed.BACKEND_GOES): "slurm"
+(the cluster), "local" (horovodrun on this machine) or "kubernetes" (an MPIJob in the user's namespace, which is
+also the job's record): see portal.scheduler. Callers that act for
 a user (the dashboard runs as root, or as the hub's service account) pass `user=`: every file and scheduler
 command is then run as that user (runuser, or Kubernetes impersonation), who only ever reaches their own jobs;
 anyone else's job is "not found".
@@ -27,7 +28,8 @@ from typing import Any
 
 from portal import settings
 from portal.config import PortalConfig, load
-from portal.errors import JobNotFound, SchedulerError, Untrusted
+from portal.errors import JobNotFound, SchedulerError
+from portal.jobs.unreadable import UnreadableJob, UnreadableRecord
 from portal.metrics import RunMetrics
 from portal.records.account import JobAccessError, JobUser, job_user
 from portal.records.limits import JobLimits
@@ -36,7 +38,6 @@ from portal.records.record import (
     JOB_ID,
     MAX_RECORD_BYTES,
     RECORD_FILE,
-    UNREADABLE,
     JobRecord,
     RecordError,
     RecordPlace,
@@ -46,6 +47,7 @@ from portal.records.record import (
 from portal.records.spec import JobSpec, JobSpecError, parse_job_spec
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, parse_sweep
+from portal.renamed import BACKEND_GOES, OLD_SCHEDULER_NAME, renamed_keyword, warn_renamed
 from portal.scheduler import Scheduler
 from portal.scheduler.asker import Asker
 from portal.scheduler.errors import NoAccounting, UnknownScheduler
@@ -63,45 +65,8 @@ __all__ = ["SCHEDULERS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "J
 Who = JobUser | KubeUser
 
 
-class UnreadableRecord(Untrusted, LookupError):
-    """The job directory's job.json is not a record of the user's for that job; `job` stands for it."""
-
-    def __init__(self, job: UnreadableJob):
-        super().__init__(f"job {job.id}: unreadable record {job.job_dir}/{RECORD_FILE}: {job.reason}")
-        self.job = job
-
-    def user_message(self) -> str:
-        return f"{self}; nothing is done with a job whose record cannot be trusted"
-
-
-class UnreadableJob:
-    """A job directory whose record is not one (see portal.records.record): shown with its id, its directory's owner
-    and the reason; nothing is done with it, since nothing it says can be trusted."""
-
-    backend = ""
-    state = UNREADABLE
-    done = True
-    submitted_at = ""
-
-    def __init__(self, job_id: str, owner: str, job_dir: str, reason: str):
-        self.id, self.owner, self.job_dir, self.reason = job_id, owner, job_dir, reason
-
-    def refuse(self, *_: Any, **__: Any) -> Any:
-        raise UnreadableRecord(self)
-
-    logs = cancel = metrics = model_card = refuse  # nothing is read or done on the word of a broken record
-    plan = None  # nor is it taken for a sweep
-
-    def history(self) -> list[str]:
-        return []
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "user": self.owner, "state": UNREADABLE, "job_dir": self.job_dir,
-                "unreadable": self.reason}
-
-
 class Job:
-    """One training job of one user, as its backend sees it now (every property asks afresh)."""
+    """One training job of one user, as its scheduler sees it now (every property asks afresh)."""
 
     def __init__(self, record: JobRecord, scheduler: Scheduler, user: Who, dir_stamp: str | None = None):
         self.record, self.scheduler, self._user = record, scheduler, user
@@ -116,7 +81,9 @@ class Job:
 
     @property
     def backend(self) -> str:
-        return self.record.backend
+        """Its scheduler's name: deprecated, `job.scheduler.name` (portal.renamed)."""
+        warn_renamed("Job.backend", "Job.scheduler.name", BACKEND_GOES)
+        return self.record.scheduler
 
     @property
     def owner(self) -> str:
@@ -201,25 +168,27 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         sweep = {"sweep": self.plan.to_dict()} if self.plan is not None else {}
-        return {"id": self.id, "backend": self.backend, "user": self.record.user, "state": self.state,
+        return {"id": self.id, "scheduler": self.record.scheduler, OLD_SCHEDULER_NAME: self.record.scheduler,
+                "user": self.record.user, "state": self.state,
                 "submitted_at": self.submitted_at, "job_dir": self.job_dir, "spec": self.spec.to_dict(), **sweep}
 
     def __repr__(self) -> str:
-        return f"Job(id={self.id!r}, backend={self.backend!r}, user={self.record.user!r})"
+        return f"Job(id={self.id!r}, scheduler={self.record.scheduler!r}, user={self.record.user!r})"
 
 
-def limits(backend: str | None = None, user: str | None = None, groups: Sequence[str] | None = None,
+@renamed_keyword(OLD_SCHEDULER_NAME, "scheduler", BACKEND_GOES)
+def limits(scheduler: str | None = None, user: str | None = None, groups: Sequence[str] | None = None,
            cfg: PortalConfig | None = None) -> JobLimits:
-    """What the user may ask for on this backend now."""
+    """What the user may ask for on this scheduler now."""
     cfg = cfg or load()
-    chosen = scheduler_for(cfg, backend)
+    chosen = scheduler_for(cfg, scheduler)
     return chosen.limits(chosen.person(user, groups))
 
 
-def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str | None,
+def _checked(spec: JobSpec | Mapping[str, Any], scheduler: str | None, user: str | None,
              groups: Sequence[str] | None, cfg: PortalConfig,
              job_limits: JobLimits | None = None) -> tuple[Scheduler, Who, JobSpec, JobLimits, SweepPlan | None]:
-    chosen = scheduler_for(cfg, backend)
+    chosen = scheduler_for(cfg, scheduler)
     who = chosen.person(user, groups)  # a Unix account (Slurm, local) or a Kubernetes identity
     raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
     sweep = None
@@ -227,7 +196,7 @@ def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str |
         raw = dict(raw)
         sweep = raw.pop(SWEEP_FIELD)
         if not chosen.sweeps:
-            raise JobSpecError(SWEEP_FIELD, f"this portal's {chosen.name} backend runs no sweeps (Slurm runs them "
+            raise JobSpecError(SWEEP_FIELD, f"this portal's {chosen.name} scheduler runs no sweeps (Slurm runs them "
                                             "as job arrays, Kubernetes as plain Jobs): submit single runs")
     job_limits = job_limits or chosen.limits(who)
     if job_limits.mail and isinstance(raw, Mapping) and "mail" not in raw and isinstance(who, JobUser):
@@ -241,46 +210,50 @@ def _checked(spec: JobSpec | Mapping[str, Any], backend: str | None, user: str |
     return chosen, who, checked, job_limits, plan
 
 
-def validate(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
+@renamed_keyword(OLD_SCHEDULER_NAME, "scheduler", BACKEND_GOES)
+def validate(spec: JobSpec | Mapping[str, Any], scheduler: str | None = None, user: str | None = None,
              groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> JobSpec:
     """The validated spec, with every default filled in; JobSpecError naming the field otherwise."""
-    return _checked(spec, backend, user, groups, cfg or load())[2]
+    return _checked(spec, scheduler, user, groups, cfg or load())[2]
 
 
-def validate_sweep(spec: Mapping[str, Any], backend: str | None = None, user: str | None = None,
+@renamed_keyword(OLD_SCHEDULER_NAME, "scheduler", BACKEND_GOES)
+def validate_sweep(spec: Mapping[str, Any], scheduler: str | None = None, user: str | None = None,
                    groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> SweepPlan:
     """A sweep request's plan, validated with every default filled in (its "sweep" field; the rest is every
     trial's job spec); JobSpecError naming the field otherwise."""
-    plan = _checked({SWEEP_FIELD: {}, **spec}, backend, user, groups, cfg or load())[4]
+    plan = _checked({SWEEP_FIELD: {}, **spec}, scheduler, user, groups, cfg or load())[4]
     assert plan is not None
     return plan
 
 
-def render(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
+@renamed_keyword(OLD_SCHEDULER_NAME, "scheduler", BACKEND_GOES)
+def render(spec: JobSpec | Mapping[str, Any], scheduler: str | None = None, user: str | None = None,
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None) -> str:
     """What `submit` would submit: the batch script (slurm), shell script (local) or MPIJob (kubernetes)."""
     cfg = cfg or load()
-    chosen = scheduler_for(cfg, backend)
+    chosen = scheduler_for(cfg, scheduler)
     offline = chosen.configured_limits(chosen.person(user, groups))  # Kubernetes: no API server needed
-    chosen, who, checked, job_limits, plan = _checked(spec, backend, user, groups, cfg, offline)
+    chosen, who, checked, job_limits, plan = _checked(spec, scheduler, user, groups, cfg, offline)
     return chosen.render(checked, who, job_limits.partition, plan) if plan else chosen.render(
         checked, who, job_limits.partition)
 
 
-def submit(spec: JobSpec | Mapping[str, Any], backend: str | None = None, user: str | None = None,
+@renamed_keyword(OLD_SCHEDULER_NAME, "scheduler", BACKEND_GOES)
+def submit(spec: JobSpec | Mapping[str, Any], scheduler: str | None = None, user: str | None = None,
            groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
            limits: JobLimits | None = None) -> Job:
     """Validate and submit a training job, or a sweep of them (a "sweep" field: portal.records.sweep); returns at
     once (the job may still be pending). `limits`: what the user may ask for, as the caller already knows it
-    (the dashboard, from its shared view of the cluster); by default the backend is asked, with one look at the
+    (the dashboard, from its shared view of the cluster); by default the scheduler is asked, with one look at the
     cluster that also gives the job's `warning` (on Slurm: why it will wait, such as "will wait for your server
-    (job 4) to end: node1 has 20 of 24 GB free"). The backend's scheduler enforces the quota again either way."""
+    (job 4) to end: node1 has 20 of 24 GB free"). The scheduler enforces the quota again either way."""
     cfg = cfg or load()
-    chosen, snapshot = scheduler_for(cfg, backend), None
+    chosen, snapshot = scheduler_for(cfg, scheduler), None
     if limits is None and chosen.queue_in_snapshot:
         snapshot = chosen.snapshot()
         limits = chosen.limits(chosen.person(user, groups), snapshot)
-    chosen, who, checked, job_limits, plan = _checked(spec, backend, user, groups, cfg, limits)
+    chosen, who, checked, job_limits, plan = _checked(spec, scheduler, user, groups, cfg, limits)
     record, dir_stamp = chosen.submit(checked, who, job_limits.partition, plan) if plan else chosen.submit(
         checked, who, job_limits.partition)
     job = Job(record, chosen, who, dir_stamp)
@@ -309,7 +282,7 @@ def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> J
         record = JobRecord.from_json(text, expect=place)
     except RecordError as err:
         raise UnreadableRecord(UnreadableJob(job_id, who.name, str(place.job_dir), str(err))) from None
-    job = Job(record, scheduler_for(cfg, record.backend), who)
+    job = Job(record, scheduler_for(cfg, record.scheduler), who)
     if check:
         job.scheduler.state(record, who)  # the scheduler's own check that the job is the user's
     return job
@@ -323,11 +296,11 @@ def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = Non
     cfg = cfg or load()
     job_id = str(job_id)
     named = scheduler_of_job(job_id)
-    backend = scheduler_for(cfg, named) if named is not None else None
-    if backend is not None and not backend.records_in_home:  # the scheduler keeps the record (a Job, an MPIJob)
-        who = backend.person(user, groups)
+    keeper = scheduler_for(cfg, named) if named is not None else None
+    if keeper is not None and not keeper.records_in_home:  # the scheduler keeps the record (a Job, an MPIJob)
+        who = keeper.person(user, groups)
         try:
-            return Job(backend.load(who, job_id), backend, who)
+            return Job(keeper.load(who, job_id), keeper, who)
         except RecordError as err:  # an MPIJob of the user's whose annotations were edited
             raise UnreadableRecord(UnreadableJob(job_id, who.name, f"MPIJob {job_id}", str(err))) from None
     return _load(job_user(user, groups), job_id, cfg, check)
@@ -355,12 +328,13 @@ def listed_jobs(who: JobUser, cfg: PortalConfig) -> list[tuple[str, str]]:
     return list(entries.items())
 
 
+@renamed_keyword(OLD_SCHEDULER_NAME, "scheduler", BACKEND_GOES)
 def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
-         backend: str | None = None) -> list[Job]:
+         scheduler: str | None = None) -> list[Job]:
     """The user's jobs, newest first: on Kubernetes its Jobs and MPIJobs in their namespace, else those of
     `job_entries` (each checked with its scheduler)."""
     cfg = cfg or load()
-    chosen = scheduler_for(cfg, backend)
+    chosen = scheduler_for(cfg, scheduler)
     if not chosen.records_in_home:
         who = chosen.person(user, groups)
         found = [Job(record, chosen, who) for record in chosen.records(who)]

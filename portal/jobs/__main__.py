@@ -14,6 +14,7 @@ from portal.config import ConfigError
 from portal.errors import Refused
 from portal.jobs import SCHEDULERS, JobAccessError, SchedulerError, UnknownScheduler, render
 from portal.records.spec import JobSpecError, boolean_fields, input_fields
+from portal.renamed import BACKEND_GOES
 
 EXIT_USAGE = 2
 PROG = "python -m portal.jobs"
@@ -34,8 +35,8 @@ def parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog=PROG, description="Training jobs of the Data Scientist Portal.")
     commands = p.add_subparsers(dest="command", required=True)
     r = commands.add_parser("render", help="print the script a job would run, without submitting it")
-    r.add_argument("--scheduler", "--backend", dest="backend",
-                   help=f"one of {', '.join(SCHEDULERS)} (default: the `scheduler` setting; --backend: its old name)")
+    r.add_argument("--scheduler", help=f"one of {', '.join(SCHEDULERS)} (default: the `scheduler` setting)")
+    r.add_argument("--backend", dest="old_scheduler", help=argparse.SUPPRESS)  # --scheduler's old name
     r.add_argument("--user", help="render for this user (root only); default: you")
     r.add_argument("--groups", help="the user's groups, comma-separated (their GPU quota); default: their Unix "
                    "groups, or DSPORTAL_GROUPS on Kubernetes")
@@ -55,9 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     spec = {name: getattr(args, name) for name in input_fields() if getattr(args, name) is not None}
+    if args.old_scheduler is not None:
+        print(f"{PROG}: warning: --backend is deprecated and goes after {BACKEND_GOES}: use --scheduler",
+              file=sys.stderr)
+        args.scheduler = args.scheduler or args.old_scheduler
     try:
         groups = None if args.groups is None else [g for g in args.groups.split(",") if g]
-        print(render(spec, backend=args.backend, user=args.user, groups=groups), end="")
+        print(render(spec, scheduler=args.scheduler, user=args.user, groups=groups), end="")
     except (JobSpecError, UnknownScheduler, JobAccessError, ConfigError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return EXIT_USAGE

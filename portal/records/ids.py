@@ -14,7 +14,7 @@ SLURM_ID = re.compile(rf"^{SLURM_ID_PATTERN}\Z")
 LOCAL_ID = re.compile(rf"^{LOCAL_ID_PATTERN}\Z")
 K8S_ID = re.compile(rf"^{K8S_ID_PATTERN}\Z")
 # The schedulers whose job records are job.json files in the homes, each with its ids (Kubernetes keeps its records
-# as its own objects). A record's "backend" field names its scheduler (the field's name is kept for the records
-# already written).
+# as its own objects). A record's "scheduler" field names its scheduler ("backend" in records written before
+# 2026-11: portal.renamed).
 HOME_ID_PATTERNS = {"slurm": SLURM_ID_PATTERN, "local": LOCAL_ID_PATTERN}
 JOB_ID = re.compile(rf"^(?:{'|'.join(HOME_ID_PATTERNS.values())})\Z")

@@ -59,7 +59,7 @@ class JobLimits:
     """What one user may ask of one scheduler now (Scheduler.limits): the jobs' pool's shape, every pool a
     server may go to, the user's GPU quota with what they hold of it, and the caps."""
 
-    partition: str  # "" on the local backend
+    partition: str  # "" on the local scheduler
     nodes: int
     gpus_per_node: int
     cpus_per_node: int

@@ -39,6 +39,7 @@ from portal.records.states import (  # noqa: F401  (the API's words for a job's 
     UNKNOWN,
 )
 from portal.records.sweep import SweepPlan, recorded_plan
+from portal.renamed import OLD_SCHEDULER_NAME
 
 UNREADABLE = "UNREADABLE"  # the state shown for a job whose record is not one
 MAX_RECORD_BYTES = 64 * 1024  # a real job.json is under 1 KiB
@@ -57,7 +58,7 @@ FINAL_STATE_FILE = "final_state"  # the ended state once seen, for when Slurm ha
 @dataclass(frozen=True)
 class JobRecord:
     id: str
-    backend: str
+    scheduler: str  # its scheduler's name (job.json's "backend" before: portal.renamed)
     user: str
     spec: JobSpec
     submitted_at: str  # ISO 8601, UTC
@@ -66,7 +67,8 @@ class JobRecord:
 
     def to_json(self) -> str:
         sweep = {"sweep": self.sweep.to_dict()} if self.sweep is not None else {}
-        return json.dumps({"id": self.id, "backend": self.backend, "user": self.user, "spec": self.spec.to_dict(),
+        return json.dumps({"id": self.id, "scheduler": self.scheduler, OLD_SCHEDULER_NAME: self.scheduler,
+                           "user": self.user, "spec": self.spec.to_dict(),
                            "submitted_at": self.submitted_at, "job_dir": str(self.job_dir), **sweep},
                           indent=2) + "\n"
 
@@ -78,13 +80,13 @@ class JobRecord:
         if not isinstance(data, dict):
             raise RecordError(f"a JSON {type(data).__name__}, not an object")
         spec = recorded_spec(data.get("spec"))
-        record = cls(id=_text(data, "id"), backend=_text(data, "backend"), user=_text(data, "user"),
+        record = cls(id=_text(data, "id"), scheduler=_scheduler(data), user=_text(data, "user"),
                      spec=spec, submitted_at=_timestamp(data), job_dir=Path(_text(data, "job_dir")),
                      sweep=_recorded_sweep(data, spec))
         if not JOB_ID.match(record.id):
             raise RecordError(f"id: {record.id[:20]!r} is not a job id")
-        if record.backend not in HOME_ID_PATTERNS:
-            raise RecordError(f"backend: {record.backend[:20]!r}; allowed: {', '.join(HOME_ID_PATTERNS)}")
+        if record.scheduler not in HOME_ID_PATTERNS:
+            raise RecordError(f"scheduler: {record.scheduler[:20]!r}; allowed: {', '.join(HOME_ID_PATTERNS)}")
         if expect is not None:
             expect.check(record)
         return record
@@ -166,6 +168,18 @@ def _text(data: dict[str, Any], name: str, limit: int = MAX_TEXT) -> str:
     if len(value) > limit or any(ord(ch) < 32 for ch in value):
         raise RecordError(f"{name}: longer than {limit} characters or with control characters")
     return value
+
+
+def _scheduler(data: dict[str, Any]) -> str:
+    """The record's scheduler: "scheduler", or "backend" in a record written before the rename; where it has both,
+    they must agree."""
+    if "scheduler" not in data:
+        return _text(data, OLD_SCHEDULER_NAME)
+    named = _text(data, "scheduler")
+    if OLD_SCHEDULER_NAME in data and _text(data, OLD_SCHEDULER_NAME) != named:
+        raise RecordError(f"scheduler: {named[:20]!r}, but {OLD_SCHEDULER_NAME} (its old name) says "
+                          f"{_text(data, OLD_SCHEDULER_NAME)[:20]!r}")
+    return named
 
 
 def _timestamp(data: dict[str, Any]) -> str:

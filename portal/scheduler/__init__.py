@@ -75,7 +75,7 @@ class Scheduler(Protocol[P]):
     settings. The contract suite (tests/unit/portal/scheduler/test_contract.py) checks every scheduler against it.
     """
 
-    name: str  # its name in SCHEDULERS, the `scheduler` setting and the API's `backend`
+    name: str  # its name in SCHEDULERS, the `scheduler` setting and the API's and job.json's `scheduler`
     cfg: PortalConfig
     job_ids: ClassVar[re.Pattern[str]]  # its job ids, anchored: a path component and a route (job_id_patterns)
     # each job's record is ~/jobs/<cluster>/<id>/job.json; else the scheduler keeps them (KeepsRecords)

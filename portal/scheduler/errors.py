@@ -10,7 +10,7 @@ class UnknownScheduler(SchedulerRefused, ValueError):
     """The scheduler named is not one this portal has."""
 
     http_status = 400
-    field = "backend"  # the API's name for the field (docs/api.md)
+    field = "scheduler"  # the name of the field in portal.jobs, the CLI and the API (old name: backend)
 
     def user_message(self) -> str:
         return str(self)

@@ -124,7 +124,7 @@ class LocalScheduler(JobsInHome):
         no_sweeps(plan)
         job_id = new_local_id()
         job_dir = self.jobs_dir(user) / job_id
-        record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
+        record = JobRecord(id=job_id, scheduler=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)
         script = job_dir / SCRIPT_FILES[self.name]
         inode = user.make_job_dir(job_dir, [(script.name, render_local(spec, str(job_dir), self.cfg), "700"),
@@ -137,7 +137,7 @@ class LocalScheduler(JobsInHome):
     def sweep(self, record: JobRecord, user: JobUser) -> SweepView:
         """No sweep runs here: a record that claims one (edited) shows its trials as never run."""
         assert record.sweep is not None
-        return sweep_view(record.sweep, {}, {}, "the local backend runs no sweeps")
+        return sweep_view(record.sweep, {}, {}, "the local scheduler runs no sweeps")
 
     def _pid(self, record: JobRecord, user: JobUser) -> int | None:
         # The file is the user's: a PID is a few ASCII digits, anything else is no PID.
@@ -177,7 +177,7 @@ class LocalScheduler(JobsInHome):
             user.run(["kill", "-KILL", "--", f"-{pid}"], check=False)
 
 
-NO_SWEEPS = "the local backend runs no sweeps: submit single runs"
+NO_SWEEPS = "the local scheduler runs no sweeps: submit single runs"
 
 
 def no_sweeps(plan: SweepPlan | None) -> None:

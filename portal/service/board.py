@@ -297,8 +297,8 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, Generic[P]):
             finally:
                 decision.release()
         sweep = f", a sweep of {job.plan.trials} trials, {job.plan.parallel} at once" if job.plan else ""
-        log.info("submit by %s: job %s on %s, %d node(s) x %d GPU(s), %d epoch(s)%s", user.name, job.id, job.backend,
-                 job.spec.nodes, job.spec.gpus_per_node, job.spec.epochs, sweep)
+        log.info("submit by %s: job %s on %s, %d node(s) x %d GPU(s), %d epoch(s)%s", user.name, job.id,
+                 job.scheduler.name, job.spec.nodes, job.spec.gpus_per_node, job.spec.epochs, sweep)
         state = PENDING if job.scheduler.queue_in_snapshot else job.state
         warning = job.scheduler.start_note(job.spec, user.name, snapshot)
         return {**job_summary(job, state, "", None, self.base_url, self.service_prefix), "warning": warning}
@@ -312,7 +312,7 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, Generic[P]):
         that user's."""
         with refusal_logged(f"cancel of job {one_line(job_id)} by {user.name}"):
             job = self._cancel(user, job_id, everyone)
-        log.info("cancel of job %s by %s: cancelled on %s", job.id, user.name, job.backend)
+        log.info("cancel of job %s by %s: cancelled on %s", job.id, user.name, job.scheduler.name)
         return job
 
     def _cancel(self, user: HubUser, job_id: str, everyone: Sequence[HubUser]) -> Job:
@@ -368,5 +368,5 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, Generic[P]):
     def _home_user(self, user: HubUser) -> JobUser:
         if not self.scheduler.records_in_home:
             raise JobAccessError(f"settings are kept in the user's home, which the {self.scheduler.name} "
-                                 "backend does not reach; there are none to change here")
+                                 "scheduler does not reach; there are none to change here")
         return job_user(user.name, user.groups)

@@ -12,6 +12,7 @@ from typing import Any
 
 from portal.jobs import Job, RunMetrics, UnreadableJob
 from portal.records.record import RUNNING, UNREADABLE
+from portal.renamed import OLD_SCHEDULER_NAME
 from portal.scheduler.cluster import QueuedJob, own_jobs_in_words
 from portal.scheduler.kubernetes.pods import POD_SERVER_NAME
 from portal.scheduler.slurm.answers import SERVER_JOB_NAME, pending_reason
@@ -62,7 +63,8 @@ def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, 
     spec = job.spec
     wait = wait if state == "PENDING" and wait else NO_WAIT
     return {
-        "id": job.id, "user": job.record.user, "backend": job.backend, "state": state, **wait,
+        "id": job.id, "user": job.record.user, "scheduler": job.record.scheduler,
+        OLD_SCHEDULER_NAME: job.record.scheduler, "state": state, **wait,
         "nodes": spec.nodes, "gpus_per_node": spec.gpus_per_node, "elapsed": elapsed,
         "submitted_at": job.submitted_at, "job_dir": job.job_dir, "spec": spec.to_dict(),
         "sweep": job.plan.to_dict() if job.plan is not None else None,
@@ -90,7 +92,7 @@ def time_left_s(state: str, epochs: int, metrics: RunMetrics | None) -> float | 
 
 def unreadable_summary(job: UnreadableJob, service_prefix: str = "/services/portal/") -> dict[str, Any]:
     """The list's row and the API's answer for a job whose record is not one: its id, whose home it is in, why."""
-    return {"id": job.id, "user": job.owner, "backend": "", "state": UNREADABLE, **NO_WAIT,
+    return {"id": job.id, "user": job.owner, "scheduler": "", OLD_SCHEDULER_NAME: "", "state": UNREADABLE, **NO_WAIT,
             "unreadable": f"unreadable record: {job.reason}", "nodes": "-", "gpus_per_node": "-", "elapsed": "",
             "submitted_at": "", "job_dir": job.job_dir, "spec": {}, "sweep": None, "images_per_sec": None,
             "best_mean_auroc": None,

@@ -197,7 +197,7 @@ def test_alice_turns_job_email_off_for_herself_on_the_submit_page(hub, browser, 
         # Slurm runs MailProg for each job as it ends, in turn: a later job that asks for its e-mail, once that
         # e-mail is in, shows that MailProg had its chance at this one too (no fixed wait).
         later = jobs.submit({**{k: int(v) if v.isdigit() else v for k, v in FAILING_FORM.items()},
-                             "template": "chexnet", "data_dir": empty_dir, "mail": True}, backend="slurm",
+                             "template": "chexnet", "data_dir": empty_dir, "mail": True}, scheduler="slurm",
                             user="alice")
         later.wait(timeout=JOB_WAIT_S)
         wait_for(lambda: mailbox.about(later.id), JOB_END_GRACE_S, interval=2,

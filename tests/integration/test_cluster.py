@@ -43,7 +43,7 @@ def test_the_quota_counts_servers_jobs_and_sbatch_from_a_terminal(cluster, hub, 
     hub.wait_ready(admin, "alice")
     # The portal refuses at submit, with the arithmetic.
     with pytest.raises(jobs.JobSpecError) as err:
-        jobs.submit({**TINY, "gpus_per_node": 4}, backend="slurm", user="alice")
+        jobs.submit({**TINY, "gpus_per_node": 4}, scheduler="slurm", user="alice")
     assert str(err.value) == "gpus_per_node: you use 2 of your 4 GPUs (your server); ask for at most 2"
     client = portal_client(hub, "alice")
     refused = client.post(f"{client.base}jobs", json={**TINY, "nodes": 2, "gpus_per_node": 2}, timeout=60)
@@ -116,7 +116,7 @@ def test_a_job_behind_her_own_server_says_it_waits_for_it(cluster, hub, admin, a
     assert hub.spawn_form(alice, gpus=1, memory_gb=4).status_code == 302
     hub.wait_ready(admin, "alice")
     (server,) = [line.split()[0] for line in jobs_of("alice")]
-    per_node = jobs.limits(backend="slurm", user="alice").memory_gb_per_node
+    per_node = jobs.limits(scheduler="slurm", user="alice").memory_gb_per_node
     client = portal_client(hub, "alice")
     wait_for(lambda: client.get(f"{client.base}usage", timeout=60).json()["quotas"][0]["gpus_in_use"] == 1, 60,
              what="the dashboard's view of the cluster to hold her server")

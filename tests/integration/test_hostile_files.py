@@ -37,13 +37,13 @@ ANSWER_BOUND_S = 30.0  # any one of bob's answers: each read gives up at once or
 
 
 def local_job(job_id: str) -> dict:
-    return {"id": job_id, "backend": "local", "user": "bob", "spec": {"epochs": 1, "data_dir": "/data"},
+    return {"id": job_id, "scheduler": "local", "user": "bob", "spec": {"epochs": 1, "data_dir": "/data"},
             "submitted_at": "2026-11-26T01:01:01+00:00", "job_dir": str(job_dir_of("bob", job_id))}
 
 
 def sweep_job(job_id: str) -> dict:
     plan = parse_sweep({"trials": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2}}}, 3, None, 0)
-    return {"id": job_id, "backend": "slurm", "user": "bob", "spec": {"epochs": 3, "data_dir": "/data"},
+    return {"id": job_id, "scheduler": "slurm", "user": "bob", "spec": {"epochs": 3, "data_dir": "/data"},
             "submitted_at": "2026-11-26T01:01:01+00:00", "job_dir": str(job_dir_of("bob", job_id)),
             "sweep": plan.to_dict()}
 

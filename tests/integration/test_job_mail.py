@@ -58,8 +58,8 @@ def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, 
     log = load().slurm_conf_path.parent / "jobmail.log"
     log_start = log.stat().st_size if log.exists() else 0
     failing = {**FAILING, "template": program, "data_dir": empty_data}
-    quiet = jobs.submit({**failing, "mail": False}, backend="slurm", user="alice")
-    asked = jobs.submit(failing, backend="slurm", user="alice")  # alice's default: on
+    quiet = jobs.submit({**failing, "mail": False}, scheduler="slurm", user="alice")
+    asked = jobs.submit(failing, scheduler="slurm", user="alice")  # alice's default: on
     assert (quiet.spec.mail, asked.spec.mail) == (False, True)
     for job in (quiet, asked):
         job.wait(timeout=JOB_END_GRACE_S + 300)
@@ -91,12 +91,12 @@ def test_the_users_own_default_decides_when_a_job_does_not_say(cluster, empty_da
     def spec(**given) -> dict:
         return {"template": "chexnet", "data_dir": "/tmp", **given}  # any directory the user can read
 
-    assert jobs.validate(spec(), backend="slurm", user="alice").mail is True  # a newcomer's default: on
+    assert jobs.validate(spec(), scheduler="slurm", user="alice").mail is True  # a newcomer's default: on
     settings.write(job_user("alice"), {"job_mail": False}, load().user_settings_file)  # the test box's file
-    assert jobs.validate(spec(), backend="slurm", user="alice").mail is False
-    assert "--mail-type" not in jobs.render(spec(), backend="slurm", user="alice")
-    assert jobs.validate(spec(mail=True), backend="slurm", user="alice").mail is True  # the job's own word wins
-    assert jobs.validate(spec(), backend="slurm", user="bob").mail is True  # alice's setting is hers alone
+    assert jobs.validate(spec(), scheduler="slurm", user="alice").mail is False
+    assert "--mail-type" not in jobs.render(spec(), scheduler="slurm", user="alice")
+    assert jobs.validate(spec(mail=True), scheduler="slurm", user="alice").mail is True  # the job's own word wins
+    assert jobs.validate(spec(), scheduler="slurm", user="bob").mail is True  # alice's setting is hers alone
 
 
 def test_a_job_naming_another_users_address_mails_its_owner_only(cluster):

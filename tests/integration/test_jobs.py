@@ -1,5 +1,5 @@
 """Training jobs for real: alice's 2-worker Horovod job through Slurm (fake GPUs, real mpirun and TensorFlow),
-bob kept out of it, quotas, the local backend. The API is called by root acting for the user, as the dashboard will.
+bob kept out of it, quotas, the local scheduler. The API is called by root acting for the user, as the dashboard will.
 
 Sized for 2 CPU cores: the demo set (240 synthetic 64x64 images), 1 epoch, batch 8 per worker.
 """
@@ -38,7 +38,7 @@ def demo_data(cluster) -> Path:
 def alice_job(cluster, demo_data):
     """alice's 2-worker job, submitted once for the tests that watch it; cancelled if a test leaves it behind."""
     started = time.monotonic()
-    job = jobs.submit({**TINY, "nodes": 1, "gpus_per_node": 2}, backend="slurm", user="alice")
+    job = jobs.submit({**TINY, "nodes": 1, "gpus_per_node": 2}, scheduler="slurm", user="alice")
     job.submitted_monotonic = started
     yield job
     if not job.done:
@@ -59,10 +59,10 @@ def test_a_script_with_every_field_at_its_limits_passes_sbatch_test_only(cluster
         "memory_gb": limits.memory_gb_per_node,
         "time_limit": format_minutes(limits.max_minutes), "epochs": 1000, "batch_size": 1024, "image_size": 1024,
         "model": "resnet50", "fp16": True, "xla": True, "data_dir": str(demo_data)}, "slurm", user="alice")
-    backend, alice = SlurmScheduler(cluster), job_user("alice")
+    slurm, alice = SlurmScheduler(cluster), job_user("alice")
     # sbatch --test-only: Slurm's own check that the script's request can ever run (nothing is queued).
-    tested = backend.commands.complete("sbatch", "--test-only", user=alice,
-                                       input=backend.render(spec, alice, limits.partition))
+    tested = slurm.commands.complete("sbatch", "--test-only", user=alice,
+                                     input=slurm.render(spec, alice, limits.partition))
     answer = tested.stderr.strip()  # "sbatch: Job 7 to start at ... using 8 processors on nodes localhost ..."
     assert tested.returncode == 0 and "to start at" in answer, answer
     assert jobs_of("alice") == []  # --test-only queues nothing
@@ -126,7 +126,7 @@ def test_alices_two_worker_job_completes_with_metrics_and_logs(alice_job):
 
 def test_bob_cannot_ask_for_gpus(cluster, demo_data):
     with pytest.raises(jobs.JobSpecError) as err:
-        jobs.submit({**TINY, "gpus_per_node": 1}, backend="slurm", user="bob")
+        jobs.submit({**TINY, "gpus_per_node": 1}, scheduler="slurm", user="bob")
     assert err.value.field == "gpus_per_node"
     assert "allowed: 0 (your GPU quota is 0" in str(err.value)
     assert jobs_of("bob") == []
@@ -141,10 +141,10 @@ def test_data_dir_must_be_readable_by_the_user_herself(cluster, demo_data):
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_the_local_backend_runs_a_tiny_job_to_completed(cluster, demo_data, program):
+def test_the_local_scheduler_runs_a_tiny_job_to_completed(cluster, demo_data, program):
     started = time.monotonic()
-    job = jobs.submit({**TINY, "template": program, "gpus_per_node": 0}, backend="local", user="alice")
-    assert job.id.startswith("local-") and job.backend == "local"
+    job = jobs.submit({**TINY, "template": program, "gpus_per_node": 0}, scheduler="local", user="alice")
+    assert job.id.startswith("local-") and job.scheduler.name == "local"
     state = job.wait(timeout=JOB_WAIT_S, poll=2)
     print(f"\nlocal 1-worker job: submit to {state} in {time.monotonic() - started:.1f} s")
     assert state == "COMPLETED", job.logs(tail=40)
@@ -155,7 +155,7 @@ def test_the_local_backend_runs_a_tiny_job_to_completed(cluster, demo_data, prog
 
 
 def test_a_local_job_is_cancelled_with_its_whole_process_group(cluster, demo_data):
-    job = jobs.submit({**TINY, "gpus_per_node": 0, "epochs": 50}, backend="local", user="alice")
+    job = jobs.submit({**TINY, "gpus_per_node": 0, "epochs": 50}, scheduler="local", user="alice")
     wait_for(lambda: job.state == "RUNNING", 30, what="the local job to run")
     pid = int(Path(job.job_dir, "pid").read_text())
     wait_for(lambda: "chexnet.train" in subprocess.run(["ps", "-o", "args=", "--sid", str(pid)],

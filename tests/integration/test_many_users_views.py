@@ -44,8 +44,8 @@ SUBMITTED = "2026-11-28T01:01:01+00:00"
 FUTURE = "2099-01-01T00:00:00+00:00"  # a local job "submitted" then is PENDING for ever: asked again every refresh
 
 
-def record(job_id: str, user: str, backend: str, submitted_at: str = SUBMITTED, sweep: bool = False) -> str:
-    data = {"id": job_id, "backend": backend, "user": user, "spec": {"epochs": 3, "data_dir": "/data"},
+def record(job_id: str, user: str, scheduler: str, submitted_at: str = SUBMITTED, sweep: bool = False) -> str:
+    data = {"id": job_id, "scheduler": scheduler, "user": user, "spec": {"epochs": 3, "data_dir": "/data"},
             "submitted_at": submitted_at, "job_dir": str(job_dir_of(user, job_id))}
     if sweep:
         data["sweep"] = parse_sweep({"trials": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2}}}, 3, None, 0).to_dict()

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 # overwritten: the test then fails, naming it. Everything planted is removed again, and only that.
 HOSTILE, OTHER = "bob", "alice"
 HOME = Path(pwd.getpwnam(HOSTILE).pw_dir)
-LOCAL_ID = "local-20261122T101010-abcdef"  # a job of the local backend: its state is its exit_status file
+LOCAL_ID = "local-20261122T101010-abcdef"  # a job of the local scheduler: its state is its exit_status file
 FORGED = '{"images_per_sec": 1e9, "best_mean_auroc": 1.0, "epochs_done": 999}'
 SITE = Path(".local") / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 PLANTED = {Path("portal") / "__init__.py": "", Path("portal") / "metrics.py": f"print({FORGED!r})\n",
@@ -73,13 +73,13 @@ def hostile_home(cluster):
         subprocess.run([RUNUSER, "-u", HOSTILE, "--", "/bin/sh", "-c", 'cat > "$1"', "sh", str(HOME / path)],
                        input=text, text=True, check=True, cwd="/")
     as_user(HOSTILE, "mkdir", "-p", "-m", "700", "--", str(job_dir_of(HOSTILE, "")))  # the test box's, as his
-    good = {"id": LOCAL_ID, "backend": "local", "user": HOSTILE, "spec": {"epochs": 1, "data_dir": "/data"},
+    good = {"id": LOCAL_ID, "scheduler": "local", "user": HOSTILE, "spec": {"epochs": 1, "data_dir": "/data"},
             "submitted_at": "2026-11-22T10:10:10+00:00", "job_dir": str(job_dir_of(HOSTILE, LOCAL_ID))}
     write_events(job_dir(LOCAL_ID, good) / "tensorboard", 12.5)
     job_dir("7001", "[1, 2]")
-    job_dir("7002", {**good, "id": "7002", "backend": "slurm", "user": OTHER,
+    job_dir("7002", {**good, "id": "7002", "scheduler": "slurm", "user": OTHER,
                      "job_dir": str(job_dir_of(HOSTILE, "7002"))})
-    job_dir("0002", {**good, "id": "0002", "backend": "slurm", "job_dir": str(job_dir_of(HOSTILE, "0002"))})
+    job_dir("0002", {**good, "id": "0002", "scheduler": "slurm", "job_dir": str(job_dir_of(HOSTILE, "0002"))})
     subprocess.run(["chown", "-R", "-h", f"{HOSTILE}:users", str(job_dir_of(HOSTILE, ""))], check=True)
     try:
         yield HOME
@@ -151,7 +151,7 @@ def test_another_users_job_answers_exactly_as_a_job_that_does_not_exist(hub, bob
     wait_for(lambda: any(line.startswith(f"{bobs_job} ") for line in jobs_of("bob")), 5, what="bob's job, intact")
 
 
-HOSTILE_JOBS = {  # bob's local-backend jobs, whose output and event files are no files the portal may read
+HOSTILE_JOBS = {  # bob's local-scheduler jobs, whose output and event files are no files the portal may read
     "local-20261125T010101-f1f0f1": ("fifo", "fifo"),
     "local-20261125T010102-d0d0d0": ("/dev/zero", "/dev/urandom"),
     "local-20261125T010103-d1d1d1": ("/dev/urandom", "/dev/zero"),
@@ -173,7 +173,7 @@ def bobs_hostile_files(cluster):
         path = job_dir_of("bob", job_id)
         path.mkdir(parents=True, exist_ok=True)
         made.append(path)
-        record = {"id": job_id, "backend": "local", "user": "bob", "spec": {"epochs": 1, "data_dir": "/data"},
+        record = {"id": job_id, "scheduler": "local", "user": "bob", "spec": {"epochs": 1, "data_dir": "/data"},
                   "submitted_at": "2026-11-25T01:01:01+00:00", "job_dir": str(path)}
         (path / "job.json").write_text(json.dumps(record))
         (path / "exit_status").write_text("0\n")

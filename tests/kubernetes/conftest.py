@@ -39,7 +39,7 @@ BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 co
 # `make test` runs beside this one and stops and restarts in its tests, is never needed here.
 DIRECTORY_STATE = Path(os.environ.get("DSPORTAL_TEST_KUBE_DIRECTORY", "/var/tmp/dsportal-test-kube-ldap"))
 DIRECTORY_PORTS = {"ldap_port": 23389 + PORT_OFFSET, "ldaps_port": 26636 + PORT_OFFSET}
-# Two users as the notebook API names them, and the small job that both backends run (test_jobs_on_both_backends.py,
+# Two users as the notebook API names them, and the small job that both schedulers run (test_jobs_on_both_schedulers.py,
 # test_mpijobs.py).
 ALICE, BOB = ("alice", ["datascientists", "gpu-users"]), ("bob", ["datascientists"])
 TINY = {"epochs": 1, "batch_size": 8, "image_size": 64, "gpus_per_node": 1, "cpus_per_task": 1, "memory_gb": 4,

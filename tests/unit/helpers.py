@@ -183,7 +183,7 @@ API_LIMITS = JobLimits(partition="gpu", nodes=1, gpus_per_node=4, cpus_per_node=
                        max_minutes=240, quota=GpuQuota(4), default_data_dir="/data")
 
 
-class FakeBackend(SlurmScheduler):
+class FakeScheduler(SlurmScheduler):
     """Slurm's jobs as the board sees them (queued in the shared snapshot), with states set by the test."""
 
     def __init__(self):
@@ -216,7 +216,7 @@ class FakeJobsAPI:
     """portal.jobs as the board calls it; every job belongs to an owner name, read as the caller."""
 
     def __init__(self, tmp: Path):
-        self.tmp, self.backend, self.owned = tmp, FakeBackend(), {}
+        self.tmp, self.fake_scheduler, self.owned = tmp, FakeScheduler(), {}
         self.slurm_down = False
         self.calls = 0
         self.checks: list[bool] = []  # get()'s `check` argument, call by call
@@ -232,10 +232,11 @@ class FakeJobsAPI:
         (job_dir / "output.log").write_text("".join(f"line {i}\n" for i in range(100)))
         second = int(job_id) % 60 if second is None else second
         plan = parse_sweep(sweep, 3, None, 0) if sweep is not None else None
-        record = JobRecord(id=job_id, backend="slurm", user=owner, spec=spec or JobSpec(gpus_per_node=2, data_dir="/d"),
+        record = JobRecord(id=job_id, scheduler="slurm", user=owner,
+                           spec=spec or JobSpec(gpus_per_node=2, data_dir="/d"),
                            submitted_at=f"2026-01-01T00:00:{second:02d}+00:00", job_dir=job_dir, sweep=plan)
-        self.backend.states[job_id] = state
-        job = Job(record, self.backend, job_user())
+        self.fake_scheduler.states[job_id] = state
+        job = Job(record, self.fake_scheduler, job_user())
         self.owned.setdefault(owner, []).append(job)
         return job
 

@@ -338,7 +338,7 @@ def mpijob_record(mpijob: Mapping[str, Any], cfg: PortalConfig) -> JobRecord:
             plan = recorded_plan(json.loads(text), spec.epochs)
         except (ValueError, RecursionError) as err:
             raise RecordError(f"annotation {ANNOTATION_SWEEP}: {str(err)[:120]}") from None
-    return JobRecord(id=name, backend="kubernetes", user=labels[LABEL_USER], spec=spec,
+    return JobRecord(id=name, scheduler="kubernetes", user=labels[LABEL_USER], spec=spec,
                      submitted_at=notes.get(ANNOTATION_SUBMITTED, meta.get("creationTimestamp", "")),
                      job_dir=_job_dir(notes, name, cfg), sweep=plan)
 

@@ -169,7 +169,7 @@ class SlurmScheduler(JobsInHome):
         if not ascii_digits(job_id):
             raise SlurmError(f"sbatch answered {answer.strip()!r}, not a job id")
         job_dir = self.jobs_dir(user) / job_id
-        record = JobRecord(id=job_id, backend=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
+        record = JobRecord(id=job_id, scheduler=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir, sweep=plan)
         files = [(SCRIPT_FILES[self.name], script, "700"), (RECORD_FILE, record.to_json(), "600")]
         if plan is not None:  # what every trial reads (chexnet.sweep); released, the whole array goes

@@ -82,7 +82,7 @@ class ScriptedUser:
 ])
 def test_a_cancel_slurm_refuses_as_unknown_or_someone_elses_reads_as_not_found(stderr):
     user = ScriptedUser(1, stderr)
-    record = JobRecord(id="12", backend="slurm", user="alice", spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
+    record = JobRecord(id="12", scheduler="slurm", user="alice", spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
                        job_dir=Path("/home/alice/jobs/12"))
     with pytest.raises(JobNotFound, match="not in Slurm's queue for alice"):
         SlurmScheduler(PortalConfig()).cancel(record, user)
@@ -91,7 +91,7 @@ def test_a_cancel_slurm_refuses_as_unknown_or_someone_elses_reads_as_not_found(s
 
 def test_any_other_cancel_refusal_is_slurms_own_words():
     user = ScriptedUser(1, "scancel: error: Unable to contact slurm controller (connect failure)")
-    record = JobRecord(id="12", backend="slurm", user="alice", spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
+    record = JobRecord(id="12", scheduler="slurm", user="alice", spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
                        job_dir=Path("/home/alice/jobs/12"))
     with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
         SlurmScheduler(PortalConfig()).cancel(record, user)

@@ -59,7 +59,7 @@ def job_dir_of(root: Path, user: str, job_id: str, cluster: str = CLUSTER) -> Pa
 
 
 def good_record(root: Path, user: str = "alice", job_id: str = LOCAL_ID, cluster: str = CLUSTER) -> dict:
-    return {"id": job_id, "backend": "local", "user": user, "spec": JobSpec(data_dir="/data").to_dict(),
+    return {"id": job_id, "scheduler": "local", "user": user, "spec": JobSpec(data_dir="/data").to_dict(),
             "submitted_at": "2026-11-22T10:10:10+00:00", "job_dir": str(job_dir_of(root, user, job_id, cluster))}
 
 
@@ -96,6 +96,22 @@ def test_a_good_record_reads_back(tmp_path):
     assert (record.id, record.user, record.spec.data_dir) == (LOCAL_ID, "alice", "/data")
 
 
+def without(record: dict, name: str) -> dict:
+    return {key: value for key, value in record.items() if key != name}
+
+
+def test_a_record_written_before_the_rename_reads_back_and_a_new_one_carries_both_names(tmp_path):
+    """Records that say `backend` (every job before the rename) are read for good; a new record also writes it, the
+    same value, so a portal of an earlier release reads it until the old name goes (portal.renamed)."""
+    place = RecordPlace(LOCAL_ID, "alice", job_dir_of(tmp_path, "alice", LOCAL_ID))
+    old = {**without(good_record(tmp_path), "scheduler"), "backend": "local"}
+    record = JobRecord.from_json(json.dumps(old), expect=place)
+    assert record.scheduler == "local"
+    written = json.loads(record.to_json())
+    assert written["scheduler"] == written["backend"] == "local"
+    assert JobRecord.from_json(record.to_json(), expect=place) == record
+
+
 def malformed(root: Path) -> list[tuple[str, str, str]]:
     """(what, job.json text, words the reason must hold)."""
     good = good_record(root)
@@ -111,9 +127,13 @@ def malformed(root: Path) -> list[tuple[str, str, str]]:
         ("id of another directory", json.dumps({**good, "id": OTHER_ID}), f"in the directory of job {LOCAL_ID}"),
         ("job_dir elsewhere", json.dumps({**good, "job_dir": "/home/bob/jobs/x"}), "job_dir: says"),
         ("a non-canonical id", json.dumps({**good, "id": "0002"}), "is not a job id"),
-        ("a kubernetes backend", json.dumps({**good, "backend": "kubernetes"}), "backend:"),
+        ("a kubernetes scheduler", json.dumps({**good, "scheduler": "kubernetes"}), "scheduler:"),
+        ("an old record's kubernetes", json.dumps({**without(good, "scheduler"), "backend": "kubernetes"}),
+         "scheduler: 'kubernetes'"),
+        ("the old name differs", json.dumps({**good, "backend": "slurm"}), "backend (its old name) says 'slurm'"),
+        ("the old name a number", json.dumps({**good, "backend": 7}), "backend: a int"),
     ]
-    for name in ("id", "backend", "user", "spec", "submitted_at", "job_dir"):
+    for name in ("id", "scheduler", "user", "spec", "submitted_at", "job_dir"):
         shapes.append((f"missing {name}", json.dumps({k: v for k, v in good.items() if k != name}), "missing"))
     wrong_types = {"id": 2, "user": ["bob"], "spec": [], "submitted_at": 5, "job_dir": None}
     for name, value in wrong_types.items():

@@ -283,7 +283,7 @@ def test_generated_specs_are_valid_within_bounds_or_refused_naming_a_field(raw, 
 
 def test_mail_is_offered_only_where_the_limits_say_so():
     slurm = replace(LIMITS, mail=True)
-    assert parse(slurm).mail is True and parse(slurm, mail=False).mail is False  # omitted: the backend's default
+    assert parse(slurm).mail is True and parse(slurm, mail=False).mail is False  # omitted: the scheduler's default
     assert parse(LIMITS).mail is False and parse(LIMITS, mail=False).mail is False
     refused("mail", "not offered here", "allowed: false", mail=True)  # Kubernetes, or a site without job_mail
     refused("mail", "is not a boolean; allowed: true, false", limits=slurm, mail="yes")

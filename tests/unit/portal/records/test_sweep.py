@@ -123,8 +123,8 @@ def test_numbers_from_a_form_are_ascii_text():
 
 def test_a_record_keeps_its_plan_and_a_plan_edited_into_nonsense_is_unreadable():
     plan = plan_of()
-    record = JobRecord(id="42", backend="slurm", user="alice", spec=parse(epochs=5), submitted_at="2026-11-26T10:00:00",
-                       job_dir=Path("/home/alice/jobs/42"), sweep=plan)
+    record = JobRecord(id="42", scheduler="slurm", user="alice", spec=parse(epochs=5),
+                       submitted_at="2026-11-26T10:00:00", job_dir=Path("/home/alice/jobs/42"), sweep=plan)
     assert JobRecord.from_json(record.to_json()).sweep == plan
     data = json.loads(record.to_json())
     assert "sweep" not in json.loads(replace(record, sweep=None).to_json())

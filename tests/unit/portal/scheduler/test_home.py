@@ -17,7 +17,7 @@ from portal.scheduler.home import MAX_CARD_BYTES, ModelCardError
 from portal.scheduler.slurm.scheduler import SlurmScheduler
 from tests.cards import a_card, replaced, wrong_type_cards
 
-RECORD = JobRecord(id="42", backend="slurm", user="alice", spec=JobSpec(data_dir="/d"),
+RECORD = JobRecord(id="42", scheduler="slurm", user="alice", spec=JobSpec(data_dir="/d"),
                    submitted_at="2026-01-01T00:00:00+00:00", job_dir=Path("/home/alice/jobs/42"))
 
 

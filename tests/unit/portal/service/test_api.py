@@ -126,7 +126,7 @@ class DashboardTest(AsyncHTTPTestCase):
         assert re.fullmatch(r"2:[0-5]\d", mine[0]["elapsed"]), mine  # squeue's format, counted from its start
         assert self.call("GET", "api/jobs/8").code == 404
         assert self.call("DELETE", "api/jobs/8").code == 404
-        assert self.api.backend.cancelled == []
+        assert self.api.fake_scheduler.cancelled == []
         assert self.call("GET", "api/jobs/not-an-id").code == 404
 
     def test_the_job_page_shows_a_card_of_any_wrong_shape_as_unreadable_saying_why(self):
@@ -167,12 +167,12 @@ class DashboardTest(AsyncHTTPTestCase):
         assert refused.code == 403 and "job 7 is alice's: admins see every user's jobs but cancel only their own" \
             in json.loads(refused.body)["error"]
         assert self.call("POST", "jobs/7/cancel", user="admin").code == 403
-        assert self.api.backend.cancelled == []
+        assert self.api.fake_scheduler.cancelled == []
         page = self.call("GET", "jobs", user="admin").body
         assert b'id="cancel-7"' not in page and b"jobs/7/cancel" not in page  # no button that would be refused
         assert b'id="cancel"' not in self.call("GET", "jobs/7", user="admin").body
         assert self.call("DELETE", "api/jobs/7", user="alice").code == 204  # hers to cancel
-        assert self.api.backend.cancelled == ["7"]
+        assert self.api.fake_scheduler.cancelled == ["7"]
 
     def test_slurm_down_is_503_with_a_message_and_no_traceback(self):
         self.api.slurm_down = True
@@ -228,7 +228,7 @@ class DashboardTest(AsyncHTTPTestCase):
         self.api.add("alice", "9", "COMPLETED")
         for _ in range(3):
             self.call("GET", "api/jobs")
-        assert self.api.backend.asked == ["9"]
+        assert self.api.fake_scheduler.asked == ["9"]
 
     def test_a_reused_job_id_is_a_new_job_to_the_caches(self):
         old = self.api.add("alice", "9", "COMPLETED")
@@ -390,21 +390,21 @@ class DashboardTest(AsyncHTTPTestCase):
         self.api.checks.clear()
         assert self.call("DELETE", "api/jobs/9").code == 204
         # A job the list knows is not read again to cancel it: the cancel itself runs as the owner (the fake
-        # backend stands for Slurm's refusal of anyone else's job).
-        assert self.api.checks == [] and self.api.backend.cancelled == ["9"]
+        # fake scheduler stands for Slurm's refusal of anyone else's job).
+        assert self.api.checks == [] and self.api.fake_scheduler.cancelled == ["9"]
         for _ in range(2):
             assert json.loads(self.call("GET", "api/jobs").body)["jobs"][0]["state"] == "CANCELLED"
-        assert self.api.backend.asked == ["9"]  # the first list's; none after the cancel
+        assert self.api.fake_scheduler.asked == ["9"]  # the first list's; none after the cancel
 
     def test_a_job_not_listed_yet_is_read_once_to_cancel_it_and_only_as_its_owner(self):
         self.api.add("alice", "9", "PENDING")
         assert self.call("DELETE", "api/jobs/9", user="bob").code == 404
         assert self.call("DELETE", "api/jobs/9").code == 204
         # the owner is asked by the cancel itself, not by get too
-        assert self.api.checks == [False, False] and self.api.backend.cancelled == ["9"]
+        assert self.api.checks == [False, False] and self.api.fake_scheduler.cancelled == ["9"]
 
     def test_the_cancel_form_cancels_and_returns_to_the_list(self):
         self.api.add("alice", "7", "RUNNING")
         response = self.call("POST", "jobs/7/cancel", body="")
-        assert response.code == 302 and self.api.backend.cancelled == ["7"]
+        assert response.code == 302 and self.api.fake_scheduler.cancelled == ["7"]
         assert self.call("POST", "jobs/7/cancel", user="bob", body="").code == 404

@@ -197,7 +197,7 @@ class HeadersTest(AsyncHTTPTestCase):
                             **({"X-XSRFToken": token} if token else {}))
             assert api.code == 403 and json.loads(api.body) == {"error": XSRF_REFUSED_API, "field": "_xsrf"}
         assert self.call("DELETE", "api/jobs/7").code == 403
-        assert len(self.api.owned["alice"]) == 1 and self.api.backend.cancelled == []  # nothing happened
+        assert len(self.api.owned["alice"]) == 1 and self.api.fake_scheduler.cancelled == []  # nothing happened
 
     def test_an_anonymous_post_is_still_asked_to_log_in(self):
         page = self.call("POST", "submit", logged_in=False, body="template=chexnet")

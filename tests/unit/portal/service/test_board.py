@@ -60,7 +60,7 @@ def test_an_ended_jobs_state_is_asked_once_a_queued_ones_never(tmp_path):
     for step in range(5):
         now[0] = step * 3.0
         board.job_rows(ALICE)
-    assert api.backend.asked == ["9"]
+    assert api.fake_scheduler.asked == ["9"]
 
 
 def test_a_job_slurm_says_is_someone_elses_is_left_out(tmp_path):
@@ -73,7 +73,7 @@ def test_a_job_slurm_says_is_someone_elses_is_left_out(tmp_path):
         if record.id == "12":
             raise JobNotFound("job 12: not found among alice's jobs")
         return "COMPLETED"
-    api.backend.state = state
+    api.fake_scheduler.state = state
     assert [j["id"] for j in board.job_rows(ALICE)] == ["9"]
 
 
@@ -204,13 +204,13 @@ def test_a_submitted_job_is_pending_without_asking_until_a_squeue_asked_after_it
     board.job_rows(ALICE)  # the shared answer, asked at 0
     now[0] = 0.5
     job = board.submit(ALICE, {"gpus_per_node": 0})
-    assert job["state"] == "PENDING" and api.backend.asked == []
+    assert job["state"] == "PENDING" and api.fake_scheduler.asked == []
     now[0] = 1.0
     assert [j["state"] for j in board.job_rows(ALICE) if j["id"] == job["id"]] == ["PENDING"]
-    assert api.backend.asked == []  # the answer from before the submit cannot show it: not asked for
+    assert api.fake_scheduler.asked == []  # the answer from before the submit cannot show it: not asked for
     now[0] = 3.0  # a new answer, asked after the submit, does not show it: now Slurm is asked
     board.job_rows(ALICE)
-    assert api.backend.asked == [job["id"]]
+    assert api.fake_scheduler.asked == [job["id"]]
 
 
 def wait_until(condition, timeout_s: float = 10.0) -> None:
@@ -275,7 +275,7 @@ def test_a_cancel_refused_on_a_kept_record_answers_from_the_record_as_it_is_now(
 
     def refused(record, user):
         raise JobNotFound(f"job {record.id}: not in Slurm's queue for alice")
-    api.backend.cancel = refused
+    api.fake_scheduler.cancel = refused
     with pytest.raises(JobNotFound) as err:
         board.cancel(ALICE, "9")
     assert str(err.value) == "job 9: not found among alice's jobs"  # as any job that does not exist

@@ -54,7 +54,7 @@ def test_the_summary_line_adds_the_request_up_against_the_quota():
     assert request_summary({**values, "time_limit": "4h"}, LIMITS) == ""
 
 
-def test_mail_starts_as_the_backend_offers_it_and_a_given_no_stays_no():
+def test_mail_starts_as_the_scheduler_offers_it_and_a_given_no_stays_no():
     assert form_values(LIMITS, {})["mail"] is False  # no e-mail offered (Kubernetes, or job_mail off)
     slurm = replace(LIMITS, mail=True)
     assert form_values(slurm, {})["mail"] is True

@@ -103,14 +103,14 @@ def test_a_users_rows_read_before_his_files_stalled_are_shown_stale(board):
     board.job_list(ADMIN, EVERYONE)
     board.now[0] = 5.0  # past dashboard_refresh_s: bob's job's state is due again, and bob's reads stall now
     stall, stalled = threading.Event(), []
-    original = api.backend.state
+    original = api.fake_scheduler.state
 
     def stalled_state(record, user):
         if record.user == "bob":
             stalled.append(record.id)
             assert stall.wait(30)
         return original(record, user)
-    api.backend.state = stalled_state
+    api.fake_scheduler.state = stalled_state
     try:
         listed = board.job_list(ADMIN, EVERYONE)
     finally:

@@ -1,4 +1,4 @@
-"""The Kubernetes backend's pure half: a spec in, an MPIJob out; an MPIJob in, a state or a record out. No
+"""The Kubernetes scheduler's pure half: a spec in, an MPIJob out; an MPIJob in, a state or a record out. No
 cluster here (tests/kubernetes/ has the real API server); the pod templates are checked offline against the
 Kubernetes schemas with kubernetes-validate --strict, for the versions docs/admin-guide.md claims."""
 
@@ -138,7 +138,7 @@ def test_the_state_comes_from_the_conditions(conditions, deleting, state):
 def test_the_mpijob_is_the_record():
     m = manifest(epochs=3)
     record = mpijob_record(m, CFG)
-    assert (record.id, record.backend, record.user) == (JOB_ID, "kubernetes", "alice")
+    assert (record.id, record.scheduler, record.user) == (JOB_ID, "kubernetes", "alice")
     assert record.spec == spec(epochs=3) and record.submitted_at == "2026-11-21T10:15:00+00:00"
     assert record.logdir == Path(f"/home/jovyan/jobs/dsportal/{JOB_ID}/tensorboard")
     assert record.run_prefix == f"dsportal/{JOB_ID}"

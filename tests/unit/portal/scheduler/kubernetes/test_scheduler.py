@@ -78,11 +78,11 @@ def test_a_kubernetes_dry_run_needs_no_api_server_and_says_it_was_not_checked(mo
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     from portal.jobs import render
 
-    text = render({"nodes": 2, "gpus_per_node": 1, "epochs": 1}, backend="kubernetes", user="alice",
+    text = render({"nodes": 2, "gpus_per_node": 1, "epochs": 1}, scheduler="kubernetes", user="alice",
                   groups=["gpu-users"], cfg=CFG)
     assert text.startswith("# Checked against the configured limits") and "kind: Job" in text
     with pytest.raises(Exception, match="gpus_per_node"):  # the configured quota still holds
-        render({"nodes": 2, "gpus_per_node": 4}, backend="kubernetes", user="alice", groups=["gpu-users"], cfg=CFG)
+        render({"nodes": 2, "gpus_per_node": 4}, scheduler="kubernetes", user="alice", groups=["gpu-users"], cfg=CFG)
 
 
 def test_an_unreadable_record_is_neither_a_card_nor_a_sweep():

@@ -12,6 +12,7 @@ import pytest
 from portal.config import ConfigError, PortalConfig
 from portal.records.spec import JobSpec
 from portal.records.templating import sbatch_value
+from portal.renamed import BACKEND_GOES
 from portal.scheduler.local import render_local
 from portal.scheduler.slurm.sbatch import render_sbatch, shell_path
 from tests.unit.helpers import SPEC_LIMITS as LIMITS
@@ -169,8 +170,9 @@ def test_render_cli_refuses_bad_flags_in_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "python -m portal.jobs: error: nodes: 2 is out of range; allowed: 1 (usable nodes on this machine)"]
-    result = cli("--backend", "local", "--epochs", "two")  # its old name
+    result = cli("--backend", "local", "--epochs", "two")  # its old name: still taken, with a warning
     assert result.returncode == 2 and "epochs: 'two' is not a whole number" in result.stderr
+    assert f"--backend is deprecated and goes after {BACKEND_GOES}: use --scheduler" in result.stderr
     result = cli("--scheduler", "local", "--gpu", "1")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     result = cli("--scheduler", "slurmish")

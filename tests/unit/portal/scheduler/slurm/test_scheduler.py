@@ -1,5 +1,5 @@
 """A failed squeue/scontrol/sacct is Slurm not answering, never a job state: the decision functions, the spawner's
-job state and poll (batchspawner's own reading shown beside it), the jobs backend and the dashboard's cluster cache.
+job state and poll (batchspawner's own reading shown beside it), the jobs API and the dashboard's cluster cache.
 Slurm's answers are the real messages of Slurm 22.05 with slurmctld stopped."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class AnsweringUser(JobUser):
 
 
 def record_of(user: JobUser) -> JobRecord:
-    return JobRecord(id="42", backend="slurm", user=user.name, spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
+    return JobRecord(id="42", scheduler="slurm", user=user.name, spec=JobSpec(), submitted_at="2026-11-22T10:00:00",
                      job_dir=cluster_jobs_dir(user.home, "dsportal") / "42")
 
 
@@ -118,7 +118,7 @@ def answering(answers) -> AnsweringUser:
     return user
 
 
-def test_the_jobs_backend_raises_when_the_controller_is_down():
+def test_the_jobs_api_raises_when_the_controller_is_down():
     user = answering({"squeue": (1, "", DOWN)})
     with pytest.raises(SlurmError, match="connect failure"):
         SlurmScheduler(PortalConfig()).state(record_of(user), user)

@@ -26,78 +26,78 @@ pytestmark = pytest.mark.integration
 
 
 @dataclass
-class Backend:
+class Box:
     name: str
     cfg: PortalConfig
     start: Callable[[jobs.Job], None]  # until the scheduler runs it
 
 
 @pytest.fixture(params=["slurm", "kubernetes"])  # each on its box's side of `make test` (conftest.side_of)
-def backend(request) -> Backend:
+def box(request) -> Box:
     if request.param == "slurm":
         cluster = request.getfixturevalue("cluster")
         ensure_demo_data(cluster)
-        return Backend("slurm", cluster, lambda job: wait_for(lambda: job.state == "RUNNING", 120, interval=1,
+        return Box("slurm", cluster, lambda job: wait_for(lambda: job.state == "RUNNING", 120, interval=1,
                                                                 what=f"Slurm job {job.id} to run"))
     kube = request.getfixturevalue("kube")
     cfg = dataclasses.replace(load(), scheduler="kubernetes", k8s_kubeconfig=str(kube.kubeconfigs["hub"]),
                               k8s_jobs="plain")
-    return Backend("kubernetes", cfg, lambda job: wait_for(lambda: job.state == "RUNNING", 180, interval=1,
+    return Box("kubernetes", cfg, lambda job: wait_for(lambda: job.state == "RUNNING", 180, interval=1,
                                                            what=f"Kubernetes job {job.id} to run"))
 
 
 @pytest.fixture
-def submitted(backend):
+def submitted(box):
     """Jobs a test submits as alice; whatever is still queued or running is cancelled afterwards."""
     made: list[jobs.Job] = []
 
     def submit(**spec) -> jobs.Job:
-        job = jobs.submit({**TINY, **spec}, user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)
+        job = jobs.submit({**TINY, **spec}, user=ALICE[0], groups=ALICE[1], cfg=box.cfg)
         made.append(job)
         return job
     yield submit
     for job in made:
         if job.state in ("PENDING", "RUNNING"):
             job.cancel()
-    if backend.name == "kubernetes":  # a cancelled job's pods hold their GPUs until they are gone
-        wait_for(lambda: jobs.limits(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg).quota.in_use == 0, 90,
+    if box.name == "kubernetes":  # a cancelled job's pods hold their GPUs until they are gone
+        wait_for(lambda: jobs.limits(user=ALICE[0], groups=ALICE[1], cfg=box.cfg).quota.in_use == 0, 90,
                  what="alice's cancelled jobs' pods to be gone")
 
 
-def test_submit_lists_runs_and_cancels(backend, submitted):
+def test_submit_lists_runs_and_cancels(box, submitted):
     job = submitted()
-    assert job.backend == backend.name and job.state in ("PENDING", "RUNNING")
-    assert job.id in [j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)]
-    assert jobs.get(job.id, user=ALICE[0], groups=ALICE[1], cfg=backend.cfg).spec == job.spec
-    backend.start(job)
+    assert job.scheduler.name == box.name and job.state in ("PENDING", "RUNNING")
+    assert job.id in [j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)]
+    assert jobs.get(job.id, user=ALICE[0], groups=ALICE[1], cfg=box.cfg).spec == job.spec
+    box.start(job)
     assert job.state == "RUNNING"
     job.cancel()
     assert wait_for(lambda: job.state == "CANCELLED", 60, interval=1, what=f"job {job.id} to be cancelled")
     assert job.done
 
 
-def test_another_user_can_neither_see_nor_cancel_it(backend, submitted):
+def test_another_user_can_neither_see_nor_cancel_it(box, submitted):
     job = submitted()
     with pytest.raises(JobNotFound):
-        jobs.get(job.id, user=BOB[0], groups=BOB[1], cfg=backend.cfg)
+        jobs.get(job.id, user=BOB[0], groups=BOB[1], cfg=box.cfg)
     with pytest.raises(JobNotFound):
-        jobs.cancel(job.id, user=BOB[0], groups=BOB[1], cfg=backend.cfg)
-    assert job.id not in [j.id for j in jobs.jobs(user=BOB[0], groups=BOB[1], cfg=backend.cfg)]
+        jobs.cancel(job.id, user=BOB[0], groups=BOB[1], cfg=box.cfg)
+    assert job.id not in [j.id for j in jobs.jobs(user=BOB[0], groups=BOB[1], cfg=box.cfg)]
     assert job.state in ("PENDING", "RUNNING")  # untouched
 
 
-def test_a_bad_spec_names_the_field_and_submits_nothing(backend):
-    before = {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)}
+def test_a_bad_spec_names_the_field_and_submits_nothing(box):
+    before = {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)}
     for spec, field in (({"gpus_per_node": 99}, "gpus_per_node"), ({"epochs": "two"}, "epochs"),
                         ({"data_dir": "/nonexistent/set"}, "data_dir"), ({"gpu": 1}, "gpu")):
         with pytest.raises(JobSpecError) as err:
-            jobs.submit({**TINY, **spec}, user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)
+            jobs.submit({**TINY, **spec}, user=ALICE[0], groups=ALICE[1], cfg=box.cfg)
         assert err.value.field == field
     with pytest.raises(JobSpecError) as err:  # bob's groups carry no GPU quota
-        jobs.submit({**TINY, "gpus_per_node": 1}, user=BOB[0], groups=BOB[1], cfg=backend.cfg)
+        jobs.submit({**TINY, "gpus_per_node": 1}, user=BOB[0], groups=BOB[1], cfg=box.cfg)
     assert err.value.field == "gpus_per_node" and "quota" in str(err.value)
     # Nothing new (a job an earlier test cancelled may meanwhile have gone: Kubernetes deletes it a moment later).
-    assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)} - before == set()
+    assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)} - before == set()
 
 
 # --- issue 49: the form's default job starts, and a job the nodes could never hold is refused with the numbers. ----
@@ -108,63 +108,63 @@ PLACED = ("nodes", "gpus_per_node", "cpus_per_task", "memory_gb")
 JOB_WAIT_S = 600  # a tiny job of one epoch: under a minute on an idle box
 
 
-def alice_limits(backend) -> jobs.JobLimits:
-    limits = jobs.limits(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)
+def alice_limits(box) -> jobs.JobLimits:
+    limits = jobs.limits(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)
     assert limits.rooms, "the limits must come from the box's nodes, not from settings"
     return limits
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_the_forms_default_job_runs_to_completed(backend, submitted, program):
+def test_the_forms_default_job_runs_to_completed(box, submitted, program):
     """The form's default placement (one node), each program: on Kubernetes a PyTorch job of one node is node 0's
     pod alone (no workers Job, nothing to gather)."""
-    limits = alice_limits(backend)
+    limits = alice_limits(box)
     shown = form_values(limits, {})  # what the dashboard's form shows, and a submit leaving the fields out uses
     placed = {name: shown[name] for name in PLACED}
     assert placed["cpus_per_task"] <= limits.cpus_per_node and placed["nodes"] == 1
     job = submitted(template=program, **placed)  # TINY's training fields (a small model, 1 epoch), the form's placement
     assert {name: getattr(job.spec, name) for name in PLACED} == placed
-    backend.start(job)
+    box.start(job)
     assert job.wait(timeout=JOB_WAIT_S, poll=2) == "COMPLETED", job.logs(tail=40)
     assert job.metrics().epochs_done == 1
 
 
 def test_the_issues_job_is_refused_where_its_launcher_cannot_be_placed_and_runs_where_there_is_none(
-        backend, submitted):
+        box, submitted):
     """2 nodes x every CPU of a node: on Kubernetes the launcher needs 1 of them on one node, so it can never start
     and is refused with the arithmetic; Slurm runs no launcher pod, so the same request starts there."""
-    limits = alice_limits(backend)
+    limits = alice_limits(box)
     issue = {"nodes": 2, "gpus_per_node": 1, "cpus_per_task": limits.cpus_per_node, "memory_gb": 1}
-    before = {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)}
+    before = {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)}
     if limits.launcher is None:
-        backend.start(submitted(**issue))
+        box.start(submitted(**issue))
         return
     with pytest.raises(JobSpecError) as err:
-        jobs.submit({**TINY, **issue}, user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)
+        jobs.submit({**TINY, **issue}, user=ALICE[0], groups=ALICE[1], cfg=box.cfg)
     message = str(err.value)
     assert err.value.field == "cpus_per_task", message
     assert message.startswith(f"cpus_per_task: {limits.cpus_per_node} can never be placed"), message
     assert "launcher pod of 1 CPU and 2 GB" in message and "of its 2 node pods wherever the launcher lands" in message
     assert "allowed: cpus_per_task at most" in message, message
-    assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)} - before == set()
+    assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)} - before == set()
 
 
-def test_a_sweep_whose_trials_at_once_cannot_fit_is_refused_with_the_numbers(backend):
-    limits = alice_limits(backend)
+def test_a_sweep_whose_trials_at_once_cannot_fit_is_refused_with_the_numbers(box):
+    limits = alice_limits(box)
     usable = len(limits.rooms)
     whole_node = {**TINY, "gpus_per_node": 0, "cpus_per_task": limits.cpus_per_node, "memory_gb": 1}
-    before = {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)}
+    before = {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)}
     with pytest.raises(JobSpecError) as err:
         jobs.submit({**whole_node, "sweep": {"trials": usable + 1, "parallel": usable + 1, "pruner": "none"}},
-                    user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)
+                    user=ALICE[0], groups=ALICE[1], cfg=box.cfg)
     message = str(err.value)
     # a node holds one such trial where it has all those CPUs (a Kubernetes node may keep some for the cluster's pods)
     fit = sum(node.room.millicpus >= limits.cpus_per_node * 1000 for node in limits.rooms)
     assert err.value.field == "sweep.parallel", message
     assert re.search(rf"allowed: (1-)?{fit} \(trials at once that {usable} nodes", message), message
     assert f"{limits.cpus_per_node} CPUs" in message
-    assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)} - before == set()
+    assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)} - before == set()
     # what the refusal allows is accepted (checked, not submitted: validate_sweep makes nothing)
     plan = jobs.validate_sweep({**whole_node, "sweep": {"trials": usable + 1, "parallel": fit, "pruner": "none"}},
-                               user=ALICE[0], groups=ALICE[1], cfg=backend.cfg)
+                               user=ALICE[0], groups=ALICE[1], cfg=box.cfg)
     assert plan.parallel == fit
