@@ -3,11 +3,13 @@
 # The authenticator's and the spawners' traits that are portal settings (the LDAP server, TLS, groups, timeouts,
 # the image ...) take their values from portal.config: setting one here to another value stops the hub at startup,
 # naming the setting to use (portal.traits). docs/configuration.md lists both kinds.
+import importlib
 import os
 import sys
 
 from portal.auth import PortalLDAPAuthenticator
 from portal.config import load
+from portal.registrations import SCHEDULERS, split
 from portal.service import HUB_TEMPLATES
 from portal.service.base import COOKIE_SAMESITE, SECURITY_HEADERS
 from portal.service.headers import proxy_command
@@ -57,18 +59,13 @@ c.JupyterHub.tornado_settings = {
 
 c.JupyterHub.authenticator_class = PortalLDAPAuthenticator
 
-if portal.scheduler == "kubernetes":
-    # Before the import: kubernetes_asyncio reads KUBECONFIG once, when it loads. Without a kubeconfig, KubeSpawner
-    # uses the hub pod's service account (in the cluster).
-    if portal.k8s_kubeconfig:
-        os.environ["KUBECONFIG"] = portal.k8s_kubeconfig
-    from spawners.kubernetes import PortalKubeSpawner
-
-    c.JupyterHub.spawner_class = PortalKubeSpawner
-else:
-    from spawners.slurm import PortalSlurmSpawner
-
-    c.JupyterHub.spawner_class = PortalSlurmSpawner
+if portal.k8s_kubeconfig:
+    # Before the spawner's import: kubernetes_asyncio (KubeSpawner's client) reads KUBECONFIG once, when it loads.
+    # Without a kubeconfig, KubeSpawner uses the hub pod's service account (in the cluster).
+    os.environ["KUBECONFIG"] = portal.k8s_kubeconfig
+# The configured scheduler's spawner, as portal.registrations names it (the settings allow only those with one).
+spawner_module, spawner_name = split(SCHEDULERS[portal.scheduler].spawner)
+c.JupyterHub.spawner_class = getattr(importlib.import_module(spawner_module), spawner_name)
 c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 120
 

@@ -28,6 +28,7 @@ from typing import Any
 from portal.config_checks import check_settings
 from portal.config_values import ConfigError, default_of, read_given
 from portal.quota import GpuHolder, GpuQuota, quota_for
+from portal.registrations import SCHEDULERS, server_schedulers
 
 
 def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
@@ -123,8 +124,9 @@ class PortalConfig:
                                      "the portal refuses a submit beyond it, and Slurm holds it too (MaxSubmitJobs "
                                      "on each user's association, set by `python -m portal.accounts sync`).")
 
-    scheduler: str = setting("slurm", "Where the users' JupyterLab servers and their training jobs run: slurm or "
-                             "kubernetes. (Its old name, spawner_backend, still works, with a deprecation warning.)")
+    scheduler: str = setting("slurm", "Where the users' JupyterLab servers and their training jobs run: "
+                             f"{' or '.join(server_schedulers())}. (Its old name, spawner_backend, still works, with "
+                             "a deprecation warning.)")
 
     # Where this cluster keeps each job in the users' homes. Two clusters (a site's second one, or the tests' box
     # beside a user's box) may share the homes: each keeps its jobs in a directory of its own.
@@ -327,7 +329,8 @@ class PortalConfig:
     def hub_api_address(self) -> str:
         if self.hub_api_ip:
             return self.hub_api_ip
-        return self.box_gateway if self.scheduler == "slurm" else "127.0.0.1"
+        registered = SCHEDULERS.get(self.scheduler)
+        return self.box_gateway if registered is not None and registered.hub_api_at_gateway else "127.0.0.1"
 
     @property
     def hub_url(self) -> str:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from portal.config_values import ConfigError
 from portal.inputs import ascii_digits
+from portal.registrations import server_schedulers
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
 
 TLS_MODES = ("starttls", "ldaps", "none")
-SCHEDULERS = ("slurm", "kubernetes")
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
 JOB_LAUNCHERS = ("mpirun", "srun")
 # The cluster in a box's own hosts live here: 198.18.0.0/15 is reserved for benchmarking (RFC 2544), so no real
@@ -34,8 +34,8 @@ def check_settings(cfg: PortalConfig) -> None:
     """ConfigError naming the first setting whose value is not allowed, and what is."""
     if cfg.ldap_tls not in TLS_MODES:
         raise ConfigError(f"ldap_tls is {cfg.ldap_tls!r}; allowed: {', '.join(TLS_MODES)}")
-    if cfg.scheduler not in SCHEDULERS:
-        raise ConfigError(f"scheduler is {cfg.scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
+    if cfg.scheduler not in server_schedulers():  # those that run servers too (portal.registrations)
+        raise ConfigError(f"scheduler is {cfg.scheduler!r}; allowed: {', '.join(server_schedulers())}")
     choices = {"jobs_launcher": JOB_LAUNCHERS, "jobs_mpi_bind_to": MPI_BINDINGS,
                "jobs_nccl_ib_disable": ("", "0", "1")}
     for name, allowed in choices.items():

@@ -50,7 +50,6 @@ EXIT_CODE = re.compile(r"^-?[0-9]{1,3}\Z")
 JOBS_ROOT = "jobs"  # under the user's home: one directory per cluster, and the older layout's job directories
 RECORD_FILE = "job.json"
 OUTPUT_FILE = "output.log"  # the Slurm job's or the local run's stdout and stderr
-SCRIPT_FILES = {"slurm": "job.sbatch", "local": "job.sh"}
 EXIT_STATUS_FILE = "exit_status"  # written by the script when training ends, with its exit code
 FINAL_STATE_FILE = "final_state"  # the ended state once seen, for when Slurm has forgotten the job
 

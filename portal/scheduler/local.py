@@ -34,7 +34,6 @@ from portal.records.record import (
     PENDING,
     RECORD_FILE,
     RUNNING,
-    SCRIPT_FILES,
     TIMEOUT,
     JobRecord,
     exit_code,
@@ -82,6 +81,7 @@ class LocalScheduler(JobsInHome):
     """Jobs under horovodrun on this machine, the user's own (no cluster, no queue, no accounting)."""
 
     name = "local"
+    script_file = "job.sh"  # in the job's directory, beside job.json
     job_ids: ClassVar[re.Pattern[str]] = LOCAL_ID  # local-<date>T<time>-<random>
     sweeps = False  # a sweep is a Slurm job array (portal.records.sweep)
 
@@ -126,7 +126,7 @@ class LocalScheduler(JobsInHome):
         job_dir = self.jobs_dir(user) / job_id
         record = JobRecord(id=job_id, scheduler=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)
-        script = job_dir / SCRIPT_FILES[self.name]
+        script = job_dir / self.script_file
         inode = user.make_job_dir(job_dir, [(script.name, render_local(spec, str(job_dir), self.cfg), "700"),
                                             (RECORD_FILE, record.to_json(), "600")])
         # setsid --fork: the script leads a new session (its PID is its process group id, which cancel signals)

@@ -1,39 +1,40 @@
-"""The registry of schedulers: which exist (`SCHEDULERS`, name -> the module and class that implement
-portal.scheduler.Scheduler), the configured one (`scheduler_for`), and which one a job id is of. Each
-implementation is imported when first asked for, by its name here: this module imports no scheduler's package."""
+"""The registry of schedulers: which exist (`SCHEDULERS`, registered in portal.registrations: name -> the module and
+class that implement portal.scheduler.Scheduler), the configured one (`scheduler_for`), and which one a job id is
+of. Each implementation is imported when first asked for, by its registered name: this module imports no
+scheduler's package."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from portal.registrations import SCHEDULERS, split
 from portal.scheduler.errors import UnknownScheduler
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.scheduler import Scheduler
 
-# name -> (module, class)
-SCHEDULERS = {"slurm": ("portal.scheduler.slurm.scheduler", "SlurmScheduler"),
-              "local": ("portal.scheduler.local", "LocalScheduler"),
-              "kubernetes": ("portal.scheduler.kubernetes.scheduler", "KubernetesScheduler")}
+__all__ = ["SCHEDULERS", "job_id_patterns", "scheduler_class", "scheduler_for", "scheduler_of_job"]
 
 
 def scheduler_for(cfg: PortalConfig, name: str | None = None, run: Callable[[Sequence[str]], str] | None = None
                   ) -> Scheduler[Any]:
-    """The scheduler called `name` (default: the configured `scheduler`). `run`: a fake Slurm's commands (tests;
-    only Slurm runs commands)."""
+    """The scheduler called `name` (default: the configured `scheduler`). `run`: the answers of a fake cluster's
+    commands (tests), for a scheduler whose constructor takes `run` (one that runs commands: Slurm)."""
     name = name or cfg.scheduler
     if name not in SCHEDULERS:
         raise UnknownScheduler(f"scheduler: {name!r} is not a scheduler; allowed: {', '.join(SCHEDULERS)}")
     implementation: Any = scheduler_class(name)  # each class's own constructor (Slurm's takes `run`)
-    return implementation(cfg, run=run) if run is not None and name == "slurm" else implementation(cfg)
+    takes_run = "run" in inspect.signature(implementation).parameters
+    return implementation(cfg, run=run) if run is not None and takes_run else implementation(cfg)
 
 
 def scheduler_class(name: str) -> type[Scheduler[Any]]:
     """The class of the scheduler called `name` (imported now)."""
-    module, cls = SCHEDULERS[name]
+    module, cls = split(SCHEDULERS[name].implementation)
     found: type[Scheduler[Any]] = getattr(importlib.import_module(module), cls)
     return found
 

@@ -35,7 +35,6 @@ from portal.records.record import (
     FINAL_STATE_FILE,
     PENDING,
     RECORD_FILE,
-    SCRIPT_FILES,
     UNKNOWN,
     JobRecord,
     exit_code,
@@ -79,6 +78,7 @@ class SlurmScheduler(JobsInHome):
     """Submit, watch, cancel and read training jobs on Slurm, always as the job's user; the cluster's snapshot."""
 
     name = "slurm"
+    script_file = "job.sbatch"  # in the job's directory, beside job.json
     job_ids: ClassVar[re.Pattern[str]] = SLURM_ID  # a sweep's: its array's id
     sweeps = True  # a sweep is a job array (portal.records.sweep)
     queue_in_snapshot = True  # its jobs are in the snapshot's queue (`queued`)
@@ -171,7 +171,7 @@ class SlurmScheduler(JobsInHome):
         job_dir = self.jobs_dir(user) / job_id
         record = JobRecord(id=job_id, scheduler=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir, sweep=plan)
-        files = [(SCRIPT_FILES[self.name], script, "700"), (RECORD_FILE, record.to_json(), "600")]
+        files = [(self.script_file, script, "700"), (RECORD_FILE, record.to_json(), "600")]
         if plan is not None:  # what every trial reads (chexnet.sweep); released, the whole array goes
             files.append((PLAN_FILE, json.dumps(plan.file_dict(), indent=2) + "\n", "600"))
         USER_SLURM_CALLS.add("scontrol")  # run by make_job_dir's process, after the directory

@@ -20,6 +20,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 from portal import errors
 from portal.config import PortalConfig
 from portal.records.limits import JobLimits
+from portal.registrations import Registered
 from portal.scheduler import KeepsRecords, Scheduler
 from portal.scheduler.errors import NoAccounting
 from portal.scheduler.local import LocalScheduler
@@ -48,7 +49,7 @@ class ToyScheduler(LocalScheduler):
 def registered(request, monkeypatch) -> str:
     """Each registered scheduler's name; "toy" registers the toy scheduler from this module first."""
     if request.param == "toy":
-        monkeypatch.setitem(SCHEDULERS, "toy", (__name__, "ToyScheduler"))
+        monkeypatch.setitem(SCHEDULERS, "toy", Registered(f"{__name__}:ToyScheduler"))
     return request.param
 
 
