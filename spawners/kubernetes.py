@@ -37,7 +37,8 @@ from traitlets import default
 from portal.config import PortalConfig
 from portal.errors import Unavailable
 from portal.inputs import seconds_of
-from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, user_namespace_objects
+from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, quota_in_force, user_namespace_objects
+from portal.scheduler.kubernetes.namespaces import QUOTA_COUNTED_S, QUOTA_LOOK_S, quota_not_counted
 from portal.scheduler.kubernetes.netpol import user_network_policies
 from portal.scheduler.kubernetes.pods import cannot_start, event_in_words
 from portal.traits import fixed_default, portal_default
@@ -221,3 +222,18 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
                 if err.status != 409:
                     raise
                 await replace(body["metadata"]["name"], self.namespace, body)  # the quota may have changed
+        await self._quota_counted(quota["metadata"]["name"])
+
+    async def _quota_counted(self, name: str) -> None:
+        """Return once the namespace's ResourceQuota is in force, so that the server's pod is counted in it
+        (portal.scheduler.kubernetes.namespaces.wait_until_counted, which the jobs' submit waits with)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + QUOTA_COUNTED_S
+        while True:
+            quota = self.api.api_client.sanitize_for_serialization(
+                await self.api.read_namespaced_resource_quota(name, self.namespace))
+            if quota_in_force(quota):
+                return
+            if loop.time() >= deadline:
+                raise quota_not_counted(self.namespace, QUOTA_COUNTED_S)
+            await asyncio.sleep(QUOTA_LOOK_S)

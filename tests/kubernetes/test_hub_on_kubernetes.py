@@ -118,7 +118,8 @@ def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(
         assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == "dsportal-home-alice"
         quota = kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS)
         assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
-        # The quota controller writes the status (`used`) after the quota is made: absent at first.
+        # Her pod was made after the quota controller had counted her new quota (the spawner waits for it), so the
+        # API server counted it: `used` has it (within a moment of the read after the pod's create).
         wait_for(lambda: kube.read("v1", "ResourceQuota", "dsportal-gpus", ALICE_NS).get("status", {}).get("used") ==
                  {"requests.nvidia.com/gpu": "1"}, 30, what="her server's GPU alone in her quota's use")
         # The dashboard's usage counts her pod, as it counts a server's Slurm job.

@@ -92,6 +92,15 @@ def gpu_quota_manifest(cfg: PortalConfig, user: str, gpu_quota: int) -> dict:
             "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(gpu_quota)}}}
 
 
+def quota_in_force(quota: Mapping[str, Any]) -> bool:
+    """Whether the quota controller has counted a ResourceQuota since its `spec` last changed (its status.hard is
+    the spec's). Until then the API server admits every pod in the namespace without counting it (its admission
+    checks only the limits in status.hard), and the controller's own first count may miss a pod it has not seen
+    yet, leaving it out of `used` until its next full count (minutes): so no pod is made before."""
+    hard = (quota.get("spec") or {}).get("hard") or {}
+    return bool(hard) and ((quota.get("status") or {}).get("hard") or {}) == hard
+
+
 def home_claim_manifest(cfg: PortalConfig, user: str) -> dict:
     """The user's home claim as KubeSpawner makes it on their first server: made by the portal too, so that a job
     submitted before any server has a home to write to."""

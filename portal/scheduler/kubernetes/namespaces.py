@@ -4,21 +4,50 @@ pods in and their home claim (the manifests: portal.scheduler.kubernetes.manifes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
 from portal.scheduler.kubernetes.client import KubeUser, api_call
-from portal.scheduler.kubernetes.errors import KubernetesError
-from portal.scheduler.kubernetes.manifests import home_claim_manifest, user_namespace_manifest, user_namespace_objects
+from portal.scheduler.kubernetes.errors import KubernetesError, KubernetesUnavailable
+from portal.scheduler.kubernetes.manifests import (
+    home_claim_manifest,
+    quota_in_force,
+    user_namespace_manifest,
+    user_namespace_objects,
+)
 from portal.scheduler.kubernetes.netpol import user_network_policies
+
+QUOTA_COUNTED_S = 20.0  # the quota controller counts a new or changed quota within a second on a quiet cluster
+QUOTA_LOOK_S = 0.1
+
+
+def quota_not_counted(namespace: str, waited_s: float) -> KubernetesUnavailable:
+    return KubernetesUnavailable(
+        f"the Kubernetes quota controller has not counted the GPU quota of namespace {namespace} after "
+        f"{waited_s:.0f} s (is kube-controller-manager running?); nothing is started there before it has, since "
+        "until then the API server counts no pod against it")
+
+
+def wait_until_counted(read: Callable[[], Mapping[str, Any]], namespace: str, timeout_s: float = QUOTA_COUNTED_S,
+                       clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> None:
+    """Return once the namespace's ResourceQuota, as `read` answers it, is in force (manifests.quota_in_force);
+    KubernetesUnavailable after `timeout_s`. At once when it already was (the quota did not change)."""
+    deadline = clock() + timeout_s
+    while not quota_in_force(read()):
+        if clock() >= deadline:
+            raise quota_not_counted(namespace, timeout_s)
+        sleep(QUOTA_LOOK_S)
 
 
 def ensure_namespace(cfg: PortalConfig, api: Any, user: KubeUser) -> None:
     """Make the user's namespace theirs with the portal's client `api` (the spawner does the same on a server's
     start): a user may submit from the dashboard before ever starting a server, so their home claim is made
-    too. Idempotent; the quota and the binding are replaced when they changed (the user's groups)."""
+    too. Idempotent; the quota and the binding are replaced when they changed (the user's groups). Returns once the
+    quota is in force (`wait_until_counted`)."""
     from kubernetes import client
 
     core, rbac, net = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.NetworkingV1Api(api)
@@ -40,6 +69,8 @@ def ensure_namespace(cfg: PortalConfig, api: Any, user: KubeUser) -> None:
                 raise
             if replace is not None:
                 api_call(f"preparing namespace {namespace}", replace, args[-1]["metadata"]["name"], *args)
+    wait_until_counted(lambda: api_call(f"the GPU quota of namespace {namespace}", core.read_namespaced_resource_quota,
+                                        quota["metadata"]["name"], namespace), namespace)
 
 
 def namespace_exists(api: Any, cfg: PortalConfig, user: KubeUser) -> bool:
