@@ -84,6 +84,7 @@ class LocalScheduler(JobsInHome):
     script_file = "job.sh"  # in the job's directory, beside job.json
     job_ids: ClassVar[re.Pattern[str]] = LOCAL_ID  # local-<date>T<time>-<random>
     sweeps = False  # a sweep is a Slurm job array (portal.records.sweep)
+    new_id = staticmethod(new_local_id)  # a new job's id, of `job_ids` (a subclass with its own ids names them)
 
     def __init__(self, cfg: PortalConfig):
         self.cfg = cfg
@@ -122,7 +123,7 @@ class LocalScheduler(JobsInHome):
         """Make ~/jobs/<cluster>/<id>/ (mkdir is atomic: the id is ours) with the script and job.json in one
         process as the user, then start the script; (the record, the directory's inode)."""
         no_sweeps(plan)
-        job_id = new_local_id()
+        job_id = self.new_id()
         job_dir = self.jobs_dir(user) / job_id
         record = JobRecord(id=job_id, scheduler=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)

@@ -307,6 +307,8 @@ class KubernetesScheduler:
         return listed.get("items", [])
 
     def state(self, record: JobRecord, user: KubeUser) -> str:
+        if record.user != user.name:  # another user's job is not found, as on every scheduler: not "CANCELLED"
+            raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
         try:
             found = self._get(user, record.id)
             if record.sweep is not None:
