@@ -72,7 +72,7 @@ class Scheduler(Protocol[P]):
     answer, SchedulerRefused when it says no), and whether it blocks. "Blocks" means it asks the cluster (a command,
     an API call) or reads the user's files, and may take up to the scheduler's timeout: the dashboard and the
     spawners call it in a thread pool, never on the event loop. "Pure" means it reads only its arguments and the
-    settings. The contract suite (tests/unit/portal/scheduler/test_contract.py) checks every scheduler against it.
+    settings. The contract suite (tests/unit/portal/scheduler/test_contract*.py) checks every scheduler against it.
     """
 
     name: str  # its name in SCHEDULERS, the `scheduler` setting and the API's and job.json's `scheduler`

@@ -1,8 +1,10 @@
 """The scheduler contract (portal.scheduler.Scheduler), one suite over every registered scheduler: each
 implements every method with the protocol's arguments, says in the protocol's docstring whether it blocks, renders a
 job without asking its cluster, answers usage or says it keeps no accounting, and, where it asks a service that does
-not answer, fails as that scheduler's SchedulerUnavailable naming it. A toy scheduler registered here passes the same
-checks. (The box journeys drive the real ones end to end: tests/kubernetes/test_dashboard_journeys.py.)"""
+not answer, fails as that scheduler's SchedulerUnavailable naming it; its limits are what the submit form and the
+spawn form show. A toy scheduler (contract_helpers) passes the same checks. A job's life on each (submit, list, load,
+state, cancel, the owner checks, a cluster that does not answer) is test_contract_jobs.py. (The box journeys drive
+the real ones end to end: tests/kubernetes/test_dashboard_journeys.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import re
 import socket
 import types
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from jupyterhub.spawner import LocalProcessSpawner
@@ -20,10 +22,8 @@ from jupyterhub.spawner import LocalProcessSpawner
 from portal import errors
 from portal.config import PortalConfig
 from portal.records.limits import JobLimits
-from portal.registrations import Registered
 from portal.scheduler import KeepsRecords, Scheduler
 from portal.scheduler.errors import NoAccounting
-from portal.scheduler.local import LocalScheduler
 from portal.scheduler.registry import SCHEDULERS, scheduler_class, scheduler_for
 from portal.scheduler.usage import UsageReport
 from portal.service.submit_form import form_fields
@@ -31,6 +31,7 @@ from spawners.options import ServerOptionsMixin
 from tests.conftest import REPO
 from tests.slurm_answers import sacct_json, sacct_run
 from tests.unit.helpers import parse_spec, squeue_free
+from tests.unit.portal.scheduler.contract_helpers import register_toy
 
 CONTRACT = [name for name, value in vars(Scheduler).items() if inspect.isfunction(value) and not name.startswith("_")]
 KEPT_RECORDS = [name for name, value in vars(KeepsRecords).items() if inspect.isfunction(value)
@@ -38,18 +39,11 @@ KEPT_RECORDS = [name for name, value in vars(KeepsRecords).items() if inspect.is
 ATTRIBUTES = ("name", "job_ids", "records_in_home", "queue_in_snapshot", "sweeps")
 
 
-class ToyScheduler(LocalScheduler):
-    """A third scheduler as a site would add one: its own class and job ids, registered in SCHEDULERS."""
-
-    name = "toy"
-    job_ids: ClassVar[re.Pattern[str]] = re.compile(r"^toy-[0-9a-f]{8}\Z")
-
-
 @pytest.fixture(params=[*SCHEDULERS, "toy"])
 def registered(request, monkeypatch) -> str:
-    """Each registered scheduler's name; "toy" registers the toy scheduler from this module first."""
+    """Each registered scheduler's name; "toy" registers the toy scheduler (contract_helpers) first."""
     if request.param == "toy":
-        monkeypatch.setitem(SCHEDULERS, "toy", Registered(f"{__name__}:ToyScheduler"))
+        register_toy(monkeypatch)
     return request.param
 
 

@@ -1,0 +1,109 @@
+"""A Kubernetes API server of recorded objects, as the `kubernetes` client's REST layer meets it: the real client
+(its models, its errors, the impersonation headers) over a dict of objects, for the scheduler contract suite
+(contract_helpers.KubernetesDriver). Faked below the client rather than at its API classes because the scheduler
+makes some of those itself from one ApiClient (jobs.create_owned, namespaces.ensure_namespace)."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from portal.config import PortalConfig
+from portal.scheduler.kubernetes.client import impersonate
+
+K8S_API = re.compile(r"^/(?:api|apis/[^/]+)/[^/]+/(?:namespaces/(?P<namespace>[^/]+)/)?(?P<plural>[^/]+)"
+                     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")
+
+
+class RecordedApiServer:
+    """The Kubernetes API server as the client's REST layer meets it (ApiClient.rest_client): objects kept in a
+    dict by (plural, namespace, name), created, read, listed by label, replaced and deleted (with what they own);
+    every call recorded with whom it impersonated. A user may act in their own namespace only (the portal's RBAC:
+    403 elsewhere). `unanswered`: the connection fails, as to a server that is down."""
+
+    def __init__(self, cfg: PortalConfig, people: tuple[str, ...]):
+        self.cfg = cfg
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.calls: list[tuple[str, str, str, str, str]] = []  # (as whom, method, plural, namespace, name)
+        self.unanswered = False
+        self.namespaces = {cfg.user_principal(name): cfg.user_namespace(name) for name in people}
+
+    def request(self, method, url, headers=None, body=None, post_params=None, _request_timeout=None):
+        from urllib3.exceptions import ProtocolError
+
+        parts = urlsplit(url)
+        found = K8S_API.match(parts.path)
+        assert found, f"no such API path: {parts.path}"
+        namespace, plural = found["namespace"] or "", found["plural"]
+        name = found["name"] or ((body or {}).get("metadata") or {}).get("name", "") if method == "POST" else \
+            found["name"] or ""
+        if plural == "namespaces" and not namespace:  # a namespace itself is cluster-wide
+            plural, namespace = "namespaces", ""
+        who = (headers or {}).get("Impersonate-User", "")
+        self.calls.append((who, method, plural, namespace, name))
+        if self.unanswered:
+            raise ProtocolError("Connection aborted.", ConnectionRefusedError(111, "Connection refused"))
+        if who and self.namespaces.get(who) != namespace:
+            return self.status(403, f'{plural} is forbidden: User "{who}" cannot {method} in "{namespace}"')
+        return self.answer(method, plural, namespace, name, body, parse_qs(parts.query))
+
+    def answer(self, method: str, plural: str, namespace: str, name: str, body: Any, query: dict) -> Any:
+        key = (plural, namespace, name)
+        if method == "GET" and not name:
+            wanted = dict(term.split("=", 1) for term in query.get("labelSelector", [""])[0].split(",") if term)
+            items = [obj for (kind, where, _), obj in self.objects.items() if kind == plural
+                     and where in (namespace, "") and wanted.items() <= labels(obj).items()]
+            return self.reply(200, {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
+        if method == "POST":
+            if key in self.objects:
+                return self.status(409, f'{plural} "{key[2]}" already exists')
+            meta = {**body["metadata"], "namespace": namespace, "uid": secrets.token_hex(8),
+                    "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            self.objects[key] = {**body, "metadata": meta, "status": {}}
+            return self.reply(201, self.objects[key])
+        if key not in self.objects:
+            return self.status(404, f'{plural} "{key[2]}" not found')
+        if method == "PUT":
+            self.objects[key] = {**body, "metadata": {**self.objects[key]["metadata"], **body["metadata"]}}
+        if method == "DELETE":
+            self.delete(key)
+            return self.status(200, "deleted")
+        return self.reply(200, self.objects[key])
+
+    def delete(self, key: tuple[str, str, str]) -> None:
+        """The object and, as the garbage collector would, what it owns."""
+        gone = self.objects.pop(key)
+        owned = [k for k, obj in self.objects.items() if any(
+            ref.get("uid") == gone["metadata"]["uid"] for ref in obj["metadata"].get("ownerReferences") or ())]
+        for other in owned:
+            self.delete(other)
+
+    def reply(self, status: int, body: dict) -> Any:
+        import urllib3
+        from kubernetes.client.rest import RESTResponse
+
+        raw = urllib3.HTTPResponse(body=json.dumps(body).encode(), status=status, preload_content=True,
+                                   headers={"content-type": "application/json"})
+        return RESTResponse(raw)
+
+    def status(self, code: int, message: str) -> Any:
+        return self.reply(code, {"apiVersion": "v1", "kind": "Status", "status": "Failure" if code >= 300 else
+                                 "Success", "message": message, "code": code, "metadata": {}})
+
+    def client_for(self, cfg: PortalConfig, user: Any = None) -> Any:
+        """An ApiClient as portal.scheduler.kubernetes.client.api_client makes one, talking to this server."""
+        from kubernetes import client
+
+        api = client.ApiClient(client.Configuration())
+        api.rest_client = self
+        if user is not None and not user.is_caller:
+            impersonate(api, cfg.user_principal(user.name), cfg.k8s_users_group)
+        return api
+
+
+def labels(obj: dict) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
