@@ -4,6 +4,7 @@ and an owner check that compares strings would take them for two); the local run
 Kubernetes' "k8s-<date>-<time>-<hex>" (also a valid Job or MPIJob name, a DNS-1123 label). Ids never look alike
 across schedulers, so an id names its scheduler (portal.scheduler.scheduler_of_job)."""
 
+import functools
 import re
 
 SLURM_ID_PATTERN = r"[1-9][0-9]{0,11}"  # a sweep's: its job array's id
@@ -17,4 +18,17 @@ K8S_ID = re.compile(rf"^{K8S_ID_PATTERN}\Z")
 # as its own objects). A record's "scheduler" field names its scheduler ("backend" in records written before
 # 2026-11: portal.renamed).
 HOME_ID_PATTERNS = {"slurm": SLURM_ID_PATTERN, "local": LOCAL_ID_PATTERN}
-JOB_ID = re.compile(rf"^(?:{'|'.join(HOME_ID_PATTERNS.values())})\Z")
+class HomeJobIds:
+    """The ids of the jobs whose records are in the homes: any of HOME_ID_PATTERNS as the table is when asked (so
+    a scheduler registered in it later counts too)."""
+
+    def match(self, text: str) -> re.Match[str] | None:
+        return _either(tuple(HOME_ID_PATTERNS.values())).match(text)
+
+
+@functools.lru_cache(maxsize=8)
+def _either(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(rf"^(?:{'|'.join(patterns)})\Z")
+
+
+JOB_ID = HomeJobIds()

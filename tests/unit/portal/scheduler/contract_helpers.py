@@ -21,10 +21,11 @@ from typing import Any, ClassVar
 from portal import jobs
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
-from portal.records import ids, record
+from portal.records import ids
 from portal.records.account import JobUser
 from portal.records.record import JobRecord
 from portal.records.templating import program_values
+from portal.registrations import Registered
 from portal.scheduler import Scheduler
 from portal.scheduler.kubernetes.manifests import ANNOTATION_WORKER_PODS, LABEL_JOB, LABEL_ROLE
 from portal.scheduler.local import LocalScheduler
@@ -48,15 +49,10 @@ class ToyScheduler(LocalScheduler):
 
 
 def register_toy(monkeypatch) -> None:
-    """Register the toy as docs/architecture.md says a scheduler is added: named in SCHEDULERS, its job ids beside
-    the others' in portal/records/ids.py (here: the patterns' table and JOB_ID made from it, where it is read) and,
-    its records being in the homes, its script's name in portal/records/record.py's SCRIPT_FILES."""
+    """Register the toy as docs/architecture.md says a scheduler is added: one line in SCHEDULERS and, its records
+    being in the homes, its job ids in portal/records/ids.py's HOME_ID_PATTERNS."""
     monkeypatch.setitem(SCHEDULERS, "toy", Registered(f"{__name__}:ToyScheduler"))
     monkeypatch.setitem(ids.HOME_ID_PATTERNS, "toy", TOY_ID)
-    monkeypatch.setitem(record.SCRIPT_FILES, "toy", "job.sh")
-    every = re.compile(rf"^(?:{'|'.join(ids.HOME_ID_PATTERNS.values())})\Z")
-    for module in (ids, record, jobs):
-        monkeypatch.setattr(module, "JOB_ID", every)
 
 
 def wait_for(done, what: str, timeout: float = 15.0) -> None:

@@ -64,15 +64,25 @@ class RecordedApiServer:
             meta = {**body["metadata"], "namespace": namespace, "uid": secrets.token_hex(8),
                     "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             self.objects[key] = {**body, "metadata": meta, "status": {}}
+            self.count_quota(key)
             return self.reply(201, self.objects[key])
         if key not in self.objects:
             return self.status(404, f'{plural} "{key[2]}" not found')
-        if method == "PUT":
-            self.objects[key] = {**body, "metadata": {**self.objects[key]["metadata"], **body["metadata"]}}
+        if method == "PUT":  # the status is kept: it is a subresource of its own
+            self.objects[key] = {**body, "metadata": {**self.objects[key]["metadata"], **body["metadata"]},
+                                 "status": self.objects[key].get("status", {})}
+            self.count_quota(key)
         if method == "DELETE":
             self.delete(key)
             return self.status(200, "deleted")
         return self.reply(200, self.objects[key])
+
+    def count_quota(self, key: tuple[str, str, str]) -> None:
+        """A ResourceQuota made or changed is counted at once, as the quota controller does within a moment (its
+        status.hard becomes the spec's: portal.scheduler.kubernetes.manifests.quota_in_force)."""
+        if key[0] == "resourcequotas":
+            quota = self.objects[key]
+            quota["status"] = {**quota.get("status", {}), "hard": dict(quota["spec"]["hard"])}
 
     def delete(self, key: tuple[str, str, str]) -> None:
         """The object and, as the garbage collector would, what it owns."""
