@@ -24,7 +24,7 @@ from typing import Any
 
 from portal.errors import Untrusted
 from portal.inputs import finite_json
-from portal.records.ids import HOME_ID_PATTERNS, JOB_ID, LOCAL_ID_PATTERN, SLURM_ID_PATTERN  # noqa: F401
+from portal.records.ids import JOB_ID, home_id_patterns
 from portal.records.programs import registry
 from portal.records.spec import FIELDS as JOBSPEC_FIELDS
 from portal.records.spec import JobSpec, JobSpecError
@@ -84,8 +84,8 @@ class JobRecord:
                      sweep=_recorded_sweep(data, spec))
         if not JOB_ID.match(record.id):
             raise RecordError(f"id: {record.id[:20]!r} is not a job id")
-        if record.scheduler not in HOME_ID_PATTERNS:
-            raise RecordError(f"scheduler: {record.scheduler[:20]!r}; allowed: {', '.join(HOME_ID_PATTERNS)}")
+        if record.scheduler not in home_id_patterns():
+            raise RecordError(f"scheduler: {record.scheduler[:20]!r}; allowed: {', '.join(home_id_patterns())}")
         if expect is not None:
             expect.check(record)
         return record

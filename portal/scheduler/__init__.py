@@ -18,9 +18,9 @@ from `job_id_patterns()` (portal.scheduler.registry), not from a list of their o
 Each implementation owns one command runner (Slurm: portal.scheduler.slurm.commands.SlurmCommands; Kubernetes: the
 API client with impersonation), its snapshot, its limits and its job operations; the quota rule and its wording
 are in portal.quota, the errors in portal.errors (each scheduler's in its package's errors.py). Adding a
-scheduler means a package of its own that implements `Scheduler` (below), its job-id format
-(portal/records/ids.py, where its records are in the homes) and its job templates (portal/records/templates/), and
-one line in `SCHEDULERS` (portal/registrations.py; docs/architecture.md, "Where to add").
+scheduler means a package of its own that implements `Scheduler` (below), its job templates
+(portal/records/templates/), and one entry in `SCHEDULERS` (portal/registrations.py: its class, its job-id format,
+where its records are; docs/architecture.md, "Where to add").
 
 This module is the contract only: it imports no scheduler and nothing at run time, so that importing a
 scheduler's package (which runs this first) never runs the registry. The registry names the implementations as

@@ -23,7 +23,7 @@ from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
 from portal.quota import GpuQuota
 from portal.records.account import JobUser
-from portal.records.ids import LOCAL_ID
+from portal.records.ids import anchored
 from portal.records.limits import JobLimits, Pool
 from portal.records.record import (
     CANCELLED,
@@ -43,10 +43,13 @@ from portal.records.spec import JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, sweep_view
 from portal.records.templating import job_environment, launch_template, program_values, programs_with
+from portal.registrations import SCHEDULERS
 from portal.scheduler.errors import NoAccounting
 from portal.scheduler.home import JobsInHome
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.scheduler.usage import UsageReport
+
+LOCAL_ID = anchored(SCHEDULERS["local"].job_ids)  # its registered ids
 
 PID_FILE = "pid"
 CANCELLED_FILE = "cancelled"

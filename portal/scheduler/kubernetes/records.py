@@ -21,7 +21,7 @@ from portal.errors import JobNotFound
 from portal.metrics import MAX_SERIES, RunMetrics, metrics_of_records, record_lines
 from portal.quota import GpuHolder
 from portal.records.fit import Shape
-from portal.records.ids import K8S_ID
+from portal.records.ids import anchored
 from portal.records.limits import JobLimits
 from portal.records.record import (
     CANCELLED,
@@ -39,6 +39,7 @@ from portal.records.record import (
 )
 from portal.records.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
 from portal.records.templating import programs_with
+from portal.registrations import SCHEDULERS
 from portal.scheduler.cluster import NodePool, QueuedJob, duration_text
 from portal.scheduler.home import checked_card
 from portal.scheduler.kubernetes.errors import KubernetesError
@@ -57,6 +58,8 @@ from portal.scheduler.kubernetes.manifests import (
 )
 from portal.scheduler.kubernetes.nodes import MIB, gpu_type_pools, quantity
 from portal.scheduler.kubernetes.pods import POD_SERVER_NAME, scheduling_in_words
+
+K8S_ID = anchored(SCHEDULERS["kubernetes"].job_ids)  # its registered ids
 
 NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
 EPOCH_LINE = re.compile(rf"chexnet\.train: epoch ([0-9]{{1,7}})/[0-9]+: .*?auroc/mean=({NUMBER}|n/a)"

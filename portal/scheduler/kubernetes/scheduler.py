@@ -34,7 +34,6 @@ from typing import Any, ClassVar
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
 from portal.metrics import RunMetrics
-from portal.records.ids import K8S_ID
 from portal.records.limits import JobLimits
 from portal.records.record import CANCELLED, PENDING, JobRecord
 from portal.records.spec import JobSpec, JobSpecError
@@ -62,6 +61,7 @@ from portal.scheduler.kubernetes.namespaces import ensure_namespace, namespace_e
 from portal.scheduler.kubernetes.nodes import node_pools
 from portal.scheduler.kubernetes.pods import POD_SERVER_NAME
 from portal.scheduler.kubernetes.records import (
+    K8S_ID,
     PodTrials,
     _image_id,
     card_from_log,

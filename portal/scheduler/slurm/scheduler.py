@@ -25,7 +25,7 @@ from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
 from portal.quota import GpuQuota
 from portal.records.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
-from portal.records.ids import SLURM_ID
+from portal.records.ids import anchored
 from portal.records.limits import JobLimits
 from portal.records.record import (
     COMPLETED,
@@ -51,6 +51,7 @@ from portal.records.sweep import (
     sweep_view,
     task_states,
 )
+from portal.registrations import SCHEDULERS
 from portal.scheduler.cluster import QueuedJob, gpu_holders, start_note
 from portal.scheduler.home import JobsInHome
 from portal.scheduler.slurm import history
@@ -67,6 +68,8 @@ from portal.scheduler.slurm.sbatch import (
 from portal.scheduler.slurm.usage import usage_report
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.scheduler.usage import UsageReport, week_start
+
+SLURM_ID = anchored(SCHEDULERS["slurm"].job_ids)  # its registered ids
 
 POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a job over the association's limits
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.

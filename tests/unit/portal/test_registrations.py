@@ -5,6 +5,7 @@ files names a scheduler."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import os
 import runpy
@@ -13,19 +14,18 @@ from pathlib import Path
 import pytest
 
 from portal.config import ConfigError, PortalConfig
-from portal.registrations import SCHEDULERS, Registered, server_schedulers, split
+from portal.records.ids import anchored
+from portal.registrations import SCHEDULERS, server_schedulers, split
 from portal.scheduler.registry import scheduler_class, scheduler_for
 from tests.conftest import REPO
 
-# Where a scheduler's name may be written: its own package or module, its spawner, the registration, and two places
-# that say why.
+# Where a scheduler's name may be written: its own package or module, its spawner, the registration, and one place
+# that says why.
 OWN_FILES = {name: (f"portal/scheduler/{name}/", f"portal/scheduler/{name}.py", f"spawners/{name}.py")
              for name in SCHEDULERS}
 ALSO_ALLOWED = {
     "portal/registrations.py": "the registration itself",
     "portal/config.py": "the `scheduler` setting's default and each scheduler's own settings (slurm_conf's path)",
-    "portal/records/ids.py": "the job ids of the schedulers whose records are job.json files in the homes: the "
-                             "records layer checks a record's id without importing a scheduler",
 }
 # "local" is also a plain word (a login's address, portal.login_limits): only the names that are no plain words.
 NAMES = [name for name in SCHEDULERS if name != "local"]
@@ -33,8 +33,9 @@ NAMES = [name for name in SCHEDULERS if name != "local"]
 
 @pytest.mark.parametrize("name", list(SCHEDULERS))
 def test_each_registered_class_and_spawner_exists_and_answers_to_its_name(name):
-    registered = SCHEDULERS[name]
-    assert scheduler_class(name).name == name
+    registered, cls = SCHEDULERS[name], scheduler_class(name)
+    assert cls.name == name and cls.records_in_home is registered.records_in_home
+    assert cls.job_ids.pattern == anchored(registered.job_ids).pattern
     if registered.spawner:
         module, cls = split(registered.spawner)
         assert getattr(importlib.import_module(module), cls).portal_scheduler == name
@@ -49,8 +50,8 @@ def test_the_scheduler_setting_takes_the_schedulers_with_a_spawner_and_names_the
 def test_where_servers_reach_the_hub_follows_the_registration(monkeypatch):
     assert PortalConfig(scheduler="slurm").hub_api_address == PortalConfig().box_gateway
     assert PortalConfig(scheduler="kubernetes").hub_api_address == "127.0.0.1"
-    monkeypatch.setitem(SCHEDULERS, "kubernetes", Registered(SCHEDULERS["kubernetes"].implementation,
-                                                             SCHEDULERS["kubernetes"].spawner, hub_api_at_gateway=True))
+    at_gateway = dataclasses.replace(SCHEDULERS["kubernetes"], hub_api_at_gateway=True)
+    monkeypatch.setitem(SCHEDULERS, "kubernetes", at_gateway)
     assert PortalConfig(scheduler="kubernetes").hub_api_address == PortalConfig().box_gateway
 
 

@@ -44,15 +44,15 @@ class ToyScheduler(LocalScheduler):
     """A third scheduler as a site would add one: its own class and job ids, registered in SCHEDULERS."""
 
     name = "toy"
-    job_ids: ClassVar[re.Pattern[str]] = re.compile(rf"^{TOY_ID}\Z")
+    job_ids: ClassVar[re.Pattern[str]] = ids.anchored(TOY_ID)
     new_id = staticmethod(lambda: f"toy-{secrets.token_hex(4)}")
 
 
 def register_toy(monkeypatch) -> None:
-    """Register the toy as docs/architecture.md says a scheduler is added: one line in SCHEDULERS and, its records
-    being in the homes, its job ids in portal/records/ids.py's HOME_ID_PATTERNS."""
-    monkeypatch.setitem(SCHEDULERS, "toy", Registered(f"{__name__}:ToyScheduler"))
-    monkeypatch.setitem(ids.HOME_ID_PATTERNS, "toy", TOY_ID)
+    """Register the toy as docs/architecture.md says a scheduler is added: one line in SCHEDULERS (its class, its
+    ids, its records in the homes), nothing else."""
+    monkeypatch.setitem(SCHEDULERS, "toy", Registered(f"{__name__}:ToyScheduler", job_ids=TOY_ID,
+                                                      records_in_home=True))
 
 
 def wait_for(done, what: str, timeout: float = 15.0) -> None:
