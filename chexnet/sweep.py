@@ -305,9 +305,15 @@ def _finite(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def _seconds(moment: Any) -> float | None:
+    """A trial's datetime (Optuna's: naive, the clock of the node that wrote it) as seconds since the epoch."""
+    return moment.timestamp() if moment is not None else None
+
+
 def status(job_dir: Path, task: int | None = None) -> dict[str, Any]:
     """Every trial of the study (or the one of `task`): number, task, state, parameters, final value, AUROC per
-    epoch."""
+    epoch, and when it started and finished (seconds since the epoch; None while it runs). The sweep's page
+    reads its wall time from these, the same on every scheduler (Slurm accounts each task of an array apart)."""
     if not (job_dir / JOURNAL_FILE).exists():
         return {"trials": []}
     study = open_study(job_dir, Plan.read(job_dir))
@@ -318,7 +324,8 @@ def status(job_dir: Path, task: int | None = None) -> dict[str, Any]:
         trials.append({"number": frozen.number, "task": frozen.user_attrs.get(TASK_ATTR),
                        "state": frozen.state.name, "params": frozen.params, "value": _finite(frozen.value),
                        "epochs": {str(step): _finite(value) for step, value in
-                                  sorted(frozen.intermediate_values.items())}})
+                                  sorted(frozen.intermediate_values.items())},
+                       "started": _seconds(frozen.datetime_start), "ended": _seconds(frozen.datetime_complete)})
     return {"trials": trials}
 
 

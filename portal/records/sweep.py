@@ -227,6 +227,11 @@ TASK_ID = re.compile(r"^([0-9]{1,12})_([0-9]{1,6})\Z")
 PENDING_TASKS = re.compile(r"^([0-9]{1,12})_\[([0-9,%-]{1,200})\]\Z")
 SLURM_STATE = re.compile(r"[A-Z][A-Z_]{0,31}")
 RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED")
+# What "best" means, said once: the value Optuna maximises (chexnet.train tells the study the last epoch's
+# validation mean AUROC; a pruned trial's is where it stopped, and a pruned trial is never the best).
+OBJECTIVE = "final mean AUROC"
+BEST_BY = (f"the highest {OBJECTIVE} (the last epoch's validation mean AUROC: the value Optuna maximises) among "
+           "completed trials; a pruned trial is never the best")
 
 
 class SweepStatusError(BadAnswer, ValueError):
@@ -245,11 +250,14 @@ class TrialRow:
     best_auroc: float | None  # the best epoch's
     epochs_run: int
     pruned_at: int | None  # the epoch after which the pruner stopped it
+    started_at: float | None = None  # the study's: when the trial started, seconds since the epoch
+    ended_at: float | None = None  # when it finished (None while it runs)
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task, "trial": self.number, "state": self.state, "params": self.params,
                 "value": self.value, "best_auroc": self.best_auroc, "epochs_run": self.epochs_run,
-                "pruned": self.pruned_at is not None, "pruned_at": self.pruned_at}
+                "pruned": self.pruned_at is not None, "pruned_at": self.pruned_at,
+                "started_at": self.started_at, "ended_at": self.ended_at}
 
 
 @dataclass(frozen=True)
@@ -260,7 +268,7 @@ class SweepView:
 
     @property
     def best(self) -> TrialRow | None:
-        """The completed trial with the highest objective; a pruned trial never is."""
+        """The completed trial with the highest objective (BEST_BY); a pruned trial never is."""
         done = [row for row in self.rows if row.state == "COMPLETED" and row.value is not None]
         return max(done, key=lambda row: row.value) if done else None
 
@@ -273,7 +281,8 @@ class SweepView:
     def to_dict(self) -> dict[str, Any]:
         best = self.best
         return {"plan": self.plan.to_dict(), "trials": [row.to_dict() for row in self.rows],
-                "best": best.to_dict() if best else None, "counts": self.counts(), "problem": self.problem}
+                "best": best.to_dict() if best else None, "objective": OBJECTIVE, "best_by": BEST_BY,
+                "counts": self.counts(), "problem": self.problem}
 
 
 def task_states(sacct: str, array_id: str) -> dict[int, str]:
@@ -317,6 +326,12 @@ def _finite(value: Any) -> float | None:
         math.isfinite(value) else None
 
 
+def _moment(value: Any) -> float | None:
+    """A time the study gave (seconds since the epoch), or None: absent (an older chexnet.sweep), or nonsense."""
+    seconds = _finite(value)
+    return seconds if seconds is not None and 0 < seconds < 2**33 else None
+
+
 def read_status(text: str, plan: SweepPlan) -> dict[int, dict[str, Any]]:
     """The study's trials by task, from `python -m chexnet.sweep status` (the user's process, over the user's
     file: every field is checked, anything else left out)."""
@@ -339,7 +354,7 @@ def read_status(text: str, plan: SweepPlan) -> dict[int, dict[str, Any]]:
         epochs = {int(step): _finite(value) for step, value in epochs_raw.items()
                   if isinstance(step, str) and step.isascii() and step.isdigit() and len(step) <= 6}
         found[task] = {"number": number, "state": state, "params": params, "value": _finite(trial.get("value")),
-                       "epochs": epochs}
+                       "epochs": epochs, "started": _moment(trial.get("started")), "ended": _moment(trial.get("ended"))}
     return found
 
 
@@ -361,5 +376,6 @@ def sweep_view(plan: SweepPlan, trials: dict[int, dict[str, Any]], tasks: dict[i
             state = "RUNNING" if slurm_state in RUNNING_STATES or not slurm_state else slurm_state
         rows.append(TrialRow(task, trial["number"], state, trial["params"], trial["value"],
                              max(values) if values else None, last_epoch,
-                             last_epoch if trial["state"] == "PRUNED" else None))
+                             last_epoch if trial["state"] == "PRUNED" else None,
+                             trial.get("started"), trial.get("ended")))
     return SweepView(plan, tuple(rows), problem)

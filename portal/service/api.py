@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from portal.inputs import InputError, read_json_object
@@ -10,6 +11,7 @@ from portal.records.account import RUNUSER_CALLS
 from portal.records.spec import WHOLE, input_fields
 from portal.scheduler.slurm.scheduler import USER_SLURM_CALLS
 from portal.service.base import APIHandler
+from portal.service.sweep_page import sweep_summary
 
 
 def posted_spec(body: bytes | None) -> dict:
@@ -45,7 +47,8 @@ class JobAPIHandler(APIHandler):
             detail = {"per_class_auroc": metrics.per_class_auroc, "best_epoch": metrics.best_epoch}
         history = await self.blocking(self.board.history, job)
         sweep = await self.blocking(self.board.sweep_of, job, summary["state"])
-        self.write_json({**summary, **detail, "history": history, **({"sweep": sweep.to_dict()} if sweep else {})})
+        shown = {"sweep": sweep_summary(sweep, summary["state"], time.time())} if sweep else {}
+        self.write_json({**summary, **detail, "history": history, **shown})
 
     async def delete(self, job_id: str) -> None:
         everyone = await self.everyone()

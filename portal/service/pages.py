@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,7 @@ from portal.service.submit_form import (
     sweep_form_field,
     sweep_form_values,
 )
+from portal.service.sweep_page import sweep_summary
 from portal.tensorboard import lab_url
 
 # The jobs list's filter: these first (in this order) when a job has them, then any other state a job is in.
@@ -124,7 +126,7 @@ class JobPageHandler(PageHandler):
             best_epoch = metrics.best_epoch
             auroc = AurocTable(metrics.per_class_auroc) if metrics.per_class_auroc else None
         figures: dict[str, Any] = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc,
-                   "sweep": sweep.to_dict() if sweep else None}
+                   "sweep": sweep_summary(sweep, summary["state"], time.time()) if sweep else None}
         if figures_only:
             self.render_page("job_figures.html", **figures)
             return

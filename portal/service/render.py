@@ -24,7 +24,8 @@ from tornado.web import StaticFileHandler
 
 from portal.records.record import ENDED_STATES
 from portal.service import HUB_TEMPLATES
-from portal.service.sparkline import format_duration, scatter, sparkline
+from portal.service.charts import trial_chart
+from portal.service.sparkline import format_duration, significant, sparkline
 
 HUB_DATA = Path(DATA_FILES_PATH)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -41,8 +42,9 @@ def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
     env = jinja2.Environment(loader=loader, autoescape=True, trim_blocks=True, lstrip_blocks=True, auto_reload=False)
     env.filters["number"] = number
     env.filters["duration"] = format_duration
+    env.filters["significant"] = significant
     env.globals["sparkline"] = sparkline
-    env.globals["scatter"] = scatter
+    env.globals["trial_chart"] = trial_chart
     env.globals["ENDED_STATES"] = ENDED_STATES
     return env
 

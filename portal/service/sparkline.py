@@ -1,5 +1,5 @@
-"""Small figures for the jobs list and a job's page, drawn on the server: a sparkline (an inline SVG) and a
-duration in words ("1 h 05 min").
+"""Small figures for the jobs list and a job's page, drawn on the server: a sparkline (an inline SVG), a duration in
+words ("1 h 05 min") and a number to its significant digits (a sweep's chart is portal.service.charts).
 
 Pure: values in, markup or text out. The SVG strokes with `currentColor`, so it takes the colour of the text around
 it and reads in the light and the dark theme alike; it carries its own words (`role="img"` and an `aria-label`
@@ -28,6 +28,26 @@ def finite_values(values: Iterable[object]) -> list[float]:
         if math.isfinite(value):
             found.append(float(value))
     return found
+
+
+def significant(value: object, digits: int = 3) -> str:
+    """A value as the pages print a parameter or a tick: a float to `digits` significant digits, trailing zeros
+    dropped, without an exponent from 1e-4 to 1e4 ("0.000682", "0.01", "1230") and with one beyond ("6.82e-5");
+    anything else (an int, a bool, a name) as it is; None: "-". One function for the sweep's summary, its table,
+    its chart and the API, so that they print the same trial's `lr` alike."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    rounded = float(f"{value:.{digits - 1}e}")  # to `digits`, first: 9.996e-4 becomes 1.00e-3
+    magnitude = math.floor(math.log10(abs(rounded)))
+    if -4 <= magnitude < 4:
+        text = f"{rounded:.{max(0, digits - 1 - magnitude)}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    mantissa, exponent = f"{rounded:.{digits - 1}e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.') if '.' in mantissa else mantissa}e{int(exponent)}"
 
 
 def short_number(value: float) -> str:
@@ -104,49 +124,3 @@ def format_duration(seconds: float | None) -> str:
         return f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
-
-
-def _numeric(xs: list[object], positive: bool) -> list[float] | None:
-    """`xs` as numbers when each is a finite number (and above 0 with `positive`); None: they are categories."""
-    numbers: list[float] = []
-    for x in xs:
-        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or (positive and x <= 0):
-            return None
-        numbers.append(x)
-    return numbers
-
-
-def scatter(pairs: Iterable[tuple[object, object]], width: int = 240, height: int = 120, label: str = "values",
-            log_x: bool = False, marked: object = None) -> Markup:
-    """An inline `<svg role="img">` of (x, y) points, such as a sweep's mean AUROC (y) against one parameter (x):
-    x numeric (log-scaled with `log_x`) or categories (spread evenly, in the order first met). The point whose x is
-    `marked` (the best trial's) is drawn larger. Non-finite y: left out. Nothing to draw: empty markup."""
-    width, height = _side("width", width), _side("height", height)
-    found = [(x, y) for x, y in pairs if isinstance(y, int | float) and not isinstance(y, bool) and math.isfinite(y)]
-    if not found:
-        return Markup("")
-    numbers = _numeric([x for x, _ in found], positive=log_x)
-    numeric = numbers is not None
-    if numbers is not None:
-        xs = [math.log10(x) if log_x else float(x) for x in numbers]
-    else:
-        order = list(dict.fromkeys(str(x) for x, _ in found))
-        xs = [float(order.index(str(x))) for x, _ in found]
-    ys = [float(y) for _, y in found]
-    (x_low, x_high), (y_low, y_high) = (min(xs), max(xs)), (min(ys), max(ys))
-    inner_w, inner_h = width - 4 * PAD, height - 4 * PAD
-    dots = []
-    for (x_raw, _), x, y in zip(found, xs, ys, strict=True):
-        cx = width / 2 if x_high == x_low else 2 * PAD + (x - x_low) / (x_high - x_low) * inner_w
-        cy = height / 2 if y_high == y_low else 2 * PAD + (y_high - y) / (y_high - y_low) * inner_h
-        radius = STROKE + 2.5 if marked is not None and x_raw == marked else STROKE + 1
-        dots.append(f'<circle cx="{cx:.2f}" cy="{cy:.2f}" r="{radius:g}" fill="currentColor" fill-opacity="0.7"/>')
-    x_words = (f"from {short_number(min(numbers))} to {short_number(max(numbers))}"
-               if numbers is not None else ", ".join(dict.fromkeys(str(x) for x, _ in found)))
-    words = escape(f"{label}: {len(found)} point(s); x {x_words}{' (log scale)' if log_x and numeric else ''}; "
-                   f"y from {short_number(y_low)} to {short_number(y_high)}")
-    return Markup(
-        f'<svg class="scatter" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{words}" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" focusable="false"><title>{words}</title>'
-        f'<rect x="0.5" y="0.5" width="{width - 1}" height="{height - 1}" fill="none" stroke="currentColor" '
-        f'stroke-opacity="0.25"/>{"".join(dots)}</svg>')

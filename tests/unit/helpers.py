@@ -191,6 +191,7 @@ class FakeScheduler(SlurmScheduler):
         self.states: dict[str, str] = {}
         self.cancelled: list[str] = []
         self.asked: list[str] = []
+        self.sweeps: dict[str, tuple[dict, dict]] = {}
 
     def state(self, record, user):
         self.asked.append(record.id)
@@ -204,7 +205,10 @@ class FakeScheduler(SlurmScheduler):
         return []
 
     def sweep(self, record, user):
-        """Three tasks: one completed (the best), one pruned at epoch 2, one pending."""
+        """Three tasks: one completed (the best), one pruned at epoch 2, one pending; or `sweeps[id]`, (trials,
+        tasks) as chexnet.sweep status and Slurm give them."""
+        if record.id in self.sweeps:
+            return sweep_view(record.sweep, *self.sweeps[record.id])
         trials = {0: {"number": 0, "state": "COMPLETE", "params": {"lr": 0.001}, "value": 0.91,
                       "epochs": {1: 0.6, 2: 0.85, 3: 0.91}},
                   1: {"number": 1, "state": "PRUNED", "params": {"lr": 1e-08}, "value": 0.4,

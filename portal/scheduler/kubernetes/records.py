@@ -259,6 +259,9 @@ def pod_trials(plan: SweepPlan, pods: Sequence[Mapping[str, Any]], read_log: Cal
                 state = "COMPLETED"
             elif phase == "Running" and not (pod.get("metadata") or {}).get("deletionTimestamp"):
                 found = _running_trial(read_log(name), plan)
+                started = _timestamp(str((pod.get("status") or {}).get("startTime") or ""))
+                for trial in found.values():  # the study's start is in its journal, not the log: the pod's
+                    trial["started"] = started.timestamp() if started else None
                 state = "RUNNING"
             else:
                 continue  # waiting for a node or a task; or lost with its node (its log with it), and replaced

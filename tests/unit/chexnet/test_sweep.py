@@ -78,6 +78,11 @@ def test_a_trial_reports_each_epoch_is_pruned_below_the_median_and_told_once(job
     status = sweep.status(job_dir)
     assert [(t["state"], t["value"]) for t in status["trials"][:2]] == [("COMPLETE", 0.95), ("PRUNED", 0.4)]
     assert status["trials"][1]["epochs"] == {"1": 0.3, "2": 0.4}
+    # When each started and finished, as seconds since the epoch (the page's wall time of the sweep)
+    now = time.time()
+    assert all(now - 60 < t["started"] <= t["ended"] <= now for t in status["trials"][:2])
+    sweep.attach(job_dir, 3)
+    assert sweep.status(job_dir, 3)["trials"][0]["ended"] is None  # running: not finished
 
 
 def test_a_resumed_trial_reports_its_checkpoints_epochs_again_keeping_the_first(job_dir):

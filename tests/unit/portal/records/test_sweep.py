@@ -1,6 +1,6 @@
 """A sweep's request (portal.records.sweep): what it may search, how many at once within the quota, the refusals naming
 the field; its record; Slurm's tasks and the study's trials merged into the sweep page's rows; its batch script;
-the submit form's sweep fields; the AUROC-against-parameter chart."""
+the submit form's sweep fields. (The sweep's chart: tests/unit/portal/service/test_charts.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from portal.quota import GpuHolder, GpuQuota
 from portal.records.record import JobRecord, RecordError
 from portal.records.spec import JobSpecError
 from portal.records.sweep import (
+    BEST_BY,
     MAX_TRIALS,
+    OBJECTIVE,
     PARAMS,
     SweepStatusError,
     parse_sweep,
@@ -27,7 +29,6 @@ from portal.records.sweep import (
     task_states,
 )
 from portal.scheduler.slurm.sbatch import render_sbatch, shell_path
-from portal.service.sparkline import scatter
 from portal.service.submit_form import form_spec, sweep_form_field, sweep_form_values
 from tests.unit.helpers import SPEC_LIMITS as LIMITS
 from tests.unit.helpers import bash_syntax_ok, sbatch_lines
@@ -186,7 +187,8 @@ def test_the_rows_take_the_studys_word_on_finished_trials_and_slurms_on_the_rest
     assert view.counts() == {"COMPLETED": 1, "PRUNED": 1, "RUNNING": 1, "CANCELLED": 1, "FAILED": 1, "PENDING": 1}
     row = view.to_dict()["trials"][1]
     assert row == {"task": 1, "trial": 1, "state": "PRUNED", "params": {"lr": 1e-8}, "value": 0.4,
-                   "best_auroc": 0.4, "epochs_run": 2, "pruned": True, "pruned_at": 2}
+                   "best_auroc": 0.4, "epochs_run": 2, "pruned": True, "pruned_at": 2, "started_at": None,
+                   "ended_at": None}
     requeued = sweep_view(plan, trials, {2: "PENDING"})
     assert requeued.rows[2].state == "PENDING"  # its node failed: Slurm runs it again, the trial goes on
 
@@ -208,6 +210,26 @@ def test_a_study_answer_of_the_users_making_is_read_field_by_field():
     assert set(found) == {0, 3}
     assert found[0]["params"] == {"lr": 1e-3}
     assert found[3]["epochs"] == {1: None, 2: 0.7} and found[3]["value"] is None
+
+
+def test_best_is_the_completed_trial_with_the_highest_final_value_even_where_an_epoch_of_another_was_higher():
+    plan = plan_of()
+    trials = read_status(status_text(
+        {**trial(0, 0, "COMPLETE", value=0.960, epochs={"1": 0.95, "2": 0.965, "3": 0.960}),
+         "started": 1_700_000_000.5, "ended": 1_700_003_600.0},
+        {**trial(1, 1, "COMPLETE", value=0.950, epochs={"1": 0.94, "2": 0.973, "3": 0.950}),
+         "started": 1_700_000_010, "ended": 1_700_004_000},
+        {**trial(2, 2, "PRUNED", value=0.990, epochs={"1": 0.99}), "started": "yesterday", "ended": -5},
+        {**trial(3, 3, "RUNNING", epochs={"1": 0.5}), "started": float("1e300")}), plan)
+    view = sweep_view(plan, trials, {3: "RUNNING"})
+    assert view.best is view.rows[0]  # 0.960 final beats trial 1's 0.950, whose best epoch (0.973) was higher
+    assert max(view.rows[:2], key=lambda row: row.best_auroc or 0) is view.rows[1]  # the two rankings differ
+    assert (view.rows[0].started_at, view.rows[0].ended_at) == (1_700_000_000.5, 1_700_003_600.0)
+    assert (view.rows[2].started_at, view.rows[2].ended_at) == (None, None)  # not a time: left out
+    assert view.rows[3].started_at is None  # past any clock: nonsense
+    shown = view.to_dict()
+    assert shown["best"]["task"] == 0 and shown["objective"] == OBJECTIVE == "final mean AUROC"
+    assert shown["best_by"] == BEST_BY and "Optuna maximises" in BEST_BY and "pruned" in BEST_BY
 
 
 # --- the batch script ---
@@ -253,16 +275,3 @@ def test_the_forms_sweep_fields_become_the_requests_sweep():
     assert sweep_form_values({})["sweep_trials"] == "8"
     assert sweep_form_field("sweep.space.lr.high") == "sweep_lr_high"
     assert sweep_form_field("sweep.space.batch_size[0]") == "sweep_batch_size" and sweep_form_field("epochs") == ""
-
-
-# --- the chart ---
-
-def test_the_chart_plots_auroc_against_a_parameter_and_says_what_it_shows():
-    svg = scatter([(1e-4, 0.6), (1e-3, 0.9), (1e-2, float("nan")), (1e-8, 0.4)], label="mean AUROC against lr",
-                  log_x=True, marked=1e-3)
-    assert svg.count("<circle") == 3 and 'r="4"' in svg  # the marked (best) point is larger
-    assert "x from 0.00000001000 to 0.001000 (log scale)" in svg or "log scale" in svg
-    assert "y from 0.4000 to 0.9000" in svg
-    categories = scatter([("densenet121", 0.8), ("resnet50", 0.7), (True, None)], label="<b>")
-    assert categories.count("<circle") == 2 and "densenet121, resnet50" in categories and "<b>" not in categories
-    assert scatter([], label="none") == ""

@@ -8,11 +8,13 @@ import json
 import pwd
 import re
 import threading
+import time
 from pathlib import Path
 
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
+from portal.jobs import Job
 from portal.records.spec import JobSpec
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.api import cluster_answer
@@ -259,7 +261,7 @@ class DashboardTest(AsyncHTTPTestCase):
         body = page.body.decode()
         assert body.count("<tr data-task=") == 3 and "pruned at epoch 2" in body
         assert "trial 0</strong> (task 0)" in body and "0.910" in body
-        assert 'class="scatter"' in body and 'aria-label="mean AUROC against lr' in body
+        assert 'class="scatter"' in body and 'aria-label="final mean AUROC against lr' in body
         assert "task 0&#39;s output" in body and "(last lines of task 0)" in body  # the best trial's output
         assert self.call("GET", "jobs/8/log?task=1").body == b"task 1's output\n"
         refused = self.call("GET", "jobs/8/log?task=x")
@@ -273,6 +275,73 @@ class DashboardTest(AsyncHTTPTestCase):
         form = self.call("GET", "submit?from=8").body.decode()
         assert 'id="kind-sweep" value="sweep" checked' in form  # "run again with changes" of a sweep
         assert re.search(r'id="sweep_trials" name="sweep_trials" type="number"\s+value="3"', form)
+
+    def finished_sweep(self, job_id: str, state: str = "COMPLETED") -> Job:
+        """The reviewer's sweep: four trials; trial 0 best by its final value (0.960), trial 1's best epoch higher
+        (0.973) than any of trial 0's; learning rates as Optuna draws them; 2:03:04 from first start to last end."""
+        job = self.api.add("alice", job_id, state, sweep={"trials": 4, "pruner": "none", "space": {
+            "lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
+        start = 1_700_000_000.0
+
+        def trial(number, status, value, epochs, started, ended, lr):
+            return {"number": number, "state": status, "params": {"lr": lr}, "value": value,
+                    "epochs": dict(enumerate(epochs, start=1)), "started": started, "ended": ended}
+
+        self.api.fake_scheduler.sweeps[job_id] = ({
+            0: trial(0, "COMPLETE", 0.960, [0.95, 0.965, 0.96], start, start + 3600, 0.0006824078427098838),
+            1: trial(1, "COMPLETE", 0.950, [0.94, 0.973, 0.95], start + 5, start + 3700, 0.00012345678901234),
+            2: trial(2, "COMPLETE", 0.941, [0.93, 0.94, 0.941], start + 3601, start + 5000, 0.0061999999),
+            3: trial(3, "COMPLETE", 0.955, [0.95, 0.95, 0.955], start + 3701, start + 7384, 0.0021000001)}, {})
+        return job
+
+    def test_a_finished_sweeps_page_says_what_best_means_and_shows_one_best_trial_everywhere(self):
+        self.finished_sweep("9")
+        body = self.call("GET", "jobs/9").body.decode()
+        best_words = re.search(r'<p id="sweep-best"[^>]*>(.*?)</p>', body, re.S).group(1)
+        assert "Best trial: <strong>trial 0</strong> (task 0)" in best_words and "so far" not in best_words
+        assert "final mean AUROC <strong>0.960</strong>" in best_words and "lr=0.000682" in best_words
+        assert "the value Optuna maximises" in re.search(r'<p id="sweep-best-by"[^>]*>(.*?)</p>', body, re.S).group(1)
+        # the one highlighted row is the summary's trial, though trial 1's best epoch (0.973) is the highest
+        assert re.findall(r'<tr data-task="(\d+)"[^>]*class="table-success"', body) == ["0"]
+        assert body.count('data-best="true"') == 1 and body.count(">best</span>") == 1
+        head = re.search(r"<thead>(.*?)</thead>", body[body.index('id="sweep-trials"'):], re.S).group(1)
+        assert head.index("Final mean AUROC") < head.index("Best epoch's AUROC")
+        assert "(ranks the trials)" in head and "ranks nothing" in body
+        row_1 = re.search(r'<tr data-task="1".*?</tr>', body, re.S).group(0)
+        assert re.search(r'class="objective">0.950</td><td>0.973</td>', row_1)
+        # numbers to a sensible precision: never the learning rate's 19 digits
+        assert "0.0006824078" not in body and "0.00012345678" not in body and "0.000123" in row_1
+        chart = body[body.index('<svg class="scatter"'):body.index("</svg>")]
+        assert 'class="best"' in chart and ">best</text>" in chart and 'class="x-title"' in chart
+        assert "best 0.960 at lr 0.000682" in chart
+        # progress and elapsed of a finished sweep: its trials, and its wall time
+        figures = body[body.index('id="figures"'):body.index('id="sweep"')]
+        assert "epoch 0 of" not in figures and re.search(r'id="trials_done">4</span> of 4 trials finished', figures)
+        assert re.search(r'id="epochs_done">12</span> epochs run across trials', figures)
+        assert re.search(r'id="elapsed">2:03:04 <small[^>]*>\(from the first trial&#39;s start to the last', figures)
+        answer = json.loads(self.call("GET", "api/jobs/9").body)["sweep"]
+        assert answer["best"]["task"] == 0 and answer["best_by"].startswith("the highest final mean AUROC")
+        assert answer["objective"] == "final mean AUROC" and answer["best"]["params_text"] == {"lr": "0.000682"}
+        assert answer["trials"][0]["params"]["lr"] == 0.0006824078427098838  # the value itself stays
+        assert (answer["elapsed"], answer["elapsed_s"], answer["progress"]["trials_done"]) == ("2:03:04", 7384.0, 4)
+        assert answer["started_at"] == 1_700_000_000.0 and answer["ended_at"] == 1_700_007_384.0
+
+    def test_a_running_sweeps_page_shows_trials_done_and_time_since_its_first_trial_started(self):
+        job = self.api.add("alice", "10", "RUNNING", sweep={"trials": 3, "space": {"lr": [0.001, 0.01]}})
+        started = time.time() - 3725
+        self.api.fake_scheduler.sweeps["10"] = ({
+            0: {"number": 0, "state": "COMPLETE", "params": {"lr": 0.001}, "value": 0.9, "epochs": {1: 0.9},
+                "started": started, "ended": started + 60},
+            1: {"number": 1, "state": "RUNNING", "params": {"lr": 0.01}, "value": None, "epochs": {1: 0.8},
+                "started": started + 61, "ended": None}}, {1: "RUNNING", 2: "PENDING"})
+        body = self.call("GET", f"jobs/{job.id}?part=figures").body.decode()
+        assert re.search(r'id="trials_done">1</span> of 3 trials finished, 1 running;', body)
+        assert re.search(r'id="elapsed">1:02:\d\d <small[^>]*>\(since the first trial started\)', body)
+        assert "Best trial so far: <strong>trial 0</strong>" in body
+        assert "1 trial(s) without a final value yet (running or failed) not drawn" in body
+        listed = self.call("GET", "jobs").body.decode()
+        row = re.search(r'<tr data-job="10".*?</tr>', listed, re.S).group(0)
+        assert "a sweep of 3 trials: its progress is on" in row and "epoch 0 of" not in row
 
     def test_the_form_explains_each_program_and_sends_only_the_chosen_ones_fields(self):
         form = self.call("GET", "submit").body.decode()

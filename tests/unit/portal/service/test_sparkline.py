@@ -1,4 +1,5 @@
-"""The server-drawn sparkline (an inline SVG that says in words what it shows) and the time left in words."""
+"""The server-drawn sparkline (an inline SVG that says in words what it shows), the time left in words, and a
+number to its significant digits."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from markupsafe import Markup
 
-from portal.service.sparkline import PAD, format_duration, points, short_number, sparkline
+from portal.service.sparkline import PAD, format_duration, points, short_number, significant, sparkline
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -73,3 +74,15 @@ def test_points_spread_evenly_and_numbers_read_short():
     (27 * 3600 + 60, "27 h 01 min"), (-5, "0 s"), (None, ""), (math.nan, ""), (math.inf, "")])
 def test_a_duration_in_words(seconds, words):
     assert format_duration(seconds) == words
+
+
+@pytest.mark.parametrize("value, text", [
+    (0.0006824078427098838, "0.000682"), (0.001, "0.001"), (0.0001, "0.0001"), (6.82e-5, "6.82e-5"),
+    (3e-5, "3e-5"), (0.0009996, "0.001"), (1234.5, "1230"), (12345.0, "1.23e4"), (-0.5, "-0.5"), (0.0, "0"),
+    (128, "128"), (True, "True"), ("densenet121", "densenet121"), (None, "-"), (math.nan, "nan")])
+def test_a_parameter_prints_to_three_significant_digits(value, text):
+    assert significant(value) == text
+
+
+def test_more_digits_when_asked():
+    assert significant(0.95556, 4) == "0.9556" and significant(0.95, 4) == "0.95"

@@ -4,6 +4,7 @@ it carries, and its trials read back from its pods (termination messages and log
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import kubernetes_validate
 import pytest
@@ -111,6 +112,10 @@ def test_the_trials_come_from_ended_pods_messages_and_running_pods_logs():
     assert states[:4] == [(0, "COMPLETED", 4, None), (1, "PRUNED", 2, 2), (2, "RUNNING", 2, None),
                           (3, "PENDING", 0, None)]
     assert view.best.task == 0 and view.rows[2].params == {"lr": 0.001} and view.rows[2].best_auroc == 0.74
+    assert view.rows[2].started_at is None  # a pod without its start time: none
+    pods[2]["status"]["startTime"] = "2026-11-27T10:01:30Z"  # a running trial started when its pod did
+    found = pod_trials(PLAN, pods, lambda name: RUNNING_LOG if name == "p2" else "")
+    assert found.trials[2]["started"] == datetime(2026, 11, 27, 10, 1, 30, tzinfo=UTC).timestamp()
 
 
 def test_a_lost_pods_task_is_its_replacements_and_hostile_text_is_left_out():
