@@ -32,3 +32,18 @@ apt_install_missing() {
     apt_get update -q
     apt_get install -y -q --no-install-recommends "${missing[@]}"
 }
+
+# Whether users' jobs and servers can reach the venv $1: every directory above it that exists lets others through
+# (o+x; a venv under root's mode-700 home cannot work). A directory still to be made is made 0755 by install.sh.
+# Says why on stderr and returns 1 when one does not.
+venv_reachable() {
+    local venv=$1 dir=$1 perms
+    while [ "$dir" != / ]; do
+        if perms=$(stat -c %A "$dir" 2>/dev/null) && [ "${perms:9:1}" != x ] && [ "${perms:9:1}" != t ]; then
+            echo "install: $dir is mode $perms: the users' jobs and servers could not reach the venv $venv." >&2
+            echo "install: give it o+x, or choose a venv users can reach (DSPORTAL_VENV; default /opt/dsportal/venv)." >&2
+            return 1
+        fi
+        dir=$(dirname "$dir")
+    done
+}

@@ -17,16 +17,7 @@ APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client slurmdbd mariadb-se
 
 # Users' jobs and servers run the venv: every directory above it must let them through (a venv under root's mode-700
 # home cannot work). Said at the first step, not when the first job fails.
-dir=$VENV
-while [ "$dir" != / ]; do
-    perms=$(stat -c %A "$dir" 2>/dev/null || echo ----------x)  # one still to be made: made 0755 below
-    if [ "${perms:9:1}" != x ] && [ "${perms:9:1}" != t ]; then
-        echo "install: $dir is mode $perms: the users' jobs and servers could not reach the venv $VENV." >&2
-        echo "install: give it o+x, or choose a venv users can reach (DSPORTAL_VENV; default /opt/dsportal/venv)." >&2
-        exit 1
-    fi
-    dir=$(dirname "$dir")
-done
+venv_reachable "$VENV" || exit 1
 mkdir -p "$STAMPS"
 
 apt_install_missing "${APT_PACKAGES[@]}"
