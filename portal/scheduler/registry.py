@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,14 +43,13 @@ def scheduler_class(name: str) -> type[Scheduler[Any]]:
 def job_id_patterns() -> dict[str, str]:
     """Each scheduler's job-id pattern, unanchored (for a route: one spelling per job, so "0002" is no route at
     all rather than a second name for job 2), by scheduler name."""
-    return {name: scheduler_class(name).job_ids.pattern.removeprefix("^").removesuffix(r"\Z")
-            for name in SCHEDULERS}
+    return {name: registered.job_ids for name, registered in SCHEDULERS.items()}
 
 
 def scheduler_of_job(job_id: str) -> str | None:
     """The name of the scheduler whose job ids look like `job_id` (ids never look alike across schedulers), or
     None."""
-    for name in SCHEDULERS:
-        if scheduler_class(name).job_ids.match(job_id):
+    for name, registered in SCHEDULERS.items():
+        if re.fullmatch(registered.job_ids, job_id):
             return name
     return None
