@@ -30,7 +30,9 @@ from typing import Any
 from urllib.parse import quote
 
 # AurocRow and AurocTable: the notebooks' helpers (portal.notebook.AurocTable), kept with the numbers they show
+from portal.records.sweep import BEST_BY, OBJECTIVE
 from portal.reference import CHEXNET_PAPER_AUROC, AurocRow, AurocTable, chexnet_paper_mean  # noqa: F401
+from portal.service.sparkline import significant
 from portal.templates import USER_NOTEBOOKS, install_templates
 from portal.tensorboard import TENSORBOARD_PREFIX, panel_url
 
@@ -142,8 +144,10 @@ def auroc_table(metrics: Any, title: str = "AUROC vs the CheXNet paper (Rajpurka
 
 
 class SweepTable:
-    """A sweep's trials (job.sweep(), portal.records.sweep.SweepView): one row per task with its parameters, state,
-    epochs run and AUROC, the best trial marked; HTML in a notebook, text elsewhere."""
+    """A sweep's trials (job.sweep(), portal.records.sweep.SweepView) as the sweep's page shows them: one row per
+    task with its parameters (3 significant digits, portal.service.sparkline.significant), state, epochs run, the
+    objective that ranks the trials first (portal.records.sweep.OBJECTIVE) and the best epoch's AUROC beside it, the
+    best trial (BEST_BY) marked; HTML in a notebook, text elsewhere."""
 
     def __init__(self, view: Any, title: str = ""):
         self.view, self.title = view, title or "sweep trials"
@@ -155,37 +159,37 @@ class SweepTable:
         for row in self.view.rows:
             state = row.state.lower() + (f" at epoch {row.pruned_at}" if row.pruned_at is not None else "")
             rows.append([str(row.task), "-" if row.number is None else str(row.number),
-                         *(_value(row.params.get(name)) for name in self.names), state,
-                         f"{row.epochs_run}/{self.view.plan.epochs}", _value(row.best_auroc), _value(row.value),
+                         *(significant(row.params.get(name)) for name in self.names), state,
+                         f"{row.epochs_run} of {self.view.plan.epochs}", _auroc(row.value), _auroc(row.best_auroc),
                          "best" if best is not None and row.task == best.task else ""])
         return rows
 
     def header(self) -> list[str]:
-        return ["task", "trial", *self.names, "state", "epochs", "best AUROC", "final AUROC", ""]
+        return ["task", "trial", *self.names, "state", "epochs run", f"{OBJECTIVE} (ranks)", "best epoch's AUROC", ""]
+
+    def note(self) -> str:
+        return f"Best means {BEST_BY}."
 
     def __str__(self) -> str:
         table = [self.header(), *self._rows()]
         widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
         return "\n".join([self.title, *("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
-                                         .rstrip() for line in table)])
+                                         .rstrip() for line in table), self.note()])
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(name)}</th>" for name in self.header())
+        head = "".join(f'<th scope="col">{html.escape(name)}</th>' for name in self.header())
         body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in line) + "</tr>"
                        for line in self._rows())
-        return (f'<table class="dsportal-sweep"><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr>'
-                f"</thead><tbody>{body}</tbody></table>")
+        return (f'<table class="dsportal-sweep"><caption>{html.escape(self.title)}. {html.escape(self.note())}'
+                f"</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
     def __repr__(self) -> str:
         return str(self)
 
 
-def _value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4f}" if 1e-3 <= abs(value) < 1e4 else f"{value:.3g}"
-    return str(value)
+def _auroc(value: Any) -> str:
+    """An AUROC as the sweep's page prints it: 3 decimals; none yet: "-"."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 def sweep_table(job: Any) -> SweepTable:

@@ -164,6 +164,12 @@ def ended(box, clients, api, job_id: str, timeout: float) -> dict:
                     interval=2, what=f"job {job_id} to end")
 
 
+def log_end(box, clients, job_id: str) -> str:
+    """The end of alice's job's log as her dashboard shows it, for a failure's message (why it did not complete)."""
+    answer = clients["alice"].get(f"{box.hub.url}{PORTAL}jobs/{job_id}/log", timeout=60)
+    return f"job {job_id}'s log ({answer.status_code}):\n{answer.text[-4000:]}"
+
+
 @pytest.fixture(scope="module", params=PROGRAMS)
 def program(request) -> str:
     return request.param
@@ -237,7 +243,7 @@ def test_admin_sees_alices_job(clients, api, alice_job):
 def test_the_job_completes_with_its_figures_log_and_tensorboard_link(box, clients, api, alice_job):
     remaining = JOB_WAIT_S - (time.monotonic() - alice_job["submitted_monotonic"])
     job = ended(box, clients, api, alice_job["id"], remaining)
-    assert job["state"] == "COMPLETED", job
+    assert job["state"] == "COMPLETED", (job, log_end(box, clients, alice_job["id"]))
     job = wait_for(lambda: (j := api(clients["alice"], "GET", f"jobs/{alice_job['id']}").json())
                    ["best_mean_auroc"] is not None and j, 60, interval=3, what="the job's final metrics")
     assert job["images_per_sec"] > 0 and 0.0 <= job["best_mean_auroc"] <= 1.0, job
@@ -301,7 +307,7 @@ def test_a_two_node_job_from_the_form_runs_to_completed(box, clients, api, made,
     made.append(job_id)
     assert f"Job {job_id}" in page(box, session, f"jobs/{job_id}").text
     job = ended(box, clients, api, job_id, JOB_WAIT_S)
-    assert (job["state"], job["nodes"]) == ("COMPLETED", 2), job
+    assert (job["state"], job["nodes"]) == ("COMPLETED", 2), (job, log_end(box, clients, job_id))
     wait_for(lambda: job_now(box, clients, api, job_id)["epochs_done"] == 1, 60, interval=3,
              what=f"job {job_id}'s final metrics")
     assert "COMPLETED" in page(box, session, f"jobs/{job_id}").text
@@ -446,8 +452,7 @@ def test_in_chromium_every_page_passes_axe_and_a_job_that_ends_is_notified(box, 
     problems += look(page, box, "jobs", "jobs", artifacts)  # stays open: the toggle reads her jobs each period
     # The page stays open on her jobs meanwhile. A job that failed says so here, not as a note that never came.
     job = ended(box, clients, api, job_id, JOB_WAIT_S)
-    assert job["state"] == "COMPLETED", f"{job}\n" + browser(box.hub, "alice").get(
-        f"{box.hub.url}{PORTAL}jobs/{job_id}/log", timeout=60).text[-3000:]
+    assert job["state"] == "COMPLETED", (job, log_end(box, clients, job_id))
     title = f"Job {job_id} COMPLETED"
     page.wait_for_function(f"() => ({NOTES})().some((note) => note.title === {title!r})",
                            timeout=NOTE_WAIT_S * 1000)
