@@ -59,12 +59,12 @@ def _padded(low: float, high: float, floor_pad: float) -> tuple[float, float]:
     return low - pad, high + pad
 
 
-def linear_axis(values: Sequence[float], whole: bool = False) -> Axis:
-    """A linear axis over `values`, padded, with ticks at a 1-2-5 step (at least 1 for whole numbers); each tick
-    labelled to the digits its step needs ("0.94", "0.96"), where a fixed number of digits would print "0.955"
-    twice, or one number three times."""
+def linear_axis(values: Sequence[float], whole: bool = False, count: int = 4) -> Axis:
+    """A linear axis over `values`, padded, with ticks at a 1-2-5 step that cuts it into about `count` pieces (at
+    least 1 for whole numbers); each tick labelled to the digits its step needs ("0.94", "0.96"), where a fixed
+    number of digits would print "0.955" twice, or one number three times."""
     low, high = _padded(min(values), max(values), abs(min(values)) * PAD_SHARE or 0.5)
-    step = nice_step(high - low)
+    step = nice_step(high - low, count)
     if whole:
         step = max(1.0, round(step))
     first = math.ceil(low / step - 1e-9)
@@ -105,25 +105,31 @@ def _number(x: object, positive: bool = False) -> float | None:
     return None
 
 
-def _fitted(label: str, room_px: float) -> str:
+def fitted(label: str, room_px: float) -> str:
+    """`label` as it fits in `room_px` at FONT: whole, or cut with an ellipsis."""
     most = max(1, int(room_px / CHAR_PX))
     return label if len(label) <= most else label[:max(1, most - 1)] + "…"
 
 
-def _x_axis_marks(axis: Axis, to_px: Any, base: float, categorical: bool) -> list[str]:
+def x_axis_marks(axis: Axis, to_px: Any, base: float, categorical: bool) -> list[str]:
+    """The x axis's ticks as SVG, below the plot's `base`: a tick and its label (a category's name cut to fit its
+    place); an unlabelled short mark at each of `axis.minor`."""
     room = (WIDTH - LEFT - RIGHT) / max(1, len(axis.ticks)) if categorical else 60.0
     marks = [f'<line x1="{to_px(at):.1f}" y1="{base:.1f}" x2="{to_px(at):.1f}" y2="{base + 2.5:.1f}" '
              'stroke="currentColor" stroke-opacity="0.6"/>' for at in axis.minor]
     for at, label in axis.ticks:
         x = to_px(at)
         marks.append(f'<line x1="{x:.1f}" y1="{base:.1f}" x2="{x:.1f}" y2="{base + 4:.1f}" stroke="currentColor"/>'
-                     f'<text x="{x:.1f}" y="{base + 15:.1f}" text-anchor="middle">{escape(_fitted(label, room))}'
+                     f'<text x="{x:.1f}" y="{base + 15:.1f}" text-anchor="middle">{escape(fitted(label, room))}'
                      "</text>")
     return marks
 
 
-def _y_axis_marks(axis: Axis, to_px: Any) -> list[str]:
-    marks = []
+def y_axis_marks(axis: Axis, to_px: Any) -> list[str]:
+    """The y axis's ticks as SVG: a faint grid line across the plot, a tick and its label left of the axis; an
+    unlabelled short mark at each of `axis.minor`."""
+    marks = [f'<line x1="{LEFT - 2.5}" y1="{to_px(at):.1f}" x2="{LEFT}" y2="{to_px(at):.1f}" '
+             'stroke="currentColor" stroke-opacity="0.6"/>' for at in axis.minor]
     for at, label in axis.ticks:
         y = to_px(at)
         marks.append(f'<line x1="{LEFT - 4}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="currentColor" '
@@ -131,6 +137,21 @@ def _y_axis_marks(axis: Axis, to_px: Any) -> list[str]:
                      f'stroke="currentColor"/><text x="{LEFT - 7}" y="{y:.1f}" dy="0.32em" text-anchor="end">'
                      f"{escape(label)}</text>")
     return marks
+
+
+def frame(base: float) -> str:
+    """The two axes' lines: up the left of the plot from `base` to the top, and along its bottom."""
+    return (f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base:g}" stroke="currentColor"/>'
+            f'<line x1="{LEFT}" y1="{base:g}" x2="{WIDTH - RIGHT}" y2="{base:g}" stroke="currentColor"/>')
+
+
+def axis_titles(x_title: str, y_title: str, base: float) -> str:
+    """Each axis's title (escaped here): the x's centred below its tick labels, the y's turned up its left side."""
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, base - TOP
+    return (f'<text class="x-title" x="{LEFT + plot_w / 2:.1f}" y="{base + BOTTOM - 6:g}" text-anchor="middle">'
+            f'{escape(x_title)}</text>'
+            f'<text class="y-title" transform="translate(12 {TOP + plot_h / 2:.1f}) rotate(-90)" '
+            f'text-anchor="middle">{escape(y_title)}</text>')
 
 
 def _best_mark(cx: float, cy: float) -> str:
@@ -186,17 +207,12 @@ def scatter(pairs: Iterable[tuple[object, object]], label: str = "values", log_x
         if i == best:
             marks.append(_best_mark(cx, cy))
     words = escape(describe(label, found, x_title, y_title, log_x if numeric else None, best))
-    frame = (f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}" stroke="currentColor"/>'
-             f'<line x1="{LEFT}" y1="{base}" x2="{WIDTH - RIGHT}" y2="{base}" stroke="currentColor"/>')
-    titles = (f'<text class="x-title" x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 6}" text-anchor="middle">'
-              f'{escape(x_title)}{" (log scale)" if log_x else ""}</text>'
-              f'<text class="y-title" transform="translate(12 {TOP + plot_h / 2:.1f}) rotate(-90)" '
-              f'text-anchor="middle">{escape(y_title)}</text>')
+    titles = axis_titles(f'{x_title}{" (log scale)" if log_x else ""}', y_title, base)
     return Markup(
         f'<svg class="scatter" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{words}" width="{WIDTH}" '
         f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" focusable="false"><title>{words}</title>'
         f'<g fill="currentColor" font-size="{FONT}">'
-        f'{"".join(_y_axis_marks(y_axis, y_px))}{frame}{"".join(_x_axis_marks(x_axis, x_px, base, not numeric))}'
+        f'{"".join(y_axis_marks(y_axis, y_px))}{frame(base)}{"".join(x_axis_marks(x_axis, x_px, base, not numeric))}'
         f'{titles}</g>{"".join(dots)}{"".join(marks)}</svg>')
 
 
