@@ -46,7 +46,16 @@ from portal.records.record import ENDED_STATES
 from portal.scheduler.kubernetes.manifests import LABEL_JOB, LABEL_ROLE
 from portal.tensorboard import panel_url
 from tests import cards
-from tests.browser.conftest import CHROMIUM, FLAGS, WIDE, axe_problems, log_in
+from tests.browser.conftest import (
+    CHROMIUM,
+    FLAGS,
+    NARROW,
+    WIDE,
+    axe_problems,
+    horizontal_overflow,
+    log_in,
+    new_context,
+)
 from tests.conftest import (
     CLUSTER,
     NODES,
@@ -69,6 +78,8 @@ JOB_WAIT_S = job_wait_s(TINY["time_limit"])  # submit (to an idle box) to ended
 FAIL_WAIT_S = 240  # a job that fails at its start ended (its launcher's Job gives up after its back-off, ~30 s)
 NOTE_WAIT_S = 120  # an ended job announced by the open jobs page (it looks every poll period)
 CANCEL_WAIT_S = 180  # a cancelled job ended, as its scheduler says (Kubernetes: its objects deleted)
+SWEEP = {"trials": 2, "parallel": 2, "sampler": "random", "pruner": "none", "seed": 7}  # both trials at once
+VARIANTS = [(WIDE, "light"), (WIDE, "dark"), (NARROW, "light"), (NARROW, "dark")]  # as tests/browser's pages
 
 
 @dataclass(frozen=True)
@@ -350,17 +361,32 @@ def test_a_job_is_cancelled_from_its_page_and_only_with_xsrf(box, clients, api, 
     assert ended(box, clients, api, job_id, CANCEL_WAIT_S)["state"] == "CANCELLED"
 
 
-def test_a_sweep_from_the_api_shows_its_trials_on_its_page(box, clients, api, made):
-    sweep = {"trials": 2, "parallel": 1, "sampler": "random", "pruner": "none"}
-    response = api(clients["alice"], "POST", "jobs", json={**TINY, "epochs": 200, "sweep": sweep})
+def test_a_finished_sweeps_page_charts_its_trials_and_reads_at_both_widths_and_themes(box, clients, api, made,
+                                                                                       artifacts):
+    """Two one-epoch trials side by side, to their end: its page names one best trial in the summary, the table
+    and the chart (axes, ticks, the ring), counts its progress and wall time, and reads in Chromium at 1280 and
+    375 px, light and dark (axe, no sideways scroll)."""
+    response = api(clients["alice"], "POST", "jobs", json={**TINY, "sweep": SWEEP})
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     made.append(job_id)
-    shown = page(box, browser(box.hub, "alice"), f"jobs/{job_id}").text
+    session = browser(box.hub, "alice")
+    shown = page(box, session, f"jobs/{job_id}").text
     assert 'id="sweep-trials"' in shown and 'data-task="0"' in shown and 'data-task="1"' in shown, shown[-3000:]
-    assert "Sweep: 2 trials, at most 1 at once" in shown
-    assert api(clients["alice"], "DELETE", f"jobs/{job_id}").status_code == 204
-    assert ended(box, clients, api, job_id, CANCEL_WAIT_S)["state"] == "CANCELLED"
+    assert "Sweep: 2 trials, at most 2 at once" in shown
+    job = ended(box, clients, api, job_id, JOB_WAIT_S)
+    assert job["state"] == "COMPLETED", (job, log_end(box, clients, job_id))
+    sweep = wait_for(lambda: (s := job_now(box, clients, api, job_id)["sweep"])["best"] and s, 60, interval=3,
+                     what=f"sweep {job_id}'s best trial")
+    best = sweep["best"]
+    assert sweep["progress"]["trials_done"] == 2 and sweep["elapsed_s"] > 0, sweep
+    shown = page(box, session, f"jobs/{job_id}").text
+    assert f"trial {best['trial']}</strong> (task {best['task']})" in shown, shown[-3000:]
+    assert re.findall(r'<tr data-task="(\d+)"[^>]*data-best="true"', shown) == [str(best["task"])], shown[-3000:]
+    chart = re.search(r'<svg class="scatter".*?</svg>', shown, re.S)
+    assert chart and 'class="x-title"' in chart.group(0) and '<circle class="best"' in chart.group(0), shown[-3000:]
+    problems = every_variant(box, f"jobs/{job_id}", "sweep-finished", artifacts)
+    assert not problems, "\n".join(problems)
 
 
 def test_the_usage_and_cluster_pages_answer_and_say_what_this_scheduler_cannot(box):
@@ -434,6 +460,35 @@ def look(page, box: Box, path: str, name: str, artifacts: Path) -> list[str]:
     return axe_problems(page, f"journey-{box.name}-{name}", artifacts)
 
 
+def every_variant(box: Box, path: str, name: str, artifacts: Path) -> list[str]:
+    """A dashboard page as alice sees it at 1280 and 375 px, light and dark: a screenshot of each
+    (journey-<box>-<name>-<width>-<theme>.png), axe's problems, and whether it scrolls sideways."""
+    problems: list[str] = []
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=FLAGS + trusted_certificate_flags(box.hub))
+        try:
+            for viewport, theme in VARIANTS:
+                label = f"journey-{box.name}-{name}-{viewport['width']}-{theme}"
+                context = new_context(launched, viewport, theme)
+                try:
+                    shown = context.new_page()
+                    log_in(shown, box.hub, "alice", PASSWORDS["alice"])
+                    shown.wait_for_url(lambda url: "/hub/login" not in url)
+                    answer = shown.goto(f"{box.hub.url}{PORTAL}{path}")
+                    assert answer is not None and answer.status == 200, f"{label}: {answer and answer.status}"
+                    assert shown.get_attribute("html", "data-bs-theme") == theme, label
+                    shown.screenshot(path=str(artifacts / f"{label}.png"), full_page=True)
+                    problems += axe_problems(shown, label, artifacts)
+                    if overflow := horizontal_overflow(shown):
+                        problems.append(f"{label}: the page scrolls sideways: {overflow}")
+                finally:
+                    context.close()
+        finally:
+            launched.close()
+    return problems
+
+
 def test_in_chromium_every_page_passes_axe_and_a_job_that_ends_is_notified(box, chromium, clients, api, made,
                                                                           artifacts):
     page = chromium
@@ -465,10 +520,4 @@ def test_in_chromium_every_page_passes_axe_and_a_job_that_ends_is_notified(box, 
     shown = page.goto(f"{box.hub.url}{PORTAL}jobs/{job_id}/log")  # plain text, not a page: no axe
     assert shown is not None and shown.status == 200 and "text/plain" in shown.headers["content-type"]
     assert re.search(r"rank \d of 1 on ", page.text_content("body")), page.text_content("body")[-2000:]
-    sweep = {"trials": 2, "parallel": 1, "sampler": "random", "pruner": "none"}
-    response = api(clients["alice"], "POST", "jobs", json={**TINY, "epochs": 200, "sweep": sweep})
-    assert response.status_code == 201, response.text
-    made.append(response.json()["id"])
-    problems += look(page, box, f"jobs/{made[-1]}", "sweep", artifacts)
-    assert api(clients["alice"], "DELETE", f"jobs/{made[-1]}").status_code == 204
     assert not problems, "\n".join(problems)
