@@ -163,4 +163,5 @@ def compare(runs: Sequence[Run], every_param: bool = False) -> dict[str, Any]:
                    for key, *_ in METRICS},
         "per_class_auroc": per_class(runs),
         "lineage_differences": lineage_differences(lineages),
+        "lineage_fields": list(dict.fromkeys(name for entry in lineages for name in entry["fields"])),
     }

@@ -125,15 +125,18 @@ def runs_of_job(row: Mapping[str, Any], sweep: Mapping[str, Any] | None, run_pre
                                               for task in range(int(row["sweep"].get("trials", 0)))]
     return [_run(base, int(t["task"]), str(t["state"]), {**spec, **(t.get("params") or {})},
                  best=t.get("best_auroc"), started=t.get("started_at"), ended=t.get("ended_at"),
-                 links=row.get("links")) for t in trials]
+                 links=row.get("links"), trial=t.get("trial")) for t in trials]
 
 
 def _run(base: dict[str, Any], task: int | None, state: str, params: dict[str, Any], best: Any = None,
-         started: Any = None, ended: Any = None, links: Any = None) -> Run:
+         started: Any = None, ended: Any = None, links: Any = None, trial: Any = None) -> Run:
+    """One run; a trial's TensorBoard run is its study's trial number's (the job scripts' `tensorboard/trial-N`),
+    the whole sweep's until it has one."""
     job = base["job"]
     page = dict(links or {}).get("page", "")
     shown_links = {"page": page, "log": f"{page}/log" + ("" if task is None else f"?task={task}")} if page else {}
     return Run(id=RunId(job, task), owner=base["owner"], scheduler=base["scheduler"], program=base["program"],
                state=state, submitted_at=base["submitted_at"], params=params, gpus=base["gpus"],
                started_at=started, ended_at=ended, best_mean_auroc=best, sweep_of=job if task is not None else "",
-               links=shown_links, run_prefix=base["run_prefix"] + ("" if task is None else f"/trials/{task}"))
+               links=shown_links,
+               run_prefix=base["run_prefix"] + (f"/tensorboard/trial-{trial}" if isinstance(trial, int) else ""))

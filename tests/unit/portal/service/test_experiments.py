@@ -49,13 +49,14 @@ def test_a_single_job_is_one_run_and_a_sweep_one_per_task_with_its_trials_params
     [single] = runs_of_job(row(), None, "dsportal/42")
     assert single.id == RunId("42") and single.params == {"template": "chexnet", "batch_size": 16, "lr": 0.001}
     assert single.gpus == 2 and single.run_prefix == "dsportal/42" and single.label == "job 42"
-    sweep = {"trials": [{"task": 0, "state": "COMPLETED", "params": {"lr": 0.01}, "best_auroc": 0.9,
+    sweep = {"trials": [{"task": 0, "trial": 3, "state": "COMPLETED", "params": {"lr": 0.01}, "best_auroc": 0.9,
                          "started_at": 100.0, "ended_at": 700.0},
                         {"task": 1, "state": "PRUNED", "params": {"lr": 1e-5}, "best_auroc": 0.4}]}
     trials = runs_of_job(row("50", sweep={"trials": 2}), sweep, "dsportal/50")
     assert [(str(t.id), t.params["lr"], t.state, t.sweep_of) for t in trials] == [
         ("50:0", 0.01, "COMPLETED", "50"), ("50:1", 1e-5, "PRUNED", "50")]
-    assert trials[0].run_prefix == "dsportal/50/trials/0" and trials[1].links["log"].endswith("/jobs/50/log?task=1")
+    assert trials[0].run_prefix == "dsportal/50/tensorboard/trial-3"
+    assert trials[1].links["log"].endswith("/jobs/50/log?task=1")
     unread = runs_of_job(row("51", sweep={"trials": 2}), None)
     assert [(str(t.id), t.state) for t in unread] == [("51:0", "PENDING"), ("51:1", "PENDING")]
     assert runs_of_job({**row(), "spec": {}}, None) == []  # an unreadable record is no run
