@@ -236,19 +236,21 @@ def read_run_metrics(logdir: str | Path) -> RunMetrics:
                       **history)
 
 
-def record_lines(text: str) -> dict[int, dict]:
+def record_lines(text: str, prefix: str | None = None) -> dict[int, dict]:
     """The per-epoch record's lines in a job's log (`dsportal.epoch <json>`, chexnet.tblog.RECORD_LINE_PREFIX,
-    every program's rank 0), each checked against chexnet.schemas.EPOCH_RECORD before it counts (the log is the
-    user's to write); {epoch: its last line}, since a resumed run records an epoch again."""
+    every program's rank 0), or with `prefix=""` in the record's own file (checkpoints/epochs.jsonl), each checked
+    against chexnet.schemas.EPOCH_RECORD before it counts (both are the user's to write); {epoch: its last line},
+    since a resumed run records an epoch again."""
     from chexnet.schemas import EPOCH_RECORD, SchemaError, check
     from chexnet.tblog import RECORD_LINE_PREFIX
 
+    prefix = RECORD_LINE_PREFIX if prefix is None else prefix
     found: dict[int, dict] = {}
     for line in text.splitlines():
-        if not line.startswith(RECORD_LINE_PREFIX) or len(line) > MAX_OUTPUT_BYTES:
+        if not line.startswith(prefix) or len(line) > MAX_OUTPUT_BYTES:
             continue
         try:
-            entry = finite_json(line[len(RECORD_LINE_PREFIX):], MAX_OUTPUT_BYTES, MetricsError)
+            entry = finite_json(line[len(prefix):], MAX_OUTPUT_BYTES, MetricsError)
             check(EPOCH_RECORD, entry, "epoch record")
         except (MetricsError, SchemaError):
             continue

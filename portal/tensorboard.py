@@ -38,3 +38,11 @@ def panel_url(user: str, run_prefix: str, base_url: str = "/") -> str:
 def lab_url(user: str, path: str, base_url: str = "/") -> str:
     """JupyterLab at a file of the user's home, e.g. `/user/alice/lab/tree/notebooks/train.ipynb`."""
     return f"{_base(base_url)}user/{quote(user, safe='')}/lab/tree/{quote(path.lstrip('/'))}"
+
+
+def runs_url(user: str, run_prefixes: list[str], base_url: str = "/") -> str:
+    """The user's TensorBoard showing several runs together (the experiments page's chosen runs of one owner): a
+    `runFilter` matching each prefix exactly or followed by "/", every tag shown."""
+    either = "|".join(re.escape(str(prefix)) for prefix in dict.fromkeys(run_prefixes))
+    query = urlencode({"runFilter": f"^({either})(/|$)"}, quote_via=quote, safe="")
+    return f"{_base(base_url)}user/{quote(user, safe='')}/{TENSORBOARD_PREFIX}?{query}#timeseries"

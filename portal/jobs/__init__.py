@@ -158,6 +158,11 @@ class Job:
             return self.scheduler.model_card(self.record, self._user, task)
         return self.scheduler.model_card(self.record, self._user)
 
+    def epochs(self, task: int | None = None) -> tuple[dict[int, dict], str]:
+        """The run's per-epoch record ({epoch: its schema-checked line}) and why any of it is missing; a sweep's:
+        the trial of task `task`."""
+        return self.scheduler.epochs(self.record, self._user, task)
+
     def metrics(self) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
         return self.scheduler.metrics(self.record, self._user)

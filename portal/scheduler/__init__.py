@@ -146,6 +146,11 @@ class Scheduler(Protocol[P]):
         """Images/sec and AUROC so far (portal.metrics.RunMetrics), from the run's per-epoch record or TensorBoard
         files, read as the user. Blocks; an empty RunMetrics before the first epoch."""
 
+    def epochs(self, record: JobRecord, user: P, task: int | None = None) -> tuple[dict[int, dict], str]:
+        """The run's per-epoch record (a sweep's: task `task`'s trial's), each line checked against
+        chexnet.schemas.EPOCH_RECORD: ({epoch: its line}, "") or, where not all of it could be read, what was and
+        why not the rest. ({}, "") before the first epoch and for a sweep without `task`. Blocks."""
+
     def model_card(self, record: JobRecord, user: P, task: int | None = None) -> dict[str, Any] | None:
         """The run's model card, checked against its schema: None before the run wrote one, ModelCardError
         (Untrusted) saying why for one that is not a card. A sweep's: its task's trial's. Blocks."""

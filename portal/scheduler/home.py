@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from chexnet.model_card import CARD_FILE, check_card  # TensorFlow-free
 from chexnet.schemas import SchemaError
+from chexnet.tblog import RECORD_FILE as EPOCH_RECORD_FILE
 from portal.errors import Untrusted
 from portal.inputs import finite_json
-from portal.metrics import MetricsError, RunMetrics, read_run_metrics
+from portal.metrics import MetricsError, RunMetrics, read_run_metrics, record_lines
 from portal.records.record import OUTPUT_FILE, JobRecord, cluster_jobs_dir
 
 if TYPE_CHECKING:
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from portal.scheduler.snapshot import ClusterSnapshot
 
 MAX_CARD_BYTES = 256 * 1024  # a model card is a few KB; the user could put anything at its path
+# A run's per-epoch record as the dashboard reads it: about 1 KB an epoch, so some 4,000 epochs; a longer one is
+# read up to its last whole line within this (its latest epochs then missing, and said).
+MAX_EPOCH_RECORD_BYTES = 4 * 2**20
 METRICS_TIMEOUT_S = 60  # reading a run's event files as the user (at most portal.metrics.MAX_EVENT_BYTES)
 # $1 the logdir, $2 the venv's python: portal.metrics's own early answer, without Python, when there is no events file.
 # -I and the working directory "/" (JobUser.run): the user's own files never shadow portal.metrics (portal.runas).
@@ -98,6 +102,22 @@ class JobsInHome:
         directory = record.checkpoint_dir if task is None else record.task_checkpoint_dir(task)
         text = user.read_text(directory / CARD_FILE, MAX_CARD_BYTES)
         return None if text is None else checked_card(text, record.id)
+
+    def epochs(self, record: JobRecord, user: JobUser, task: int | None = None) -> tuple[dict[int, dict], str]:
+        """The run's per-epoch record (checkpoints/epochs.jsonl; a sweep's: its task's trial's), read as the user
+        through the bounded reader, each line checked against its schema (portal.metrics.record_lines): ({epoch:
+        line}, "") or, for a file that is not one to read (a FIFO, a link, too large), what was read and why not
+        all of it. ({}, "") before the first epoch, and for a sweep without a `task`."""
+        if record.sweep is not None and task is None:
+            return {}, ""
+        directory = record.checkpoint_dir if task is None else record.task_checkpoint_dir(task)
+        text, why = user.read_text_why(directory / EPOCH_RECORD_FILE, MAX_EPOCH_RECORD_BYTES)
+        if text is None:
+            return {}, f"its per-epoch record is not read: {why}" if why else ""
+        if len(text) > MAX_EPOCH_RECORD_BYTES:
+            text = text[:MAX_EPOCH_RECORD_BYTES].rpartition("\n")[0]
+            why = f"its per-epoch record is over {MAX_EPOCH_RECORD_BYTES // 2**20} MB: its first epochs only"
+        return record_lines(text, prefix=""), why
 
     def metrics(self, record: JobRecord, user: JobUser) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""

@@ -12,7 +12,7 @@ from tornado.web import Application, RequestHandler
 from portal.config import PortalConfig
 from portal.scheduler.registry import job_id_patterns
 from portal.scheduler.snapshot import ClusterCache
-from portal.service import api, pages, render
+from portal.service import api, experiment_handlers, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
 from portal.service.board import JobBoard
 from portal.service.fairness import RateLimits, UserShares
@@ -49,6 +49,9 @@ ROUTES: list[tuple[str, type[RequestHandler]]] = [
     ("api/cluster", api.ClusterAPIHandler),
     ("api/usage", api.UsageAPIHandler),
     ("api/settings", api.SettingsAPIHandler),
+    ("api/experiments", experiment_handlers.ExperimentsAPIHandler),
+    ("api/experiments/compare", experiment_handlers.CompareAPIHandler),
+    ("api/experiments/label", experiment_handlers.LabelAPIHandler),
     ("", pages.HomeHandler),
     ("templates", pages.TemplatesHandler),
     ("jobs", pages.JobsPageHandler),
@@ -61,6 +64,9 @@ ROUTES: list[tuple[str, type[RequestHandler]]] = [
     ("settings", pages.SettingsPageHandler),
     ("cluster", pages.ClusterPageHandler),
     ("usage", pages.UsagePageHandler),
+    ("experiments", experiment_handlers.ExperimentsPageHandler),
+    ("experiments/compare", experiment_handlers.ComparePageHandler),
+    ("experiments/label", experiment_handlers.LabelPageHandler),
 ]
 
 

@@ -46,6 +46,7 @@ from portal.scheduler import P, Scheduler
 from portal.scheduler.registry import scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
+from portal.service.experiment_reads import ExperimentReads
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
 from portal.service.parts import UserParts
 from portal.service.run_reads import RunReads
@@ -91,7 +92,7 @@ class HubUser:
                    admin=bool(model.get("admin")), server_ready=bool(server.get("ready")))
 
 
-class JobBoard(UsageViews, RunReads, ManyUsersViews, Generic[P]):
+class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]):
     """The jobs of the hub's users, on the configured scheduler. Generic in that scheduler's person (P): the board
     asks the scheduler for it (`person`) wherever a scheduler call needs one, never hands it the hub's user."""
 

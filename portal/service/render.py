@@ -25,6 +25,7 @@ from tornado.web import StaticFileHandler
 from portal.records.record import ENDED_STATES
 from portal.service import HUB_TEMPLATES
 from portal.service.charts import trial_chart
+from portal.service.curves import curves
 from portal.service.sparkline import format_duration, significant, sparkline
 
 HUB_DATA = Path(DATA_FILES_PATH)
@@ -45,6 +46,7 @@ def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
     env.filters["significant"] = significant
     env.globals["sparkline"] = sparkline
     env.globals["trial_chart"] = trial_chart
+    env.globals["curves"] = curves
     env.globals["ENDED_STATES"] = ENDED_STATES
     return env
 

@@ -372,6 +372,14 @@ class KubernetesScheduler:
         except (KubernetesError, JobNotFound):
             return ""  # the container has not started yet, or its pod went meanwhile
 
+    def epochs(self, record: JobRecord, user: KubeUser, task: int | None = None) -> tuple[dict[int, dict], str]:
+        """The per-epoch record's lines in the launcher's log (a sweep's: its task's pod's), schema-checked."""
+        from portal.metrics import record_lines
+
+        if record.sweep is not None and task is None:
+            return {}, ""
+        return record_lines(self.logs(record, user, None, task)), ""
+
     def metrics(self, record: JobRecord, user: KubeUser) -> RunMetrics:
         """From the TensorBoard files where this process can read them (a notebook in the user's pod), else
         from the launcher's log."""
