@@ -25,7 +25,7 @@ TRAIN = [
     "matplotlib>=3.7",
     "pillow>=10",
     # Sweeps (chexnet.sweep): the search and the early stopping, its journal storage on the shared home.
-    "optuna==4.1.0",
+    "optuna==5.0.0",
 ]
 
 K8S = [

@@ -4,9 +4,11 @@ Every task of a sweep appends to `study.journal` on the shared home under `study
 O_EXCL (Optuna's JournalFileOpenLock, which NFSv3 and later honour) and removed when the write is done, milliseconds
 later. A writer that dies holding it (its node lost, SIGKILL at the end of Slurm's KillWait) leaves the file behind,
 and Optuna 4.1's lock waits for it forever: every other task of the sweep stops at its next report, and the task
-Slurm runs again stops at its first. (Optuna 4.2 added a `grace_period` to this lock; 4.1 is the version pinned
-here.) StudyLock waits like Optuna's, and once the file it waits on is older than STALE_LOCK_S, removes it and
-takes the lock.
+Slurm runs again stops at its first. StudyLock waits like Optuna's, and once the file it waits on is older than
+STALE_LOCK_S, removes it and takes the lock. Optuna 4.2 gave its own lock a `grace_period` (5.0, pinned here: 30 s by
+default), which StudyLock's `acquire` replaces: it is counted from when a waiter first sees the lock rather than from
+the lock's age, its forced release renames whatever lock is there by then (a fresh one another waiter just took,
+too), and a task still on Optuna 4.1 (an image not yet rebuilt) has none: every task takes the same lock the same way.
 
 The age is the lock file's mtime on the shared file system: a lock that old cannot be a live write, unless its
 writer was stopped in it (a suspended job), which then finds its lock gone when it releases (Optuna raises).

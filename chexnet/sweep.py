@@ -86,7 +86,8 @@ def _optuna():
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per trial in every task's log
-    # TPE's constant_liar is "experimental" in 4.1 (and recommended for parallel trials): not worth a warning per task.
+    # TPE's multivariate and constant_liar are "experimental" in Optuna 4.1 (5.0's defaults): a task on an image still
+    # carrying 4.1 is not worth a warning per task.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
 
@@ -117,8 +118,10 @@ def sampler_for(plan: Plan, task: int):
     seed = plan.seed + task
     if plan.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    # constant_liar: a running trial counts as a bad one, so parallel trials spread out (Optuna's advice).
-    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    # multivariate: the parameters modelled jointly; constant_liar: a running trial counts as a bad one, so parallel
+    # trials spread out. Both are Optuna 5.0's defaults, spelled out so that a task still on 4.1 (an image not yet
+    # rebuilt, or rolled back) uses them too.
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
 
 
 def pruner_for(plan: Plan):
@@ -306,7 +309,10 @@ def _finite(value: Any) -> float | None:
 
 
 def _seconds(moment: Any) -> float | None:
-    """A trial's datetime (Optuna's: naive, the clock of the node that wrote it) as seconds since the epoch."""
+    """A trial's datetime as seconds since the epoch. Optuna 4.1 writes naive local times (the clock and time zone
+    of the node that wrote them), 5.0 UTC ones; 5.0 reads both as naive local times, 4.1 reads 5.0's as aware ones.
+    A journal both wrote holds both kinds, which Optuna 4.1 cannot subtract or compare (FrozenTrial.duration and
+    study summaries raise TypeError): each is only ever turned into seconds here, right for either kind."""
     return moment.timestamp() if moment is not None else None
 
 

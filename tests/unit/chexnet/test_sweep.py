@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -233,3 +235,59 @@ def test_a_fresh_lock_taken_between_a_waiters_look_and_its_break_is_left_to_its_
     assert not studylock.clear_stale_lock(journal)
     assert lock.exists() and time.time() - lock.stat().st_mtime < 5  # the writer's lock, back in place
     assert [p.name for p in job_dir.iterdir() if p.name.endswith(".stale")] == []
+
+
+# Journals of a sweep running when the portal's Optuna moved, written by tests/capture_optuna_journal.py (how: its
+# docstring) under the version named: task 0 completed, 1 pruned at epoch 2, 2 failed, 3 running after epoch 1.
+JOURNALS = Path(__file__).resolve().parents[1] / "data"
+WRITTEN_BY = ("4.1.0", "5.0.0")
+
+
+@pytest.mark.parametrize("version", WRITTEN_BY)
+def test_a_journal_another_optuna_wrote_is_read_as_the_sweep_page_reads_it_and_continued(version, tmp_path):
+    """4.1.0's: a sweep started before the upgrade to 5.0. 5.0.0's: one started before a rollback to 4.1 (with 5.0
+    installed, its own format). Read by `chexnet.sweep status` and the sweep page's reader, then continued with the
+    installed Optuna: the running trial is found again and finishes, a new task gets a new trial."""
+    from portal.records.sweep import read_status, recorded_plan, sweep_view
+
+    shutil.copytree(JOURNALS / f"optuna-{version}", tmp_path, dirs_exist_ok=True)
+    plan = recorded_plan(json.loads((tmp_path / sweep.PLAN_FILE).read_text()), 4)
+
+    def rows():
+        answer = cli("status", str(tmp_path))
+        assert answer.returncode == 0, answer.stderr
+        return sweep_view(plan, read_status(answer.stdout, plan), {}).rows
+
+    before = rows()
+    assert [(row.number, row.state) for row in before] == [(0, "COMPLETED"), (1, "PRUNED"), (2, "FAILED"),
+                                                          (3, "RUNNING"), (None, "PENDING"), (None, "PENDING")]
+    assert (before[0].value, before[0].epochs_run, before[1].pruned_at, before[3].best_auroc) == (0.78, 4, 2, 0.66)
+    assert all(set(row.params) == set(plan.names) for row in before[:4])
+    assert {type(before[0].params[name]) for name in ("fp16", "image_size", "model")} == {bool, int, str}
+    assert all(row.started_at <= row.ended_at for row in before[:3]) and before[3].ended_at is None
+
+    assert sweep.attach(tmp_path, 3) == (3, before[3].params, False)  # its task run again: the same trial
+    running = sweep.TrialReporter(tmp_path, 3, 3)
+    running.catch_up({1: 0.1, 2: 0.8})  # epoch 1 keeps the value the other version recorded
+    assert not running.report(3, 0.82) and not running.report(4, 0.85)
+    running.complete(0.85)
+    number, params, finished = sweep.attach(tmp_path, 4)
+    assert (number, set(params), finished) == (4, set(plan.names), False)
+    fresh = sweep.TrialReporter(tmp_path, 4, 4)
+    assert not fresh.report(1, 0.5) and fresh.report(2, 0.6)  # Hyperband: below trial 3's 0.8 at epoch 2
+    fresh.pruned(2)
+
+    after = rows()
+    assert [row.state for row in after] == ["COMPLETED", "PRUNED", "FAILED", "COMPLETED", "PRUNED", "PENDING"]
+    assert after[3].params == before[3].params and after[3].value == 0.85 and after[3].best_auroc == 0.85
+    assert sweep.status(tmp_path, 3)["trials"][0]["epochs"] == {"1": 0.66, "2": 0.8, "3": 0.82, "4": 0.85}
+    assert after[3].started_at == before[3].started_at <= after[3].ended_at
+    assert sweep_view(plan, read_status(cli("status", str(tmp_path)).stdout, plan), {}).best.task == 3
+
+
+def test_the_portal_and_the_pytorch_programs_venv_pin_one_optuna():
+    """Both venvs write the same journal (the portal's attaches and reads, the PyTorch program's rank 0 reports)."""
+    repo = JOURNALS.parents[2]
+    pins = {path: re.findall(r"optuna==([0-9.]+)", (repo / path).read_text()) for path in
+            ("setup.py", "deploy/local/torch-requirements.txt", "deploy/local/torch-requirements-gpu.txt")}
+    assert all(len(found) == 1 for found in pins.values()) and len({v[0] for v in pins.values()}) == 1, pins
