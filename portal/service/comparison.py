@@ -136,16 +136,22 @@ def per_class(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 def hyperparameters(runs: Sequence[Run], every: bool) -> list[dict[str, Any]]:
     """Each hyperparameter (those whose values differ among the runs, or `every` one): its value per run, printed
-    as the sweep page prints them; "not set" where a run has none (another program's field)."""
+    as the sweep page prints them. A run that did not set one (a single job takes its program's default learning
+    rate; a trial samples it) shows the value it ran with, from its model card's settings, marked "(default)";
+    "not set" where neither says (another program's field, or no card yet)."""
     names = sorted({name for run in runs for name in run.params})
     rows = []
     for name in names:
-        values = [run.params.get(name) for run in runs]
+        values, texts = [], []
+        for run in runs:
+            ran = ((run.card or {}).get("spec") or {}) if name not in run.params else {}
+            value = run.params.get(name, ran.get(name))
+            values.append(value)
+            texts.append(significant(value) if name in run.params else
+                         f"{significant(value)} (default)" if value is not None else "not set")
         differs = len({repr(v) for v in values}) > 1
         if every or differs:
-            rows.append({"name": name, "values": values, "differs": differs,
-                         "text": [significant(v) if name in run.params else "not set"
-                                  for v, run in zip(values, runs, strict=True)]})
+            rows.append({"name": name, "values": values, "differs": differs, "text": texts})
     return rows
 
 

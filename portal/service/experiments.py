@@ -93,7 +93,7 @@ class Run:
     @property
     def label(self) -> str:
         """How the page and the charts' legends name it: its name, else its id, with the owner's for an admin."""
-        return self.name or (f"trial {self.id.task} of {self.id.job}" if self.id.task is not None
+        return self.name or (f"sweep {self.id.job}, task {self.id.task}" if self.id.task is not None
                              else f"job {self.id.job}")
 
     def to_dict(self) -> dict[str, Any]:

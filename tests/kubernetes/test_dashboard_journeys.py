@@ -361,31 +361,75 @@ def test_a_job_is_cancelled_from_its_page_and_only_with_xsrf(box, clients, api, 
     assert ended(box, clients, api, job_id, CANCEL_WAIT_S)["state"] == "CANCELLED"
 
 
-def test_a_finished_sweeps_page_charts_its_trials_and_reads_at_both_widths_and_themes(box, clients, api, made,
-                                                                                       artifacts):
-    """Two one-epoch trials side by side, to their end: its page names one best trial in the summary, the table
-    and the chart (axes, ticks, the ring), counts its progress and wall time, and reads in Chromium at 1280 and
-    375 px, light and dark (axe, no sideways scroll)."""
+@pytest.fixture(scope="module")
+def compared(box, clients, api, made) -> dict:
+    """What alice compares: two single one-epoch jobs at two batch sizes and a sweep of two one-epoch trials side
+    by side, submitted together and run to their end. The sweep's page is looked at once it is submitted."""
+    ids = {}
+    for name, batch_size in (("first", 8), ("second", 4)):
+        response = api(clients["alice"], "POST", "jobs", json={**TINY, "batch_size": batch_size})
+        assert response.status_code == 201, response.text
+        ids[name] = response.json()["id"]
+        made.append(ids[name])
     response = api(clients["alice"], "POST", "jobs", json={**TINY, "sweep": SWEEP})
     assert response.status_code == 201, response.text
-    job_id = response.json()["id"]
-    made.append(job_id)
-    session = browser(box.hub, "alice")
-    shown = page(box, session, f"jobs/{job_id}").text
+    ids["sweep"] = response.json()["id"]
+    made.append(ids["sweep"])
+    shown = page(box, browser(box.hub, "alice"), f"jobs/{ids['sweep']}").text
     assert 'id="sweep-trials"' in shown and 'data-task="0"' in shown and 'data-task="1"' in shown, shown[-3000:]
     assert "Sweep: 2 trials, at most 2 at once" in shown
-    job = ended(box, clients, api, job_id, JOB_WAIT_S)
-    assert job["state"] == "COMPLETED", (job, log_end(box, clients, job_id))
+    for job_id in ids.values():
+        job = ended(box, clients, api, job_id, JOB_WAIT_S)
+        assert job["state"] == "COMPLETED", (job, log_end(box, clients, job_id))
+    return ids
+
+
+def test_a_finished_sweeps_page_charts_its_trials_and_reads_at_both_widths_and_themes(box, clients, api, compared,
+                                                                                       artifacts):
+    """Its page names one best trial in the summary, the table and the chart (axes, ticks, the ring), counts its
+    progress and wall time, and reads in Chromium at 1280 and 375 px, light and dark (axe, no sideways scroll)."""
+    job_id = compared["sweep"]
     sweep = wait_for(lambda: (s := job_now(box, clients, api, job_id)["sweep"])["best"] and s, 60, interval=3,
                      what=f"sweep {job_id}'s best trial")
     best = sweep["best"]
     assert sweep["progress"]["trials_done"] == 2 and sweep["elapsed_s"] > 0, sweep
-    shown = page(box, session, f"jobs/{job_id}").text
+    shown = page(box, browser(box.hub, "alice"), f"jobs/{job_id}").text
     assert f"trial {best['trial']}</strong> (task {best['task']})" in shown, shown[-3000:]
     assert re.findall(r'<tr data-task="(\d+)"[^>]*data-best="true"', shown) == [str(best["task"])], shown[-3000:]
     chart = re.search(r'<svg class="scatter".*?</svg>', shown, re.S)
     assert chart and 'class="x-title"' in chart.group(0) and '<circle class="best"' in chart.group(0), shown[-3000:]
     problems = every_variant(box, f"jobs/{job_id}", "sweep-finished", artifacts)
+    assert not problems, "\n".join(problems)
+
+
+def test_alice_compares_a_sweeps_trials_with_two_jobs_and_bob_cannot_open_them(box, clients, api, compared,
+                                                                              artifacts):
+    """Her experiments page lists the four runs; the comparison shows the hyperparameters that differ, best
+    and final values with their epochs, overlaid curves with axes, per-class AUROC beside the paper's and the
+    lineage; bob gets 404 for its link and its JSON; it reads at both widths and themes."""
+    runs = f"{compared['first']},{compared['second']},{compared['sweep']}:0,{compared['sweep']}:1"
+    listed = api(clients["alice"], "GET", "experiments")
+    assert listed.status_code == 200, listed.text[-2000:]
+    assert set(runs.split(",")) <= {r["run"] for r in listed.json()["runs"]}, listed.text[-2000:]
+    answer = api(clients["alice"], "GET", f"experiments/compare?runs={runs}")
+    assert answer.status_code == 200, answer.text[-2000:]
+    shown = answer.json()
+    assert [r["run"] for r in shown["runs"]] == runs.split(",")
+    assert {"batch_size", "lr"} <= {h["name"] for h in shown["hyperparameters"]}, shown["hyperparameters"]
+    assert all(h["differs"] for h in shown["hyperparameters"]), shown["hyperparameters"]
+    mean = next(m for m in shown["metrics"] if m["key"] == "auroc/mean")["runs"]
+    assert all(m["final_epoch"] == 1 and m["best"] is not None for m in mean), mean
+    assert len(shown["per_class_auroc"]) == 15 and shown["per_class_auroc"][0]["paper"], shown["per_class_auroc"]
+    assert all(r["lineage"]["fields"] for r in shown["runs"]), [r["lineage"] for r in shown["runs"]]
+    text = page(box, browser(box.hub, "alice"), f"experiments/compare?runs={runs}").text
+    assert 'id="params"' in text and 'id="per-class"' in text and 'id="lineage"' in text, text[-3000:]
+    curves = re.findall(r'<svg class="curves".*?</svg>', text, re.S)
+    assert curves and all('class="x-title"' in c for c in curves), text[-3000:]
+    assert api(clients["bob"], "GET", f"experiments/compare?runs={runs}").status_code == 404
+    assert runs.split(",")[0] not in {r["run"] for r in api(clients["bob"], "GET", "experiments").json()["runs"]}
+    page(box, browser(box.hub, "bob"), f"experiments/compare?runs={runs}", status=404)
+    problems = every_variant(box, "experiments", "experiments", artifacts)
+    problems += every_variant(box, f"experiments/compare?runs={runs}", "compare", artifacts)
     assert not problems, "\n".join(problems)
 
 

@@ -89,12 +89,15 @@ class ExperimentsTest(AsyncHTTPTestCase):
         assert [r["run"] for r in self.answer("api/experiments?where=lr%3C0.0001")["runs"]] == ["50:1"]
         assert self.answer("api/experiments?state=PENDING")["runs"][0]["run"] == "50:2"
         page = self.call("experiments").body.decode()
-        assert 'value="50:1"' in page and 'aria-label="Compare trial 1 of 50"' in page and "Experiments" in page
+        assert 'value="50:1"' in page and 'aria-label="Compare sweep 50, task 1"' in page and "Experiments" in page
 
     def test_alice_compares_two_single_jobs_and_a_sweeps_trial(self):
         shown = self.answer("api/experiments/compare?runs=42,43,50:0")
         assert [r["run"] for r in shown["runs"]] == ["42", "43", "50:0"]
-        assert [h["name"] for h in shown["hyperparameters"]] == ["batch_size", "lr"]
+        # The trial's lr is the single jobs' default, which their cards record: no difference, so not shown.
+        assert [h["name"] for h in shown["hyperparameters"]] == ["batch_size"], shown["hyperparameters"]
+        every = {h["name"]: h for h in self.answer("api/experiments/compare?runs=42,43,50:0&all=1")["hyperparameters"]}
+        assert every["lr"]["text"] == ["0.001 (default)", "0.001 (default)", "0.001"], every["lr"]
         mean = next(m for m in shown["metrics"] if m["key"] == "auroc/mean")["runs"]
         assert (mean[0]["best"], mean[0]["best_epoch"], mean[0]["final"], mean[0]["final_epoch"]) == (0.8, 2, 0.7, 3)
         assert shown["lineage_differences"] == ["git commit"]

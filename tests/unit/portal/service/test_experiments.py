@@ -131,7 +131,18 @@ def test_the_comparison_shows_differing_hyperparameters_unless_all_are_asked_and
     cardio = next(r for r in shown["per_class_auroc"] if r["class"] == "Cardiomegaly")
     assert cardio["paper"] == 0.9248 and cardio["runs"] == [0.9, 0.92, None]
     assert shown["per_class_auroc"][-1]["class"] == "Mean"
-    assert shown["series"]["auroc/mean"][1] == {"run": "50:1", "label": "trial 1 of 50", "points": [(1, 0.75)]}
+    assert shown["series"]["auroc/mean"][1] == {"run": "50:1", "label": "sweep 50, task 1", "points": [(1, 0.75)]}
+
+
+def test_a_hyperparameter_a_job_left_to_its_default_shows_the_value_it_ran_with_from_its_card():
+    card = a_card()
+    card["spec"] = {**card.get("spec", {}), "lr": 0.001}
+    single = run("42", params={"batch_size": 8}, card=card)
+    uncarded = run("43", params={"batch_size": 4})
+    trial = run("50", 0, params={"batch_size": 8, "lr": 0.00558})
+    rows = {h["name"]: h for h in compare([single, uncarded, trial])["hyperparameters"]}
+    assert rows["lr"]["text"] == ["0.001 (default)", "not set", "0.00558"] and rows["lr"]["differs"]
+    assert rows["lr"]["values"] == [0.001, None, 0.00558]
 
 
 def test_names_and_tags_are_checked_kept_per_owner_and_read_back_checked(tmp_path):
