@@ -104,16 +104,18 @@ bench-chart: install
 # box (about 10 min on 2 cores, most of it the dashboard test's training job), then the chosen ones are copied from tests/artifacts
 # (ignored by git) to docs/screenshots/. Copied even when a test fails after taking it (then worth a look), and
 # make still fails; a screenshot that was not taken again is not copied.
-# The Kubernetes ones (docs/kubernetes.md) come from the journeys' browser test on both test boxes (the Kubernetes
-# box's first start costs about 5 min more).
+# The Kubernetes ones (docs/kubernetes.md), the finished sweep's and the experiments comparison's (user-guide.md)
+# come from the journeys' browser tests on both test boxes (the Kubernetes box's first start costs about 5 min more).
 SCREENSHOTS := a11y-jobs-1280-light a11y-job-1280-light a11y-jobs-375-dark dashboard-1-submit-form \
                dashboard-4-tensorboard dashboard-5-job-completed journey-kubernetes-job-completed \
-               journey-kubernetes-submit
+               journey-kubernetes-submit journey-slurm-sweep-finished-1280-light journey-slurm-compare-1280-light \
+               journey-kubernetes-compare-375-dark
 screenshots: install builds
 	@for s in $(SCREENSHOTS); do rm -f tests/artifacts/$$s.png; done; \
 	status=0; $(PY) -m pytest $(PYTEST_ARGS) tests/browser/test_accessibility.py \
 	    tests/browser/test_dashboard_in_browser.py || status=$$?; \
-	$(PY) -m pytest $(PYTEST_ARGS) tests/kubernetes/test_dashboard_journeys.py -k chromium || status=$$?; \
+	$(PY) -m pytest $(PYTEST_ARGS) tests/kubernetes/test_dashboard_journeys.py \
+	    -k "chromium or finished_sweeps or compares" || status=$$?; \
 	mkdir -p docs/screenshots; for s in $(SCREENSHOTS); do \
 	    cp -v tests/artifacts/$$s.png docs/screenshots/ || status=1; done; exit $$status
 

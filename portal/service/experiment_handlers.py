@@ -1,4 +1,4 @@
-"""The experiments page and its API (issue 52, item 1): a user's runs with a filter, the chosen runs side by side,
+"""The experiments page and its API: a user's runs with a filter, the chosen runs side by side,
 and the owner's names and tags for them.
 
 Pages: `experiments` (the list, its filter form, a checkbox per run and Compare), `experiments/compare?runs=...` (the

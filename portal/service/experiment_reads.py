@@ -10,6 +10,7 @@ else's is "not found" (JobNotFound: a 404), as any job of theirs is; names and t
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 AnyJob = Job | UnreadableJob
 LABELS_FILE = "portal/run-labels.sqlite3"  # under the state directory
+log = logging.getLogger("portal.service")
 
 
 class ExperimentReads:
@@ -101,6 +103,7 @@ class ExperimentReads:
         not theirs); InputError naming `name` or `tags`, LabelsNotSaved (a 503) when the store cannot be written."""
         job = self._job_for(user, wanted, ())
         kept = self.run_labels.set(user.name, RunLabels.key(job.id, job.submitted_at, wanted.task), name, tags)
+        log.info("label of run %s by %s: name %r, tags %s", wanted, user.name, kept["name"], kept["tags"])
         return {"run": str(wanted), **kept}
 
     def _job_for(self, user: HubUser, wanted: RunId, everyone: Sequence[HubUser]) -> Job:

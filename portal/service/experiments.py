@@ -1,4 +1,4 @@
-"""The experiments page's runs (issue 52, item 1): a single job, or one trial of a sweep, on any scheduler, of any
+"""The experiments page's runs: a single job, or one trial of a sweep, on any scheduler, of any
 training program, with what the jobs list and a sweep's page already know of it.
 
 Pure: a job's row (portal.service.summary.job_summary) and its sweep's view (portal.service.sweep_page) in, runs out;

@@ -1,4 +1,4 @@
-"""Runs' names and tags, set by their owners on the experiments page or through the API (issue 52, item 1).
+"""Runs' names and tags, set by their owners on the experiments page or through the API.
 
 Kept by the dashboard itself, in a small SQLite file of its own (`<state_dir>/portal/run-labels.sqlite3`): it
 cannot write into the users' homes on every scheduler (a Kubernetes user's home is a volume of their pods), and a

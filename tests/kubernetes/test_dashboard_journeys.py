@@ -426,6 +426,13 @@ def test_alice_compares_a_sweeps_trials_with_two_jobs_and_bob_cannot_open_them(b
     curves = re.findall(r'<svg class="curves".*?</svg>', text, re.S)
     assert curves and all('class="x-title"' in c for c in curves), text[-3000:]
     assert api(clients["bob"], "GET", f"experiments/compare?runs={runs}").status_code == 404
+    # She names and tags a run (kept by the dashboard, on both boxes); bob cannot.
+    label = {"run": compared["first"], "name": "batch 8 baseline", "tags": ["baseline"]}
+    named = api(clients["alice"], "POST", "experiments/label", json=label)
+    assert named.status_code == 200 and named.json()["tags"] == ["baseline"], named.text[-2000:]
+    tagged = api(clients["alice"], "GET", "experiments?tag=baseline").json()["runs"]
+    assert [(r["run"], r["label"]) for r in tagged] == [(compared["first"], "batch 8 baseline")], tagged
+    assert api(clients["bob"], "POST", "experiments/label", json={**label, "name": "mine"}).status_code == 404
     assert runs.split(",")[0] not in {r["run"] for r in api(clients["bob"], "GET", "experiments").json()["runs"]}
     page(box, browser(box.hub, "bob"), f"experiments/compare?runs={runs}", status=404)
     problems = every_variant(box, "experiments", "experiments", artifacts)
