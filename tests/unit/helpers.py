@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -305,6 +306,32 @@ def squeue_free(argv):
 async def identify_from_test_header(handler):
     """Stands in for the hub's OAuth (PortalHandler.identify): the user the X-Test-User header names."""
     return handler.get_current_user()
+
+
+class TestHeaderUser:
+    """For a unit test's dashboard app (a mixin before AsyncHTTPTestCase): a temporary directory (`tmp_dir`), and
+    handlers that take their user from the X-Test-User header (none without it), skip the XSRF check (a test of it puts
+    back `real_xsrf_check`) and send a login to /hub/login; undone in tearDown."""
+
+    def setUp(self):
+        from portal.service.base import PortalHandler
+
+        self.tmp_dir = tempfile.mkdtemp()
+        self._saved = PortalHandler.get_current_user, PortalHandler.identify, PortalHandler.check_xsrf_cookie
+        self.real_xsrf_check = PortalHandler.check_xsrf_cookie
+        PortalHandler.get_current_user = lambda handler: (
+            {"name": handler.request.headers["X-Test-User"]} if "X-Test-User" in handler.request.headers else None)
+        PortalHandler.identify = identify_from_test_header
+        PortalHandler.check_xsrf_cookie = lambda handler: None
+        PortalHandler.get_login_url = lambda handler: "/hub/login"
+        super().setUp()
+
+    def tearDown(self):
+        from portal.service.base import PortalHandler
+
+        PortalHandler.get_current_user, PortalHandler.identify, PortalHandler.check_xsrf_cookie = self._saved
+        del PortalHandler.get_login_url
+        super().tearDown()
 
 
 class CountingAPI(FakeJobsAPI):

@@ -19,9 +19,8 @@ from portal.records.spec import JobSpec
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.api import cluster_answer
 from portal.service.app import ACTION_WORKERS, make_app
-from portal.service.base import PortalHandler
 from portal.service.board import JobBoard
-from tests.unit.helpers import FakeDirectory, FakeJobsAPI, identify_from_test_header, squeue_free
+from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free
 
 COUNTERS = ("squeue_calls", "scontrol_calls", "user_slurm_calls", "runuser_calls", "hub_calls")
 
@@ -33,7 +32,7 @@ def test_the_cluster_answer_adds_the_counters_for_an_admin_only():
     assert view == {"gpus": 4, "refresh_s": 2.0}  # the view itself is left as it was
 
 
-class DashboardTest(AsyncHTTPTestCase):
+class DashboardTest(TestHeaderUser, AsyncHTTPTestCase):
     """Requests name their user in X-Test-User, standing in for the hub's OAuth (tested in integration)."""
 
     def get_app(self):
@@ -47,24 +46,6 @@ class DashboardTest(AsyncHTTPTestCase):
         (notebooks / "01-explore.ipynb").write_text("{}")
         return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=self.cluster, board=board,
                         directory=FakeDirectory(), notebooks_dir=notebooks)
-
-    def setUp(self):
-        import tempfile
-        self.tmp_dir = tempfile.mkdtemp()
-        self._identity = PortalHandler.get_current_user, PortalHandler.identify
-        self._xsrf = PortalHandler.check_xsrf_cookie
-        PortalHandler.get_current_user = lambda handler: (
-            {"name": handler.request.headers["X-Test-User"]} if "X-Test-User" in handler.request.headers else None)
-        PortalHandler.identify = identify_from_test_header
-        PortalHandler.check_xsrf_cookie = lambda handler: None
-        PortalHandler.get_login_url = lambda handler: "/hub/login"
-        super().setUp()
-
-    def tearDown(self):
-        PortalHandler.get_current_user, PortalHandler.identify = self._identity
-        PortalHandler.check_xsrf_cookie = self._xsrf
-        del PortalHandler.get_login_url
-        super().tearDown()
 
     def call(self, method, path, user="alice", body=None):
         headers = {"X-Test-User": user} if user else {}

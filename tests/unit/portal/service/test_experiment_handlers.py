@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
@@ -23,7 +22,7 @@ from portal.service.board import JobBoard
 from portal.service.run_labels import RunLabels
 from tests import special_files
 from tests.cards import a_card
-from tests.unit.helpers import FakeDirectory, FakeJobsAPI, identify_from_test_header, squeue_free
+from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free
 
 SWEEP = {"space": {"lr": {"low": 1e-8, "high": 1e-2, "log": True}}, "trials": 3}
 
@@ -36,7 +35,7 @@ def epochs_file(directory: Path, *lines: tuple[int, float, float]) -> None:
         for e, mean, loss in lines))
 
 
-class ExperimentsTest(AsyncHTTPTestCase):
+class ExperimentsTest(TestHeaderUser, AsyncHTTPTestCase):
     def get_app(self):
         self.tmp = Path(self.tmp_dir)
         self.api = FakeJobsAPI(self.tmp)
@@ -56,21 +55,6 @@ class ExperimentsTest(AsyncHTTPTestCase):
         (Path(second.job_dir) / "checkpoints" / CARD_FILE).write_text(json.dumps(card))
         return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=self.board.cluster,
                         board=self.board, directory=FakeDirectory(), notebooks_dir=self.tmp)
-
-    def setUp(self):
-        self.tmp_dir = tempfile.mkdtemp()
-        self._saved = PortalHandler.get_current_user, PortalHandler.identify, PortalHandler.check_xsrf_cookie
-        PortalHandler.get_current_user = lambda handler: (
-            {"name": handler.request.headers["X-Test-User"]} if "X-Test-User" in handler.request.headers else None)
-        PortalHandler.identify = identify_from_test_header
-        PortalHandler.check_xsrf_cookie = lambda handler: None
-        PortalHandler.get_login_url = lambda handler: "/hub/login"
-        super().setUp()
-
-    def tearDown(self):
-        PortalHandler.get_current_user, PortalHandler.identify, PortalHandler.check_xsrf_cookie = self._saved
-        del PortalHandler.get_login_url
-        super().tearDown()
 
     def call(self, path, user="alice", method="GET", body=None, headers=None):
         return self.fetch(f"/services/portal/{path}", method=method, follow_redirects=False, body=body,
@@ -140,7 +124,7 @@ class ExperimentsTest(AsyncHTTPTestCase):
         run = next(r for r in self.answer("api/experiments?tag=lr-study")["runs"])
         assert (run["run"], run["name"], run["tags"], run["label"]) == ("50:1", "tiny lr", ["lr-study"], "tiny lr")
         assert [r["run"] for r in self.answer("api/experiments?q=TINY")["runs"]] == ["50:1"]
-        PortalHandler.check_xsrf_cookie = self._saved[2]  # the page's form: refused without its _xsrf
+        PortalHandler.check_xsrf_cookie = self.real_xsrf_check  # the page's form: refused without its _xsrf
         refused = self.call("experiments/label", method="POST", body="run=42&name=x")
         assert refused.code == 403 and b"_xsrf" in refused.body
         page = self.call("experiments")  # the form's token, and the cookie it belongs to
