@@ -67,7 +67,8 @@ def wall_time(run: Run) -> dict[str, Any]:
         spent = [entry.get("seconds") for entry in run.epochs.values()]
         known = [s for s in spent if isinstance(s, int | float) and not isinstance(s, bool) and s >= 0]
         if known and len(known) == len(spent):
-            seconds, how = float(sum(known)), f"the sum of its {len(known)} epochs' times"
+            seconds, how = float(sum(known)), ("its one epoch's time" if len(known) == 1 else
+                                               f"the sum of its {len(known)} epochs' times")
     if seconds is None:
         why = run.epochs_problem or ("not started yet" if run.state == "PENDING" else
                                      NO_EPOCHS if not run.epochs else "its epochs' times are not recorded")

@@ -106,7 +106,8 @@ def test_wall_time_and_gpu_hours_from_a_trials_times_or_the_epochs_and_else_why_
     assert wall_time(run(started_at=0.0, ended_at=1800.0)) | {"note": ""} == {
         "seconds": 1800.0, "text": "30:00", "gpu_hours": 1.0, "note": ""}
     summed = wall_time(run(epochs=[epoch(1, 0.5, 0.4, seconds=900.0), epoch(2, 0.6, 0.3, seconds=900.0)]))
-    assert summed["gpu_hours"] == 1.0 and "2 epochs" in summed["note"]
+    assert summed["gpu_hours"] == 1.0 and summed["note"] == "the sum of its 2 epochs' times"
+    assert wall_time(run(epochs=[epoch(1, 0.5, 0.4, seconds=8.0)]))["note"] == "its one epoch's time"
     assert wall_time(run())["note"] == "not known: no epoch recorded yet"
     assert wall_time(dataclasses.replace(run(), state="PENDING"))["note"] == "not known: not started yet"
 
