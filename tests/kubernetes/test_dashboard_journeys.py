@@ -366,23 +366,24 @@ def compared(box, clients, api, made) -> dict:
     """What alice compares: a sweep of two one-epoch trials side by side and two single one-epoch jobs at two batch
     sizes, submitted together and run to their end. The sweep's page is looked at once it is submitted.
 
-    The sweep goes first: its two parallel trials must fit what is left of her GPU quota when it is submitted (a
-    single job may wait for GPUs), and a job an earlier test cancelled may still hold one (Slurm's COMPLETING, a
-    pod still terminating): it is submitted again until her quota has room."""
-    def sweep_accepted() -> str | None:
-        response = api(clients["alice"], "POST", "jobs", json={**TINY, "sweep": SWEEP})
-        if response.status_code == 400 and response.json().get("field") == "sweep.parallel":
-            return None  # "2 is out of range; allowed: 1 (... you use 3 of your 4 GPUs)": asked again
-        assert response.status_code == 201, response.text
-        return response.json()["id"]
-    ids = {"sweep": wait_for(sweep_accepted, CANCEL_WAIT_S, interval=3,
-                             what="room in alice's GPU quota for the sweep's two trials at once")}
-    made.append(ids["sweep"])
+    Together they take all 4 GPUs of her quota, and a job an earlier test of the module made may still hold some
+    (a cancelled one until its scheduler has ended it: Slurm's COMPLETING, a pod still terminating; one that ended
+    until its scheduler lets go). The portal refuses what does not fit what is left ("gpus_per_node: you use 4 of
+    your 4 GPUs ..."; "sweep.parallel: 2 is out of range ..."), so each is submitted again until it fits."""
+    def submitted(request: dict) -> str:
+        def accepted() -> str | None:
+            response = api(clients["alice"], "POST", "jobs", json=request)
+            if response.status_code == 400 and "GPUs" in response.json().get("error", "") and \
+                    response.json().get("field") in ("gpus_per_node", "sweep.parallel"):
+                return None  # her quota is full for now: asked again
+            assert response.status_code == 201, response.text
+            return response.json()["id"]
+        job_id = wait_for(accepted, JOB_WAIT_S, interval=3, what=f"room in alice's GPU quota for {request}")
+        made.append(job_id)
+        return job_id
+    ids = {"sweep": submitted({**TINY, "sweep": SWEEP})}
     for name, batch_size in (("first", 8), ("second", 4)):
-        response = api(clients["alice"], "POST", "jobs", json={**TINY, "batch_size": batch_size})
-        assert response.status_code == 201, response.text
-        ids[name] = response.json()["id"]
-        made.append(ids[name])
+        ids[name] = submitted({**TINY, "batch_size": batch_size})
     shown = page(box, browser(box.hub, "alice"), f"jobs/{ids['sweep']}").text
     assert 'id="sweep-trials"' in shown and 'data-task="0"' in shown and 'data-task="1"' in shown, shown[-3000:]
     assert "Sweep: 2 trials, at most 2 at once" in shown
