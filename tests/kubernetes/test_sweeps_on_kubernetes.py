@@ -12,6 +12,7 @@ learn and task 2 does not (bench.sweep.seed_for): pods claim the lowest free tas
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -100,7 +101,11 @@ def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resum
             job.cancel()
 
     log = job.logs(task=task)
-    assert f"sweep task {task} is trial {number}" in log and "epochs done, continuing with epoch" in log, log[-3000:]
+    # On failure, the lines that say how each pod took the task up (the log's end alone showed only the last run).
+    starts = "\n".join(line for line in log.splitlines()
+                       if re.search(r"sweep task|takes it over|resum|holder|starting fresh", line))
+    assert f"sweep task {task} is trial {number}" in log and "epochs done, continuing with epoch" in log, \
+        f"{starts[-3000:]}\n...\n{log[-2000:]}"
     view = job.sweep()
     resumed = view.rows[task]
     assert resumed.number == number and resumed.state in ("COMPLETED", "PRUNED"), resumed
