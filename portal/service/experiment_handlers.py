@@ -16,7 +16,7 @@ from typing import Any
 
 from tornado.web import RequestHandler
 
-from portal.inputs import InputError, check_fields, decode_form, read_json_object
+from portal.inputs import InputError, check_fields, decode_form, form_values, read_json_object
 from portal.service.base import APIHandler, PageHandler, PortalHandler
 from portal.service.comparison import compare
 from portal.service.experiment_filters import ARGUMENTS, matches, parse_filter
@@ -117,11 +117,8 @@ class LabelPageHandler(PageHandler):
     """The list's name-and-tags form (with _xsrf), then the list again."""
 
     async def post(self) -> None:
-        given = decode_form(self.request.body_arguments, LABEL_FIELDS, "label", cap=400)
-        for name, values in given.items():
-            if len(values) > 1:
-                raise InputError(name, f"sent {len(values)} times; allowed: once")
-        wanted = one_run(given["run"][0] if given.get("run") else None)
-        await self.acting(self.board.label_run, self.hub_user, wanted, (given.get("name") or [""])[0],
-                          (given.get("tags") or [""])[0])
+        given = form_values(decode_form(self.request.body_arguments, LABEL_FIELDS, "label", cap=400), LABEL_FIELDS,
+                            "label")
+        await self.acting(self.board.label_run, self.hub_user, one_run(given.get("run")), given.get("name", ""),
+                          given.get("tags", ""))
         self.redirect(f"{self.settings['service_prefix']}experiments")

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
-from portal.metrics import RunMetrics
+from portal.metrics import RunMetrics, record_lines
 from portal.records.limits import JobLimits
 from portal.records.record import CANCELLED, PENDING, JobRecord
 from portal.records.spec import JobSpec, JobSpecError
@@ -374,8 +374,6 @@ class KubernetesScheduler:
 
     def epochs(self, record: JobRecord, user: KubeUser, task: int | None = None) -> tuple[dict[int, dict], str]:
         """The per-epoch record's lines in the launcher's log (a sweep's: its task's pod's), schema-checked."""
-        from portal.metrics import record_lines
-
         if record.sweep is not None and task is None:
             return {}, ""
         return record_lines(self.logs(record, user, None, task)), ""
