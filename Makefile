@@ -45,7 +45,8 @@ down-k8s:
 builds:
 	@deploy/build-for-tests.sh
 
-# Every test, in four steps that all run even when one fails (docs/testing.md), after `make lint`'s checks:
+# Every test, in four steps that all run even when one fails (docs/testing.md), after `make install` and `make builds`
+# side by side (deploy/build-for-tests.sh --install) and `make lint`'s checks:
 # 1. the unit tests on both cores (pytest-xdist);
 # 2. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
 # 3. the suites against the test boxes, the Slurm box's and the Kubernetes box's side by side (pytest-xdist groups,
@@ -55,7 +56,8 @@ builds:
 UNIT_WORKERS ?= 2
 SUITE_WORKERS ?= 3
 SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions
-test: install builds
+test:
+	@deploy/build-for-tests.sh --install
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
 	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
 	$(PY) -m tests.users_boxes snapshot || rc=$$?; \

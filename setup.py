@@ -17,6 +17,9 @@ HUB = [
     "ipywidgets>=8.1",
     "papermill>=2.6",
     "nbclient>=0.10",
+    # MLflow's client (docs/mlflow.md): the dashboard makes each user's MLflow account, rank 0 of a job logs its
+    # run, a notebook queries one's runs. The server (the whole of mlflow) has a venv of its own.
+    "mlflow-skinny==3.17.2",
 ]
 
 TRAIN = [

@@ -8,8 +8,18 @@
 # same 2 cores the suites would use, and a suite that times a server's start or a training run cannot share
 # them with a build, so the builds come first. The two run side by side: the image build spends much of its
 # time waiting on downloads, the Kubernetes and Slurm builds are mostly CPU.
+# With --install (what `make test` runs), `make install` (deploy/local/install.sh) runs beside them too: its pip
+# installs wait on the registry while the builds compile, so a new machine gets both ready in the time of the longer
+# (about 6 minutes less than one after the other). Nothing of the builds needs the venv, and apt-get takes turns
+# (deploy/lib.sh's apt_get).
 # Each writes its log to $LOG_DIR/<name>.log (default tests/artifacts); a failure prints that log's tail.
 set -uo pipefail
+WITH_INSTALL=0
+case ${1:-} in
+    --install) WITH_INSTALL=1 ;;
+    "") ;;
+    *) echo "build-for-tests.sh: unknown argument $1 (--install or nothing)" >&2; exit 2 ;;
+esac
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 LOG_DIR=${LOG_DIR:-$REPO/tests/artifacts}
@@ -27,9 +37,14 @@ start() {  # start NAME COMMAND...
 }
 
 started=$SECONDS
+builds=()
+if ((WITH_INSTALL)); then
+    start install "$REPO/deploy/local/install.sh"
+    builds+=(install)
+fi
 start images "$REPO/docker/build.sh"
 start kubernetes "$REPO/deploy/kubernetes/build-kubernetes.sh"
-builds=(images kubernetes)
+builds+=(images kubernetes)
 for release in ${DSPORTAL_TEST_SLURM_RELEASES:-24.11}; do
     start "slurm-$release" "$REPO/deploy/slurm/build-slurm.sh" "$release"
     builds+=("slurm-$release")

@@ -39,6 +39,8 @@ chmod 755 "$(dirname "$VENV")"
 # distribution, whenever its sources change.
 # The PyTorch program's own environment (install-torch.sh), before the copy below goes into it too.
 "$REPO/deploy/local/install-torch.sh"
+# The MLflow tracking server's environment (install-mlflow.sh): only `mlflow server` runs it.
+"$REPO/deploy/local/install-mlflow.sh"
 inputs=$(cat "$REPO/setup.py" | sha256sum | cut -c1-16)
 if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
     "$REPO/deploy/local/install-package.sh" --with-deps
