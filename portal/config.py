@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from portal.config_checks import check_settings
-from portal.config_values import ConfigError, default_of, read_given
+from portal.config_values import ConfigError, default_of, read_given, said_where
 from portal.quota import GpuHolder, GpuQuota, quota_for
 from portal.registrations import SCHEDULERS, server_schedulers
 
@@ -252,6 +251,13 @@ class PortalConfig:
     k8s_server_egress: tuple[str, ...] = setting((), "Where users' servers may connect besides the hub's API and DNS "
                                                  "(NetworkPolicy): CIDR[:PORT[-PORT]] each, such as the API server's.")
 
+    # MLflow (docs/mlflow.md): each job's rank 0 logs its run as its owner; the dashboard shows each user theirs.
+    mlflow_url: str = setting("box", "The MLflow tracking server (with MLflow's basic-auth app), as jobs and the "
+                              "dashboard reach it: a URL whose path is /services/portal/mlflow (its --static-prefix). "
+                              "box: the box's own; empty: no MLflow, and nothing changes.")
+    mlflow_admin_file: str = setting("", "A file (mode 0600) whose first line is `user:password` of the MLflow "
+                                     "server's admin, who makes each user's account; empty: <state_dir>/mlflow/admin.")
+
     # The dashboard (portal.service): a JupyterHub managed service at /services/portal/ on 127.0.0.1.
     dashboard_port: int = setting(0, "The dashboard's port; 0 means hub_port + 90 (8090 for the demo), so boxes "
                                   "with other hub ports never share it.")
@@ -382,15 +388,9 @@ def load(env: Mapping[str, str] | None = None) -> PortalConfig:
     try:
         cfg = PortalConfig(**values)
     except ConfigError as err:
-        raise ConfigError(_from(str(err), sources)) from None
+        raise ConfigError(said_where(str(err), sources)) from None
     object.__setattr__(cfg, "_sources", MappingProxyType(sources))  # frozen: set once, here
     return cfg
-
-
-def _from(message: str, sources: Mapping[str, str]) -> str:
-    """A check's message, with where the setting it names was set."""
-    name = re.match(r"\w*", message).group()  # every check's message starts with the setting's name
-    return f"{message} (from {sources[name]})" if name in sources else message
 
 
 if __name__ == "__main__":

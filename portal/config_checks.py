@@ -8,6 +8,7 @@ import re
 from email.utils import parseaddr
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from portal.config_values import ConfigError
 from portal.inputs import ascii_digits
@@ -28,6 +29,7 @@ MPI_BINDINGS = ("none", "socket", "core")
 # every user's ~/jobs: a letter first and no '-', so that it is never a job id (portal.records.record.JOB_ID).
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+MLFLOW_PATH = "/services/portal/mlflow"  # the dashboard's route to MLflow (portal.mlflow_accounts.PREFIX)
 
 
 def check_settings(cfg: PortalConfig) -> None:
@@ -59,6 +61,7 @@ def check_settings(cfg: PortalConfig) -> None:
         raise ConfigError(f"{given} is set and {missing} is not; allowed: both (HTTPS) or neither (HTTP)")
     if not 0 <= cfg.dashboard_port <= 65535:
         raise ConfigError(f"dashboard_port is {cfg.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
+    _check_mlflow(cfg.mlflow_url)
     _check_kubernetes(cfg)
     _check_box(cfg)
     _check_places(cfg)
@@ -67,6 +70,17 @@ def check_settings(cfg: PortalConfig) -> None:
                  "directory_failure_window_s"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 1 or more")
+
+
+def _check_mlflow(url: str) -> None:
+    """mlflow_url: empty, box, or an http(s) URL of a server whose --static-prefix is the dashboard's route."""
+    if url in ("", "box"):
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
+            or parts.path.rstrip("/") != MLFLOW_PATH or any(c.isspace() for c in url):
+        raise ConfigError(f"mlflow_url is {url!r}; allowed: empty (no MLflow), box, or http(s)://host:port"
+                          f"{MLFLOW_PATH} (the server's --static-prefix)")
 
 
 def _check_kubernetes(cfg: PortalConfig) -> None:

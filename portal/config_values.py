@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import re
 import warnings
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -202,3 +203,9 @@ def read_given(env: Mapping[str, str], fields: Mapping[str, dataclasses.Field]) 
                               f"set only {new}")
     return values, sources
 
+
+
+def said_where(message: str, sources: Mapping[str, str]) -> str:
+    """A check's message, with where the setting it names was set."""
+    name = re.match(r"\w*", message).group()  # every check's message starts with the setting's name
+    return f"{message} (from {sources[name]})" if name in sources else message
