@@ -13,11 +13,15 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from chexnet import tblog
 from chexnet.callbacks import EPOCH_TAGS, say
+
+if TYPE_CHECKING:
+    from chexnet.tracking import RunTracker
 
 
 def restore_or_start(model: tf.keras.Model, checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager,
@@ -69,9 +73,10 @@ class EpochLog:
     """Rank 0's per-epoch TensorBoard scalars, each (tag, epoch) written once across kills and resumes.
 
     `record` appends an epoch to `<checkpoint-dir>/epochs.jsonl` (before its checkpoint is saved), `publish`
-    writes it to TensorBoard (after), `catch_up` writes what a kill between the two left out. Every write skips
-    what `logged` (the logdir's event files, read when resuming) already holds. The writer is made on first use,
-    so a resumed run with nothing to train and nothing to catch up adds no event file.
+    writes it to TensorBoard and, with a `tracker`, to MLflow (after), `catch_up` writes to TensorBoard what a kill
+    between the two left out (the tracker catches MLflow up itself: chexnet.tracking). Every write skips what
+    `logged` (the logdir's event files, read when resuming) already holds. The writer is made on first use, so a
+    resumed run with nothing to train and nothing to catch up adds no event file.
     """
 
     def __init__(self, logdir: Path, record_path: Path, logged: tblog.LoggedSteps) -> None:
@@ -80,6 +85,7 @@ class EpochLog:
         self.logged = logged
         self._writer: tf.summary.SummaryWriter | None = None
         self._since = time.monotonic()  # an epoch's wall time: from the last record (or the start) to this one
+        self.tracker: RunTracker | None = None  # rank 0's MLflow run, when the job has one
 
     @property
     def writer(self) -> tf.summary.SummaryWriter:
@@ -105,7 +111,13 @@ class EpochLog:
         return entry
 
     def publish(self, entry: tblog.EpochScalars) -> int:
-        """Writes the epoch's scalars that the logdir lacks, then flushes; returns how many it wrote."""
+        """After the epoch's checkpoint: its scalars to MLflow, and those the logdir lacks to TensorBoard (flushed);
+        returns how many it wrote to TensorBoard."""
+        if self.tracker is not None:
+            self.tracker.epoch(entry)
+        return self._write(entry)
+
+    def _write(self, entry: tblog.EpochScalars) -> int:
         tags = tblog.missing_tags(entry, self.logged)
         with self.writer.as_default():
             for tag in tags:
@@ -119,7 +131,7 @@ class EpochLog:
         entries = tblog.epochs_to_rewrite(tblog.read_record(self.record_path), self.logged, checkpoint_epoch,
                                           tblog.logdir_key(self.logdir))
         for entry in entries:
-            self.publish(entry)
+            self._write(entry)
             say(f"wrote epoch {entry.epoch} to TensorBoard from the checkpoint's record (the run before was "
                 "stopped between saving and logging it)")
         return [entry.epoch for entry in entries]

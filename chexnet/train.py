@@ -5,7 +5,8 @@ whichever launched it. Exit codes: 0 done, 2 bad arguments or data (one line on 
 3 the loss became NaN (training stops on every rank; the last good checkpoint is kept).
 
 Killed and re-run with `--resume` (Slurm's `--requeue` after a node died), it continues from the latest checkpoint
-and TensorBoard still holds every epoch once (`chexnet.resume`). The switches for tests (`--weights-digest-dir`,
+and TensorBoard still holds every epoch once (`chexnet.resume`). Where the job has an MLflow run, rank 0 logs it
+there too, continuing the same run after a requeue (`chexnet.tracking`). The switches for tests (`--weights-digest-dir`,
 the NaN injection) live in `chexnet.testing`; the command line in `chexnet.train_args`.
 """
 
@@ -79,7 +80,7 @@ def run(cfg: TrainConfig) -> int:
     import tensorflow as tf
 
     from chexnet import callbacks as cb
-    from chexnet import resume, testing
+    from chexnet import resume, testing, tracking
     from chexnet.data.chestxray14 import DataError
     from chexnet.data.datasets import skip_counters, train_labels
     from chexnet.data.integrity import unreadable_message
@@ -124,6 +125,7 @@ def run(cfg: TrainConfig) -> int:
     # re-run with nothing left to train, and must still write the epoch.
     epoch_log = resume.epoch_log(cfg.logdir, cfg.checkpoint_dir, start_epoch, resume=cfg.resume) if chief else None
     reporter = _sweep_reporter(cfg, start_epoch) if chief else None
+    tracker = _tracker(cfg, hvd.size(), start_epoch) if chief else None
     if start_epoch >= cfg.epochs:
         if epoch_log is not None:
             cb.say(f"the checkpoint has finished {start_epoch} epochs, --epochs is {cfg.epochs}: nothing to do")
@@ -134,9 +136,14 @@ def run(cfg: TrainConfig) -> int:
                 _write_model_card(cfg, hvd.size(), source, manager.latest_checkpoint, start_epoch, last)
             if reporter is not None:
                 reporter.complete(last.get(cb.TAG_AUROC_MEAN))
+            if tracker is not None:
+                tracker.card(cfg.checkpoint_dir / CARD_FILE)
+                tracker.finish(tracking.FINISHED)
         return 0
 
     writer = epoch_log.writer if epoch_log is not None else None
+    if epoch_log is not None:
+        epoch_log.tracker = tracker  # each epoch to MLflow after its checkpoint, as to TensorBoard
     if writer is not None:
         cb.write_layout(writer)
         cb.write_hparams(writer, _hparams(cfg, hvd.size()), trial_id=_run_name(cfg.logdir))
@@ -152,16 +159,20 @@ def run(cfg: TrainConfig) -> int:
     if pruning is not None:
         callbacks.append(pruning)  # last: the epoch is checkpointed and logged before the trial may stop
     hooks = testing.hooks_for(hvd.rank(), cfg.weights_digest_dir)
-    try:
-        model.fit(hooks.feed(train_ds), epochs=cfg.epochs, initial_epoch=start_epoch,
-                  steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=_keras_verbosity(cfg.progress, chief))
-    except tf.errors.InvalidArgumentError as error:  # a stream with nothing readable (chexnet.data.integrity)
-        skipped.failure = unreadable_message(error, skip_counters("train"))
-        if skipped.failure is None:
-            raise
+    with tracking.failing(tracker):  # an exception out of the training ends the MLflow run FAILED
+        try:
+            model.fit(hooks.feed(train_ds), epochs=cfg.epochs, initial_epoch=start_epoch,
+                      steps_per_epoch=steps_per_epoch, callbacks=callbacks,
+                      verbose=_keras_verbosity(cfg.progress, chief))
+        except tf.errors.InvalidArgumentError as error:  # a stream with nothing readable (chexnet.data.integrity)
+            skipped.failure = unreadable_message(error, skip_counters("train"))
+            if skipped.failure is None:
+                raise
     if epoch_log is not None:
         epoch_log.close()
     _report_skipped(chief)
+    if tracker is not None and (skipped.failure is not None or guard.tripped):
+        tracker.finish(tracking.FAILED)
     if skipped.failure is not None:  # every rank that met it says so: it may be a rank other than 0 alone
         print(f"{PROG}: error: rank {hvd.rank()}: {skipped.failure}", file=sys.stderr, flush=True)
         return EXIT_USAGE
@@ -176,6 +187,9 @@ def run(cfg: TrainConfig) -> int:
         validation = next(c for c in callbacks if isinstance(c, cb.WholeSetValidation))
         last = validation.history[-1] if validation.history else {}
         _write_model_card(cfg, hvd.size(), source, manager.latest_checkpoint, int(epoch_done.numpy()), last)
+        if tracker is not None:
+            tracker.card(cfg.checkpoint_dir / CARD_FILE)
+            tracker.finish(tracking.FINISHED, pruned_at=pruning.pruned_at if pruning is not None else None)
         if reporter is not None and pruning is not None and pruning.pruned_at is not None:
             reporter.pruned(pruning.pruned_at)
         elif reporter is not None:
@@ -188,6 +202,16 @@ def _run_name(logdir: Path) -> str:
     from chexnet import tblog
 
     return tblog.run_name(logdir)
+
+
+def _tracker(cfg: TrainConfig, workers: int, start_epoch: int):
+    """Rank 0's MLflow run (chexnet.tracking.RunTracker), continued after a requeue; None without MLflow."""
+    from chexnet.callbacks import say
+    from chexnet.tracking import RunTracker
+
+    params = {"program": "chexnet", **_hparams(cfg, workers), "epochs": cfg.epochs, "seed": cfg.seed}
+    return RunTracker.start(params, say, epochs_done=start_epoch, checkpoint_dir=cfg.checkpoint_dir,
+                            logdir=cfg.logdir)
 
 
 def _recorded(cfg: TrainConfig) -> dict[int, dict[str, float | None]]:

@@ -2,13 +2,15 @@
 by torch's writer and tensorboard's hparams plugin: the custom-scalars layout and the HPARAMS experiment, so both
 programs' runs chart and compare alike. Each (tag, epoch) once across kills: the epoch's scalars go to the
 per-epoch record (chexnet.tblog) before its checkpoint and to TensorBoard after; a resumed run writes, from the
-record, what a kill between the two left out, and no throughput point at or below the last step the logdir holds."""
+record, what a kill between the two left out, and no throughput point at or below the last step the logdir holds.
+A published epoch also goes to the job's MLflow run when it has one (`tracker`, chexnet.tracking)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tensorboard.plugins.hparams import summary_v2 as hp
 from torch.utils.tensorboard import SummaryWriter
@@ -16,6 +18,9 @@ from torch.utils.tensorboard import SummaryWriter
 from chexnet import tblog
 from chexnet.reference import MODELS
 from chexnet.tags import AUROC_TAG_PREFIX, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_THROUGHPUT
+
+if TYPE_CHECKING:
+    from chexnet.tracking import RunTracker
 
 
 class Board:
@@ -27,6 +32,7 @@ class Board:
         if not resume:
             tblog.reset_record(record)  # a fresh start: the record describes checkpoints that will be replaced
         self._writer: SummaryWriter | None = None
+        self.tracker: RunTracker | None = None  # rank 0's MLflow run, when the job has one (chexnet.tracking)
 
     @property
     def writer(self) -> SummaryWriter:
@@ -64,7 +70,12 @@ class Board:
         entry.print_line()
 
     def publish(self, entry: tblog.EpochScalars) -> None:
-        """After the checkpoint: the epoch's scalars the logdir lacks."""
+        """After the checkpoint: the epoch's scalars to MLflow, and those the logdir lacks to TensorBoard."""
+        if self.tracker is not None:
+            self.tracker.epoch(entry)
+        self._write(entry)
+
+    def _write(self, entry: tblog.EpochScalars) -> None:
         for tag in tblog.missing_tags(entry, self.logged):
             self.writer.add_scalar(tag, entry.scalars[tag], entry.epoch)
             self.logged.add(tag, entry.epoch)
@@ -75,7 +86,7 @@ class Board:
         entries = tblog.epochs_to_rewrite(tblog.read_record(self.record_file), self.logged, checkpoint_epoch,
                                           tblog.logdir_key(self.logdir))
         for entry in entries:
-            self.publish(entry)
+            self._write(entry)  # MLflow's own catch-up is the tracker's (chexnet.tracking)
         return len(entries)
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """CheXNet in PyTorch: `python -m chexnet_torch.train --data-dir D --logdir L --checkpoint-dir C ...`, alone or
 under `torchrun` (one process per GPU, or one per node on CPUs), DistributedDataParallel over gloo on CPUs and
 NCCL on GPUs. What it writes is chexnet.train's: TensorBoard's tags, the per-epoch record (chexnet.tblog), the
-model card (chexnet.model_card); a sweep's trial reports to its study (chexnet.sweep) and may be pruned.
+model card (chexnet.model_card), the job's MLflow run when it has one (chexnet.tracking); a sweep's trial reports
+to its study (chexnet.sweep) and may be pruned.
 
 Exact resume: each epoch's checkpoint (`ckpt-<epoch>.pt`, written whole then renamed) holds the model, the
 optimizer, the learning-rate schedule, the global step and every random state (torch, CUDA, numpy, Python); the
@@ -15,6 +16,7 @@ import os
 import socket
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -22,7 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from chexnet import model_card, tblog
+from chexnet import model_card, tblog, tracking
 from chexnet.cli import EXIT_USAGE, UsageError
 from chexnet.cpus import usable_cores
 from chexnet.data.chestxray14 import DataError
@@ -129,7 +131,11 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
             f"--resume: no checkpoint in {cfg.checkpoint_dir}, starting fresh at epoch 1")
     board = Board(cfg.logdir, tblog.record_path(cfg.checkpoint_dir), resume=cfg.resume) if chief else None
     reporter = sweep_reporter(cfg, start_epoch) if chief else None
+    tracker = tracking.RunTracker.start({**hparams(cfg, size), "epochs": cfg.epochs, "seed": cfg.seed}, say,
+                                        epochs_done=start_epoch, checkpoint_dir=cfg.checkpoint_dir,
+                                        logdir=cfg.logdir) if chief else None
     if board is not None:
+        board.tracker = tracker  # each epoch to MLflow after its checkpoint, as to TensorBoard
         board.start(hparams(cfg, size), trial_id=tblog.run_name(cfg.logdir))
         if start_epoch and (written := board.catch_up(start_epoch)):
             tell(f"wrote {written} epoch(s) to TensorBoard from the checkpoint's record")
@@ -141,37 +147,44 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
             f"{optimizer.param_groups[0]['lr']:.3g} (--lr {cfg.lr:g} x {size} processes, then plateau cuts)")
     last: dict[str, float | None] = {}
     pruned_at = None
-    for epoch in range(start_epoch + 1, cfg.epochs + 1):
-        started = time.perf_counter()
-        sampler.set_epoch(epoch)
-        train_loss, images_per_sec, step = train_epoch(ddp, train_loader, optimizer, warmup, loss_fn, precision,
-                                                       device, board, step, cfg.batch_size * size)
-        if not np.isfinite(train_loss):
-            if chief:
-                print(f"{PROG}: error: the training loss became NaN in epoch {epoch}; stopped on all workers. "
-                      f"Checkpoints in {cfg.checkpoint_dir} are from before it. Lower --lr or check the data.",
-                      file=sys.stderr, flush=True)
-            return EXIT_NAN
-        lr = optimizer.param_groups[0]["lr"]
-        last = validate(ddp, val_loader, loss_fn, precision, device, len(val_set))
-        last[TAG_LOSS_TRAIN], last[TAG_LR] = train_loss, lr
-        plateau.step(last[TAG_LOSS_VAL])
-        if board is not None:
-            entry = tblog.EpochScalars(epoch, {tag: last.get(tag) for tag in epoch_tags()},
-                                       tblog.logdir_key(cfg.logdir), images_per_sec=images_per_sec,
-                                       checkpoint=checkpoints.name(epoch),
-                                       seconds=round(time.perf_counter() - started, 3), program=NAME)
-            board.record(entry)  # before the checkpoint (chexnet.tblog)
-            checkpoints.save(state, epoch, step)
-            board.publish(entry)
-        tell(f"epoch {epoch}/{cfg.epochs}: loss/train={train_loss:.4f} loss/val={last[TAG_LOSS_VAL]:.4f} "
-            f"auroc/mean={fmt(last.get(TAG_AUROC_MEAN))} images/sec={images_per_sec:.1f} lr={lr:.3g}")
-        if pruned(reporter, epoch, last.get(TAG_AUROC_MEAN)):
-            pruned_at = epoch
-            break
+    with tracking.failing(tracker):  # an exception out of the training ends the MLflow run FAILED
+        for epoch in range(start_epoch + 1, cfg.epochs + 1):
+            started = time.perf_counter()
+            sampler.set_epoch(epoch)
+            train_loss, images_per_sec, step = train_epoch(ddp, train_loader, optimizer, warmup, loss_fn, precision,
+                                                           device, board, step, cfg.batch_size * size)
+            if not np.isfinite(train_loss):
+                if chief:
+                    print(f"{PROG}: error: the training loss became NaN in epoch {epoch}; stopped on all workers. "
+                          f"Checkpoints in {cfg.checkpoint_dir} are from before it. Lower --lr or check the data.",
+                          file=sys.stderr, flush=True)
+                if tracker is not None:
+                    tracker.finish(tracking.FAILED)
+                return EXIT_NAN
+            lr = optimizer.param_groups[0]["lr"]
+            last = validate(ddp, val_loader, loss_fn, precision, device, len(val_set))
+            last[TAG_LOSS_TRAIN], last[TAG_LR] = train_loss, lr
+            plateau.step(last[TAG_LOSS_VAL])
+            if board is not None:
+                entry = tblog.EpochScalars(epoch, {tag: last.get(tag) for tag in epoch_tags()},
+                                           tblog.logdir_key(cfg.logdir), images_per_sec=images_per_sec,
+                                           checkpoint=checkpoints.name(epoch),
+                                           seconds=round(time.perf_counter() - started, 3), program=NAME)
+                board.record(entry)  # before the checkpoint (chexnet.tblog)
+                checkpoints.save(state, epoch, step)
+                board.publish(entry)
+            tell(f"epoch {epoch}/{cfg.epochs}: loss/train={train_loss:.4f} loss/val={last[TAG_LOSS_VAL]:.4f} "
+                f"auroc/mean={fmt(last.get(TAG_AUROC_MEAN))} images/sec={images_per_sec:.1f} lr={lr:.3g}")
+            if pruned(reporter, epoch, last.get(TAG_AUROC_MEAN)):
+                pruned_at = epoch
+                break
     if board is not None:
         board.close()
-        write_card(cfg, size, source, checkpoints, last)
+        card = write_card(cfg, size, source, checkpoints, last)
+        if tracker is not None and card is not None:
+            tracker.card(card)
+        if tracker is not None:
+            tracker.finish(tracking.FINISHED, pruned_at=pruned_at)
         if reporter is not None and pruned_at is not None:
             reporter.pruned(pruned_at)
             tell(f"sweep: pruned at epoch {pruned_at} by the {reporter.plan.pruner} pruner")
@@ -278,8 +291,9 @@ def pruned(reporter, epoch: int, value: float | None) -> bool:
     return stop
 
 
-def write_card(cfg: TorchConfig, size: int, source, checkpoints: Checkpoints, last: dict) -> None:
-    """model_card.json beside the checkpoints (chexnet.model_card), with torch's versions in its environment."""
+def write_card(cfg: TorchConfig, size: int, source, checkpoints: Checkpoints, last: dict) -> Path | None:
+    """model_card.json beside the checkpoints (chexnet.model_card), with torch's versions in its environment; its
+    path, None when it was not written (said why)."""
     per_class = {name: last.get(f"{AUROC_TAG_PREFIX}{name}") for name in CLASSES}
     latest = checkpoints.latest()
     spec = {**hparams(cfg, size), "epochs": cfg.epochs, "seed": cfg.seed, "warmup_epochs": cfg.warmup_epochs}
@@ -291,8 +305,9 @@ def write_card(cfg: TorchConfig, size: int, source, checkpoints: Checkpoints, la
         path = model_card.write_card(cfg.checkpoint_dir, card)
     except ValueError as err:
         say(f"model card not written: {err}")
-        return
+        return None
     say(f"model card: {path}")
+    return path
 
 
 def torch_versions() -> dict[str, str | None]:

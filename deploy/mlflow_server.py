@@ -3,6 +3,8 @@ runs and its users in SQLite files of the box's, its artifacts (the model cards)
 
     <data_dir>/admin            `dsportal-admin:<password>` (mode 0600): the server's admin, made on its first start;
                                 the portal makes each user's account with it (portal.mlflow_accounts)
+    <data_dir>/secret_key       the key the auth app signs its CSRF tokens with (mode 0600), made on its first start
+                                and kept: MLflow 3 refuses to start its basic-auth app without one
     <data_dir>/basic_auth.ini   the auth app's settings: nobody may read what is not theirs (NO_PERMISSIONS)
     <data_dir>/mlflow.db        runs, parameters, metrics, tags (--backend-store-uri)
     <data_dir>/basic_auth.db    users and their permissions
@@ -26,8 +28,9 @@ from portal.mlflow_accounts import ADMIN_USER, PREFIX
 
 VENV = Path(os.environ.get("DSPORTAL_MLFLOW_VENV", "/opt/dsportal/mlflow-venv"))  # deploy/local/install-mlflow.sh
 READY_TIMEOUT_S = 90.0  # its first start migrates two new databases: about 15 s on 2 busy cores
-# The environment of the server: no telemetry (MLflow's own switch, and the convention its UI honours too).
-QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+# The environment of the server: no telemetry (MLflow's own switch, and the convention its UI honours too), and no
+# job executor (huey workers for GenAI evaluation and trace rollups: processes the portal has no use for).
+QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def admin_file(data_dir: Path) -> Path:
@@ -38,16 +41,26 @@ def auth_config(data_dir: Path) -> Path:
     return data_dir / "basic_auth.ini"
 
 
+def secret_key_file(data_dir: Path) -> Path:
+    return data_dir / "secret_key"
+
+
+def _make_once(path: Path, text: str) -> None:
+    """`text` in a new file of mode 0600; an existing one is kept."""
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+
+
 def prepare(data_dir: Path) -> None:
     """The data dir (root's, mode 0700), the admin's password (made once, kept) and the auth app's settings."""
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
     (data_dir / "artifacts").mkdir(mode=0o700, exist_ok=True)
     admin = admin_file(data_dir)
-    if not admin.exists():
-        fd = os.open(admin, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(f"{ADMIN_USER}:{secrets.token_urlsafe(24)}\n")
+    _make_once(admin, f"{ADMIN_USER}:{secrets.token_urlsafe(24)}\n")
+    _make_once(secret_key_file(data_dir), secrets.token_urlsafe(32) + "\n")
     password = admin.read_text().strip().partition(":")[2]
     # The admin's password is given in the file only for the first start (MLflow ignores it once the admin exists).
     text = (
@@ -81,7 +94,8 @@ def command(data_dir: Path, host: str, port: int, venv: Path = VENV) -> list[str
 def environment(data_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.pop("PYTHONPATH", None)  # the server's own venv, nothing of the checkout's
-    return {**env, **QUIET, "MLFLOW_AUTH_CONFIG_PATH": str(auth_config(data_dir))}
+    return {**env, **QUIET, "MLFLOW_AUTH_CONFIG_PATH": str(auth_config(data_dir)),
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": secret_key_file(data_dir).read_text().strip()}
 
 
 def url(host: str, port: int) -> str:

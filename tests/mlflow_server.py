@@ -4,6 +4,7 @@ builds, on a free loopback port, its files in a temporary directory. One per tes
 (`mlflow_server` fixture, tests/unit/conftest.py); stopped at the session's end.
 
     server = start(tmp_path)     # Server: url (the tracking URI), admin (user, password), data_dir
+    accounts(server, tmp_path)   # the portal's users' accounts on it (portal.mlflow_accounts.Accounts)
     server.stop()
 """
 
@@ -16,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy import mlflow_server
+from deploy.daemons import terminate
+from portal.config import PortalConfig
+from portal.mlflow_accounts import Accounts
 
 LOOPBACK = "127.0.0.1"
 
@@ -29,13 +33,10 @@ class Server:
     log: Path = field(repr=False)
 
     def stop(self) -> None:
+        """The server and its uvicorn worker below it."""
         if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+            terminate(self.process.pid, 10.0, with_descendants=True)
+            self.process.wait(10)
 
 
 def free_port() -> int:
@@ -67,3 +68,13 @@ def start(data_dir: Path, timeout_s: float = mlflow_server.READY_TIMEOUT_S) -> S
                                + log.read_text(errors="replace")[-3000:])
         time.sleep(0.3)
     return server
+
+
+def accounts(server: Server, state_dir: Path) -> Accounts:
+    """The portal's maker of users' accounts on this server, as the hub's: the admin's file and the portal's record
+    of accounts under `state_dir`."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    admin = state_dir / "mlflow-admin"
+    admin.write_text(f"{server.admin[0]}:{server.admin[1]}\n")
+    admin.chmod(0o600)
+    return Accounts(PortalConfig(state_dir=state_dir, mlflow_url=server.url, mlflow_admin_file=str(admin)))

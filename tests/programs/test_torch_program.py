@@ -23,18 +23,11 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from chexnet.schemas import EPOCH_RECORD, check
 from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_THROUGHPUT
 from chexnet.tblog import RECORD_LINE_PREFIX
-from portal.records.programs import registry
 from tests.conftest import REPO
+from tests.programs.helpers import torch_python
 
 IMAGES, SIZE, EPOCHS = 400, 64, 3
 TIMEOUT_S = 300
-
-
-def torch_python() -> Path:
-    """The PyTorch program's interpreter, where the job scripts find it (beside the portal's venv)."""
-    python = Path(registry().get("chexnet-torch").python(Path(sys.prefix)))
-    assert python.exists(), f"{python} is missing: `make install` (deploy/local/install-torch.sh) builds it"
-    return python
 
 
 @pytest.fixture(scope="module")
