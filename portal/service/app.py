@@ -10,9 +10,10 @@ from jupyterhub.utils import url_path_join
 from tornado.web import Application, RequestHandler
 
 from portal.config import PortalConfig
+from portal.mlflow_accounts import Accounts
 from portal.scheduler.registry import job_id_patterns
 from portal.scheduler.snapshot import ClusterCache
-from portal.service import api, experiment_handlers, pages, render
+from portal.service import api, experiment_handlers, mlflow_proxy, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
 from portal.service.board import JobBoard
 from portal.service.fairness import RateLimits, UserShares
@@ -39,7 +40,8 @@ MIN_POLL_S = 5  # an open page asks for its rows or its job's state at most this
 # The most a request body may be before tornado stops reading it and closes the connection (the proxy then shows
 # its own error page), so that no request holds more memory than this. Bodies up to it are answered by the
 # dashboard itself: over portal.inputs.MAX_BODY_BYTES a 413 (PortalHandler.prepare), in JSON for the API, in the
-# page for a form (the submit form: beside its fields).
+# page for a form (the submit form: beside its fields). MLflow's route takes bodies up to this (an artifact of a few
+# MB from its UI: portal.service.mlflow_proxy).
 MAX_BODY_SIZE = 4 * 1024 * 1024
 # Every path under the service prefix (api/: JSON, the rest: pages; a browser test visits every page it lists).
 ROUTES: list[tuple[str, type[RequestHandler]]] = [
@@ -67,15 +69,20 @@ ROUTES: list[tuple[str, type[RequestHandler]]] = [
     ("experiments", experiment_handlers.ExperimentsPageHandler),
     ("experiments/compare", experiment_handlers.ComparePageHandler),
     ("experiments/label", experiment_handlers.LabelPageHandler),
+    # The portal's MLflow server, as the user (its UI's pages and files, its API). Always routed: where there is no
+    # server (mlflow_url empty) a link or bookmark gets a 404 that says so, not "no such page".
+    ("mlflow", mlflow_proxy.MlflowProxyHandler),
+    ("mlflow/(.*)", mlflow_proxy.MlflowProxyHandler),
 ]
 
 
 def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str | None = None,
              cluster: ClusterCache | None = None, board: JobBoard | None = None,
              directory: HubDirectory | None = None, notebooks_dir: Path | None = None,
-             watch_jobs: bool = False) -> Application:
+             accounts: Accounts | None = None, watch_jobs: bool = False) -> Application:
     """The dashboard. `watch_jobs` (the service itself, not tests): on Kubernetes, one watch of the API server says
-    whose jobs changed (portal.service.scans.change_stamps); without it each user's jobs are listed every rescan."""
+    whose jobs changed (portal.service.scans.change_stamps); without it each user's jobs are listed every rescan.
+    `accounts`: the users' MLflow accounts (one per process: it remembers those it made)."""
     if not prefix:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
     if not hub_base_url:
@@ -95,7 +102,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         # The service's own cookie (the user's OAuth token) only needs to outlive this process.
         cookie_secret=os.urandom(32),
         max_body_size=MAX_BODY_SIZE,  # read by portal.service.__main__ for the HTTP server (an HTTPServer setting)
-        board=board, cluster=cluster, directory=directory,
+        board=board, cluster=cluster, directory=directory, mlflow_accounts=accounts or Accounts(cfg),
         executor=ThreadPoolExecutor(WORKERS, thread_name_prefix="portal-read"),
         action_executor=ThreadPoolExecutor(ACTION_WORKERS, thread_name_prefix="portal-act"),
         read_shares=UserShares(WORKERS_PER_USER), action_shares=UserShares(WORKERS_PER_USER),

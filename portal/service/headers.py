@@ -7,6 +7,9 @@
   SVGs). No plugins, no <base>, forms post only to the site. JSON and text load nothing (`default-src 'none'`).
   Both keep what JupyterHub sends on its own pages: `frame-ancestors 'none'` (nothing of the portal is framed;
   the dashboard frames TensorBoard, never the other way round) and violations reported to the hub.
+- MLflow's answers through the dashboard (portal.service.mlflow_proxy) that bring no policy of their own: its web
+  UI's, which the page policy would break (its components add <style> elements as they render, which no nonce of
+  ours can be on): mlflow_policy.
 - Strict-Transport-Security, only on an answer the browser got over https (RFC 6797 8.1: never over plain http,
   where a man in the middle could set or strip it), as the proxy saw it (X-Forwarded-Proto). The proxy adds it to
   every https answer itself (portal/proxy_hsts.js); this covers a dashboard behind another TLS terminator.
@@ -56,6 +59,27 @@ def content_security_policy(hub_base_url: str, nonce: str | None) -> str:
         "base-uri 'self'",
         "form-action 'self'",
         *tail,
+    ])
+
+
+def mlflow_policy(hub_base_url: str) -> str:
+    """The policy of an answer of MLflow's UI (portal.service.mlflow_proxy): everything loaded from the site itself,
+    scripts only from its files (MLflow's index.html has no inline script), but styles inline too
+    ('unsafe-inline': its components write them as they render); images and workers also from data: and blob:
+    (its charts' image downloads, its artifact previews). Framed by the site only, as MLflow's own X-Frame-Options
+    (SAMEORIGIN) says; violations reported to the hub, as the dashboard's are."""
+    return "; ".join([
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data: blob:",
+        "font-src 'self' data:",
+        "worker-src 'self' blob:",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'self'",
+        f"report-uri {url_path_join(hub_base_url, 'hub/security/csp-report')}",
     ])
 
 

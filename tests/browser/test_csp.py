@@ -22,6 +22,7 @@ from tornado.web import RequestHandler
 
 from portal.service.app import JOB_ID, ROUTES
 from portal.service.base import PageRendering
+from portal.service.mlflow_proxy import MlflowProxyHandler
 from tests.browser.conftest import PORTAL, RECORD_VIOLATIONS, WAITING_FORM, new_context
 
 pytestmark = pytest.mark.integration
@@ -33,11 +34,13 @@ NONCE = re.compile(r"script-src 'self' 'nonce-([A-Za-z0-9_-]{22,})'")
 
 
 def dashboard_pages(job_id: str) -> dict[str, str]:
-    """Every page of the route table that answers GET (not the JSON API, not the OAuth callback), with alice's
-    job's id where the route takes one; and the 404 page."""
+    """Every page of the route table that answers GET (not the JSON API, not the OAuth callback, not MLflow's pages
+    through the dashboard: MLflow's, under their own policy), with alice's job's id where the route takes one; and
+    the 404 page."""
     pages = {}
     for path, handler in ROUTES:
-        if issubclass(handler, PageRendering) and handler.get is not RequestHandler.get:
+        if issubclass(handler, PageRendering) and handler.get is not RequestHandler.get \
+                and not issubclass(handler, MlflowProxyHandler):
             pages[path.replace(JOB_ID, "{job}") or "home"] = PORTAL + path.replace(JOB_ID, job_id)
     assert {"jobs", "jobs/{job}", "submit"} <= set(pages), pages  # the route table is read as it is meant to be
     pages["not-found"] = f"{PORTAL}no-such-page"

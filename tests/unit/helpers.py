@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from unittest import mock
 
+from jupyterhub.services.auth import HubOAuth
+
 from chexnet.callbacks import TAG_THROUGHPUT
 from portal.config import PortalConfig
 from portal.directory import Group
@@ -332,6 +334,32 @@ class TestHeaderUser:
         PortalHandler.get_current_user, PortalHandler.identify, PortalHandler.check_xsrf_cookie = self._saved
         del PortalHandler.get_login_url
         super().tearDown()
+
+
+HUB_COOKIE = "service-portal"  # the dashboard's login cookie: the hub names it after the service's OAuth client
+ALICES_TOKEN = "alices-oauth-token"
+
+
+class FakeHubOAuth(HubOAuth):
+    """HubOAuth as the service runs it (its signed cookie, its XSRF checks), except that the hub is not asked whose
+    token a cookie or an Authorization header holds: `tokens` (token -> user name) answers."""
+
+    tokens: dict[str, str]
+
+    def user_for_token(self, token, use_cache=True, session_id="", *, sync=True):
+        async def model():
+            name = self.tokens.get(token)
+            return {"kind": "user", "name": name, "scopes": ["access:services!service=portal"]} if name else None
+        return self._call_coroutine(sync, model)
+
+
+def hub_oauth(prefix: str = "/services/portal/", tokens: dict[str, str] | None = None) -> FakeHubOAuth:
+    """The dashboard's HubOAuth (set it as PortalHandler._hub_auth), knowing `tokens` (alice's by default)."""
+    auth = FakeHubOAuth(api_token="service-token", oauth_client_id=HUB_COOKIE, base_url=prefix, hub_prefix="/hub/",
+                        api_url="http://127.0.0.1:1/hub/api", access_scopes={"access:services!service=portal"},
+                        oauth_redirect_uri=f"{prefix}oauth_callback")
+    auth.tokens = dict(tokens or {ALICES_TOKEN: "alice"})
+    return auth
 
 
 class CountingAPI(FakeJobsAPI):

@@ -12,7 +12,6 @@ import json
 import re
 from http.cookies import SimpleCookie
 
-from jupyterhub.services.auth import HubOAuth
 from markupsafe import escape as xhtml_escape  # what the pages (Jinja2) escape with
 from tornado.testing import AsyncHTTPTestCase
 from tornado.web import create_signed_value
@@ -31,28 +30,10 @@ from portal.service.base import (
     as_portal_error,
 )
 from portal.service.board import JobBoard
-from tests.unit.helpers import FakeDirectory, FakeJobsAPI, squeue_free
+from tests.unit.helpers import ALICES_TOKEN, HUB_COOKIE, FakeDirectory, FakeJobsAPI, hub_oauth, squeue_free
 
 PREFIX = "/services/portal/"
-COOKIE = "service-portal"
-ALICES_TOKEN = "alices-oauth-token"
-
-
-class FakeHubOAuth(HubOAuth):
-    """HubOAuth as the service runs it, except that the hub is not asked whose token a cookie holds."""
-
-    def user_for_token(self, token, use_cache=True, session_id="", *, sync=True):
-        async def model():
-            return {"kind": "user", "name": "alice", "scopes": ["access:services!service=portal"]} \
-                if token == ALICES_TOKEN else None
-        return self._call_coroutine(sync, model)
-
-
-def hub_oauth() -> FakeHubOAuth:
-    return FakeHubOAuth(api_token="service-token", oauth_client_id=COOKIE,
-                        base_url=PREFIX, hub_prefix="/hub/", api_url="http://127.0.0.1:1/hub/api",
-                        access_scopes={"access:services!service=portal"},
-                        oauth_redirect_uri=f"{PREFIX}oauth_callback")
+COOKIE = HUB_COOKIE
 
 
 class HeadersTest(AsyncHTTPTestCase):
