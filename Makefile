@@ -55,7 +55,7 @@ builds:
 # 4. the check that every file, record, process and mail of the users' boxes is as the suites found them.
 UNIT_WORKERS ?= 2
 SUITE_WORKERS ?= 3
-SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions
+SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions tests/programs
 test:
 	@deploy/build-for-tests.sh --install
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
