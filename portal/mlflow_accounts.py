@@ -28,15 +28,20 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from portal.config import PortalConfig
 from portal.config_checks import MLFLOW_PATH
-from portal.errors import Misconfigured, Unavailable
+from portal.errors import Forbidden, Misconfigured, Unavailable
+
+if TYPE_CHECKING:
+    from mlflow.utils.rest_utils import MlflowHostCreds
 
 ADMIN_USER = "dsportal-admin"
 PREFIX = MLFLOW_PATH  # the dashboard's route to the server, and the server's --static-prefix
@@ -45,6 +50,7 @@ JOB_FILE = "mlflow.json"  # in the job's directory (mode 0600) or a Secret's vol
 EXPERIMENT_PREFIX = "portal/"
 TIMEOUT_S = 10
 USERS, GRANT = "/api/2.0/mlflow/users", "/api/3.0/mlflow/users/permissions/grant"
+_PER_PROCESS: dict[tuple[str, str, str], Accounts] = {}  # for_job's, per server, admin and state dir
 
 
 class MlflowUnavailable(Unavailable):
@@ -69,6 +75,12 @@ class Account:
         return {"MLFLOW_TRACKING_URI": self.tracking_uri, "MLFLOW_TRACKING_USERNAME": self.username,
                 "MLFLOW_TRACKING_PASSWORD": self.password, "MLFLOW_EXPERIMENT_ID": self.experiment_id,
                 "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def run_tags(user: str, job_id: str, scheduler: str, program: str, cluster: str) -> dict[str, str]:
+    """The tags every run of a job carries in MLflow (a sweep's task adds its own: chexnet.tracking)."""
+    return {"dsportal.user": user, "dsportal.job": job_id, "dsportal.scheduler": scheduler,
+            "dsportal.program": program, "dsportal.cluster": cluster}
 
 
 def tracking_uri(cfg: PortalConfig) -> str:
@@ -101,6 +113,31 @@ def user_password(admin_password: str, user: str) -> str:
     return hmac.new(admin_password.encode(), f"dsportal-mlflow-user:{user}".encode(), hashlib.sha256).hexdigest()
 
 
+def for_job(cfg: PortalConfig, user: str) -> tuple[Account | None, str]:
+    """The user's account for a job they submit, or None and why not (a note for the submit's answer; "" when the
+    portal has no MLflow). In the portal's own processes (the dashboard, as root) it is made or found with the
+    admin's; in the user's server (a notebook submitting) it is the one the spawner gave it (`environment`)."""
+    uri = tracking_uri(cfg)
+    if not uri:
+        return None, ""
+    env = os.environ
+    if env.get("MLFLOW_TRACKING_USERNAME") == user and env.get("MLFLOW_TRACKING_URI", "").rstrip("/") == uri \
+            and env.get("MLFLOW_TRACKING_PASSWORD") and env.get("MLFLOW_EXPERIMENT_ID"):
+        return Account(uri, user, env["MLFLOW_TRACKING_PASSWORD"], env["MLFLOW_EXPERIMENT_ID"]), ""
+    admin = admin_file(cfg)
+    if not os.access(admin, os.R_OK):
+        if cfg.mlflow_url == "box" and not admin.parent.exists():
+            return None, ""  # no box runs a server here (the local scheduler alone, a box not yet up)
+        return None, ("it will not be logged to MLflow: this process has no MLflow account of yours (a server "
+                      "started before MLflow was set up: start it again)")
+    key = (uri, str(admin), str(cfg.state_dir))
+    accounts = _PER_PROCESS.setdefault(key, Accounts(cfg))
+    try:
+        return accounts.account(user), ""
+    except (MlflowUnavailable, Misconfigured, Forbidden) as err:
+        return None, f"it will not be logged to MLflow: {err}"
+
+
 class Accounts:
     """The users' accounts on the server, made on first use; one object per process (it remembers what it made)."""
 
@@ -116,23 +153,27 @@ class Accounts:
 
     def account(self, user: str) -> Account:
         """The user's account, made on the server the first time (MlflowUnavailable when the server does not
-        answer or refuses; Misconfigured without the admin's file). Blocks: call it off the event loop."""
+        answer or refuses; Misconfigured without the admin's file; Forbidden for a user of the admin's name).
+        Blocks: call it off the event loop."""
         if user in self._known:
             return self._known[user]
         from mlflow.exceptions import MlflowException  # the client loads when MLflow is used, not with the portal
         from mlflow.utils.rest_utils import MlflowHostCreds
 
         admin_user, admin_password = admin_credentials(self.cfg)
+        if user == admin_user:  # _ensure_user would give the admin's account a user's password, and that user
+            raise Forbidden(f"the hub user {user!r} has the name of the MLflow server's admin (mlflow_admin_file): "
+                            "that account is the portal's own; an operator renames one of them")
         creds = MlflowHostCreds(self.uri, username=admin_user, password=admin_password)
         password = user_password(admin_password, user)
         try:
             with self._locked() as db:
                 self._ensure_user(creds, user, password)
                 experiment = self._experiment(creds, db, user)
-        except MlflowException as err:
-            raise MlflowUnavailable(f"the MLflow server at {self.uri} refused the portal: {err.message}") from None
-        except OSError as err:  # requests' ConnectionError and timeouts are OSErrors
-            raise MlflowUnavailable(f"the MLflow server at {self.uri} did not answer: {err}") from None
+        except _Refused as err:
+            raise MlflowUnavailable(f"the MLflow server at {self.uri} refused the portal: {err}") from None
+        except (MlflowException, OSError) as err:  # the client's wrapping of a connection's failure or timeout
+            raise MlflowUnavailable(f"the MLflow server at {self.uri} did not answer ({_why(err)})") from None
         found = Account(self.uri, user, password, experiment)
         self._known[user] = found
         return found
@@ -141,14 +182,14 @@ class Accounts:
         return _Store(self.store_path)
 
     @staticmethod
-    def _ensure_user(creds: object, user: str, password: str) -> None:
+    def _ensure_user(creds: MlflowHostCreds, user: str, password: str) -> None:
         found = _call(creds, f"{USERS}/get", "GET", params={"username": user}, missing_ok=True)
         if found is None:
             _call(creds, f"{USERS}/create", "POST", json={"username": user, "password": password})
         else:  # made before with another admin password (a site rotated it): the derived one again
             _call(creds, f"{USERS}/update-password", "PATCH", json={"username": user, "password": password})
 
-    def _experiment(self, creds: object, db: sqlite3.Connection, user: str) -> str:
+    def _experiment(self, creds: MlflowHostCreds, db: sqlite3.Connection, user: str) -> str:
         row = db.execute("SELECT experiment_id FROM accounts WHERE user = ? AND tracking_uri = ?",
                          (user, self.uri)).fetchone()
         if row is not None:
@@ -169,22 +210,33 @@ class Accounts:
         return experiment
 
 
-def _call(creds: object, endpoint: str, method: str, *, missing_ok: bool = False, taken_ok: bool = False,
+class _Refused(Unavailable):
+    """The server answered the admin's request with an error (its words): `account` says it refused."""
+
+
+def _why(err: BaseException) -> str:
+    """A connection's failure in a few words: the OS's reason when there is one ("Connection refused")."""
+    found = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(err))
+    return found.group(1).strip() if found else (str(err).splitlines() or [type(err).__name__])[0][:200]
+
+
+def _call(creds: MlflowHostCreds, endpoint: str, method: str, *, missing_ok: bool = False, taken_ok: bool = False,
           **kwargs: object) -> dict | None:
-    """One request of the admin's; None for "does not exist" (missing_ok) or "already exists" (taken_ok)."""
-    from mlflow.exceptions import MlflowException, RestException
+    """One request of the admin's; None for "does not exist" (missing_ok) or "already exists" (taken_ok); _Refused
+    for any other answer that is not 200. The client's MlflowException when no answer came (after one retry)."""
+    from mlflow.exceptions import RestException
     from mlflow.utils.rest_utils import http_request, verify_rest_response
 
     response = http_request(creds, endpoint, method, max_retries=1, backoff_factor=1, timeout=TIMEOUT_S, **kwargs)
+    if response.status_code in (401, 403):  # the auth app answers these in plain text
+        raise _Refused(f"{endpoint}: {response.status_code} {response.text[:200]}")
     try:
         verify_rest_response(response, endpoint)
     except RestException as err:
         if (missing_ok and err.error_code == "RESOURCE_DOES_NOT_EXIST") or (
                 taken_ok and err.error_code == "RESOURCE_ALREADY_EXISTS"):
             return None
-        raise
-    except MlflowException:
-        raise
+        raise _Refused(f"{endpoint}: {err.message}") from None
     return response.json() if response.content else {}
 
 

@@ -143,6 +143,7 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
         """KubeSpawner's start (Spawner.start, the documented hook; KubeSpawner's own returns the future of its
         `_start`, which its `progress` watches), failed as soon as the pod shows it cannot start (the hub then
         stops the server, which deletes the pod)."""
+        await self.prepare_mlflow()
         starting = super().start()
         key = f"{self.namespace}/{self.pod_name}"
         while not starting.done():

@@ -19,6 +19,7 @@ from traitlets import HasTraits, Instance, default
 from portal.config import PortalConfig, load
 from portal.errors import SchedulerError
 from portal.inputs import one_line
+from portal.mlflow_accounts import for_job, tracking_uri
 from portal.records.limits import JobLimits
 from portal.scheduler import Scheduler
 from portal.scheduler.registry import scheduler_for
@@ -90,6 +91,25 @@ class ServerOptionsMixin(HasTraits):
         super().__init__(**kwargs)
         # Observed from here on: the options loaded from the hub's database at construction are no request.
         self.observe(self._remember_stored_options, names="user_options")
+
+    # The user's MLflow account, made or found (off the event loop) as their server starts: MLflow's own variables
+    # in its environment, so that a notebook's `mlflow` client logs and reads as them (docs/mlflow.md).
+    mlflow_environment: dict[str, str] = {}
+
+    async def prepare_mlflow(self) -> None:
+        """Called first in each spawner's `start`. No MLflow (mlflow_url empty): nothing. A server that does not
+        answer: the server starts without it, and the hub's log says why."""
+        name = getattr(self.user, "name", "")
+        if not name or not tracking_uri(self.portal):
+            self.mlflow_environment = {}
+            return
+        account, why_not = await asyncio.to_thread(for_job, self.portal, name)
+        self.mlflow_environment = account.environment() if account is not None else {}
+        if why_not:
+            self.log.warning("MLflow for %s's server: %s", name, why_not)
+
+    def get_env(self) -> dict[str, str]:
+        return {**super().get_env(), **self.mlflow_environment}
 
     def scheduler(self) -> Scheduler[Any]:
         """The scheduler this spawner's servers run on (`portal_scheduler`, made from the portal's settings)."""

@@ -163,6 +163,7 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         address; wait until the server accepts connections. Raises ServerJobEnded when the job ends first,
         SlurmUnavailable when Slurm stays silent for slurm_unavailable_timeout."""
         self.ip, self.port = self.traits()["ip"].default_value, 0  # this start's port is the one its job reports
+        await self.prepare_mlflow()
         options = self.user_options or {}
         # Said while it waits (the progress page): what of the user's own holds the resources it asks for.
         self.start_note = await slurm_cluster.server_start_note(

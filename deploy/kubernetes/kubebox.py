@@ -52,9 +52,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deploy import netns
-from deploy.kubernetes.kubeparts import apiserver, bootstrap, etcd, netpol, nodes, volumes
+from deploy.kubernetes.kubeparts import apiserver, bootstrap, etcd, netpol, nodes, relay, volumes
 from deploy.kubernetes.kubeparts import hub as box_hub
 from deploy.kubernetes.kubeparts import images as box_images
+from deploy.kubernetes.kubeparts import mlflow as box_mlflow
 from deploy.kubernetes.kubeparts.api import (  # noqa: F401  (the tests reach the box's clients through this module)
     ApiError,
     api_client,
@@ -88,7 +89,8 @@ from portal.config import ConfigError, PortalConfig, load
 KubeBoxError = BoxError
 CONTROL_PLANE = [etcd.service(), apiserver.apiserver_service(), apiserver.controller_manager_service(),
                  apiserver.scheduler_service()]
-LDAP_RELAY = box_hub.relay_service()  # runs while the hub is installed (kubeparts/hub.py)
+LDAP_RELAY = relay.relay_service()  # runs while the hub is installed (kubeparts/hub.py)
+MLFLOW = box_mlflow.service()  # so does the MLflow tracking server (kubeparts/mlflow.py)
 NETPOL = netpol.service()  # the nodes enforce the NetworkPolicies (kubeparts/netpol.py); stopped, it removes its rules
 PODS_GONE_S = 60  # `down` deletes every pod first and waits this long for the kubelets to stop them
 
@@ -99,8 +101,8 @@ def node_services(box: KubeBox) -> list[Service]:
 
 def services(box: KubeBox) -> list[Service]:
     """In start order: the control plane, each node (its containerd and kubelet), the NetworkPolicy enforcer, and
-    while the hub is installed its LDAP relay."""
-    return [*CONTROL_PLANE, *node_services(box), NETPOL, *([LDAP_RELAY] if box_hub.installed(box) else [])]
+    while the hub is installed its LDAP relay and its MLflow server."""
+    return [*CONTROL_PLANE, *node_services(box), NETPOL, *([LDAP_RELAY, MLFLOW] if box_hub.installed(box) else [])]
 
 
 def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: PortalConfig | None = None) -> Cluster:
@@ -149,17 +151,20 @@ def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: Porta
             box_hub.install(box, hub_directory)
         if box_hub.installed(box):
             _report(start_service(LDAP_RELAY, box), report)
+            _report(start_service(MLFLOW, box), report)  # its admin's Secret goes to the hub's pod
             box_hub.ensure(box, admin, nodes.admin_api(box), nodes.socket, report)
     return cluster_of(box)
 
 
 def remove_hub(box: KubeBox) -> list[str]:
-    """Delete the hub's pod and objects, stop its relay, forget its directory and state (the tests' undo of
-    `up(hub_directory=...)`)."""
+    """Delete the hub's pod and objects, stop its relay and MLflow server, forget its directory, its state and
+    MLflow's (the tests' undo of `up(hub_directory=...)`)."""
     with Lock(box):
         admin = with_token(box, read_tokens(box)["admin"])
         found = box_hub.installed(box)
-        lines = box_hub.remove(box, admin, nodes.admin_api(box), lambda: stop_service(LDAP_RELAY, box))
+        lines = box_hub.remove(box, admin, nodes.admin_api(box),
+                               lambda: f"{stop_service(LDAP_RELAY, box)}; {stop_service(MLFLOW, box)}")
+        box_mlflow.forget(box)
         return lines + ([directory.release(Path(found["directory_dir"]), box.state_dir)]
                         if found and "directory_dir" in found else [])
 

@@ -9,8 +9,9 @@ Run as root from the repository root:
 Every port and path comes from ``portal.config.load()``; a second box beside a user's is just another
 ``DSPORTAL_CONFIG`` (its own state dir, ports, box_subnet and box_node_prefix). Services start in the order
 slapd (the machine's one directory: claimed, started unless it runs), munged, exim4, mariadb, slurmdbd, slurmctld,
-node1..N, hub, and stop by their recorded PID (never by name) in reverse; `down` then removes the network it made
-(deploy/local/parts/nodes.py) and drops the box's claim on the directory (stopped when no other box needs it).
+node1..N, mlflow (with mlflow_url: box), hub, and stop by their recorded PID (never by name) in reverse; `down` then
+removes the network it made (deploy/local/parts/nodes.py) and drops the box's claim on the directory (stopped when
+no other box needs it).
 `stop NODE` shuts a node down with everything running on it; `crash NODE` cuts its power (link down, every
 process killed at once), so that Slurm finds it dead and requeues its jobs; `start NODE` brings it back. `crash`
 alone cuts the whole box's power: every process of every service (the hub's proxy and services too) and of every
@@ -32,6 +33,7 @@ Everything lives under ``cfg.state_dir`` (mode 0755: job users must reach the mu
     slurm/fakegpu/<node>/nvidia0..N   FAKE GPUs: character devices 1:3 (/dev/null)
     slurm/*.pid, *.log          Slurm's own PID and log files (slurmd.<node>.log per node)
     hub/                        the hub's working directory (0700): its database and cookie secret
+    mlflow/                     the MLflow server's databases, artifacts and admin (0700; deploy/mlflow_server.py)
     run/NAME.pid                the PID this script recorded for each service; run/network.json; run/box.lock
     log/NAME.log                each service's stdout and stderr
 
@@ -48,11 +50,12 @@ import sys
 import time
 
 from deploy.daemons import descendants
-from deploy.local.parts import accounting, directory, hub, mail, munge, nodes, reach, slapd, slurm, users
+from deploy.local.parts import accounting, directory, hub, mail, mlflow, munge, nodes, reach, slapd, slurm, users
 from deploy.local.parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir
 from deploy.supervise import Lock, Service, service_pid, start_service, stop_service
 from portal.cli import run_reporting
 from portal.config import ConfigError, PortalConfig, load
+from portal.mlflow_accounts import PREFIX, tracking_uri
 
 
 def services(cfg: PortalConfig, no_hub: bool = False) -> list[Service]:
@@ -64,6 +67,7 @@ def services(cfg: PortalConfig, no_hub: bool = False) -> list[Service]:
         accounting.slurmdbd_service(),
         slurm.slurmctld_service(after_start=accounting.sync_accounts),
         *(nodes.node_service(node, slurm.ensure_slurm) for node in nodes.network_of(cfg).nodes),
+        *([mlflow.service()] if mlflow.runs_here(cfg) else []),
         *([] if no_hub else [hub.service()]),
     ]
 
@@ -85,6 +89,9 @@ def cmd_up(lay: Layout, no_hub: bool) -> None:
           f"{nodes.network_of(cfg).bridge} ({cfg.box_gateway}); e.g. `ip netns exec {cfg.box_node_names()[0]} bash`")
     print(f"ldap: ldap://{LOCALHOST}:{cfg.ldap_port} (StartTLS), ldaps://{LOCALHOST}:{cfg.ldaps_port},"
           f" CA {cfg.ca_file} (the directory in {cfg.directory_dir}, one for every box on this machine)")
+    if mlflow.runs_here(cfg):
+        print(f"mlflow: {tracking_uri(cfg)} (jobs log there as their owner; users open it in the dashboard at "
+              f"{cfg.hub_url}{PREFIX}/)")
     print(f"mail: exim4 on {LOCALHOST}:{cfg.smtp_port} delivers job e-mail to {cfg.box_mail_dir}/<user> "
           f"(`mail -f {cfg.box_mail_dir}/<user>` reads it)")
     print("demo accounts (user / password: groups):")

@@ -31,6 +31,7 @@ from portal.config import PortalConfig, load
 from portal.errors import JobNotFound, SchedulerError
 from portal.jobs.unreadable import UnreadableJob, UnreadableRecord
 from portal.metrics import RunMetrics
+from portal.mlflow_accounts import for_job
 from portal.records.account import JobAccessError, JobUser, job_user
 from portal.records.limits import JobLimits
 from portal.records.record import (
@@ -259,10 +260,14 @@ def submit(spec: JobSpec | Mapping[str, Any], scheduler: str | None = None, user
         snapshot = chosen.snapshot()
         limits = chosen.limits(chosen.person(user, groups), snapshot)
     chosen, who, checked, job_limits, plan = _checked(spec, scheduler, user, groups, cfg, limits)
-    record, dir_stamp = chosen.submit(checked, who, job_limits.partition, plan) if plan else chosen.submit(
-        checked, who, job_limits.partition)
+    # The user's MLflow account, where the portal has a tracking server: rank 0 logs the run there (docs/mlflow.md).
+    tracking, untracked = for_job(cfg, who.name)
+    extra = {"tracking": tracking} if tracking is not None else {}
+    record, dir_stamp = chosen.submit(checked, who, job_limits.partition, plan, **extra) if plan else chosen.submit(
+        checked, who, job_limits.partition, **extra)
     job = Job(record, chosen, who, dir_stamp)
-    job.warning = chosen.start_note(checked, who.name, snapshot) if snapshot is not None else ""
+    notes = [chosen.start_note(checked, who.name, snapshot) if snapshot is not None else "", untracked]
+    job.warning = "; ".join(note for note in notes if note)
     return job
 
 

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 # What mpirun passes on to the workers it starts on other hosts (-x), besides job_environment's names.
 MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
+# Where rank 0 reads the job's MLflow account (chexnet.tracking; portal.mlflow_accounts.JOB_FILE's path), and, in a
+# sweep's task, the task's index (its run is "<job>:<task>").
+TRACKING_FILE_VARIABLE, TASK_VARIABLE = "DSPORTAL_MLFLOW_FILE", "DSPORTAL_TASK"
 
 
 def sbatch_value(value: object) -> str:
@@ -74,13 +77,16 @@ def program_values(spec: JobSpec, cfg: PortalConfig) -> dict[str, object]:
             "options": dict(spec.options)}
 
 
-def job_environment(cfg: PortalConfig, home: str) -> list[tuple[str, str]]:
+def job_environment(cfg: PortalConfig, home: str, tracking_file: str = "") -> list[tuple[str, str]]:
     """What every job script exports before it starts the workers, as (NAME, a shell word for its value): the NCCL
-    settings that are set, then the site's jobs_environment, {home} in it written as `home` (a shell word: "$HOME"
-    in a Slurm or local job, the home volume's mount path in a pod)."""
+    settings that are set, where rank 0 finds the job's MLflow account (`tracking_file`, a shell word; with
+    mlflow_url set: docs/mlflow.md), then the site's jobs_environment, {home} in it written as `home` (a shell word:
+    "$HOME" in a Slurm or local job, the home volume's mount path in a pod)."""
     nccl = {"NCCL_DEBUG": cfg.jobs_nccl_debug, "NCCL_SOCKET_IFNAME": cfg.jobs_nccl_socket_ifname,
             "NCCL_IB_DISABLE": cfg.jobs_nccl_ib_disable}
     found = [(name, shlex.quote(value)) for name, value in nccl.items() if value]
+    if tracking_file and cfg.mlflow_url:
+        found.append((TRACKING_FILE_VARIABLE, tracking_file))
     for item in cfg.jobs_environment:
         name, _, value = item.partition("=")
         found.append((name, home.join(shlex.quote(part) if part else "" for part in value.split("{home}")) or "''"))

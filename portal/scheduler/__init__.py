@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from portal.config import PortalConfig
     from portal.metrics import RunMetrics
+    from portal.mlflow_accounts import Account
     from portal.records.limits import JobLimits
     from portal.records.record import JobRecord
     from portal.records.spec import JobSpec
@@ -123,11 +124,13 @@ class Scheduler(Protocol[P]):
         (Slurm, local) or the objects as YAML (Kubernetes). Nothing is created. Pure, but for the user's account
         and settings; JobSpecError for what the scheduler cannot take."""
 
-    def submit(self, spec: JobSpec, user: P, partition: str = "",
-               plan: SweepPlan | None = None) -> tuple[JobRecord, str | None]:
+    def submit(self, spec: JobSpec, user: P, partition: str = "", plan: SweepPlan | None = None,
+               tracking: Account | None = None) -> tuple[JobRecord, str | None]:
         """Start the job as the user: (its record, the stamp of its job directory where there is one, else None).
-        Nothing is left half-made when it fails. Blocks; SchedulerRefused (a policy, a quota), SchedulerUnavailable,
-        UserStorage (Slurm: the user's job directory could not be made)."""
+        With `tracking`, the user's MLflow account (portal.mlflow_accounts): its `job_file` (with `run_tags`) goes
+        where the job's rank 0 reads it (DSPORTAL_MLFLOW_FILE), readable by the user alone. Nothing is left
+        half-made when it fails. Blocks; SchedulerRefused (a policy, a quota), SchedulerUnavailable, UserStorage
+        (Slurm: the user's job directory could not be made)."""
 
     def state(self, record: JobRecord, user: P) -> str:
         """The job's state now, in the one vocabulary of portal.records.states (a sweep's: its tasks' together).

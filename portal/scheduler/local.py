@@ -21,6 +21,7 @@ from typing import ClassVar
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
+from portal.mlflow_accounts import JOB_FILE, Account, run_tags
 from portal.quota import GpuQuota
 from portal.records.account import JobUser
 from portal.records.ids import anchored
@@ -67,7 +68,7 @@ def render_local(spec: JobSpec, job_dir: str, cfg: PortalConfig) -> str:
         spec=spec, job_dir=job_dir, output=OUTPUT_FILE, seconds=hours * 3600 + minutes * 60 + seconds,
         venv_bin=values["program_bin"], horovodrun=f"{values['program_bin']}/horovodrun",
         torchrun=f"{values['program_bin']}/torchrun", trainer_args=cfg.jobs_trainer_args,
-        job_env=job_environment(cfg, '"$HOME"'), **values)
+        job_env=job_environment(cfg, '"$HOME"', f'"$job_dir/{JOB_FILE}"'), **values)
 
 
 def local_gpus() -> int:
@@ -121,8 +122,8 @@ class LocalScheduler(JobsInHome):
         no_sweeps(plan)
         return render_local(spec, str(self.jobs_dir(user) / "local-<time>-<random>"), self.cfg)
 
-    def submit(self, spec: JobSpec, user: JobUser, partition: str = "",
-               plan: SweepPlan | None = None) -> tuple[JobRecord, str]:
+    def submit(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None,
+               tracking: Account | None = None) -> tuple[JobRecord, str]:
         """Make ~/jobs/<cluster>/<id>/ (mkdir is atomic: the id is ours) with the script and job.json in one
         process as the user, then start the script; (the record, the directory's inode)."""
         no_sweeps(plan)
@@ -131,8 +132,12 @@ class LocalScheduler(JobsInHome):
         record = JobRecord(id=job_id, scheduler=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir)
         script = job_dir / self.script_file
-        inode = user.make_job_dir(job_dir, [(script.name, render_local(spec, str(job_dir), self.cfg), "700"),
-                                            (RECORD_FILE, record.to_json(), "600")])
+        files = [(script.name, render_local(spec, str(job_dir), self.cfg), "700"),
+                 (RECORD_FILE, record.to_json(), "600")]
+        if tracking is not None:  # rank 0's MLflow account (chexnet.tracking), the user's alone
+            files.append((JOB_FILE, tracking.job_file(run_tags(user.name, job_id, self.name, spec.template,
+                                                               self.cfg.cluster_name)), "600"))
+        inode = user.make_job_dir(job_dir, files)
         # setsid --fork: the script leads a new session (its PID is its process group id, which cancel signals)
         # and is not our child, so it never lingers as a zombie of a long-lived caller (a notebook kernel).
         user.start_detached([shutil.which("setsid") or "/usr/bin/setsid", "--fork", "/bin/bash", str(script)])

@@ -294,6 +294,60 @@ def test_the_completed_jobs_model_card_downloads_and_its_hashes_hold(box, client
         card["environment"]
 
 
+def mlflow_call(box: Box, session: requests.Session, method: str, path: str, **kwargs) -> requests.Response:
+    """MLflow's REST API through the dashboard (portal.service.mlflow_proxy), as the session's hub user: with a hub
+    token, as the `mlflow` client with MLFLOW_TRACKING_TOKEN would ask."""
+    return session.request(method, f"{box.hub.url}{PORTAL}mlflow/{path}", timeout=60, **kwargs)
+
+
+def test_the_completed_job_is_alices_run_in_mlflow_and_bobs_client_cannot_read_it(box, clients, api, alice_job,
+                                                                                  program):
+    """Both boxes run an MLflow server (mlflow_url): the job's rank 0 logged its run as alice, with its parameters,
+    its epoch's metrics, its tags and its model card; she finds it in her experiment, and bob, with his own token,
+    gets MLflow's refusal for the run, its metrics, its artifact and her experiment."""
+    job_id = alice_job["id"]
+    assert api(clients["alice"], "GET", f"jobs/{job_id}").json()["state"] == "COMPLETED"
+    alice, bob = clients["alice"], clients["bob"]
+    experiment = mlflow_call(box, alice, "GET", "api/2.0/mlflow/experiments/get-by-name",
+                             params={"experiment_name": "portal/alice"})
+    assert experiment.status_code == 200, (experiment.status_code, experiment.text[-2000:], box.hub_log())
+    experiment_id = experiment.json()["experiment"]["experiment_id"]
+    search = {"experiment_ids": [experiment_id], "filter": f"tags.`dsportal.job` = '{job_id}'"}
+    runs = mlflow_call(box, alice, "POST", "api/2.0/mlflow/runs/search", json=search)
+    assert runs.status_code == 200 and len(runs.json().get("runs", [])) == 1, (runs.text[-2000:],
+                                                                              log_end(box, clients, job_id))
+    (run,) = runs.json()["runs"]
+    info, data = run["info"], run["data"]
+    params = {p["key"]: p["value"] for p in data.get("params", [])}
+    tags = {t["key"]: t["value"] for t in data.get("tags", [])}
+    assert info["status"] == "FINISHED" and info["run_name"] == f"job {job_id}", info
+    assert (params.get("program"), params.get("batch_size"), params.get("image_size")) == (program, "8", "64"), params
+    assert {k: tags.get(k) for k in ("dsportal.user", "dsportal.scheduler", "dsportal.program", "dsportal.job")} == \
+        {"dsportal.user": "alice", "dsportal.scheduler": box.name, "dsportal.program": program, "dsportal.job": job_id}
+    history = mlflow_call(box, alice, "GET", "api/2.0/mlflow/metrics/get-history",
+                          params={"run_id": info["run_id"], "metric_key": "auroc/mean"})
+    assert [m["step"] for m in history.json().get("metrics", [])] == [1], history.text[-2000:]
+    artifact = f"api/2.0/mlflow-artifacts/artifacts/{info['artifact_uri'].split(':/', 1)[1]}/model_card.json"
+    card = mlflow_call(box, alice, "GET", artifact)
+    assert card.status_code == 200, (artifact, card.status_code, card.text[-1000:])
+    shown = browser(box.hub, "alice").get(f"{box.hub.url}{PORTAL}jobs/{job_id}/model_card.json", timeout=60).json()
+    assert card.json()["data"] == shown["data"] and card.json()["checkpoint"] == shown["checkpoint"]
+    refused = {
+        "run": mlflow_call(box, bob, "GET", "api/2.0/mlflow/runs/get", params={"run_id": info["run_id"]}),
+        "metrics": mlflow_call(box, bob, "GET", "api/2.0/mlflow/metrics/get-history",
+                               params={"run_id": info["run_id"], "metric_key": "auroc/mean"}),
+        "artifact": mlflow_call(box, bob, "GET", artifact),
+        "experiment": mlflow_call(box, bob, "GET", "api/2.0/mlflow/experiments/get", params={
+            "experiment_id": experiment_id})}
+    assert {what: answer.status_code for what, answer in refused.items()} == dict.fromkeys(refused, 403), \
+        {what: answer.text[:300] for what, answer in refused.items()}
+    # A search is MLflow's filter of what the asker may read: bob's of her experiment finds nothing.
+    searched = mlflow_call(box, bob, "POST", "api/2.0/mlflow/runs/search", json=search)
+    assert searched.status_code == 403 or not searched.json().get("runs"), searched.text[:500]
+    listed = mlflow_call(box, bob, "POST", "api/2.0/mlflow/experiments/search", json={"max_results": 100})
+    assert experiment_id not in [e["experiment_id"] for e in listed.json().get("experiments", [])], listed.text
+
+
 def test_run_again_fills_the_form_with_the_jobs_settings(box, alice_job):
     session = browser(box.hub, "alice")
     shown = page(box, session, f"jobs/{alice_job['id']}").text

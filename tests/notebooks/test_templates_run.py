@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from portal.jobs.demo_data import ensure_demo_data
+from portal.mlflow_accounts import for_job
 from portal.runas import RUNUSER
 from tests.conftest import PROGRAMS, REPO, TEST_CONFIG, TINY_MODEL, as_user, job_dir_of, scratch_dir
 
@@ -53,7 +54,8 @@ def run_notebook(cluster, workdir: Path, name: str, parameters: dict) -> dict:
     for path in (source, params):
         os.chown(path, account.pw_uid, account.pw_gid)
     env = [f"DSPORTAL_CONFIG={TEST_CONFIG}", f"SLURM_CONF={cluster.slurm_conf_path}", f"HOME={workdir.parent / 'home'}",
-           f"PATH={cluster.venv / 'bin'}:/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL=2", f"JUPYTERHUB_USER={USER}"]
+           f"PATH={cluster.venv / 'bin'}:/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL=2", f"JUPYTERHUB_USER={USER}",
+           *(f"{name}={value}" for name, value in mlflow_environment(cluster).items())]
     started = time.monotonic()
     result = subprocess.run(
         [RUNUSER, "-u", USER, "--", "/usr/bin/env", "-i", *env, str(cluster.venv / "bin" / "python"), "-m",
@@ -63,6 +65,14 @@ def run_notebook(cluster, workdir: Path, name: str, parameters: dict) -> dict:
     DURATIONS[name] = time.monotonic() - started
     assert result.returncode == 0, f"{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return json.loads(executed.read_text())
+
+
+def mlflow_environment(cluster) -> dict[str, str]:
+    """alice's MLflow account as her server's environment has it (spawners.options.prepare_mlflow): the test box
+    runs an MLflow server, so her notebooks' jobs are logged there and notebook 06 reads them."""
+    account, why_not = for_job(cluster, USER)
+    assert account is not None, f"the test box's MLflow server gave alice no account: {why_not}"
+    return account.environment()
 
 
 def texts(notebook: dict) -> str:
@@ -146,3 +156,16 @@ def test_05_sweep_runs_trials_and_tables_them(cluster, workdir):
     assert '<table class="dsportal-sweep">' in out and re.search(r"best trial: [01] \(task [01]\), mean AUROC", out)
     assert "pruned: 0 of 2 trials" in out
     assert images(notebook) == 1  # AUROC against the learning rate
+
+
+@pytest.mark.parametrize("trained_job", PROGRAMS, indirect=True)
+def test_06_mlflow_lists_the_trained_jobs_run_with_its_epochs_and_card(cluster, workdir, trained_job):
+    """Notebook 02's job (each program's) was logged to the test box's MLflow server by its rank 0, as alice:
+    notebook 06 finds it among her runs with her own account, charts its epochs and reads its model card."""
+    notebook = run_notebook(cluster, workdir, "06-mlflow-runs.ipynb", {"job_id": trained_job})
+    out = texts(notebook)
+    assert "experiment 'portal/alice'" in out, out[-3000:]
+    assert re.search(rf"run job {trained_job}: 1 epoch\(s\) logged", out), out[-3000:]
+    assert "Open this run in MLflow" in out and "model card model_card.json" in out, out[-3000:]
+    assert "patient split sha256: " in out and "None" not in out.split("patient split sha256: ")[1][:10]
+    assert images(notebook) == 1

@@ -24,7 +24,7 @@ def test_the_wheel_has_the_job_scripts_the_dashboard_pages_and_the_notebooks(tmp
                    "portal/service/static", "chexnet/templates", "chexnet_torch/templates") <= names
     notebooks = {name.split("/")[-1] for name in names if "/share/dsportal/notebooks/" in name}
     assert notebooks == {Path(name).name for name in tracked("notebooks/*.ipynb")}
-    assert len(notebooks) == 7  # five templates and the two PyTorch twins
+    assert len(notebooks) == 8  # six templates and the two PyTorch twins
     # JupyterLab's setting defaults (no news prompt) land in <prefix>/share/jupyter/lab/settings/overrides.d.
     assert any(name.endswith(".data/data/share/jupyter/lab/settings/overrides.d/dsportal.json") for name in names)
 

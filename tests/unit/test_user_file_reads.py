@@ -39,6 +39,12 @@ ACCOUNTED = {
     ("chexnet/data/tfrecords.py", "encode_image", "open"): OWN_DATA,
     ("chexnet/model_card.py", "sha256_file", "open"): OWN_DATA + " (hashed in chunks for its card)",
     ("portal/config_values.py", "read_yaml", "read_text"): "the site's portal.yaml (DSPORTAL_CONFIG), root's",
+    ("portal/mlflow_accounts.py", "admin_credentials", "read_text"): "the MLflow server's admin (mlflow_admin_file), "
+                                                                      "a root-owned 0600 file",
+    ("portal/mlflow_accounts.py", "__enter__", "open"): "the lock beside the portal's record of MLflow accounts, in "
+                                                        "root's state dir: locked, never read",
+    ("portal/mlflow_accounts.py", "__enter__", "os.open"): "creates the portal's record of MLflow accounts (0600) in "
+                                                           "root's state dir: SQLite reads it",
     ("portal/jobs/demo_data.py", "_without_fingerprints", "read_text"): "the demo set's manifest, made by root",
     ("portal/templates.py", "install_templates", "open"): "the portal's own notebook templates, in its package",
     ("portal/templates.py", "install_templates", "read_text"): "the portal's own notebook templates, in its package",

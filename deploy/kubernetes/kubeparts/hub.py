@@ -11,6 +11,8 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
                                                            (ldap_search_user), as a file (values.yaml)
     Secret dsportal-hub-tls                                the proxy's HTTPS certificate, signed by the box's CA
                                                            for every node's address (tls/hub.pem), and its key
+    Secret dsportal-mlflow-admin                           the box's MLflow server's admin (kubeparts/mlflow.py),
+                                                           who makes each user's MLflow account
     Service hub                                            ClusterIP: 8081 the hub's own API, 8090 the dashboard;
                                                            its address is the servers' way back to the hub
                                                            (DSPORTAL_HUB_CONNECT_IP), whichever pod runs it
@@ -21,11 +23,12 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
 
 The directory is the Slurm box's slapd (`python -m deploy.local.box start slapd`; the tests': their own box's).
 The pods reach only the box's bridge (the nodes have no default route) and slapd listens on 127.0.0.1: the service
-`ldap-relay` (socat) relays the bridge address's LDAPS port to slapd's, for the pods' range only, and the pod names
-the directory by this machine's hostname, which slapd's certificate carries, with a hostAliases entry for the
-bridge address. Only LDAPS is relayed: no port that speaks plain LDAP is reachable from a pod, and the hub's pod
-talks LDAPS (ldap_tls: ldaps). `install` writes <state>/hub/directory.json; while it is there, every `up` starts
-the relay, imports the hub image again when podman's copy changed, and brings the objects in line.
+`ldap-relay` (socat; kubeparts/relay.py) relays the bridge address's LDAPS port to slapd's, for the pods' range
+only, and the pod names the directory by this machine's hostname, which slapd's certificate carries, with a
+hostAliases entry for the bridge address. Only LDAPS is relayed: no port that speaks plain LDAP is reachable from
+a pod, and the hub's pod talks LDAPS (ldap_tls: ldaps). `install` writes <state>/hub/directory.json; while it is
+there, every `up` starts the relay and the MLflow server (kubeparts/mlflow.py), imports the hub image again when
+podman's copy changed, and brings the objects in line.
 """
 
 from __future__ import annotations
@@ -45,12 +48,12 @@ from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from deploy.daemons import port_in_use
 from deploy.kubernetes.kubeparts import images as box_images
+from deploy.kubernetes.kubeparts import mlflow as box_mlflow
 from deploy.kubernetes.kubeparts.api import apply, resource
 from deploy.kubernetes.kubeparts.layout import HERE, HUB_NAMESPACE, HUB_SERVICE_ACCOUNT, PORTAL, KubeBox
 from deploy.selfsigned import ensure_ca_and_server_cert
-from deploy.supervise import BoxError, Service
+from deploy.supervise import BoxError
 from portal.config import PortalConfig
 from portal.directory import search_password_file
 from portal.scheduler.kubernetes.netpol import HUB_POD_LABELS, SERVER_ACCESS, hub_network_policy
@@ -63,7 +66,6 @@ STATE_MOUNT = "/var/lib/dsportal"  # the image's DSPORTAL_STATE_DIR default; /sr
 CA_MOUNT = "/etc/dsportal/ldap-ca"
 SEARCH_MOUNT = "/etc/dsportal/ldap-search"  # the Secret dsportal-ldap-search's `password`
 TLS_MOUNT = "/etc/dsportal/hub-tls"  # the Secret's tls.crt and tls.key (a kubernetes.io/tls Secret's names)
-SOCAT = "/usr/bin/socat"
 LABELS = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "hub"}
 PODS = {**LABELS, **HUB_POD_LABELS, **SERVER_ACCESS}  # its pod's labels: z2jh's too, which the users' policies name
 IMAGE_ANNOTATION = "dsportal/hub-image"  # podman's image id: a rebuilt image rolls the Deployment
@@ -96,6 +98,8 @@ BOX_EXTRA = {
                              "its own certificate, or TLS ended at its ingress)",
     "DSPORTAL_HUB_SSL_KEY": "its key",
     "DSPORTAL_LDAPS_PORT": "the box's slapd LDAPS port (relayed on the bridge)",
+    "DSPORTAL_MLFLOW_URL": "the box's MLflow server, on the bridge (kubeparts/mlflow.py)",
+    "DSPORTAL_MLFLOW_ADMIN_FILE": "its admin, from the Secret dsportal-mlflow-admin",
 }
 
 
@@ -119,40 +123,6 @@ def installed(box: KubeBox) -> dict[str, Any] | None:
         return json.loads(directory_file(box).read_text())
     except FileNotFoundError:
         return None
-
-
-def relay_port(box: KubeBox) -> int:
-    """The directory's LDAPS port: the only one relayed."""
-    found = installed(box)
-    if found is None:
-        raise BoxError(f"ldap-relay: the hub is not installed ({directory_file(box)} is missing)")
-    if "ldaps_port" not in found:
-        raise BoxError(f"ldap-relay: {directory_file(box)} was written before the relay spoke LDAPS only: run "
-                       "`kubebox up --hub` (make up-k8s) to install the hub again")
-    return int(found["ldaps_port"])
-
-
-def _relay_prepare(box: KubeBox) -> None:
-    if not os.access(SOCAT, os.X_OK):
-        raise BoxError(f"ldap-relay: {SOCAT} is missing: run deploy/kubernetes/build-kubernetes.sh (installs socat)")
-    relay_port(box)
-
-
-def relay_command(box: KubeBox) -> list[str]:
-    """The bridge address's LDAPS port to slapd's on 127.0.0.1, for clients in the pods' range only: TLS end to end
-    (socat carries the bytes; slapd's certificate and the hub's CA check them)."""
-    port = relay_port(box)
-    return [SOCAT, "-d", f"TCP-LISTEN:{port},bind={box.api_address},reuseaddr,fork,range={box.cluster_cidr}",
-            f"TCP:127.0.0.1:{port}"]
-
-
-def _relay_ready(box: KubeBox) -> str | None:
-    return None if port_in_use(box.api_address, relay_port(box)) else "not listening yet"
-
-
-def relay_service() -> Service:
-    return Service("ldap-relay", "socat", _relay_prepare, relay_command, _relay_ready, 10,
-                   ports=lambda box: [(box.api_address, relay_port(box))])
 
 
 # --- the hub's environment and objects ---------------------------------------------------------------------------
@@ -181,7 +151,7 @@ def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[st
         "DSPORTAL_HUB_CONNECT_IP": connect_ip, "DSPORTAL_K8S_NODE_GPUS": str(box.gpus_per_node),
         "DSPORTAL_K8S_NODE_CPUS": str(os.cpu_count() or 1), "DSPORTAL_K8S_NODE_MEMORY_GB": "8",
         "DSPORTAL_HUB_SSL_CERT": f"{TLS_MOUNT}/tls.crt", "DSPORTAL_HUB_SSL_KEY": f"{TLS_MOUNT}/tls.key",
-        "DSPORTAL_K8S_SERVER_EGRESS": ",".join(box.portal.k8s_server_egress),
+        "DSPORTAL_K8S_SERVER_EGRESS": ",".join(box.portal.k8s_server_egress), **box_mlflow.hub_env(box),
     })
     return env
 
@@ -200,9 +170,9 @@ def hub_services() -> list[dict]:
 
 
 def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = "",
-                tls: tuple[str, str] = ("", ""), search_password: str = "") -> list[dict]:
+                tls: tuple[str, str] = ("", ""), search_password: str = "", mlflow_admin: str = "") -> list[dict]:
     """The claim, its volume, the CA's Secret, the portal's directory password's Secret, the TLS Secret (`tls`:
-    certificate and key, PEM) and the Deployment (the Services: hub_services)."""
+    certificate and key, PEM), the MLflow admin's Secret and the Deployment (the Services: hub_services)."""
     meta = {"namespace": HUB_NAMESPACE, "labels": LABELS}
     return [
         {"apiVersion": "v1", "kind": "PersistentVolume",
@@ -220,6 +190,7 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
          "stringData": {"password": search_password}},
         {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
          "metadata": {"name": "dsportal-hub-tls", **meta}, "stringData": {"tls.crt": tls[0], "tls.key": tls[1]}},
+        box_mlflow.admin_secret(mlflow_admin, LABELS),
         hub_network_policy(HUB_NAMESPACE, LABELS, PROXY_PORT, HUB_API_PORT, (DASHBOARD_PORT,)),
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hub", **meta},
          "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": LABELS},
@@ -236,13 +207,16 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                           "volumeMounts": [{"name": "state", "mountPath": STATE_MOUNT},
                                            {"name": "ldap-ca", "mountPath": CA_MOUNT, "readOnly": True},
                                            {"name": "ldap-search", "mountPath": SEARCH_MOUNT, "readOnly": True},
-                                           {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True}]}],
+                                           {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
+                                           {"name": "mlflow", "mountPath": box_mlflow.ADMIN_MOUNT, "readOnly": True}]}],
                       "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": "hub-state"}},
                                   {"name": "ldap-ca", "secret": {"secretName": "dsportal-ldap-ca"}},
                                   {"name": "ldap-search", "secret": {"secretName": "dsportal-ldap-search",
                                                                      "defaultMode": 0o400}},
                                   {"name": "tls", "secret": {"secretName": "dsportal-hub-tls",
-                                                             "defaultMode": 0o400}}]}}}}]
+                                                             "defaultMode": 0o400}},
+                                  {"name": "mlflow", "secret": {"secretName": box_mlflow.ADMIN_SECRET,
+                                                                "defaultMode": 0o400}}]}}}}]
 
 
 def state_dir(box: KubeBox) -> Path:
@@ -301,7 +275,8 @@ def ensure(box: KubeBox, admin: DynamicClient, core: k8s.CoreV1Api, socket_of: C
     image_id = box_images.podman_id(HUB_IMAGE) or ""
     tls = ensure_tls(box)
     password = search_password_copy(box).read_text().split("\n", 1)[0]
-    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id, tls, password):  # a bound claim's spec
+    for manifest in hub_objects(box, env, ca_file(box).read_text(), image_id, tls, password,  # a bound claim's spec
+                                box_mlflow.admin_text(box)):
         # is fixed; the Secrets and the Deployment are replaced
         report(f"hub: {apply(admin, manifest, replaceable=('Secret', 'NetworkPolicy', 'Deployment'))}")
     report(wait_ready(box, core))

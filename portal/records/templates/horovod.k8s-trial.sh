@@ -8,6 +8,6 @@
 {% endblock %}{% block run %}{ mpirun -np {{ spec.workers_per_node }} --host localhost:{{ spec.workers_per_node }} \
       --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \
       {% for arg in mpirun_args %}{{ arg | q }} {% endfor %}\
-      {% for name in exported %}-x {{ name }} {% endfor %}\
+      {% for name in exported %}-x {{ name }} {% endfor %}-x DSPORTAL_TASK \
       "${train[@]}" 2>&1; echo $? > "$run_dir/run-status"; } | tee -a "$log" &
 {% endblock %}

@@ -32,6 +32,7 @@ if [ "$status" -ne 0 ] || ! [[ "$task" =~ ^[0-9]+$ ]]; then
     exit 1
 fi
 run_dir="$job_dir/trials/$task"
+export DSPORTAL_TASK=$task  # the task's MLflow run is "<job>:<task>" (chexnet.tracking)
 mkdir -p "$run_dir" || exit 1
 rm -f "$run_dir/exit_status"
 log="$job_dir/trial-$task.log"

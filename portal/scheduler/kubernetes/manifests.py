@@ -27,6 +27,7 @@ from portal.records.record import JOBS_ROOT, now_utc
 from portal.records.spec import JobSpec, minutes_of
 from portal.records.sweep import SweepPlan
 from portal.records.templating import exported, job_environment, launch_template, program_values
+from portal.scheduler.kubernetes.tracking import TRACKING_FILE
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -117,7 +118,7 @@ def user_namespace_objects(cfg: PortalConfig, user: str, gpu_quota: int) -> list
 
 def launcher_values(cfg: PortalConfig, spec: JobSpec) -> dict[str, Any]:
     """What every launcher script (MPIJob or plain) renders mpirun and the training command with."""
-    environment = job_environment(cfg, shlex.quote(cfg.k8s_home_mount.rstrip("/")))
+    environment = job_environment(cfg, shlex.quote(cfg.k8s_home_mount.rstrip("/")), TRACKING_FILE)
     values = program_values(spec, cfg)
     return {**values, "venv_bin": values["program_bin"], "portal_python": str(cfg.venv / "bin" / "python"),
             "torchrun": f"{values['program_bin']}/torchrun",

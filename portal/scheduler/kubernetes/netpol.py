@@ -8,7 +8,8 @@ In a user's namespace:
 - `singleuser`: their JupyterLab pods (KubeSpawner's label component=singleuser-server) take connections on the
   server's port only from the hub's pods (z2jh's label hub.jupyter.org/network-access-singleuser=true, in the hub's
   namespace) and from a hub outside the cluster (`hub_api_ip`, when it is an address); they reach only the hub's
-  API, DNS, and what the site lists in `k8s_server_egress` (the API server: notebooks submit jobs).
+  API, DNS, the MLflow server (mlflow_url, at an address) and what the site lists in `k8s_server_egress` (the API
+  server: notebooks submit jobs).
 - `training`: every training pod (app.kubernetes.io/component=training) takes no connection at all, but
 - `<job id>` (one per job): from the pods of the same job (dsportal/job-id), so a job's launcher and workers reach
   each other (ssh, Open MPI, Gloo) and nothing else reaches them.
@@ -22,8 +23,10 @@ from __future__ import annotations
 
 import ipaddress
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from portal.config_checks import egress_entry
+from portal.mlflow_accounts import tracking_uri
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
@@ -62,6 +65,18 @@ def _hub_outside(cfg: PortalConfig) -> str | None:
     return None if address.is_unspecified else str(address)
 
 
+def _to_mlflow(cfg: PortalConfig) -> list[dict[str, Any]]:
+    """The MLflow tracking server, where the portal has one at an address (docs/mlflow.md): a notebook's `mlflow`
+    client reaches it. A server named by a DNS name needs its address in k8s_server_egress."""
+    parts = urlsplit(tracking_uri(cfg))
+    try:
+        address = ipaddress.ip_address(parts.hostname or "")
+    except ValueError:
+        return []
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return [{"to": [{"ipBlock": {"cidr": f"{address}/32"}}], "ports": [{"protocol": "TCP", "port": port}]}]
+
+
 def _meta(name: str, namespace: str, user: str | None = None) -> dict[str, Any]:
     labels = {"app.kubernetes.io/part-of": "dsportal", **({LABEL_USER: user} if user else {})}
     return {"name": name, "namespace": namespace, "labels": labels}
@@ -81,7 +96,7 @@ def server_policy(cfg: PortalConfig, user: str) -> dict[str, Any]:
                      "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": SERVER_PORT}]}],
                      "egress": [{"to": to_hub, "ports": [{"protocol": "TCP", "port": cfg.hub_api_port}]},
                                 {"ports": [dict(port) for port in DNS]},
-                                *egress_rules(cfg.k8s_server_egress)]}}
+                                *_to_mlflow(cfg), *egress_rules(cfg.k8s_server_egress)]}}
 
 
 def training_policy(cfg: PortalConfig, user: str) -> dict[str, Any]:

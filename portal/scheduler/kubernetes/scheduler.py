@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
 from portal.metrics import RunMetrics, record_lines
+from portal.mlflow_accounts import Account, run_tags
 from portal.records.limits import JobLimits
 from portal.records.record import CANCELLED, PENDING, JobRecord
 from portal.records.spec import JobSpec, JobSpecError
@@ -54,6 +55,7 @@ from portal.scheduler.kubernetes.manifests import (
     LABEL_USER,
     PLURAL,
     VERSION,
+    job_labels,
     manifest_yaml,
     sweep_job_manifest,
 )
@@ -75,6 +77,7 @@ from portal.scheduler.kubernetes.records import (
     pod_trials,
     sweep_job_state,
 )
+from portal.scheduler.kubernetes.tracking import with_tracking
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.scheduler.usage import UsageReport
 
@@ -230,23 +233,25 @@ class KubernetesScheduler:
                 raise
             return None
 
-    def submit(self, spec: JobSpec, user: KubeUser, partition: str = "",
-               plan: SweepPlan | None = None) -> tuple[JobRecord, None]:
+    def submit(self, spec: JobSpec, user: KubeUser, partition: str = "", plan: SweepPlan | None = None,
+               tracking: Account | None = None) -> tuple[JobRecord, None]:
         """Create the job's objects; (its record, None: the record is the launcher Job or the MPIJob, there is
-        no directory). Its NetworkPolicy (a plain job's Secret and workers too) is made after the record, owned by
-        it; when one cannot be made, the record is deleted again, so nothing is left half-made. A sweep is one Job."""
+        no directory). Its NetworkPolicy (a plain job's Secret and workers too, and with `tracking` its MLflow
+        Secret: kubernetes.tracking) is made after the record, owned by it; when one cannot be made, the record is
+        deleted again, so nothing is left half-made. A sweep is one Job."""
         if not user.is_caller:
             self.ensure_namespace(user)
         custom, core, batch = self._apis(user)
         namespace = self.cfg.user_namespace(user.name)
         job_id = new_k8s_id()
-        if plan is not None:
-            if not self.plain:
-                raise JobSpecError(SWEEP_FIELD, "sweeps run as plain Jobs; this portal runs MPIJobs (k8s_jobs)")
-            created = api_call(f"creating a Job in {namespace}", batch.create_namespaced_job, namespace,
-                               sweep_job_manifest(spec, plan, job_id, user.name, self.cfg, partition))
-            return mpijob_record(created, self.cfg), None
-        record, *owned = job_objects(self.cfg, spec, job_id, user.name, partition, plain=self.plain)
+        if plan is not None and not self.plain:
+            raise JobSpecError(SWEEP_FIELD, "sweeps run as plain Jobs; this portal runs MPIJobs (k8s_jobs)")
+        record, *owned = [sweep_job_manifest(spec, plan, job_id, user.name, self.cfg, partition)] if plan else \
+            job_objects(self.cfg, spec, job_id, user.name, partition, plain=self.plain)
+        if tracking is not None:
+            tags = run_tags(user.name, job_id, self.name, spec.template, self.cfg.cluster_name)
+            owned.append(with_tracking([record, *owned], tracking, tags, namespace, job_labels(user.name, job_id),
+                                       job_id))
         if record["kind"] == KIND:
             created = api_call(f"creating an MPIJob in {namespace}", custom.create_namespaced_custom_object,
                                GROUP, VERSION, namespace, PLURAL, record)

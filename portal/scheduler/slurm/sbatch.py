@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from chexnet.sweep import EXIT_FINISHED
 from portal.config import PortalConfig
+from portal.mlflow_accounts import JOB_FILE
 from portal.quota import GpuQuota
 from portal.records.limits import JobLimits
 from portal.records.record import OUTPUT_FILE
@@ -37,7 +38,7 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
     """The batch script for `spec`. `job_dir` is where the job writes everything; `%j` in it stands for the Slurm
     job id (as in sbatch's own --output patterns), which is how `submit` names a job's directory after its id.
     With a sweep's `plan`: a job array, one trial per task, `%A` (the array's id) in `job_dir`."""
-    environment = job_environment(cfg, '"$HOME"')
+    environment = job_environment(cfg, '"$HOME"', f'"$job_dir/{JOB_FILE}"')
     if plan is not None:
         job_dir = job_dir.replace(SLURM_JOB_ID, SLURM_ARRAY_JOB_ID)
     values = program_values(spec, cfg)

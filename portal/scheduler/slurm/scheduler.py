@@ -23,6 +23,7 @@ from chexnet.sweep import PLAN_FILE
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
+from portal.mlflow_accounts import JOB_FILE, Account, run_tags
 from portal.quota import GpuQuota
 from portal.records.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
 from portal.records.ids import anchored
@@ -146,8 +147,8 @@ class SlurmScheduler(JobsInHome):
     def render(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None) -> str:
         return render_sbatch(spec, f"{self.jobs_dir(user)}/{SLURM_JOB_ID}", self.cfg, partition, plan)
 
-    def submit(self, spec: JobSpec, user: JobUser, partition: str = "",
-               plan: SweepPlan | None = None) -> tuple[JobRecord, str]:
+    def submit(self, spec: JobSpec, user: JobUser, partition: str = "", plan: SweepPlan | None = None,
+               tracking: Account | None = None) -> tuple[JobRecord, str]:
         """Submit held, make ~/jobs/<cluster>/<id>/ with the script and job.json, then release; (the record, the
         directory's inode).
 
@@ -177,6 +178,9 @@ class SlurmScheduler(JobsInHome):
         files = [(self.script_file, script, "700"), (RECORD_FILE, record.to_json(), "600")]
         if plan is not None:  # what every trial reads (chexnet.sweep); released, the whole array goes
             files.append((PLAN_FILE, json.dumps(plan.file_dict(), indent=2) + "\n", "600"))
+        if tracking is not None:  # rank 0's MLflow account (chexnet.tracking), the user's alone
+            files.append((JOB_FILE, tracking.job_file(run_tags(user.name, job_id, self.name, spec.template,
+                                                               self.cfg.cluster_name)), "600"))
         USER_SLURM_CALLS.add("scontrol")  # run by make_job_dir's process, after the directory
         try:
             inode = user.make_job_dir(job_dir, files, replace=True,

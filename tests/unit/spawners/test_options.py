@@ -7,6 +7,7 @@ import asyncio
 import time
 import types
 from typing import Any
+from unittest import mock
 
 from jupyterhub.spawner import LocalProcessSpawner
 
@@ -56,3 +57,22 @@ def test_a_burst_of_spawn_requests_looks_at_the_cluster_once_and_a_later_one_aga
     time.sleep(SPAWN_SNAPSHOT_S)
     asyncio.run(alice.options_from_form({"gpus": ["0"], "_xsrf": ["t"]}))
     assert CountingScheduler.looks >= 2  # a request after the interval sees the cluster as it is now
+
+
+def test_a_starting_server_gets_the_users_mlflow_account_in_its_environment(mlflow_server, tmp_path):
+    """spawners.options.prepare_mlflow, which both spawners' `start` calls first: the user's account is made (off
+    the event loop) and its MLflow variables join the server's environment, so a notebook's `mlflow` client logs
+    and reads as them; with no server configured, nothing is added."""
+    admin = tmp_path / "admin"
+    admin.write_text(":".join(mlflow_server.admin) + "\n")
+    made = spawner()
+    made.portal = PortalConfig(state_dir=tmp_path, mlflow_url=mlflow_server.url, mlflow_admin_file=str(admin))
+    asyncio.run(made.prepare_mlflow())
+    with mock.patch.object(LocalProcessSpawner, "get_env", lambda self: {"JUPYTERHUB_API_TOKEN": "t"}):
+        env = made.get_env()
+        assert env["MLFLOW_TRACKING_URI"] == mlflow_server.url and env["MLFLOW_TRACKING_USERNAME"] == "alice"
+        assert env["MLFLOW_EXPERIMENT_ID"] and len(env["MLFLOW_TRACKING_PASSWORD"]) == 64
+        assert env["JUPYTERHUB_API_TOKEN"] == "t"  # the spawner's own environment stays
+        made.portal = PortalConfig(state_dir=tmp_path, mlflow_url="")
+        asyncio.run(made.prepare_mlflow())
+        assert made.get_env() == {"JUPYTERHUB_API_TOKEN": "t"}

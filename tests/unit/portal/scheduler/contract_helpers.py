@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from portal import jobs
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
+from portal.mlflow_accounts import JOB_FILE
 from portal.records import ids
 from portal.records.account import JobUser
 from portal.records.record import JobRecord
@@ -28,6 +29,7 @@ from portal.records.templating import program_values
 from portal.registrations import Registered
 from portal.scheduler import Scheduler
 from portal.scheduler.kubernetes.manifests import ANNOTATION_WORKER_PODS, LABEL_JOB, LABEL_ROLE
+from portal.scheduler.kubernetes.tracking import TRACKING_FILE
 from portal.scheduler.local import LocalScheduler
 from portal.scheduler.registry import SCHEDULERS, scheduler_class, scheduler_for
 from portal.scheduler.slurm.errors import SlurmRefused, SlurmUnavailable
@@ -111,6 +113,13 @@ class Driver:
 
     def close(self) -> None:
         """End what the driver started."""
+
+    def tracking_file(self, job: JobRecord) -> tuple[str, int, list[str]]:
+        """Where the job's rank 0 reads its MLflow account: (the file's text, its mode, the job's scripts and
+        environments as text, where DSPORTAL_MLFLOW_FILE names it). A job in a home: its directory's file."""
+        path = job.job_dir / JOB_FILE
+        scripts = [p.read_text() for p in job.job_dir.iterdir() if p.suffix in (".sh", ".sbatch")]
+        return path.read_text(), path.stat().st_mode & 0o777, scripts
 
 
 def home_user(tmp_path: Path, name: str) -> JobUser:
@@ -333,6 +342,21 @@ class KubernetesDriver(Driver):
 
     def cancelled(self) -> list[str]:
         return [name for _, method, plural, _, name in self.server.calls if method == "DELETE" and plural == "jobs"]
+
+    def tracking_file(self, job: JobRecord) -> tuple[str, int, list[str]]:
+        """The job's own Secret (the file is a key of it), as mounted in its pods: the mode of the volume; the
+        pods' scripts (their commands)."""
+        namespace = self.cfg.user_namespace(job.user)
+        secret = self.server.objects[("secrets", namespace, f"{job.id}-mlflow")]
+        pods = [self.server.objects[key]["spec"]["template"]["spec"] for key in self.server.objects
+                if key[0] == "jobs" and key[1] == namespace and key[2].startswith(job.id)]
+        volumes = [volume for pod in pods for volume in pod["volumes"]
+                   if volume.get("secret", {}).get("secretName") == f"{job.id}-mlflow"]
+        mounted = all(any(m["mountPath"] == TRACKING_FILE and m.get("subPath") == JOB_FILE for m in c["volumeMounts"])
+                      for pod in pods for c in pod["containers"])
+        assert pods and len(volumes) == len(pods) and mounted, pods
+        return secret["stringData"][JOB_FILE], volumes[0]["secret"]["defaultMode"] & 0o777, \
+            [" ".join(c["command"]) for pod in pods for c in pod["containers"]]
 
     def down(self) -> None:
         self.server.unanswered = True

@@ -8,10 +8,13 @@ notebooks' portal.jobs)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from portal import errors
 from portal.errors import JobNotFound
+from portal.mlflow_accounts import Account
 from portal.records.spec import JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import parse_sweep
@@ -131,3 +134,24 @@ def test_a_cluster_that_does_not_answer_is_that_schedulers_unavailable_and_nothi
     assert said.lower().startswith(served.name) or f"the {served.name} api" in said.lower(), said
     served.up()
     assert [listed.id for listed in served.listed(alice)] == [job.id] and served.cancelled() == []
+
+
+def test_a_job_given_an_mlflow_account_carries_it_for_its_rank_0_readable_by_its_user_alone(driver):
+    """portal.jobs.submit hands the scheduler the user's MLflow account (portal.mlflow_accounts): the scheduler puts
+    the job file where the job reads it (the job directory, mode 0600; on Kubernetes the job's own Secret, mounted
+    in every pod), with the run's tags, and its scripts name it in DSPORTAL_MLFLOW_FILE. Without one, nothing."""
+    account = Account("http://198.18.0.1:8095/services/portal/mlflow", "alice", "alices-password", "7")
+    record, _ = driver.scheduler.submit(SPEC, driver.person("alice"), tracking=account)
+    text, mode, scripts = driver.tracking_file(record)
+    found = json.loads(text)
+    assert (found["username"], found["password"], found["experiment_id"]) == ("alice", "alices-password", "7")
+    assert found["tags"] == {"dsportal.user": "alice", "dsportal.job": record.id,
+                             "dsportal.scheduler": driver.scheduler.name, "dsportal.program": SPEC.template,
+                             "dsportal.cluster": driver.cfg.cluster_name}
+    assert mode & 0o077 in (0, 0o040), oct(mode)  # the user's alone (a pod's group is the user's own fsGroup)
+    assert any("DSPORTAL_MLFLOW_FILE=" in script for script in scripts), scripts  # the launcher's
+    plain = submitted(driver, "bob")
+    with pytest.raises((FileNotFoundError, KeyError)):
+        driver.tracking_file(plain)
+    # Both started (and the local runner's scripts have written their PIDs, which the driver's close ends by).
+    assert sorted(driver.started()) == sorted([record.id, plain.id])

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 from traitlets.config import Config
 
-from deploy.kubernetes.kubeparts import hub
+from deploy.kubernetes.kubeparts import hub, relay
 from deploy.kubernetes.kubeparts.layout import KubeBox
 from deploy.supervise import BoxError
 from portal.config import PortalConfig
@@ -75,7 +75,7 @@ def test_install_records_the_directory_and_the_relay_serves_the_pods_range_only(
     box = KubeBox(tmp_path / "kube")
     assert hub.installed(box) is None
     with pytest.raises(BoxError, match="not installed"):
-        hub.relay_command(box)
+        relay.relay_command(box)
     ca, password = tmp_path / "ca.pem", tmp_path / "search-password"
     settings = PortalConfig(ldap_ca_file=str(ca), ldap_search_password_file=str(password), ldaps_port=16636)
     with pytest.raises(BoxError, match="start the directory first"):
@@ -85,7 +85,7 @@ def test_install_records_the_directory_and_the_relay_serves_the_pods_range_only(
     hub.install(box, settings)
     assert hub.installed(box)["ldaps_port"] == 16636 and hub.ca_file(box).read_text() == "PEM"
     assert hub.search_password_copy(box).stat().st_mode & 0o777 == 0o600
-    command = hub.relay_command(box)  # LDAPS only: no port that speaks plain LDAP reaches the pods
+    command = relay.relay_command(box)  # LDAPS only: no port that speaks plain LDAP reaches the pods
     assert f"TCP-LISTEN:16636,bind={box.api_address},reuseaddr,fork,range={box.cluster_cidr}" in command
     assert command[-1] == "TCP:127.0.0.1:16636"
     env = hub.box_env(box, "198.19.1.10", hub.installed(box))
@@ -97,7 +97,7 @@ def test_install_records_the_directory_and_the_relay_serves_the_pods_range_only(
     directory = hub.directory_file(box)
     directory.write_text('{"ldap_port": 13389}')  # installed before the relay spoke LDAPS only
     with pytest.raises(BoxError, match="install the hub again"):
-        hub.relay_command(box)
+        relay.relay_command(box)
 
 
 def test_the_dashboard_service_gets_the_pods_api_server_address(monkeypatch):
