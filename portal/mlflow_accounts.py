@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from portal.config import PortalConfig
 from portal.config_checks import MLFLOW_PATH
 from portal.errors import Forbidden, Misconfigured, Unavailable
+from portal.registrations import SCHEDULERS
 
 if TYPE_CHECKING:
     from mlflow.utils.rest_utils import MlflowHostCreds
@@ -84,8 +85,13 @@ def run_tags(user: str, job_id: str, scheduler: str, program: str, cluster: str)
 
 
 def tracking_uri(cfg: PortalConfig) -> str:
-    """The server's URL as jobs, servers and the dashboard reach it; "" when the portal has none."""
+    """The server's URL as jobs, servers and the dashboard reach it; "" when the portal has none. `box` is the
+    cluster in a box's own, on its bridge: with a scheduler whose nodes are on that bridge (the Slurm box); the
+    Kubernetes box names its server's URL to its hub (kubeparts/mlflow.py), and pods never reach the Slurm box's."""
     if cfg.mlflow_url == "box":
+        registered = SCHEDULERS.get(cfg.scheduler)
+        if registered is None or not registered.hub_api_at_gateway:
+            return ""
         return f"http://{cfg.box_gateway}:{cfg.hub_port + BOX_PORT_OFFSET}{PREFIX}"
     return cfg.mlflow_url.rstrip("/")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.conftest import NODES, PASSWORDS, TEST_SETTINGS, box, jobs_of, slurm, wait_for
 
-SERVICES = ("slapd", "munged", "exim4", "mariadb", "slurmdbd", "slurmctld", *NODES, "hub")
+SERVICES = ("slapd", "munged", "exim4", "mariadb", "slurmdbd", "slurmctld", *NODES, "mlflow", "hub")
 
 
 def listening(port: int) -> bool:

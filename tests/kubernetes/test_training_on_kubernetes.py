@@ -71,7 +71,9 @@ def test_cancelling_deletes_everything_the_job_made(kube, cfg):
     job = jobs.submit({**TWO_NODES, "epochs": 500}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
     wait_for(lambda: objects_of(kube, job.id)["pods"], 60, what="the job's pods")
     made = objects_of(kube, job.id)
-    assert made["secrets"] == [f"{job.id}-ssh"] and len(made["jobs"]) == 2
+    # Its ssh key's Secret, and its MLflow account's where the portal has a server (docs/mlflow.md).
+    assert set(made["secrets"]) <= {f"{job.id}-ssh", f"{job.id}-mlflow"} and f"{job.id}-ssh" in made["secrets"]
+    assert len(made["jobs"]) == 2
     # Its 2 GPUs count against alice's quota of 4 before the ResourceQuota would: the portal says what holds them.
     with pytest.raises(JobSpecError) as refused:
         jobs.validate({**TWO_NODES, "gpus_per_node": 3, "nodes": 1}, user=ALICE[0], groups=ALICE[1], cfg=cfg)

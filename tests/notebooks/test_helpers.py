@@ -33,7 +33,7 @@ def templates(tmp_path: Path) -> Path:
 def test_the_repository_has_the_templates_and_the_pytorch_twins():
     assert TEMPLATES == ["01-explore-chestxray14.ipynb", "02-train-chexnet-horovod.ipynb",
                          "02b-train-chexnet-pytorch.ipynb", "03-evaluate.ipynb", "04-scaling-study.ipynb",
-                         "04b-scaling-study-pytorch.ipynb", "05-sweep.ipynb"]
+                         "04b-scaling-study-pytorch.ipynb", "05-sweep.ipynb", "06-mlflow-runs.ipynb"]
 
 
 def test_each_pytorch_twin_differs_from_its_original_in_words_and_its_program_only():

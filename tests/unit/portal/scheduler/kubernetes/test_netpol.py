@@ -20,7 +20,8 @@ from portal.scheduler.kubernetes.netpol import (
 )
 from tests.unit.helpers import KUBERNETES_VERSIONS
 
-CFG = dataclasses.replace(PortalConfig(), k8s_server_egress=("198.19.0.1/32:16443", "198.19.4.0/24:2000-2100"))
+CFG = dataclasses.replace(PortalConfig(), scheduler="kubernetes",
+                          k8s_server_egress=("198.19.0.1/32:16443", "198.19.4.0/24:2000-2100"))
 
 
 def test_every_policy_is_valid_for_the_api_server():
@@ -46,16 +47,17 @@ def test_the_sites_list_becomes_egress_rules():
         {"to": [{"ipBlock": {"cidr": "198.19.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 16443}]},
         {"to": [{"ipBlock": {"cidr": "198.19.4.0/24"}}], "ports": [{"protocol": "TCP", "port": 2000, "endPort": 2100}]}]
     assert egress_rules(["198.19.0.0/16"]) == [{"to": [{"ipBlock": {"cidr": "198.19.0.0/16"}}]}]
-    assert server_policy(CFG, "alice")["spec"]["egress"][3:] == egress_rules(CFG.k8s_server_egress)
+    assert server_policy(CFG, "alice")["spec"]["egress"][2:] == egress_rules(CFG.k8s_server_egress)
 
 
 def test_a_server_reaches_the_mlflow_server_at_its_address_and_nowhere_else_for_it():
     """The notebook's `mlflow` client (docs/mlflow.md): one rule to the server's address and port, after the hub's
-    API and DNS; none without a server, and none for a name (a NetworkPolicy takes addresses only)."""
+    API and DNS; none without a server, none for `box` (the Slurm box's, which no pod reaches; the Kubernetes box
+    names its own server's URL), and none for a name (a NetworkPolicy takes addresses only)."""
     site = dataclasses.replace(CFG, mlflow_url="http://198.19.0.1:16446/services/portal/mlflow")
     assert server_policy(site, "alice")["spec"]["egress"][2] == {
         "to": [{"ipBlock": {"cidr": "198.19.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 16446}]}
-    for url in ("", "https://mlflow.example.org/services/portal/mlflow"):
+    for url in ("", "box", "https://mlflow.example.org/services/portal/mlflow"):
         rules = server_policy(dataclasses.replace(CFG, mlflow_url=url), "alice")["spec"]["egress"]
         assert rules[2:] == egress_rules(CFG.k8s_server_egress), url
 
