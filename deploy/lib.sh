@@ -33,6 +33,18 @@ apt_install_missing() {
     apt_get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# make_venv DIR WHAT: a venv of Debian's /usr/bin/python3 at DIR (the Python the nodes and the images have), with a
+# current pip, unless DIR has one; WHAT names it in the one `say` line. The portal's venv, the PyTorch program's and
+# the MLflow server's (install.sh, install-torch.sh, install-mlflow.sh).
+make_venv() {
+    local venv=$1 what=$2
+    [ -x "$venv/bin/python" ] && return 0
+    say "python: creating $venv ($what) with Debian's /usr/bin/python3"
+    mkdir -p "$(dirname "$venv")"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip wheel "setuptools<81"
+}
+
 # Whether users' jobs and servers can reach the venv $1: every directory above it that exists lets others through
 # (o+x; a venv under root's mode-700 home cannot work). A directory still to be made is made 0755 by install.sh.
 # Says why on stderr and returns 1 when one does not.

@@ -4,7 +4,7 @@
 # the portal's venv or the training programs'. Skipped while its stamp holds the requirements' hash (about 3.5 min
 # and 850 MB on a new machine, most of it downloads). DSPORTAL_MLFLOW_VENV overrides where it goes.
 set -euo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # say
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # say, make_venv
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${DSPORTAL_VENV:-/opt/dsportal/venv}
@@ -18,11 +18,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x "$MLFLOW_VENV/bin/mlflow"
     exit 0
 fi
 started=$SECONDS
-if [ ! -x "$MLFLOW_VENV/bin/python" ]; then
-    say "python: creating $MLFLOW_VENV (the MLflow tracking server's environment) with Debian's /usr/bin/python3"
-    /usr/bin/python3 -m venv "$MLFLOW_VENV"
-    "$MLFLOW_VENV/bin/pip" install -q --upgrade pip wheel "setuptools<81"
-fi
+make_venv "$MLFLOW_VENV" "the MLflow tracking server's environment"
 say "python: installing the MLflow tracking server into $MLFLOW_VENV"
 "$MLFLOW_VENV/bin/pip" install -q -r "$REQUIREMENTS"
 chmod -R go-w "$MLFLOW_VENV"

@@ -5,7 +5,7 @@
 # Python: Debian 12's 3.11, as the nodes and the images have it (the only CPU torch wheel reachable here is cp311).
 # Skipped while its stamp holds the requirements' hash. DSPORTAL_TORCH_VENV overrides where it goes.
 set -euo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # say
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # say, make_venv
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${DSPORTAL_VENV:-/opt/dsportal/venv}
@@ -20,11 +20,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x "$TORCH_VENV/bin/torchrun
     exit 0
 fi
 started=$SECONDS
-if [ ! -x "$TORCH_VENV/bin/python" ]; then
-    say "python: creating $TORCH_VENV (the PyTorch program's environment) with Debian's /usr/bin/python3"
-    /usr/bin/python3 -m venv "$TORCH_VENV"
-    "$TORCH_VENV/bin/pip" install -q --upgrade pip wheel "setuptools<81"
-fi
+make_venv "$TORCH_VENV" "the PyTorch program's environment"
 say "python: installing PyTorch (CPU) and its program's requirements into $TORCH_VENV"
 "$TORCH_VENV/bin/pip" install -q -r "$REQUIREMENTS"
 "$TORCH_VENV/bin/pip" install -q --no-deps "$TORCHVISION"

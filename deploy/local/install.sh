@@ -3,7 +3,7 @@
 # the hub and the users' jobs run (Debian's python3, in a place job users can read), and
 # configurable-http-proxy from npm. Each step is skipped when its stamp says it is done with the same inputs.
 set -euo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # say, apt_install_missing
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # say, apt_install_missing, make_venv
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${DSPORTAL_VENV:-/opt/dsportal/venv}
@@ -26,12 +26,7 @@ apt_install_missing "${APT_PACKAGES[@]}"
 # Debian's exim4 is only the box's binary: each box runs it with a configuration of its own (deploy/local/parts/
 # mail.py), so Debian's /etc/exim4 configuration is left as the package installs it.
 
-if [ ! -x "$VENV/bin/python" ]; then
-    say "python: creating $VENV with Debian's /usr/bin/python3"
-    mkdir -p "$(dirname "$VENV")"
-    /usr/bin/python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --upgrade pip wheel "setuptools<81"
-fi
+make_venv "$VENV" "the portal's environment"
 chmod 755 "$(dirname "$VENV")"
 
 # The distribution, NOT editable (install-package.sh): what users' processes import lies in the venv, never in the
