@@ -262,9 +262,7 @@ def submit(spec: JobSpec | Mapping[str, Any], scheduler: str | None = None, user
     chosen, who, checked, job_limits, plan = _checked(spec, scheduler, user, groups, cfg, limits)
     # The user's MLflow account, where the portal has a tracking server: rank 0 logs the run there (docs/mlflow.md).
     tracking, untracked = for_job(cfg, who.name)
-    extra = {"tracking": tracking} if tracking is not None else {}
-    record, dir_stamp = chosen.submit(checked, who, job_limits.partition, plan, **extra) if plan else chosen.submit(
-        checked, who, job_limits.partition, **extra)
+    record, dir_stamp = chosen.submit(checked, who, job_limits.partition, plan, tracking=tracking)
     job = Job(record, chosen, who, dir_stamp)
     notes = [chosen.start_note(checked, who.name, snapshot) if snapshot is not None else "", untracked]
     job.warning = "; ".join(note for note in notes if note)

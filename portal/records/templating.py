@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from portal.mlflow_accounts import tracking_uri
 from portal.records.programs import Program, Registry, registry
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def job_environment(cfg: PortalConfig, home: str, tracking_file: str = "") -> li
     nccl = {"NCCL_DEBUG": cfg.jobs_nccl_debug, "NCCL_SOCKET_IFNAME": cfg.jobs_nccl_socket_ifname,
             "NCCL_IB_DISABLE": cfg.jobs_nccl_ib_disable}
     found = [(name, shlex.quote(value)) for name, value in nccl.items() if value]
-    if tracking_file and cfg.mlflow_url:
+    if tracking_file and tracking_uri(cfg):
         found.append((TRACKING_FILE_VARIABLE, tracking_file))
     for item in cfg.jobs_environment:
         name, _, value = item.partition("=")

@@ -308,7 +308,9 @@ class KubernetesDriver(Driver):
 
     def __init__(self, tmp_path: Path):
         self.name = "kubernetes"
-        self.cfg = PortalConfig(scheduler="kubernetes", gpu_quota={"gpu-users": 8})
+        # The MLflow server as the Kubernetes box names it to its hub (`box` is the Slurm box's, no pod's).
+        self.cfg = PortalConfig(scheduler="kubernetes", gpu_quota={"gpu-users": 8},
+                                mlflow_url="http://198.19.0.1:16446/services/portal/mlflow")
         self.server = RecordedApiServer(self.cfg, PEOPLE)
         self.scheduler = scheduler_class("kubernetes")(self.cfg, client_for=self.server.client_for)  # type: ignore
 
