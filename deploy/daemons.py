@@ -67,6 +67,25 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> range:
+    """The ports the kernel hands to outgoing connections (32768-60999 unless changed): a daemon's port in there
+    may be taken by any client's connection at any moment, and the daemon then fails to start."""
+    try:
+        low, high = (int(part) for part in path.read_text().split())
+    except (OSError, ValueError):
+        return range(32768, 61000)
+    return range(low, high + 1)
+
+
+def ephemeral_note(port: int) -> str:
+    """What to say of a port a daemon cannot have: why it may be taken, where it lies in the ephemeral range."""
+    ports = ephemeral_ports()
+    if port not in ports:
+        return ""
+    return (f" (it lies in the kernel's range for outgoing connections, {ports.start}-{ports.stop - 1}, so any "
+            f"client may hold it for a while: choose a port below {ports.start})")
+
+
 def tail(path: Path, lines: int) -> str:
     """The last `lines` lines of a log, or a line saying it cannot be read."""
     try:

@@ -14,12 +14,12 @@ import fcntl
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.daemons import SurvivedKill, port_in_use, running_pid, tail, terminate
+from deploy.daemons import SurvivedKill, ephemeral_note, port_in_use, running_pid, tail, terminate
 
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 
@@ -69,6 +69,8 @@ class Service:
     after_start: Callable[[Any], str] = lambda place: ""
     # After its PID is gone: what else of it must go (a node's jobs live in its namespace, not below slurmd).
     after_stop: Callable[[Any], None] = field(default=_nothing)
+    # Started beside the services after it, waited for at the end (start_services): nothing after it needs it.
+    beside: bool = False
 
 
 def flags(**values: object) -> list[str]:
@@ -78,37 +80,63 @@ def flags(**values: object) -> list[str]:
 
 def start_service(svc: Service, place: Place) -> list[str]:
     """Start one service unless it runs already, wait until it is ready; the lines to show."""
+    return await_service(svc, place, begin_service(svc, place))
+
+
+def start_services(services: list[Service], place: Place) -> Iterator[str]:
+    """Start each service in order, each ready before the next starts, except those marked `beside`: such a
+    service (nothing after it needs it at its start: the MLflow server, which takes 10-30 s) is launched in its turn
+    and waited for after the rest; the lines to show, as they come."""
+    waiting = []
+    for svc in services:
+        if svc.beside:
+            waiting.append((svc, begin_service(svc, place)))
+        else:
+            yield from start_service(svc, place)
+    for svc, begun in waiting:
+        yield from await_service(svc, place, begun)
+
+
+def begin_service(svc: Service, place: Place) -> tuple[subprocess.Popen[bytes], float] | int:
+    """The service launched (its process, when), or the PID it already runs with."""
     svc.prepare(place)
     pid = running_pid(place.pid_file(svc.name), svc.program)
     if pid:
-        wait_ready(svc, place, None)
-        lines = [f"{svc.name}: already running (pid {pid})"]
-    else:
-        lines = [_start(svc, place)]
-    extra = svc.after_start(place)
-    return lines + ([extra] if extra else [])
-
-
-def _start(svc: Service, place: Place) -> str:
+        return pid
     try:
         for host, port in svc.ports(place):
             if port_in_use(host, port):
-                raise BoxError(f"{svc.name}: port {host}:{port} is already in use by another process")
+                raise BoxError(f"{svc.name}: port {host}:{port} is already in use by another process"
+                               f"{ephemeral_note(port)}")
         started = time.monotonic()
         proc = launch(svc, place)
     except BaseException:
         svc.after_stop(place)  # undo what `prepare` did outside the box (exim4's line in trusted_configs)
         raise
     place.pid_file(svc.name).write_text(f"{proc.pid}\n")
-    try:
-        wait_ready(svc, place, proc)
-    except BoxError:
-        if proc.poll() is None:  # once reaped, its PID may already be another process's
-            _terminate(svc, proc.pid)
-        place.pid_file(svc.name).unlink(missing_ok=True)
-        svc.after_stop(place)
-        raise
-    return f"{svc.name}: started (pid {proc.pid}) in {time.monotonic() - started:.1f} s"
+    return proc, started
+
+
+def await_service(svc: Service, place: Place, begun: tuple[subprocess.Popen[bytes], float] | int) -> list[str]:
+    """Once it is ready: the lines to show (and its after_start's)."""
+    if isinstance(begun, int):
+        wait_ready(svc, place, None)
+        lines = [f"{svc.name}: already running (pid {begun})"]
+    else:
+        proc, started = begun
+        try:
+            wait_ready(svc, place, proc)
+        except BoxError:
+            if proc.poll() is None:  # once reaped, its PID may already be another process's
+                _terminate(svc, proc.pid)
+            place.pid_file(svc.name).unlink(missing_ok=True)
+            svc.after_stop(place)
+            raise
+        hazards = "".join(f"; warning: port {port}{ephemeral_note(port)}" for _, port in svc.ports(place)
+                          if ephemeral_note(port))
+        lines = [f"{svc.name}: started (pid {proc.pid}) in {time.monotonic() - started:.1f} s{hazards}"]
+    extra = svc.after_start(place)
+    return lines + ([extra] if extra else [])
 
 
 def launch(svc: Service, place: Place) -> subprocess.Popen[bytes]:

@@ -83,7 +83,16 @@ from deploy.kubernetes.kubeparts.layout import (  # noqa: F401
 )
 from deploy.kubernetes.kubeparts.machine import LeftBehind, Teardown
 from deploy.local.parts import directory, users
-from deploy.supervise import BoxError, Lock, Service, service_pid, start_service, stop_service
+from deploy.supervise import (
+    BoxError,
+    Lock,
+    Service,
+    await_service,
+    begin_service,
+    service_pid,
+    start_service,
+    stop_service,
+)
 from portal.config import ConfigError, PortalConfig, load
 
 KubeBoxError = BoxError
@@ -151,8 +160,10 @@ def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: Porta
             box_hub.install(box, hub_directory)
         if box_hub.installed(box):
             _report(start_service(LDAP_RELAY, box), report)
-            _report(start_service(MLFLOW, box), report)  # its admin's Secret goes to the hub's pod
+            # Started beside the hub's pod: its admin (made before it starts) is the hub's Secret; ready at the end.
+            mlflow_begun = begin_service(MLFLOW, box)
             box_hub.ensure(box, admin, nodes.admin_api(box), nodes.socket, report)
+            _report(await_service(MLFLOW, box, mlflow_begun), report)
     return cluster_of(box)
 
 

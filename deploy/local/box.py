@@ -52,7 +52,7 @@ import time
 from deploy.daemons import descendants
 from deploy.local.parts import accounting, directory, hub, mail, mlflow, munge, nodes, reach, slapd, slurm, users
 from deploy.local.parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir
-from deploy.supervise import Lock, Service, service_pid, start_service, stop_service
+from deploy.supervise import Lock, Service, service_pid, start_service, start_services, stop_service
 from portal.cli import run_reporting
 from portal.config import ConfigError, PortalConfig, load
 from portal.mlflow_accounts import PREFIX, tracking_uri
@@ -77,9 +77,8 @@ def cmd_up(lay: Layout, no_hub: bool) -> None:
     for line in directory.acquire(lay.cfg, lay.root, users.report_sync):
         print(line, flush=True)
     slurm.prepare_cluster(lay)  # first: slurm.conf, and the bridge that every Slurm address of the box is on
-    for svc in services(lay.cfg, no_hub):
-        for line in start_service(svc, lay):
-            print(line, flush=True)
+    for line in start_services(services(lay.cfg, no_hub), lay):  # MLflow's start beside the hub's
+        print(line, flush=True)
     print(reach.report_reach(lay, slapd.DEMO_USERS[0][0]), flush=True)  # fails loudly, naming what to do
     cfg = lay.cfg
     print(f"\nthe box is up ({time.monotonic() - began:.1f} s); state in {lay.root}")

@@ -145,7 +145,7 @@ def old_directory(tmp_path_factory):
     shutil.rmtree(state, ignore_errors=True)
     settings_file = tmp_path_factory.mktemp("olddir") / "settings.yaml"
     values = {**TEST_SETTINGS, "state_dir": str(state), "directory_dir": f"{state}-directory",
-              "ldap_port": 33389 + PORT_OFFSET, "ldaps_port": 36636 + PORT_OFFSET}
+              "ldap_port": 23489 + PORT_OFFSET, "ldaps_port": 26736 + PORT_OFFSET}
     settings_file.write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
     from portal.config import load
     cfg = load({"DSPORTAL_CONFIG": str(settings_file)})
@@ -203,7 +203,7 @@ def test_one_directory_serves_two_boxes_and_stops_with_the_last(tmp_path):
         state.mkdir()
         files.append(tmp_path / f"box{i + 1}.yaml")
         values = {**TEST_SETTINGS, "state_dir": str(state), "directory_dir": str(shared),
-                  "ldap_port": 34389 + PORT_OFFSET, "ldaps_port": 37636 + PORT_OFFSET}
+                  "ldap_port": 23589 + PORT_OFFSET, "ldaps_port": 26836 + PORT_OFFSET}
         files[-1].write_text("".join(f"{k}: {v}\n" for k, v in values.items()))
     from portal.auth import PortalLDAPAuthenticator
     from portal.config import load

@@ -38,4 +38,5 @@ def service() -> Service:
         lambda lay: mlflow_server.command(data_dir(lay), lay.cfg.box_gateway, port(lay.cfg)),
         lambda lay: mlflow_server.ready(tracking_uri(lay.cfg)), mlflow_server.READY_TIMEOUT_S,
         lambda lay: [(lay.cfg.box_gateway, port(lay.cfg))],
-        env=lambda lay: mlflow_server.environment(data_dir(lay)), cwd=data_dir)
+        env=lambda lay: mlflow_server.environment(data_dir(lay)), cwd=data_dir,
+        beside=True)  # the hub does not need it to start: `up` waits for it last

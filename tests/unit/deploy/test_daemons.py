@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -69,3 +70,37 @@ def test_terminate_kills_a_stubborn_process_and_its_descendants() -> None:
         for pid in (stubborn.pid, child):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_port_in_the_kernels_range_for_outgoing_connections_is_named_so(tmp_path: Path) -> None:
+    narrowed = tmp_path / "ip_local_port_range"
+    narrowed.write_text("40000\t50000\n")
+    assert daemons.ephemeral_ports(narrowed) == range(40000, 50001)
+    assert daemons.ephemeral_ports(tmp_path / "missing") == range(32768, 61000)  # the kernel's default
+    ports = daemons.ephemeral_ports()
+    assert daemons.ephemeral_note(ports.start - 1) == ""
+    assert f"choose a port below {ports.start}" in daemons.ephemeral_note(ports.start)
+
+
+def test_no_box_of_the_tests_or_the_demo_listens_where_outgoing_connections_take_their_ports() -> None:
+    """A CI run lost a box's slapd to a client that held 36636: every fixed port the tests and the demo give a
+    daemon lies below the kernel's range."""
+    from portal.config import PortalConfig
+    from tests.conftest import TEST_SETTINGS
+    from tests.integration import test_directory
+    from tests.kubernetes import conftest as kube
+    from tests.slurm_versions.conftest import release_settings
+
+    ports = {name: value for name, value in TEST_SETTINGS.items() if name.endswith("_port")}
+    for release in ("24.11", "26.05"):
+        ports |= {f"{release} {n}": v for n, v in release_settings(release)[1].items() if n.endswith("_port")}
+    demo = PortalConfig()
+    ports |= {name: getattr(demo, name) for name in vars(demo) if name.endswith("_port") and getattr(demo, name)}
+    ports |= {"dashboard (demo)": demo.dashboard_service_port, "MLflow (demo)": demo.hub_port + 95}
+    ports |= {f"kube {name}": value for name, value in kube.DIRECTORY_PORTS.items()}
+    ports |= {"kube api (and etcd, MLflow after it)": kube.KUBE_API_PORT + 3}
+    source = Path(test_directory.__file__).read_text()
+    ports |= {f"test_directory {i}": int(p) for i, p in enumerate(re.findall(r'_port": (\d+) \+ PORT_OFFSET', source))}
+    assert len(ports) > 20
+    low = daemons.ephemeral_ports().start
+    assert {name: port for name, port in ports.items() if port >= low} == {}

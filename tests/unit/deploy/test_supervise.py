@@ -86,3 +86,25 @@ def test_flags_and_run() -> None:
         supervise.run(["false"], "probing")
     with pytest.raises(BoxError, match="probing: no-such-program is not installed"):
         supervise.run(["no-such-program"], "probing")
+
+
+def test_a_service_started_beside_the_next_is_launched_in_its_turn_and_waited_for_last(box: TmpBox) -> None:
+    """The MLflow server's start: `up` does not wait for it before the hub starts, only at the end."""
+    seen = []
+
+    def second_ready(place: TmpBox) -> str | None:
+        # When the second is ready, the first has been launched and is not ready yet (its file comes now).
+        seen.append(service_pid(first, place))
+        (place.root / "first-ready").touch()
+        return None
+
+    first = dataclasses.replace(sleeper(ready_file="first-ready"), name="first", beside=True)
+    second = dataclasses.replace(sleeper(), name="second", ready=second_ready)
+    lines = list(supervise.start_services([first, second], box))
+    assert [line.split(":")[0] for line in lines] == ["second", "first"], lines
+    assert seen and seen[0] is not None  # the first was running while the second became ready
+    assert list(supervise.start_services([first, second], box)) == [
+        f"second: already running (pid {service_pid(second, box)})",
+        f"first: already running (pid {service_pid(first, box)})"]
+    for svc in (first, second):
+        stop_service(svc, box)
