@@ -9,9 +9,9 @@ Run as root from the repository root:
 Every port and path comes from ``portal.config.load()``; a second box beside a user's is just another
 ``DSPORTAL_CONFIG`` (its own state dir, ports, box_subnet and box_node_prefix). Services start in the order
 slapd (the machine's one directory: claimed, started unless it runs), munged, exim4, mariadb, slurmdbd, slurmctld,
-node1..N, mlflow (with mlflow_url: box), hub, and stop by their recorded PID (never by name) in reverse; `down` then
-removes the network it made (deploy/local/parts/nodes.py) and drops the box's claim on the directory (stopped when
-no other box needs it).
+node1..N, mlflow (with mlflow_url: box; launched before the hub, waited for after it), hub, and stop by their
+recorded PID (never by name) in reverse; `down` then removes the network it made (deploy/local/parts/nodes.py) and
+drops the box's claim on the directory (stopped when no other box needs it).
 `stop NODE` shuts a node down with everything running on it; `crash NODE` cuts its power (link down, every
 process killed at once), so that Slurm finds it dead and requeues its jobs; `start NODE` brings it back. `crash`
 alone cuts the whole box's power: every process of every service (the hub's proxy and services too) and of every

@@ -86,8 +86,7 @@ def test_no_box_of_the_tests_or_the_demo_listens_where_outgoing_connections_take
     """A CI run lost a box's slapd to a client that held 36636: every fixed port the tests and the demo give a
     daemon lies below the kernel's range."""
     from portal.config import PortalConfig
-    from tests.conftest import TEST_SETTINGS
-    from tests.integration import test_directory
+    from tests.conftest import REPO, TEST_SETTINGS
     from tests.kubernetes import conftest as kube
     from tests.slurm_versions.conftest import release_settings
 
@@ -99,7 +98,7 @@ def test_no_box_of_the_tests_or_the_demo_listens_where_outgoing_connections_take
     ports |= {"dashboard (demo)": demo.dashboard_service_port, "MLflow (demo)": demo.hub_port + 95}
     ports |= {f"kube {name}": value for name, value in kube.DIRECTORY_PORTS.items()}
     ports |= {"kube api (and etcd, MLflow after it)": kube.KUBE_API_PORT + 3}
-    source = Path(test_directory.__file__).read_text()
+    source = (REPO / "tests" / "integration" / "test_directory.py").read_text()  # a test module: read, not imported
     ports |= {f"test_directory {i}": int(p) for i, p in enumerate(re.findall(r'_port": (\d+) \+ PORT_OFFSET', source))}
     assert len(ports) > 20
     low = daemons.ephemeral_ports().start
