@@ -132,8 +132,8 @@ def await_service(svc: Service, place: Place, begun: tuple[subprocess.Popen[byte
             place.pid_file(svc.name).unlink(missing_ok=True)
             svc.after_stop(place)
             raise
-        hazards = "".join(f"; warning: port {port}{ephemeral_note(port)}" for _, port in svc.ports(place)
-                          if ephemeral_note(port))
+        notes = [(port, ephemeral_note(port)) for _, port in svc.ports(place)]
+        hazards = "".join(f"; warning: port {port}{note}" for port, note in notes if note)
         lines = [f"{svc.name}: started (pid {proc.pid}) in {time.monotonic() - started:.1f} s{hazards}"]
     extra = svc.after_start(place)
     return lines + ([extra] if extra else [])
