@@ -17,11 +17,9 @@ from pathlib import Path
 
 from portal.config import PortalConfig
 from portal.records.account import job_user
-from portal.scheduler.cluster import QueuedJob, start_note
-from portal.scheduler.slurm.answers import SLURM_SERVERS
+from portal.scheduler.cluster import QueuedJob, start_note, users_jobs
 from portal.scheduler.slurm.commands import SlurmCommands
 from portal.scheduler.slurm.errors import SlurmError
-from portal.scheduler.slurm.json_answers import users_jobs
 from portal.scheduler.snapshot import ClusterSnapshot
 
 OUTPUT_TAIL_BYTES = 64 * 1024  # of a failed server's output: its last lines, however long they are
@@ -40,7 +38,7 @@ async def server_start_note(look: Callable[[], ClusterSnapshot], user: str, part
     chosen = next((p for p in snapshot.partitions if p.name == partition or (not partition and p.default)), None)
     if chosen is None:
         return ""
-    return start_note(1, gpus, cpus, memory_gb, chosen, users_jobs(snapshot.queue, user), SLURM_SERVERS)
+    return start_note(1, gpus, cpus, memory_gb, chosen, users_jobs(snapshot.queue, user))
 
 
 async def node_address(portal: PortalConfig, node: str) -> str:

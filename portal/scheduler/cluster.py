@@ -1,14 +1,15 @@
 """The cluster as every scheduler shows it, whatever its own words: the jobs in its queue (`QueuedJob`), its nodes
 (`ClusterNode`) and the pools they form (`NodePool`: a Slurm partition, or the nodes of one GPU type on
 Kubernetes), and what the pages and the quota read from them: the start warning of a submit (`start_note`), a
-user's jobs in words, the GPUs a user's jobs hold (`gpu_holders`). Each scheduler reads its own answers into these
-(portal/scheduler/slurm/answers.py and json_answers.py; portal/scheduler/kubernetes/nodes.py and records.py); the
-snapshot (snapshot.py) and the dashboard use nothing else. Pure."""
+user's jobs (`users_jobs`) and those in words, the GPUs they hold (`gpu_holders`). Each scheduler reads its own
+answers into these, its own words too (a server, a reason in words: portal/scheduler/slurm/answers.py and
+json_answers.py; portal/scheduler/kubernetes/nodes.py and records.py); the snapshot (snapshot.py) and the dashboard
+use nothing else. Pure."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from portal.quota import GpuHolder
@@ -20,7 +21,14 @@ from portal.records.states import ENDED_STATES, RUNNING
 @dataclass(frozen=True)
 class QueuedJob:
     """One job in a scheduler's queue: pending, running or ended (Slurm keeps an ended job for MinJobAge; a
-    Kubernetes job's pods are its entries: portal/scheduler/kubernetes/records.py)."""
+    Kubernetes job's pods are its entries: portal/scheduler/kubernetes/records.py).
+
+    Its last three fields are its scheduler's own words, read by that scheduler's reader so that the pages and the
+    quota need none of them. On Slurm (portal.scheduler.slurm.json_answers): `server` when its job name is
+    batchspawner's, `reason_words` its reason word in words (portal.scheduler.slurm.answers.pending_reason), and
+    `waits_for_resources` when that word is one of HELD_REASONS there. On Kubernetes
+    (portal.scheduler.kubernetes.records.pod_queue): `server` for the pods of no job, `reason_words` the scheduler's
+    message, in words already, and `waits_for_resources` whenever it gave one in words (what its nodes lack)."""
 
     id: str
     user: str
@@ -36,6 +44,9 @@ class QueuedJob:
     exit_code: str = ""  # Slurm's "3:0" (exit status : signal), once it has ended
     restarts: int = 0  # how often Slurm requeued it
     expected_start: int = 0  # a pending job's: when Slurm expects it to start (epoch seconds); 0: no estimate
+    server: bool = False  # a user's JupyterLab server, not a job
+    reason_words: str = ""  # why a pending job waits, in words, as the pages show it; "" when it does not wait
+    waits_for_resources: bool = False  # it waits for GPUs, CPUs or memory that jobs hold: those are worth naming
 
     @property
     def queued(self) -> bool:
@@ -150,28 +161,29 @@ def server_pools(pools: Iterable[NodePool]) -> tuple[Pool, ...]:
     return tuple(pool.as_pool() for pool in pools if pool.usable_nodes)
 
 
-def gpu_holders(jobs: Iterable[QueuedJob], server_names: Collection[str]) -> tuple[GpuHolder, ...]:
+def users_jobs(jobs: Mapping[str, QueuedJob], user: str) -> list[QueuedJob]:
+    """The user's jobs that wait or run (what plain squeue lists), in the queue's order."""
+    return [job for job in jobs.values() if job.user == user and job.queued]
+
+
+def gpu_holders(jobs: Iterable[QueuedJob]) -> tuple[GpuHolder, ...]:
     """The jobs with GPUs among `jobs` (a user's, as their scheduler lists them: pending ones count too, they are a
-    claim on the quota), in the queue's order; `server_names`: the queue names of a server."""
-    return tuple(GpuHolder(job_id=job.id, gpus=job.gpus, server=job.name in server_names)
-                 for job in jobs if job.gpus)
+    claim on the quota), in the queue's order."""
+    return tuple(GpuHolder(job_id=job.id, gpus=job.gpus, server=job.server) for job in jobs if job.gpus)
 
 
-def own_jobs_in_words(jobs: Iterable[QueuedJob], server_names: Collection[str], whose: str = "your") -> str:
+def own_jobs_in_words(jobs: Iterable[QueuedJob], whose: str = "your") -> str:
     """A user's own jobs as they read of them, for what holds what their waiting job asks for: "your server
-    (job 4), your job 7"; "" for none. `server_names`: the queue names of a server (Kubernetes's too); `whose`:
-    "alice's" for someone else reading of them (an admin)."""
-    return ", ".join(f"{whose} server (job {job.id})" if job.name in server_names else f"{whose} job {job.id}"
-                     for job in jobs)
+    (job 4), your job 7"; "" for none. `whose`: "alice's" for someone else reading of them (an admin)."""
+    return ", ".join(f"{whose} server (job {job.id})" if job.server else f"{whose} job {job.id}" for job in jobs)
 
 
 def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partition: NodePool,
-               mine: Iterable[QueuedJob], server_names: Collection[str]) -> str:
+               mine: Iterable[QueuedJob]) -> str:
     """Whether a job asking each of `nodes_needed` nodes for `gpus`, `cpus` (all its workers together) and
     `memory_gb` can start now on the partition's usable nodes; "" when it can, else why it will wait, in words:
     "will wait for your server (job 4) to end: node1 has 20 of 24 GB free". `mine`: the user's jobs now (their
-    own are named; anything else is "other users' jobs"; `server_names` as in own_jobs_in_words). The request
-    itself fits a node (parse_job_spec)."""
+    own are named; anything else is "other users' jobs"). The request itself fits a node (parse_job_spec)."""
     usable = partition.usable_nodes
     need_mb = memory_gb * 1024
 
@@ -189,6 +201,6 @@ def start_note(nodes_needed: int, gpus: int, cpus: int, memory_gb: int, partitio
     if len(usable) - len(short) >= nodes_needed:
         return ""
     holding = [job for job in mine if job.state == RUNNING and set(expand_hostlist(job.node_list)) & set(short)]
-    holders = own_jobs_in_words(holding, server_names) or "other users' jobs"
+    holders = own_jobs_in_words(holding) or "other users' jobs"
     where = "; ".join(f"{name} has {' and '.join(what)} free" for name, what in short.items())
     return f"will wait for {holders} to end: {where}"

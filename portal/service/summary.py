@@ -13,17 +13,11 @@ from typing import Any
 from portal.jobs import Job, RunMetrics, UnreadableJob
 from portal.records.record import RUNNING, UNREADABLE
 from portal.renamed import OLD_SCHEDULER_NAME
-from portal.scheduler.cluster import QueuedJob, own_jobs_in_words
-from portal.scheduler.kubernetes.pods import POD_SERVER_NAME
-from portal.scheduler.slurm.answers import SERVER_JOB_NAME, pending_reason
-from portal.scheduler.slurm.json_answers import users_jobs
+from portal.scheduler.cluster import QueuedJob, own_jobs_in_words, users_jobs
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.tensorboard import panel_url
 
 NO_WAIT = {"reason": "", "held_by": "", "expected_start": ""}
-# Slurm's reasons that mean "the GPUs, CPUs or memory it asks for are held": what holds them is worth naming.
-HELD_REASONS = frozenset({"Resources", "Priority", "AssocGrpGRES", "AssocGrpGRESLimit", "QOSMaxGRESPerUser"})
-SERVER_NAMES = frozenset({SERVER_JOB_NAME, POD_SERVER_NAME})  # a server's queue entry, on Slurm and on Kubernetes
 
 
 def waiting(line: QueuedJob | None, snapshot: ClusterSnapshot, now: float | None = None,
@@ -38,12 +32,10 @@ def waiting(line: QueuedJob | None, snapshot: ClusterSnapshot, now: float | None
     time, when it has one that is still ahead."""
     if line is None:
         return dict(NO_WAIT)
-    word = line.reason.strip().strip("()").split(",")[0]
-    about_resources = word in HELD_REASONS or " " in line.reason.strip()  # Kubernetes: the scheduler's words
     held_by = ""
-    if about_resources:
+    if line.waits_for_resources:  # its scheduler's reader tells (portal.scheduler.cluster.QueuedJob)
         mine = [q for q in users_jobs(snapshot.queue, line.user) if q.state == RUNNING and q.id != line.id]
-        held_by = own_jobs_in_words(mine, SERVER_NAMES, whose)
+        held_by = own_jobs_in_words(mine, whose)
         if not held_by and any(q.state == RUNNING and q.user != line.user for q in snapshot.queue.values()):
             held_by = "other users' jobs"
     now = time.time() if now is None else now
@@ -52,8 +44,7 @@ def waiting(line: QueuedJob | None, snapshot: ClusterSnapshot, now: float | None
         at = datetime.fromtimestamp(line.expected_start)
         same_day = at.date() == datetime.fromtimestamp(now).date()
         expected = at.strftime("%H:%M" if same_day else "%a %d %b %H:%M")
-    return {"reason": pending_reason(line.reason) if line.reason else "", "held_by": held_by,
-            "expected_start": expected}
+    return {"reason": line.reason_words, "held_by": held_by, "expected_start": expected}
 
 
 def job_summary(job: Job, state: str, elapsed: str, metrics: RunMetrics | None, base_url: str = "/",
@@ -103,9 +94,9 @@ def unreadable_summary(job: UnreadableJob, service_prefix: str = "/services/port
 
 def quota_of(user: str, gpu_quota: int, snapshot: ClusterSnapshot) -> dict[str, Any]:
     """A user's GPUs held or waited for now against their quota, with the jobs that hold them (servers, portal
-    jobs and anything sbatch'ed from a terminal alike), each with Slurm's reason in words when it waits."""
+    jobs and anything sbatch'ed from a terminal alike), each with its scheduler's reason in words when it waits."""
     holders = [{"job_id": q.id, "name": q.name, "state": q.state, "gpus": q.gpus,
-                "reason": pending_reason(q.reason) if q.state == "PENDING" else ""}
+                "reason": q.reason_words}
                for q in users_jobs(snapshot.queue, user) if q.gpus]
     return {"user": user, "gpu_quota": gpu_quota, "gpus_in_use": sum(h["gpus"] for h in holders),
             "holders": holders}

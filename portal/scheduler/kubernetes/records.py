@@ -150,9 +150,10 @@ def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | 
               now: datetime) -> dict[str, QueuedJob]:
     """What squeue is on Slurm, from the pods of the users' namespaces (`user_of`: whose a namespace is, None for
     one that is no user's): one entry per job (its pods together) and per server that holds or waits for GPUs,
-    RUNNING once all its pods run, else PENDING with the scheduler's reason in words. The dashboard's usage panel
-    reads each user's from it. Whose a pod is comes from its namespace, never from its labels (which a user's own
-    Job template sets); a job id that two namespaces claim is keyed by namespace the second time."""
+    RUNNING once all its pods run, else PENDING with the scheduler's reason in words (its `reason_words` too; a
+    reason in words is one about the nodes: `waits_for_resources`). The dashboard's usage panel reads each user's
+    from it. Whose a pod is comes from its namespace, never from its labels (which a user's own Job template sets);
+    a job id that two namespaces claim is keyed by namespace the second time."""
     queue = {}
     for entry in _gpu_groups(pods, user_of):
         started = _timestamp(entry["started"]) if entry["started"] and not entry["pending"] else None
@@ -162,7 +163,8 @@ def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | 
             elapsed=duration_text((now - started).total_seconds()) if started else "0:00", nodes=entry["pods"],
             gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
             name=POD_SERVER_NAME if entry["server"] else "training",
-            node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"])
+            node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"], server=entry["server"],
+            reason_words=entry["waiting"].strip(), waits_for_resources=" " in entry["waiting"].strip())
     return queue
 
 

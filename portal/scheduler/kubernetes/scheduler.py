@@ -61,7 +61,6 @@ from portal.scheduler.kubernetes.manifests import (
 )
 from portal.scheduler.kubernetes.namespaces import ensure_namespace, namespace_exists
 from portal.scheduler.kubernetes.nodes import node_pools
-from portal.scheduler.kubernetes.pods import POD_SERVER_NAME
 from portal.scheduler.kubernetes.records import (
     K8S_ID,
     PodTrials,
@@ -160,7 +159,7 @@ class KubernetesScheduler:
             return ""
         mine = [job for job in snapshot.queue.values() if job.user == user]
         return note_from_nodes(spec.nodes, spec.gpus_per_node, spec.workers_per_node * spec.cpus_per_task,
-                               spec.memory_gb, pool, mine, server_names=(POD_SERVER_NAME,))
+                               spec.memory_gb, pool, mine)
 
     def model_card(self, record: JobRecord, user: KubeUser, task: int | None = None) -> dict | None:
         """The run's model card from the log of the pod that ran it (its script copies the card there at the

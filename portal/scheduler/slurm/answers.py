@@ -16,7 +16,6 @@ from portal.scheduler.cluster import ClusterNode, NodePool
 # A node in one of these states cannot run anything now (it may come back: it still counts as a member).
 UNUSABLE_NODE_STATE = re.compile(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|FUTURE")
 SERVER_JOB_NAME = "spawner-jupyterhub"  # batchspawner's --job-name for a JupyterLab server
-SLURM_SERVERS = (SERVER_JOB_NAME,)  # a server's names in Slurm's queue (portal.scheduler.cluster's server_names)
 
 # Slurm's pending reasons, in words a data scientist can act on.
 PENDING_REASONS = {
@@ -35,6 +34,9 @@ PENDING_REASONS = {
     "None": "the scheduler has not looked at it yet",
 }
 
+# Slurm's reasons that mean "the GPUs, CPUs or memory it asks for are held": what holds them is worth naming.
+HELD_REASONS = frozenset({"Resources", "Priority", "AssocGrpGRES", "AssocGrpGRESLimit", "QOSMaxGRESPerUser"})
+
 
 SLURM_REASON = re.compile(r"[A-Za-z_]+(,[A-Za-z_]+)*")  # Slurm's own word(s); a reason in words has spaces
 
@@ -49,6 +51,12 @@ def pending_reason(reason: str) -> str:
         return reason.strip()
     words = PENDING_REASONS.get(word.split(",")[0])
     return f"{words} (Slurm: {word})" if words else f"Slurm: {word}"
+
+
+def held_reason(reason: str) -> bool:
+    """Whether Slurm's reason (its first word, parentheses or not) says the GPUs, CPUs or memory the job asks for
+    are held by running jobs (HELD_REASONS)."""
+    return reason.strip().strip("()").split(",")[0] in HELD_REASONS
 
 
 # What Slurm answers for a job it does not know: ended and forgotten (MinJobAge), or hidden from this user

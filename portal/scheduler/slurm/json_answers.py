@@ -32,7 +32,7 @@ from portal.errors import BadAnswer
 from portal.quota import array_claim
 from portal.records.states import ENDED_STATES, PENDING, RUNNING
 from portal.scheduler.cluster import QueuedJob, duration_text
-from portal.scheduler.slurm.answers import gpu_count
+from portal.scheduler.slurm.answers import SERVER_JOB_NAME, gpu_count, held_reason, pending_reason
 from portal.scheduler.slurm.data_parsers import DATA_PARSERS, SACCT_READERS, SQUEUE_READERS, Reader
 
 MAX_ANSWER_BYTES = 256 * 1024 * 1024  # ~100,000 jobs of ~2.5 KB: beyond that it is no answer of Slurm's
@@ -102,11 +102,13 @@ def _queued_job(job: Any, now: float) -> QueuedJob | None:
     per_job = gpu_count(_text(job, "tres_per_job"))
     requested = gpu_count(_text(job, "tres_req_str")) or per_node * max(1, nodes) + per_job  # all nodes together
     status = _whole(job.get("exit_code"))
+    reason, name, pending = _text(job, "state_reason"), _text(job, "name"), state == PENDING
     return QueuedJob(
         id=str(job_id), user=user, uid=uid, state=state, elapsed=elapsed, nodes=nodes, gpus_per_node=per_node,
-        reason=_text(job, "state_reason"), name=_text(job, "name"), node_list=_node_list(job), gpus=requested,
+        reason=reason, name=name, node_list=_node_list(job), gpus=requested,
         exit_code=exit_code(status) if end and status is not None else "", restarts=_whole(job.get("restart_cnt")) or 0,
-        expected_start=start if state == "PENDING" else 0)
+        expected_start=start if pending else 0, server=name == SERVER_JOB_NAME,
+        reason_words=pending_reason(reason) if pending else "", waits_for_resources=pending and held_reason(reason))
 
 
 def _jobs_in(answer: str | bytes, command: str, readers: Mapping[str, Reader]) -> list[dict[str, Any]]:
@@ -169,11 +171,6 @@ def _task_count(text: str) -> int:
         low, high, step = int(found[1]), int(found[2] or found[1]), int(found[3] or 1)
         count += len(range(low, high + 1, max(1, step)))
     return count
-
-
-def users_jobs(jobs: Mapping[str, QueuedJob], user: str) -> list[QueuedJob]:
-    """The user's jobs that squeue lists (pending, running), in Slurm's order."""
-    return [job for job in jobs.values() if job.user == user and job.queued]
 
 
 @dataclass(frozen=True)

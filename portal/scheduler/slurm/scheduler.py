@@ -53,13 +53,13 @@ from portal.records.sweep import (
     task_states,
 )
 from portal.registrations import SCHEDULERS
-from portal.scheduler.cluster import QueuedJob, gpu_holders, start_note
+from portal.scheduler.cluster import QueuedJob, gpu_holders, start_note, users_jobs
 from portal.scheduler.home import JobsInHome
 from portal.scheduler.slurm import history
-from portal.scheduler.slurm.answers import SLURM_SERVERS, job_unknown
+from portal.scheduler.slurm.answers import job_unknown
 from portal.scheduler.slurm.commands import SlurmCommands
 from portal.scheduler.slurm.errors import JobDirError, SlurmError, SlurmRefused
-from portal.scheduler.slurm.json_answers import SlurmAnswerError, read_sacct, users_jobs
+from portal.scheduler.slurm.json_answers import SlurmAnswerError, read_sacct
 from portal.scheduler.slurm.sbatch import (
     SLURM_JOB_ID,
     jobs_partition,
@@ -111,7 +111,7 @@ class SlurmScheduler(JobsInHome):
     def quota(self, user: JobUser, snapshot: ClusterSnapshot) -> GpuQuota:
         """The user's GPU quota and what their servers and jobs in `snapshot` hold or claim of it (portal.quota's
         rule): the one figure the job form, the API and the spawn form (through `limits`: spawners.options) all show."""
-        holders = gpu_holders(users_jobs(snapshot.queue, user.name), SLURM_SERVERS)
+        holders = gpu_holders(users_jobs(snapshot.queue, user.name))
         return self.cfg.user_gpu_quota(user.groups, holders)
 
     def configured_limits(self, user: JobUser) -> None:
@@ -135,7 +135,7 @@ class SlurmScheduler(JobsInHome):
         except SlurmError:
             return ""
         return start_note(spec.nodes, spec.gpus_per_node, spec.workers_per_node * spec.cpus_per_task,
-                          spec.memory_gb, partition, users_jobs(snapshot.queue, user), SLURM_SERVERS)
+                          spec.memory_gb, partition, users_jobs(snapshot.queue, user))
 
     def _squeue(self, user: JobUser) -> dict[str, QueuedJob]:
         """Every job Slurm's controller remembers, as `user` asks (SlurmError when it does not answer)."""

@@ -1,17 +1,16 @@
 """What a pending job waits for, as the jobs list, a job's page and the API say it (portal.service.summary.waiting):
 the reason in words once, what holds what it asks for, and Slurm's estimate of its start; and what a submit says
-of a job that will wait (portal.scheduler.slurm.answers.start_note)."""
+of a job that will wait (portal.scheduler.cluster.start_note)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 import portal.jobs  # noqa: F401  (before portal.scheduler.kubernetes.records, which it imports: the order the portal has)
-from portal.scheduler.cluster import ClusterNode, NodePool, start_note
+from portal.scheduler.cluster import ClusterNode, NodePool, start_note, users_jobs
 from portal.scheduler.kubernetes.manifests import LABEL_JOB
 from portal.scheduler.kubernetes.records import pod_queue
-from portal.scheduler.slurm.answers import SLURM_SERVERS
-from portal.scheduler.slurm.json_answers import read_squeue, users_jobs
+from portal.scheduler.slurm.json_answers import read_squeue
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.summary import waiting
 from tests.slurm_answers import squeue_job, squeue_json
@@ -86,12 +85,12 @@ def test_a_submit_that_will_wait_says_for_what_before_it_waits():
     found = snapshot(squeue_job(4, "alice", gpus_per_node=1, name="spawner-jupyterhub", node_list="node1"),
                      squeue_job(8, "bob", gpus_per_node=1, uid=10002, node_list="node2"))
     mine = users_jobs(found.queue, "alice")
-    assert start_note(2, 1, 4, 21, gpu, mine, SLURM_SERVERS) == \
+    assert start_note(2, 1, 4, 21, gpu, mine) == \
         "will wait for your server (job 4) to end: node1 has 20 of 24 GB free"
-    assert start_note(2, 1, 4, 16, gpu, mine, SLURM_SERVERS) == ""  # the defaults fit beside her server
-    assert start_note(1, 1, 4, 21, gpu, mine, SLURM_SERVERS) == ""  # node2 alone holds it
-    assert start_note(2, 4, 8, 16, gpu, mine, SLURM_SERVERS) == \
+    assert start_note(2, 1, 4, 16, gpu, mine) == ""  # the defaults fit beside her server
+    assert start_note(1, 1, 4, 21, gpu, mine) == ""  # node2 alone holds it
+    assert start_note(2, 4, 8, 16, gpu, mine) == \
         "will wait for your server (job 4) to end: node1 has 3 of 4 GPUs and 6 of 8 CPUs free"
     theirs = NodePool("gpu", (node("node1"), node("node2", 0)), max_minutes=None, default=True)
-    assert start_note(2, 1, 1, 1, theirs, mine, SLURM_SERVERS) == \
+    assert start_note(2, 1, 1, 1, theirs, mine) == \
         "will wait for other users' jobs to end: node2 has 0 of 4 GPUs free"

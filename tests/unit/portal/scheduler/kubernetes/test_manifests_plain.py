@@ -153,6 +153,9 @@ def test_the_dashboards_queue_on_kubernetes_is_the_users_gpu_pods():
     assert (job.state, job.gpus, job.nodes, job.node_list, job.elapsed) == ("RUNNING", 2, 2, "node1,node2", "5:30")
     assert (bobs.user, bobs.state, bobs.gpus) == ("bob", "PENDING", 4)
     assert bobs.reason == "none of the 2 nodes can run it now: 2 with too few free GPUs"
+    assert (bobs.reason_words, bobs.waits_for_resources) == (bobs.reason, True)  # in words already, about the nodes
+    assert (server.server, job.server, bobs.server) == (True, False, False)
+    assert (job.reason_words, job.waits_for_resources) == ("", False)
     assert quota_of("alice", 4, ClusterSnapshot(taken_at=0, queue=queue))["gpus_in_use"] == 3
     # bob's pods labelled with alice's job id stay his, and hers stay 2 GPUs
     forged = pod_queue([*pods, gpu_pod("b-3", 4, job=JOB_ID, namespace="dsportal-u-bob")], CFG.namespace_user, now)

@@ -7,16 +7,16 @@ import pytest
 from portal.config import PortalConfig
 from portal.quota import GpuQuota
 from portal.records.spec import JobSpecError, parse_job_spec
-from portal.scheduler.cluster import gpu_holders, server_pools
+from portal.scheduler.cluster import gpu_holders, server_pools, users_jobs
 from portal.scheduler.slurm.answers import (
-    SLURM_SERVERS,
     gpu_count,
+    held_reason,
     nodes_from_scontrol,
     pending_reason,
     slurm_partitions,
     wall_minutes,
 )
-from portal.scheduler.slurm.json_answers import read_squeue, users_jobs
+from portal.scheduler.slurm.json_answers import read_squeue
 from portal.scheduler.slurm.sbatch import limits_from
 from tests.slurm_answers import SLURM_24_11, SLURM_26_05, STARTED, squeue_job, squeue_json
 
@@ -67,8 +67,14 @@ def test_a_users_gpus_count_every_node_and_pending_jobs():
         squeue_job(16, "alice", "PENDING", name="a | b", tres_per_job="gres:gpu:3", tres_req_str="cpu=1,gres/gpu=3"),
         squeue_job(17, "alice", name="cpu-only"), squeue_job(18, "bob", gpus_per_node=4, uid=10002),
         squeue_job(19, "alice", "CANCELLED", gpus_per_node=4)), now=STARTED + 60)
-    holders = gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)
+    holders = gpu_holders(users_jobs(jobs, "alice"))
     assert [(h.describe(), h.gpus) for h in holders] == [("job 12", 4), ("your server", 1), ("job 16", 3)]
+    assert [job.id for job in jobs.values() if job.server] == ["15"]  # batchspawner's job name, read by read_squeue
+
+
+def test_the_reasons_that_say_what_it_asks_for_is_held():
+    assert held_reason("Resources") and held_reason("(Priority)") and held_reason("AssocGrpGRES,Priority")
+    assert not held_reason("JobHeldUser") and not held_reason("BeginTime") and not held_reason("")
 
 
 def test_pending_reasons_in_words():

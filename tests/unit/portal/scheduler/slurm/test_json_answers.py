@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from portal.quota import array_claim
-from portal.scheduler.cluster import duration_text, gpu_holders
-from portal.scheduler.slurm.answers import SLURM_SERVERS
+from portal.scheduler.cluster import duration_text, gpu_holders, users_jobs
 from portal.scheduler.slurm.data_parsers import number as read_number
 from portal.scheduler.slurm.json_answers import (
     SlurmAnswerError,
@@ -21,7 +20,6 @@ from portal.scheduler.slurm.json_answers import (
     exit_code,
     read_sacct,
     read_squeue,
-    users_jobs,
 )
 from tests.slurm_answers import (
     REAL_SACCT,
@@ -57,6 +55,10 @@ def test_the_real_squeue_answer():
     # sbatch --array=0-3%2 of 1 GPU each, none started: its pending entry claims what may start at once, 2 tasks
     assert (array.reason, array.gpus, array.elapsed) == ("Priority", 2, "0:00")
     assert "900001" not in jobs
+    # What the pages show of it, read here once: the reason in words, and whether what holds its GPUs is worth naming
+    assert (per_job.reason_words, per_job.waits_for_resources) == (
+        "waiting for GPUs, CPUs or memory to free up (Slurm: Resources)", True)
+    assert (two_nodes.reason_words, two_nodes.waits_for_resources, two_nodes.server) == ("", False, False)
 
 
 def test_the_real_sacct_answer():
@@ -100,6 +102,7 @@ def test_the_real_answers_of_each_release(release, version):
     assert (two_nodes.state, two_nodes.nodes, two_nodes.gpus_per_node, two_nodes.gpus) == ("RUNNING", 2, 1, 2)
     assert (two_nodes.node_list, two_nodes.elapsed, two_nodes.exit_code) == (f"{nodes}[1-2]", "1:41", "")
     assert (held.state, held.reason, held.gpus) == ("PENDING", "JobHeldUser", 1)  # --gpus=1: per job
+    assert (held.reason_words, held.waits_for_resources) == ("the job is held (Slurm: JobHeldUser)", False)
     assert (requeued.state, requeued.reason, requeued.restarts) == ("PENDING", "BeginTime", 1)
     assert requeued.expected_start > now  # Slurm holds a requeued job back for a while
     # 0-3%2 with tasks 0 and 1 running: the pending rest may start none beside them
@@ -139,7 +142,7 @@ def test_a_users_jobs_are_hers_that_wait_or_run(version):
         squeue_job(3, "alice", "COMPLETED", gpus_per_node=4, end_time=number(version, STARTED + 60), **v),
         squeue_job(4, "alice", "PENDING", gpus_per_node=2, nodes=2, **v), **v), NOW)
     assert [job.id for job in users_jobs(jobs, "alice")] == ["1", "4"]
-    holders = gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)
+    holders = gpu_holders(users_jobs(jobs, "alice"))
     assert [(h.describe(), h.gpus) for h in holders] == [("job 1", 1), ("job 4", 4)]
     assert jobs["3"].elapsed == "1:00" and jobs["1"].elapsed == "1:02:03"
 
@@ -235,7 +238,7 @@ def test_text_a_user_controls_is_only_itself(name, comment, workdir, output, ver
                                    squeue_job(8, "alice", gpus_per_node=1, **v), **v), NOW)
     assert list(jobs) == ["7", "8"] and jobs["7"].name == name
     assert (jobs["7"].user, jobs["7"].gpus, jobs["7"].state) == ("bob", 0, "RUNNING")
-    assert [h.gpus for h in gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)] == [1]
+    assert [h.gpus for h in gpu_holders(users_jobs(jobs, "alice"))] == [1]
     runs = read_sacct(sacct_json(sacct_run(7, "bob", "COMPLETED", datetime(2026, 11, 22, 19), None, name=name,
                                            working_directory=workdir, comment={"job": comment}, **v), **v))
     assert [(r.job_id, r.user, r.gpus, r.name) for r in runs] == [("7", "bob", 0, name)]
@@ -251,7 +254,7 @@ def test_a_pending_array_claims_what_may_start_beside_its_running_tasks():
                  for t in range(started)]
         rest = {**array, "array_task_string": f"{started}-3%2", "user_name": "alice", "user_id": 10001}
         jobs = read_squeue(squeue_json(*tasks, rest), NOW)
-        return [h.gpus for h in gpu_holders(users_jobs(jobs, "alice"), SLURM_SERVERS)]
+        return [h.gpus for h in gpu_holders(users_jobs(jobs, "alice"))]
     assert claimed(0) == [2]
     assert claimed(1) == [1, 1]
     assert claimed(2) == [1, 1]  # the pending rest waits for the throttle: it claims nothing more
