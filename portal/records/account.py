@@ -89,6 +89,23 @@ class CallCounts:
 
 # Commands run as another user (runuser), by the command's file name: each is a fork + exec + PAM session.
 RUNUSER_CALLS = CallCounts()
+_SCHEDULER_CALLS: dict[str, CallCounts] = {}  # by scheduler name (scheduler_calls)
+_SCHEDULER_CALLS_LOCK = threading.Lock()
+
+
+def scheduler_calls(name: str) -> CallCounts:
+    """The counts of the commands that the scheduler called `name` runs as users, made on its first ask (its module
+    asks once, at import) and the same ones after: the scheduler adds to them, `every_scheduler_calls` reads them."""
+    with _SCHEDULER_CALLS_LOCK:
+        return _SCHEDULER_CALLS.setdefault(name, CallCounts())
+
+
+def every_scheduler_calls() -> dict[str, dict[str, int]]:
+    """Each scheduler's counts now ({command: times}), by the name it asked `scheduler_calls` under: only the
+    schedulers this process has loaded that run commands as users."""
+    with _SCHEDULER_CALLS_LOCK:
+        counters = sorted(_SCHEDULER_CALLS.items())
+    return {name: counts.as_dict() for name, counts in counters}
 
 
 class JobAccessError(Forbidden, PermissionError):

@@ -24,7 +24,9 @@ where its records are; docs/architecture.md, "Where to add").
 
 This module is the contract only: it imports no scheduler and nothing at run time, so that importing a
 scheduler's package (which runs this first) never runs the registry. The registry names the implementations as
-strings and imports one when first asked for; they never import each other (tests/unit/test_layers.py).
+strings and imports one when first asked for; they never import each other (tests/unit/test_layers.py). Each
+implementation is checked against the contract, with its own person, at the end of its own module (an
+`if TYPE_CHECKING:` block that `make lint` reads), so that this module names none of them.
 """
 
 from __future__ import annotations
@@ -182,14 +184,10 @@ class KeepsRecords(Scheduler[P], Protocol[P]):
     def load(self, user: P, job_id: str) -> JobRecord:
         """The user's job `job_id` as a record. Blocks; JobNotFound (another user's too), SchedulerUnavailable."""
 
+    def records_stamp(self, user_name: str) -> Any:
+        """A stamp of the jobs of the user called `user_name`, taken as the portal (nothing runs as the user):
+        `stamp.same_as(later)` is true while none of those jobs was made, changed or deleted in between, so the
+        dashboard lists them again (`records`) only once it is false. None where the scheduler cannot tell now: the
+        caller lists every time. Pure but for what this process keeps (Kubernetes: one watch's counts; the first
+        call starts the watch, a thread, and the stamp is None until it has listed); raises nothing."""
 
-if TYPE_CHECKING:  # each implementation against the protocol, with its own person (checked by `make lint`)
-    from portal.records.account import JobUser
-    from portal.scheduler.kubernetes.client import KubeUser
-    from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
-    from portal.scheduler.local import LocalScheduler
-    from portal.scheduler.slurm.scheduler import SlurmScheduler
-
-    def _conforms(slurm: SlurmScheduler, local: LocalScheduler, kube: KubernetesScheduler
-                  ) -> tuple[Scheduler[JobUser], Scheduler[JobUser], KeepsRecords[KubeUser]]:
-        return slurm, local, kube

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
@@ -203,3 +203,10 @@ def session_alive(sid: int) -> bool:
 
 def _started(record: JobRecord) -> float:
     return datetime.fromisoformat(record.submitted_at).timestamp()
+
+
+if TYPE_CHECKING:  # against the contract, with its own person (checked by `make lint`)
+    from portal.scheduler import Scheduler
+
+    def _conforms(local: LocalScheduler) -> Scheduler[JobUser]:
+        return local

@@ -7,9 +7,8 @@ import time
 from typing import Any
 
 from portal.inputs import InputError, read_json_object
-from portal.records.account import RUNUSER_CALLS
+from portal.records.account import RUNUSER_CALLS, every_scheduler_calls
 from portal.records.spec import WHOLE, input_fields
-from portal.scheduler.slurm.scheduler import USER_SLURM_CALLS
 from portal.service.base import APIHandler
 from portal.service.sweep_page import sweep_summary
 
@@ -91,8 +90,9 @@ class ClusterAPIHandler(APIHandler):
         view = {**snapshot.to_dict(), "refresh_s": self.cluster.interval_s,
                 "page_refresh_s": self.settings["pace"].poll_s(), "open_pages": self.settings["pace"].open_pages()}
         # What this process has asked so far (the load benchmark reads the difference over its run): the shared
-        # snapshot's squeue/scontrol, the Slurm commands run as users, every command run as a user, hub requests.
+        # snapshot's squeue/scontrol, each scheduler's commands run as users (user_<name>_calls: Slurm's
+        # user_slurm_calls), every command run as a user, hub requests.
         counters = {"squeue_calls": self.cluster.squeue_calls, "scontrol_calls": self.cluster.scontrol_calls,
-                    "user_slurm_calls": USER_SLURM_CALLS.as_dict(), "runuser_calls": RUNUSER_CALLS.as_dict(),
-                    "hub_calls": getattr(self.directory, "calls", 0)}
+                    **{f"user_{name}_calls": calls for name, calls in every_scheduler_calls().items()},
+                    "runuser_calls": RUNUSER_CALLS.as_dict(), "hub_calls": getattr(self.directory, "calls", 0)}
         self.write_json(cluster_answer(view, counters, self.hub_user.admin))

@@ -1,7 +1,7 @@
 """What the board keeps of a scan of a user's jobs, and whether they may have changed since, found without running
 anything as the user: the (device, inode, ctime) of their home, of ~/jobs and of this cluster's ~/jobs/<cluster>,
-read by lstat as the service; on Kubernetes, the count of changes to their namespace's jobs that one watch of the
-API server saw (portal.scheduler.kubernetes.watch).
+read by lstat as the service; where the scheduler keeps the records itself, its own stamp of them
+(portal.scheduler.KeepsRecords.records_stamp: on Kubernetes, what one watch of the API server counted).
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ import pwd
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from portal.config import PortalConfig
 from portal.records.record import JOBS_ROOT
 from portal.scheduler.registry import scheduler_for
+
+if TYPE_CHECKING:
+    from portal.scheduler import KeepsRecords
 
 # A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
 # jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).
@@ -62,13 +65,11 @@ def jobs_dir_stamp(user: str, cluster: str) -> DirStamp | None:
 
 def change_stamps(cfg: PortalConfig) -> Callable[[str], Any]:
     """The dashboard's stamp of a user's jobs (`same_as` a later one: nothing new to list): their ~/jobs's where
-    the records are in the homes, else the watch's count for their namespace (started here, once per process)."""
-    if scheduler_for(cfg).records_in_home:
+    the records are in the homes, else the scheduler's own (`records_stamp`: on Kubernetes, one watch per process)."""
+    scheduler = scheduler_for(cfg)
+    if scheduler.records_in_home:
         return functools.partial(jobs_dir_stamp, cluster=cfg.cluster_name)
-    from portal.scheduler.kubernetes.watch import jobs_watch
-
-    watch = jobs_watch(cfg)
-    return lambda user: watch.stamp(cfg.user_namespace(user))
+    return cast("KeepsRecords[Any]", scheduler).records_stamp
 
 
 @dataclass
@@ -78,4 +79,4 @@ class UserRecords:
 
     scanned_at: float
     jobs: dict[str, tuple[str | None, Any]] = field(default_factory=dict)
-    dir_stamp: Any = None  # a DirStamp, a WatchStamp, or None: listed again at the next rescan
+    dir_stamp: Any = None  # a DirStamp, the scheduler's records_stamp, or None: listed again at the next rescan

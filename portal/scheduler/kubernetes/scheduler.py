@@ -3,7 +3,8 @@ workers Job; setting k8s_jobs "plain", the default) or as an MPIJob (kubeflow.or
 
 The manifests are built by `portal.scheduler.kubernetes.manifests`; the pure readers (a Job or an MPIJob in, a state or
 a record out), unit-tested without a cluster, are `portal.scheduler.kubernetes.records` (and the nodes', `nodes`);
-the client and the user it acts for, `portal.scheduler.kubernetes.client`; here `KubernetesScheduler` makes the calls.
+the client and the user it acts for, `portal.scheduler.kubernetes.client`; here `KubernetesScheduler` makes the calls
+(what a job's pods say: `portal.scheduler.kubernetes.output`).
 The dashboard (the hub's service account) acts for a user by impersonating `<k8s_user_prefix><name>`, so the API
 server's RBAC (deploy/kubernetes/rbac.yaml) keeps each user to their namespace, as `runuser` + Slurm do on the
 Slurm path. A notebook in the user's own pod uses that pod's service account, which is bound to the same role in
@@ -29,17 +30,16 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
-from portal.metrics import RunMetrics, record_lines
 from portal.mlflow_accounts import Account, run_tags
 from portal.records.limits import JobLimits
 from portal.records.record import CANCELLED, PENDING, JobRecord
 from portal.records.spec import JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
-from portal.records.sweep import SweepPlan, SweepView, sweep_view
+from portal.records.sweep import SweepPlan
 from portal.scheduler.cluster import QueuedJob
 from portal.scheduler.cluster import start_note as note_from_nodes
 from portal.scheduler.errors import NoAccounting
@@ -50,8 +50,6 @@ from portal.scheduler.kubernetes.manifests import (
     DRY_RUN_NOTE,
     GROUP,
     KIND,
-    LABEL_JOB,
-    LABEL_ROLE,
     LABEL_USER,
     PLURAL,
     VERSION,
@@ -61,30 +59,21 @@ from portal.scheduler.kubernetes.manifests import (
 )
 from portal.scheduler.kubernetes.namespaces import ensure_namespace, namespace_exists
 from portal.scheduler.kubernetes.nodes import node_pools
+from portal.scheduler.kubernetes.output import PodOutput
 from portal.scheduler.kubernetes.records import (
     K8S_ID,
-    PodTrials,
-    _image_id,
-    card_from_log,
     limits_for,
-    log_metrics,
     mpijob_record,
     mpijob_state,
     plain_job_state,
     pod_holders,
     pod_queue,
-    pod_trials,
     sweep_job_state,
 )
 from portal.scheduler.kubernetes.tracking import with_tracking
+from portal.scheduler.kubernetes.watch import WatchStamp, jobs_watch
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.scheduler.usage import UsageReport
-
-# The MPI operator's labels on the pods it makes (mpi-operator v2: training.kubeflow.org/*).
-OPERATOR_JOB_LABEL, OPERATOR_ROLE_LABEL = "training.kubeflow.org/job-name", "training.kubeflow.org/job-role"
-MAX_TRIAL_LOG_BYTES = 1024 * 1024  # a running trial's log, read for its task and epochs
-LOG_TIMEOUT_S = 10
-CARD_TAIL_LINES = 20  # the card is the script's last line but one or two
 
 
 def new_k8s_id() -> str:
@@ -92,9 +81,9 @@ def new_k8s_id() -> str:
     return f"k8s-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
-class KubernetesScheduler:
+class KubernetesScheduler(PodOutput):
     """Submit, watch, cancel and read training jobs (plain Jobs, or MPIJobs), always as the job's user
-    (impersonated, or their own pod)."""
+    (impersonated, or their own pod). What a job's pods say is read by `PodOutput` (output.py)."""
 
     name = "kubernetes"
     job_ids: ClassVar[re.Pattern[str]] = K8S_ID  # k8s-<date>-<time>-<random>: also a valid Job or MPIJob name
@@ -160,25 +149,6 @@ class KubernetesScheduler:
         mine = [job for job in snapshot.queue.values() if job.user == user]
         return note_from_nodes(spec.nodes, spec.gpus_per_node, spec.workers_per_node * spec.cpus_per_task,
                                spec.memory_gb, pool, mine)
-
-    def model_card(self, record: JobRecord, user: KubeUser, task: int | None = None) -> dict | None:
-        """The run's model card from the log of the pod that ran it (its script copies the card there at the
-        end: the dashboard cannot open the user's volume), with the image's digest as the kubelet ran it. None
-        before the run wrote one; ModelCardError when the line is not a card. A sweep's: its task's trial's."""
-        if record.sweep is not None:
-            # A card is written at a trial's end, so only an ended pod (its termination message names its task)
-            # can have one: no running pod's log is read to find the task's pod.
-            pods = self._pods(user, record.id)
-            holder = pod_trials(record.sweep, pods, lambda name: "").holders.get(task) if task is not None else None
-            pods = [p for p in pods if p["metadata"].get("name") == holder]
-        else:
-            pods = [p for p in self._pods(user, record.id, "launcher")
-                    if (p.get("status") or {}).get("phase") == "Succeeded"]
-        if not pods:
-            return None
-        pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))
-        return card_from_log(self._pod_log(user, pod["metadata"]["name"], CARD_TAIL_LINES), record.id,
-                             _image_id(pod))
 
     def history(self, record: JobRecord, user: KubeUser) -> list[str]:
         return []  # a lost worker is replaced by its Job, and the launcher resumes: one run, no requeue
@@ -301,14 +271,10 @@ class KubernetesScheduler:
                 continue  # not a job's record: a plain job's workers Job, or an object that is not the portal's
         return found
 
-    def _pods(self, user: KubeUser, job_id: str, role: str | None = None) -> list[dict]:
-        _, core, _ = self._apis(user)
-        labels = {LABEL_JOB: job_id, **({LABEL_ROLE: role} if role else {})} if self.plain else \
-            {OPERATOR_JOB_LABEL: job_id, **({OPERATOR_ROLE_LABEL: role} if role else {})}
-        listed = api_call(f"the pods of job {job_id}", core.list_namespaced_pod,
-                          self.cfg.user_namespace(user.name),
-                          label_selector=",".join(f"{key}={value}" for key, value in labels.items()))
-        return listed.get("items", [])
+    def records_stamp(self, user_name: str) -> WatchStamp | None:
+        """The count of changes to the jobs in the user's namespace that this process's one watch of the API server
+        saw (portal.scheduler.kubernetes.watch: started by the first call); None while it is not running."""
+        return jobs_watch(self.cfg).stamp(self.cfg.user_namespace(user_name))
 
     def state(self, record: JobRecord, user: KubeUser) -> str:
         if record.user != user.name:  # another user's job is not found, as on every scheduler: not "CANCELLED"
@@ -320,26 +286,6 @@ class KubernetesScheduler:
             return plain_job_state(found, self._pods(user, record.id)) if self.plain else mpijob_state(found)
         except JobNotFound:
             return CANCELLED  # deleted: cancelling is the only way the portal deletes a job
-
-    def _pod_log(self, user: KubeUser, name: str, tail: int | None = None) -> str:
-        _, core, _ = self._apis(user)
-        kwargs = {"tail_lines": tail} if tail else {"limit_bytes": MAX_TRIAL_LOG_BYTES}
-        try:  # the API server asks the pod's kubelet, which may be on a node that just died
-            return api_call(f"the log of pod {name}", core.read_namespaced_pod_log, name,
-                            self.cfg.user_namespace(user.name), _request_timeout=LOG_TIMEOUT_S, **kwargs)
-        except (KubernetesError, JobNotFound):
-            return ""  # the container has not started yet, or its pod went meanwhile
-
-    def _trials(self, record: JobRecord, user: KubeUser) -> PodTrials:
-        assert record.sweep is not None
-        return pod_trials(record.sweep, self._pods(user, record.id), lambda name: self._pod_log(user, name))
-
-    def sweep(self, record: JobRecord, user: KubeUser) -> SweepView:
-        """The sweep's trials, from its pods (pod_trials): what the study said at each ended pod's end, and what
-        each running pod's log says."""
-        assert record.sweep is not None
-        found = self._trials(record, user)
-        return sweep_view(record.sweep, found.trials, found.states, found.problem)
 
     def cancel(self, record: JobRecord, user: KubeUser) -> None:
         self._get(user, record.id)
@@ -357,37 +303,9 @@ class KubernetesScheduler:
             api_call(f"deleting job {job_id}", custom.delete_namespaced_custom_object, GROUP, VERSION,
                      namespace, PLURAL, job_id, propagation_policy="Foreground")
 
-    def logs(self, record: JobRecord, user: KubeUser, tail: int | None = None, task: int | None = None) -> str:
-        """The launcher pod's log (the latest launcher's); "" before it starts (or once its pod is gone). A sweep's:
-        the log of the latest pod of task `task` (default 0)."""
-        if record.sweep is not None:
-            holder = self._trials(record, user).holders.get(task or 0)
-            return self._pod_log(user, holder, tail) if holder else ""
-        _, core, _ = self._apis(user)
-        started = [p for p in self._pods(user, record.id, "launcher")
-                   if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]
-        if not started:
-            return ""
-        latest = max(started, key=lambda p: p["metadata"].get("creationTimestamp", ""))
-        kwargs = {"tail_lines": tail} if tail else {}
-        try:
-            return api_call(f"the log of job {record.id}", core.read_namespaced_pod_log,
-                            latest["metadata"]["name"], self.cfg.user_namespace(user.name), **kwargs)
-        except (KubernetesError, JobNotFound):
-            return ""  # the container has not started yet, or its pod went meanwhile
 
-    def epochs(self, record: JobRecord, user: KubeUser, task: int | None = None) -> tuple[dict[int, dict], str]:
-        """The per-epoch record's lines in the launcher's log (a sweep's: its task's pod's), schema-checked."""
-        if record.sweep is not None and task is None:
-            return {}, ""
-        return record_lines(self.logs(record, user, None, task)), ""
+if TYPE_CHECKING:  # against the contract, with its own person (checked by `make lint`)
+    from portal.scheduler import KeepsRecords
 
-    def metrics(self, record: JobRecord, user: KubeUser) -> RunMetrics:
-        """From the TensorBoard files where this process can read them (a notebook in the user's pod), else
-        from the launcher's log."""
-        from portal.metrics import read_run_metrics
-
-        if user.is_caller and record.logdir.is_dir():
-            return read_run_metrics(record.logdir)
-        return log_metrics(self.logs(record, user))
-
+    def _conforms(kube: KubernetesScheduler) -> KeepsRecords[KubeUser]:
+        return kube

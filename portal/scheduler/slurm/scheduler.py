@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from chexnet.sweep import PLAN_FILE
 from portal.config import PortalConfig
@@ -25,7 +25,7 @@ from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
 from portal.mlflow_accounts import JOB_FILE, Account, run_tags
 from portal.quota import GpuQuota
-from portal.records.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, CallCounts, JobUser
+from portal.records.account import READ_BOUNDED, READ_TIMEOUT_S, THEN_FAILED, JobUser, scheduler_calls
 from portal.records.ids import anchored
 from portal.records.limits import JobLimits
 from portal.records.record import (
@@ -74,8 +74,8 @@ SLURM_ID = anchored(SCHEDULERS["slurm"].job_ids)  # its registered ids
 
 POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a job over the association's limits
 # Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
-# Slurm commands run as a job's user (sbatch, scontrol, sacct, scancel), by name: the dashboard shows them.
-USER_SLURM_CALLS = CallCounts()
+# Slurm commands run as a job's user (sbatch, scontrol, sacct, scancel), by name: the dashboard shows them to admins.
+USER_SLURM_CALLS = scheduler_calls("slurm")
 
 
 class SlurmScheduler(JobsInHome):
@@ -382,3 +382,9 @@ def _remember(record: JobRecord, user: JobUser, state: str) -> None:
         except subprocess.CalledProcessError:
             pass  # the directory is gone or read-only: the state is still reported, just not kept
 
+
+if TYPE_CHECKING:  # against the contract, with its own person (checked by `make lint`)
+    from portal.scheduler import Scheduler
+
+    def _conforms(slurm: SlurmScheduler) -> Scheduler[JobUser]:
+        return slurm

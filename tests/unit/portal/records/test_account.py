@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from portal.records.account import job_user, run_bounded
+from portal.records import account
+from portal.records.account import every_scheduler_calls, job_user, run_bounded, scheduler_calls
 from tests.special_files import device_link, directory, fifo, huge_sparse_file
 
 
@@ -139,3 +140,14 @@ def test_a_command_runs_while_the_process_holds_more_than_a_thousand_descriptors
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_each_scheduler_has_one_counter_of_its_commands_by_its_name(monkeypatch):
+    """What GET api/cluster shows admins as user_<name>_calls: a scheduler's module asks for its counter once."""
+    monkeypatch.setattr(account, "_SCHEDULER_CALLS", {})
+    counted = scheduler_calls("toy")
+    assert scheduler_calls("toy") is counted and every_scheduler_calls() == {"toy": {}}
+    counted.add("sbatch")
+    counted.add("scancel")
+    counted.add("sbatch")
+    assert every_scheduler_calls() == {"toy": {"sbatch": 2, "scancel": 1}}

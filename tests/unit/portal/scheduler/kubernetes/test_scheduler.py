@@ -201,3 +201,22 @@ def test_a_caller_that_may_not_read_namespaces_keeps_the_refusal_it_got(monkeypa
     scheduler._apis = lambda user: (Refusing(), Refusing(), Refusing())  # type: ignore[method-assign]
     with pytest.raises(KubernetesError, match="listing Jobs in dsportal-u-alice"):
         scheduler.records(scheduler.person("alice", ["gpu-users"]))
+
+
+def test_the_dashboards_stamp_of_a_users_jobs_is_the_watchs_count_for_their_namespace(monkeypatch):
+    """The board asks the scheduler for it (KeepsRecords.records_stamp, through portal.service.scans), never the
+    watch itself; the watch is this process's one (watch.jobs_watch)."""
+    from portal.scheduler.kubernetes import scheduler as module
+    from portal.scheduler.kubernetes.watch import WatchStamp
+    from portal.service.scans import change_stamps
+
+    class Watch:
+        def stamp(self, namespace: str) -> WatchStamp | None:
+            return WatchStamp(epoch=1, changes=3) if namespace == CFG.user_namespace("alice") else None
+
+    watches: list[PortalConfig] = []
+    monkeypatch.setattr(module, "jobs_watch", lambda cfg: watches.append(cfg) or Watch())
+    stamp = change_stamps(CFG)
+    assert stamp("alice") == WatchStamp(epoch=1, changes=3) and stamp("alice").same_as(stamp("alice"))
+    assert stamp("bob") is None  # not counted now: the board lists bob's jobs at every rescan
+    assert watches == [CFG] * 4
