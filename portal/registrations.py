@@ -26,13 +26,19 @@ class Registered:
     # box's bridge, whose gateway address is the host's: `box_gateway`), False for servers that reach it on the
     # loopback of the hub's own host.
     hub_api_at_gateway: bool = False
+    # Its own commands outside its package, as modules: entry points above the scheduler layer (they use the job
+    # API, portal.jobs), kept at the names sites run them by. Only these, its package and its spawner's modules
+    # (spawners/<name>*.py) import its package (tests/unit/portal/test_registrations.py).
+    tools: tuple[str, ...] = ()
 
 
 SCHEDULERS: dict[str, Registered] = {
     # Slurm's ids are ASCII digits without leading zeros ("0002" and "2" would name the same job, and an owner
     # check that compares strings would take them for two); a sweep's is its job array's.
     "slurm": Registered("portal.scheduler.slurm.scheduler:SlurmScheduler", job_ids=r"[1-9][0-9]{0,11}",
-                        records_in_home=True, spawner="spawners.slurm:PortalSlurmSpawner", hub_api_at_gateway=True),
+                        records_in_home=True, spawner="spawners.slurm:PortalSlurmSpawner", hub_api_at_gateway=True,
+                        # `python -m portal.accounts` (the directory's groups as associations); slurm.conf's MailProg
+                        tools=("portal.accounts", "portal.jobmail")),
     # Jobs on this machine, no servers: "local-<date>T<time>-<hex>".
     "local": Registered("portal.scheduler.local:LocalScheduler", job_ids=r"local-[0-9]{8}T[0-9]{6}-[0-9a-f]{6}",
                         records_in_home=True),

@@ -9,17 +9,26 @@ objects. Until BACKEND_GOES:
   of an earlier release still reads them.
 Records that only have `backend` (every job submitted before the rename) are read for good: a home keeps its jobs
 longer than any deprecation.
+
+`portal.jobs` used to hand out each scheduler's error class (`jobs.SlurmError`, `jobs.KubernetesError`), which
+named every scheduler in the one API all of them share. Each is now in its own package's errors.py and derives
+from `jobs.SchedulerError`, which is what a notebook catches; until ERRORS_GO the old names still answer, with a
+warning (`moved_error`).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 BACKEND_GOES = "2027-06-30"  # the first release after this date drops `backend`
 OLD_SCHEDULER_NAME = "backend"
+ERRORS_GO = "2027-06-30"  # the first release after this date drops portal.jobs' SlurmError and KubernetesError
+# An old name in portal.jobs -> the module that holds the class now.
+MOVED_ERRORS = {"SlurmError": "portal.scheduler.slurm.errors", "KubernetesError": "portal.scheduler.kubernetes.errors"}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,3 +57,14 @@ def renamed_keyword(old: str, new: str, goes: str) -> Callable[[F], F]:
         return taking_the_old_name  # type: ignore[return-value]
 
     return decorate
+
+
+def moved_error(module: str, name: str) -> Any:
+    """A module's `__getattr__` for MOVED_ERRORS: the class from where it lives now, with a warning that names
+    SchedulerError (stacklevel: the caller's `module.Name` or `from module import Name`); AttributeError for any
+    other name, as Python's own."""
+    if name not in MOVED_ERRORS:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warn_renamed(f"{module}.{name}", f"{module}.SchedulerError (every scheduler's errors derive from it)", ERRORS_GO,
+                 stacklevel=4)
+    return getattr(importlib.import_module(MOVED_ERRORS[name]), name)

@@ -28,7 +28,7 @@ from typing import Any
 
 from portal import settings
 from portal.config import PortalConfig, load
-from portal.errors import JobNotFound, SchedulerError
+from portal.errors import JobNotFound, SchedulerError, SchedulerUnavailable
 from portal.jobs.unreadable import UnreadableJob, UnreadableRecord
 from portal.metrics import RunMetrics
 from portal.mlflow_accounts import for_job
@@ -48,22 +48,25 @@ from portal.records.record import (
 from portal.records.spec import JobSpec, JobSpecError, parse_job_spec
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, parse_sweep
-from portal.renamed import BACKEND_GOES, OLD_SCHEDULER_NAME, renamed_keyword, warn_renamed
-from portal.scheduler import Scheduler
+from portal.renamed import BACKEND_GOES, OLD_SCHEDULER_NAME, moved_error, renamed_keyword, warn_renamed
+from portal.scheduler import Person, Scheduler
 from portal.scheduler.asker import Asker
 from portal.scheduler.errors import NoAccounting, UnknownScheduler
-from portal.scheduler.kubernetes.client import KubeUser
-from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.registry import SCHEDULERS, scheduler_for, scheduler_of_job
-from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.usage import UsageReport
 
 DEFAULT_POLL_S = 5.0
 __all__ = ["SCHEDULERS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
-           "KubernetesError", "NoAccounting", "RunMetrics", "SchedulerError", "SlurmError", "UnknownScheduler",
+           "NoAccounting", "RunMetrics", "SchedulerError", "SchedulerUnavailable", "UnknownScheduler",
            "UnreadableJob", "UnreadableRecord", "UsageReport", "cancel", "get", "job_entries", "jobs",
            "limits", "render", "submit", "usage", "validate"]
-Who = JobUser | KubeUser
+Who = Person  # the scheduler's own person (JobUser where records are job.json files in the homes)
+
+
+def __getattr__(name: str) -> Any:
+    """Each scheduler's error class by its old name here (`jobs.SlurmError`), with a warning until the date in
+    portal.renamed: catch `jobs.SchedulerError`, which every scheduler's errors derive from."""
+    return moved_error(__name__, name)
 
 
 class Job:
@@ -359,8 +362,9 @@ def jobs(user: str | None = None, groups: Sequence[str] | None = None, cfg: Port
 
 def usage(user: str | None = None, groups: Sequence[str] | None = None, cfg: PortalConfig | None = None,
           everyone: bool = False, now: datetime | None = None) -> UsageReport:
-    """This week's jobs and GPU-hours from Slurm's accounting: the user's, or with `everyone` every user's (root
-    only: admins see everyone). SlurmError when accounting does not answer; NoAccounting where there is none."""
+    """This week's jobs and GPU-hours from the scheduler's accounting: the user's, or with `everyone` every user's
+    (root only: admins see everyone). SchedulerUnavailable when accounting does not answer; NoAccounting where there
+    is none."""
     cfg = cfg or load()
     chosen = scheduler_for(cfg)
     if everyone:

@@ -29,8 +29,9 @@ def scheduler_for(cfg: PortalConfig, name: str | None = None, run: Callable[[Seq
     if name not in SCHEDULERS:
         raise UnknownScheduler(f"scheduler: {name!r} is not a scheduler; allowed: {', '.join(SCHEDULERS)}")
     implementation: Any = scheduler_class(name)  # each class's own constructor (Slurm's takes `run`)
-    takes_run = "run" in inspect.signature(implementation).parameters
-    return implementation(cfg, run=run) if run is not None and takes_run else implementation(cfg)
+    if run is not None and "run" in inspect.signature(implementation).parameters:  # asked only for a fake's answers
+        return implementation(cfg, run=run)
+    return implementation(cfg)
 
 
 def scheduler_class(name: str) -> type[Scheduler[Any]]:

@@ -22,7 +22,7 @@ from jupyterhub.services.auth import HubOAuth
 from chexnet.callbacks import TAG_THROUGHPUT
 from portal.config import PortalConfig
 from portal.directory import Group
-from portal.jobs import Job, JobNotFound, JobSpecError, SlurmError
+from portal.jobs import Job, JobNotFound, JobSpecError
 from portal.metrics import TAG_AUROC_MEAN, TAG_LOSS_VAL
 from portal.quota import GpuQuota
 from portal.records.account import job_user
@@ -34,6 +34,7 @@ from portal.scheduler.kubernetes.client import KubeUser
 from portal.scheduler.kubernetes.manifests import ANNOTATION_SPEC
 from portal.scheduler.kubernetes.records import limits_for
 from portal.scheduler.slurm.accounts import Accounting, read_slurm
+from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.slurm.scheduler import SlurmScheduler
 from portal.service.board import HubUser
 from spawners.slurm import PortalSlurmSpawner

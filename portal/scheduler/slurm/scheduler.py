@@ -73,7 +73,6 @@ from portal.scheduler.usage import UsageReport, week_start
 SLURM_ID = anchored(SCHEDULERS["slurm"].job_ids)  # its registered ids
 
 POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a job over the association's limits
-# Environment variables every worker gets from mpirun (-x), besides the NCCL ones that are set.
 # Slurm commands run as a job's user (sbatch, scontrol, sacct, scancel), by name: the dashboard shows them to admins.
 USER_SLURM_CALLS = scheduler_calls("slurm")
 

@@ -21,8 +21,9 @@ from tests.conftest import REPO
 
 # Where a scheduler's name may be written: its own package or module, its spawner, the registration, and one place
 # that says why.
-OWN_FILES = {name: (f"portal/scheduler/{name}/", f"portal/scheduler/{name}.py", f"spawners/{name}.py")
-             for name in SCHEDULERS}
+OWN_FILES = {name: (f"portal/scheduler/{name}/", f"portal/scheduler/{name}.py", f"spawners/{name}.py",
+                    f"spawners/{name}_", *(tool.replace(".", "/") + ".py" for tool in registered.tools))
+             for name, registered in SCHEDULERS.items()}
 ALSO_ALLOWED = {
     "portal/registrations.py": "the registration itself",
     "portal/config.py": "the `scheduler` setting's default and each scheduler's own settings (slurm_conf's path)",
@@ -71,8 +72,7 @@ def named_schedulers(path: Path) -> list[tuple[int, str]]:
 
 def test_no_product_module_names_a_scheduler_outside_its_own_files():
     found = []
-    for path in [*sorted((REPO / "portal").rglob("*.py")), *sorted((REPO / "spawners").rglob("*.py")),
-                 REPO / "jupyterhub_config.py"]:
+    for path in product_modules():
         relative = path.relative_to(REPO).as_posix()
         if relative in ALSO_ALLOWED:
             continue
@@ -80,6 +80,56 @@ def test_no_product_module_names_a_scheduler_outside_its_own_files():
             if not relative.startswith(OWN_FILES[name]):
                 found.append(f"{relative}:{line} names {name!r}")
     assert not found, "\n".join(found)
+
+
+def product_modules() -> list[Path]:
+    return [*sorted((REPO / "portal").rglob("*.py")), *sorted((REPO / "spawners").rglob("*.py")),
+            REPO / "jupyterhub_config.py"]
+
+
+def imported_schedulers(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of each import of a scheduler's module in the module: at its top, inside a function or under
+    TYPE_CHECKING alike (`import portal.scheduler.slurm.x`, `from portal.scheduler.slurm import x`,
+    `from portal.scheduler import slurm`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[:2] == ["portal", "scheduler"] and len(parts) > 2 and parts[2] in SCHEDULERS:
+                found.append((node.lineno, parts[2]))
+    return sorted(set(found))
+
+
+def test_no_product_module_imports_a_schedulers_code_outside_its_own_files():
+    """The scheduler-neutral code (the job API, the dashboard, the records, the settings, the hub's configuration)
+    reaches a scheduler only through the protocol and the registry: a scheduler's package is imported by itself,
+    its spawner's modules and the commands its registration names (`tools`), nowhere else."""
+    found = []
+    for path in product_modules():
+        relative = path.relative_to(REPO).as_posix()
+        found += [f"{relative}:{line} imports portal.scheduler.{name}"
+                  for line, name in imported_schedulers(path) if not relative.startswith(OWN_FILES[name])]
+    assert not found, "\n".join(found)
+
+
+def test_the_import_scan_finds_an_import_in_a_function_and_under_type_checking(tmp_path):
+    module = tmp_path / "elsewhere.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from portal.scheduler.slurm import x\n"
+                      "def f():\n    import portal.scheduler.kubernetes.client\n"
+                      "from portal.scheduler import local, registry\nfrom portal.scheduler.cluster import QueuedJob\n")
+    assert imported_schedulers(module) == [(3, "slurm"), (5, "kubernetes"), (6, "local")]
+
+
+@pytest.mark.parametrize("name", [name for name in SCHEDULERS if SCHEDULERS[name].tools])
+def test_each_registered_tool_of_a_scheduler_is_a_module_that_runs_as_a_command(name):
+    for tool in SCHEDULERS[name].tools:
+        assert "__main__" in (REPO / (tool.replace(".", "/") + ".py")).read_text(), tool
 
 
 def test_the_scan_finds_a_name_written_where_it_does_not_belong(tmp_path):

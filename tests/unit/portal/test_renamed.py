@@ -3,6 +3,7 @@ warning that names the new one; the docs give the same date (portal.renamed)."""
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from portal import jobs
 from portal.config import PortalConfig
-from portal.renamed import BACKEND_GOES, renamed_keyword
+from portal.renamed import BACKEND_GOES, ERRORS_GO, MOVED_ERRORS, renamed_keyword
 from portal.service.summary import job_summary
 from tests.conftest import REPO
 from tests.unit.helpers import FakeJobsAPI
@@ -52,3 +53,19 @@ def test_a_job_answers_to_its_old_attribute_and_the_api_carries_both_names(tmp_p
 def test_the_docs_say_when_the_old_name_goes(page):
     text = (Path(REPO) / "docs" / page).read_text()
     assert BACKEND_GOES in text and "backend" in text
+
+
+@pytest.mark.parametrize("name", ["SlurmError", "KubernetesError"])
+def test_a_schedulers_error_still_answers_to_its_old_name_in_the_job_api_with_a_warning(name):
+    """portal.jobs names no scheduler: its errors live in their packages, and a notebook catches SchedulerError.
+    The old names still work until ERRORS_GO, as the same class, saying where it is going."""
+    assert name not in jobs.__all__
+    with pytest.warns(DeprecationWarning, match=rf"portal.jobs.{name} is deprecated and goes after {ERRORS_GO}: it "
+                                                rf"is now called portal.jobs.SchedulerError") as caught:
+        old = getattr(jobs, name)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    assert old is getattr(importlib.import_module(MOVED_ERRORS[name]), name) and issubclass(old, jobs.SchedulerError)
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchError'"):
+        jobs.NoSuchError  # noqa: B018
+    guide = (Path(REPO) / "docs" / "training.md").read_text()
+    assert f"jobs.{name}" in guide and ERRORS_GO in guide

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from portal.config import PortalConfig
-from portal.jobs import JobNotFound, SlurmError
+from portal.jobs import JobNotFound
 from portal.records.account import THEN_FAILED, job_user
 from portal.records.record import JobRecord
 from portal.records.spec import JobSpec
+from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.slurm.scheduler import SlurmScheduler
 
 

@@ -13,10 +13,11 @@ import pytest
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
-from portal.jobs import JobNotFound, SlurmError, UnreadableJob, UnreadableRecord, _load, listed_jobs
+from portal.jobs import JobNotFound, UnreadableJob, UnreadableRecord, _load, listed_jobs
 from portal.records.account import JobUser
 from portal.records.record import JOB_ID, JobRecord, RecordError, RecordPlace, exit_code
 from portal.records.spec import JobSpec
+from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import PortalHandler

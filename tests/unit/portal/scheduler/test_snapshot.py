@@ -8,10 +8,10 @@ import threading
 import pytest
 
 from portal.config import PortalConfig
-from portal.jobs import SlurmError
 from portal.scheduler import snapshot as cluster_module
 from portal.scheduler.kubernetes.client import REQUEST_TIMEOUT_S
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
+from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.snapshot import ClusterCache
 from tests.slurm_answers import squeue_job, squeue_json
 

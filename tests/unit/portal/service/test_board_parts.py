@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.jobs import KubernetesError
+from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.service.base import as_portal_error
 from portal.service.board import HubUser, TimedCache
 from portal.service.pages import notebook_templates

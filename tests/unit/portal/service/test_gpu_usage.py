@@ -18,7 +18,7 @@ class UsageAPI(CountingAPI):
     def usage(self, user, groups, cfg, everyone):
         from datetime import datetime
 
-        from portal.jobs import SlurmError
+        from portal.scheduler.slurm.errors import SlurmError
         from portal.scheduler.slurm.json_answers import read_sacct
         from portal.scheduler.slurm.usage import usage_report
         from tests.slurm_answers import sacct_json, sacct_run

@@ -21,7 +21,6 @@ from portal.directory import (
     ldap_connection,
     read_directory,
 )
-from portal.jobs import SlurmError
 from portal.scheduler.slurm.accounts import (
     cluster_name,
     desired_state,
@@ -32,6 +31,7 @@ from portal.scheduler.slurm.accounts import (
     plan,
     read_slurm,
 )
+from portal.scheduler.slurm.errors import SlurmError
 from tests.unit.helpers import ACCOUNTS_CFG as CFG
 from tests.unit.helpers import DEMO, IN_SYNC, IN_SYNC_USERS, NEW_CLUSTER, NEW_USERS, FakeSlurm, group, slurm_state
 from tests.unit.helpers import GROUP_BASE as BASE

@@ -13,8 +13,8 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.directory import DirectoryError
-from portal.jobs import SlurmError
 from portal.scheduler.slurm.accounts import desired_state, main, plan, read_slurm, show_lines, slurm_runner, sync
+from portal.scheduler.slurm.errors import SlurmError
 from tests.unit.helpers import ACCOUNTS_CFG as CFG
 from tests.unit.helpers import DEMO, IN_SYNC, NEW_CLUSTER, NEW_USERS, FakeSlurm, group, slurm_state
 
