@@ -60,7 +60,6 @@ __all__ = ["SCHEDULERS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "J
            "NoAccounting", "RunMetrics", "SchedulerError", "SchedulerUnavailable", "UnknownScheduler",
            "UnreadableJob", "UnreadableRecord", "UsageReport", "cancel", "get", "job_entries", "jobs",
            "limits", "render", "submit", "usage", "validate"]
-Who = Person  # the scheduler's own person (JobUser where records are job.json files in the homes)
 
 
 def __getattr__(name: str) -> Any:
@@ -72,7 +71,7 @@ def __getattr__(name: str) -> Any:
 class Job:
     """One training job of one user, as its scheduler sees it now (every property asks afresh)."""
 
-    def __init__(self, record: JobRecord, scheduler: Scheduler, user: Who, dir_stamp: str | None = None):
+    def __init__(self, record: JobRecord, scheduler: Scheduler, user: Person, dir_stamp: str | None = None):
         self.record, self.scheduler, self._user = record, scheduler, user
         # The job directory's inode when this process made it (submit): what job_entries will list for it.
         self.dir_stamp = dir_stamp
@@ -196,7 +195,7 @@ def limits(scheduler: str | None = None, user: str | None = None, groups: Sequen
 
 def _checked(spec: JobSpec | Mapping[str, Any], scheduler: str | None, user: str | None,
              groups: Sequence[str] | None, cfg: PortalConfig,
-             job_limits: JobLimits | None = None) -> tuple[Scheduler, Who, JobSpec, JobLimits, SweepPlan | None]:
+             job_limits: JobLimits | None = None) -> tuple[Scheduler, Person, JobSpec, JobLimits, SweepPlan | None]:
     chosen = scheduler_for(cfg, scheduler)
     who = chosen.person(user, groups)  # a Unix account (Slurm, local) or a Kubernetes identity
     raw = spec.to_dict() if isinstance(spec, JobSpec) else spec  # a JobSpec is checked again, not trusted
