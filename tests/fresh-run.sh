@@ -82,7 +82,7 @@ git clone -q --no-local "$REPO" "$DIR/repo" && git -C "$DIR/repo" checkout -q "$
     || { echo "fresh-run.sh: the clone failed" >&2; exit 1; }
 ((NO_CACHE)) && remove_caches
 if ((SKIP_UP)); then
-    step test make test PYTEST_ARGS="-ra --durations=25"
+    step test make test PYTEST_ARGS="-ra --durations=0"
 elif ((USER_WORK)); then
     PY=/opt/dsportal/venv/bin/python
     step up make up && step user-slurm "$PY" -m tests.newcomer slurm && step up-k8s make up-k8s \

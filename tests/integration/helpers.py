@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ import pytest
 import requests
 
 from portal.runas import RUNUSER
+from tests.children import Child
 from tests.conftest import NODES, REPO, SERVER_START_S, TINY_MODEL, TRAINER_SPEEDUP, wait_for
 
 if TYPE_CHECKING:
@@ -137,7 +137,6 @@ WORKERS = 2
 IMAGE_SIZE = 64
 BATCH = 16
 LR = "1e-3"
-RUN_TIMEOUT_S = 420
 
 
 @pytest.fixture(autouse=True)
@@ -165,18 +164,14 @@ class Run:
 class Started:
     """A training run under way."""
 
-    command: list[str]
-    child: subprocess.Popen
-    started: float
+    child: Child
     logdir: Path
     checkpoints: Path
     digests: Path
     flags: tuple[str, ...]
 
     def kill(self) -> None:
-        if self.child.poll() is None:
-            os.killpg(self.child.pid, signal.SIGKILL)
-            self.child.communicate()
+        self.child.kill()
 
 
 def start(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
@@ -192,23 +187,16 @@ def start(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = Non
                *TRAINER_SPEEDUP, *flags]
     if workers > 1:
         command = [HOROVODRUN, "-np", str(workers), "-H", f"localhost:{workers}", *command]
-    # A session of its own, so that a run that hangs is ended with every process it started (mpirun, workers).
-    child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, start_new_session=True)
-    return Started(command, child, time.monotonic(), logdir, checkpoints, digests, flags)
+    # A session of its own (tests.children), so that a run that hangs is ended with every process it started.
+    child = Child(command, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
+    return Started(child, logdir, checkpoints, digests, flags)
 
 
 def finish(run: Started) -> Run:
-    """The run once it has ended (killed, and the test failed, after RUN_TIMEOUT_S from its start)."""
-    try:
-        stdout, stderr = run.child.communicate(timeout=max(1.0, RUN_TIMEOUT_S - (time.monotonic() - run.started)))
-    except subprocess.TimeoutExpired:
-        os.killpg(run.child.pid, signal.SIGKILL)
-        stdout, stderr = run.child.communicate()
-        pytest.fail(f"training did not end within {RUN_TIMEOUT_S} s:\n{(stdout + stderr)[-4000:]}")
-    proc = subprocess.CompletedProcess(run.command, run.child.returncode, stdout, stderr)
-    done = Run(proc, run.logdir, run.checkpoints, run.digests, time.monotonic() - run.started)
-    print(f"{' '.join(run.command[:4])}... {run.flags}: rc={proc.returncode} in {done.seconds:.0f} s\n"
+    """The run once it has ended; the test fails if it hangs (tests.children: STALL_S, LIMIT_S)."""
+    proc = run.child.end()
+    done = Run(proc, run.logdir, run.checkpoints, run.digests, time.monotonic() - run.child.started)
+    print(f"{' '.join(proc.args[:4])}... {run.flags}: rc={proc.returncode} in {done.seconds:.0f} s\n"
           f"{done.output[-6000:]}")
     return done
 

@@ -18,12 +18,12 @@ import pytest
 
 from chexnet import mlflow_file
 from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR
+from tests.children import run_child
 from tests.conftest import REPO, TRAINER_SPEEDUP
 from tests.mlflow_server import accounts
 from tests.programs.helpers import torch_python
 
 IMAGES, SIZE, EPOCHS = 400, 64, 2
-TIMEOUT_S = 300
 PROGRAMS = ("chexnet", "chexnet-torch")
 
 
@@ -62,8 +62,7 @@ def test_rank_0_logs_the_run_its_epochs_and_card_as_the_jobs_owner(program, data
     job_file.chmod(0o600)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO),
            mlflow_file.FILE_ENV: str(job_file)}
-    done = subprocess.run(command(program, tmp_path, dataset), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=env)
+    done = run_child(command(program, tmp_path, dataset), cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     said = [line for line in done.stderr.splitlines() if "MLflow" in line]
     assert len(said) == 1 and "MLflow: logging to run " in said[0], said  # one line, from rank 0 alone

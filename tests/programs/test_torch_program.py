@@ -23,11 +23,11 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from chexnet.schemas import EPOCH_RECORD, check
 from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_THROUGHPUT
 from chexnet.tblog import RECORD_LINE_PREFIX
+from tests.children import LIMIT_S, run_child
 from tests.conftest import REPO
 from tests.programs.helpers import torch_python
 
 IMAGES, SIZE, EPOCHS = 400, 64, 3
-TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,7 @@ def command(tmp: Path, data: Path, *flags: str, processes: int = 2) -> list[str]
 
 def run(tmp: Path, data: Path, *flags: str, processes: int = 2) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command(tmp, data, *flags, processes=processes), cwd=tmp, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=env)
+    return run_child(command(tmp, data, *flags, processes=processes), cwd=tmp, env=env)
 
 
 def records(checkpoints: Path) -> list[dict]:
@@ -108,7 +107,7 @@ def test_a_run_killed_mid_epoch_resumes_with_every_epoch_once_and_the_same_weigh
     child = subprocess.Popen(command(tmp_path, dataset), cwd=tmp_path, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + LIMIT_S
     for line in child.stdout:  # killed once epoch 1 is recorded: in epoch 2, or between its record and checkpoint
         if line.startswith(f'{RECORD_LINE_PREFIX}{{"epoch": 1,'):
             time.sleep(0.3)
