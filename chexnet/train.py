@@ -84,10 +84,12 @@ def run(cfg: TrainConfig) -> int:
     from chexnet.data.chestxray14 import DataError
     from chexnet.data.datasets import skip_counters, train_labels
     from chexnet.data.integrity import unreadable_message
+    from chexnet.horovod_graphs import trace_collectives_without_autograph
     from chexnet.model import build_model, class_weights, weighted_bce
     from chexnet.model_card import CARD_FILE
 
     hvd.init()
+    trace_collectives_without_autograph()  # before the optimizer and the broadcast make theirs
     # Every rank, so that a multi-node job's log tells which host each rank ran on.
     cb.say(f"rank {hvd.rank()} of {hvd.size()} on {socket.gethostname()} "
            f"(local rank {hvd.local_rank()} of {hvd.local_size()})")
