@@ -4,7 +4,7 @@ Its guard is for a hang, never a speed limit (speed is measured by `make bench`)
 process of its session, and the test fails, once it has said nothing for STALL_S or has run for LIMIT_S. A fixed
 total sized on an idle machine is a timed test: beside the boxes a run slows several times over. Stop 59's CI
 killed a two-worker DenseNet-121 epoch at a total of 420 s while it wrote its model card; its first step, traced
-beside the boxes, took about 250 s without a word, and the whole run takes about 60 s alone.
+beside the boxes, took about 250 s without a word, and the whole run takes about 90 s alone.
 """
 
 from __future__ import annotations
@@ -43,11 +43,15 @@ class Child:
             chunks.append(chunk)
             self.heard = time.monotonic()
 
-    def kill(self) -> None:
+    def _stop(self) -> None:
         """End it and everything it started (a launcher's workers)."""
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+
+    def kill(self) -> None:
+        """End it, everything it started, and the reading of its pipes."""
+        self._stop()
         self._output()
 
     def _output(self) -> tuple[str, str]:
@@ -75,9 +79,7 @@ class Child:
                 elif now - self.started > LIMIT_S:
                     why = f"did not end within {LIMIT_S} s"
         if why:
-            if self.process.poll() is None:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+            self._stop()
         stdout, stderr = self._output()
         if why:
             pytest.fail(f"{' '.join(self.command[:6])} ... {why}:\n{(stdout + stderr)[-4000:]}")
