@@ -32,6 +32,7 @@ from chexnet.data.sources import source_of
 from chexnet.labels import CLASSES
 from chexnet.metrics import auroc_per_class, mean_auroc
 from chexnet.tags import AUROC_TAG_PREFIX, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, THROUGHPUT_EVERY_STEPS
+from chexnet_torch import rendezvous
 from chexnet_torch.args import PROG, TorchConfig, parse_args, with_trial
 from chexnet_torch.board import Board
 from chexnet_torch.data import ChestXrays
@@ -65,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if distributed:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        try:
+            meet = rendezvous.init_method()
+        except rendezvous.RendezvousError as err:
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=meet,
+                                rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     try:
         return run(cfg, device)
     except DataError as err:
@@ -232,6 +239,24 @@ def train_epoch(model, loader, optimizer, warmup, loss_fn, precision: Precision,
     return float(mean[0] / max(1.0, float(mean[1]))), rate, step
 
 
+def gather_rows(local: torch.Tensor) -> torch.Tensor:
+    """Every rank's rows of a 2-D float tensor, in rank order. Tensors only, never a pickle: what a peer sends is
+    numbers (torch's *_object collectives unpickle what arrives, docs/security.md). The ranks may hold different
+    counts of rows (the sampler pads none in validation), so the counts go first and each part is padded to the
+    largest."""
+    if not dist.is_initialized():
+        return local
+    size = dist.get_world_size()
+    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
+    dist.all_gather(counts, torch.tensor([local.shape[0]], dtype=torch.int64))
+    most = int(max(count.item() for count in counts))
+    padded = torch.zeros(most, local.shape[1], dtype=torch.float32)
+    padded[:local.shape[0]] = local.float()
+    parts = [torch.empty_like(padded) for _ in range(size)]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:int(count.item())] for part, count in zip(parts, counts, strict=True)])
+
+
 @torch.no_grad()
 def validate(model, loader, loss_fn, precision: Precision, device, expected: int) -> dict[str, float | None]:
     """The loss and exact per-class AUROC (scikit-learn) on the whole validation split, gathered from every rank."""
@@ -242,13 +267,8 @@ def validate(model, loader, loss_fn, precision: Precision, device, expected: int
             logits = model(precision.inputs(images.to(device)))
         scores.append(logits.float().cpu())
         truths.append(labels)
-    local = (torch.cat(scores) if scores else torch.zeros(0, len(CLASSES)),
-             torch.cat(truths) if truths else torch.zeros(0, len(CLASSES)))
-    gathered = [local]
-    if dist.is_initialized():
-        gathered = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, local)
-    logits, labels = torch.cat([g[0] for g in gathered]), torch.cat([g[1] for g in gathered])
+    logits = gather_rows(torch.cat(scores) if scores else torch.zeros(0, len(CLASSES)))
+    labels = gather_rows(torch.cat(truths).float() if truths else torch.zeros(0, len(CLASSES)))
     if len(labels) != expected:
         raise RuntimeError(f"validation gathered {len(labels)} images of {expected}")
     loss = float(loss_fn(logits.to(device), labels.to(device)))
@@ -285,9 +305,9 @@ def pruned(reporter, epoch: int, value: float | None) -> bool:
         except Exception as err:  # noqa: BLE001 - a study that cannot be reached prunes nothing
             say(f"sweep: could not report epoch {epoch} to the study ({type(err).__name__}: {err})")
     if dist.is_initialized():
-        answer = [stop]
-        dist.broadcast_object_list(answer, src=0)
-        stop = bool(answer[0])
+        answer = torch.tensor([int(stop)])
+        dist.broadcast(answer, src=0)
+        stop = bool(answer.item())
     return stop
 
 

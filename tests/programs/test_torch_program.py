@@ -1,5 +1,6 @@
 """chexnet_torch for real, in its own environment (/opt/dsportal/torch-venv, `make install`): two processes under
-`torchrun --standalone` (gloo on CPUs) learn the synthetic set's signal and write what every program writes (the
+torchrun (gloo on CPUs), meeting as the job scripts make them meet (a FileStore in a directory only the owner can
+enter; torchrun's agent listens on no port), learn the synthetic set's signal and write what every program writes (the
 per-epoch record and its `dsportal.epoch` lines, chexnet's TensorBoard tags, layout and HPARAMS, the model card
 with torch's versions); a run killed in the middle of an epoch and run again with --resume ends with every epoch
 once and the weights of a run never killed; the project's record formats read without TensorFlow; a bad flag
@@ -23,8 +24,10 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 from chexnet.schemas import EPOCH_RECORD, check
 from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_THROUGHPUT
 from chexnet.tblog import RECORD_LINE_PREFIX
+from chexnet_torch.rendezvous import ENV
 from tests.children import LIMIT_S, run_child
 from tests.conftest import REPO
+from tests.listeners import Sampler, pids_matching
 from tests.programs.helpers import torch_python
 
 IMAGES, SIZE, EPOCHS = 400, 64, 3
@@ -39,17 +42,28 @@ def dataset(tmp_path_factory) -> Path:
 
 
 def command(tmp: Path, data: Path, *flags: str, processes: int = 2) -> list[str]:
+    """The program's command line: under torchrun, with the job scripts' rendezvous (torchrun-rendezvous.sh), for
+    several processes; their environment is `environment(tmp)`."""
     python = torch_python()
-    launcher = [str(python.with_name("torchrun")), "--standalone", f"--nproc-per-node={processes}",
-                "--max-restarts=0", "-m"] if processes > 1 else [str(python), "-m"]
+    meet = tmp / ".rendezvous"
+    launcher = [str(python), "-m"]
+    if processes > 1:
+        launcher = [str(python.with_name("torchrun")), "--nnodes=1", f"--nproc-per-node={processes}",
+                    "--rdzv-backend=c10d", "--rdzv-conf=store_type=file", f"--rdzv-endpoint={meet}/run.store",
+                    f"--rdzv-id=run-{time.monotonic_ns()}", "--max-restarts=0", "-m"]
     return [*launcher, "chexnet_torch.train", "--data-dir", str(data), "--logdir", str(tmp / "logs"),
             "--checkpoint-dir", str(tmp / "checkpoints"), "--batch-size", "16", "--image-size", str(SIZE),
             "--model", "tinycnn", "--loader-workers", "0", "--epochs", str(EPOCHS), *flags]
 
 
+def environment(tmp: Path) -> dict[str, str]:
+    meet = tmp / ".rendezvous"
+    meet.mkdir(mode=0o700, exist_ok=True)
+    return {**os.environ, "OMP_NUM_THREADS": "1", ENV: str(meet), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 def run(tmp: Path, data: Path, *flags: str, processes: int = 2) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return run_child(command(tmp, data, *flags, processes=processes), cwd=tmp, env=env)
+    return run_child(command(tmp, data, *flags, processes=processes), cwd=tmp, env=environment(tmp))
 
 
 def records(checkpoints: Path) -> list[dict]:
@@ -66,13 +80,30 @@ def steps(logdir: Path) -> dict[str, list[int]]:
 
 
 @pytest.fixture(scope="module")
-def two_processes(tmp_path_factory, dataset) -> tuple[Path, subprocess.CompletedProcess]:
+def two_processes(tmp_path_factory, dataset) -> tuple[Path, subprocess.CompletedProcess, dict]:
+    """The run, and what its processes listened on while it ran (by command name)."""
     tmp = tmp_path_factory.mktemp("two")
-    return tmp, run(tmp, dataset)
+    with Sampler(lambda: pids_matching([str(tmp / ".rendezvous")]) + pids_matching(["chexnet_torch.train",
+                                                                                  str(tmp / "logs")])) as sampled:
+        done = run(tmp, dataset)
+    return tmp, done, sampled.seen
+
+
+def test_two_processes_meet_in_their_directory_and_torchrun_listens_on_nothing(two_processes):
+    """torchrun's c10d rendezvous on a TCPStore let another user's process replace its state with a pickle that
+    every agent ran (docs/security.md). Here the agent holds no TCP listener at all, and the store is a file in a
+    directory only the owner can enter. The ranks' gloo transport still listens (docs/security.md says what
+    protects it and what does not)."""
+    tmp, done, seen = two_processes
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "torchrun" in seen and len(seen) >= 2, seen  # the agent and its ranks were seen running
+    assert seen["torchrun"] == set(), seen
+    stores = sorted(path.name for path in (tmp / ".rendezvous").iterdir())
+    assert any(name.endswith(".store") for name in stores), stores
 
 
 def test_two_processes_learn_and_write_the_record_the_tags_and_the_card(two_processes):
-    tmp, done = two_processes
+    tmp, done, _ = two_processes
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 0 of 2 on " in done.stderr and "rank 1 of 2 on " in done.stderr
     lines = records(tmp / "checkpoints")
@@ -103,10 +134,10 @@ def test_a_run_killed_mid_epoch_resumes_with_every_epoch_once_and_the_same_weigh
                                                                                     tmp_path):
     import_torch = [str(torch_python()), "-c", "import sys, torch; a, b = (torch.load(p, weights_only=False)['model']"
                     " for p in sys.argv[1:]); print(all(torch.equal(a[k], b[k]) for k in a))"]
-    whole, _ = two_processes
+    whole, _, _ = two_processes
     child = subprocess.Popen(command(tmp_path, dataset), cwd=tmp_path, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+                             env=environment(tmp_path))
     deadline = time.monotonic() + LIMIT_S
     for line in child.stdout:  # killed once epoch 1 is recorded: in epoch 2, or between its record and checkpoint
         if line.startswith(f'{RECORD_LINE_PREFIX}{{"epoch": 1,'):

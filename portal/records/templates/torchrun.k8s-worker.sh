@@ -1,7 +1,8 @@
 # A worker pod of job {{ job_id }} on Kubernetes (see torchrun.k8s.sh): node 1 to {{ spec.nodes - 1 }} of {{ spec.nodes }}, {{ spec.workers_per_node }} process(es)
 # under torchrun. It beats its heartbeat file in $job_dir/nodes/ every {{ heartbeat_s }} s, joins each run whose
-# rendezvous line names it, writes its output where node 0 gathers it, and is done when node 0 writes workers-done.
-# A run whose rendezvous host stopped beating (node 0 lost with its machine) is stopped here: a new pod of node 0
+# line in $job_dir/rendezvous names it (meeting the other nodes in the job's private FileStore:
+# torchrun-rendezvous.sh), writes its output where node 0 gathers it, and is done when node 0 writes workers-done.
+# A run whose node 0 stopped beating (node 0 lost with its machine) is stopped here: a new pod of node 0
 # starts the next one.
 set -uo pipefail
 job_dir={{ job_dir | q }}
@@ -16,6 +17,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
 {% endfor %}
 {% include program.include() %}
 {% include "torchrun-stop.sh" %}
+{% include "torchrun-rendezvous.sh" %}
 ( while :; do touch "$nodes/$pod.alive"; sleep {{ heartbeat_s }}; done ) &
 echo "worker $pod (${POD_IP:-}): beating in $nodes, waiting for a run that names it"
 host_age() {  # seconds since node 0's last beat, by the volume's clock
@@ -29,23 +31,20 @@ while :; do
         rm -f "$nodes/$pod.alive"
         exit 0
     fi
-    read -r generation address port invited < <(head -c 4000 "$job_dir/rendezvous" 2>/dev/null; echo)
+    read -r generation invited < <(head -c 4000 "$job_dir/rendezvous" 2>/dev/null; echo)
     generation=$(printf '%s' "${generation:-}" | tr -cd '0-9')
     if [ -z "$generation" ] || [ "$generation" -le "$joined" ] || [[ " ${invited:-} " != *" $pod "* ]]; then
         sleep {{ worker_poll }}
         continue
     fi
-    address=$(printf '%s' "$address" | tr -cd '0-9a-f.:')
-    port=$(printf '%s' "$port" | tr -cd '0-9')
-    endpoint="$address:$port"
-    # The Service's name where the cluster has DNS; the address node 0 wrote where it has none (the box).
-    getent hosts {{ (host0 ~ "." ~ job_id) | q }} > /dev/null 2>&1 && endpoint={{ (host0 ~ "." ~ job_id) | q }}":$port"
     joined=$generation
-    echo "worker $pod: joining run $generation at $endpoint"
-    {{ torchrun | q }} --nnodes={{ spec.nodes }} --nproc-per-node={{ spec.workers_per_node }} \
-        --rdzv-backend=c10d --rdzv-endpoint="$endpoint" --rdzv-id="{{ job_id }}-$generation" \
-        --rdzv-conf=is_host=0 --max-restarts=0 -m {{ program.module | q }} "${train_args[@]}" \
-        >> "$nodes/$generation-$pod.log" 2>&1 &
+    if ! private_rendezvous "$job_dir/.rendezvous" "{{ job_id }}-$generation"; then
+        echo "worker $pod: run $generation not joined"
+        continue
+    fi
+    echo "worker $pod: joining run $generation"
+    {{ torchrun | q }} --nnodes={{ spec.nodes }} --nproc-per-node={{ spec.workers_per_node }} "${rendezvous[@]}" \
+        --max-restarts=0 -m {{ program.module | q }} "${train_args[@]}" >> "$nodes/$generation-$pod.log" 2>&1 &
     run=$!
     looked=$SECONDS
     while kill -0 "$run" 2>/dev/null; do

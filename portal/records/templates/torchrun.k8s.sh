@@ -1,16 +1,16 @@
 # {{ program.title }} on Kubernetes: this is node 0 of {{ spec.nodes }} (the pod of the job's record Job, hostname
 # {{ host0 }}), {{ spec.workers_per_node }} process(es) per node under torchrun, one per GPU (one per node on CPUs).
 # Rendered by portal.scheduler.kubernetes.manifests from a validated JobSpec; every value below was checked, then shell-quoted.
-# Node 0 hosts torchrun's c10d rendezvous and is rank 0: torchrun ranks the nodes by their addresses as each gives
-# it, node 0 gives its IP address (--local-addr: digits, or IPv6's hex, sort before the worker pods' names, which
-# begin with the job id, "k8s-"), and rank 0's is the address every process meets at (a pod's own name resolves only
-# in its pod). On a cluster with DNS the others reach it as {{ host0 }}.{{ job_id }} (the job's headless Service, which
-# publishes its address before it is ready), and on any cluster at the address this pod writes into the job's
-# directory. The other {{ spec.nodes - 1 }} node(s) are the pods of the workers Job (torchrun.k8s-worker.sh): each
-# beats a heartbeat file in $job_dir/nodes/ every {{ heartbeat_s }} s and joins a run that names it. Gang semantics: a
-# run ends when any node's process fails (torchrun --max-restarts=0 on every node); when a node stopped beating
-# (lost with its machine) this pod stops the run and starts another, from the last checkpoint, once a pod replaces it,
-# at most {{ restarts }} time(s). At the end it writes $job_dir/workers-done, which ends the workers.
+# Every node's torchrun meets the others in a FileStore in the job's directory, on the user's home that each pod
+# mounts, in a directory only its owner can enter (torchrun-rendezvous.sh): nothing of the rendezvous listens on a
+# pod's address, which any pod of the cluster could reach. Node 0 is rank 0: torchrun ranks the nodes by the address
+# each gives it, and node 0 gives its IP address (--local-addr: digits, or IPv6's hex, sort before the worker pods'
+# names, which begin with the job id, "k8s-"). The other {{ spec.nodes - 1 }} node(s) are the pods of the workers Job
+# (torchrun.k8s-worker.sh): each beats a heartbeat file in $job_dir/nodes/ every {{ heartbeat_s }} s and joins a run
+# that names it. Gang semantics: a run ends when any node's process fails (torchrun --max-restarts=0 on every node);
+# when a node stopped beating (lost with its machine) this pod stops the run and starts another, from the last
+# checkpoint, once a pod replaces it, at most {{ restarts }} time(s). At the end it writes $job_dir/workers-done,
+# which ends the workers.
 set -uo pipefail
 job_dir={{ job_dir | q }}
 mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints" "$job_dir/nodes" || exit 1
@@ -27,6 +27,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
 {% include "torchrun-stop.sh" %}
 {% include "run-stopped.sh" %}
 {% include "ended-once.sh" %}
+{% include "torchrun-rendezvous.sh" %}
 nodes="$job_dir/nodes"
 # Node 0's own heartbeat: the workers end a run whose rendezvous host stopped beating.
 ( while :; do touch "$nodes/node-0.alive"; sleep {{ heartbeat_s }}; done ) &
@@ -84,10 +85,11 @@ restarts=0
 while :; do
     wait_for_workers
     generation=$((generation + 1))
-    # The run: its number, the rendezvous address and port, and the worker pods it is for (no other pod joins it).
-    echo "$generation ${POD_IP:?} {{ port }} $(tr '\n' ' ' < "$nodes/run")" > "$job_dir/.rendezvous-0" \
+    # The run: its number and the worker pods it is for (no other pod joins it); its rendezvous is named after both.
+    private_rendezvous "$job_dir/.rendezvous" "{{ job_id }}-$generation" || finish 1
+    echo "$generation $(tr '\n' ' ' < "$nodes/run")" > "$job_dir/.rendezvous-0" \
         && mv "$job_dir/.rendezvous-0" "$job_dir/rendezvous"
-    echo "{{ program.name }}: run $generation, torchrun rendezvous at {{ host0 }} (${POD_IP}:{{ port }})"
+    echo "{{ program.name }}: run $generation, torchrun rendezvous {{ job_id }}-$generation in the job's directory"
     logs=()
     while read -r pod; do
         logs+=("$nodes/$generation-$pod.log")
@@ -96,9 +98,8 @@ while :; do
     # This node's processes, and the other nodes' output as they write it into the job's directory (their pods'
     # logs are theirs; the job's log is this pod's, as mpirun's is on the Horovod path).
     rm -f "$nodes/status-$generation"
-    ( {{ torchrun | q }} --nnodes={{ spec.nodes }} --nproc-per-node={{ spec.workers_per_node }} \
-          --rdzv-backend=c10d --rdzv-endpoint="${POD_IP}:{{ port }}" --rdzv-id="{{ job_id }}-$generation" \
-          --rdzv-conf=is_host=1 --local-addr="${POD_IP}" --max-restarts=0 -m {{ program.module | q }} "${train_args[@]}" 2>&1 &
+    ( {{ torchrun | q }} --nnodes={{ spec.nodes }} --nproc-per-node={{ spec.workers_per_node }} "${rendezvous[@]}" \
+          --local-addr="${POD_IP:?}" --max-restarts=0 -m {{ program.module | q }} "${train_args[@]}" 2>&1 &
       run=$!
       gather=
       if [ -n "${logs[*]:-}" ]; then  # (one node: none to follow)

@@ -2,21 +2,19 @@
 an operator (Kubernetes 1.20 has no Indexed Jobs, and Kubeflow's trainer needs 1.31): pure builders, unit-tested
 without a cluster; `portal.scheduler.kubernetes.jobs` creates them.
 
-- the record Job (named by the job id, its annotations the spec): one pod, node 0, hostname `<id>-0`, which hosts
-  torchrun's c10d rendezvous, is rank 0 (`ranked_first`) and trains (torchrun.k8s.sh); a pod lost with its node is
-  made again and resumes;
-- a headless Service named by the job id that publishes node 0's address before it is ready: `<id>-0.<id>` is the
-  rendezvous's stable name where the cluster has DNS (where it has none, node 0 writes its address into the job's
-  directory, and the workers read it there);
+- the record Job (named by the job id, its annotations the spec): one pod, node 0, hostname `<id>-0`, which is
+  rank 0 (`ranked_first`), numbers the runs and trains (torchrun.k8s.sh); a pod lost with its node is made again
+  and resumes;
 - a workers Job of `nodes - 1` pods (torchrun.k8s-worker.sh) that join each run naming them.
 
-The Service and the workers Job are owned by the record, so deleting it (a cancel) removes all. Every pod asks for one
-node's share (CPUs, memory, GPUs): the namespace's ResourceQuota counts `nodes x gpus_per_node`, as on Slurm.
+Every node's torchrun meets the others in a FileStore in the job's directory on the user's home (a directory only its
+owner can enter: torchrun-rendezvous.sh), never on a port of a pod's, which any pod of the cluster could reach: no
+pod declares a port and the job has no Service. The workers Job is owned by the record, so deleting it (a cancel)
+removes both. Every pod asks for one node's share (CPUs, memory, GPUs): the namespace's ResourceQuota counts
+`nodes x gpus_per_node`, as on Slurm.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from portal.config import PortalConfig
 from portal.records.spec import JobSpec, minutes_of
@@ -39,13 +37,12 @@ from portal.scheduler.kubernetes.manifests import (
     training_volumes,
 )
 
-RENDEZVOUS_PORT = 29400  # torchrun's c10d default, on node 0's own address
 HEARTBEAT_S = 5  # each node touches its file in the job's nodes/ directory this often
 STALE_S = 20  # a node whose file is older is lost: its run is stopped
 
 
 def node0_hostname(job_id: str) -> str:
-    """Node 0's hostname, its stable name `<id>-0.<id>` behind the job's Service."""
+    """Node 0's hostname (its pod's name is the record Job's, with a suffix)."""
     return f"{job_id}-0"
 
 
@@ -57,12 +54,12 @@ def ranked_first(node0_address: str, worker_pod: str) -> bool:
 
 def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str,
                          submitted_at: str = "") -> tuple[dict, list[dict]]:
-    """(the record Job, [its headless Service, its workers Job (none for one node)])."""
+    """(the record Job, [its workers Job], none for one node)."""
     namespace = cfg.user_namespace(user)
     job_dir = pod_job_dir(cfg, job_id)
     host0 = node0_hostname(job_id)
     values = {**launcher_values(cfg, spec), "spec": spec, "job_id": job_id, "job_dir": job_dir, "host0": host0,
-              "port": RENDEZVOUS_PORT, "heartbeat_s": HEARTBEAT_S, "stale_s": STALE_S, "restarts": RESTARTS,
+              "heartbeat_s": HEARTBEAT_S, "stale_s": STALE_S, "restarts": RESTARTS,
               "watch_every": WATCH_EVERY_S, "worker_poll": WORKER_POLL_S, "stop_grace": STOP_GRACE_S}
     resources = node_resources(spec)
     mounts, volumes = training_volumes(cfg, user)
@@ -70,12 +67,12 @@ def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfi
     labels = job_labels(user, job_id)
     deadline = minutes_of(spec.time_limit) * 60
 
-    def pod(role: str, script: str, ports: list[dict[str, Any]]) -> dict:
+    def pod(role: str, script: str) -> dict:
         container = {"name": "node", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
                      "command": ["/bin/bash", "-c", script],
                      "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                              {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                     "ports": ports, "resources": {"requests": dict(resources), "limits": dict(resources)},
+                     "resources": {"requests": dict(resources), "limits": dict(resources)},
                      "volumeMounts": mounts}
         template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, selector)
         template["spec"].update(restartPolicy="Never", tolerations=lost_node_tolerations(), enableServiceLinks=False,
@@ -85,22 +82,16 @@ def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfi
             {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
                 "matchLabels": {LABEL_JOB: job_id}}}}]}}
         if role == "launcher":
-            template["spec"].update(hostname=host0, subdomain=job_id)
+            template["spec"].update(hostname=host0)
         return template
 
-    node0 = pod("launcher", launch_template(spec, "k8s.sh").render(**values),
-                [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}])
+    node0 = pod("launcher", launch_template(spec, "k8s.sh").render(**values))
     metadata = job_metadata(spec, job_id, user, cfg, submitted_at)
     metadata["annotations"][ANNOTATION_WORKER_PODS] = str(spec.nodes - 1)
     # A node-0 pod lost with its machine is made again (it resumes); the wall time is the job's deadline.
     record = {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
               "spec": {"backoffLimit": RESTARTS, "activeDeadlineSeconds": deadline, "template": node0}}
-    service = {"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": job_id, "namespace": namespace, "labels": labels},
-               "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                        "selector": {LABEL_JOB: job_id, LABEL_ROLE: "launcher"},
-                        "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}]}}
-    owned: list[dict] = [service]
+    owned: list[dict] = []
     if spec.nodes > 1:
         workers = spec.nodes - 1
         owned.append({
@@ -108,5 +99,5 @@ def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfi
             "metadata": {"name": f"{job_id}-workers", "namespace": namespace, "labels": labels},
             "spec": {"parallelism": workers, "completions": workers, "backoffLimit": workers * (RESTARTS + 1),
                      "activeDeadlineSeconds": deadline,
-                     "template": pod("worker", launch_template(spec, "k8s-worker.sh").render(**values), [])}})
+                     "template": pod("worker", launch_template(spec, "k8s-worker.sh").render(**values))}})
     return record, owned

@@ -77,9 +77,9 @@ def test_a_toy_program_needs_only_its_package_and_one_registration(toy):
     assert recorded_spec(spec.to_dict()) == spec  # its record reads back whole
     script = render_sbatch(spec, "/home/alice/jobs/%j", CFG, "gpu")
     assert "-m toyprog.train" in script and "--depth 5 --noisy" in script and "/opt/toy-venv/bin/torchrun" in script
-    assert "--nnodes=2" in script and "--rdzv-backend=c10d" in script
+    assert "--nnodes=2" in script and "--rdzv-conf=store_type=file" in script
     local = render_local(spec, "/home/alice/jobs/local-1", CFG)
-    assert "--standalone" in local and "--data /data --depth 5 --noisy" in local
+    assert '"${rendezvous[@]}"' in local and "--data /data --depth 5 --noisy" in local
     assert {"depth", "noisy"} <= set(input_fields())
     posted = form_spec({"template": [b"toy"], "toy.depth": [b"3"], "toy.noisy": [b"on"], "chexnet.fp16": [b"on"]})
     # Another program's fields are left out (a browser sends them all).

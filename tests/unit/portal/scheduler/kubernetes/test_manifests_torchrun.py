@@ -1,6 +1,6 @@
 """A torchrun (PyTorch) job on Kubernetes, built and read without a cluster: node 0's Job (the record, hostname
-`<id>-0`, the rendezvous), its headless Service, its workers Job, the scripts, its state, its sweep trial, and the
-dry run; and that a portal of MPIJobs does not offer it."""
+`<id>-0`), its workers Job, the scripts (a rendezvous in the job's private directory, no port), its state, its sweep
+trial, and the dry run; and that a portal of MPIJobs does not offer it."""
 
 from __future__ import annotations
 
@@ -16,12 +16,11 @@ from portal.scheduler.kubernetes.jobs import job_objects
 from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_SPEC,
     ANNOTATION_WORKER_PODS,
-    LABEL_JOB,
     LABEL_ROLE,
     sweep_job_manifest,
 )
 from portal.scheduler.kubernetes.records import limits_for, plain_job_state
-from portal.scheduler.kubernetes.torchjob import RENDEZVOUS_PORT, ranked_first, torchrun_job_objects
+from portal.scheduler.kubernetes.torchjob import ranked_first, torchrun_job_objects
 from tests.unit.helpers import K8S_CFG as CFG
 from tests.unit.helpers import K8S_JOB_ID as JOB_ID
 from tests.unit.helpers import KUBE_ALICE, KUBERNETES_VERSIONS, bash_syntax_ok, k8s_spec, plain_job, pod_of_job
@@ -41,9 +40,8 @@ def script(job: dict) -> str:
     return job["spec"]["template"]["spec"]["containers"][0]["command"][2]
 
 
-def test_two_nodes_is_node_zeros_job_a_headless_service_and_one_worker_pod():
-    record, (service, workers) = objects(nodes=2, gpus_per_node=4, cpus_per_task=2, memory_gb=64,
-                                         time_limit="02:00:00")
+def test_two_nodes_is_node_zeros_job_and_one_worker_pod_and_no_port():
+    record, (workers,) = objects(nodes=2, gpus_per_node=4, cpus_per_task=2, memory_gb=64, time_limit="02:00:00")
     assert (record["kind"], record["metadata"]["name"]) == ("Job", JOB_ID)
     assert json.loads(record["metadata"]["annotations"][ANNOTATION_SPEC])["template"] == "chexnet-torch"
     assert record["metadata"]["annotations"][ANNOTATION_WORKER_PODS] == "1"
@@ -53,12 +51,8 @@ def test_two_nodes_is_node_zeros_job_a_headless_service_and_one_worker_pod():
         assert pod["containers"][0]["resources"]["limits"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}
         assert pod["nodeSelector"] == {"nvidia": "v100"} and pod["affinity"]["podAntiAffinity"]
         assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
-    assert (node0["hostname"], node0["subdomain"]) == (f"{JOB_ID}-0", JOB_ID)
-    # The stable name: a headless Service that lists node 0 before it is ready (the rendezvous must be found first).
-    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
-    assert service["metadata"]["name"] == JOB_ID
-    assert service["spec"]["selector"] == {LABEL_JOB: JOB_ID, LABEL_ROLE: "launcher"}
-    assert service["spec"]["ports"][0]["port"] == RENDEZVOUS_PORT
+        assert "ports" not in pod["containers"][0]  # the nodes meet in the job's directory, not on a port
+    assert node0["hostname"] == f"{JOB_ID}-0" and "subdomain" not in node0
     assert (workers["spec"]["parallelism"], workers["spec"]["completions"]) == (1, 1)
     assert record["spec"]["activeDeadlineSeconds"] == workers["spec"]["activeDeadlineSeconds"] == 7200
 
@@ -71,27 +65,30 @@ def test_node_zero_sorts_first_so_it_is_rank_zero(address):
         assert ranked_first(address, f"{JOB_ID}-workers-{suffix}")
     assert JOB_ID.startswith("k8s-")  # what makes it so: every job id begins with a letter after a-f
     record, _ = objects(nodes=2)
-    assert '--local-addr="${POD_IP}"' in script(record)
+    assert '--local-addr="${POD_IP:?}"' in script(record)
 
 
 def test_one_node_has_no_workers_job():
     record, owned = objects(nodes=1)
-    assert [o["kind"] for o in owned] == ["Service"]
+    assert owned == []
     assert record["metadata"]["annotations"][ANNOTATION_WORKER_PODS] == "0"
 
 
-def test_the_scripts_are_bash_rendezvous_on_node_zero_and_end_together():
-    record, (_, workers) = objects(nodes=3, gpus_per_node=2)
+def test_the_scripts_are_bash_meet_in_the_jobs_private_directory_and_end_together():
+    record, (workers,) = objects(nodes=3, gpus_per_node=2)
     launch, work = script(record), script(workers)
     bash_syntax_ok(launch)
     bash_syntax_ok(work)
     assert "--nnodes=3 --nproc-per-node=2" in launch and "--nnodes=3 --nproc-per-node=2" in work
-    assert '--rdzv-conf=is_host=1' in launch and '--rdzv-conf=is_host=0' in work
+    for text in (launch, work):  # one rendezvous per run, in a FileStore only the owner can reach; no address
+        assert f'private_rendezvous "$job_dir/.rendezvous" "{JOB_ID}-$generation"' in text
+        assert '"${rendezvous[@]}"' in text and "--rdzv-conf=store_type=file" in text
+        assert "--rdzv-endpoint=\"$1/$2.store\"" in text and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in text
+        assert "is_host" not in text and "POD_IP}:" not in text and "getent" not in text
     assert "--max-restarts=0" in launch and "--max-restarts=0" in work  # one failed process ends the run
     assert "-m chexnet_torch.train" in launch and "--resume" in launch
     assert 'if [ "$ready" -ge 2 ]' in launch  # node 0 waits for the 2 other nodes' heartbeats
     assert "workers-done" in launch and "workers-done" in work
-    assert f"getent hosts {JOB_ID}-0.{JOB_ID}" in work  # the Service's name where there is DNS
     assert "card_in_log \"$job_dir/checkpoints\"" in launch
     assert "/opt/dsportal/torch-venv/bin/torchrun" in launch
 
@@ -99,7 +96,7 @@ def test_the_scripts_are_bash_rendezvous_on_node_zero_and_end_together():
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_the_objects_validate_strictly(version):
     record, owned = objects(nodes=2, gpus_per_node=2)
-    for manifest in (record, *owned, pod_of_job(record), pod_of_job(owned[1])):
+    for manifest in (record, *owned, pod_of_job(record), pod_of_job(owned[0])):
         kubernetes_validate.validate({**manifest, "metadata": {**manifest["metadata"]}}, version, strict=True)
 
 
@@ -115,16 +112,17 @@ def test_the_state_counts_node_zero_and_its_workers():
 
 def test_the_job_objects_are_node_zeros_record_first_then_its_fence():
     made = job_objects(CFG, spec(nodes=2), JOB_ID, "alice", "v100", plain=True)
-    assert [m["kind"] for m in made] == ["Job", "NetworkPolicy", "Service", "Job"]
+    assert [m["kind"] for m in made] == ["Job", "NetworkPolicy", "Job"]
     assert "Secret" not in [m["kind"] for m in made]  # no ssh key: torchrun needs none
 
 
-def test_a_sweep_trial_runs_torchrun_standalone_and_stops_it_when_deleted():
+def test_a_sweep_trial_runs_torchrun_on_a_private_rendezvous_and_stops_it_when_deleted():
     plan = parse_sweep({"trials": 4, "parallel": 2, "space": {"lr": [0.001, 1e-8]}}, 4, None, 0)
     manifest = sweep_job_manifest(spec(epochs=4, gpus_per_node=2), plan, JOB_ID, "alice", CFG, "v100")
     trial = script(manifest)
     bash_syntax_ok(trial)
-    assert "--standalone --nnodes=1 --nproc-per-node=2" in trial and '"${train[@]:1}"' in trial
+    assert "--nnodes=1 --nproc-per-node=2 \"${rendezvous[@]}\"" in trial and '"${train[@]:1}"' in trial
+    assert 'private_rendezvous "$run_dir/.rendezvous" "$holder"' in trial and "--standalone" not in trial
     assert "pkill -TERM -x torchrun" in trial and "mpirun" not in trial
     assert 'chexnet.sweep claim "$job_dir" "$holder" 4' in trial and "/dev/termination-log" in trial
 
