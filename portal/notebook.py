@@ -9,10 +9,10 @@
     python -m portal.notebook install-templates [--source DIR] [--dest DIR]   # copy missing templates to ~/notebooks
 
 `tensorboard_proxy` is a jupyter-server-proxy entry point (setup.py): each server starts TensorBoard over ~/jobs
-on first visit of `<server>/tensorboard/`, and JupyterLab's launcher shows it. `portal_launcher`, another, is only a
-launcher card that opens the dashboard in a new browser tab. Everything here runs as the user,
-in their kernel or their server's batch job; none of it runs in the hub. The template copy that `install-templates`
-makes is portal.templates'.
+on first visit of `<server>/tensorboard/`, on a Unix socket only its owner can reach (portal.tensorboard_socket), and
+JupyterLab's launcher shows it. `portal_launcher`, another, is only a launcher card that opens the dashboard in a new
+browser tab. Everything here runs as the user, in their kernel or their server's batch job; none of it runs in the
+hub. The template copy that `install-templates` makes is portal.templates'.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from portal.templates import USER_NOTEBOOKS, install_templates
 from portal.tensorboard import TENSORBOARD_PREFIX, panel_url
 
 # How often TensorBoard looks for new points: a new images/sec point is on the panel at most this long after it is
-# written. Its data server reads only what is new in each event file; at 2 s it used no measurable CPU with ~100
-# runs in the logdir (bench.liveness: 2 s took 1.5 s off the first point's median against 5 s).
+# written. Its loader reads only what is new in each event file; at 2 s TensorBoard's Rust data server used no
+# measurable CPU with ~100 runs in the logdir (bench.liveness: 2 s took 1.5 s off the first point's median against
+# 5 s). That server listens on loopback TCP, so portal.tensorboard_socket uses the Python loader: not re-measured.
 TENSORBOARD_RELOAD_S = 2
 TENSORBOARD_START_TIMEOUT_S = 60
 PANEL_HEIGHT = 640
@@ -58,12 +59,15 @@ def tensorboard_proxy() -> dict[str, Any]:
     """jupyter-server-proxy's server process: TensorBoard over ~/jobs, served at `<server base URL>tensorboard/`.
 
     TensorBoard is told its full path (`--path_prefix`) and gets the absolute URL, so its links survive the hub's
-    proxy; it listens on 127.0.0.1 only (the server's proxy is its one client)."""
-    tensorboard = str(Path(sys.executable).with_name("tensorboard"))
+    proxy. It listens on no TCP port: 127.0.0.1 is open to every user's job on a shared node. `unix_socket: True`
+    has the proxy make a private directory (a mkdtemp, 0700) and pass `<it>/socket` as `{unix_socket}`;
+    portal.tensorboard_socket serves TensorBoard there (socket 0600), so the server's proxy, behind the hub's
+    login, is its one client."""
     return {
-        "command": [tensorboard, "--logdir", str(Path.home() / "jobs"),
-                    "--port", "{port}", "--host", "127.0.0.1", "--path_prefix", "{base_url}" + PROXY_NAME,
+        "command": [sys.executable, "-m", "portal.tensorboard_socket", "--socket", "{unix_socket}",
+                    "--logdir", str(Path.home() / "jobs"), "--path_prefix", "{base_url}" + PROXY_NAME,
                     "--reload_interval", str(TENSORBOARD_RELOAD_S)],
+        "unix_socket": True,
         "absolute_url": True,
         "rewrite_response": tensorboard_fonts_under_prefix,
         "timeout": TENSORBOARD_START_TIMEOUT_S,

@@ -12,7 +12,7 @@ What it adds to `kubespawner.KubeSpawner` (7.x), each through the Spawner's name
   (`portal.scheduler.kubernetes.manifests.user_namespace_objects`), and the NetworkPolicies that fence its pods
   in (`portal.scheduler.kubernetes.netpol`).
 - The server starts faster: the image's `dsportal-jupyterhub-singleuser` with the options of
-  `spawners.singleuser.SINGLEUSER_FAST_START`, as on Slurm; and the spawn returns once its port answers, so the
+  `spawners.singleuser.SINGLEUSER_ARGS`, as on Slurm; and the spawn returns once its port answers, so the
   hub's first check finds it up (its own wait backs off from 0.2 s to 5 s).
 - Volumes: the user's home claim (KubeSpawner makes it), the data set's claim read-only, /dev/shm in memory.
 - The template notebooks are copied into the home by a postStart hook (never over the user's files).
@@ -44,7 +44,7 @@ from portal.scheduler.kubernetes.pods import cannot_start, event_in_words
 from portal.traits import fixed_default, portal_default
 from spawners.forms import ServerOptions
 from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
-from spawners.singleuser import SINGLEUSER_FAST_START
+from spawners.singleuser import SINGLEUSER_ARGS
 
 HOME, DATA, SHM = "home", "data", "dshm"  # volume names, as in the MPIJobs
 LOOK_EVERY_S = 1.0  # how often a starting pod is looked at for a reason it cannot start
@@ -94,7 +94,7 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     _uid_default = fixed_default("uid", 1000)  # the image's notebook user
     _fs_gid_default = fixed_default("fs_gid", 100)
     # The image's launcher and the options that shorten the server's start, as on Slurm (spawners.singleuser).
-    _args_default = fixed_default("args", list(SINGLEUSER_FAST_START))
+    _args_default = fixed_default("args", list(SINGLEUSER_ARGS))
 
     @default("cmd")
     def _cmd_default(self) -> list:

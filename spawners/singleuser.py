@@ -1,7 +1,7 @@
-"""The JupyterLab server's launchers, started faster, with the server options that shorten its start
-(`SINGLEUSER_FAST_START`, both spawners' default `args`): in a Slurm job `dsportal-singleuser` (setup.py's console
-script, which the Slurm spawner's `batchspawner_singleuser_cmd` names: batchspawner-singleuser), in a Kubernetes
-pod `dsportal-jupyterhub-singleuser` (the Kubernetes spawner's `cmd`: jupyterhub-singleuser)."""
+"""The JupyterLab server's launchers, started faster, with the server options that shorten its start and keep its
+kernels off the network (`SINGLEUSER_ARGS`, both spawners' default `args`): in a Slurm job `dsportal-singleuser`
+(setup.py's console script, which the Slurm spawner's `batchspawner_singleuser_cmd` names: batchspawner-singleuser),
+in a Kubernetes pod `dsportal-jupyterhub-singleuser` (the Kubernetes spawner's `cmd`: jupyterhub-singleuser)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,12 @@ SINGLEUSER_FAST_START = (
     "--LabApp.news_url=None",
     "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
 )
+# ... and what keeps the server's kernels off the network: a node's loopback is shared by every user's job on it,
+# and a kernel's heartbeat channel echoes whatever reaches it. Over ipc, each kernel's channels are Unix sockets
+# beside its connection file, in the user's runtime directory (0700): only the user's own processes reach them
+# (docs/security.md). Every other channel checks each message's HMAC either way.
+SINGLEUSER_PRIVATE = ("--KernelManager.transport=ipc",)
+SINGLEUSER_ARGS = (*SINGLEUSER_FAST_START, *SINGLEUSER_PRIVATE)  # both spawners' default `args`
 
 
 def defer_iri_syntax_parsers() -> bool:

@@ -34,13 +34,12 @@ from portal.scheduler.slurm.errors import SlurmError
 from portal.traits import fixed_default
 from spawners import slurm_cluster
 from spawners.forms import ServerOptions
-from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
-from spawners.singleuser import SINGLEUSER_FAST_START
+from spawners.options import ServerOptionsMixin, server_environment
+from spawners.singleuser import SINGLEUSER_ARGS
 from spawners.slurm_script import SERVER_JOB_SCRIPT, SERVER_OUTPUT_FILE, SUBMIT_CREATING_LOG_DIR, server_log_dir
 from spawners.slurm_state import SlurmStateSpawner, SlurmUnavailable
 
-__all__ = ["SINGLEUSER_FAST_START", "PortalSlurmSpawner", "ServerJobEnded", "SlurmUnavailable",
-           "tensorboard_proxy_url"]
+__all__ = ["SINGLEUSER_ARGS", "PortalSlurmSpawner", "ServerJobEnded", "SlurmUnavailable"]
 
 SLURM_LAG_S = 0.1  # between looks while Slurm says PENDING of a job whose server has reported its port
 
@@ -107,7 +106,7 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     batch_query_cmd = "squeue -h -j {job_id} -o '%T %B %r'"
     state_exechost_re = r"^\w+\s+([\w.-]+)"
 
-    _args_default = fixed_default("args", list(SINGLEUSER_FAST_START))
+    _args_default = fixed_default("args", list(SINGLEUSER_ARGS))
     # A server whose node fails is gone (the hub stops it); run again by Slurm elsewhere, it would be a server
     # nobody waits for. Training jobs are the ones that requeue and resume.
     _options_default = fixed_default("req_options", "--no-requeue")
@@ -124,9 +123,10 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         environment = {
             "SLURM_CONF": str(self.portal.slurm_conf_path),
             "PATH": f"{venv_bin}:{self.portal.slurm_bin_dir}:/usr/local/bin:/usr/bin:/bin",
-            # `%tensorboard` in a notebook: reach the TensorBoard it starts through the server's own proxy.
-            "TENSORBOARD_PROXY_URL": tensorboard_proxy_url,
         }
+        # No TENSORBOARD_PROXY_URL here (the Kubernetes spawner sets it): `%tensorboard` starts a TensorBoard of
+        # its own on a TCP port of the node's loopback, which every other user's job on that node can read. The
+        # server's own TensorBoard (a Unix socket behind the hub's login) is the one to use (docs/security.md).
         if os.environ.get("DSPORTAL_CONFIG"):  # notebooks submit jobs with the portal's settings
             environment["DSPORTAL_CONFIG"] = os.environ["DSPORTAL_CONFIG"]
         # Its jobs' directories under ~/jobs are the cluster's, as the dashboard reads them, however the hub was

@@ -112,10 +112,11 @@ def test_the_command_line_installs_and_reports(templates: Path, tmp_path: Path):
 def test_tensorboard_proxy_serves_the_jobs_directory_under_its_own_path():
     entry = notebook.tensorboard_proxy()
     command = entry["command"]
-    assert Path(command[0]).name == "tensorboard" and Path(command[0]).is_file()
+    assert command[:3] == [sys.executable, "-m", "portal.tensorboard_socket"] and Path(command[0]).is_file()
     assert command[command.index("--logdir") + 1] == str(Path.home() / "jobs")
     assert command[command.index("--path_prefix") + 1] == "{base_url}tensorboard"
-    assert command[command.index("--host") + 1] == "127.0.0.1" and "{port}" in command
+    assert command[command.index("--socket") + 1] == "{unix_socket}" and entry["unix_socket"] is True
+    assert "--host" not in command and "{port}" not in command  # no TCP port: tests/unit/portal/test_tensorboard_socket
     assert entry["absolute_url"] is True and entry["launcher_entry"]["title"] == "TensorBoard"
 
 
@@ -172,14 +173,21 @@ def test_watch_prints_a_line_per_change_and_returns_the_final_state(capsys):
         "job 9: COMPLETED, epoch 2/2"]
 
 
-def test_the_spawner_copies_templates_and_sets_the_tensorboard_proxy_url(monkeypatch):
-    from spawners.slurm import PortalSlurmSpawner, tensorboard_proxy_url
+def test_the_spawner_copies_templates_and_proxies_percent_tensorboard_only_in_a_pod(monkeypatch):
+    """`%tensorboard` starts a TensorBoard on a loopback port: a pod's loopback is the pod's, a Slurm node's is
+    every job's on the node, so only the Kubernetes spawner tells it where the server's proxy reaches it."""
+    from portal.config import PortalConfig
+    from spawners.kubernetes import PortalKubeSpawner
+    from spawners.options import tensorboard_proxy_url
+    from spawners.slurm import PortalSlurmSpawner
 
     monkeypatch.setenv("DSPORTAL_CONFIG", os.environ.get("DSPORTAL_CONFIG", "/etc/dsportal/portal.yaml"))
     spawner = PortalSlurmSpawner()
     assert "-m portal.notebook install-templates" in spawner.req_prologue
-    assert spawner.environment["TENSORBOARD_PROXY_URL"] is tensorboard_proxy_url
+    assert "TENSORBOARD_PROXY_URL" not in spawner.environment
     assert spawner.environment["DSPORTAL_CONFIG"] == os.environ["DSPORTAL_CONFIG"]
+    in_a_pod = PortalKubeSpawner._environment_default(SimpleNamespace(portal=PortalConfig()))
+    assert in_a_pod["TENSORBOARD_PROXY_URL"] is tensorboard_proxy_url
     fake = SimpleNamespace(user=SimpleNamespace(url="/user/alice/"))
     assert tensorboard_proxy_url(fake) == "/user/alice/proxy/%PORT%/"
 

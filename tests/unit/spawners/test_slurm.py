@@ -20,7 +20,7 @@ from portal.config import PortalConfig, load
 from portal.errors import PortalError
 from portal.scheduler.cluster import QueuedJob
 from spawners import slurm_cluster
-from spawners.slurm import SINGLEUSER_FAST_START, PortalSlurmSpawner, ServerJobEnded
+from spawners.slurm import SINGLEUSER_ARGS, PortalSlurmSpawner, ServerJobEnded
 from spawners.slurm_script import server_log_dir
 from tests.conftest import REPO
 
@@ -192,8 +192,9 @@ def test_the_progress_names_the_node_as_soon_as_slurm_says_it_runs_and_ends_with
 
 def test_the_servers_skip_the_language_server_scan_and_the_pypi_manager_but_keep_the_proxy():
     args = PortalSlurmSpawner(portal=PortalConfig()).args
-    assert args == list(SINGLEUSER_FAST_START)
+    assert args == list(SINGLEUSER_ARGS)
     assert "--ServerApp.jpserver_extensions=jupyter_lsp=False" in args
+    assert "--KernelManager.transport=ipc" in args  # its kernels' channels are Unix sockets, not loopback ports
     assert not any("server_proxy" in arg or "terminals" in arg for arg in args)
     assert all(" " not in arg and ";" not in arg for arg in args)  # they go into the batch script unquoted
 
