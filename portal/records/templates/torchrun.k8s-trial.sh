@@ -6,6 +6,8 @@
 # alive, asks the study for the task's trial (a task taken over from a lost pod gets the same trial, and resumes
 # it from its checkpoint), trains it, and leaves the trial's row as its termination message for the dashboard.
 {% endblock %}{% block environment %}export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
+# The pod's ranks' gloo transport listens on the pod's own loopback, which no other pod reaches.
+export GLOO_SOCKET_IFNAME=lo
 {% include "torchrun-rendezvous.sh" %}
 {% endblock %}{% block run %}# train is (python -m module arguments...): torchrun takes the same from its -m on. A pod's run has a rendezvous
 # of its own (a task taken over by another pod meets apart from the lost one's).

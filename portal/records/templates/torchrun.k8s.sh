@@ -18,7 +18,9 @@ cd "$job_dir" || exit 1
 
 export PATH={{ venv_bin | q }}:"$PATH"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}
-{% for name, word in job_env %}export {{ name }}={{ word }}
+{% if spec.nodes == 1 %}# One pod: its ranks' gloo transport listens on the pod's own loopback, which no other pod reaches.
+export GLOO_SOCKET_IFNAME=lo
+{% endif %}{% for name, word in job_env %}export {{ name }}={{ word }}
 {% endfor %}
 # --resume: a run again (a lost node, a new pod for node 0) continues from the last checkpoint.
 {% include program.include() %}

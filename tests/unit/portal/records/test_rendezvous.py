@@ -89,3 +89,15 @@ def test_the_helper_refuses_a_link_and_another_users_directory(tmp_path):
         os.chown(theirs, 4242, 4242)
         refused = helper(str(theirs))
         assert refused.returncode == 7 and "not a directory of this user's own" in refused.stderr
+
+
+def test_a_single_pods_ranks_talk_over_its_own_loopback():
+    """On Kubernetes a pod's loopback is its own: one pod's ranks (a trial, a 1-node job) keep gloo there. Several
+    pods' ranks must use the pod network; a Slurm node's loopback is every job's, so nothing is gained there."""
+    scripts = torchrun_scripts()
+    assert "export GLOO_SOCKET_IFNAME=lo" in scripts["kubernetes trial"]
+    record, *_ = job_objects(K8S_CFG, k8s_spec(template="chexnet-torch", nodes=1), K8S_JOB_ID, "alice", "v100",
+                             plain=True)
+    assert "export GLOO_SOCKET_IFNAME=lo" in record["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    for where in ("kubernetes node 0", "kubernetes worker", "slurm job", "local job"):
+        assert "GLOO_SOCKET_IFNAME" not in scripts[where], where
