@@ -234,27 +234,34 @@ def train_epoch(model, loader, optimizer, warmup, loss_fn, precision: Precision,
         board.throughput(window[0] * images_per_step / window[1], step)  # a short epoch: what it measured
     mean = torch.tensor([total, count], dtype=torch.float64)
     if dist.is_initialized():
+        mean = mean.to(collective_device())
         dist.all_reduce(mean)
+        mean = mean.cpu()
     rate = timed[0] * images_per_step / timed[1] if timed[1] > 0 else float("nan")
     return float(mean[0] / max(1.0, float(mean[1]))), rate, step
 
 
+def collective_device() -> torch.device:
+    """Where a collective's tensors must be: this rank's GPU under NCCL, the CPU under gloo."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def gather_rows(local: torch.Tensor) -> torch.Tensor:
-    """Every rank's rows of a 2-D float tensor, in rank order. Tensors only, never a pickle: what a peer sends is
-    numbers (torch's *_object collectives unpickle what arrives, docs/security.md). The ranks may hold different
-    counts of rows (the sampler pads none in validation), so the counts go first and each part is padded to the
-    largest."""
+    """Every rank's rows of a 2-D float tensor, in rank order, on the CPU. Tensors only, never a pickle: what a peer
+    sends is numbers (torch's *_object collectives unpickle what arrives, docs/security.md). The ranks may hold
+    different counts of rows (the sampler pads none in validation), so the counts go first and each part is padded
+    to the largest."""
     if not dist.is_initialized():
         return local
-    size = dist.get_world_size()
-    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
-    dist.all_gather(counts, torch.tensor([local.shape[0]], dtype=torch.int64))
+    device, size = collective_device(), dist.get_world_size()
+    counts = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(size)]
+    dist.all_gather(counts, torch.tensor([local.shape[0]], dtype=torch.int64, device=device))
     most = int(max(count.item() for count in counts))
-    padded = torch.zeros(most, local.shape[1], dtype=torch.float32)
+    padded = torch.zeros(most, local.shape[1], dtype=torch.float32, device=device)
     padded[:local.shape[0]] = local.float()
     parts = [torch.empty_like(padded) for _ in range(size)]
     dist.all_gather(parts, padded)
-    return torch.cat([part[:int(count.item())] for part, count in zip(parts, counts, strict=True)])
+    return torch.cat([part[:int(count.item())].cpu() for part, count in zip(parts, counts, strict=True)])
 
 
 @torch.no_grad()
@@ -305,7 +312,7 @@ def pruned(reporter, epoch: int, value: float | None) -> bool:
         except Exception as err:  # noqa: BLE001 - a study that cannot be reached prunes nothing
             say(f"sweep: could not report epoch {epoch} to the study ({type(err).__name__}: {err})")
     if dist.is_initialized():
-        answer = torch.tensor([int(stop)])
+        answer = torch.tensor([int(stop)], device=collective_device())
         dist.broadcast(answer, src=0)
         stop = bool(answer.item())
     return stop
