@@ -5,6 +5,7 @@ namespace: `ip netns exec`), or from /proc/<pid>/net, which is the process's."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -30,11 +31,10 @@ def socket_inodes(pid: int) -> set[int]:
 
 
 def _address(hex_address: str) -> str:
+    """/proc/net/tcp's address (32-bit words in the host's order, little-endian here) as ipaddress writes it."""
     raw = bytes.fromhex(hex_address)
-    if len(raw) == 4:
-        return ".".join(str(b) for b in raw[::-1])
-    words = [raw[i:i + 4][::-1].hex() for i in range(0, 16, 4)]
-    return ":".join(words)
+    ordered = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(ordered))
 
 
 def tcp_listeners(pid: int) -> set[tuple[str, int]]:
@@ -52,6 +52,22 @@ def tcp_listeners(pid: int) -> set[tuple[str, int]]:
                 address, port = fields[1].split(":")
                 found.add((_address(address), int(port, 16)))
     return found
+
+
+def process_tree(pid: int) -> set[int]:
+    """`pid` and every process below it."""
+    parents: dict[int, int] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat_file.parent.name)] = int(stat_file.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError):
+            continue  # ended meanwhile
+    tree, added = {pid}, True
+    while added:
+        below = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        added = bool(below)
+    return tree
 
 
 def pids_matching(words: Iterable[str]) -> list[int]:

@@ -8,6 +8,7 @@ and its line in docs/security.md). Her jobs then complete with every epoch recor
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import pwd
@@ -133,10 +134,9 @@ def node_address(node: str) -> str:
 
 def targets_from(node: str, listener: Listener) -> list[tuple[str, int]]:
     """Where bob's process on `node` reaches `listener`: its loopback only from its own node."""
-    loopback = listener.address.startswith("127.") or listener.address in ("::1", "0:0:0:0:0:0:0:1")
-    if loopback:
+    if ipaddress.ip_address(listener.address).is_loopback:
         return [(listener.address, listener.port)] if node == listener.node else []
-    if node == listener.node and listener.address in ("0.0.0.0", "0:0:0:0:0:0:0:0"):
+    if node == listener.node and ipaddress.ip_address(listener.address).is_unspecified:
         return [("127.0.0.1", listener.port), (node_address(listener.node), listener.port)]
     return [(node_address(listener.node), listener.port)]
 

@@ -33,12 +33,12 @@ from portal.notebook import PROXY_NAME, tensorboard_proxy
 from portal.runas import RUNUSER
 from portal.tensorboard_socket import NotStarted, check_private_directory, remove_stale_socket
 from tests.conftest import REPO
+from tests.listeners import process_tree, tcp_listeners
 
 BASE_URL = "/user/alice/"
 RUN = "dsportal/7/tensorboard"  # a job's run, as named below ~/jobs
 TAG = "throughput/images_per_sec"
 START_TIMEOUT_S = 60.0  # TensorBoard imports TensorFlow first: seconds on a loaded machine
-TCP_LISTEN = "0A"  # a socket's state in /proc/net/tcp{,6}
 TCP_WORDS = ("{port}", "--port", "--host", "--bind_all", "127.0.0.1", "localhost", "0.0.0.0")
 
 
@@ -181,50 +181,12 @@ def test_the_socket_is_0600_in_a_0700_directory_and_another_user_cannot_connect(
     assert bob.returncode != 0 and "PermissionError" in bob.stderr, bob.stderr
 
 
-def process_tree(pid: int) -> set[int]:
-    """`pid` and every process below it."""
-    parents: dict[int, int] = {}
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat_file.parent.name)] = int(stat_file.read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError):
-            continue  # ended meanwhile
-    tree, added = {pid}, True
-    while added:
-        below = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= below
-        added = bool(below)
-    return tree
-
-
-def tcp_listeners_of(pids: set[int]) -> set[int]:
-    """The inodes of the TCP sockets (IPv4 or IPv6) in LISTEN state that these processes hold."""
-    held = set()
-    for pid in pids:
-        for fd in Path(f"/proc/{pid}/fd").glob("*"):
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                held.add(int(target[len("socket:["):-1]))
-    listening = {int(row.split()[9]) for table in ("/proc/net/tcp", "/proc/net/tcp6")
-                 for row in Path(table).read_text().splitlines()[1:] if row.split()[3] == TCP_LISTEN}
-    return held & listening
-
-
-def test_the_tcp_check_finds_a_listener():
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        assert os.fstat(listener.fileno()).st_ino in tcp_listeners_of(process_tree(os.getpid()))
-
-
 def test_no_process_of_it_listens_on_tcp(board):
     """TensorBoard's fast loader (a data server on loopback TCP, a child process) is what it would start by default."""
     tree = process_tree(board.process.pid)
     assert board.process.pid in tree
-    assert not tcp_listeners_of(tree), f"TCP listeners in {sorted(tree)}: {board.log.read_text()[-2000:]}"
+    listening = {pid: tcp_listeners(pid) for pid in tree}
+    assert not any(listening.values()), f"TCP listeners {listening}: {board.log.read_text()[-2000:]}"
 
 
 def test_sigterm_ends_it_and_removes_its_socket_and_a_restart_replaces_a_stale_one(tmp_path, socket_dir, monkeypatch):
