@@ -29,6 +29,8 @@ from urllib.parse import quote
 
 from werkzeug import serving
 
+from portal.errors import PortalError
+
 with warnings.catch_warnings():  # TensorBoard 2.15 imports pkg_resources, which warns at every start
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
     # The names, not `program`: the package hands out its modules lazily, which would import (and warn) later.
@@ -39,7 +41,7 @@ TCP_FLAGS = ("port", "host", "bind_all")  # TensorBoard's own listening flags: n
 SUN_PATH_MAX = 107  # bytes in a Unix socket's path on Linux (sockaddr_un.sun_path, less its NUL)
 
 
-class NotStarted(Exception):
+class NotStarted(PortalError):
     """Not started: the socket's directory or path is not the current user's alone, or a TensorBoard flag is wrong."""
 
 
