@@ -13,7 +13,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["NotARegularFile", "read_bytes", "read_text"]
+__all__ = ["NotARegularFile", "private_directory_problem", "read_bytes", "read_text"]
 
 
 class NotARegularFile(OSError):
@@ -53,3 +53,25 @@ def read_bytes(path: str | Path, limit: int) -> bytes:
 def read_text(path: str | Path, limit: int) -> str:
     """read_bytes as text (UTF-8, undecodable bytes replaced)."""
     return read_bytes(path, limit).decode("utf-8", errors="replace")
+
+
+def private_directory_problem(path: str | Path) -> str | None:
+    """What keeps `path` from being a directory only this process's user can enter, said after its name ("is a
+    symlink; ..."); None when it is one: a real directory (not a link), owned by the user, no group or other
+    permission. A place where other users' processes must not meet the user's (a rendezvous, a socket) is checked
+    with it before it is used."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as err:
+        return f"cannot be read: {err.strerror}"
+    if stat.S_ISLNK(found.st_mode):
+        return "is a symlink; it must be a real directory"
+    if not stat.S_ISDIR(found.st_mode):
+        return "is not a directory"
+    if found.st_uid != os.geteuid():
+        return f"is owned by uid {found.st_uid}, not by you (uid {os.geteuid()})"
+    if found.st_mode & 0o077:
+        return f"has mode {stat.S_IMODE(found.st_mode):04o}; it must be 0700 (no group or other permission)"
+    return None

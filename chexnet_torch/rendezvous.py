@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-ENV = "DSPORTAL_RENDEZVOUS_DIR"  # set by the job scripts (portal/records/templates/rendezvous.sh)
+from chexnet.userfiles import private_directory_problem
+
+ENV = "DSPORTAL_RENDEZVOUS_DIR"  # set by the job scripts (portal/records/templates/torchrun-rendezvous.sh)
 UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -35,17 +36,9 @@ def private_directory(path: str | os.PathLike[str]) -> Path:
     directory = Path(path)
     if not directory.is_absolute():
         raise RendezvousError(f"{ENV}={path} is not an absolute path")
-    try:
-        found = os.lstat(directory)
-    except OSError as err:
-        raise RendezvousError(f"{ENV}={path} cannot be read: {err.strerror}") from None
-    if not stat.S_ISDIR(found.st_mode):
-        raise RendezvousError(f"{ENV}={path} is not a directory (a link or a file)")
-    if found.st_uid != os.geteuid():
-        raise RendezvousError(f"{ENV}={path} belongs to uid {found.st_uid}, not to this user ({os.geteuid()})")
-    if found.st_mode & 0o077:
-        raise RendezvousError(f"{ENV}={path} has mode {stat.S_IMODE(found.st_mode):o}: others could enter it "
-                              "(it must be 700)")
+    problem = private_directory_problem(directory)
+    if problem:
+        raise RendezvousError(f"{ENV}={path} {problem}")
     return directory
 
 

@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from werkzeug import serving
 
+from chexnet.userfiles import private_directory_problem
 from portal.errors import PortalError
 
 with warnings.catch_warnings():  # TensorBoard 2.15 imports pkg_resources, which warns at every start
@@ -48,19 +49,9 @@ class NotStarted(PortalError):
 def check_private_directory(directory: Path) -> None:
     """Refuse (NotStarted, naming the path) unless `directory` is a real directory (not a symlink), owned by the
     current user, with no group or other permission."""
-    try:
-        found = os.lstat(directory)
-    except FileNotFoundError:
-        raise NotStarted(f"socket directory {directory} does not exist") from None
-    if stat.S_ISLNK(found.st_mode):
-        raise NotStarted(f"socket directory {directory} is a symlink; it must be a real directory")
-    if not stat.S_ISDIR(found.st_mode):
-        raise NotStarted(f"socket directory {directory} is not a directory")
-    if found.st_uid != os.getuid():
-        raise NotStarted(f"socket directory {directory} is owned by uid {found.st_uid}, not by you (uid {os.getuid()})")
-    if found.st_mode & 0o077:
-        raise NotStarted(f"socket directory {directory} has mode {stat.S_IMODE(found.st_mode):04o}; "
-                         "it must be 0700 (no group or other permission)")
+    problem = private_directory_problem(directory)
+    if problem:
+        raise NotStarted(f"socket directory {directory} {problem}")
 
 
 def remove_stale_socket(path: Path) -> None:

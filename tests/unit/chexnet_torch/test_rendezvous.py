@@ -40,5 +40,5 @@ def test_a_rank_refuses_a_directory_others_could_enter(tmp_path, case):
     with pytest.raises(RendezvousError, match=ENV):
         init_method({ENV: given})
     if case == "open":
-        with pytest.raises(RendezvousError, match="mode 750"):
+        with pytest.raises(RendezvousError, match="mode 0750"):
             private_directory(target)
