@@ -1,7 +1,8 @@
 """What a process listens on, read from /proc as `ss -lntp` does: the TCP sockets in LISTEN whose inode one of its
-file descriptors holds, and its Unix sockets. For the tests that check that nothing of a user's work answers another
-user (docs/security.md). /proc/net/* is the reader's network namespace's: read it from the process's own (a node's
-namespace: `ip netns exec`), or from /proc/<pid>/net, which is the process's."""
+file descriptors holds (`tcp_listeners`), and the processes to ask (`pids_matching`, `process_tree`, `Sampler`).
+For the tests that check that nothing of a user's work answers another user (docs/security.md). /proc/net/* is
+the reader's network namespace's: read it from the process's own (a node's namespace: `ip netns exec`), or from
+/proc/<pid>/net, which is the process's."""
 
 from __future__ import annotations
 
