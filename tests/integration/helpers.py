@@ -100,6 +100,23 @@ def start_in_background(hub, admin, user: str, options: dict) -> tuple[list, thr
     return events, done
 
 
+def open_tensorboard_and_a_kernel(hub, session: requests.Session, user: str) -> None:
+    """What a user's first minutes in her running server start, through the hub: TensorBoard (on its first visit
+    through the server's proxy) and a kernel (as a notebook opened in her lab starts one), with its channels open."""
+    from tests.listeners import pids_matching, socket_inodes
+
+    base = f"{hub.url}/user/{user}"
+    board = wait_for(lambda: (r := session.get(f"{base}/tensorboard/data/runs", timeout=60)).ok and r, 120,
+                     interval=2, what=f"{user}'s TensorBoard through her server")
+    assert board.headers["Content-Type"].startswith("application/json")
+    assert session.get(f"{base}/lab", timeout=60).status_code == 200
+    xsrf = {"X-XSRFToken": session.cookies.get("_xsrf", path=f"/user/{user}/")}
+    kernel = session.post(f"{base}/api/kernels", json={"name": "python3"}, headers=xsrf, timeout=60)
+    assert kernel.status_code == 201, kernel.text
+    wait_for(lambda: any(len(socket_inodes(pid)) >= 5 for pid in pids_matching(["ipykernel", kernel.json()["id"]])),
+             120, interval=1, what=f"{user}'s kernel to open its five channels")
+
+
 # --- Processes of a user: the dashboard's readers, and what runs on each node -----------------------------------------
 
 def readers_of(user: str) -> list[str]:

@@ -1,9 +1,10 @@
 """Nothing of alice's work answers bob (docs/security.md, "The cluster's network is shared"). While alice's server
-(TensorBoard started through its proxy) and a 2-node job of each program run on the Slurm box, every TCP socket her
-processes listen on, on either node, is listed and named by the inventory below; bob's own process on each node then
-connects to each one, sends a request and garbage, and gets nothing of hers: no byte back, or the server's answer
-that he must log in to the hub. A listener the inventory does not name fails the test (a new one needs its entry,
-and its line in docs/security.md). Her jobs then complete with every epoch recorded once.
+(TensorBoard started through its proxy, a kernel running), a 2-node job of each program and a sweep of each program
+run on the Slurm box, every TCP socket her processes listen on, on either node, is listed and named by the inventory
+below; bob's own process on each node then connects to each one, sends a request and garbage, and gets nothing of
+hers: no byte back, or the server's answer that he must log in to the hub. A listener the inventory does not name
+fails the test (a new one needs its entry, and its line in docs/security.md). Her jobs and sweeps then complete
+with every epoch recorded once.
 """
 
 from __future__ import annotations
@@ -20,13 +21,17 @@ from pathlib import Path
 
 import pytest
 
+from bench.sweep import GOOD_LR
 from portal import jobs
 from portal.runas import RUNUSER
-from tests.conftest import ARTIFACTS, NODES, epochs_recorded, wait_for
-from tests.integration.helpers import JOB_TIMEOUT_S, TINY, portal_client
-from tests.listeners import pids_matching, socket_inodes, tcp_listeners
+from tests.conftest import ARTIFACTS, NODES, PROGRAMS, epochs_recorded, wait_for
+from tests.integration.helpers import JOB_TIMEOUT_S, TINY, open_tensorboard_and_a_kernel, portal_client
+from tests.listeners import tcp_listeners
 
 EPOCHS = 30
+# A sweep's trial runs its program's own job script (one node, one process): one trial of the learning rate that
+# learns, CPU only (her 4 GPUs are the jobs'), long enough to be probed while it trains.
+SWEEP = {"trials": 1, "parallel": 1, "sampler": "random", "pruner": "none", "space": {"lr": [GOOD_LR]}}
 # What bob's process does at each port: connect, say an HTTP request and then garbage, read what comes back.
 PROBE = r"""
 import json, socket, sys, threading
@@ -171,33 +176,24 @@ def probe_everything(seen: dict[tuple[str, int, int], str]) -> None:
 def alice_server(hub, admin, alice):
     assert hub.spawn_form(alice, partition="gpu", gpus=0, cpus=1, memory_gb=4, runtime="01:00:00").status_code == 302
     hub.wait_ready(admin, "alice")
-    # TensorBoard starts on its first visit through the server's proxy.
-    board = wait_for(lambda: (r := alice.get(f"{hub.url}/user/alice/tensorboard/data/runs", timeout=60)).ok and r,
-                     120, interval=2, what="alice's TensorBoard through her server")
-    assert board.headers["Content-Type"].startswith("application/json")
-    # A kernel, as a notebook opened in her lab starts one.
-    assert alice.get(f"{hub.url}/user/alice/lab", timeout=60).status_code == 200
-    xsrf = {"X-XSRFToken": alice.cookies.get("_xsrf", path="/user/alice/")}
-    kernel = alice.post(f"{hub.url}/user/alice/api/kernels", json={"name": "python3"}, headers=xsrf, timeout=60)
-    assert kernel.status_code == 201, kernel.text
-    wait_for(lambda: any(len(socket_inodes(pid)) >= 5 for pid in pids_matching(["ipykernel", kernel.json()["id"]])),
-             120, interval=1, what="her kernel to open its five channels")
+    open_tensorboard_and_a_kernel(hub, alice, "alice")
     yield
     hub.stop(admin, "alice")
 
 
-def test_nothing_of_alices_server_and_jobs_answers_bob_and_her_jobs_complete(cluster, hub, demo_data, no_jobs_left,
-                                                                              alice_server):
+def test_nothing_of_alices_server_jobs_and_sweeps_answers_bob_and_her_work_completes(cluster, hub, demo_data,
+                                                                                     no_jobs_left, alice_server):
     client = portal_client(hub, "alice")
-    running = []
-    for program in ("chexnet", "chexnet-torch"):
-        submitted = client.post(f"{client.base}jobs", json={**TINY, "template": program, "nodes": 2,
-                                                            "gpus_per_node": 1, "epochs": EPOCHS}, timeout=60)
+    asks = [{"template": program, "nodes": 2, "gpus_per_node": 1} for program in PROGRAMS] + \
+           [{"template": program, "gpus_per_node": 0, "sweep": SWEEP} for program in PROGRAMS]
+    running = []  # (job, the checkpoints its epochs are recorded in: a sweep's one trial's)
+    for request in asks:
+        submitted = client.post(f"{client.base}jobs", json={**TINY, **request, "epochs": EPOCHS}, timeout=60)
         assert submitted.status_code == 201, submitted.text
-        running.append(jobs.get(submitted.json()["id"], user="alice"))
+        job = jobs.get(submitted.json()["id"], user="alice")
+        running.append((job, Path(job.job_dir, *(("trials", "0") if "sweep" in request else ()), "checkpoints")))
     seen: dict[tuple[str, int, int], str] = {}
-    for job in running:  # each job's listeners once its ranks train (they have met, and listen)
-        checkpoints = Path(job.job_dir) / "checkpoints"
+    for job, checkpoints in running:  # each one's listeners once its ranks train (they have met, and listen)
         wait_for(lambda where=checkpoints: epochs_recorded(where) >= 1, JOB_TIMEOUT_S, interval=0.5,
                  what=f"job {job.id}'s first epoch")
         probe_everything(seen)
@@ -206,8 +202,7 @@ def test_nothing_of_alices_server_and_jobs_answers_bob_and_her_jobs_complete(clu
         "".join(f"{node} port {port} pid {pid}: {kind}\n" for (node, port, pid), kind in sorted(seen.items())))
     assert "her JupyterLab server (the hub's OAuth)" in kinds and "a PyTorch rank's gloo transport" in kinds, seen
     assert "a Horovod rank's MPI TCP transport" in kinds, seen
-    for job in running:
+    for job, checkpoints in running:
         assert job.wait(timeout=JOB_TIMEOUT_S, poll=3) == "COMPLETED", job.logs(tail=60)
-        assert epochs_recorded(Path(job.job_dir) / "checkpoints") == EPOCHS
-        lines = (Path(job.job_dir) / "checkpoints" / "epochs.jsonl").read_text().splitlines()
+        lines = (checkpoints / "epochs.jsonl").read_text().splitlines()
         assert [json.loads(line)["epoch"] for line in lines] == list(range(1, EPOCHS + 1)), job.id

@@ -5,73 +5,20 @@ server that no node can hold fails within seconds, saying why; the REST API is h
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import requests
 
-from portal.directory import search_password_file
-from tests.conftest import PORT_OFFSET, REPO, TEST_STATE, Hub, wait_for
+from tests.conftest import wait_for
 from tests.integration.helpers import portal_client
+from tests.kubernetes.conftest import START_TIMEOUT_S
 from tests.unit.helpers import KUBERNETES_VERSIONS
 
 pytestmark = pytest.mark.integration
-HUB_STATE = Path(os.environ.get("DSPORTAL_TEST_K8S_HUB_STATE", "/var/tmp/dsportal-test-k8s-hub"))
-HUB_PORT = 18200 + PORT_OFFSET
 ALICE_NS = "dsportal-u-alice"
-START_TIMEOUT_S = 120  # a pod starts in seconds here (its image is on every node); JupyterLab takes longer
 FAILS_WITHIN_S = 15  # a pod that cannot start fails the spawn within this (KubeSpawner alone: START_TIMEOUT_S)
-
-
-@pytest.fixture(scope="module")
-def k8s_hub(directory, kube):
-    """A hub with scheduler: kubernetes (its own ports and state), logging users in against this side's directory."""
-    shutil.rmtree(HUB_STATE, ignore_errors=True)
-    (HUB_STATE / "hub").mkdir(parents=True)
-    settings = {
-        "state_dir": HUB_STATE, "hub_port": HUB_PORT, "hub_api_port": HUB_PORT + 81,
-        "proxy_api_port": HUB_PORT + 1, "dashboard_port": HUB_PORT + 90, "cull_idle_timeout": 0,
-        "ldap_port": directory.ldap_port, "ldaps_port": directory.ldaps_port, "ldap_ca_file": directory.ca_file,
-        "ldap_search_password_file": search_password_file(directory),  # the directory's portal identity's
-        "scheduler": "kubernetes", "k8s_kubeconfig": kube.kubeconfigs["hub"], "start_timeout": START_TIMEOUT_S,
-        "slurm_conf": TEST_STATE / "slurm" / "slurm.conf",
-        # the pods reach the hub's API on the Kubernetes box's bridge; the box's nodes have 4 fake t4 GPUs each
-        "hub_api_ip": kube.box.api_address, "k8s_node_gpus": kube.box.gpus_per_node, "k8s_node_cpus": 2,
-        "k8s_node_memory_gb": 8,
-    }
-    config = HUB_STATE / "portal.yaml"
-    config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
-    log = (HUB_STATE / "hub.log").open("w")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("DSPORTAL_")}, "DSPORTAL_CONFIG": str(config)}
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("jupyterhub")), "-f",
-                             str(REPO / "jupyterhub_config.py")], cwd=HUB_STATE, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{HUB_PORT}"
-
-    def up():
-        if proc.poll() is not None:
-            raise AssertionError(f"the Kubernetes hub exited ({proc.returncode}): {HUB_STATE}/hub.log")
-        try:
-            return requests.get(f"{url}/hub/api/", timeout=2).ok
-        except requests.RequestException:  # not listening yet, or too busy starting to answer in time
-            return False
-    try:
-        wait_for(up, 60, what="the Kubernetes hub to answer")
-        yield Hub(url)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the hub stops the proxy and the services it started
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
 
 
 def pod_or_none(kube) -> dict | None:

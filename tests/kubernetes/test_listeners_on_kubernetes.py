@@ -1,10 +1,11 @@
-"""Nothing of alice's jobs answers bob's pod on the Kubernetes box (docs/security.md, "The cluster's network is
-shared"). While a 2-node job of each program runs, every TCP socket that a process in one of her job's pods listens
-on is listed from inside the pod and must be named by the inventory below (a new one fails the test); bob's own pod,
-in his namespace, connects to each at her pod's address and is refused or gets no connection (the job's
-NetworkPolicy, which the box's nodes enforce); her jobs complete with every epoch recorded once. The rendezvous of
-the PyTorch job is a file: no pod of hers has a port for it. Her server's pod: test_network_policy.py (only the hub's
-pods reach it) and tests/integration/test_listeners.py (its TensorBoard and kernels on Unix sockets)."""
+"""Nothing of alice's work answers bob's pod on the Kubernetes box (docs/security.md, "The cluster's network is
+shared"). While her server runs (spawned through a hub on Kubernetes, TensorBoard and a kernel started through it),
+with a 2-node job and a sweep of one program beside it, then of the other (the box's 4 CPUs hold one program's at
+a time), every TCP socket that a process in one of her pods listens on is listed from inside the pod and must be
+named by the inventory below (a new one fails the test); bob's own pod, in his namespace, connects to each at her
+pod's address and is refused or gets no connection (the NetworkPolicies, which the box's nodes enforce); her jobs
+and sweeps complete with every epoch recorded once. The rendezvous of the PyTorch job is a file: no pod of hers has
+a port for it; her TensorBoard and her kernels' channels are Unix sockets in her server's pod."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.stream import stream
 
+from bench.sweep import GOOD_LR
 from portal import jobs
-from portal.scheduler.kubernetes.manifests import LABEL_JOB
-from tests.conftest import ARTIFACTS, epochs_recorded, wait_for
-from tests.kubernetes.conftest import ALICE
+from tests.conftest import ARTIFACTS, PROGRAMS, epochs_recorded, wait_for
+from tests.integration.helpers import open_tensorboard_and_a_kernel
+from tests.kubernetes.conftest import ALICE, START_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 ALICE_NS, BOB_NS = "dsportal-u-alice", "dsportal-u-bob"
@@ -27,6 +29,9 @@ EPOCHS = 60
 JOB_WAIT_S = 900
 TWO_NODES = {"nodes": 2, "gpus_per_node": 1, "epochs": EPOCHS, "batch_size": 8, "image_size": 64,
              "cpus_per_task": 1, "memory_gb": 3, "time_limit": "00:15:00", "model": "tinycnn"}
+# A sweep's one trial pod (the learning rate that learns, CPU only), beside the job.
+ONE_TRIAL = {**TWO_NODES, "nodes": 1, "gpus_per_node": 0,
+             "sweep": {"trials": 1, "parallel": 1, "sampler": "random", "pruner": "none", "space": {"lr": [GOOD_LR]}}}
 # Run inside a pod of hers: every TCP socket in LISTEN and the command line of the process that holds it.
 LIST = r"""
 import json, os
@@ -50,8 +55,11 @@ for table in ("/proc/net/tcp", "/proc/net/tcp6"):
             found.append({"port": int(fields[1].split(":")[1], 16), "comm": comm, "command": command})
 print(json.dumps(found))
 """
-# The inventory: each kind of listener her job's pods may hold, how it is recognised.
+# The inventory: each kind of listener her pods may hold, how it is recognised.
 INVENTORY = (
+    ("her JupyterLab server (only the hub's pods reach it)", lambda it: "singleuser" in it["command"]),
+    # On the pod's own loopback, which no other pod shares; each message needs the kernel's random key.
+    ("her kernel's pipe for its subprocesses' output", lambda it: "ipykernel_launcher" in it["command"]),
     ("a Horovod worker's sshd (the job's own key only)", lambda it: it["comm"] == "sshd"),
     ("Open MPI's daemons' out-of-band channel (mpirun, orted)", lambda it: it["comm"] in ("mpirun", "orted")),
     ("a Horovod rank's MPI TCP transport", lambda it: "-m chexnet.train" in it["command"]),
@@ -94,37 +102,64 @@ def bob_tries(core: k8s.CoreV1Api, pod: str, targets: list[tuple[str, int]]) -> 
             if line.strip() and ":" in line.split()[0]}
 
 
-def test_nothing_of_alices_jobs_answers_bobs_pod_and_her_jobs_complete(kube, cfg, core, bobs_pod):
-    home = kube.box.path("volumes", "home", "alice", "jobs", cfg.cluster_name)
-    running = [jobs.submit({**TWO_NODES, "template": program}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
-               for program in ("chexnet-torch", "chexnet")]
-    seen: dict[str, set[str]] = {}
+@pytest.fixture
+def alices_server(k8s_hub, core):
+    """alice's JupyterLab in her pod (one CPU, no GPU), spawned through the hub, TensorBoard and a kernel started."""
+    alice = k8s_hub.login("alice")
+    form = k8s_hub.spawn_form(alice, partition="t4", gpus="0", cpus="1", memory_gb="2", runtime="01:00:00")
+    assert form.status_code in (200, 302), form.text[-2000:]
     try:
-        for job in running:
-            wait_for(lambda job=job: epochs_recorded(home / job.id / "checkpoints") >= 1, JOB_WAIT_S, interval=0.5,
-                     what=f"job {job.id}'s first epoch")
-            targets = []
-            for pod in core.list_namespaced_pod(ALICE_NS, label_selector=f"{LABEL_JOB}={job.id}").items:
-                if pod.status.phase != "Running":
-                    continue
-                listeners = json.loads(in_pod(core, pod.metadata.name, ALICE_NS, ["python3", "-c", LIST]))
-                unnamed = [it for it in listeners if kind_of(it) is None]
-                assert not unnamed, f"listeners in {pod.metadata.name} the inventory does not name: {unnamed}"
-                for it in listeners:
-                    seen.setdefault(kind_of(it), set()).add(pod.metadata.name)
-                    targets.append((pod.status.pod_ip, it["port"]))
-            answers = bob_tries(core, bobs_pod, sorted(set(targets)))
-            assert answers and set(answers) == {f"{ip}:{port}" for ip, port in targets}, answers
-            opened = [target for target, answer in answers.items() if answer == "open"]
-            assert not opened, f"bob's pod reached {opened} of job {job.id}"
-        assert "a PyTorch rank's gloo transport" in seen and "a Horovod worker's sshd (the job's own key only)" in seen
-        (ARTIFACTS / "listeners-kubernetes.txt").write_text(  # what was found and tried, for the record
-            "".join(f"{kind}: {', '.join(sorted(pods))}\n" for kind, pods in sorted(seen.items())))
-        for job in running:
-            assert job.wait(timeout=JOB_WAIT_S, poll=5) == "COMPLETED", job.logs(tail=60)
-            lines = (Path(home) / job.id / "checkpoints" / "epochs.jsonl").read_text().splitlines()
-            assert [json.loads(line)["epoch"] for line in lines] == list(range(1, EPOCHS + 1)), job.id
+        events = k8s_hub.client(alice).progress_events("alice", START_TIMEOUT_S + 15)
+        assert events[-1].get("ready"), events
+        open_tensorboard_and_a_kernel(k8s_hub, alice, "alice")
+        yield
     finally:
-        for job in running:
-            if not job.done:
-                job.cancel()
+        k8s_hub.api(k8s_hub.login("admin"), "DELETE", "users/alice/server")
+        wait_for(lambda: not core.list_namespaced_pod(ALICE_NS, field_selector="metadata.name=jupyter-alice").items,
+                 60, what="alice's server pod to be deleted")
+
+
+def probe_her_pods(core: k8s.CoreV1Api, bobs_pod: str, seen: dict[str, set[str]]) -> None:
+    """Every listener in each of alice's running pods now, named by the inventory, and bob's pod tries each."""
+    targets = []
+    for pod in core.list_namespaced_pod(ALICE_NS).items:
+        if pod.status.phase != "Running":
+            continue
+        listeners = json.loads(in_pod(core, pod.metadata.name, ALICE_NS, ["python3", "-c", LIST]))
+        unnamed = [it for it in listeners if kind_of(it) is None]
+        assert not unnamed, f"listeners in {pod.metadata.name} the inventory does not name: {unnamed}"
+        for it in listeners:
+            seen.setdefault(kind_of(it), set()).add(pod.metadata.name)
+            targets.append((pod.status.pod_ip, it["port"]))
+    answers = bob_tries(core, bobs_pod, sorted(set(targets)))
+    assert answers and set(answers) == {f"{ip}:{port}" for ip, port in targets}, answers
+    opened = [target for target, answer in answers.items() if answer == "open"]
+    assert not opened, f"bob's pod reached {opened} of alice's"
+
+
+def test_nothing_of_alices_server_jobs_and_sweeps_answers_bobs_pod_and_her_work_completes(kube, cfg, core, bobs_pod,
+                                                                                          alices_server):
+    home = kube.box.path("volumes", "home", "alice", "jobs", cfg.cluster_name)
+    seen: dict[str, set[str]] = {}
+    for program in PROGRAMS:
+        running = []  # (job, the checkpoints its epochs are recorded in: the sweep's one trial's)
+        try:
+            for request, parts in ((TWO_NODES, ()), (ONE_TRIAL, ("trials", "0"))):
+                job = jobs.submit({**request, "template": program}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
+                running.append((job, home / job.id / Path(*parts) / "checkpoints"))
+            for job, checkpoints in running:  # each one's listeners once its ranks train (they have met, and listen)
+                wait_for(lambda where=checkpoints: epochs_recorded(where) >= 1, JOB_WAIT_S, interval=0.5,
+                         what=f"job {job.id}'s first epoch")
+                probe_her_pods(core, bobs_pod, seen)
+            for job, checkpoints in running:
+                assert job.wait(timeout=JOB_WAIT_S, poll=5) == "COMPLETED", job.logs(tail=60)
+                lines = (checkpoints / "epochs.jsonl").read_text().splitlines()
+                assert [json.loads(line)["epoch"] for line in lines] == list(range(1, EPOCHS + 1)), job.id
+        finally:
+            for job, _ in running:
+                if not job.done:
+                    job.cancel()
+    (ARTIFACTS / "listeners-kubernetes.txt").write_text(  # what was found and tried, for the record
+        "".join(f"{kind}: {', '.join(sorted(pods))}\n" for kind, pods in sorted(seen.items())))
+    assert {"her JupyterLab server (only the hub's pods reach it)", "a PyTorch rank's gloo transport",
+            "a Horovod worker's sshd (the job's own key only)"} <= set(seen), seen
