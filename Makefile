@@ -10,8 +10,8 @@ ifneq ($(SLURM),22.05)
 export DSPORTAL_CONFIG ?= $(CURDIR)/deploy/slurm/box-$(SLURM).yaml
 endif
 
-.PHONY: install up down status up-k8s down-k8s builds test unit lint fresh-test bench bench-chart kube-build images \
-        slurm-build \
+.PHONY: install up down status up-k8s down-k8s builds test check coverage unit lint fresh-test bench bench-chart \
+        kube-build images slurm-build \
         screenshots
 
 install:
@@ -66,6 +66,22 @@ test:
 
 unit: install
 	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit
+
+# The fast inner loop between full runs (docs/testing.md): style, types, then the unit tests with the contract suites
+# (every scheduler, every training program) on both cores; no box, no build. At most 3 minutes on 2 cores.
+check: install
+	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
+	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; exit $$rc
+
+# The product's line coverage (tests/line_coverage.py): `make test`'s unit tests and suites with every Python process
+# of the venv measuring itself, combined into one figure by package (docs/testing.md, "Coverage"). As long as
+# `make test`, plus coverage.py's own cost.
+coverage:
+	@deploy/build-for-tests.sh --install
+	@rc=0; trap '$(PY) -m tests.line_coverage off' EXIT INT TERM; set -x; $(PY) -m tests.line_coverage on; \
+	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
+	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) || rc=$$?; \
+	$(PY) -m tests.line_coverage off; $(PY) -m tests.line_coverage report || rc=$$?; exit $$rc
 
 # Style (ruff) everywhere; types (mypy, pyproject.toml's [tool.mypy]) over the scheduler layer and the dashboard,
 # where each scheduler's person is a type of its own (portal.scheduler.Scheduler[P]).

@@ -42,9 +42,10 @@ if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
     echo "$inputs" > "$STAMPS/pip"
 fi
 "$REPO/deploy/local/install-package.sh"
-# The type checker of `make lint` and `make test` (mypy): a tool of the checkout, kept out of setup.py so that the
-# images, whose dependency layers are keyed on setup.py, are not rebuilt for it.
-DEV_TOOLS="mypy==1.13.0"
+# The checkout's tools, kept out of setup.py so that the images, whose dependency layers are keyed on setup.py, are
+# not rebuilt for them: the type checker of `make check` and `make test` (mypy), and coverage.py for
+# `make coverage` (tests/line_coverage.py).
+DEV_TOOLS="mypy==1.13.0 coverage==7.17.5"
 if [ "$(cat "$STAMPS/dev-tools" 2>/dev/null)" != "$DEV_TOOLS" ]; then
     say "python: installing $DEV_TOOLS into $VENV"
     "$VENV/bin/pip" install -q $DEV_TOOLS

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +34,25 @@ def demo_accounts() -> None:
         for name, _, members in slapd.DEMO_GROUPS:
             for member in members:
                 users.ensure_member(member, name)
+
+
+@pytest.fixture(autouse=True)
+def no_machine_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit test never asks the machine's Slurm as root (slurm_bin_dir's default, /usr/bin; the first query of a
+    process asks which JSON versions squeue knows): what it would answer depends on whether a box is up, and with
+    none each command waited out SLURM_TIMEOUT_S, 20 s (the unit tests' slowest three, in CI's order). Asked, it
+    is a Slurm that does not answer, at once. Tests of the commands give them a fake Slurm or a user of their own
+    that answers."""
+    from portal.scheduler.slurm import commands
+    from portal.scheduler.slurm.errors import SlurmUnavailable
+
+    machines = commands.SlurmCommands.complete
+
+    def complete(self, *argv, user=None, input=None):
+        if user is None and self.cfg.slurm_bin_dir == Path("/usr/bin"):  # a test's user answers what it is asked
+            raise SlurmUnavailable(f"the unit tests ask no real Slurm: `{' '.join(argv)}`")
+        return machines(self, *argv, user=user, input=input)
+    monkeypatch.setattr(commands.SlurmCommands, "complete", complete)
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_SPEC,
     ANNOTATION_WORKER_PODS,
     LABEL_ROLE,
+    STOP_GRACE_S,
     sweep_job_manifest,
 )
 from portal.scheduler.kubernetes.records import limits_for, plain_job_state
@@ -247,9 +248,12 @@ def test_a_stopped_run_whose_output_stays_open_is_ended_by_killing_what_holds_it
     assert '[ "$lost" -eq 0 ] || end_stopped_run\n    wait "$run"' in text
     function = re.search(r"^end_stopped_run\(\) \{.*?^\}\n", text, flags=re.MULTILINE | re.DOTALL)
     assert function, text
+    grace = f'[ "$waited" -lt {STOP_GRACE_S} ]'
+    assert grace in function.group(0)
+    quick = function.group(0).replace(grace, '[ "$waited" -lt 1 ]')  # its grace, 1 s here: what follows is the test
     probe = f'''set -uo pipefail
 job_dir={tmp_path} lost=1
-{function.group(0)}
+{quick}
 ( sleep 300 & ) | tee -a {tmp_path}/out.log > /dev/null &
 run=$!
 sleep 0.5
