@@ -11,7 +11,9 @@ tests/users/test_users_boxes.py compares once every suite has run:
 - the Kubernetes box's home volumes, the same way;
 - mail: each user's mailbox holds what it held, and anything new is mail of their own box (its hub's links);
 - Slurm: every job of the user's box that was queued or running is still so, or ended COMPLETED (or TIMEOUT, its
-  own time limit), never cancelled, failed or lost by the tests;
+  own time limit), never cancelled, failed or lost by the tests; a user's server that their own box's hub stopped
+  as idle (its idle culler's "Culling server <user>" in that hub's log, after the snapshot: a run longer than
+  `cull_idle_timeout` meets it) is their box's doing, with its job and processes;
 - processes: every process of a demo user's outside the test boxes is alive, or belonged to a job of their box
   that has ended as above;
 - Kubernetes: every pod of the users' namespaces is there (the same UID), or belonged to a Job (whose controller
@@ -67,6 +69,12 @@ def users_slurm_box() -> SlurmBox:
 
 
 SNAPSHOT = Path("/var/tmp/dsportal-users-before.json")
+# The users' boxes' hubs' logs, where their idle cullers say whom they stopped: `make up`'s, and the kubelets' copies
+# of the log of `make up-k8s`'s hub pod.
+HUB_LOGS = (str(USER_BOX / "log" / "hub.log"), str(KUBE_BOX / "nodes" / "*" / "private" / "var" / "log" / "pods" /
+                                                      "dsportal_hub-*" / "*" / "*.log"))
+CULLED = re.compile(rb"Culling server (\S+) \(inactive")
+MAX_LOG_READ = 16 * 1024 * 1024
 HASHED_BYTES = 256 * 1024  # files up to this size are compared by content too
 # Where a user's own running JupyterLab and kernels write as they run: not the tests' doing when they change.
 # (and .cache/dsportal/servers/<the box's cluster>: _may_change)
@@ -246,7 +254,34 @@ def snapshot(cluster: str = TEST_CLUSTER, marks_kept: bool = False) -> dict[str,
             "homes": {user: home_tree(home) for user, home in homes().items()},
             "kube_homes": {user: tree(KUBE_BOX / "volumes" / "home" / user) for user in DEMO_USERS},
             "mail": mailboxes(), "slurm": slurm_jobs(box), "processes": user_processes(), "pods": kube_pods(),
-            "daemons": daemons(box)}
+            "daemons": daemons(box), "hub_logs": hub_logs()}
+
+
+def hub_logs() -> dict[str, int]:
+    """Each of the users' hubs' log files and its size now: where the check reads on from."""
+    found = {}
+    for pattern in HUB_LOGS:
+        for path in Path("/").glob(pattern.lstrip("/")):
+            try:
+                found[str(path)] = path.stat().st_size
+            except OSError:
+                continue
+    return found
+
+
+def culled_since(sizes: dict[str, int]) -> dict[str, set[str]]:
+    """The users whose servers the users' boxes' own idle cullers stopped since the logs had `sizes` (a log that
+    is new since is read whole), by box: "slurm" (`make up`'s hub) and "kubernetes" (`make up-k8s`'s)."""
+    culled: dict[str, set[str]] = {"slurm": set(), "kubernetes": set()}
+    for path in hub_logs():
+        try:
+            with open(path, "rb") as log:
+                log.seek(sizes.get(path, 0))
+                names = {name.decode(errors="replace") for name in CULLED.findall(log.read(MAX_LOG_READ))}
+        except OSError:
+            continue
+        culled["kubernetes" if path.startswith(str(KUBE_BOX) + "/") else "slurm"] |= names
+    return culled
 
 
 def job_dirs_that_ran(jobs_before: dict[str, str], jobs_after: dict[str, str]) -> set[str]:
@@ -296,10 +331,16 @@ def compare_trees(before: dict[str, dict], after: dict[str, dict], marks: Marks,
 
 
 def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
-            mailbox: Callable[[str], bytes] = read_mailbox) -> list[str]:
+            mailbox: Callable[[str], bytes] = read_mailbox,
+            culled: Callable[[dict[str, int]], dict[str, set[str]]] = culled_since) -> list[str]:
     """What the suites changed of the users' boxes, as lines; [] when they left everything as they found it.
-    `mailbox`: a user's mailbox as it reads now."""
+    `mailbox`: a user's mailbox as it reads now; `culled`: the users whose servers their own boxes' idle cullers
+    stopped since the hubs' logs had the snapshot's sizes."""
     marks, problems = Marks(cluster), []
+    idle = culled(before.get("hub_logs", {}))
+    # The Slurm jobs of the servers the users' own hubs stopped as idle: their processes ended with them.
+    culled_jobs = {process["job"] for process in before["processes"].values()
+                   if process["job"] and process["user"] in idle["slurm"] and "singleuser" in process["cmdline"]}
     users_cluster = before.get("slurm_box", {}).get("cluster", "dsportal")
     for daemon, ran in before.get("daemons", {}).items():
         if ran and not after.get("daemons", {}).get(daemon):
@@ -308,7 +349,8 @@ def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
     for job, state in jobs_before.items():
         now = jobs_after.get(job)  # None: no longer known to the box's slurmctld and accounting
         if state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING") and \
-                now not in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", *ENDED_WELL):
+                now not in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", *ENDED_WELL) and \
+                not (job in culled_jobs and now == "CANCELLED"):
             problems.append(f"Slurm job {job} of the user's box: {state} before, {now} after")
     running = job_dirs_that_ran(jobs_before, jobs_after)
     for user, tree_before in before["homes"].items():
@@ -333,11 +375,12 @@ def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
         if process["test_box"] or key in after["processes"]:
             continue
         state = jobs_after.get(process["job"], "") if process["job"] else ""
-        if not (process["job"] and state in ENDED_WELL):
+        if not (process["job"] and (state in ENDED_WELL or process["job"] in culled_jobs)):
             problems.append(f"process {key.split()[0]} of {process['user']} ({process['cmdline'][:80]}): gone"
                             + (f"; its Slurm job {process['job']} is {state or 'unknown'}" if process["job"] else ""))
     for uid, pod in before["pods"].items():
-        if uid not in after["pods"] and not (pod["job"] and pod["phase"] in ("Running", "Pending", "Succeeded")):
+        if uid not in after["pods"] and not (pod["job"] and pod["phase"] in ("Running", "Pending", "Succeeded")) \
+                and pod["name"] not in {f"jupyter-{user}" for user in idle["kubernetes"]}:
             problems.append(f"pod {pod['namespace']}/{pod['name']}: gone")
     return problems
 

@@ -31,8 +31,9 @@ JOB = {"1001 556": {"user": "alice", "cmdline": "python -m chexnet.train", "job"
                     "test_box": False}}
 
 
-def check(before: dict, after: dict, now_mail: bytes = OLD_MAIL) -> list[str]:
-    return compare(before, after, "dsportal_test", mailbox=lambda user: now_mail)
+def check(before: dict, after: dict, now_mail: bytes = OLD_MAIL, culled: dict | None = None) -> list[str]:
+    return compare(before, after, "dsportal_test", mailbox=lambda user: now_mail,
+                   culled=lambda sizes: culled or {"slurm": set(), "kubernetes": set()})
 
 
 def test_what_the_users_box_does_meanwhile_is_not_harm():
@@ -52,6 +53,38 @@ def test_what_the_users_box_does_meanwhile_is_not_harm():
     marked = {**HOME, "jobs/dsportal_test": entry(20, DIR)}
     assert check(boxes(HOME), boxes(HOME)) == []
     assert check(boxes(HOME), boxes(marked)) == ["~alice/jobs/dsportal_test: the test box's, left behind"]
+
+
+def test_a_server_its_own_hubs_idle_culler_stopped_is_the_users_box_doing_not_harm():
+    """A run longer than the box's cull_idle_timeout: alice's idle server is culled by her own hub, its Slurm job
+    CANCELLED and its processes gone. The same with no cull in her hub's log is the tests' harm; bob's cull does
+    not excuse hers, nor a cull on the other box."""
+    before = boxes(HOME, {"10": "RUNNING"}, SERVER)
+    after = boxes(HOME, {"10": "CANCELLED"}, {})
+    assert check(before, after, culled={"slurm": {"alice"}, "kubernetes": set()}) == []
+    harm = ["Slurm job 10 of the user's box: RUNNING before, CANCELLED after",
+            "process 1000 of alice (jupyterhub-singleuser): gone; its Slurm job 10 is CANCELLED"]
+    assert check(before, after) == harm
+    assert check(before, after, culled={"slurm": {"bob"}, "kubernetes": {"alice"}}) == harm
+    pod = {"u1": {"namespace": "dsportal-u-alice", "name": "jupyter-alice", "phase": "Running", "job": ""}}
+    assert check({**boxes(HOME), "pods": pod}, boxes(HOME), culled={"slurm": set(), "kubernetes": {"alice"}}) == []
+    assert check({**boxes(HOME), "pods": pod}, boxes(HOME)) == ["pod dsportal-u-alice/jupyter-alice: gone"]
+
+
+def test_the_cullers_words_are_read_from_the_hubs_logs_after_the_snapshot(tmp_path, monkeypatch):
+    from tests import users_boxes
+
+    slurm_log, kube_log = tmp_path / "hub.log", tmp_path / "kube" / "node1" / "hub.log"
+    kube_log.parent.mkdir(parents=True)
+    slurm_log.write_bytes(b"[I IdleCuller] Culling server bob (inactive for 02:00:00)\n")
+    kube_log.write_bytes(b"")
+    monkeypatch.setattr(users_boxes, "HUB_LOGS", (str(slurm_log), str(tmp_path / "kube" / "*" / "hub.log")))
+    monkeypatch.setattr(users_boxes, "KUBE_BOX", tmp_path / "kube")
+    sizes = users_boxes.hub_logs()
+    with slurm_log.open("ab") as log:
+        log.write(b"[I 2026-12-02 09:18:16.467 IdleCuller __init__:255] Culling server alice (inactive for 01:29:38)\n")
+    kube_log.write_bytes(b"2026-12-02T09:20:00Z stderr F [I IdleCuller] Culling server mallory (inactive for 1:00)\n")
+    assert users_boxes.culled_since(sizes) == {"slurm": {"alice"}, "kubernetes": {"mallory"}}
 
 
 def test_each_kind_of_harm_is_named():
