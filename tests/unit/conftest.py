@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -43,13 +42,14 @@ def no_machine_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     none each command waited out SLURM_TIMEOUT_S, 20 s (the unit tests' slowest three, in CI's order). Asked, it
     is a Slurm that does not answer, at once. Tests of the commands give them a fake Slurm or a user of their own
     that answers."""
+    from portal.config import PortalConfig
     from portal.scheduler.slurm import commands
     from portal.scheduler.slurm.errors import SlurmUnavailable
 
-    machines = commands.SlurmCommands.complete
+    machines, machine_slurm = commands.SlurmCommands.complete, PortalConfig().slurm_bin_dir
 
     def complete(self, *argv, user=None, input=None):
-        if user is None and self.cfg.slurm_bin_dir == Path("/usr/bin"):  # a test's user answers what it is asked
+        if user is None and self.cfg.slurm_bin_dir == machine_slurm:  # a test's user answers what it is asked
             raise SlurmUnavailable(f"the unit tests ask no real Slurm: `{' '.join(argv)}`")
         return machines(self, *argv, user=user, input=input)
     monkeypatch.setattr(commands.SlurmCommands, "complete", complete)

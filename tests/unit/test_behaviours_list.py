@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,8 +25,10 @@ def the_list() -> str:
     return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
 
 
-def defined_tests(path: Path) -> set[str]:
-    """Every test function of a module, and every test method of its test classes, as `name` or `Class::name`."""
+@cache
+def defined_tests(path: Path) -> frozenset[str]:
+    """Every test function of a module, and every test method of its test classes, as `name` or `Class::name`
+    (a module is read once, however many rows cite it)."""
     found = set()
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
@@ -33,7 +36,7 @@ def defined_tests(path: Path) -> set[str]:
         elif isinstance(node, ast.ClassDef):
             found |= {f"{node.name}::{item.name}" for item in node.body
                       if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test")}
-    return found
+    return frozenset(found)
 
 
 def test_every_cited_test_exists():
