@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from portal.errors import Untrusted
+from portal.errors import JobNotFound, Untrusted
 from portal.inputs import finite_json
 from portal.records.ids import JOB_ID, home_id_patterns
 from portal.records.programs import registry
@@ -63,6 +63,13 @@ class JobRecord:
     submitted_at: str  # ISO 8601, UTC
     job_dir: Path
     sweep: SweepPlan | None = None  # a sweep's plan (portal.records.sweep): the job is a job array of its trials
+
+    def check_owner(self, user_name: str) -> None:
+        """JobNotFound unless the job is `user_name`'s: every scheduler answers another user's job as one it does
+        not know (for its state, its cancel and every read of its output), whatever its files' modes or the
+        cluster's permissions would let through, so that no one learns what others run."""
+        if self.user != user_name:
+            raise JobNotFound(f"job {self.id}: not found among {user_name}'s jobs")
 
     def to_json(self) -> str:
         sweep = {"sweep": self.sweep.to_dict()} if self.sweep is not None else {}

@@ -145,24 +145,25 @@ class Scheduler(Protocol[P]):
 
     def logs(self, record: JobRecord, user: P, tail: int | None = None, task: int | None = None) -> str:
         """The job's output (its last `tail` lines), read as the user through the bounded reader; "" before it
-        starts. A sweep's: task `task`'s (default 0). Blocks; SchedulerUnavailable where the scheduler keeps it."""
+        starts. A sweep's: task `task`'s (default 0). Blocks; JobNotFound for a job that is not the user's (as
+        for the reads below: JobRecord.check_owner), SchedulerUnavailable where the scheduler keeps it."""
 
     def metrics(self, record: JobRecord, user: P) -> RunMetrics:
         """Images/sec and AUROC so far (portal.metrics.RunMetrics), from the run's per-epoch record or TensorBoard
-        files, read as the user. Blocks; an empty RunMetrics before the first epoch."""
+        files, read as the user. Blocks; an empty RunMetrics before the first epoch; JobNotFound."""
 
     def epochs(self, record: JobRecord, user: P, task: int | None = None) -> tuple[dict[int, dict], str]:
         """The run's per-epoch record (a sweep's: task `task`'s trial's), each line checked against
         chexnet.schemas.EPOCH_RECORD: ({epoch: its line}, "") or, where not all of it could be read, what was and
-        why not the rest. ({}, "") before the first epoch and for a sweep without `task`. Blocks."""
+        why not the rest. ({}, "") before the first epoch and for a sweep without `task`. Blocks; JobNotFound."""
 
     def model_card(self, record: JobRecord, user: P, task: int | None = None) -> dict[str, Any] | None:
         """The run's model card, checked against its schema: None before the run wrote one, ModelCardError
-        (Untrusted) saying why for one that is not a card. A sweep's: its task's trial's. Blocks."""
+        (Untrusted) saying why for one that is not a card. A sweep's: its task's trial's. Blocks; JobNotFound."""
 
     def history(self, record: JobRecord, user: P) -> list[str]:
         """Lines for the runs the scheduler ended and ran again (a node lost, a requeue, a resume); [] for a job
-        that ran once, or a scheduler that keeps no such history. Blocks."""
+        that ran once, or a scheduler that keeps no such history. Blocks; JobNotFound."""
 
     def sweep(self, record: JobRecord, user: P) -> SweepView:
         """A sweep's trials, the study's figures beside the scheduler's tasks (where `sweeps`; elsewhere its trials

@@ -81,6 +81,7 @@ class JobsInHome:
         return ""  # no snapshot of each node's free resources here: a waiting job's page says why it waits
 
     def history(self, record: JobRecord, user: JobUser) -> list[str]:
+        record.check_owner(user.name)
         return []
 
     def output_path(self, record: JobRecord, user: JobUser):
@@ -89,6 +90,7 @@ class JobsInHome:
     def logs(self, record: JobRecord, user: JobUser, tail: int | None = None, task: int | None = None) -> str:
         """The job's output (stdout and stderr of every worker); "" before it starts. A sweep's: its task's
         (task 0 unless `task` is given)."""
+        record.check_owner(user.name)
         if record.sweep is not None:
             return user.tail(record.task_log(task or 0), tail) or ""
         return user.tail(self.output_path(record, user), tail) or ""
@@ -97,6 +99,7 @@ class JobsInHome:
         """The run's model card (chexnet.model_card), read as the user: None before the run wrote one; a card
         that is not one (too large, not JSON, not of the card's schema) is ModelCardError, saying why. A
         sweep's: its task's trial's (None without a `task`)."""
+        record.check_owner(user.name)
         if record.sweep is not None and task is None:
             return None
         directory = record.checkpoint_dir if task is None else record.task_checkpoint_dir(task)
@@ -108,6 +111,7 @@ class JobsInHome:
         through the bounded reader, each line checked against its schema (portal.metrics.record_lines): ({epoch:
         line}, "") or, for a file that is not one to read (a FIFO, a link, too large), what was read and why not
         all of it. ({}, "") before the first epoch, and for a sweep without a `task`."""
+        record.check_owner(user.name)
         if record.sweep is not None and task is None:
             return {}, ""
         directory = record.checkpoint_dir if task is None else record.task_checkpoint_dir(task)
@@ -121,6 +125,7 @@ class JobsInHome:
 
     def metrics(self, record: JobRecord, user: JobUser) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
+        record.check_owner(user.name)
         if user.is_caller:
             return read_run_metrics(record.logdir)
         # Acting for the user: read their files as them, in a process of theirs. A run that never started (say,

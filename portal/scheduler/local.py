@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from portal.config import PortalConfig
-from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
 from portal.mlflow_accounts import JOB_FILE, Account, run_tags
 from portal.quota import GpuQuota
@@ -154,8 +153,7 @@ class LocalScheduler(JobsInHome):
         return int(text) if PID.match(text) else None
 
     def state(self, record: JobRecord, user: JobUser) -> str:
-        if record.user != user.name:
-            raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
+        record.check_owner(user.name)
         code = exit_code(user.read_text(record.job_dir / EXIT_STATUS_FILE, 64))
         cancelled = user.read_text(record.job_dir / CANCELLED_FILE, 64) is not None
         if code is not None:
@@ -171,8 +169,7 @@ class LocalScheduler(JobsInHome):
         return CANCELLED if cancelled else FAILED  # ended without writing its status: killed
 
     def cancel(self, record: JobRecord, user: JobUser) -> None:
-        if record.user != user.name:
-            raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
+        record.check_owner(user.name)
         pid = self._pid(record, user)
         if pid is None or not session_alive(pid):
             return

@@ -8,6 +8,7 @@ keeps that). A helper one module alone uses stays in that module.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -244,7 +245,7 @@ class FakeJobsAPI:
                            spec=spec or JobSpec(gpus_per_node=2, data_dir="/d"),
                            submitted_at=f"2026-01-01T00:00:{second:02d}+00:00", job_dir=job_dir, sweep=plan)
         self.fake_scheduler.states[job_id] = state
-        job = Job(record, self.fake_scheduler, job_user())
+        job = Job(record, self.fake_scheduler, dataclasses.replace(job_user(), name=owner))  # read as the caller
         self.owned.setdefault(owner, []).append(job)
         return job
 

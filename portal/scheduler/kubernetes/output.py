@@ -38,6 +38,7 @@ class PodOutput:
     def logs(self, record: JobRecord, user: KubeUser, tail: int | None = None, task: int | None = None) -> str:
         """The launcher pod's log (the latest launcher's); "" before it starts (or once its pod is gone). A sweep's:
         the log of the latest pod of task `task` (default 0)."""
+        record.check_owner(user.name)
         if record.sweep is not None:
             holder = self._trials(record, user).holders.get(task or 0)
             return self._pod_log(user, holder, tail) if holder else ""
@@ -56,6 +57,7 @@ class PodOutput:
 
     def epochs(self, record: JobRecord, user: KubeUser, task: int | None = None) -> tuple[dict[int, dict], str]:
         """The per-epoch record's lines in the launcher's log (a sweep's: its task's pod's), schema-checked."""
+        record.check_owner(user.name)
         if record.sweep is not None and task is None:
             return {}, ""
         return record_lines(self.logs(record, user, None, task)), ""
@@ -65,6 +67,7 @@ class PodOutput:
         from the launcher's log."""
         from portal.metrics import read_run_metrics
 
+        record.check_owner(user.name)
         if user.is_caller and record.logdir.is_dir():
             return read_run_metrics(record.logdir)
         return log_metrics(self.logs(record, user))
@@ -73,6 +76,7 @@ class PodOutput:
         """The run's model card from the log of the pod that ran it (its script copies the card there at the
         end: the dashboard cannot open the user's volume), with the image's digest as the kubelet ran it. None
         before the run wrote one; ModelCardError when the line is not a card. A sweep's: its task's trial's."""
+        record.check_owner(user.name)
         if record.sweep is not None:
             # A card is written at a trial's end, so only an ended pod (its termination message names its task)
             # can have one: no running pod's log is read to find the task's pod.

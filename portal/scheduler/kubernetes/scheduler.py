@@ -151,6 +151,7 @@ class KubernetesScheduler(PodOutput):
                                spec.memory_gb, pool, mine)
 
     def history(self, record: JobRecord, user: KubeUser) -> list[str]:
+        record.check_owner(user.name)
         return []  # a lost worker is replaced by its Job, and the launcher resumes: one run, no requeue
 
     def usage(self, user: KubeUser, everyone: bool, now: datetime) -> UsageReport:
@@ -277,8 +278,7 @@ class KubernetesScheduler(PodOutput):
         return jobs_watch(self.cfg).stamp(self.cfg.user_namespace(user_name))
 
     def state(self, record: JobRecord, user: KubeUser) -> str:
-        if record.user != user.name:  # another user's job is not found, as on every scheduler: not "CANCELLED"
-            raise JobNotFound(f"job {record.id}: not found among {user.name}'s jobs")
+        record.check_owner(user.name)  # another user's job is not found, as on every scheduler: not "CANCELLED"
         try:
             found = self._get(user, record.id)
             if record.sweep is not None:

@@ -333,6 +333,7 @@ class SlurmScheduler(JobsInHome):
     def history(self, record: JobRecord, user: JobUser) -> list[str]:
         """Lines for the runs Slurm ended and ran again (a node failed, the job was requeued, it resumed), from
         Slurm's accounting and the job's log, read as the user. [] for a job that ran once."""
+        record.check_owner(user.name)
         try:
             runs = history.parse_runs(self._slurm(user, "sacct", "-D", "-X", "-P", "-n", "-j", record.id,
                                                   "-o", history.RUNS_FORMAT))

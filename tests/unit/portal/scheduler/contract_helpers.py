@@ -1,10 +1,11 @@
-"""What the scheduler contract suite (test_contract.py, test_contract_jobs.py) shares: the toy scheduler a site
-would add, and one driver per scheduler that runs it against its cluster's recorded answers, as batchspawner's
-`run_spawner_script` does: the local runner on this machine (a horovodrun that waits to be told how the run ends),
-Slurm over a script of its commands' answers in each release's JSON (`ScriptedSlurm`), Kubernetes over an API
-server of recorded objects (`RecordedApiServer`). A test asks the driver's `scheduler` and its people (alice, bob);
-the driver makes the cluster answer (`answer`), says what it was told to start and cancel (`started`, `cancelled`),
-and stops it answering (`down`). The Kubernetes API server is recorded_api.py's.
+"""What the scheduler contract suite (test_contract.py, test_contract_jobs.py, test_contract_outputs.py) shares:
+the toy scheduler a site would add, and one driver per scheduler that runs it against its cluster's recorded
+answers, as batchspawner's `run_spawner_script` does: the local runner on this machine (a horovodrun that waits to
+be told how the run ends), Slurm over a script of its commands' answers in each release's JSON (`ScriptedSlurm`),
+Kubernetes over an API server of recorded objects (kubernetes_driver.py, over recorded_api.py). A test asks the
+driver's `scheduler` and its people (alice, bob); the driver makes the cluster answer (`answer`), puts what a run
+wrote where its scheduler reads it (`wrote`), says what it was told to start and cancel (`started`, `cancelled`),
+and stops it answering (`down`). What every driver is: contract_driver.py.
 """
 
 from __future__ import annotations
@@ -14,31 +15,34 @@ import os
 import re
 import secrets
 import signal
-import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
-from portal import jobs
 from portal.config import PortalConfig
-from portal.errors import JobNotFound
-from portal.mlflow_accounts import JOB_FILE
 from portal.records import ids
 from portal.records.account import JobUser
 from portal.records.record import JobRecord
 from portal.records.templating import program_values
 from portal.registrations import Registered
 from portal.scheduler import Scheduler
-from portal.scheduler.kubernetes.manifests import ANNOTATION_WORKER_PODS, LABEL_JOB, LABEL_ROLE
-from portal.scheduler.kubernetes.tracking import TRACKING_FILE
 from portal.scheduler.local import LocalScheduler
-from portal.scheduler.registry import SCHEDULERS, scheduler_class, scheduler_for
+from portal.scheduler.registry import SCHEDULERS, scheduler_for
 from portal.scheduler.slurm.errors import SlurmRefused, SlurmUnavailable
 from tests.slurm_answers import squeue_job, squeue_json
 from tests.unit.helpers import parse_spec
-from tests.unit.portal.scheduler.recorded_api import RecordedApiServer
+from tests.unit.portal.scheduler.contract_driver import (
+    LOST_AT,
+    NODE,
+    NODE_GPUS,
+    Driver,
+    Run,
+    home_user,
+    wait_for,
+    wrote_in_home,
+)
+from tests.unit.portal.scheduler.kubernetes_driver import KubernetesDriver
 
-PEOPLE = ("alice", "bob")
-GROUPS = ("gpu-users",)
 TOY_ID = r"toy-[0-9a-f]{8}"
 
 
@@ -57,76 +61,6 @@ def register_toy(monkeypatch) -> None:
                                                       records_in_home=True))
 
 
-def wait_for(done, what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"waited {timeout} s for {what}"
-        time.sleep(0.05)
-
-
-class Driver:
-    """One scheduler against its cluster's recorded answers. Subclasses make the cluster answer."""
-
-    name: str
-    cfg: PortalConfig
-    scheduler: Scheduler[Any]
-
-    def person(self, name: str) -> Any:
-        raise NotImplementedError
-
-    def listed(self, user: Any) -> list[JobRecord]:
-        """The user's jobs as portal.jobs.jobs lists them for a scheduler whose records are in the homes: each job
-        directory's job.json, kept where the scheduler says it is theirs (`state`, the check `_load` makes)."""
-        found = []
-        for job_id, _ in jobs.listed_jobs(user, self.cfg):
-            try:
-                found.append(self.load(user, job_id))
-            except JobNotFound:
-                continue
-        return found
-
-    def load(self, user: Any, job_id: str) -> JobRecord:
-        """The user's job `job_id`, as portal.jobs.get loads it (with the scheduler's word that it is theirs)."""
-        loaded = jobs._load(user, job_id, self.cfg, check=False).record
-        self.scheduler.state(loaded, user)
-        return loaded
-
-    def answer(self, job: JobRecord, state: str) -> None:
-        """Make the cluster say the job is `state` (RUNNING or COMPLETED)."""
-        raise NotImplementedError
-
-    def started(self) -> list[str]:
-        """The ids of the jobs the cluster was told to start."""
-        raise NotImplementedError
-
-    def cancelled(self) -> list[str]:
-        """The ids of the jobs the cluster was asked to cancel, in order."""
-        raise NotImplementedError
-
-    def down(self) -> None:
-        """Make the cluster stop answering."""
-        raise NotImplementedError
-
-    def up(self) -> None:
-        """Make the cluster answer again."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """End what the driver started."""
-
-    def tracking_file(self, job: JobRecord) -> tuple[str, int, list[str]]:
-        """Where the job's rank 0 reads its MLflow account: (the file's text, its mode, the job's scripts and
-        environments as text, where DSPORTAL_MLFLOW_FILE names it). A job in a home: its directory's file."""
-        path = job.job_dir / JOB_FILE
-        scripts = [p.read_text() for p in job.job_dir.iterdir() if p.suffix in (".sh", ".sbatch")]
-        return path.read_text(), path.stat().st_mode & 0o777, scripts
-
-
-def home_user(tmp_path: Path, name: str) -> JobUser:
-    """A Unix account with its home under `tmp_path`, run as this process (no runuser: the caller is the user)."""
-    return JobUser(name=name, uid=os.geteuid(), gid=os.getegid(), home=tmp_path / name, groups=GROUPS)
-
-
 # A training program that runs until the test says how its run ends: the exit status in `finish`, in the job's
 # directory (its working directory, local.sh's `cd`).
 WAITING_HOROVODRUN = """#!/bin/sh
@@ -137,7 +71,10 @@ exit "$(cat finish)"
 
 class LocalDriver(Driver):
     """The local runner (or the toy) on this machine: the real job script, started detached as the user, with a
-    horovodrun that waits to be told how the run ends. Cancelling signals the job's session."""
+    horovodrun that waits to be told how the run ends. Cancelling signals the job's session. Nothing queues here:
+    a job starts at once, and runs once."""
+
+    queue = False
 
     def __init__(self, name: str, tmp_path: Path):
         self.name, self.tmp_path = name, tmp_path
@@ -157,6 +94,13 @@ class LocalDriver(Driver):
             wait_for(lambda: (job.job_dir / "exit_status").exists(), f"job {job.id} to end")
         else:
             wait_for(lambda: self._pid_of(job.job_dir) is not None, f"job {job.id} to start")
+
+    def wrote(self, job: JobRecord, run: Run, task: int | None = None) -> None:
+        """As the program under the job script's horovodrun writes: after the script's own line in output.log."""
+        assert task is None, "the local runner runs no sweeps"
+        wait_for(lambda: "chexnet: local job on " in (job.output_path.read_text() if job.output_path.exists()
+                                                      else ""), f"job {job.id}'s script to start its program")
+        wrote_in_home(job, run)
 
     def started(self) -> list[str]:
         """Each job whose script has started (it writes its PID first)."""
@@ -196,18 +140,25 @@ RELEASES = {"22.05": "v0.0.38", "24.11": "v0.0.42", "26.05": "v0.0.45"}  # what 
 DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
 
 
+PARTITION = f"PartitionName=gpu Default=YES MaxTime=04:00:00 Nodes={NODE} State=UP\n"
+SLURM_TIME = "%Y-%m-%dT%H:%M:%S"
+
+
 class ScriptedSlurm:
     """Slurm's commands as the portal runs them (SlurmCommands' `fake`), answered the way Slurm `release` does:
-    sbatch gives the next id, squeue --json lists every job in that release's JSON, scancel refuses a job that is
-    not known or not the asker's in Slurm's words. The fake is handed the command alone, so the driver says who
-    asks (`asker`), as runuser would. Anything else is a command the portal was not expected to run."""
+    sbatch gives the next id, squeue --json lists every job in that release's JSON (with its GPUs, its node and
+    why it waits), scontrol one partition of NODE (its GPUs in use: its running jobs'), scancel refuses a job that
+    is not known or not the asker's in Slurm's words, sacct -D and sacctmgr give a job's runs and the nodes'
+    events (to its owner only, as with PrivateData=jobs). The fake is handed the command alone, so the driver says
+    who asks (`asker`), as runuser would. Anything else is a command the portal was not expected to run."""
 
     def __init__(self, release: str):
         self.version = RELEASES[release]
-        self.jobs: dict[str, dict[str, str]] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
         self.asker, self.unanswered = "", False
         self.calls: list[tuple[str, tuple[str, ...]]] = []
         self.cancelled: list[str] = []
+        self.events: list[str] = []  # sacctmgr's node events: "node|start|state|reason"
 
     def __call__(self, argv) -> str:
         argv = tuple(argv)
@@ -216,11 +167,17 @@ class ScriptedSlurm:
             raise SlurmUnavailable(f"Slurm refused `{' '.join(argv)}`: {DOWN}", DOWN)
         if argv == ("sbatch", "--parsable", "--hold"):
             job_id = str(41 + len(self.jobs))
-            self.jobs[job_id] = {"user": self.asker, "state": "PENDING"}
+            self.jobs[job_id] = {"user": self.asker, "state": "PENDING", "gpus": 0, "reason": "None", "runs": []}
             return f"{job_id}\n"
         if argv == ("squeue", "--json"):
-            return squeue_json(*(squeue_job(int(job_id), job["user"], job["state"], version=self.version)
+            return squeue_json(*(squeue_job(int(job_id), job["user"], job["state"], gpus_per_node=job["gpus"],
+                                            reason=job["reason"], node_list=NODE, version=self.version)
                                  for job_id, job in self.jobs.items()), version=self.version)
+        if argv[:2] == ("scontrol", "show"):
+            used = sum(job["gpus"] for job in self.jobs.values() if job["state"] == "RUNNING")
+            return PARTITION if argv[2] == "partition" else \
+                f"NodeName={NODE} CPUTot=8 RealMemory=20000 Gres=gpu:{NODE_GPUS} GresUsed=gpu:{used} State=MIXED " \
+                "Partitions=gpu\n"
         if argv[:4] == ("squeue", "-h", "-r", "-j"):  # a sweep's tasks (the fake never sees the script's --array)
             job = self.jobs.get(argv[4])
             return f"{argv[4]}_0|{job['state']}\n" if job and job["user"] == argv[6] else ""
@@ -228,6 +185,11 @@ class ScriptedSlurm:
             return self.scancel(argv[1])
         if argv[:2] == ("sacct", "-n"):  # a job squeue no longer lists: accounting has nothing more to say
             return ""
+        if argv[:3] == ("sacct", "-D", "-X"):  # a job's runs, each "State|Start|End|NodeList"
+            job = self.jobs.get(argv[argv.index("-j") + 1])
+            return "".join(f"{run}\n" for run in job["runs"]) if job and job["user"] == self.asker else ""
+        if argv[:4] == ("sacctmgr", "-nP", "show", "event"):
+            return "".join(f"{event}\n" for event in self.events)
         raise AssertionError(f"the portal ran {argv}, which no step of the script expects")
 
     def scancel(self, job_id: str) -> str:
@@ -271,7 +233,21 @@ class SlurmDriver(Driver):
         return [line.removeprefix("release ") for line in lines]
 
     def answer(self, job: JobRecord, state: str) -> None:
-        self.slurm.jobs[job.id]["state"] = state
+        held = self.slurm.jobs[job.id]
+        held.update(state=state, gpus=job.spec.gpus_per_node, reason="Resources" if state == "PENDING" else "None")
+        if state == "RUNNING":
+            held["runs"].append(f"RUNNING|{LOST_AT - timedelta(hours=1):{SLURM_TIME}}|Unknown|{NODE}")
+
+    def wrote(self, job: JobRecord, run: Run, task: int | None = None) -> None:
+        wrote_in_home(job, run, task)  # the batch script's --output (a sweep's: its task's), chexnet's files
+
+    def lost_node(self, job: JobRecord) -> bool:
+        """Slurm's requeue: the run on NODE ended NODE_FAIL when NODE went down, and the job runs again on node2."""
+        runs = self.slurm.jobs[job.id]["runs"]
+        runs[-1] = runs[-1].replace("RUNNING|", "NODE_FAIL|").replace("|Unknown|", f"|{LOST_AT:{SLURM_TIME}}|")
+        runs.append(f"RUNNING|{LOST_AT + timedelta(minutes=5):{SLURM_TIME}}|Unknown|node2")
+        self.slurm.events.append(f"{NODE}|{LOST_AT:{SLURM_TIME}}|DOWN|Not responding")
+        return True
 
     def cancelled(self) -> list[str]:
         return list(self.slurm.cancelled)
@@ -299,72 +275,6 @@ class AskedAs:
             self._slurm.asker = users[0].name if users else "root"
             return found(*args, **kwargs)
         return as_user
-
-
-# --- Kubernetes: an API server of recorded objects behind the real client (recorded_api) -----------------------
-
-class KubernetesDriver(Driver):
-    """Kubernetes (plain Jobs) over `RecordedApiServer`: the job's pods are the kubelet's, made by `answer`."""
-
-    def __init__(self, tmp_path: Path):
-        self.name = "kubernetes"
-        # The MLflow server as the Kubernetes box names it to its hub (`box` is the Slurm box's, no pod's).
-        self.cfg = PortalConfig(scheduler="kubernetes", gpu_quota={"gpu-users": 8},
-                                mlflow_url="http://198.19.0.1:16446/services/portal/mlflow")
-        self.server = RecordedApiServer(self.cfg, PEOPLE)
-        self.scheduler = scheduler_class("kubernetes")(self.cfg, client_for=self.server.client_for)  # type: ignore
-
-    def person(self, name: str) -> Any:
-        return self.scheduler.person(name, GROUPS)
-
-    def listed(self, user: Any) -> list[JobRecord]:
-        return self.scheduler.records(user)  # type: ignore[attr-defined]
-
-    def load(self, user: Any, job_id: str) -> JobRecord:
-        return self.scheduler.load(user, job_id)  # type: ignore[attr-defined]
-
-    def answer(self, job: JobRecord, state: str) -> None:
-        namespace = self.cfg.user_namespace(job.user)
-        launcher = self.server.objects[("jobs", namespace, job.id)]
-        if state == "COMPLETED":
-            launcher["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
-            return
-        workers = int(launcher["metadata"].get("annotations", {}).get(ANNOTATION_WORKER_PODS, job.spec.nodes))
-        for role, count in (("launcher", 1), ("worker", workers)):
-            for index in range(count):
-                name = f"{job.id}-{role}-{index}"
-                self.server.objects[("pods", namespace, name)] = {
-                    "metadata": {"name": name, "namespace": namespace,
-                                 "labels": {LABEL_JOB: job.id, LABEL_ROLE: role}}, "status": {"phase": "Running"}}
-
-    def started(self) -> list[str]:
-        """The launcher Jobs created (named by the job id; a plain job's workers Job is named otherwise)."""
-        return [name for _, method, plural, _, name in self.server.calls if method == "POST" and plural == "jobs"
-                and self.scheduler.job_ids.match(name)]
-
-    def cancelled(self) -> list[str]:
-        return [name for _, method, plural, _, name in self.server.calls if method == "DELETE" and plural == "jobs"]
-
-    def tracking_file(self, job: JobRecord) -> tuple[str, int, list[str]]:
-        """The job's own Secret (the file is a key of it), as mounted in its pods: the mode of the volume; the
-        pods' scripts (their commands)."""
-        namespace = self.cfg.user_namespace(job.user)
-        secret = self.server.objects[("secrets", namespace, f"{job.id}-mlflow")]
-        pods = [self.server.objects[key]["spec"]["template"]["spec"] for key in self.server.objects
-                if key[0] == "jobs" and key[1] == namespace and key[2].startswith(job.id)]
-        volumes = [volume for pod in pods for volume in pod["volumes"]
-                   if volume.get("secret", {}).get("secretName") == f"{job.id}-mlflow"]
-        mounted = all(any(m["mountPath"] == TRACKING_FILE and m.get("subPath") == JOB_FILE for m in c["volumeMounts"])
-                      for pod in pods for c in pod["containers"])
-        assert pods and len(volumes) == len(pods) and mounted, pods
-        return secret["stringData"][JOB_FILE], volumes[0]["secret"]["defaultMode"] & 0o777, \
-            [" ".join(c["command"]) for pod in pods for c in pod["containers"]]
-
-    def down(self) -> None:
-        self.server.unanswered = True
-
-    def up(self) -> None:
-        self.server.unanswered = False
 
 
 DRIVERS = ("local", "toy", *(f"slurm-{release}" for release in RELEASES), "kubernetes")

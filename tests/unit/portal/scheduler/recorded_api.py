@@ -23,11 +23,14 @@ class RecordedApiServer:
     """The Kubernetes API server as the client's REST layer meets it (ApiClient.rest_client): objects kept in a
     dict by (plural, namespace, name), created, read, listed by label, replaced and deleted (with what they own);
     every call recorded with whom it impersonated. A user may act in their own namespace only (the portal's RBAC:
-    403 elsewhere). `unanswered`: the connection fails, as to a server that is down."""
+    403 elsewhere). A pod's log is its text in `logs` (by namespace and name), read as the kubelet serves it
+    (tailLines, limitBytes); a pod without one has not started its container (400). `unanswered`: the connection
+    fails, as to a server that is down."""
 
     def __init__(self, cfg: PortalConfig, people: tuple[str, ...]):
         self.cfg = cfg
         self.objects: dict[tuple[str, str, str], dict] = {}
+        self.logs: dict[tuple[str, str], str] = {}
         self.calls: list[tuple[str, str, str, str, str]] = []  # (as whom, method, plural, namespace, name)
         self.unanswered = False
         self.namespaces = {cfg.user_principal(name): cfg.user_namespace(name) for name in people}
@@ -49,6 +52,8 @@ class RecordedApiServer:
             raise ProtocolError("Connection aborted.", ConnectionRefusedError(111, "Connection refused"))
         if who and self.namespaces.get(who) != namespace:
             return self.status(403, f'{plural} is forbidden: User "{who}" cannot {method} in "{namespace}"')
+        if found["sub"] == "log" and method == "GET":
+            return self.pod_log(namespace, name, parse_qs(parts.query))
         return self.answer(method, plural, namespace, name, body, parse_qs(parts.query))
 
     def answer(self, method: str, plural: str, namespace: str, name: str, body: Any, query: dict) -> Any:
@@ -56,7 +61,7 @@ class RecordedApiServer:
         if method == "GET" and not name:
             wanted = dict(term.split("=", 1) for term in query.get("labelSelector", [""])[0].split(",") if term)
             items = [obj for (kind, where, _), obj in self.objects.items() if kind == plural
-                     and where in (namespace, "") and wanted.items() <= labels(obj).items()]
+                     and namespace in (where, "") and wanted.items() <= labels(obj).items()]  # "": every namespace
             return self.reply(200, {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
         if method == "POST":
             if key in self.objects:
@@ -77,6 +82,19 @@ class RecordedApiServer:
             return self.status(200, "deleted")
         return self.reply(200, self.objects[key])
 
+    def pod_log(self, namespace: str, name: str, query: dict) -> Any:
+        """The pod's log as the kubelet serves it: its last `tailLines` lines, at most `limitBytes` bytes."""
+        if ("pods", namespace, name) not in self.objects:
+            return self.status(404, f'pods "{name}" not found')
+        if (namespace, name) not in self.logs:
+            return self.status(400, f'container "main" in pod "{name}" is waiting to start: ContainerCreating')
+        text = self.logs[(namespace, name)]
+        if "tailLines" in query:
+            text = "".join(text.splitlines(keepends=True)[-int(query["tailLines"][0]):])
+        if "limitBytes" in query:
+            text = text.encode()[:int(query["limitBytes"][0])].decode(errors="ignore")
+        return self.reply(200, text)
+
     def count_quota(self, key: tuple[str, str, str]) -> None:
         """A ResourceQuota made or changed is counted at once, as the quota controller does within a moment (its
         status.hard becomes the spec's: portal.scheduler.kubernetes.manifests.quota_in_force)."""
@@ -92,12 +110,14 @@ class RecordedApiServer:
         for other in owned:
             self.delete(other)
 
-    def reply(self, status: int, body: dict) -> Any:
+    def reply(self, status: int, body: dict | str) -> Any:
+        """JSON for an object; plain text for a log."""
         import urllib3
         from kubernetes.client.rest import RESTResponse
 
-        raw = urllib3.HTTPResponse(body=json.dumps(body).encode(), status=status, preload_content=True,
-                                   headers={"content-type": "application/json"})
+        kind = "text/plain" if isinstance(body, str) else "application/json"
+        raw = urllib3.HTTPResponse(body=(body if isinstance(body, str) else json.dumps(body)).encode(),
+                                   status=status, preload_content=True, headers={"content-type": kind})
         return RESTResponse(raw)
 
     def status(self, code: int, message: str) -> Any:

@@ -22,7 +22,9 @@ RECORD = JobRecord(id="42", scheduler="slurm", user="alice", spec=JobSpec(data_d
 
 
 class Files:
-    """A JobUser's bounded read, of one file's text (None: missing or unreadable for the user)."""
+    """A JobUser's bounded read, of one file's text (None: missing or unreadable for the user), as alice."""
+
+    name = "alice"
 
     def __init__(self, text: str | None):
         self.text, self.asked = text, []

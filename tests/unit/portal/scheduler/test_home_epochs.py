@@ -26,7 +26,7 @@ def line(epoch: int, **scalars) -> str:
 def record(tmp_path: Path, sweep: bool = False) -> JobRecord:
     plan = parse_sweep({"space": {"lr": {"low": 1e-5, "high": 1e-2, "log": True}}, "trials": 2}, 3, None, 0) \
         if sweep else None
-    return JobRecord(id="42", scheduler="slurm", user="alice", spec=JobSpec(data_dir="/d"),
+    return JobRecord(id="42", scheduler="slurm", user=job_user().name, spec=JobSpec(data_dir="/d"),
                      submitted_at="2026-01-01T00:00:00+00:00", job_dir=tmp_path, sweep=plan)
 
 

@@ -172,6 +172,7 @@ def test_a_trials_card_is_read_from_its_ended_pod_without_reading_running_pods_l
         asked.append(name)
         return f"chexnet: model card {json.dumps(a_card())}\n"
     monkeypatch.setattr(scheduler, "_pod_log", log)
-    assert scheduler.model_card(record, None, 0)["format"] == CARD_FORMAT
-    assert scheduler.model_card(record, None, 1) is None and scheduler.model_card(record, None) is None
+    alice = scheduler.person("alice", ())
+    assert scheduler.model_card(record, alice, 0)["format"] == CARD_FORMAT
+    assert scheduler.model_card(record, alice, 1) is None and scheduler.model_card(record, alice) is None
     assert asked == ["p0"]  # the ended pod's log once; never the running pod's

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from portal.config import ConfigError, PortalConfig
+from portal.records.programs import registry
 from portal.records.spec import JobSpec
 from portal.records.templating import sbatch_value
 from portal.renamed import BACKEND_GOES
@@ -188,10 +189,12 @@ def test_the_spec_defaults_match_the_design():
     assert JobSpec().template == "chexnet" and JobSpec().model == "densenet121"
 
 
-def test_mail_at_the_end_is_slurms_own_and_only_when_asked():
-    asked = render_sbatch(dataclasses.replace(parse(), mail=True), JOB_DIR, CFG)
+@pytest.mark.parametrize("program", registry().names)
+def test_mail_at_the_end_is_slurms_own_and_only_when_asked(program):
+    """Each program's job script: Slurm's MailProg sends the mail (the box proves the mail itself, for one)."""
+    asked = render_sbatch(dataclasses.replace(parse(template=program), mail=True), JOB_DIR, CFG)
     assert "\n#SBATCH --mail-type=END,FAIL\n" in asked and "--mail-user" not in asked  # MailProg finds the address
-    assert "mail-type" not in render_sbatch(parse(), JOB_DIR, CFG)
+    assert "mail-type" not in render_sbatch(parse(template=program), JOB_DIR, CFG)
     bash_syntax_ok(asked)
 
 
