@@ -26,7 +26,7 @@ from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VA
 from chexnet.tblog import RECORD_LINE_PREFIX
 from chexnet_torch.rendezvous import ENV
 from tests.children import LIMIT_S, run_child
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_for
 from tests.listeners import Sampler, pids_matching
 from tests.programs.helpers import torch_python
 
@@ -139,9 +139,10 @@ def test_a_run_killed_mid_epoch_resumes_with_every_epoch_once_and_the_same_weigh
                              stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                              env=environment(tmp_path))
     deadline = time.monotonic() + LIMIT_S
-    for line in child.stdout:  # killed once epoch 1 is recorded: in epoch 2, or between its record and checkpoint
+    for line in child.stdout:  # killed in epoch 2: the moment epoch 1's checkpoint is whole (written, then renamed)
         if line.startswith(f'{RECORD_LINE_PREFIX}{{"epoch": 1,'):
-            time.sleep(0.3)
+            wait_for(lambda: (tmp_path / "checkpoints" / "ckpt-1.pt").exists(), LIMIT_S, interval=0.02,
+                     what="epoch 1's checkpoint")  # a fixed 0.3 s once let the run finish first, on a loaded machine
             break
         assert time.monotonic() < deadline
     os.killpg(child.pid, signal.SIGKILL)
