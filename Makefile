@@ -68,10 +68,13 @@ unit: install
 	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit
 
 # The fast inner loop between full runs (docs/testing.md): style, types, then the unit tests with the contract suites
-# (every scheduler, every training program) on both cores; no box, no build. At most 3 minutes on 2 cores.
+# (every scheduler: tests/unit/portal/scheduler/test_contract*.py; every training program: PROGRAM_CONTRACT) on
+# both cores; no box, no build. At most 3 minutes on 2 cores. (`make test` runs the program contract with the
+# suites, on their box-free side.)
+PROGRAM_CONTRACT := tests/programs/test_program_contract.py
 check: install
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
-	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; exit $$rc
+	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit $(PROGRAM_CONTRACT) || rc=$$?; exit $$rc
 
 # The product's line coverage (tests/line_coverage.py): `make test`'s unit tests and suites with every Python process
 # of the venv measuring itself, combined into one figure by package (docs/testing.md, "Coverage"). As long as

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.conftest import NODES, PASSWORDS, TEST_SETTINGS, box, jobs_of, slurm, wait_for
@@ -165,7 +166,38 @@ def test_another_state_dir_with_the_same_node_names_stops_and_crashes_nothing_of
                for node in NODES)
 
 
+@contextmanager
+def alices_own_process_and_directory():
+    """A user's box shares the homes and user ids with the test box: alice's process (her server or a job of the
+    user's box: here a plain process of hers, outside every node of the test box) and a directory she makes while
+    the tests run are hers. Yields a check that both are still there; removes them (and only them) afterwards."""
+    home = Path(pwd.getpwnam("alice").pw_dir)
+    made = home / f"made-by-alice-during-the-tests-{os.getpid()}"
+    assert not made.exists()
+    hers = subprocess.Popen(["/usr/sbin/runuser", "-u", "alice", "--", "sleep", "600"], cwd="/",
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", "mkdir", "--", str(made)], cwd="/", check=True)
+        (sleeper,) = wait_for(lambda: [p for p in Path("/proc").iterdir() if p.name.isdigit() and
+                                       (p / "cmdline").read_bytes() == b"sleep\x00600\x00" and
+                                       p.stat().st_uid == pwd.getpwnam("alice").pw_uid], 10,
+                              what="alice's own process to start")
+
+        def still_there() -> None:
+            assert sleeper.exists() and hers.poll() is None, "alice's own process did not outlive the test box"
+            assert made.is_dir(), "alice's own directory did not outlive the test box"
+        yield still_there
+    finally:
+        os.killpg(hers.pid, signal.SIGKILL)  # what this test made, and only that
+        hers.wait()
+        if made.is_dir():
+            made.rmdir()
+
+
 def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, admin, box_brought_back):
+    """`down` ends the box's servers and jobs and leaves nothing of the box; `up` brings back its state. alice's own
+    process and directory (made beside the box, as her own box's would be) are not the test box's: both outlive
+    its `down` and `up`."""
     before = fingerprint(cluster)
     last_job = slurm("sbatch", "--parsable", "-o", "/dev/null", "--wrap=true").strip()
     # A user's running server and a job of theirs must not outlive `down` either (slurmstepd is not below slurmd).
@@ -181,14 +213,17 @@ def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, a
     assert conf in Path("/etc/exim4/trusted_configs").read_text().splitlines()
     namespaces = node_namespaces()
     assert sorted(namespaces) == sorted(NODES)
-    box("down")
-    assert all(state.startswith("stopped") for state in pids().values()), pids()
-    ports = (cluster.ldap_port, cluster.ldaps_port, cluster.slurmctld_port, cluster.slurmdbd_port,
-             cluster.accounting_db_port, cluster.smtp_port, cluster.hub_port, cluster.proxy_api_port)
-    assert not [port for port in ports if listening(port)]
-    assert leftovers(cluster, namespaces) == []
+    with alices_own_process_and_directory() as still_there:
+        box("down")
+        assert all(state.startswith("stopped") for state in pids().values()), pids()
+        ports = (cluster.ldap_port, cluster.ldaps_port, cluster.slurmctld_port, cluster.slurmdbd_port,
+                 cluster.accounting_db_port, cluster.smtp_port, cluster.hub_port, cluster.proxy_api_port)
+        assert not [port for port in ports if listening(port)]
+        assert leftovers(cluster, namespaces) == []  # hers is not the test box's
+        still_there()
 
-    shown = box("up").stdout
+        shown = box("up").stdout
+        still_there()
     assert f"{cluster.hub_url}/" in shown and "alice / wonderland" in shown and "mallory" in shown
     assert f"{NODES[0]} ({cluster.box_node_address(1)})" in shown
     assert f"delivers job e-mail to {cluster.box_mail_dir}/<user>" in shown
@@ -199,35 +234,6 @@ def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, a
     wait_for(lambda: not slurm("squeue", "-h", "-u", "bob,alice", "-t", "RUNNING", "-o", "%i").strip(), 60,
              what="the jobs `down` killed to leave the queue")
     hub.login("alice")
-
-
-def test_a_users_own_process_and_directory_outlive_the_test_boxs_down_and_up(cluster, box_brought_back):
-    """A user's box shares the homes and user ids with the test box: alice's process (her server or a job of the
-    user's box: here a plain process of hers, outside every node of the test box) and a directory she makes while
-    the tests run are hers. The test box's `down` and `up` find nothing of theirs among its leftovers, and both
-    outlive them."""
-    home = Path(pwd.getpwnam("alice").pw_dir)
-    made = home / f"made-by-alice-during-the-tests-{os.getpid()}"
-    assert not made.exists()
-    hers = subprocess.Popen(["/usr/sbin/runuser", "-u", "alice", "--", "sleep", "600"], cwd="/",
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", "mkdir", "--", str(made)], cwd="/", check=True)
-        (sleeper,) = wait_for(lambda: [p for p in Path("/proc").iterdir() if p.name.isdigit() and
-                                       (p / "cmdline").read_bytes() == b"sleep\x00600\x00" and
-                                       p.stat().st_uid == pwd.getpwnam("alice").pw_uid], 10,
-                              what="alice's own process to start")
-        namespaces = node_namespaces()
-        box("down")
-        assert leftovers(cluster, namespaces) == []  # hers is not the test box's
-        box("up")
-        assert sleeper.exists() and hers.poll() is None, "alice's own process did not outlive the test box"
-        assert made.is_dir(), "alice's own directory did not outlive the test box"
-    finally:
-        os.killpg(hers.pid, signal.SIGKILL)  # what this test made, and only that
-        hers.wait()
-        if made.is_dir():
-            made.rmdir()
 
 
 # Issue 25: a spawn works this soon after `up` has recovered the box from a crash.

@@ -239,12 +239,6 @@ def test_the_accounts_follow_the_directory(cluster):
     assert accounts(cluster, "sync", "--dry-run").stdout.strip().endswith("in sync")
 
 
-def test_the_accounts_command_explains_itself(cluster):
-    assert accounts(cluster, "resync").returncode == 2
-    shown = accounts(cluster, "show")
-    assert shown.returncode == 0 and "alice" in shown.stdout and "gpu-users" in shown.stdout
-
-
 # --- a drained node: the forms offer only what usable nodes have ---------------------------------------------
 
 

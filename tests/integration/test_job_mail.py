@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from portal import jobs, settings
+from portal import jobs
 from portal.config import load
-from portal.records.account import job_user
 from portal.runas import RUNUSER
 from tests.conftest import (
     JOB_END_GRACE_S,
-    PROGRAMS,
     Mailbox,
     as_user,
     scratch_dir,
@@ -52,12 +50,11 @@ def empty_data(cluster):
     as_user("alice", "rm", "-rf", "--", str(path))
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
-def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, empty_data, program):
+def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, empty_data):
     mailbox = Mailbox("alice")
     log = load().slurm_conf_path.parent / "jobmail.log"
     log_start = log.stat().st_size if log.exists() else 0
-    failing = {**FAILING, "template": program, "data_dir": empty_data}
+    failing = {**FAILING, "data_dir": empty_data}  # the default program's (each one's script asks: test_sbatch.py)
     quiet = jobs.submit({**failing, "mail": False}, scheduler="slurm", user="alice")
     asked = jobs.submit(failing, scheduler="slurm", user="alice")  # alice's default: on
     assert (quiet.spec.mail, asked.spec.mail) == (False, True)
@@ -85,18 +82,6 @@ def test_a_job_that_asks_gets_its_email_and_one_that_says_no_gets_none(cluster, 
                     MAIL_WAIT_S, interval=1, what=f"MailProg's line about job {asked.id} in {log}")
     assert f"job {quiet.id} of" not in said, said
     assert mailbox.about(quiet.id) == []
-
-
-def test_the_users_own_default_decides_when_a_job_does_not_say(cluster, empty_data):
-    def spec(**given) -> dict:
-        return {"template": "chexnet", "data_dir": "/tmp", **given}  # any directory the user can read
-
-    assert jobs.validate(spec(), scheduler="slurm", user="alice").mail is True  # a newcomer's default: on
-    settings.write(job_user("alice"), {"job_mail": False}, load().user_settings_file)  # the test box's file
-    assert jobs.validate(spec(), scheduler="slurm", user="alice").mail is False
-    assert "--mail-type" not in jobs.render(spec(), scheduler="slurm", user="alice")
-    assert jobs.validate(spec(mail=True), scheduler="slurm", user="alice").mail is True  # the job's own word wins
-    assert jobs.validate(spec(), scheduler="slurm", user="bob").mail is True  # alice's setting is hers alone
 
 
 def test_a_job_naming_another_users_address_mails_its_owner_only(cluster):

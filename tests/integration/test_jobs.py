@@ -124,14 +124,6 @@ def test_alices_two_worker_job_completes_with_metrics_and_logs(alice_job):
     assert list((job_dir / "checkpoints").glob("ckpt-1*"))
 
 
-def test_bob_cannot_ask_for_gpus(cluster, demo_data):
-    with pytest.raises(jobs.JobSpecError) as err:
-        jobs.submit({**TINY, "gpus_per_node": 1}, scheduler="slurm", user="bob")
-    assert err.value.field == "gpus_per_node"
-    assert "allowed: 0 (your GPU quota is 0" in str(err.value)
-    assert jobs_of("bob") == []
-
-
 def test_data_dir_must_be_readable_by_the_user_herself(cluster, demo_data):
     alice_home = pwd.getpwnam("alice").pw_dir
     with pytest.raises(jobs.JobSpecError) as err:

@@ -126,11 +126,3 @@ def test_a_server_no_node_can_hold_fails_in_seconds_saying_why(k8s_hub, kube):
     wait_for(lambda: pod_or_none(kube) is None, 60, what="the pod that could not start to be deleted")
 
 
-def test_the_rest_api_cannot_ask_for_a_count_that_is_not_a_profile(k8s_hub, kube):
-    alice = k8s_hub.login("alice")
-    wait_for(lambda: k8s_hub.server(alice, "alice") is None, 60, what="alice's server to be gone")
-    response = k8s_hub.api(alice, "POST", "users/alice/server", json={"partition": "t4", "gpus": 3})
-    assert response.status_code == 400, response.text
-    assert "gpus: 3 is not a GPU profile; allowed: 0, 1, 2, 4" in response.json()["message"]
-    time.sleep(1)
-    assert pod_or_none(kube) is None  # nothing was created

@@ -1,5 +1,8 @@
-"""The notebook API (`portal.jobs`: submit, state, jobs, get, cancel) behaves the same on Slurm and on Kubernetes,
-down to the limits each box's nodes set (the form's default job starts; one that can never fit is refused).
+"""The notebook API (`portal.jobs`) on Slurm and on Kubernetes, down to the limits each box's nodes set: the form's
+default job of each program runs to COMPLETED on each box (each launcher's smoke: mpirun or torchrun, Slurm's job
+script or Kubernetes' pods), and a job or a sweep that can never fit is refused with the numbers. Submit, list,
+state and cancel are the scheduler contract's (tests/unit/portal/scheduler/test_contract_jobs.py); bob kept out of
+alice's job is the dashboard journeys' and the contract's.
 
 Slurm: the test box's real slurmctld/slurmd run the job. Kubernetes: the test session's Kubernetes box runs it as
 plain Jobs (k8s_jobs: plain) on its nodes, and RBAC keeps users apart.
@@ -16,11 +19,11 @@ import pytest
 
 from portal import jobs
 from portal.config import PortalConfig, load
-from portal.jobs import JobNotFound, JobSpecError
+from portal.jobs import JobSpecError
 from portal.jobs.demo_data import ensure_demo_data
 from portal.service.submit_form import form_values
 from tests.conftest import PROGRAMS, wait_for
-from tests.kubernetes.conftest import ALICE, BOB, TINY
+from tests.kubernetes.conftest import ALICE, TINY
 
 pytestmark = pytest.mark.integration
 
@@ -62,42 +65,6 @@ def submitted(box):
     if box.name == "kubernetes":  # a cancelled job's pods hold their GPUs until they are gone
         wait_for(lambda: jobs.limits(user=ALICE[0], groups=ALICE[1], cfg=box.cfg).quota.in_use == 0, 90,
                  what="alice's cancelled jobs' pods to be gone")
-
-
-def test_submit_lists_runs_and_cancels(box, submitted):
-    job = submitted()
-    assert job.scheduler.name == box.name and job.state in ("PENDING", "RUNNING")
-    assert job.id in [j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)]
-    assert jobs.get(job.id, user=ALICE[0], groups=ALICE[1], cfg=box.cfg).spec == job.spec
-    box.start(job)
-    assert job.state == "RUNNING"
-    job.cancel()
-    assert wait_for(lambda: job.state == "CANCELLED", 60, interval=1, what=f"job {job.id} to be cancelled")
-    assert job.done
-
-
-def test_another_user_can_neither_see_nor_cancel_it(box, submitted):
-    job = submitted()
-    with pytest.raises(JobNotFound):
-        jobs.get(job.id, user=BOB[0], groups=BOB[1], cfg=box.cfg)
-    with pytest.raises(JobNotFound):
-        jobs.cancel(job.id, user=BOB[0], groups=BOB[1], cfg=box.cfg)
-    assert job.id not in [j.id for j in jobs.jobs(user=BOB[0], groups=BOB[1], cfg=box.cfg)]
-    assert job.state in ("PENDING", "RUNNING")  # untouched
-
-
-def test_a_bad_spec_names_the_field_and_submits_nothing(box):
-    before = {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)}
-    for spec, field in (({"gpus_per_node": 99}, "gpus_per_node"), ({"epochs": "two"}, "epochs"),
-                        ({"data_dir": "/nonexistent/set"}, "data_dir"), ({"gpu": 1}, "gpu")):
-        with pytest.raises(JobSpecError) as err:
-            jobs.submit({**TINY, **spec}, user=ALICE[0], groups=ALICE[1], cfg=box.cfg)
-        assert err.value.field == field
-    with pytest.raises(JobSpecError) as err:  # bob's groups carry no GPU quota
-        jobs.submit({**TINY, "gpus_per_node": 1}, user=BOB[0], groups=BOB[1], cfg=box.cfg)
-    assert err.value.field == "gpus_per_node" and "quota" in str(err.value)
-    # Nothing new (a job an earlier test cancelled may meanwhile have gone: Kubernetes deletes it a moment later).
-    assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)} - before == set()
 
 
 # --- issue 49: the form's default job starts, and a job the nodes could never hold is refused with the numbers. ----

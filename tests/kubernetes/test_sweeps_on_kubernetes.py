@@ -16,13 +16,11 @@ import re
 import subprocess
 
 import pytest
-from kubernetes import client as k8s
 
 from bench.sweep import BAD_LR, GOOD_LR, seed_for
 from portal import jobs
-from portal.jobs import JobSpecError
 from portal.scheduler.kubernetes.manifests import LABEL_JOB
-from tests.conftest import PROGRAMS, TINY_MODEL, epochs_recorded, tensorboard_steps, wait_for
+from tests.conftest import TINY_MODEL, epochs_recorded, tensorboard_steps, wait_for
 from tests.kubernetes.conftest import kubebox
 
 pytestmark = pytest.mark.integration
@@ -64,11 +62,13 @@ def study_trials(home) -> dict[int, str]:
     return {trial["task"]: trial["state"] for trial in json.loads(found)["trials"]}
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
-def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resumes(kube, cfg, core, program):
+def test_a_sweep_of_pods_prunes_runs_at_most_parallel_and_a_lost_pods_task_resumes(kube, cfg, core):
+    """The default program's sweep: each program's sweep hooks are its own contract's, proven without a box
+    (tests/programs/test_program_contract.py), and each program's one-trial sweep runs on this box in
+    tests/kubernetes/test_listeners_on_kubernetes.py."""
     trials = 3
     seed = seed_for(trials, parallel=2)
-    request = {**TRIAL, "template": program,
+    request = {**TRIAL,
                "sweep": {"trials": trials, "parallel": 2, "sampler": "random", "pruner": "median", "min_epochs": 2,
                          "seed": seed, "space": {"lr": [GOOD_LR, BAD_LR]}}}
     job = jobs.submit(request, user=ALICE[0], groups=ALICE[1], cfg=cfg)
@@ -141,13 +141,3 @@ def test_cancelling_a_sweep_deletes_its_pods_and_fails_its_running_trials(kube, 
     assert study_trials(home) == {0: "FAIL", 1: "FAIL"}
 
 
-def test_a_sweep_refuses_a_trial_of_two_nodes_and_renders_one_job(kube, cfg):
-    batch = k8s.BatchV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
-    before = [j.metadata.name for j in batch.list_namespaced_job(NAMESPACE).items]
-    with pytest.raises(JobSpecError) as caught:
-        jobs.submit({**TRIAL, "nodes": 2, "sweep": {"trials": 2}}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
-    assert caught.value.field == "nodes" and "one pod" in str(caught.value)
-    assert [j.metadata.name for j in batch.list_namespaced_job(NAMESPACE).items] == before  # nothing made
-    rendered = jobs.render({**TRIAL, "sweep": {"trials": 4, "parallel": 2}}, user=ALICE[0], groups=ALICE[1],
-                           cfg=cfg)
-    assert rendered.count("kind: Job") == 1 and "completions: 4" in rendered and "parallelism: 2" in rendered

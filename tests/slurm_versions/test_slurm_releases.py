@@ -2,7 +2,7 @@
 portal reads the release's JSON by its data_parser version, alice spawns JupyterLab on a GPU (batchspawner's squeue
 formats, the GPU request), runs a 2-node job to COMPLETED with its e-mail (MailProg), a sweep as a job array that
 runs at most its parallel, sees her usage and GPU-hours (sacct's JSON), is refused over her quota by the portal and
-by Slurm (GrpTRES, MaxSubmitJobs); a node lost mid-training requeues her job, which completes; a cancelled job leaves
+by Slurm (GrpTRES, MaxSubmitJobs); a node lost mid-training requeues her job, which resumes; a cancelled job leaves
 no process on any node (proctrack/cgroup and the epilog). The full suite runs on 22.05 (tests/integration).
 
 Sized for 2 CPU cores: the demo set's 64x64 images, tinycnn, batch 8, one worker on each of two nodes.
@@ -204,7 +204,10 @@ def test_her_quota_is_held_by_the_portal_and_by_slurm(release_box, alice, nothin
     assert f"bob|{release_box.cfg.max_jobs_per_user}" in limits, limits
 
 
-def test_a_lost_node_requeues_her_job_which_completes(release_box, demo, alice, nothing_left):
+def test_a_lost_node_requeues_her_job_which_resumes(release_box, demo, alice, nothing_left):
+    """This release's requeue of a job whose node was lost, and its restart from the checkpoint; the job is
+    cancelled once the second run has said where it goes on (every epoch once is the program's own proof, and the
+    test box's: tests/integration/test_job_endings.py)."""
     job_id = submitted(alice, nodes=2, gpus_per_node=1, epochs=60)
     job_dir = Path(pwd.getpwnam("alice").pw_dir) / "jobs" / release_box.cfg.cluster_name / job_id
     wait_for(lambda: last_checkpoint(job_dir / "checkpoints") >= 1, JOB_WAIT_S, interval=0.5,
@@ -221,9 +224,14 @@ def test_a_lost_node_requeues_her_job_which_completes(release_box, demo, alice, 
     # 2a2c57a: the new run's ORTE daemon on the node that came back was killed).
     node_taken_back(lost, timeout=90, run=lambda *argv: slurm(release_box, *argv).stdout)
     slurm(release_box, "scontrol", "update", f"jobid={job_id}", "starttime=now")
-    completed(alice, job_id)
+    said = wait_for(lambda: re.search(r"([0-9]+) epochs done, continuing with epoch ([0-9]+) of 60",
+                                      log_of(alice, job_id)), JOB_WAIT_S, interval=2,
+                    what="the requeued run to resume from its checkpoint")
+    assert int(said.group(1)) >= 1 and int(said.group(2)) == int(said.group(1)) + 1, said.group(0)
     log = log_of(alice, job_id)
     assert "restarted (restart 1) after it was requeued" in log, log[-3000:]
+    assert alice.delete(f"{alice.base}jobs/{job_id}", timeout=60).status_code == 204
+    assert ended(alice, job_id, 120)["state"] == "CANCELLED"
 
 
 def test_a_cancelled_job_leaves_nothing_on_any_node(release_box, demo, alice, nothing_left):

@@ -3,6 +3,7 @@ directory's groups and quotas as Slurm accounts and associations (portal.account
 
 from __future__ import annotations
 
+import fcntl
 import secrets
 import subprocess
 from pathlib import Path
@@ -35,17 +36,29 @@ def sql(lay: Layout, statement: str, what: str) -> str:
 # --- MariaDB ----------------------------------------------------------------------------------------------
 
 
+# mariadb-install-db bootstraps a server of its own, which shares with every other MariaDB on the machine what a
+# server started without a socket, a pid file or a tmpdir of its own uses: two boxes making their data directories
+# at once (the Slurm test box and a release's box, side by side in `make test`) could fail each other. One at a
+# time, machine-wide; each takes about 2 s.
+INSTALL_LOCK = Path("/run/lock/dsportal-mariadb-install-db.lock")
+
+
 def ensure_database_files(lay: Layout) -> None:
-    """The data directory, made once by mariadb-install-db (about 2 s); a half-made one is made again."""
+    """The data directory, made once by mariadb-install-db (about 2 s, one box at a time: INSTALL_LOCK); a
+    half-made one is made again."""
     make_dir(lay.accounting, 0o755)
     data, marker = db_dir(lay), lay.accounting / ".initialized"
     if marker.exists():
         return
-    if data.exists():
-        run(["rm", "-rf", "--", str(data)], "accounting database: removing a half-made data directory")
-    make_dir(data, 0o700, owner="mysql")
-    run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={data}",
-         "--auth-root-authentication-method=socket", "--skip-test-db"], "accounting database: creating it")
+    INSTALL_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(INSTALL_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
+        if data.exists():
+            run(["rm", "-rf", "--", str(data)], "accounting database: removing a half-made data directory")
+        make_dir(data, 0o700, owner="mysql")
+        run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={data}",
+             "--auth-root-authentication-method=socket", "--skip-test-db"],
+            "accounting database: creating it")
     marker.touch()
 
 
