@@ -7,6 +7,7 @@ table of REST paths; errors are the client's `DynamicApiError` (`.status`, and t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,8 @@ def apply(api: DynamicClient, manifest: dict[str, Any], replaceable: Collection[
     handle = resource(api, manifest["apiVersion"], kind)
     label = f"{kind} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}{meta['name']}"
     current = _current(handle, meta)
+    if current is not None and getattr(current.metadata, "deletionTimestamp", None):
+        current = _gone(handle, meta, label)  # being deleted: replacing it would be deleted with it
     if current is None:
         try:
             handle.create(body=manifest, namespace=meta.get("namespace"))
@@ -104,6 +107,26 @@ def apply(api: DynamicClient, manifest: dict[str, Any], replaceable: Collection[
     replacement = {**manifest, "metadata": {**meta, "resourceVersion": current.metadata.resourceVersion}}
     handle.replace(body=replacement, namespace=meta.get("namespace"))
     return f"{label}: updated"
+
+
+# An object being deleted (its finalizers at work: a Deployment deleted in the foreground waits for its ReplicaSet
+# and pods) is waited for until it is gone, and then made anew. A `make test` once applied the hub's Deployment
+# while the previous module's removal was still deleting it: the replace went through, the deletion then took it,
+# and the new hub never came (404). This long at most.
+DELETING_S = 120.0
+
+
+def _gone(handle: Any, meta: dict[str, Any], label: str, timeout: float = DELETING_S,
+          interval: float = 0.5) -> None:
+    """None once the object is gone; BoxError naming it and its finalizers if it is still there after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while (current := _current(handle, meta)) is not None:
+        if time.monotonic() > deadline:
+            finalizers = getattr(current.metadata, "finalizers", None) or []
+            raise BoxError(f"{label}: still being deleted after {timeout:.0f} s (finalizers: "
+                           f"{', '.join(finalizers) or 'none'}); apply it again once it is gone")
+        time.sleep(interval)
+    return None
 
 
 def _current(handle: Any, meta: dict[str, Any]) -> Any:
