@@ -28,7 +28,9 @@ from tests.conftest import ARTIFACTS, NODES, PROGRAMS, epochs_recorded, wait_for
 from tests.integration.helpers import JOB_TIMEOUT_S, TINY, open_tensorboard_and_a_kernel, portal_client
 from tests.listeners import tcp_listeners
 
-EPOCHS = 30
+# Enough epochs that every job still trains when the probes reach it: at 30, on a loaded CI-order run (f7f6436),
+# the PyTorch job had ended before the probes of the jobs before it were done (its gloo transport never seen).
+EPOCHS = 60
 # A sweep's trial runs its program's own job script (one node, one process): one trial of the learning rate that
 # learns, CPU only (her 4 GPUs are the jobs'), long enough to be probed while it trains.
 SWEEP = {"trials": 1, "parallel": 1, "sampler": "random", "pruner": "none", "space": {"lr": [GOOD_LR]}}
