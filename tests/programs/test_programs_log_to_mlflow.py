@@ -10,7 +10,6 @@ The programs run this checkout's code (PYTHONPATH), whichever copy their venvs h
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,24 +19,10 @@ from chexnet import mlflow_file
 from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR
 from tests.children import run_child
 from tests.conftest import REPO, TRAINER_SPEEDUP
-from tests.mlflow_server import accounts
 from tests.programs.helpers import torch_python
 
-IMAGES, SIZE, EPOCHS = 400, 64, 2
+SIZE, EPOCHS = 64, 2  # SIZE: the images of conftest.py's dataset
 PROGRAMS = ("chexnet", "chexnet-torch")
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("mlflowdata") / "data"
-    subprocess.run([sys.executable, "-m", "chexnet.data.synthetic", "--out", str(out), "--images", str(IMAGES),
-                    "--size", str(SIZE), "--seed", "3"], cwd=REPO, check=True, capture_output=True, timeout=300)
-    return out
-
-
-@pytest.fixture(scope="module")
-def alice(mlflow_server, tmp_path_factory):
-    return accounts(mlflow_server, tmp_path_factory.mktemp("portal-state")).account("alice")
 
 
 def command(program: str, tmp: Path, data: Path) -> list[str]:
@@ -52,7 +37,9 @@ def command(program: str, tmp: Path, data: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_rank_0_logs_the_run_its_epochs_and_card_as_the_jobs_owner(program, dataset, alice, tmp_path, monkeypatch):
+def test_rank_0_logs_the_run_its_epochs_and_card_as_the_jobs_owner(program, dataset, mlflow_alice, tmp_path,
+                                                                  monkeypatch):
+    alice = mlflow_alice
     from mlflow.tracking import MlflowClient
 
     job = str(PROGRAMS.index(program) + 40)

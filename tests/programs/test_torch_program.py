@@ -30,15 +30,7 @@ from tests.conftest import REPO, wait_for
 from tests.listeners import Sampler, pids_matching
 from tests.programs.helpers import torch_python
 
-IMAGES, SIZE, EPOCHS = 400, 64, 3
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("torchdata") / "data"
-    subprocess.run([sys.executable, "-m", "chexnet.data.synthetic", "--out", str(out), "--images", str(IMAGES),
-                    "--size", str(SIZE), "--seed", "3"], cwd=REPO, check=True, capture_output=True, timeout=300)
-    return out
+SIZE, EPOCHS = 64, 3  # SIZE: the images of conftest.py's dataset
 
 
 def command(tmp: Path, data: Path, *flags: str, processes: int = 2) -> list[str]:
