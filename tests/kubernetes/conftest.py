@@ -26,7 +26,7 @@ from kubernetes.dynamic import DynamicClient
 
 from deploy.kubernetes import kubebox
 from portal.directory import search_password_file
-from tests.conftest import PORT_OFFSET, TEST_SETTINGS, TEST_STATE, TINY_MODEL, Hub, wait_for
+from tests.conftest import PORT_OFFSET, TEST_SETTINGS, TEST_STATE, TINY_MODEL, Hub, side_of, wait_for
 from tests.conftest import box as local_box
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,10 +145,60 @@ def core(kube):
     return k8s.CoreV1Api(kubebox.api_client(kube.box, kubebox.read_tokens(kube.box)["admin"]))
 
 
+# The modules that use the hub in a pod (pod_hub), run one after the other at the end of this side: the hub is made
+# once for all of them and removed after the last. When each module made and removed its own, their setups and
+# teardowns took 223 s of a1642d5's `make test` (the first make 59 s, each removal 11 to 52 s). Nothing else runs
+# beside it: no other test counts on a pod of the hub's taking a node's CPU, nor on its `up` (a lost node's
+# `kubebox.up` would bring the hub in line again).
+POD_HUB_MODULES = ("test_dashboard_journeys.py", "test_directory_from_a_pod.py", "test_hub_in_a_pod.py",
+                   "test_network_policy.py")
+
+
+def needs_pod_hub(item: pytest.Item) -> bool:
+    """A test of this side in one of POD_HUB_MODULES (the dashboard journeys' "[slurm]" ones are the other side's)."""
+    path = item.nodeid.split("::", 1)[0]
+    return path.rsplit("/", 1)[-1] in POD_HUB_MODULES and path.startswith("tests/kubernetes/") and \
+        side_of(item.nodeid) == "kube"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """This side's tests of the hub in a pod (POD_HUB_MODULES) after its other tests of tests/kubernetes/, each
+    module's order kept. They take the places this side's tests held, so the rest of the order (tests/conftest.py's:
+    the images last, the other sides) stays as it is, whichever of the two hooks runs first."""
+    places = [i for i, item in enumerate(items)
+              if item.nodeid.startswith("tests/kubernetes/") and side_of(item.nodeid) == "kube"]
+    side = [items[i] for i in places]
+    ordered = [t for t in side if not needs_pod_hub(t)] + [t for t in side if needs_pod_hub(t)]
+    for i, item in zip(places, ordered, strict=True):
+        items[i] = item
+
+
+_pod_hub: dict[str, Hub] = {}  # "hub": the hub in a pod, while it runs
+_next_test: dict[str, bool] = {"needs_pod_hub": False}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Before a test's fixtures are torn down: whether the next test uses the hub in a pod (pod_hub keeps it then)."""
+    _next_test["needs_pod_hub"] = nextitem is not None and needs_pod_hub(nextitem)
+
+
 @pytest.fixture(scope="module")
 def pod_hub(directory, kube):
     """`kubebox up` with the hub (deploy/kubernetes/kubeparts/hub.py): its image imported, its objects made, its pod
-    ready; removed after the module (test_hub_in_a_pod, the dashboard journeys). About 40 s."""
+    ready; made by the first module that uses it and kept while the next test uses it too (POD_HUB_MODULES run one
+    after the other), then removed."""
+    if "hub" not in _pod_hub:
+        _pod_hub["hub"] = _pod_hub_up(directory, kube)
+    try:
+        yield _pod_hub["hub"]
+    finally:
+        if not _next_test["needs_pod_hub"]:
+            del _pod_hub["hub"]
+            print("\n".join(kubebox.remove_hub(kube.box)))
+
+
+def _pod_hub_up(directory, kube) -> Hub:
     lines: list[str] = []
     started = time.monotonic()
     try:
@@ -157,10 +207,7 @@ def pod_hub(directory, kube):
         print("\n".join(kubebox.remove_hub(kube.box)))
         pytest.fail(f"the hub's pod did not start: {err}\n" + "\n".join(lines[-20:]), pytrace=False)
     print(f"\nthe hub in a pod, up in {time.monotonic() - started:.1f} s:\n" + "\n".join(lines[-8:]))
-    try:
-        yield Hub(kubebox.box_hub.url(kube.box), str(kube.box.ca_file))
-    finally:
-        print("\n".join(kubebox.remove_hub(kube.box)))
+    return Hub(kubebox.box_hub.url(kube.box), str(kube.box.ca_file))
 
 
 @pytest.fixture(scope="module")

@@ -120,7 +120,9 @@ def programmed(kube) -> set[str]:
 
 
 def hub_address(core: k8s.CoreV1Api) -> tuple[str, str]:
-    (hub,) = [p for p in kubebox.box_hub.hub_pods(core) if p.status.phase == "Running"]
+    # The running one: a pod that an earlier module's test deleted (test_hub_in_a_pod) may still be terminating.
+    (hub,) = [p for p in kubebox.box_hub.hub_pods(core) if p.status.phase == "Running" and
+              p.metadata.deletion_timestamp is None]
     return hub.status.pod_ip, core.read_namespaced_service("hub", HUB_NS).spec.cluster_ip
 
 
