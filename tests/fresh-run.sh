@@ -64,7 +64,7 @@ remove_caches() {
     local podman_conf=/etc/dsportal/containers.conf image
     say "removing every cache the project builds on this machine"
     if [ -d /opt/dsportal ]; then rm -rf /opt/dsportal; say "removed /opt/dsportal (venv, stamps, npm prefix, Kubernetes binaries)"; fi
-    if [ -d /var/cache/dsportal ]; then rm -rf /var/cache/dsportal; say "removed /var/cache/dsportal (Go build cache)"; fi
+    if [ -d /var/cache/dsportal ]; then rm -rf /var/cache/dsportal; say "removed /var/cache/dsportal (Go build cache, Slurm sources and builds, mypy cache)"; fi
     if command -v podman >/dev/null; then
         for image in localhost/dsportal-training:latest localhost/dsportal-hub:latest localhost/debian:bookworm; do
             CONTAINERS_CONF=$podman_conf podman rmi -f "$image" >/dev/null 2>&1 && say "removed image $image"
@@ -102,8 +102,8 @@ total=$((SECONDS - started))
     echo "caches: $( ((NO_CACHE)) && echo 'every one removed first' || echo 'as this machine had them')"
     printf '%s\n' "${SUMMARY[@]}"
     printf '%-12s %5d s\n' total "$total"
-    # make test runs pytest twice (the unit tests on both cores, then the rest): both results, and the slowest
-    # tests of the second.
+    # make test runs pytest twice (the suites with the unit tests, then the users' boxes' check): both results,
+    # and the slowest tests of the first.
     [ -f "$LOGS/test.log" ] && grep -E '^=+ .*(passed|failed|error).* in ' "$LOGS/test.log"
     [ -f "$LOGS/test.log" ] && awk '/slowest .* durations/ {block = ""; n = 0; on = 1}
         on && n < 27 {block = block $0 "\n"; n++} END {printf "%s", block}' "$LOGS/test.log"
