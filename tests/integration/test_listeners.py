@@ -3,8 +3,9 @@
 run on the Slurm box, every TCP socket her processes listen on, on either node, is listed and named by the inventory
 below; bob's own process on each node then connects to each one, sends a request and garbage, and gets nothing of
 hers: no byte back, or the server's answer that he must log in to the hub. A listener the inventory does not name
-fails the test (a new one needs its entry, and its line in docs/security.md). Her jobs and sweeps then complete
-with every epoch recorded once.
+fails the test (a new one needs its entry, and its line in docs/security.md). Her jobs and sweeps then train on
+past the probes (two more epochs each, their ranks still exchanging gradients), with every epoch recorded once, and
+are cancelled: that they run to their end proves nothing more about bob.
 """
 
 from __future__ import annotations
@@ -28,9 +29,14 @@ from tests.conftest import ARTIFACTS, NODES, PROGRAMS, epochs_recorded, wait_for
 from tests.integration.helpers import JOB_TIMEOUT_S, TINY, open_tensorboard_and_a_kernel, portal_client
 from tests.listeners import tcp_listeners
 
-# Enough epochs that every job still trains when the probes reach it: at 30, on a loaded CI-order run (f7f6436),
-# the PyTorch job had ended before the probes of the jobs before it were done (its gloo transport never seen).
-EPOCHS = 60
+# More epochs than any job reaches before it is cancelled: every job still trains when the probes reach it (at 30,
+# on a loaded CI-order run (f7f6436), the PyTorch job had ended before the probes of the jobs before it were done,
+# its gloo transport never seen), and none trains longer than the test needs (2026-12-02: a run to the 60th epoch
+# made this the Slurm side's longest test).
+EPOCHS = 1000
+# Epochs each job must record after the last probe: one whole epoch trained after bob's garbage, not one that was
+# ending as the probes came.
+AFTER_PROBES = 2
 # A sweep's trial runs its program's own job script (one node, one process): one trial of the learning rate that
 # learns, CPU only (her 4 GPUs are the jobs'), long enough to be probed while it trains.
 SWEEP = {"trials": 1, "parallel": 1, "sampler": "random", "pruner": "none", "space": {"lr": [GOOD_LR]}}
@@ -183,8 +189,8 @@ def alice_server(hub, admin, alice):
     hub.stop(admin, "alice")
 
 
-def test_nothing_of_alices_server_jobs_and_sweeps_answers_bob_and_her_work_completes(cluster, hub, demo_data,
-                                                                                     no_jobs_left, alice_server):
+def test_nothing_of_alices_server_jobs_and_sweeps_answers_bob_and_her_work_goes_on(cluster, hub, demo_data,
+                                                                                    no_jobs_left, alice_server):
     client = portal_client(hub, "alice")
     asks = [{"template": program, "nodes": 2, "gpus_per_node": 1} for program in PROGRAMS] + \
            [{"template": program, "gpus_per_node": 0, "sweep": SWEEP} for program in PROGRAMS]
@@ -204,7 +210,18 @@ def test_nothing_of_alices_server_jobs_and_sweeps_answers_bob_and_her_work_compl
         "".join(f"{node} port {port} pid {pid}: {kind}\n" for (node, port, pid), kind in sorted(seen.items())))
     assert "her JupyterLab server (the hub's OAuth)" in kinds and "a PyTorch rank's gloo transport" in kinds, seen
     assert "a Horovod rank's MPI TCP transport" in kinds, seen
+    probed = {job.id: epochs_recorded(checkpoints) for job, checkpoints in running}
     for job, checkpoints in running:
-        assert job.wait(timeout=JOB_TIMEOUT_S, poll=3) == "COMPLETED", job.logs(tail=60)
+        wanted = probed[job.id] + AFTER_PROBES
+        wait_for(lambda where=checkpoints, job=job, wanted=wanted: epochs_recorded(where) >= wanted
+                 or job.state not in ("PENDING", "RUNNING"), JOB_TIMEOUT_S, interval=0.5,
+                 what=f"job {job.id} to train on after the probes")
+        assert job.state == "RUNNING", (job.state, job.logs(tail=60))
+    for job, _ in running:
+        job.cancel()
+    for job, checkpoints in running:
+        assert job.wait(timeout=JOB_TIMEOUT_S, poll=2) == "CANCELLED", job.logs(tail=60)
         lines = (checkpoints / "epochs.jsonl").read_text().splitlines()
-        assert [json.loads(line)["epoch"] for line in lines] == list(range(1, EPOCHS + 1)), job.id
+        recorded = [json.loads(line)["epoch"] for line in lines]
+        assert recorded == list(range(1, len(recorded) + 1)) and len(recorded) >= probed[job.id] + AFTER_PROBES, \
+            (job.id, recorded)

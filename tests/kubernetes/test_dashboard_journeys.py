@@ -335,7 +335,11 @@ def test_the_completed_job_is_alices_run_in_mlflow_and_bobs_client_cannot_read_i
     assert experiment_id not in [e["experiment_id"] for e in listed.json().get("experiments", [])], listed.text
 
 
-def test_a_two_node_job_from_the_form_runs_to_completed(box, clients, api, made, program):
+def test_a_two_node_job_from_the_form_is_queued_on_two_nodes(box, clients, api, made, program):
+    """The form's fields make the job (2 nodes, the form's program), which is then cancelled: a 2-node job's run to
+    COMPLETED is alice_job's (test_the_job_completes_with_its_figures_log_and_tensorboard_link), the form's
+    fields into a spec are the form reader's unit tests, and each program's form job runs to COMPLETED in
+    test_jobs_on_both_schedulers.py. (Until 2026-12-02 this one trained too: 23 s on Slurm, 28 s on Kubernetes.)"""
     session = browser(box.hub, "alice")
     form = page(box, session, "submit")
     fields = {**{k: str(v) for k, v in TINY.items()}, "template": program, "nodes": "2", "kind": "single",
@@ -347,11 +351,10 @@ def test_a_two_node_job_from_the_form_runs_to_completed(box, clients, api, made,
     job_id = found.group(1)
     made.append(job_id)
     assert f"Job {job_id}" in page(box, session, f"jobs/{job_id}").text
-    job = ended(box, clients, api, job_id, JOB_WAIT_S)
-    assert (job["state"], job["nodes"]) == ("COMPLETED", 2), (job, log_end(box, clients, job_id))
-    wait_for(lambda: job_now(box, clients, api, job_id)["epochs_done"] == 1, 60, interval=3,
-             what=f"job {job_id}'s final metrics")
-    assert "COMPLETED" in page(box, session, f"jobs/{job_id}").text
+    job = job_now(box, clients, api, job_id)
+    assert (job["state"] in ("PENDING", "RUNNING"), job["nodes"], job["spec"]["template"]) == (True, 2, program), job
+    assert api(clients["alice"], "DELETE", f"jobs/{job_id}").status_code in (200, 202, 204)
+    ended(box, clients, api, job_id, CANCEL_WAIT_S)
 
 
 def test_a_job_whose_training_fails_ends_failed_at_once_saying_why_in_its_log(box, clients, api, made, program):
