@@ -36,10 +36,10 @@ def demo_data(cluster) -> Path:
 
 @pytest.fixture(scope="module")
 def alice_job(cluster, demo_data):
-    """alice's 2-worker job, submitted once for the tests that watch it; cancelled if a test leaves it behind."""
-    started = time.monotonic()
+    """alice's 2-worker job (both on one node), submitted once for the tests that watch it run; cancelled after
+    them. (Its run to COMPLETED, 25 s, was cut on 2026-12-02: the dashboard journey's 2-node job runs to COMPLETED
+    with its figures, its log and its files' owner, test_dashboard_journeys.py.)"""
     job = jobs.submit({**TINY, "nodes": 1, "gpus_per_node": 2}, scheduler="slurm", user="alice")
-    job.submitted_monotonic = started
     yield job
     if not job.done:
         job.cancel()
@@ -103,25 +103,6 @@ def test_bob_can_neither_see_nor_cancel_alices_job(alice_job):
     assert refused.returncode != 0 and "denied" in refused.stderr.lower(), refused
     # ...and her job runs on (or has already ended as it would have: not cancelled).
     assert alice_job.state in ("RUNNING", "COMPLETING", "COMPLETED"), alice_job.state
-
-
-def test_alices_two_worker_job_completes_with_metrics_and_logs(alice_job):
-    state = alice_job.wait(timeout=JOB_WAIT_S, poll=2)
-    seconds = time.monotonic() - alice_job.submitted_monotonic
-    print(f"\n2-worker synthetic job {alice_job.id}: submit to {state} in {seconds:.1f} s")
-    assert state == "COMPLETED", alice_job.logs(tail=40)
-    logs = alice_job.logs()
-    assert "2 worker(s), launched by mpirun" in logs and "epoch 1/1" in logs
-    assert alice_job.logs(tail=3).count("\n") <= 3
-    metrics = alice_job.metrics()
-    assert metrics.images_per_sec and metrics.images_per_sec > 0, metrics
-    assert metrics.best_mean_auroc is not None and 0.0 <= metrics.best_mean_auroc <= 1.0, metrics
-    assert metrics.per_class_auroc and metrics.epochs_done == 1, metrics
-    job_dir = Path(alice_job.job_dir)
-    for name in ("job.json", "job.sbatch", "output.log", "exit_status", "tensorboard", "checkpoints"):
-        assert (job_dir / name).exists(), name
-        assert (job_dir / name).stat().st_uid == pwd.getpwnam("alice").pw_uid, name
-    assert list((job_dir / "checkpoints").glob("ckpt-1*"))
 
 
 def test_data_dir_must_be_readable_by_the_user_herself(cluster, demo_data):

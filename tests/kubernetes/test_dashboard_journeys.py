@@ -261,6 +261,10 @@ def test_the_job_completes_with_its_figures_log_and_tensorboard_link(box, client
     listed = api(clients["alice"], "GET", "jobs").json()["jobs"]
     links = next(j["links"] for j in listed if j["id"] == alice_job["id"])
     assert links["tensorboard"] == panel_url("alice", f"{box.cluster}/{alice_job['id']}")  # its cluster's run
+    if box.name == "slurm":  # its files, in her home on the machine, are hers (a pod's are in her home volume)
+        job_dir, uid = Path(job["job_dir"]), pwd.getpwnam("alice").pw_uid
+        for name in ("job.json", "job.sbatch", "output.log", "exit_status", "tensorboard", "checkpoints"):
+            assert (job_dir / name).stat().st_uid == uid, name
 
 
 def test_the_completed_jobs_model_card_downloads_and_its_hashes_hold(box, clients, api, alice_job):

@@ -1,12 +1,13 @@
 """Nothing of alice's work answers bob's pod on the Kubernetes box (docs/security.md, "The cluster's network is
 shared"). While her server runs (spawned through a hub on Kubernetes, TensorBoard and a kernel started through it),
-with a 2-node job and a sweep of one program beside it, then of the other (the box's 4 CPUs hold one program's at
-a time), every TCP socket that a process in one of her pods listens on is listed from inside the pod and must be
-named by the inventory below (a new one fails the test); bob's own pod, in his namespace, connects to each at her
-pod's address and is refused or gets no connection (the NetworkPolicies, which the box's nodes enforce); her jobs
-and sweeps train on past the probes (two more epochs each) with every epoch recorded once, and are then cancelled:
-that they run to their end proves nothing more about bob. The rendezvous of the PyTorch job is a file: no pod of
-hers has a port for it; her TensorBoard and her kernels' channels are Unix sockets in her server's pod."""
+with a 2-node job of one program, then a sweep's trial of it, then the same of the other program (her server and a
+2-node job take the box's 4 CPUs), every TCP socket that a process in one of her pods listens on is listed from
+inside the pod and must be named by the inventory below (a new one fails the test); bob's own pod, in his namespace,
+connects to each at her pod's address and is refused or gets no connection (the NetworkPolicies, which the box's
+nodes enforce); her jobs and sweeps train on past the probes (two more epochs each) with every epoch recorded once,
+and are then cancelled: that they run to their end proves nothing more about bob. The rendezvous of the PyTorch job
+is a file: no pod of hers has a port for it; her TensorBoard and her kernels' channels are Unix sockets in her
+server's pod."""
 
 from __future__ import annotations
 
@@ -151,13 +152,14 @@ def test_nothing_of_alices_server_jobs_and_sweeps_answers_bobs_pod_and_her_work_
             for request, parts in ((TWO_NODES, ()), (ONE_TRIAL, ("trials", "0"))):
                 job = jobs.submit({**request, "template": program}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
                 running.append((job, home / job.id / Path(*parts) / "checkpoints"))
-            for job, checkpoints in running:  # each one's listeners once its ranks train (they have met, and listen)
+            # One at a time: her server and a 2-node job take the box's 4 CPUs, so the trial starts once the job
+            # before it is cancelled. Each one's listeners are probed once its ranks train (they have met, and
+            # listen); it must then train two more epochs, every epoch once, and is cancelled.
+            for job, checkpoints in running:
                 wait_for(lambda where=checkpoints: epochs_recorded(where) >= 1, JOB_WAIT_S, interval=0.5,
                          what=f"job {job.id}'s first epoch")
                 probe_her_pods(core, bobs_pod, seen)
-            probed = {job.id: epochs_recorded(checkpoints) for job, checkpoints in running}
-            for job, checkpoints in running:
-                wanted = probed[job.id] + AFTER_PROBES
+                wanted = epochs_recorded(checkpoints) + AFTER_PROBES
                 wait_for(lambda where=checkpoints, job=job, wanted=wanted: epochs_recorded(where) >= wanted
                          or job.state not in ("PENDING", "RUNNING"), JOB_WAIT_S, interval=0.5,
                          what=f"job {job.id} to train on after the probes")
@@ -165,6 +167,7 @@ def test_nothing_of_alices_server_jobs_and_sweeps_answers_bobs_pod_and_her_work_
                 recorded = [json.loads(line)["epoch"] for line in
                             (checkpoints / "epochs.jsonl").read_text().splitlines() if line.endswith("}")]
                 assert recorded == list(range(1, len(recorded) + 1)), (job.id, recorded)
+                job.cancel()
         finally:
             for job, _ in running:
                 if not job.done:
