@@ -49,22 +49,23 @@ down-k8s:
 builds:
 	@deploy/build-for-tests.sh
 
-# Every test, in three steps that all run even when one fails (docs/testing.md), after `make install` and `make builds`
+# Every test, in four steps that all run even when one fails (docs/testing.md), after `make install` and `make builds`
 # side by side (deploy/build-for-tests.sh --install) and `make lint`'s checks:
-# 1. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
-# 2. the suites against the test boxes, the Slurm box's and the Kubernetes box's side by side (pytest-xdist groups,
+# 1. the unit tests on both cores (pytest-xdist);
+# 2. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
+# 3. the suites against the test boxes, the Slurm box's and the Kubernetes box's side by side (pytest-xdist groups,
 #    one side per worker: tests/conftest.py), and on a third worker, niced, the sides that need no box (the
-#    training programs' tests, the other Slurm releases, then the unit tests); SUITE_WORKERS=1 runs them one after
-#    the other;
-# 3. the check that every file, record, process and mail of the users' boxes is as the suites found them.
+#    training programs' tests, then the other Slurm releases); SUITE_WORKERS=1 runs them one after the other;
+# 4. the check that every file, record, process and mail of the users' boxes is as the suites found them.
 UNIT_WORKERS ?= 2
 SUITE_WORKERS ?= 3
 SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions tests/programs
 test:
 	@deploy/build-for-tests.sh --install
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
+	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
 	$(PY) -m tests.users_boxes snapshot || rc=$$?; \
-	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) tests/unit || rc=$$?; \
+	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) || rc=$$?; \
 	$(PY) -m pytest $(PYTEST_ARGS) tests/users || rc=$$?; exit $$rc
 
 unit: install

@@ -249,19 +249,13 @@ KUBE_PATHS = ("tests/kubernetes/", "tests/images/")
 TRAINING_TF = "tests/integration/test_training.py"
 PROGRAM_PATHS = (TRAINING_TF, "tests/integration/test_corrupt_data.py", "tests/integration/test_torch_program.py",
                  "tests/programs/")
-# The unit tests, in `make test`, are the last side that needs no box: a worker that has done the box-free sides
-# above runs them while the boxes' sides go on (before 2026-12-02 they ran first, on both cores, 133 s before any
-# box started, while the third worker sat idle for the suites' last 10 minutes).
-UNIT_PATHS = "tests/unit/"
 
 
 def side_of(nodeid: str) -> str:
     """"slurm" or "kube": the test box a test (by its node id) runs against; "training-tf" and "programs" for the
-    training programs' tests, which need no box, and "unit" for the unit tests; "releases" for the boxes on other
+    training programs' tests, which need no box; "releases" for the boxes on other
     Slurm releases (tests/slurm_versions), a side that starts on whichever worker is done first (the
     Kubernetes side's, about 10 minutes before the Slurm side's)."""
-    if nodeid.startswith(UNIT_PATHS):
-        return "unit"
     if nodeid.startswith("tests/slurm_versions/"):
         return "releases"
     if nodeid.startswith(TRAINING_TF):
@@ -279,15 +273,11 @@ def side_of(nodeid: str) -> str:
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without pytest-xdist has no such hook
 def pytest_xdist_make_scheduler(config, log):
     """With `--dist loadgroup`: each side's tests to one worker, in order. (pytest-xdist's own loadgroup reads
-    xdist_group marks into the node ids, which pytest 9.2's node ids no longer let it change.) The sides are handed
-    out in the order pytest_collection_modifyitems leaves them, not by their number of tests (xdist's default
-    reorder would hand the unit tests' 2,400 out first, before the boxes' sides). Other modes (the unit tests'
-    `-n 2`) are left to pytest-xdist."""
+    xdist_group marks into the node ids, which pytest 9.2's node ids no longer let it change.) Other modes (the unit
+    tests' `-n 2`) are left to pytest-xdist."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
-
-    config.option.loadscopereorder = False
 
     class BySide(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -298,7 +288,7 @@ def pytest_xdist_make_scheduler(config, log):
 # The sides that need no box train on the CPUs: with a worker of their own (SUITE_WORKERS=3), they run beside both
 # boxes' sides and take what CPU those leave, at a lower priority (nice), so that the boxes' timed waits (a node's
 # heartbeat, a pod's start) see the load they saw with two workers. Children (the training runs) inherit it.
-BOX_FREE_SIDES = ("training-tf", "programs", "unit")
+BOX_FREE_SIDES = ("training-tf", "programs")
 BOX_FREE_NICENESS = 5
 
 
@@ -318,9 +308,9 @@ def pytest_runtest_setup(item):
 
 def pytest_collection_modifyitems(session, config, items):
     """The images tests last on their side: they wait for the image build, which `make builds` did before the
-    session (podman's layer cache answers in seconds). The boxes' sides start first, one on each of two workers,
-    the TensorFlow program's tests on the third; the sides that follow go, in this order, to the worker done
-    first: the other Slurm releases, the other programs' tests, the unit tests."""
+    session (podman's layer cache answers in seconds). The programs' side last of all: the boxes' sides start
+    first, one on each worker; the sides that follow go, in this order, to the worker done first: the TensorFlow
+    program's tests, the other Slurm releases, the other programs' tests."""
     def last(chosen: Callable[[str], bool]) -> None:
         picked = [item for item in items if chosen(item.nodeid)]
         items[:] = [item for item in items if not chosen(item.nodeid)] + picked
@@ -328,7 +318,6 @@ def pytest_collection_modifyitems(session, config, items):
     last(lambda nodeid: nodeid.startswith("tests/slurm_versions/"))
     last(lambda nodeid: "tests/images/" in nodeid)
     last(lambda nodeid: nodeid.startswith(PROGRAM_PATHS) and not nodeid.startswith(TRAINING_TF))
-    last(lambda nodeid: nodeid.startswith(UNIT_PATHS))
 
 
 DEMO_USERS = ("alice", "bob", "mallory", "admin")

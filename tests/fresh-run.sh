@@ -102,8 +102,8 @@ total=$((SECONDS - started))
     echo "caches: $( ((NO_CACHE)) && echo 'every one removed first' || echo 'as this machine had them')"
     printf '%s\n' "${SUMMARY[@]}"
     printf '%-12s %5d s\n' total "$total"
-    # make test runs pytest twice (the suites with the unit tests, then the users' boxes' check): both results,
-    # and the slowest tests of the first.
+    # make test runs pytest twice (the unit tests on both cores, then the rest): both results, and the slowest
+    # tests of the second.
     [ -f "$LOGS/test.log" ] && grep -E '^=+ .*(passed|failed|error).* in ' "$LOGS/test.log"
     [ -f "$LOGS/test.log" ] && awk '/slowest .* durations/ {block = ""; n = 0; on = 1}
         on && n < 27 {block = block $0 "\n"; n++} END {printf "%s", block}' "$LOGS/test.log"
