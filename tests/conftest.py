@@ -531,16 +531,21 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-def epochs_recorded(checkpoints: Path) -> int:
-    """The last epoch in a training's per-epoch record (checkpoints/epochs.jsonl, any program's; chexnet.tblog),
-    0 before its first. A line is written just before its epoch's checkpoint."""
+def recorded_epochs(checkpoints: Path) -> list[int]:
+    """The epochs of a training's per-epoch record (checkpoints/epochs.jsonl, any program's; chexnet.tblog), in
+    its order; whole lines only (one being written, or cut by a kill, is not one yet); [] before the first."""
     try:
         lines = (checkpoints / "epochs.jsonl").read_text().splitlines()
     except OSError:
-        return 0
-    epochs = [entry["epoch"] for line in lines if line.startswith("{") and line.endswith("}")
-              for entry in [json.loads(line)] if isinstance(entry.get("epoch"), int)]
-    return max(epochs, default=0)
+        return []
+    return [entry["epoch"] for line in lines if line.startswith("{") and line.endswith("}")
+            for entry in [json.loads(line)] if isinstance(entry.get("epoch"), int)]
+
+
+def epochs_recorded(checkpoints: Path) -> int:
+    """The last epoch in a training's per-epoch record, 0 before its first. A line is written just before its
+    epoch's checkpoint."""
+    return max(recorded_epochs(checkpoints), default=0)
 
 
 def last_checkpoint(checkpoints: Path) -> int:

@@ -25,7 +25,7 @@ import pytest
 from bench.sweep import GOOD_LR
 from portal import jobs
 from portal.runas import RUNUSER
-from tests.conftest import ARTIFACTS, NODES, PROGRAMS, epochs_recorded, wait_for
+from tests.conftest import ARTIFACTS, NODES, PROGRAMS, epochs_recorded, recorded_epochs, wait_for
 from tests.integration.helpers import JOB_TIMEOUT_S, TINY, open_tensorboard_and_a_kernel, portal_client
 from tests.listeners import tcp_listeners
 
@@ -221,7 +221,6 @@ def test_nothing_of_alices_server_jobs_and_sweeps_answers_bob_and_her_work_goes_
         job.cancel()
     for job, checkpoints in running:
         assert job.wait(timeout=JOB_TIMEOUT_S, poll=2) == "CANCELLED", job.logs(tail=60)
-        lines = (checkpoints / "epochs.jsonl").read_text().splitlines()
-        recorded = [json.loads(line)["epoch"] for line in lines if line.endswith("}")]  # a cut last line: not one
+        recorded = recorded_epochs(checkpoints)
         assert recorded == list(range(1, len(recorded) + 1)) and len(recorded) >= probed[job.id] + AFTER_PROBES, \
             (job.id, recorded)
