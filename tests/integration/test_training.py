@@ -1,11 +1,11 @@
 """CheXNet training for real: `horovodrun -np 2` on a small synthetic set learns the signal, keeps both replicas
 identical, writes every TensorBoard tag, resumes at the next epoch, fails loudly on NaN and on bad arguments.
 
-Sized for 2 CPU cores: 64x64 images, a few epochs. One two-worker DenseNet-121 run is shared by the tests that read
-its results (module-scoped fixture): the model the portal is for, learning the signal. The mechanics (resume, kills,
-NaN, corrupt records) are the model's business no more than the cluster's: they run the tiny model
-(about 6 times as fast), and the resume tests continue from copies of a two-worker tiny run's checkpoints (and, for
-the kill test, of its logdir, cut the way kills cut it).
+Sized for 2 CPU cores: 64x64 images, a few epochs. One two-worker run of the tiny model is shared by the tests that
+read its results (module-scoped fixture): what two Horovod workers write and keep in step is the same for every model,
+and the tiny one takes about a sixth of DenseNet-121's time. The resume tests continue from copies of that run's
+checkpoints (and, for the kill test, of its logdir, cut the way kills cut it). DenseNet-121, the model the portal is
+for, learns the signal in the parity test at the end, one worker per run.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tensorboard.util import tensor_util
 from chexnet import tblog
 from chexnet.callbacks import ALL_TAGS, EPOCH_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LR, TAG_THROUGHPUT
 from tests import cards
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY_MODEL
 from tests.integration.helpers import (
     BATCH,
     IMAGE_SIZE,
@@ -50,10 +50,9 @@ IMAGES = 1200
 DATA_SEED = 3
 EPOCHS = 2  # the tiny runs': the kill test cuts epoch 2
 DENSENET = "densenet121"
-# DenseNet-121 learns the signal in one epoch (2026-11-29: mean AUROC 0.92 after it, 0.97 after two); each epoch
-# of it costs about a minute of the suites' time beside the boxes.
-DENSENET_EPOCHS = 1
-TARGET_MEAN_AUROC = 0.85
+# What the tiny model's two workers reach in EPOCHS epochs on this set is far above chance (0.5): a gradient that
+# is not averaged, or workers that train on each other's batches, do not get there.
+TWO_WORKER_MEAN_AUROC = 0.7
 # AUROC parity of resized JPEG records with the original PNGs: one worker each, same seed, same images. The
 # originals are larger than the model's input, as in ChestX-ray14 (1024 -> 224): the PNG path resizes 96 -> 64,
 # the records hold 96 -> 72 and training crops 64 (CheXNet's 256 / 224 ratio, near enough).
@@ -82,24 +81,17 @@ def dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory, dataset) -> Run:
-    return train(tmp_path_factory.mktemp("two_workers"), "--epochs", str(DENSENET_EPOCHS), data=dataset,
-                 model=DENSENET)
-
-
-@pytest.fixture(scope="module")
-def tiny_two_workers(tmp_path_factory, dataset) -> Run:
-    """The base the resume tests continue from: the same run with the tiny model."""
-    run = train(tmp_path_factory.mktemp("tiny_two_workers"), "--epochs", str(EPOCHS), data=dataset)
+    """The two-worker run the tests below read, and the base the resume tests continue from."""
+    run = train(tmp_path_factory.mktemp("two_workers"), "--epochs", str(EPOCHS), data=dataset)
     assert run.proc.returncode == 0, run.output[-3000:]
     return run
 
 
 def test_two_workers_learn_the_signal(two_workers):
-    assert two_workers.proc.returncode == 0, two_workers.output[-3000:]
     assert "Traceback" not in two_workers.output
     means = scalars(two_workers.logdir)[TAG_AUROC_MEAN]
-    assert [step for step, _ in means] == list(range(1, DENSENET_EPOCHS + 1))
-    assert means[-1][1] >= TARGET_MEAN_AUROC, f"mean validation AUROC per epoch: {means}"
+    assert [step for step, _ in means] == list(range(1, EPOCHS + 1))
+    assert means[-1][1] >= TWO_WORKER_MEAN_AUROC, f"mean validation AUROC per epoch: {means}"
 
 
 def test_both_ranks_end_with_identical_weights(two_workers):
@@ -117,7 +109,7 @@ def test_event_files_hold_every_tag(two_workers):
     assert not missing, f"missing tags: {missing}; found {sorted(found)}"
     for tag in ALL_TAGS:
         if tag != TAG_THROUGHPUT:
-            assert [step for step, _ in found[tag]] == list(range(1, DENSENET_EPOCHS + 1)), tag
+            assert [step for step, _ in found[tag]] == list(range(1, EPOCHS + 1)), tag
     rates = [value for _, value in found[TAG_THROUGHPUT]]
     assert rates and all(0 < rate < 10_000 for rate in rates)
 
@@ -141,7 +133,7 @@ def test_hparams_summary_names_the_run(two_workers):
     content = acc.SummaryMetadata(hparams_metadata.SESSION_START_INFO_TAG).plugin_data.content
     info = hparams_metadata.parse_session_start_info_plugin_data(content)  # the plugin's own reader
     values = {name: getattr(value, value.WhichOneof("kind")) for name, value in info.hparams.items()}
-    assert values["model"] == DENSENET and values["pipeline"] == "parallel"
+    assert values["model"] == TINY_MODEL and values["pipeline"] == "parallel"
     assert values["workers"] == WORKERS and values["batch_size"] == BATCH and values["image_size"] == IMAGE_SIZE
     assert values["fp16"] is False and values["xla"] is False
 
@@ -152,13 +144,13 @@ def test_the_model_card_names_the_data_the_checkpoint_and_the_auroc(two_workers,
     from chexnet.labels import CLASSES
 
     card = json.loads((two_workers.checkpoints / model_card.CARD_FILE).read_text())
-    assert card["epochs_done"] == DENSENET_EPOCHS and card["spec"]["workers"] == WORKERS
+    assert card["epochs_done"] == EPOCHS and card["spec"]["workers"] == WORKERS
     assert card["spec"]["lr"] == float(LR)
     # The data: its fingerprints hashed here with hashlib from the reader's splits (tests/cards.py), never with
     # the card's own functions.
     cards.data_holds(card, dataset)
     # The checkpoint: the latest one's files, each hashed here from the file on disk now.
-    assert card["checkpoint"]["prefix"] == f"ckpt-{DENSENET_EPOCHS}"
+    assert card["checkpoint"]["prefix"] == f"ckpt-{EPOCHS}"
     cards.checkpoint_files_hold(card, two_workers.checkpoints)
     # The AUROC: the last epoch's, as TensorBoard holds it, beside the paper's.
     logged = scalars(two_workers.logdir)
@@ -168,10 +160,10 @@ def test_the_model_card_names_the_data_the_checkpoint_and_the_auroc(two_workers,
     assert card["environment"]["tensorflow"].startswith("2.15") and card["environment"]["horovod"] == "0.28.1"
 
 
-def test_resume_continues_at_the_next_epoch_with_the_saved_rate(tiny_two_workers, dataset, tmp_path):
+def test_resume_continues_at_the_next_epoch_with_the_saved_rate(two_workers, dataset, tmp_path):
     checkpoints = tmp_path / "checkpoints"
-    shutil.copytree(tiny_two_workers.checkpoints, checkpoints)
-    saved_lr = scalars(tiny_two_workers.logdir)[TAG_LR][-1][1]
+    shutil.copytree(two_workers.checkpoints, checkpoints)
+    saved_lr = scalars(two_workers.logdir)[TAG_LR][-1][1]
     resumed = train(tmp_path, "--epochs", str(EPOCHS + 1), "--resume", checkpoints=checkpoints, data=dataset)
     assert resumed.proc.returncode == 0, resumed.output[-3000:]
     assert f"{EPOCHS} epochs done, continuing with epoch {EPOCHS + 1} of {EPOCHS + 1}" in resumed.output
@@ -186,13 +178,13 @@ def test_resume_continues_at_the_next_epoch_with_the_saved_rate(tiny_two_workers
     assert (checkpoints / "checkpoint").read_text().count(f"ckpt-{EPOCHS + 1}") >= 1
 
 
-def test_a_run_killed_before_its_card_writes_it_when_it_runs_again(tiny_two_workers, dataset, tmp_path):
+def test_a_run_killed_before_its_card_writes_it_when_it_runs_again(two_workers, dataset, tmp_path):
     """Killed after its last checkpoint but before its model card (a node lost, Slurm requeues it): run again,
     it has nothing left to train and writes the card from the checkpoint's record."""
     from chexnet import model_card
 
     checkpoints = tmp_path / "checkpoints"
-    shutil.copytree(tiny_two_workers.checkpoints, checkpoints)
+    shutil.copytree(two_workers.checkpoints, checkpoints)
     written = json.loads((checkpoints / model_card.CARD_FILE).read_text())
     (checkpoints / model_card.CARD_FILE).unlink()
     again = train(tmp_path, "--epochs", str(EPOCHS), "--resume", checkpoints=checkpoints, data=dataset, workers=1)
@@ -246,7 +238,7 @@ def killed_copy_of(run: Run, logdir: Path, checkpoints: Path, steps_per_epoch: i
     record.write_text("".join(json.dumps({**line, "logdir": str(logdir)}) + "\n" for line in lines))
 
 
-def test_resume_after_kills_logs_every_epoch_exactly_once(tiny_two_workers, dataset, tmp_path):
+def test_resume_after_kills_logs_every_epoch_exactly_once(two_workers, dataset, tmp_path):
     """Slurm's --requeue re-runs a killed job with --resume in the same logdir. The two windows a kill can hit,
     made deterministic by cutting a copy of the two-worker run's files (no single kill leaves both at once; one
     resumed run proves both, re-training epoch 2 of 2):
@@ -254,15 +246,15 @@ def test_resume_after_kills_logs_every_epoch_exactly_once(tiny_two_workers, data
     2. in epoch 2, after its first throughput point was flushed and its scalars recorded but before checkpoint 2:
        the re-trained epoch writes its scalars once (not the stale record line) and no throughput step again.
     """
-    steps_per_epoch = int(re.search(r"(\d+) steps/epoch", tiny_two_workers.output).group(1))
+    steps_per_epoch = int(re.search(r"(\d+) steps/epoch", two_workers.output).group(1))
     logdir, checkpoints = tmp_path / "logs", tmp_path / "checkpoints"
-    killed_copy_of(tiny_two_workers, logdir, checkpoints, steps_per_epoch)
+    killed_copy_of(two_workers, logdir, checkpoints, steps_per_epoch)
     resumed = train(tmp_path, "--epochs", str(EPOCHS), "--resume", checkpoints=checkpoints, data=dataset)
     assert resumed.proc.returncode == 0, resumed.output[-3000:]
     assert "1 epochs done, continuing with epoch 2 of 2" in resumed.output
     assert "wrote epoch 1 to TensorBoard from the checkpoint's record" in resumed.output
     assert "wrote epoch 2 " not in resumed.output
-    original, found = scalars(tiny_two_workers.logdir), scalars(logdir)
+    original, found = scalars(two_workers.logdir), scalars(logdir)
     for tag in EPOCH_TAGS:
         assert [step for step, _ in found[tag]] == [1, 2], tag
         assert found[tag][0] == original[tag][0], tag  # epoch 1: the very values the killed run would have written
@@ -328,6 +320,7 @@ def test_jpeg_records_train_as_well_as_the_original_pngs(parity_data, tmp_path):
     # (3 epochs: 131 s side by side, 164 s one after the other; 2 epochs side by side: 90 s).
     # DenseNet-121, the model the records are for: the tiny model learns the JPEG records far worse than the PNGs
     # (8 epochs, 2026-11-29: PNGs 0.989 and 0.989, JPEG records 0.875 and 0.864), so its gap says nothing here.
+    # These two runs are also the suites' proof that DenseNet-121 learns the signal (the floor of 0.9 below).
     started = {name: start(tmp_path / name, "--epochs", str(PARITY_EPOCHS), "--seed", "0", workers=1, data=data,
                            model=DENSENET)
                for name, data in zip(("png", "jpeg"), parity_data, strict=True)}
@@ -368,7 +361,7 @@ def test_evaluate_writes_the_table_the_json_and_the_curves(two_workers, dataset,
     out = tmp_path / "eval"
     proc = subprocess.run([PYTHON, "-m", "chexnet.evaluate", "--checkpoint", str(two_workers.checkpoints),
                            "--data-dir", str(dataset), "--out", str(out), "--image-size", str(IMAGE_SIZE),
-                           "--model", DENSENET, "--batch-size", str(BATCH)], cwd=REPO, capture_output=True,
+                           "--model", TINY_MODEL, "--batch-size", str(BATCH)], cwd=REPO, capture_output=True,
                           text=True, timeout=180, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "auroc.json").read_text())
