@@ -81,6 +81,8 @@ def bobs_special_files(cluster):
 
 def test_each_special_file_in_place_of_each_read_file_is_an_answer_and_costs_others_nothing(hub, bobs_special_files):
     bob_api, bob_pages = token_session(hub, "bob"), browser(hub, "bob")
+    for session in (bob_api, bob_pages):  # ten threads share them: a new connection for each request, so that none
+        session.headers["Connection"] = "close"  # reuses one the proxy closes as idle then (a reset, not an answer)
     alice, admin = token_session(hub, "alice"), token_session(hub, "admin")
     api = f"{hub.url}{PORTAL}api/"
     for session in (alice, admin):  # their lists read once (the admin's holds bob's jobs): what follows refreshes
