@@ -19,6 +19,7 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 LD_LIBRARY_PATH=${LD_LIBRARY_PA
 {% include program.include() %}
 train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
 {% include "card-in-log.sh" %}
+{% include "k8s-finish.sh" %}
 {% include "run-status.sh" %}
 {% include "run-stopped.sh" %}
 {% include "ended-once.sh" %}
@@ -32,12 +33,6 @@ ssh_probe="ssh -p {{ ssh_port }} -i $key -o StrictHostKeyChecking=no -o UserKnow
 # was being added to what it lets in. One refusal made the whole job fail.
 ssh_agent="$ssh_probe -o ConnectionAttempts={{ ssh_attempts }}"
 
-finish() {
-    echo "$1" > "$job_dir/exit_status"
-    [ "$1" -ne 0 ] || card_in_log "$job_dir/checkpoints"
-    touch "$job_dir/workers-done"
-    exit "$1"
-}
 probe() {  # probe ADDRESS HOSTNAME: true when the pod at ADDRESS takes the job's key and is HOSTNAME
     [ -n "$2" ] && [ "$(timeout 10 $ssh_probe "$1" hostname < /dev/null 2>/dev/null)" = "$2" ]  # not the caller's stdin
 }

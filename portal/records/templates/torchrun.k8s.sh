@@ -25,6 +25,7 @@ export GLOO_SOCKET_IFNAME=lo
 # --resume: a run again (a lost node, a new pod for node 0) continues from the last checkpoint.
 {% include program.include() %}
 {% include "card-in-log.sh" %}
+{% include "k8s-finish.sh" %}
 {% include "run-status.sh" %}
 {% include "torchrun-stop.sh" %}
 {% include "run-stopped.sh" %}
@@ -34,12 +35,6 @@ nodes="$job_dir/nodes"
 # Node 0's own heartbeat: the workers end a run whose rendezvous host stopped beating.
 ( while :; do touch "$nodes/node-0.alive"; sleep {{ heartbeat_s }}; done ) &
 
-finish() {
-    echo "$1" > "$job_dir/exit_status"
-    [ "$1" -ne 0 ] || card_in_log "$job_dir/checkpoints"
-    touch "$job_dir/workers-done"
-    exit "$1"
-}
 age() {  # seconds since FILE's last beat, by the volume's clock (as the beats are)
     touch "$nodes/.now-0"
     echo $(( $(stat -c %Y "$nodes/.now-0") - $(stat -c %Y "$1" 2>/dev/null || echo 0) ))

@@ -198,13 +198,21 @@ def mpijob_state(mpijob: Mapping[str, Any]) -> str:
         RUNNING if "Running" in conditions and "Suspended" not in conditions else PENDING)
 
 
+# What a launcher's container says as it ends a failed run itself (its termination message: templates/k8s-finish.sh).
+RUN_ENDED = "dsportal: the run ended"
+
+
 def plain_job_state(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str:
     """A plain job's state from its launcher Job's conditions, and while it runs from its pods: RUNNING once the
-    launcher and every worker pod run (the launcher waits for the workers), PENDING before. A Horovod job has a
+    launcher and every worker pod run (the launcher waits for the workers), PENDING before; FAILED once a launcher
+    pod said its run failed (RUN_ENDED), before the Job gives up. A Horovod job has a
     worker pod per node; a torchrun job's launcher is node 0, and its record says how many workers it has."""
     ended = _ended(job, "Complete")
     if ended:
         return ended
+    if any((p.get("metadata", {}).get("labels") or {}).get(LABEL_ROLE) == "launcher"
+           and _termination_message(p).startswith(RUN_ENDED) for p in pods):
+        return FAILED  # its run failed and said so: the Job's backoff before it gives up is not waited for
     try:
         nodes = int((job.get("metadata", {}).get("annotations") or {})[ANNOTATION_WORKER_PODS])
     except (KeyError, TypeError, ValueError):

@@ -13,7 +13,7 @@ import pytest
 from portal.quota import GpuQuota
 from portal.scheduler.kubernetes.client import new_ssh_key
 from portal.scheduler.kubernetes.manifests import ANNOTATION_SPEC, LABEL_JOB, LABEL_ROLE, owned_by, plain_job_objects
-from portal.scheduler.kubernetes.records import limits_for, plain_job_state, pod_holders, pod_queue
+from portal.scheduler.kubernetes.records import RUN_ENDED, limits_for, plain_job_state, pod_holders, pod_queue
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.summary import quota_of
 from spawners.forms import OptionsError, parse_server_options
@@ -71,6 +71,7 @@ def test_the_scripts_are_bash_and_wait_for_every_worker():
     assert 'if [ "$ready" -ge 3 ]' in launch and "slots=2" in launch
     assert "mpirun -np 6 --hostfile" in launch and "plm_rsh_agent" in launch
     assert "--resume" in launch and "workers-done" in launch and "workers-done" in work
+    assert f'echo "{RUN_ENDED} (exit status $1)" 2>/dev/null > /dev/termination-log' in launch
     assert "Port 2222" in work and "/usr/sbin/sshd -D -e" in work
 
 
@@ -82,9 +83,13 @@ def test_the_objects_validate_strictly(version):
     kubernetes_validate.validate(secret, version, strict=True)
 
 
-def pod(role: str, phase: str, deleting: bool = False) -> dict:
+def pod(role: str, phase: str, deleting: bool = False, message: str | None = None) -> dict:
     meta = {"labels": {LABEL_JOB: JOB_ID, LABEL_ROLE: role}, **({"deletionTimestamp": "x"} if deleting else {})}
-    return {"metadata": meta, "status": {"phase": phase}}
+    ended = [{"name": role, "state": {"terminated": {"exitCode": 2, "message": message}}}] if message else []
+    return {"metadata": meta, "status": {"phase": phase, "containerStatuses": ended}}
+
+
+ENDED = f"{RUN_ENDED} (exit status 2)\n"
 
 
 @pytest.mark.parametrize(("conditions", "deleting", "pods", "state"), [
@@ -97,6 +102,13 @@ def pod(role: str, phase: str, deleting: bool = False) -> dict:
     ((("Failed", "BackoffLimitExceeded"),), False, [], "FAILED"),
     ((("Failed", "DeadlineExceeded"),), False, [], "TIMEOUT"),
     ((), True, [pod("launcher", "Running")], "CANCELLED"),
+    # The launcher said its run failed: FAILED at once, while the Job makes its next pod (its backoff).
+    ((), False, [pod("launcher", "Failed", message=ENDED), pod("worker", "Running")], "FAILED"),
+    ((), False, [pod("launcher", "Failed", message=ENDED), pod("launcher", "Pending")], "FAILED"),
+    # Only a launcher's word, and only that word: a worker's, or another message, is not the run's end.
+    ((), False, [pod("launcher", "Running"), pod("worker", "Failed", message=ENDED)], "PENDING"),
+    ((), False, [pod("launcher", "Failed", message="Error: something else"), pod("launcher", "Pending")],
+     "PENDING"),
 ])
 def test_the_state_comes_from_the_job_and_its_pods(conditions, deleting, pods, state):
     assert plain_job_state(plain_job(conditions, deleting), pods) == state

@@ -20,7 +20,7 @@ from portal.scheduler.kubernetes.manifests import (
     STOP_GRACE_S,
     sweep_job_manifest,
 )
-from portal.scheduler.kubernetes.records import limits_for, plain_job_state
+from portal.scheduler.kubernetes.records import RUN_ENDED, limits_for, plain_job_state
 from portal.scheduler.kubernetes.torchjob import ranked_first, torchrun_job_objects
 from tests.unit.helpers import K8S_CFG as CFG
 from tests.unit.helpers import K8S_JOB_ID as JOB_ID
@@ -91,6 +91,7 @@ def test_the_scripts_are_bash_meet_in_the_jobs_private_directory_and_end_togethe
     assert 'if [ "$ready" -ge 2 ]' in launch  # node 0 waits for the 2 other nodes' heartbeats
     assert "workers-done" in launch and "workers-done" in work
     assert "card_in_log \"$job_dir/checkpoints\"" in launch
+    assert f'echo "{RUN_ENDED} (exit status $1)" 2>/dev/null > /dev/termination-log' in launch  # FAILED at once
     assert "/opt/dsportal/torch-venv/bin/torchrun" in launch
 
 
