@@ -25,7 +25,7 @@ import pytest
 from bench.sweep import GOOD_LR
 from portal import jobs
 from portal.runas import RUNUSER
-from tests.conftest import ARTIFACTS, NODES, PROGRAMS, epochs_recorded, recorded_epochs, wait_for
+from tests.conftest import NODES, PROGRAMS, epochs_recorded, recorded_epochs, wait_for
 from tests.integration.helpers import JOB_TIMEOUT_S, TINY, open_tensorboard_and_a_kernel, portal_client
 from tests.listeners import tcp_listeners
 
@@ -190,7 +190,8 @@ def alice_server(hub, admin, alice):
 
 
 def test_nothing_of_alices_server_jobs_and_sweeps_answers_bob_and_her_work_goes_on(cluster, hub, demo_data,
-                                                                                    no_jobs_left, alice_server):
+                                                                                    no_jobs_left, alice_server,
+                                                                                    artifacts):
     client = portal_client(hub, "alice")
     asks = [{"template": program, "nodes": 2, "gpus_per_node": 1} for program in PROGRAMS] + \
            [{"template": program, "gpus_per_node": 0, "sweep": SWEEP} for program in PROGRAMS]
@@ -206,7 +207,7 @@ def test_nothing_of_alices_server_jobs_and_sweeps_answers_bob_and_her_work_goes_
                  what=f"job {job.id}'s first epoch")
         probe_everything(seen)
     kinds = set(seen.values())
-    (ARTIFACTS / "listeners-slurm.txt").write_text(  # what was found and tried, for the record (docs/security.md)
+    (artifacts / "listeners-slurm.txt").write_text(  # what was found and tried, for the record (docs/security.md)
         "".join(f"{node} port {port} pid {pid}: {kind}\n" for (node, port, pid), kind in sorted(seen.items())))
     assert "her JupyterLab server (the hub's OAuth)" in kinds and "a PyTorch rank's gloo transport" in kinds, seen
     assert "a Horovod rank's MPI TCP transport" in kinds, seen

@@ -20,7 +20,7 @@ from kubernetes.stream import stream
 
 from bench.sweep import GOOD_LR
 from portal import jobs
-from tests.conftest import ARTIFACTS, PROGRAMS, epochs_recorded, recorded_epochs, wait_for
+from tests.conftest import PROGRAMS, epochs_recorded, recorded_epochs, wait_for
 from tests.integration.helpers import open_tensorboard_and_a_kernel
 from tests.kubernetes.conftest import ALICE, START_TIMEOUT_S
 
@@ -143,7 +143,7 @@ def probe_her_pods(core: k8s.CoreV1Api, bobs_pod: str, seen: dict[str, set[str]]
 
 
 def test_nothing_of_alices_server_jobs_and_sweeps_answers_bobs_pod_and_her_work_goes_on(kube, cfg, core, bobs_pod,
-                                                                                         alices_server):
+                                                                                         alices_server, artifacts):
     home = kube.box.path("volumes", "home", "alice", "jobs", cfg.cluster_name)
     seen: dict[str, set[str]] = {}
     for program in PROGRAMS:
@@ -171,7 +171,7 @@ def test_nothing_of_alices_server_jobs_and_sweeps_answers_bobs_pod_and_her_work_
             for job, _ in running:
                 if not job.done:
                     job.cancel()
-    (ARTIFACTS / "listeners-kubernetes.txt").write_text(  # what was found and tried, for the record
+    (artifacts / "listeners-kubernetes.txt").write_text(  # what was found and tried, for the record
         "".join(f"{kind}: {', '.join(sorted(pods))}\n" for kind, pods in sorted(seen.items())))
     assert {"her JupyterLab server (only the hub's pods reach it)", "a PyTorch rank's gloo transport",
             "a Horovod worker's sshd (the job's own key only)"} <= set(seen), seen
