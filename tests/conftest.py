@@ -614,6 +614,14 @@ class Mailbox:
         return [m for m in self.messages() if str(m["Subject"] or "").startswith(f"Job {job_id} ")]
 
 
+def logged_since(log: Path, start: int, line: str) -> str | None:
+    """What MailProg's log (the box's jobmail.log) gained since byte `start` (a size from stat, so read as bytes),
+    when it has `line`. MailProg logs "sent" after the MTA's answer to QUIT, which may come after exim has
+    delivered: a test that has found the message waits for the line."""
+    said = (log.read_bytes() if log.exists() else b"")[start:].decode(errors="replace")
+    return said if line in said else None
+
+
 def user_settings_cleared(user: str) -> None:
     """Remove the user's portal settings of the test box (its own user_settings_file, never the file of the user's
     box): every test starts from the defaults."""

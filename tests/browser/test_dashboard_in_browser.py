@@ -34,6 +34,7 @@ from tests.conftest import (
     as_user,
     end_job,
     job_wait_s,
+    logged_since,
     scratch_dir,
     user_settings_cleared,
     wait_for,
@@ -45,6 +46,7 @@ FORM = {"gpus_per_node": "1", "cpus_per_task": "1", "memory_gb": "4", "epochs": 
 # The job starts at once on the idle test box (its nodes are free), and ends within its own time limit.
 JOB_WAIT_S = job_wait_s(FORM["time_limit"])
 FIGURES_WAIT_S = 60  # after the job ended, as tests/integration/test_dashboard.py gives the API
+MAIL_LOG_WAIT_S = 60  # MailProg logs a message it sent after the MTA has taken (and may have delivered) it
 CHARTS = ("throughput/images_per_sec", "auroc/mean")
 # A job that fails at once (the form's data_dir is an empty directory), for what happens at a job's end.
 FAILING_FORM = {"gpus_per_node": "0", "cpus_per_task": "1", "memory_gb": "2", "epochs": "1", "image_size": "64",
@@ -202,8 +204,9 @@ def test_alice_turns_job_email_off_for_herself_on_the_submit_page(hub, browser, 
         later.wait(timeout=JOB_WAIT_S)
         wait_for(lambda: mailbox.about(later.id), JOB_END_GRACE_S, interval=2,
                  what=f"the e-mail about the later job {later.id} in {mailbox.path}")
-        said = log.read_text()[log_start:] if log.exists() else ""
-        assert f"job {later.id} of alice" in said and f"job {job_id} of" not in said, said
+        said = wait_for(lambda: logged_since(log, log_start, f"job {later.id} of alice"), MAIL_LOG_WAIT_S, interval=1,
+                        what=f"MailProg's line about the later job {later.id} in {log}")
+        assert f"job {job_id} of" not in said, said
         assert mailbox.about(job_id) == []
         page.screenshot(path=str(artifacts / "dashboard-settings-mail-off-job.png"), full_page=True)
 

@@ -19,6 +19,7 @@ from tests.conftest import (
     JOB_END_GRACE_S,
     Mailbox,
     as_user,
+    logged_since,
     scratch_dir,
     slurm,
     user_settings_cleared,
@@ -30,12 +31,6 @@ pytestmark = pytest.mark.integration
 FAILING = {"template": "chexnet", "epochs": 1, "batch_size": 8, "image_size": 64, "cpus_per_task": 1, "memory_gb": 2,
            "gpus_per_node": 0, "time_limit": "00:05:00"}
 MAIL_WAIT_S = 60  # MailProg runs when slurmctld records the end; exim delivers at once
-
-
-def logged_since(log: Path, start: int, line: str) -> str | None:
-    """What MailProg's log gained since byte `start` (a size from stat, so read as bytes), when it has `line`."""
-    said = log.read_bytes()[start:].decode(errors="replace")
-    return said if line in said else None
 
 
 @pytest.fixture
