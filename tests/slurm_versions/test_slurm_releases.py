@@ -95,6 +95,12 @@ def log_of(client, job_id: str) -> str:
     return client.get(f"{client.base.removesuffix('api/')}jobs/{job_id}/log", timeout=60).text
 
 
+def running_on_both_nodes(box, client, job_id: str, timeout: float) -> None:
+    """Until alice's 2-node job is RUNNING with processes of hers on both of the release's nodes."""
+    wait_for(lambda: job(client, job_id)["state"] == "RUNNING" and len(
+        {p.split(":")[0] for p in processes_on_nodes(box, "alice")}) == 2, timeout, what="the job on both nodes")
+
+
 def completed(client, job_id: str, timeout: float = JOB_WAIT_S) -> dict:
     done = ended(client, job_id, timeout)
     if done["state"] != "COMPLETED":
@@ -214,9 +220,7 @@ def test_a_lost_node_requeues_her_job_which_resumes(release_box, demo, alice, no
     from (its checkpoint, every epoch once) is each program's own proof (tests/programs) and the test box's
     (tests/integration/test_job_endings.py)."""
     job_id = submitted(alice, nodes=2, gpus_per_node=1, epochs=60)
-    wait_for(lambda: job(alice, job_id)["state"] == "RUNNING" and len(
-        {p.split(":")[0] for p in processes_on_nodes(release_box, "alice")}) == 2, JOB_WAIT_S,
-        what="the job on both nodes")
+    running_on_both_nodes(release_box, alice, job_id, JOB_WAIT_S)
     lost = release_box.nodes[1]
     release_box.box("crash", lost)
     try:
@@ -239,8 +243,7 @@ def test_a_lost_node_requeues_her_job_which_resumes(release_box, demo, alice, no
 
 def test_a_cancelled_job_leaves_nothing_on_any_node(release_box, demo, alice, nothing_left):
     job_id = submitted(alice, nodes=2, gpus_per_node=1, epochs=500)
-    wait_for(lambda: job(alice, job_id)["state"] == "RUNNING" and len(
-        {p.split(":")[0] for p in processes_on_nodes(release_box, "alice")}) == 2, 120, what="the job on both nodes")
+    running_on_both_nodes(release_box, alice, job_id, 120)
     assert alice.delete(f"{alice.base}jobs/{job_id}", timeout=60).status_code == 204
     assert ended(alice, job_id, 120)["state"] == "CANCELLED"
     wait_for(lambda: not processes_on_nodes(release_box, "alice"), 60, what="every process of the job to end")
