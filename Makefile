@@ -51,34 +51,37 @@ builds:
 
 # Every test, in four steps that all run even when one fails (docs/testing.md), after `make install` and `make builds`
 # side by side (deploy/build-for-tests.sh --install) and `make lint`'s checks:
-# 1. the unit tests on both cores (pytest-xdist);
+# 1. the unit tests on three workers, each module whole on one (pytest-xdist, tests/conftest.py's work_unit_of: its
+#    module-scoped fixtures made once). Three workers, because the unit tests also wait on children, sockets and
+#    sleeps: 173 s against two workers' 202 s and four's 192 s on 2 cores (179 s in 692881b's whole run);
 # 2. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
 # 3. the suites against the test boxes, the Slurm box's and the Kubernetes box's side by side (pytest-xdist groups,
 #    one side per worker: tests/conftest.py), and on a third worker, niced, the sides that need no box (the
 #    training programs' tests, then the other Slurm releases); SUITE_WORKERS=1 runs them one after the other;
 # 4. the check that every file, record, process and mail of the users' boxes is as the suites found them.
-UNIT_WORKERS ?= 2
+UNIT_WORKERS ?= 3
 SUITE_WORKERS ?= 3
 SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions tests/programs
 test:
 	@deploy/build-for-tests.sh --install
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
-	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
+	$(PY) -m pytest -n $(UNIT_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests/unit || rc=$$?; \
 	$(PY) -m tests.users_boxes snapshot || rc=$$?; \
 	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) || rc=$$?; \
 	$(PY) -m pytest $(PYTEST_ARGS) tests/users || rc=$$?; exit $$rc
 
 unit: install
-	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit
+	$(PY) -m pytest -n $(UNIT_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests/unit
 
 # The fast inner loop between full runs (docs/testing.md): style, types, then the unit tests with the contract suites
 # (every scheduler: tests/unit/portal/scheduler/test_contract*.py; every training program: PROGRAM_CONTRACT) on
-# both cores; no box, no build. At most 3 minutes on 2 cores. (`make test` runs the program contract with the
-# suites, on their box-free side.)
+# three workers, each program's part of the contract whole on one (tests/conftest.py, work_unit_of); no box, no build.
+# At most 3 minutes on 2 cores. (`make test` runs the program contract with the suites, on their box-free side.)
 PROGRAM_CONTRACT := tests/programs/test_program_contract.py
 check: install
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
-	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit $(PROGRAM_CONTRACT) || rc=$$?; exit $$rc
+	$(PY) -m pytest -n $(UNIT_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests/unit $(PROGRAM_CONTRACT) || rc=$$?; \
+	exit $$rc
 
 # The product's line coverage (tests/line_coverage.py): `make test`'s unit tests and suites with every Python process
 # of the venv measuring itself, combined into one figure by package (docs/testing.md, "Coverage"). As long as
@@ -86,7 +89,7 @@ check: install
 coverage:
 	@deploy/build-for-tests.sh --install
 	@rc=0; trap '$(PY) -m tests.line_coverage off' EXIT INT TERM; set -x; $(PY) -m tests.line_coverage on; \
-	$(PY) -m pytest -n $(UNIT_WORKERS) $(PYTEST_ARGS) tests/unit || rc=$$?; \
+	$(PY) -m pytest -n $(UNIT_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests/unit || rc=$$?; \
 	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) || rc=$$?; \
 	$(PY) -m tests.line_coverage off; $(PY) -m tests.line_coverage report || rc=$$?; exit $$rc
 

@@ -247,6 +247,7 @@ KUBE_PATHS = ("tests/kubernetes/", "tests/images/")
 # module, and the rest), after the boxes' sides, each started by whichever worker is done first. With them on the
 # Slurm side, it was the longer by about 9 minutes (2026-11-28: 2,174 s against the Kubernetes side's 1,401 s).
 TRAINING_TF = "tests/integration/test_training.py"
+UNIT_PATH = "tests/unit/"
 PROGRAM_PATHS = (TRAINING_TF, "tests/integration/test_corrupt_data.py", "tests/integration/test_torch_program.py",
                  "tests/programs/")
 
@@ -255,7 +256,9 @@ def side_of(nodeid: str) -> str:
     """"slurm" or "kube": the test box a test (by its node id) runs against; "training-tf" and "programs" for the
     training programs' tests, which need no box; "releases" for the boxes on other
     Slurm releases (tests/slurm_versions), a side that starts on whichever worker is done first (the
-    Kubernetes side's, about 10 minutes before the Slurm side's)."""
+    Kubernetes side's, about 10 minutes before the Slurm side's); "unit" for the unit tests."""
+    if nodeid.startswith(UNIT_PATH):
+        return "unit"
     if nodeid.startswith("tests/slurm_versions/"):
         return "releases"
     if nodeid.startswith(TRAINING_TF):
@@ -272,17 +275,34 @@ def side_of(nodeid: str) -> str:
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without pytest-xdist has no such hook
 def pytest_xdist_make_scheduler(config, log):
-    """With `--dist loadgroup`: each side's tests to one worker, in order. (pytest-xdist's own loadgroup reads
-    xdist_group marks into the node ids, which pytest 9.2's node ids no longer let it change.) Other modes (the unit
-    tests' `-n 2`) are left to pytest-xdist."""
+    """With `--dist loadgroup` (every run of the Makefile's): each work unit's tests (work_unit_of: a side, a
+    program's contract, a unit test module) to one worker, in order. (pytest-xdist's own loadgroup reads xdist_group
+    marks into the node ids, which pytest 9.2's node ids no longer let it change.) Other modes are left to
+    pytest-xdist."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class BySide(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return side_of(nodeid)
+            return work_unit_of(nodeid)
     return BySide(config, log)
+
+
+PROGRAM_CONTRACT = "tests/programs/test_program_contract.py"
+
+
+def work_unit_of(nodeid: str) -> str:
+    """What one worker takes whole under `--dist loadgroup`: a side (side_of); within the programs' side, each
+    program's part of the program contract, whose runs are module-scoped fixtures made once per worker that asks
+    (`make check`, `--dist load`, made the completed trial's run on three workers and the requeue's on two: about 80
+    CPU-s of its 250 s); and each unit test module whole, so that its module-scoped fixtures too are made once
+    (`make check`)."""
+    if side_of(nodeid) == "unit":
+        return nodeid.partition("::")[0]
+    if nodeid.startswith(PROGRAM_CONTRACT):
+        return f"{side_of(nodeid)}[{nodeid.partition('[')[2].rstrip(']')}]"
+    return side_of(nodeid)
 
 
 # The sides that need no box train on the CPUs: with a worker of their own (SUITE_WORKERS=3), they run beside both
@@ -295,13 +315,16 @@ BOX_FREE_NICENESS = 5
 def pytest_runtest_setup(item):
     """Each test at its side's priority (BOX_FREE_NICENESS for the sides that need no box, else the worker's own):
     a worker that goes on to a box's side after a box-free one runs it at full priority again. Only in a pool of
-    pytest-xdist workers (the unit tests' are all of the default side: unchanged), never in a plain run."""
+    pytest-xdist workers beside a box's side (never in a plain run, nor in `make check`, whose program contract is
+    its longest part), and never for a unit test."""
     if not hasattr(item.config, "workerinput"):
         return
     started = getattr(item.config, "_dsportal_niceness", None)
     if started is None:
         started = item.config._dsportal_niceness = os.getpriority(os.PRIO_PROCESS, 0)
-    wanted = started + (BOX_FREE_NICENESS if side_of(item.nodeid) in BOX_FREE_SIDES else 0)
+        item.config._dsportal_boxes = any(side_of(other.nodeid) in ("slurm", "kube") for other in item.session.items)
+    box_free = item.config._dsportal_boxes and side_of(item.nodeid) in BOX_FREE_SIDES
+    wanted = started + (BOX_FREE_NICENESS if box_free else 0)
     if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
         os.setpriority(os.PRIO_PROCESS, 0, wanted)  # lowering it again needs root, as the suites run
 
