@@ -82,6 +82,8 @@ def build_model(name: str = "densenet121", image_size: int = 224, weights: str |
         raise ValueError(f"--model must be one of {', '.join(sorted(BACKBONES))}; got {name!r}")
     if image_size < MIN_IMAGE_SIZE:
         raise ValueError(f"--image-size must be >= {MIN_IMAGE_SIZE}; got {image_size}")
+    if weights is not None and not Path(weights).is_file():  # before the seconds a backbone takes to build
+        raise ValueError(f"--weights must name a readable weights file; {weights} does not exist")
     inputs = tf.keras.Input(shape=(image_size, image_size, 1), dtype=tf.uint8, name="image")
     normalised = ImageNetNormalisation(name="imagenet_normalisation")(inputs)
     backbone = BACKBONES[name](include_top=False, weights=None, input_tensor=normalised, pooling="avg")
@@ -98,8 +100,6 @@ def build_model(name: str = "densenet121", image_size: int = 224, weights: str |
 
 def _load_weights(model: tf.keras.Model, backbone: tf.keras.Model, path: Path) -> None:
     """Whole-model weights if the file matches the whole model, else backbone-only (ImageNet "notop") weights."""
-    if not path.is_file():
-        raise ValueError(f"--weights must name a readable weights file; {path} does not exist")
     try:
         model.load_weights(str(path))
     except ValueError:
