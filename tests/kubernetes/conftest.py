@@ -25,6 +25,7 @@ from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
 from deploy.kubernetes import kubebox
+from deploy.kubernetes.kubeparts.api import ready as api_ready
 from portal.directory import search_password_file
 from tests.conftest import PORT_OFFSET, TEST_SETTINGS, TEST_STATE, TINY_MODEL, Hub, side_of, wait_for
 from tests.conftest import box as local_box
@@ -106,6 +107,20 @@ def kube():
     # What it stopped and what it left ("left /var/lib/cni: holds networks/podman, not the box's"); KubeBoxError
     # when something of the box's own is left.
     print("\nkubebox down:\n" + "\n".join(kubebox.down(box)))
+
+
+@pytest.fixture(autouse=True)
+def api_server_back_after_each_test(request):
+    """A test that stops the API server brings it back itself; when it fails before it does, it is brought back here
+    (`kubebox up` starts what is stopped), so that the failure stays that test's own. On 2026-12-03 notebook 02's
+    outage outlived its failed wait, and the eleven Kubernetes tests after it found no API server. Only for a test
+    that had the box (its `kube` among its fixtures): the Slurm box's side never starts it."""
+    yield
+    kube = request.node.funcargs.get("kube")
+    if kube is None or (why := api_ready(kube.admin.client)) is None:
+        return
+    print(f"\nthe API server did not answer after {request.node.name} ({why}): kubebox up")
+    kubebox.up(kube.box, report=print)
 
 
 @pytest.fixture(scope="session")

@@ -133,6 +133,7 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
                  "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home-alice"}}]}})
     jobs_dir = kube.box.path("volumes", "home", "alice", "jobs", cfg.cluster_name)
     before = set(jobs_dir.glob("k8s-*")) if jobs_dir.is_dir() else set()
+    stopped = False
     try:
         (job_dir,) = wait_for(lambda: [d for d in jobs_dir.glob("k8s-*")
                                        if d not in before and last_checkpoint(d / "checkpoints")],
@@ -141,6 +142,7 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
         at_stop = epochs_recorded(job_dir / "checkpoints")
         assert at_stop < NOTEBOOK_EPOCHS, f"the job had trained all {at_stop} epochs before the API server stopped"
         print(kubebox.stop_service(apiserver, kube.box))
+        stopped = True
         # Down until the notebook's watch has found it down (its pod's log, read where the kubelet writes it: the API
         # server cannot be asked). A fixed outage raced the watch: in a busy `make test` one look (the state, then
         # the TensorBoard files of every epoch so far) took longer than the outage, twice (stops 54 and 56).
@@ -151,6 +153,7 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
         print(f"the job trained epochs {at_stop + 1} to {down} of {NOTEBOOK_EPOCHS} while the API server was down")
         assert down > at_stop, f"the job recorded no epoch after {at_stop} while the API server was down"
         kubebox.up(kube.box, report=print)
+        stopped = False
         deadline = time.monotonic() + JOB_WAIT_S
         while (phase := core.read_namespaced_pod(name, NAMESPACE).status.phase) not in ("Succeeded", "Failed"):
             assert time.monotonic() < deadline, f"the notebook's pod is still {phase}"
@@ -190,6 +193,8 @@ def test_notebook_02_in_alices_namespace_trains_on_both_nodes(kube, cfg, core):
                         what="the ResourceQuota to count the job's GPUs free")
         assert used == "0"
     finally:
+        if stopped:  # failed during the outage (make test, 2026-12-03): back before anything asks the API server
+            kubebox.up(kube.box, report=print)
         core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
 
 
