@@ -298,11 +298,12 @@ def work_unit_of(nodeid: str) -> str:
     (`make check`, `--dist load`, made the completed trial's run on three workers and the requeue's on two: about 80
     CPU-s of its 250 s); and each unit test module whole, so that its module-scoped fixtures too are made once
     (`make check`)."""
-    if side_of(nodeid) == "unit":
+    side = side_of(nodeid)
+    if side == "unit":
         return nodeid.partition("::")[0]
     if nodeid.startswith(PROGRAM_CONTRACT):
-        return f"{side_of(nodeid)}[{nodeid.partition('[')[2].rstrip(']')}]"
-    return side_of(nodeid)
+        return f"{side}[{nodeid.partition('[')[2].rstrip(']')}]"
+    return side
 
 
 # The sides that need no box train on the CPUs: with a worker of their own (SUITE_WORKERS=3), they run beside both
