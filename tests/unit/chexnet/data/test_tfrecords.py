@@ -152,6 +152,32 @@ def test_an_unreadable_image_stops_the_conversion_unless_skipped(tmp_path):
     assert sum(s["records"] for split in manifest["shards"].values() for s in split) == 11
 
 
+# A parent whose SIGTERM handler does not end a process (coverage.py's under `make coverage` did not end a forked
+# worker): the conversion that fails must still end its pool's workers and return.
+SIGTERM_KEPT = """
+import signal, sys
+signal.signal(signal.SIGTERM, lambda *_: None)
+from chexnet.data.chestxray14 import DataError
+from chexnet.data.tfrecords import JPEG, Storage, convert
+try:
+    convert(sys.argv[1], sys.argv[2], shards=1, storage=Storage.of(JPEG, 16), workers=2)
+except DataError as err:
+    print("refused:", err)
+"""
+
+
+def test_a_failed_conversion_ends_its_workers_whatever_sigterm_handler_they_inherited(tmp_path):
+    layout = write_synthetic(tmp_path / "d", 12, 16, seed=4, patients=5)
+    bad = sorted((layout / "images").iterdir())[3]
+    bad.write_bytes(bad.read_bytes()[:30])
+    try:
+        done = subprocess.run([sys.executable, "-c", SIGTERM_KEPT, str(layout), str(tmp_path / "t")],
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError("the conversion's pool waited for ever on a worker that SIGTERM did not end") from err
+    assert done.returncode == 0 and f"{bad.name}: cannot be read as an image" in done.stdout, done.stderr[-2000:]
+
+
 def test_fewer_shards_when_a_split_is_small_and_reruns_leave_no_stale_files(layout, tmp_path):
     convert(layout, tmp_path, shards=50)
     manifest = convert(layout, tmp_path, shards=2)
