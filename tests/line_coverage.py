@@ -34,10 +34,19 @@ SUMMARY = ROOT / "summary.json"
 PACKAGES = ("portal", "spawners", "chexnet", "chexnet_torch")
 REPO = Path(__file__).resolve().parents[1]
 PTH = "dsportal-coverage.pth"
-# One line, run by `site` at every interpreter's start: measure while the switch exists, never fail a process.
-PTH_LINE = ("import os; exec('try:\\n import coverage\\n coverage.process_startup()\\nexcept Exception:\\n pass') "
-            f"if os.path.exists({str(SWITCH)!r}) and os.environ.setdefault('COVERAGE_PROCESS_START', {str(RC)!r}) "
-            "else None\n")
+
+
+def pth_line(root: Path) -> str:
+    """One line, run by `site` at every interpreter's start: measure while the switch exists, never fail a process.
+    The directory is read at each start (DSPORTAL_COVERAGE_DIR, else `root`), so that a process given another one
+    (tests/unit/test_line_coverage.py's, while `make coverage` has the venv's switch on) measures into it alone."""
+    return ("import os; exec('try:\\n import coverage\\n coverage.process_startup()\\nexcept Exception:\\n pass') "
+            f"if os.path.exists(os.path.join(os.environ.get('DSPORTAL_COVERAGE_DIR', {str(root)!r}), {SWITCH.name!r})) "
+            f"and os.environ.setdefault('COVERAGE_PROCESS_START', os.path.join(os.environ.get('DSPORTAL_COVERAGE_DIR', "
+            f"{str(root)!r}), {RC.name!r})) else None\n")
+
+
+PTH_LINE = pth_line(ROOT)
 
 
 def rc_text() -> str:

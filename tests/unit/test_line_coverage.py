@@ -54,6 +54,26 @@ def test_a_process_measures_itself_only_while_the_switch_is_on(root: Path):
     assert len(list((root / "data").glob(".coverage.*"))) == 1
 
 
+def test_a_process_given_its_own_directory_ignores_another_directorys_switch(root: Path, tmp_path: Path):
+    """`make coverage` has the venv's line on, with its switch, while these tests run: a process given a directory of
+    its own measures into that one, and only while that one's switch is on."""
+    from tests import line_coverage
+
+    elsewhere = tmp_path / "make-coverage"
+    (elsewhere / "data").mkdir(parents=True)
+    (elsewhere / "coveragerc").write_text(line_coverage.rc_text().replace(str(root), str(elsewhere)))
+    (elsewhere / "on").touch()
+    argv, env = measured(root, PORTAL_CODE)
+    argv[-1] = f"from tests import line_coverage as lc; exec(lc.pth_line({str(elsewhere)!r}))\n" + PORTAL_CODE
+    for switch in ("off", "on"):
+        if switch == "on":
+            (root / "on").touch()
+        done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert len(list((root / "data").glob(".coverage.*"))) == (switch == "on"), switch
+        assert not list((elsewhere / "data").glob(".coverage.*")), switch
+
+
 def test_a_process_ended_by_sigterm_keeps_its_data_and_the_report_counts_it(root: Path, capsys):
     from tests import line_coverage
 
