@@ -236,8 +236,11 @@ def test_down_stops_everything_and_up_brings_back_the_same_state(cluster, hub, a
     hub.login("alice")
 
 
-# Issue 25: a spawn works this soon after `up` has recovered the box from a crash.
-SPAWN_AFTER_CRASH_S = 15
+# Issue 25: a spawn works this soon after `up` has recovered the box from a crash. Sized by what it tells apart: the
+# fault it guards against left every spawn refused ("pending check") while the hub's startup check waited for the
+# dead server, 104-117 s; the spawn that works is ready about 3 s after `up` alone, and took over 14 s in a CI-order
+# run beside the other sides (2026-12-04: 15 s was picked on an idle machine, and failed there).
+SPAWN_AFTER_CRASH_S = 60
 
 
 def test_after_a_power_cut_of_the_whole_box_up_recovers_and_a_spawn_works_at_once(cluster, hub, admin, alice,
