@@ -41,9 +41,9 @@ def pth_line(root: Path) -> str:
     The directory is read at each start (DSPORTAL_COVERAGE_DIR, else `root`), so that a process given another one
     (tests/unit/test_line_coverage.py's, while `make coverage` has the venv's switch on) measures into it alone."""
     return ("import os; exec('try:\\n import coverage\\n coverage.process_startup()\\nexcept Exception:\\n pass') "
-            f"if os.path.exists(os.path.join(os.environ.get('DSPORTAL_COVERAGE_DIR', {str(root)!r}), {SWITCH.name!r})) "
-            f"and os.environ.setdefault('COVERAGE_PROCESS_START', os.path.join(os.environ.get('DSPORTAL_COVERAGE_DIR', "
-            f"{str(root)!r}), {RC.name!r})) else None\n")
+            f"if os.path.exists(os.path.join(d := os.environ.get('DSPORTAL_COVERAGE_DIR', {str(root)!r}), "
+            f"{SWITCH.name!r})) and os.environ.setdefault('COVERAGE_PROCESS_START', os.path.join(d, {RC.name!r})) "
+            "else None\n")
 
 
 PTH_LINE = pth_line(ROOT)

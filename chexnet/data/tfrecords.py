@@ -182,10 +182,9 @@ class _encoder:
             return lambda function, jobs: self.pool.imap(function, jobs, chunksize=CHUNK)
         return lambda function, jobs: map(function, jobs)
 
-    def __exit__(self, kind, *exc) -> None:
-        # Done: the workers are told to stop and exit by themselves; after a failure, the pool ends them with SIGTERM.
+    def __exit__(self, *exc) -> None:
         if self.pool is not None:
-            self.pool.close() if kind is None else self.pool.terminate()
+            self.pool.terminate()
             self.pool.join()
 
 
