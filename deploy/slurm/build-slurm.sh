@@ -44,7 +44,9 @@ mkdir -p "$CACHE"
 if [[ -n ${SLURM_SOURCE:-} ]]; then
     [[ -f $SLURM_SOURCE ]] || die "SLURM_SOURCE=$SLURM_SOURCE is not a file"
     TARBALL=$SLURM_SOURCE ORIGIN="$SLURM_SOURCE (given by SLURM_SOURCE; not Debian's, not checked)"
-    VERSION=$(tar tzf "$TARBALL" | awk 'NR == 1 && match($0, /[0-9]+\.[0-9]+\.[0-9]+/) {print substr($0, RSTART, RLENGTH)}')
+    # Upstream's release tarballs hold slurm-24.11.5/, GitHub's (and so Debian's orig) slurm-slurm-24-11-5-1/.
+    VERSION=$(tar tzf "$TARBALL" | awk 'NR == 1 && match($0, /[0-9]+[.-][0-9]+[.-][0-9]+/) {
+                                        v = substr($0, RSTART, RLENGTH); gsub("-", ".", v); print v}')
     [[ $VERSION == "$RELEASE".* ]] || die "$SLURM_SOURCE holds Slurm $VERSION, not $RELEASE"
 else
     curl -fsS -o "$CACHE/Sources-$SUITE.xz" "$MIRROR/dists/$SUITE/main/source/Sources.xz" \
@@ -69,8 +71,10 @@ rm -rf "$BUILD_ROOT/$VERSION" && mkdir -p "$BUILD_ROOT/$VERSION"
 tar xzf "$TARBALL" -C "$BUILD_ROOT/$VERSION" --strip-components=1
 cd "$BUILD_ROOT/$VERSION"
 say "configuring $VERSION for $PREFIX"
+# --disable-static: nothing links Slurm's libraries statically, and libtool would compile each of their sources a
+# second time, without -fPIC, for the archives (half the compiler runs of the build).
 ./configure --prefix="$PREFIX" --sysconfdir="$PREFIX/etc" --with-munge --enable-pam \
-    --disable-debug --without-rpath >"$BUILD_ROOT/configure-$VERSION.log" 2>&1 \
+    --disable-debug --disable-static --without-rpath >"$BUILD_ROOT/configure-$VERSION.log" 2>&1 \
     || die "configure failed: read $BUILD_ROOT/configure-$VERSION.log"
 say "building (make -j$(nproc))"
 make -j"$(nproc)" >"$BUILD_ROOT/make-$VERSION.log" 2>&1 || die "make failed: read $BUILD_ROOT/make-$VERSION.log"
