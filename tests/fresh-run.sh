@@ -11,8 +11,8 @@
 #   --ref REF   what to clone (default HEAD of this checkout: commit first; uncommitted changes are not run)
 #   --dir DIR   where to clone (default a new directory under /var/tmp); kept afterwards, with its logs
 #   --skip-up   `make test` alone (what CI runs), without `make up` before it
-#   --user-work the newcomer's order (issue 38): `make up`, alice's server, a 2-node job and a 4-trial sweep
-#               running in it (python -m tests.newcomer slurm), `make up-k8s` and her server there, then
+#   --user-work the newcomer's order (issue 38): `make up`, alice's server, a job and a sweep of each program
+#               in it (python -m tests.newcomer slurm), `make up-k8s` and her server there, then
 #               `make test` beside them (which checks that it left all of theirs as it was), then both boxes down
 #
 # Each step's output goes to DIR/fresh-run-logs/<step>.log; the summary (the times, the test counts and the

@@ -1,7 +1,9 @@
 """What a newcomer does in their own boxes before running `make test` beside them (issue 38's order), as alice:
 
-    python -m tests.newcomer slurm        # after `make up`: her JupyterLab, a 2-node job and a 4-trial sweep,
-                                          # submitted through the dashboard's API, running when this returns
+    python -m tests.newcomer slurm        # after `make up`: her JupyterLab, and a job and a sweep of each program
+                                          # (a 2-node job and a 4-trial sweep of the TensorFlow one, a 1-node job
+                                          # and a 2-trial sweep of the PyTorch one), submitted through the
+                                          # dashboard's API; the first two running when this returns
     python -m tests.newcomer kubernetes   # after `make up-k8s`: her JupyterLab as a pod, through the NodePort
     python -m tests.newcomer status       # her servers, jobs and sweep in both boxes, as their hubs tell them
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 from bench.hub_client import HubClient, wait_for
 
@@ -23,10 +26,17 @@ SLURM_HUB = "http://127.0.0.1:8000"  # `make up`'s
 SERVER_S = 300
 # The submit form's defaults (DenseNet-121 at 224 px), on 2 nodes, with epochs enough to still train when
 # `make up-k8s` is done and `make test` starts (about 45 s an epoch here, beside everything else).
-JOB = {"template": "chexnet", "nodes": 2, "epochs": 20}
+JOB: dict[str, Any] = {"template": "chexnet", "nodes": 2, "epochs": 20}
 # The form's sweep, 4 trials, each in 4 GB: the box's nodes (8 CPUs, 24 GB each) then hold it beside her server
 # and the 2-node job (16 GB a node), so that all three run at once (each trial one of her 4 GPUs: one at a time).
-SWEEP = {"template": "chexnet", "memory_gb": 4, "epochs": 10, "sweep": {"trials": 4}}
+SWEEP: dict[str, Any] = {"template": "chexnet", "memory_gb": 4, "epochs": 10, "sweep": {"trials": 4}}
+# The PyTorch program's job and sweep, on CPUs (her GPU quota of 4 is held by the three above): small enough to
+# fit beside them on the second node, and queued behind them where they do not (a queued job is hers too).
+TORCH_JOB: dict[str, Any] = {"template": "chexnet-torch", "nodes": 1, "gpus_per_node": 0, "cpus_per_task": 2,
+                             "memory_gb": 3, "epochs": 30}
+TORCH_SWEEP: dict[str, Any] = {"template": "chexnet-torch", "gpus_per_node": 0, "cpus_per_task": 1, "memory_gb": 2,
+                               "epochs": 10, "sweep": {"trials": 2}}
+ENDED_BADLY = {"FAILED", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
 
 def spawned(client: HubClient, fields: dict) -> dict:
@@ -51,7 +61,7 @@ def slurm() -> None:
     print(f"her server: {SLURM_HUB}{server['url']}")
     api = client.token_session(USER, "newcomer")
     submitted = []
-    for request in (JOB, SWEEP):
+    for request in (JOB, SWEEP, TORCH_JOB, TORCH_SWEEP):
         answer = api.post(f"{SLURM_HUB}/services/portal/api/jobs", json=request, timeout=60)
         if answer.status_code != 201:
             raise SystemExit(f"the dashboard refused {request}: {answer.status_code} {answer.text[-500:]}")
@@ -61,7 +71,10 @@ def slurm() -> None:
     def running():
         states = {job: api.get(f"{SLURM_HUB}/services/portal/api/jobs/{job}", timeout=60).json()["state"]
                   for job in submitted}
-        return states if all(state == "RUNNING" for state in states.values()) else None
+        if failed := {job: state for job, state in states.items() if state in ENDED_BADLY}:
+            raise SystemExit(f"her work ended before the tests began: {failed}")
+        tensorflow = [states[job] for job in submitted[:2]]
+        return states if all(state == "RUNNING" for state in tensorflow) else None
     print(f"running: {wait_for(running, SERVER_S, interval=3, what='her job and sweep to run')}")
 
 
