@@ -177,8 +177,8 @@ def slurm_jobs(box: SlurmBox) -> dict[str, str]:
 
 
 def user_processes() -> dict[str, dict[str, Any]]:
-    """Every process of a demo user's, by "<pid> <start time>": its user, command line and Slurm job (from its
-    cgroup, where Slurm put it)."""
+    """Every process of a demo user's, by "<pid> <start time>": its user, command line, parent's pid and Slurm job
+    (from its cgroup, where Slurm put it)."""
     uids = {pwd.getpwnam(user).pw_uid: user for user in homes()}
     found = {}
     for proc in Path("/proc").iterdir():
@@ -188,7 +188,8 @@ def user_processes() -> dict[str, dict[str, Any]]:
             uid = proc.stat().st_uid
             if uid not in uids:
                 continue
-            started = (proc / "stat").read_text().rsplit(")", 1)[1].split()[19]
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            parent, started = fields[1], fields[19]
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             cgroups = (proc / "cgroup").read_text()
             environ = (proc / "environ").read_bytes()
@@ -199,6 +200,7 @@ def user_processes() -> dict[str, dict[str, Any]]:
         job = next((part[4:] for part in parts if part.startswith("job_")), "")
         node = next((part[6:] for part in parts if part.startswith("slurm_")), "")
         found[f"{proc.name} {started}"] = {"user": uids[uid], "cmdline": cmdline[:200], "job": job, "node": node,
+                                           "parent": parent,
                                            "test_box": node.startswith(TEST_NODE_PREFIX)
                                            or TEST_STATE.encode() in environ}
     return found
@@ -330,6 +332,26 @@ def compare_trees(before: dict[str, dict], after: dict[str, dict], marks: Marks,
     return problems
 
 
+UNENDED = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING")
+
+
+def array_tasks_fine(job: str, jobs_after: dict[str, str]) -> bool:
+    """A pending job array's record ("31_[0-3%2]") is gone once its tasks start: each task is then a record of its
+    own ("31_0"), and the array is as it was when every such task is queued, running or ended well."""
+    array = re.fullmatch(r"(\d+)_\[.*\]", job)
+    tasks = [state for name, state in jobs_after.items()
+             if array and re.fullmatch(rf"{array.group(1)}_(\d+|\[.*\])", name)]
+    return bool(tasks) and all(state in (*UNENDED, *ENDED_WELL) for state in tasks)
+
+
+def parent_lives(process: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether the process's parent, of the same Slurm job, runs still: the job's own program then ended it (a data
+    loader's worker of an epoch that is over). What this lets pass, a child killed by someone else while its parent
+    lives on, shows in its job's end, which the jobs' check reads."""
+    return any(key.split()[0] == process.get("parent") and other["job"] == process["job"]
+               and key in after["processes"] for key, other in before["processes"].items())
+
+
 def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
             mailbox: Callable[[str], bytes] = read_mailbox,
             culled: Callable[[dict[str, int]], dict[str, set[str]]] = culled_since) -> list[str]:
@@ -348,9 +370,8 @@ def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
     jobs_before, jobs_after = before["slurm"], after["slurm"]
     for job, state in jobs_before.items():
         now = jobs_after.get(job)  # None: no longer known to the box's slurmctld and accounting
-        if state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING") and \
-                now not in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", *ENDED_WELL) and \
-                not (job in culled_jobs and now == "CANCELLED"):
+        if state in UNENDED and now not in (*UNENDED, *ENDED_WELL) and not (job in culled_jobs and now == "CANCELLED") \
+                and not (now is None and state == "PENDING" and array_tasks_fine(job, jobs_after)):
             problems.append(f"Slurm job {job} of the user's box: {state} before, {now} after")
     running = job_dirs_that_ran(jobs_before, jobs_after)
     for user, tree_before in before["homes"].items():
@@ -375,7 +396,8 @@ def compare(before: dict[str, Any], after: dict[str, Any], cluster: str,
         if process["test_box"] or key in after["processes"]:
             continue
         state = jobs_after.get(process["job"], "") if process["job"] else ""
-        if not (process["job"] and (state in ENDED_WELL or process["job"] in culled_jobs)):
+        if not (process["job"] and (state in ENDED_WELL or process["job"] in culled_jobs
+                                    or (state in UNENDED and parent_lives(process, before, after)))):
             problems.append(f"process {key.split()[0]} of {process['user']} ({process['cmdline'][:80]}): gone"
                             + (f"; its Slurm job {process['job']} is {state or 'unknown'}" if process["job"] else ""))
     for uid, pod in before["pods"].items():

@@ -55,6 +55,23 @@ def test_what_the_users_box_does_meanwhile_is_not_harm():
     assert check(boxes(HOME), boxes(marked)) == ["~alice/jobs/dsportal_test: the test box's, left behind"]
 
 
+def test_a_running_jobs_own_children_and_a_started_arrays_record_may_go():
+    """Found in the newcomer's order (2026-12-04): the PyTorch job's data loader workers of a past epoch are gone
+    while their parent trains on, and a pending sweep's array record ("5_[0-1%2]") is replaced by its tasks' once
+    they start. Neither is harm; the same without the parent, or with a task cancelled, is."""
+    loader = {"1002 557": {"user": "alice", "cmdline": "python -m chexnet_torch.train", "job": "11", "node": "node1",
+                           "test_box": False, "parent": "1001"}}
+    trainer = {key: {**value, "parent": "900"} for key, value in JOB.items()}
+    before = boxes(HOME, {"11": "RUNNING", "5_[0-1%2]": "PENDING"}, {**trainer, **loader})
+    assert check(before, boxes(HOME, {"11": "RUNNING", "5_0": "RUNNING", "5_[1%2]": "PENDING"}, trainer)) == []
+    assert check(before, boxes(HOME, {"11": "RUNNING", "5_0": "COMPLETED", "5_1": "CANCELLED"}, {})) == [
+        "Slurm job 5_[0-1%2] of the user's box: PENDING before, None after",
+        "process 1001 of alice (python -m chexnet.train): gone; its Slurm job 11 is RUNNING",
+        "process 1002 of alice (python -m chexnet_torch.train): gone; its Slurm job 11 is RUNNING"]
+    assert check(before, boxes(HOME, {"11": "RUNNING"}, trainer)) == [
+        "Slurm job 5_[0-1%2] of the user's box: PENDING before, None after"]
+
+
 def test_a_server_its_own_hubs_idle_culler_stopped_is_the_users_box_doing_not_harm():
     """A run longer than the box's cull_idle_timeout: alice's idle server is culled by her own hub, its Slurm job
     CANCELLED and its processes gone. The same with no cull in her hub's log is the tests' harm; bob's cull does
