@@ -128,15 +128,34 @@ def tree(root: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-def pruned(found: dict[str, dict[str, Any]], marks: Marks) -> dict[str, dict[str, Any]]:
+def pruned(found: dict[str, dict[str, Any]], marks: Marks,
+           made: frozenset[str] = frozenset()) -> dict[str, dict[str, Any]]:
     """The tree less the test box's marks and the directories that hold nothing but marks (the way the box made to
-    them, which its cleanup removes; a killed session's, which the next one removes after this snapshot)."""
+    them, which its cleanup removes; a killed session's, which the next one removes after this snapshot). A directory
+    a killed session's ledger says it made (`made`) goes too once nothing but marks is left in it, even empty: the
+    next session removes it then."""
     keep = {relative for relative in found if not marks.holds(relative)}
     for folder in sorted((r for r in keep if stat.S_ISDIR(found[r]["type"])), key=lambda r: -r.count("/")):
         inside = [r for r in found if r.startswith(folder + "/")]
-        if inside and all(r not in keep for r in inside):
+        if (inside or folder in made) and all(r not in keep for r in inside):
             keep.discard(folder)
     return {relative: found[relative] for relative in keep}
+
+
+def killed_sessions_made(state: Path | None = None) -> dict[str, frozenset[str]]:
+    """Per user, the directories that killed test sessions made on the way to their marks: their ledgers
+    (tests/conftest.py's homes_ledger, and each release box's), which the next session replays before its own."""
+    state = state or Path(TEST_STATE)
+    made: dict[str, set[str]] = {}
+    for ledger in (state / "homes-ledger.json", *state.parent.glob(f"{state.name}-slurm-*.homes-ledger.json")):
+        try:
+            held = json.loads(ledger.read_text())
+        except (OSError, ValueError):
+            continue
+        for user, paths in (held.items() if isinstance(held, dict) else ()):
+            if isinstance(paths, list):
+                made.setdefault(str(user), set()).update(p for p in paths if isinstance(p, str))
+    return {user: frozenset(paths) for user, paths in made.items()}
 
 
 def homes() -> dict[str, Path]:
@@ -249,11 +268,13 @@ def daemons(box: SlurmBox) -> dict[str, bool]:
 def snapshot(cluster: str = TEST_CLUSTER, marks_kept: bool = False) -> dict[str, Any]:
     """What the users' boxes hold now. Before the suites the test box's marks are left out (a killed session's,
     which the next one removes); after them (`marks_kept`) they are kept, so that one left behind is named."""
-    def home_tree(home: Path) -> dict[str, dict[str, Any]]:
-        return tree(home) if marks_kept else pruned(tree(home), Marks(cluster))
+    made = killed_sessions_made()
+
+    def home_tree(user: str, home: Path) -> dict[str, dict[str, Any]]:
+        return tree(home) if marks_kept else pruned(tree(home), Marks(cluster), made.get(user, frozenset()))
     box = users_slurm_box()
     return {"slurm_box": {"state": str(box.state), "cluster": box.cluster},
-            "homes": {user: home_tree(home) for user, home in homes().items()},
+            "homes": {user: home_tree(user, home) for user, home in homes().items()},
             "kube_homes": {user: tree(KUBE_BOX / "volumes" / "home" / user) for user in DEMO_USERS},
             "mail": mailboxes(), "slurm": slurm_jobs(box), "processes": user_processes(), "pods": kube_pods(),
             "daemons": daemons(box), "hub_logs": hub_logs()}

@@ -4,6 +4,7 @@ kind of harm, and takes what the users' own boxes do meanwhile for what it is.""
 from __future__ import annotations
 
 import hashlib
+import json
 import stat
 
 from tests.users_boxes import Marks, compare
@@ -141,6 +142,24 @@ def test_the_way_a_killed_session_made_to_its_marks_is_not_the_users():
              ".cache/dsportal/servers/dsportal_test": entry(9, DIR), ".cache/pip": entry(10, DIR),
              "empty": entry(11, DIR)}
     assert sorted(pruned(found, Marks("dsportal_test"))) == [".cache", ".cache/pip", "empty"]
+
+
+def test_an_empty_directory_a_killed_session_made_is_not_the_users(tmp_path):
+    """A killed session made ~bob/jobs on the way to its marks, and its marks were removed by hand: the next session
+    replays the killed one's ledger and removes the empty ~bob/jobs, so the snapshot before it leaves it out. An
+    empty directory that no ledger names is the user's."""
+    from tests.users_boxes import Marks, killed_sessions_made, pruned
+
+    state = tmp_path / "dsportal-test"
+    state.mkdir()
+    (state / "homes-ledger.json").write_text(json.dumps({"bob": ["jobs"]}))
+    (tmp_path / "dsportal-test-slurm-24.11.homes-ledger.json").write_text(json.dumps({"bob": [".config"], "x": 3}))
+    (tmp_path / "dsportal-test-slurm-25.05.homes-ledger.json").write_text("{not json")
+    made = killed_sessions_made(state)
+    assert made == {"bob": frozenset({"jobs", ".config"})}
+    found = {"jobs": entry(3, DIR), ".config": entry(4, DIR), ".config/app": entry(5, DIR), "empty": entry(6, DIR)}
+    assert sorted(pruned(found, Marks("dsportal_test"), made["bob"])) == [".config", ".config/app", "empty"]
+    assert killed_sessions_made(tmp_path / "none") == {}
 
 
 def test_the_marks_are_the_test_boxes_own_on_every_release():
