@@ -109,7 +109,7 @@ from portal.config import load  # noqa: E402  (after DSPORTAL_CONFIG is set)
 from portal.inputs import seconds_of  # noqa: E402
 from portal.runas import RUNUSER  # noqa: E402
 from spawners.slurm_script import server_log_dir  # noqa: E402
-from tests.users_boxes import pid_file_alive  # noqa: E402
+from tests.users_boxes import HOMES_LEDGER, pid_file_alive  # noqa: E402
 
 PASSWORDS = {"alice": "wonderland", "bob": "builder", "mallory": "mallory", "admin": "admin-demo"}
 
@@ -411,9 +411,6 @@ def stale_configs_removed() -> None:
         pid = path.suffixes[-2].lstrip(".") if len(path.suffixes) >= 2 else ""
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             path.unlink(missing_ok=True)
-
-
-HOMES_LEDGER = "homes-ledger.json"  # in TEST_STATE while a session runs
 
 
 @pytest.fixture(scope="session")

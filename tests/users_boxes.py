@@ -142,12 +142,26 @@ def pruned(found: dict[str, dict[str, Any]], marks: Marks,
     return {relative: found[relative] for relative in keep}
 
 
+HOMES_LEDGER = "homes-ledger.json"  # in the Slurm test box's state dir while a session runs (tests/conftest.py)
+
+
+def release_state(state: Path, release: str) -> Path:
+    """The state dir of the box on another Slurm release (tests/slurm_versions), beside the test box's `state`."""
+    return state.with_name(f"{state.name}-slurm-{release}")
+
+
+def release_ledger(state: Path) -> Path:
+    """Where a release box's session keeps its ledger: beside its state dir, which the session removes at start."""
+    return state.with_name(f"{state.name}.{HOMES_LEDGER}")
+
+
 def killed_sessions_made(state: Path | None = None) -> dict[str, frozenset[str]]:
     """Per user, the directories that killed test sessions made on the way to their marks: their ledgers
     (tests/conftest.py's homes_ledger, and each release box's), which the next session replays before its own."""
     state = state or Path(TEST_STATE)
     made: dict[str, set[str]] = {}
-    for ledger in (state / "homes-ledger.json", *state.parent.glob(f"{state.name}-slurm-*.homes-ledger.json")):
+    releases = state.parent.glob(release_ledger(release_state(state, "*")).name)
+    for ledger in (state / HOMES_LEDGER, *releases):
         try:
             held = json.loads(ledger.read_text())
         except (OSError, ValueError):

@@ -22,6 +22,7 @@ import pytest
 
 from portal.config import PortalConfig, load
 from tests.conftest import CLUSTER, PORT_OFFSET, TEST_STATE, Hub, box, box_settings, homes_ledger, remove_marks
+from tests.users_boxes import release_ledger, release_state
 
 RELEASES = tuple(os.environ.get("DSPORTAL_TEST_SLURM_RELEASES", "24.11").replace(",", " ").split())
 # Per release: its ports' offset beside the test box's, its nodes' prefix and its part of 198.18.0.0/24.
@@ -48,7 +49,7 @@ class ReleaseBox:
 
 def release_settings(release: str) -> tuple[Path, dict[str, object]]:
     offset, prefix, subnet = PLACES[release]
-    state = TEST_STATE.with_name(f"{TEST_STATE.name}-slurm-{release}")
+    state = release_state(TEST_STATE, release)
     cluster = f"{CLUSTER}_slurm{release.replace('.', '')}"
     settings = box_settings(cluster, state, PORT_OFFSET + offset, prefix, subnet)
     settings["slurm_bin_dir"] = f"/opt/dsportal/slurm/{release}/bin"
@@ -73,7 +74,7 @@ def release_box(request) -> ReleaseBox:
     atexit.register(settings_file.unlink, missing_ok=True)
     box("down", check=False, settings=settings_file)
     cluster = str(settings["cluster_name"])
-    ledger_file = state.with_name(f"{state.name}.homes-ledger.json")
+    ledger_file = release_ledger(state)
     if ledger_file.exists():  # a killed session's
         remove_marks(json.loads(ledger_file.read_text()), cluster)
     shutil.rmtree(state, ignore_errors=True)
