@@ -58,7 +58,7 @@ from portal.scheduler.usage import UsageReport
 DEFAULT_POLL_S = 5.0
 __all__ = ["SCHEDULERS", "Job", "JobAccessError", "JobLimits", "JobNotFound", "JobSpec", "JobSpecError",
            "NoAccounting", "RunMetrics", "SchedulerError", "SchedulerUnavailable", "UnknownScheduler",
-           "UnreadableJob", "UnreadableRecord", "UsageReport", "cancel", "get", "job_entries", "jobs",
+           "UnreadableJob", "UnreadableRecord", "UsageReport", "cancel", "get", "get_many", "job_entries", "jobs",
            "limits", "render", "submit", "usage", "validate"]
 
 
@@ -72,7 +72,7 @@ class Job:
     """One training job of one user, as its scheduler sees it now (every property asks afresh)."""
 
     def __init__(self, record: JobRecord, scheduler: Scheduler, user: Person, dir_stamp: str | None = None):
-        self.record, self.scheduler, self._user = record, scheduler, user
+        self.record, self.scheduler, self.person = record, scheduler, user
         # The job directory's inode when this process made it (submit): what job_entries will list for it.
         self.dir_stamp = dir_stamp
         # Set by `submit`: why the job will wait to start, from a look at the cluster just before; "" otherwise.
@@ -106,7 +106,7 @@ class Job:
 
     @property
     def state(self) -> str:
-        return self.scheduler.state(self.record, self._user)
+        return self.scheduler.state(self.record, self.person)
 
     @property
     def done(self) -> bool:
@@ -131,17 +131,15 @@ class Job:
     def logs(self, tail: int | None = None, task: int | None = None) -> str:
         """The job's output (stdout and stderr of every worker); "" before it starts. A sweep's: one task's
         (`task`, default 0)."""
-        if task is not None:
-            return self.scheduler.logs(self.record, self._user, tail, task)
-        return self.scheduler.logs(self.record, self._user, tail)
+        return self.scheduler.logs(self.record, self.person, tail, task)
 
     def cancel(self) -> None:
-        self.scheduler.cancel(self.record, self._user)
+        self.scheduler.cancel(self.record, self.person)
 
     def history(self) -> list[str]:
         """What happened across the job's runs ("requeued after node2 failed ...; resumed at epoch 3"); only Slurm
         runs a job again."""
-        return self.scheduler.history(self.record, self._user)
+        return self.scheduler.history(self.record, self.person)
 
     @property
     def plan(self) -> SweepPlan | None:
@@ -152,23 +150,21 @@ class Job:
         """A sweep's trials now: each task's parameters, state, AUROC, epochs, whether it was pruned; `best`."""
         if self.record.sweep is None:
             raise ValueError(f"job {self.id} is a single run, not a sweep")
-        return self.scheduler.sweep(self.record, self._user)
+        return self.scheduler.sweep(self.record, self.person)
 
     def model_card(self, task: int | None = None) -> dict[str, Any] | None:
         """What produced the run's checkpoint (chexnet.model_card), as the run wrote it beside the checkpoint;
         None until it has (a run writes it when training ends). A sweep's: the trial of task `task`."""
-        if task is not None:
-            return self.scheduler.model_card(self.record, self._user, task)
-        return self.scheduler.model_card(self.record, self._user)
+        return self.scheduler.model_card(self.record, self.person, task)
 
     def epochs(self, task: int | None = None) -> tuple[dict[int, dict], str]:
         """The run's per-epoch record ({epoch: its schema-checked line}) and why any of it is missing; a sweep's:
         the trial of task `task`."""
-        return self.scheduler.epochs(self.record, self._user, task)
+        return self.scheduler.epochs(self.record, self.person, task)
 
     def metrics(self) -> RunMetrics:
         """Images/sec and AUROC so far, from the run's TensorBoard logdir."""
-        return self.scheduler.metrics(self.record, self._user)
+        return self.scheduler.metrics(self.record, self.person)
 
     def queued(self, snapshot: Any) -> Any:
         """The job's line in a snapshot of its scheduler's queue (portal.scheduler.snapshot), or None."""
@@ -271,17 +267,17 @@ def submit(spec: JobSpec | Mapping[str, Any], scheduler: str | None = None, user
     return job
 
 
-def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True) -> Job:
-    """A Slurm or local job, from its ~/jobs/<cluster>/<id>/job.json (or, where `jobs_old_layout` is on and this
-    cluster has no directory of that id, the older layout's ~/jobs/<id>/job.json), checked with its scheduler
-    (unless `check` is False: then the caller must ask the scheduler for the job's state, which makes the same
-    check, before showing it). JobNotFound without a record; UnreadableRecord for one that is not a record of this
-    user's job."""
+def _load(who: JobUser, job_id: str, cfg: PortalConfig, check: bool = True, text: str | None = None) -> Job:
+    """A Slurm or local job, from its ~/jobs/<cluster>/<id>/job.json (`text`: as already read; or, where
+    `jobs_old_layout` is on and this cluster has no directory of that id, the older layout's ~/jobs/<id>/job.json),
+    checked with its scheduler (unless `check` is False: then the caller must ask the scheduler for the job's state,
+    which makes the same check, before showing it). JobNotFound without a record; UnreadableRecord for one that is
+    not a record of this user's job."""
     missing = JobNotFound(f"job {str(job_id)[:40]}: not found among {who.name}'s jobs")
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):  # ids become paths: nothing like "../bob"
         raise missing
     job_dir = cluster_jobs_dir(who.home, cfg.cluster_name) / job_id
-    text = who.read_text(job_dir / RECORD_FILE, MAX_RECORD_BYTES)
+    text = text if text is not None else who.read_text(job_dir / RECORD_FILE, MAX_RECORD_BYTES)
     if text is None and cfg.jobs_old_layout and not who.exists(job_dir):  # mid-submit: no job.json yet
         job_dir = old_jobs_dir(who.home) / job_id
         text = who.read_text(job_dir / RECORD_FILE, MAX_RECORD_BYTES)
@@ -314,6 +310,28 @@ def get(job_id: str, user: str | None = None, groups: Sequence[str] | None = Non
         except RecordError as err:  # an MPIJob of the user's whose annotations were edited
             raise UnreadableRecord(UnreadableJob(job_id, who.name, f"MPIJob {job_id}", str(err))) from None
     return _load(job_user(user, groups), job_id, cfg, check)
+
+
+def get_many(job_ids: Sequence[str], user: str | None = None, groups: Sequence[str] | None = None,
+             cfg: PortalConfig | None = None) -> dict[str, Job | JobNotFound | UnknownScheduler | UnreadableRecord]:
+    """get(check=False) of each of job_entries' ids, or the error it raises (load_many)."""
+    return load_many(job_user(user, groups), job_ids, cfg or load())
+
+
+def load_many(who: JobUser, job_ids: Sequence[str], cfg: PortalConfig
+              ) -> dict[str, Job | JobNotFound | UnknownScheduler | UnreadableRecord]:
+    """_load(check=False) of each id, or its error: the records in the cluster's directory read as the user in one
+    process per READ_MANY_AT_ONCE (a list of 50 jobs was 50 processes); one not read there is read alone."""
+    mine = cluster_jobs_dir(who.home, cfg.cluster_name)
+    texts = who.read_texts([mine / job_id / RECORD_FILE for job_id in job_ids if JOB_ID.match(job_id)],
+                           MAX_RECORD_BYTES)
+    found: dict[str, Job | JobNotFound | UnknownScheduler | UnreadableRecord] = {}
+    for job_id in job_ids:
+        try:
+            found[job_id] = _load(who, job_id, cfg, False, texts.get(mine / job_id / RECORD_FILE, (None, ""))[0])
+        except (JobNotFound, UnknownScheduler, UnreadableRecord) as err:
+            found[job_id] = err
+    return found
 
 
 def job_entries(user: str | None = None, groups: Sequence[str] | None = None,

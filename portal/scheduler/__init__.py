@@ -85,6 +85,9 @@ class Scheduler(Protocol[P]):
     records_in_home: bool
     queue_in_snapshot: bool  # its jobs are in the snapshot's queue (`queued`); else each job's `state` is asked
     sweeps: bool  # it runs sweeps (portal.records.sweep): `submit` and `render` take a plan, `sweep` reads one
+    # The files of a job's directory that `state` reads, each with its read's limit: a list reads them for all its
+    # jobs at once (portal.records.readahead); () where `state` reads none
+    state_files: tuple[tuple[str, int], ...]
 
     def person(self, user: str | None, groups: Sequence[str] | None) -> P:
         """The scheduler's view of the person called `user` with the hub's `groups` (None: the calling process's

@@ -87,6 +87,8 @@ class LocalScheduler(JobsInHome):
     script_file = "job.sh"  # in the job's directory, beside job.json
     job_ids: ClassVar[re.Pattern[str]] = LOCAL_ID  # local-<date>T<time>-<random>
     sweeps = False  # a sweep is a Slurm job array (portal.records.sweep)
+    # `state`'s reads, in its order
+    state_files: tuple[tuple[str, int], ...] = ((EXIT_STATUS_FILE, 64), (CANCELLED_FILE, 64), (PID_FILE, 64))
     new_id = staticmethod(new_local_id)  # a new job's id, of `job_ids` (a subclass with its own ids names them)
 
     def __init__(self, cfg: PortalConfig):

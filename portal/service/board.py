@@ -35,12 +35,13 @@ from typing import Any, Generic
 from portal import jobs as jobs_api
 from portal import settings as user_settings
 from portal.config import PortalConfig
-from portal.errors import Busy
+from portal.errors import Busy, SchedulerError
 from portal.inputs import one_line
 from portal.jobs import Job, JobAccessError, JobNotFound, UnreadableJob, UnreadableRecord
 from portal.quota import array_claim
 from portal.records.account import JobUser, job_user
 from portal.records.limits import JobLimits
+from portal.records.readahead import reading_ahead
 from portal.records.record import CANCELLED, ENDED_STATES, PENDING
 from portal.scheduler import P, Scheduler
 from portal.scheduler.registry import scheduler_for
@@ -145,19 +146,21 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]
         if not self.scheduler.records_in_home:  # the records are the scheduler's (Jobs, MPIJobs): one call lists them
             found = {job.id: ("", job) for job in self.api.jobs(user=user.name, groups=user.groups, cfg=self.cfg)}
         else:
+            entries = self.api.job_entries(user=user.name, groups=user.groups, cfg=self.cfg)
+            new = [job_id for job_id, stamp in entries if job_id not in known or known[job_id][0] != stamp]
+            # Read together; the owner is checked with the scheduler when the job's state is asked (state_of).
+            loaded = self.api.get_many(new, user=user.name, groups=user.groups, cfg=self.cfg) if new else {}
             found = {}
-            for job_id, stamp in self.api.job_entries(user=user.name, groups=user.groups, cfg=self.cfg):
-                if job_id in known and known[job_id][0] == stamp:
+            for job_id, stamp in entries:
+                job = loaded.get(job_id)
+                if job is None:  # known, its directory the same
                     found[job_id] = known[job_id]
-                    continue
-                try:  # the owner is checked with the scheduler when the job's state is asked (state_of)
-                    found[job_id] = (stamp, self.api.get(job_id, user=user.name, groups=user.groups, cfg=self.cfg,
-                                                         check=False))
-                except (JobNotFound, jobs_api.UnknownScheduler):
-                    continue  # not a job directory of this user's (or mid-submit: job.json not written yet)
-                except UnreadableRecord as err:
+                elif isinstance(job, Job):
+                    found[job_id] = (stamp, job)
+                elif isinstance(job, UnreadableRecord):
                     # No stamp: read again at the next scan (a record being written may just be incomplete).
-                    found[job_id] = (None, err.job)
+                    found[job_id] = (None, job.job)
+                # else not a job directory of this user's (or mid-submit: job.json not written yet)
         records = UserRecords(scanned_at, found, dir_stamp)
         with self._records_lock:
             self._records[user.name] = records
@@ -233,6 +236,28 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]
             self._ended[key] = state
             self._states.drop(key)
         return self._ended[key], self._elapsed.get(key, "")
+
+    def prime_states(self, jobs: Sequence[AnyJob], snapshot: ClusterSnapshot) -> None:
+        """Ask now, together, the states that state_of would ask of these jobs one by one: their scheduler's
+        `state_files` read in one process as their owner (portal.records.readahead), not a few each. A job whose
+        state fails here is left to state_of, which asks again and says why."""
+        with self._acted_lock:
+            submitted = set(self._submitted)
+        todo = [job for job in jobs if isinstance(job, Job) and job.scheduler.state_files
+                and job.queued(snapshot) is None and job_key(job) not in self._ended
+                and job_key(job) not in submitted and self._states.get(job_key(job)) is None]
+        owner = todo[0].person if todo else None
+        if len(todo) < 2 or not isinstance(owner, JobUser) or any(job.person != owner for job in todo):
+            return  # one job is asked as before; the jobs of one list are one owner's
+        ahead = reading_ahead(owner, ((job.record.job_dir / name, limit) for job in todo
+                                      for name, limit in job.scheduler.state_files))
+        for job in todo:
+            with contextlib.suppress(JobNotFound, SchedulerError):
+                state = job.scheduler.state(job.record, ahead)
+                if state in ENDED_STATES:
+                    self._ended[job_key(job)] = state  # for good, as state_of keeps it
+                else:
+                    self._states.put(job_key(job), state)
 
     def summary(self, job: AnyJob, snapshot: ClusterSnapshot | None = None, wait: bool = True,
                 viewer: str | None = None) -> dict[str, Any]:

@@ -55,6 +55,8 @@ class ManyUsersViews:
         def summary(self, job: AnyJob, snapshot: ClusterSnapshot | None = None, wait: bool = True,
                     viewer: str | None = None) -> dict[str, Any]: ...
 
+        def prime_states(self, jobs: Sequence[AnyJob], snapshot: ClusterSnapshot) -> None: ...
+
     def job_rows(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> list[dict[str, Any]]:
         """The user's jobs, newest first; an admin's list has every user in `everyone` too (`job_list`)."""
         return self.job_list(user, everyone)["jobs"]
@@ -88,6 +90,7 @@ class ManyUsersViews:
         except JobAccessError:
             return []  # a hub user with no account on this machine has no jobs here
         listed = []
+        self.prime_states(found, snapshot)
         for job in found:
             try:
                 listed.append(self.summary(job, snapshot, wait=False, viewer=viewer))

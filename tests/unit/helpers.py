@@ -23,7 +23,7 @@ from jupyterhub.services.auth import HubOAuth
 from chexnet.callbacks import TAG_THROUGHPUT
 from portal.config import PortalConfig
 from portal.directory import Group
-from portal.jobs import Job, JobNotFound, JobSpecError
+from portal.jobs import Job, JobNotFound, JobSpecError, UnreadableRecord
 from portal.metrics import TAG_AUROC_MEAN, TAG_LOSS_VAL
 from portal.quota import GpuQuota
 from portal.records.account import job_user
@@ -269,6 +269,15 @@ class FakeJobsAPI:
             if job.id == job_id:
                 return job
         raise JobNotFound(f"job {job_id}: not found among {user}'s jobs")
+
+    def get_many(self, job_ids, user, groups, cfg):
+        found = {}
+        for job_id in job_ids:
+            try:
+                found[job_id] = self.get(job_id, user, groups, cfg, check=False)
+            except (JobNotFound, UnreadableRecord) as err:
+                found[job_id] = err
+        return found
 
     def submit(self, spec, user, groups, cfg, limits=None):
         self._check()

@@ -110,6 +110,7 @@ class KubernetesScheduler(PodOutput):
 
     records_in_home = False  # each job's record is its launcher Job or MPIJob (`records`, `load`)
     queue_in_snapshot = False
+    state_files: tuple[tuple[str, int], ...] = ()  # a job's state is its Job's or MPIJob's
 
     def person(self, user: str | None, groups: Sequence[str] | None) -> KubeUser:
         return kube_user(user, groups, self.cfg)

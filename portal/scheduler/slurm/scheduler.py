@@ -85,6 +85,8 @@ class SlurmScheduler(JobsInHome):
     job_ids: ClassVar[re.Pattern[str]] = SLURM_ID  # a sweep's: its array's id
     sweeps = True  # a sweep is a job array (portal.records.sweep)
     queue_in_snapshot = True  # its jobs are in the snapshot's queue (`queued`)
+    # what `state` reads once Slurm forgets a job
+    state_files: tuple[tuple[str, int], ...] = ((FINAL_STATE_FILE, 64), (EXIT_STATUS_FILE, 64))
 
     def __init__(self, cfg: PortalConfig, run: Callable[[Sequence[str]], str] | None = None):
         self.cfg = cfg
@@ -376,7 +378,7 @@ def _left_behind(record: JobRecord, user: JobUser) -> str | None:
 
 def _remember(record: JobRecord, user: JobUser, state: str) -> None:
     final = record.job_dir / FINAL_STATE_FILE
-    if user.read_text(final) is None:
+    if user.read_text(final, 64) is None:
         try:
             user.write_text(final, state + "\n")
         except subprocess.CalledProcessError:

@@ -107,6 +107,35 @@ def test_plain_files_read_as_before(tmp_path, me):
     assert me.read_text(tmp_path / "empty") == "" and me.tail(tmp_path / "empty", 5) == ""
 
 
+def test_many_files_read_in_one_process_answer_as_each_read_alone(tmp_path, me, monkeypatch):
+    """read_texts: every kind of file gives what read_text_why gives it, in one process per READ_MANY_AT_ONCE
+    paths; a process whose answer is not READ_MANY's gives way to reading each path alone."""
+    fifo(tmp_path / "fifo")
+    device_link(tmp_path / "zero")
+    directory(tmp_path / "dir")
+    huge_sparse_file(tmp_path / "huge", 1024**3)
+    (tmp_path / "plain").write_bytes(b"line \xff one\nline two\n\n")
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "plain")
+    names = ["fifo", "zero", "dir", "huge", "plain", "empty", "link", "missing", "no-dir/file"]
+    paths = [tmp_path / name for name in names] * 15  # 135: two processes
+    alone = {path: me.read_text_why(path, 100) for path in paths}
+    assert alone[tmp_path / "plain"] == ("line \ufffd one\nline two\n\n", "")
+    assert len(alone[tmp_path / "huge"][0]) == 101 and alone[tmp_path / "link"][0] is None
+    assert alone[tmp_path / "fifo"] == (None, "a fifo, not a regular file")
+    assert alone[tmp_path / "missing"] == alone[tmp_path / "no-dir/file"] == (None, "")
+    runs = []
+    real_run = account.JobUser.run
+    monkeypatch.setattr(account.JobUser, "run",
+                        lambda self, argv, **kw: runs.append(argv[0]) or real_run(self, argv, **kw))
+    assert me.read_texts(paths, 100) == alone
+    assert runs == ["/bin/bash", "/bin/bash"]
+    monkeypatch.setattr(account, "READ_MANY", 'echo " 0 " "$@"')  # an answer of the wrong shape
+    runs.clear()
+    assert me.read_texts(paths[:9], 100) == {path: alone[path] for path in paths[:9]}
+    assert runs == ["/bin/bash", *["/bin/sh"] * 9]
+
+
 def test_event_files_that_are_no_regular_files_are_not_read(tmp_path):
     from portal.metrics import read_run_metrics
 

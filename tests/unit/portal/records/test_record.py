@@ -13,7 +13,7 @@ import pytest
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
-from portal.jobs import JobNotFound, UnreadableJob, UnreadableRecord, _load, listed_jobs
+from portal.jobs import JobNotFound, UnreadableJob, UnreadableRecord, _load, listed_jobs, load_many
 from portal.records.account import JobUser
 from portal.records.record import JOB_ID, JobRecord, RecordError, RecordPlace, exit_code
 from portal.records.spec import JobSpec
@@ -84,6 +84,9 @@ class HomeJobsAPI:
 
     def get(self, job_id, user, groups, cfg, check=True):
         return _load(home_user(self.root, user), str(job_id), cfg, check=False)
+
+    def get_many(self, job_ids, user, groups, cfg):
+        return load_many(home_user(self.root, user), job_ids, cfg)
 
     def usage(self, **kwargs):
         raise SlurmError("no accounting here")
@@ -304,6 +307,24 @@ def test_the_rescan_carries_on_and_a_fixed_record_is_read_again(tmp_path):
     board.job_rows(HubUser("alice"))  # due: rescanned
     rows = {r["id"]: r["state"] for r in board.job_rows(HubUser("alice"))}
     assert rows == {LOCAL_ID: "COMPLETED", OTHER_ID: "UNREADABLE"}
+
+
+def test_a_first_list_reads_its_records_and_its_states_files_in_a_process_each_whatever_its_length(tmp_path,
+                                                                                                    monkeypatch):
+    """The board's first list of a user's jobs: every job.json in one process as him (portal.jobs.load_many), then
+    the files each job's state reads in one more (Board.prime_states): 2 processes for 12 ended jobs, where each
+    read was a process of its own (36 and more). The rows are what each job's own files say."""
+    ids = [f"local-20261122T1010{second:02d}-abcdef" for second in range(12)]
+    for number, job_id in enumerate(ids):
+        write_job(tmp_path, "alice", job_id, good_record(tmp_path, job_id=job_id), exit_status=str(number % 2))
+    runs: list[str] = []
+    real_run = JobUser.run
+    monkeypatch.setattr(JobUser, "run", lambda self, argv, **kw: runs.append(argv[0]) or real_run(self, argv, **kw))
+    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free), api=HomeJobsAPI(tmp_path),
+                     refresher=fakes_refresher())
+    rows = {row["id"]: row["state"] for row in board.job_rows(HubUser("alice"))}
+    assert rows == {job_id: "FAILED" if number % 2 else "COMPLETED" for number, job_id in enumerate(ids)}
+    assert runs == ["/bin/bash", "/bin/bash"], runs
 
 
 def fakes_refresher():

@@ -36,7 +36,7 @@ from tests.unit.portal.scheduler.contract_helpers import register_toy
 CONTRACT = [name for name, value in vars(Scheduler).items() if inspect.isfunction(value) and not name.startswith("_")]
 KEPT_RECORDS = [name for name, value in vars(KeepsRecords).items() if inspect.isfunction(value)
                 and not name.startswith("_")]
-ATTRIBUTES = ("name", "job_ids", "records_in_home", "queue_in_snapshot", "sweeps")
+ATTRIBUTES = ("name", "job_ids", "records_in_home", "queue_in_snapshot", "sweeps", "state_files")
 
 
 @pytest.fixture(params=[*SCHEDULERS, "toy"])

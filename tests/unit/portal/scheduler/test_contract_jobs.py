@@ -9,12 +9,15 @@ notebooks' portal.jobs)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from portal import errors
 from portal.errors import JobNotFound
 from portal.mlflow_accounts import Account
+from portal.records.account import JobUser
+from portal.records.readahead import reading_ahead
 from portal.records.spec import JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import parse_sweep
@@ -80,6 +83,30 @@ def test_a_jobs_state_is_what_its_cluster_answers(driver, state):
     job = submitted(driver)
     driver.answer(job, state)
     assert driver.scheduler.state(job, alice) == state
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "COMPLETED", "CANCELLED"])
+def test_a_state_asked_with_its_files_read_ahead_is_the_same_and_reads_no_file_alone(driver, state, monkeypatch):
+    """A list asks its jobs' states with each scheduler's `state_files` read together (portal.records.readahead):
+    each state is the one `state` gives alone, and every file `state` reads was among those read ahead."""
+    alice = driver.person("alice")
+    jobs = [submitted(driver), submitted(driver)]
+    for job in jobs:
+        driver.answer(job, "RUNNING")
+    if state != "RUNNING":
+        driver.answer(jobs[0], state) if state == "COMPLETED" else driver.scheduler.cancel(jobs[0], alice)
+    if not driver.scheduler.state_files:
+        assert not driver.scheduler.records_in_home  # Kubernetes: the state is its objects'
+        return
+    ahead = reading_ahead(alice, ((job.job_dir / name, limit) for job in jobs
+                                  for name, limit in driver.scheduler.state_files))
+    alone: list[Path] = []
+    reads = JobUser.read_text_why
+    monkeypatch.setattr(JobUser, "read_text_why", lambda self, path, limit=64: alone.append(path) or reads(
+        self, path, limit))
+    read_ahead = [driver.scheduler.state(job, ahead) for job in jobs]
+    assert not [path for path in alone if any(job.job_dir in path.parents for job in jobs)], alone
+    assert read_ahead == [driver.scheduler.state(job, alice) for job in jobs] == [state, "RUNNING"]
 
 
 def test_cancel_asks_the_cluster_to_cancel_that_job_and_no_other(driver):
