@@ -73,18 +73,16 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=meet,
                                 rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-    ended = False
     try:
         code = run(cfg, device)
-        ended = True
+        if distributed:  # rank 0's wrap-up (card, tracking) done before any rank tears its group down: a worker
+            dist.barrier()  # that did so first was killed by gloo ("terminate called without an active exception")
         return code
     except DataError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     finally:
         if distributed:
-            if ended:  # rank 0's wrap-up (card, tracking) done before any rank tears its group down: a worker that
-                dist.barrier()  # did so first was killed by gloo ("terminate called without an active exception")
             dist.destroy_process_group()
 
 

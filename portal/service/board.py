@@ -230,17 +230,23 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]
                 return PENDING, ""  # submitted (held, then released) after this squeue was asked
             state = self._states.get(key)
             if state is None:
-                state = self._states.put(key, job.state)
+                state = self._keep_state(key, job.state)
             if state not in ENDED_STATES:
                 return state, self._elapsed.get(key, "")
-            self._ended[key] = state
-            self._states.drop(key)
         return self._ended[key], self._elapsed.get(key, "")
 
+    def _keep_state(self, key: tuple[str, str, str], state: str) -> str:
+        """An ended state for good; any other for the refresh interval."""
+        if state in ENDED_STATES:
+            self._ended[key] = state
+            self._states.drop(key)
+        else:
+            self._states.put(key, state)
+        return state
+
     def prime_states(self, jobs: Sequence[AnyJob], snapshot: ClusterSnapshot) -> None:
-        """Ask now, together, the states that state_of would ask of these jobs one by one: their scheduler's
-        `state_files` read in one process as their owner (portal.records.readahead), not a few each. A job whose
-        state fails here is left to state_of, which asks again and says why."""
+        """The states state_of would ask of these jobs one by one, asked now with their `state_files` read in one
+        process as their owner (portal.records.readahead). A state that fails here is left to state_of."""
         with self._acted_lock:
             submitted = set(self._submitted)
         todo = [job for job in jobs if isinstance(job, Job) and job.scheduler.state_files
@@ -253,11 +259,7 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]
                                       for name, limit in job.scheduler.state_files))
         for job in todo:
             with contextlib.suppress(JobNotFound, SchedulerError):
-                state = job.scheduler.state(job.record, ahead)
-                if state in ENDED_STATES:
-                    self._ended[job_key(job)] = state  # for good, as state_of keeps it
-                else:
-                    self._states.put(job_key(job), state)
+                self._keep_state(job_key(job), job.scheduler.state(job.record, ahead))
 
     def summary(self, job: AnyJob, snapshot: ClusterSnapshot | None = None, wait: bool = True,
                 viewer: str | None = None) -> dict[str, Any]:
