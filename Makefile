@@ -49,25 +49,24 @@ down-k8s:
 builds:
 	@deploy/build-for-tests.sh
 
-# Every test, in four steps that all run even when one fails (docs/testing.md), after `make install` and `make builds`
+# Every test, in three steps that all run even when one fails (docs/testing.md), after `make install` and `make builds`
 # side by side (deploy/build-for-tests.sh --install) and `make lint`'s checks:
-# 1. the unit tests on three workers, each module whole on one (pytest-xdist, tests/conftest.py's work_unit_of: its
-#    module-scoped fixtures made once). Three workers, because the unit tests also wait on children, sockets and
-#    sleeps: 173 s against two workers' 202 s and four's 192 s on 2 cores (179 s in 692881b's whole run);
-# 2. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
-# 3. the suites against the test boxes, the Slurm box's and the Kubernetes box's side by side (pytest-xdist groups,
-#    one side per worker: tests/conftest.py), and on a third worker, niced, the sides that need no box (the
-#    training programs' tests, then the other Slurm releases); SUITE_WORKERS=1 runs them one after the other;
-# 4. the check that every file, record, process and mail of the users' boxes is as the suites found them.
+# 1. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
+# 2. one pytest session on three workers (pytest-xdist, one work unit per worker: tests/conftest.py's work_unit_of):
+#    the suites against the test boxes, the Slurm box's side and the Kubernetes box's side by side from the start,
+#    and on the third worker, niced, what needs no box: the unit tests (each module whole: its module-scoped
+#    fixtures made once), then the training programs' tests and the other Slurm releases. The Slurm side is the
+#    longest; run first and alone, the unit tests added about 2 minutes before it. SUITE_WORKERS=1 runs them one
+#    after the other;
+# 3. the check that every file, record, process and mail of the users' boxes is as the suites found them.
 UNIT_WORKERS ?= 3
 SUITE_WORKERS ?= 3
 SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions tests/programs
 test:
 	@deploy/build-for-tests.sh --install
 	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
-	$(PY) -m pytest -n $(UNIT_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests/unit || rc=$$?; \
 	$(PY) -m tests.users_boxes snapshot || rc=$$?; \
-	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) || rc=$$?; \
+	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests/unit $(SUITES) || rc=$$?; \
 	$(PY) -m pytest $(PYTEST_ARGS) tests/users || rc=$$?; exit $$rc
 
 unit: install

@@ -306,10 +306,11 @@ def work_unit_of(nodeid: str) -> str:
     return side
 
 
-# The sides that need no box train on the CPUs: with a worker of their own (SUITE_WORKERS=3), they run beside both
-# boxes' sides and take what CPU those leave, at a lower priority (nice), so that the boxes' timed waits (a node's
-# heartbeat, a pod's start) see the load they saw with two workers. Children (the training runs) inherit it.
-BOX_FREE_SIDES = ("training-tf", "programs")
+# The sides that need no box (the unit tests, the training programs'): with a worker of their own (SUITE_WORKERS=3),
+# they run beside both boxes' sides and take what CPU those leave, at a lower priority (nice), so that the boxes'
+# timed waits (a node's heartbeat, a pod's start) see the load they saw with two workers. Children (the training
+# runs) inherit it.
+BOX_FREE_SIDES = ("unit", "training-tf", "programs")
 BOX_FREE_NICENESS = 5
 
 
@@ -317,7 +318,7 @@ def pytest_runtest_setup(item):
     """Each test at its side's priority (BOX_FREE_NICENESS for the sides that need no box, else the worker's own):
     a worker that goes on to a box's side after a box-free one runs it at full priority again. Only in a pool of
     pytest-xdist workers beside a box's side (never in a plain run, nor in `make check`, whose program contract is
-    its longest part), and never for a unit test."""
+    its longest part)."""
     if not hasattr(item.config, "workerinput"):
         return
     started = getattr(item.config, "_dsportal_niceness", None)
@@ -333,11 +334,13 @@ def pytest_runtest_setup(item):
 def pytest_collection_modifyitems(session, config, items):
     """The images tests last on their side: they wait for the image build, which `make builds` did before the
     session (podman's layer cache answers in seconds). The programs' side last of all: the boxes' sides start
-    first, one on each worker; the sides that follow go, in this order, to the worker done first: the TensorFlow
-    program's tests, the other Slurm releases, the other programs' tests."""
+    first, one on each worker; the sides that follow go, in this order, to the worker done first: the unit tests
+    (`make test` runs them in the suites' session, each module a unit of work, while the Slurm side, the longest,
+    runs from the start), the TensorFlow program's tests, the other Slurm releases, the other programs' tests."""
     def last(chosen: Callable[[str], bool]) -> None:
         picked = [item for item in items if chosen(item.nodeid)]
         items[:] = [item for item in items if not chosen(item.nodeid)] + picked
+    last(lambda nodeid: nodeid.startswith(UNIT_PATH))
     last(lambda nodeid: nodeid.startswith(TRAINING_TF))
     last(lambda nodeid: nodeid.startswith("tests/slurm_versions/"))
     last(lambda nodeid: "tests/images/" in nodeid)

@@ -11,8 +11,6 @@ import pytest
 
 from tests.mlflow_server import Server, start
 
-ACCOUNTS_LOCK = "/run/lock/dsportal-demo-accounts.lock"
-
 
 @pytest.fixture(scope="session", autouse=True)
 def demo_accounts() -> None:
@@ -24,7 +22,7 @@ def demo_accounts() -> None:
         return
     from deploy.local.parts import slapd, users
 
-    with open(ACCOUNTS_LOCK, "w") as lock:  # the workers (pytest-xdist) one at a time
+    with open(users.ACCOUNTS_LOCK, "w") as lock:  # the workers (pytest-xdist) and a starting box one at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
         for name, gid, _ in slapd.DEMO_GROUPS:
             users.ensure_group(name, gid)

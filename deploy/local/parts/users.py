@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import grp
 import os
 import pwd
@@ -10,6 +11,10 @@ import stat
 from deploy.local.parts.layout import Layout
 from deploy.supervise import BoxError, run
 from portal.directory import ldap_connection
+
+# Who makes the demo accounts takes this lock first: a box's sync here, and the unit tests' own (tests/unit/conftest.py)
+# when they run beside a starting box (`make test`). Two useradd of one name at once: one of them fails.
+ACCOUNTS_LOCK = "/run/lock/dsportal-demo-accounts.lock"
 
 
 def sync_unix_users(lay: Layout) -> list[str]:
@@ -27,14 +32,16 @@ def sync_unix_users(lay: Layout) -> list[str]:
                 attributes=["uid", "uidNumber", "gidNumber", "homeDirectory", "loginShell", "cn"])
     users = [e.entry_attributes_as_dict for e in conn.entries]
     conn.unbind()
-    done = [ensure_group(name, gid) for name, gid, _ in groups]
-    for u in users:
-        first = {key: values[0] for key, values in u.items() if values}  # single-valued in practice
-        done.append(ensure_user(first["uid"], int(first["uidNumber"]), int(first["gidNumber"]),
-                                first["homeDirectory"], first.get("loginShell", "/bin/bash"), first.get("cn", "")))
-    local_users = {u["uid"][0] for u in users}
-    for name, _, members in groups:
-        done += [ensure_member(m, name) for m in members if m in local_users]
+    with open(ACCOUNTS_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = [ensure_group(name, gid) for name, gid, _ in groups]
+        for u in users:
+            first = {key: values[0] for key, values in u.items() if values}  # single-valued in practice
+            done.append(ensure_user(first["uid"], int(first["uidNumber"]), int(first["gidNumber"]),
+                                    first["homeDirectory"], first.get("loginShell", "/bin/bash"), first.get("cn", "")))
+        local_users = {u["uid"][0] for u in users}
+        for name, _, members in groups:
+            done += [ensure_member(m, name) for m in members if m in local_users]
     return [d for d in done if d]
 
 
