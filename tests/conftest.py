@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import pwd
@@ -250,15 +251,23 @@ TRAINING_TF = "tests/integration/test_training.py"
 UNIT_PATH = "tests/unit/"
 PROGRAM_PATHS = (TRAINING_TF, "tests/integration/test_corrupt_data.py", "tests/integration/test_torch_program.py",
                  "tests/programs/")
+# The suites' modules that need no box (real services or installs of their own, the demo accounts at most): a side
+# of their own after the boxes'. A clone of the checkout installed and run as alice (57 s of 8b61e8c's Slurm side),
+# the real proxy before a plain backend, the notebook helpers.
+NO_BOX_PATHS = ("tests/integration/test_checkout_anywhere.py", "tests/integration/test_proxy_hsts.py",
+                "tests/notebooks/test_helpers.py")
 
 
 def side_of(nodeid: str) -> str:
     """"slurm" or "kube": the test box a test (by its node id) runs against; "training-tf" and "programs" for the
     training programs' tests, which need no box; "releases" for the boxes on other
     Slurm releases (tests/slurm_versions), a side that starts on whichever worker is done first (the
-    Kubernetes side's, about 10 minutes before the Slurm side's); "unit" for the unit tests."""
+    Kubernetes side's, about 10 minutes before the Slurm side's); "unit" for the unit tests; "no-box" for the
+    suites' modules that need none (NO_BOX_PATHS)."""
     if nodeid.startswith(UNIT_PATH):
         return "unit"
+    if nodeid.startswith(NO_BOX_PATHS):
+        return "no-box"
     if nodeid.startswith("tests/slurm_versions/"):
         return "releases"
     if nodeid.startswith(TRAINING_TF):
@@ -310,7 +319,7 @@ def work_unit_of(nodeid: str) -> str:
 # they run beside both boxes' sides and take what CPU those leave, at a lower priority (nice), so that the boxes'
 # timed waits (a node's heartbeat, a pod's start) see the load they saw with two workers. Children (the training
 # runs) inherit it.
-BOX_FREE_SIDES = ("unit", "training-tf", "programs")
+BOX_FREE_SIDES = ("unit", "training-tf", "programs", "no-box")
 BOX_FREE_NICENESS = 5
 
 
@@ -336,7 +345,8 @@ def pytest_collection_modifyitems(session, config, items):
     session (podman's layer cache answers in seconds). The programs' side last of all: the boxes' sides start
     first, one on each worker; the sides that follow go, in this order, to the worker done first: the unit tests
     (`make test` runs them in the suites' session, each module a unit of work, while the Slurm side, the longest,
-    runs from the start), the TensorFlow program's tests, the other Slurm releases, the other programs' tests."""
+    runs from the start), the TensorFlow program's tests, the other Slurm releases, the suites' modules that need
+    no box, the other programs' tests."""
     def last(chosen: Callable[[str], bool]) -> None:
         picked = [item for item in items if chosen(item.nodeid)]
         items[:] = [item for item in items if not chosen(item.nodeid)] + picked
@@ -344,6 +354,7 @@ def pytest_collection_modifyitems(session, config, items):
     last(lambda nodeid: nodeid.startswith(TRAINING_TF))
     last(lambda nodeid: nodeid.startswith("tests/slurm_versions/"))
     last(lambda nodeid: "tests/images/" in nodeid)
+    last(lambda nodeid: nodeid.startswith(NO_BOX_PATHS))
     last(lambda nodeid: nodeid.startswith(PROGRAM_PATHS) and not nodeid.startswith(TRAINING_TF))
 
 
@@ -458,6 +469,28 @@ class BoxRestarts:
     """What the box_up fixture did: a restart that failed is not tried again (its failure stays one failure)."""
 
     failed = ""
+
+
+@pytest.fixture(scope="session")
+def demo_accounts() -> None:
+    """alice, bob, ... as Unix accounts, with the uids and groups of the demo directory (deploy/local/parts/slapd.py),
+    as `make up` or a test box makes them from the directory (users.sync_unix_users, which then finds them as they
+    must be). On a new machine the unit tests run before any box has: without this, every test that acts as alice
+    failed there ("user 'alice' does not exist on this machine"). Nothing is made where they exist. For the unit tests
+    (all of them) and the suites' tests that need the accounts and no box."""
+    if os.geteuid() != 0:
+        return
+    from deploy.local.parts import slapd, users
+
+    with open(users.ACCOUNTS_LOCK, "w") as lock:  # the workers (pytest-xdist) and a starting box one at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name, gid, _ in slapd.DEMO_GROUPS:
+            users.ensure_group(name, gid)
+        for uid, _, number, given, surname in slapd.DEMO_USERS:
+            users.ensure_user(uid, number, slapd.DEMO_PRIMARY_GID, f"/home/{uid}", "/bin/bash", f"{given} {surname}")
+        for name, _, members in slapd.DEMO_GROUPS:
+            for member in members:
+                users.ensure_member(member, name)
 
 
 @pytest.fixture(autouse=True)

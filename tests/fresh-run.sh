@@ -102,11 +102,11 @@ total=$((SECONDS - started))
     echo "caches: $( ((NO_CACHE)) && echo 'every one removed first' || echo 'as this machine had them')"
     printf '%s\n' "${SUMMARY[@]}"
     printf '%-12s %5d s\n' total "$total"
-    # make test runs pytest twice (the unit tests on both cores, then the rest): both results, and the slowest
-    # tests of the second.
+    # make test runs pytest twice (the unit tests and the suites in one session, then the check of the users'
+    # boxes): both results, and the slowest tests of the first.
     [ -f "$LOGS/test.log" ] && grep -E '^=+ .*(passed|failed|error).* in ' "$LOGS/test.log"
-    [ -f "$LOGS/test.log" ] && awk '/slowest .* durations/ {block = ""; n = 0; on = 1}
-        on && n < 27 {block = block $0 "\n"; n++} END {printf "%s", block}' "$LOGS/test.log"
+    [ -f "$LOGS/test.log" ] && awk '/slowest .*durations/ && !seen {seen = 1; on = 1}
+        on && n < 27 {print; n++}' "$LOGS/test.log"
 } | tee "$LOGS/summary.txt"
 if [ -n "$failed" ]; then say "failed:$failed"; exit 1; fi
 say "every step passed (logs and summary: $LOGS)"

@@ -23,7 +23,7 @@ from deploy.supervise import BoxError
 from tests.conftest import REPO
 
 DSPORTAL = ("portal", "spawners", "chexnet")  # the distribution's packages (setup.py)
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("cluster")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("demo_accounts")]  # alice, and no box
 
 
 @pytest.fixture
