@@ -49,8 +49,8 @@ down-k8s:
 builds:
 	@deploy/build-for-tests.sh
 
-# Every test, in three steps that all run even when one fails (docs/testing.md), after `make install` and `make builds`
-# side by side (deploy/build-for-tests.sh --install) and `make lint`'s checks:
+# Every test, in three steps that all run even when one fails (docs/testing.md), after `make install` and
+# `make builds` side by side (deploy/build-for-tests.sh --install) and `make lint`'s checks:
 # 1. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
 # 2. one pytest session on three workers (pytest-xdist, one work unit per worker: tests/conftest.py's work_unit_of):
 #    the suites against the test boxes, the Slurm box's side and the Kubernetes box's side by side from the start,

@@ -12,8 +12,8 @@ from deploy.local.parts.layout import Layout
 from deploy.supervise import BoxError, run
 from portal.directory import ldap_connection
 
-# Who makes the demo accounts takes this lock first: a box's sync here, and the unit tests' own (tests/unit/conftest.py)
-# when they run beside a starting box (`make test`). Two useradd of one name at once: one of them fails.
+# Who makes the demo accounts takes this lock first: a box's sync here, and the tests' own (tests/conftest.py's
+# demo_accounts), which run beside a starting box in `make test`. Of two useradd of one name at once, one fails.
 ACCOUNTS_LOCK = "/run/lock/dsportal-demo-accounts.lock"
 
 
