@@ -15,8 +15,8 @@ LIST = REPO / "docs" / "testing.md"
 SECTION = "## What each test proves: the behaviours list"
 REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::([\w:]+)`")
 SUITES = ("integration", "kubernetes", "browser", "notebooks", "images", "slurm_versions", "programs", "users")
-LEVELS = {"unit", "contract", "program", "Slurm box", "Kubernetes box", "both boxes", "browser", "notebook", "image",
-          "Slurm release"}
+LEVELS = {"unit", "contract", "program", "no box", "Slurm box", "Kubernetes box", "both boxes", "browser", "notebook",
+          "image", "Slurm release"}
 
 
 def the_list() -> str:
