@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import json
 import os
 import pwd
@@ -482,8 +481,7 @@ def demo_accounts() -> None:
         return
     from deploy.local.parts import slapd, users
 
-    with open(users.ACCOUNTS_LOCK, "w") as lock:  # the workers (pytest-xdist) and a starting box one at a time
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with users.accounts_locked():  # the workers (pytest-xdist) and a starting box one at a time
         for name, gid, _ in slapd.DEMO_GROUPS:
             users.ensure_group(name, gid)
         for uid, _, number, given, surname in slapd.DEMO_USERS:

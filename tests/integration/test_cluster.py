@@ -310,8 +310,7 @@ def test_gpu_hours_this_week_come_from_slurm_accounting(cluster, hub):
 
     def both_views() -> tuple[dict, dict] | None:
         """alice's view and the admin's, once both have her server and tell the same hours: each is cached for up
-        to USAGE_REFRESH_S, and alice's may still be the one read in the test above, while her server ran or
-        before slurmdbd had its record."""
+        to USAGE_REFRESH_S, and one may still be a report read before slurmdbd had a record the other has."""
         alice = users.get(f"{hub.url}{PORTAL}api/usage", timeout=60).json()
         everyone = admins.get(f"{hub.url}{PORTAL}api/usage", timeout=60).json()
         mine = alice.get("per_user", {}).get("alice")

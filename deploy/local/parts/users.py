@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import grp
 import os
 import pwd
 import stat
+from collections.abc import Iterator
 
 from deploy.local.parts.layout import Layout
 from deploy.supervise import BoxError, run
@@ -15,6 +17,14 @@ from portal.directory import ldap_connection
 # Who makes the demo accounts takes this lock first: a box's sync here, and the tests' own (tests/conftest.py's
 # demo_accounts), which run beside a starting box in `make test`. Of two useradd of one name at once, one fails.
 ACCOUNTS_LOCK = "/run/lock/dsportal-demo-accounts.lock"
+
+
+@contextlib.contextmanager
+def accounts_locked() -> Iterator[None]:
+    """ACCOUNTS_LOCK held: one maker of accounts at a time, across processes."""
+    with open(ACCOUNTS_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def sync_unix_users(lay: Layout) -> list[str]:
@@ -32,8 +42,7 @@ def sync_unix_users(lay: Layout) -> list[str]:
                 attributes=["uid", "uidNumber", "gidNumber", "homeDirectory", "loginShell", "cn"])
     users = [e.entry_attributes_as_dict for e in conn.entries]
     conn.unbind()
-    with open(ACCOUNTS_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with accounts_locked():
         done = [ensure_group(name, gid) for name, gid, _ in groups]
         for u in users:
             first = {key: values[0] for key, values in u.items() if values}  # single-valued in practice
