@@ -68,6 +68,15 @@ def bash_syntax_ok(script: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def in_a_pod(script: str, timeout: float, **kwargs) -> subprocess.CompletedProcess[str]:
+    """Run part of a Kubernetes script in bash as its pod runs it: in a PID namespace of its own, with its own /proc
+    (unshare, as root; --kill-child: a timeout ends all of it). What the scripts find by name (`pkill -x torchrun`)
+    or by scanning /proc is then this run's own processes. On the host it is every process of the machine: run
+    there beside the boxes, a unit test's stop_torchrun killed a Kubernetes job's torchrun (CI at stop 74)."""
+    return subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "bash", "-c", script],
+                          capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
 # --- Kubernetes (portal.scheduler.kubernetes): the Kubernetes versions docs/admin-guide.md claims, a job of alice's ---
 
 K8S_CFG = PortalConfig(gpu_quota={"gpu-users": 8})

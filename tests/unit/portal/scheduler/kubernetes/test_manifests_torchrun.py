@@ -24,7 +24,15 @@ from portal.scheduler.kubernetes.records import RUN_ENDED, limits_for, plain_job
 from portal.scheduler.kubernetes.torchjob import ranked_first, torchrun_job_objects
 from tests.unit.helpers import K8S_CFG as CFG
 from tests.unit.helpers import K8S_JOB_ID as JOB_ID
-from tests.unit.helpers import KUBE_ALICE, KUBERNETES_VERSIONS, bash_syntax_ok, k8s_spec, plain_job, pod_of_job
+from tests.unit.helpers import (
+    KUBE_ALICE,
+    KUBERNETES_VERSIONS,
+    bash_syntax_ok,
+    in_a_pod,
+    k8s_spec,
+    plain_job,
+    pod_of_job,
+)
 
 
 def spec(**raw):
@@ -145,7 +153,6 @@ def test_a_failed_run_in_a_background_pipeline_is_read_as_failed():
     """`wait PID` on a background `cmd | tee` that bash has already reaped answers tee's 0: a failed training read
     as a success (a torchrun job's lost node ended as COMPLETED so). Every Kubernetes script's run writes its own
     status into a file instead, and run_status reads it."""
-    import subprocess
 
     from portal.records.templating import template_environment
 
@@ -159,7 +166,7 @@ while kill -0 "$run" 2>/dev/null; do sleep 0.1; done
 wait "$run"
 echo "wait=$? file=$(run_status "$f") none=$(run_status /nonexistent)"
 '''
-    said = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30).stdout.strip()
+    said = in_a_pod(probe, timeout=30).stdout.strip()
     assert said == "wait=0 file=3 none=1", said
     plan = parse_sweep({"trials": 2, "parallel": 1, "space": {"lr": [0.001, 1e-8]}}, 4, None, 0)
     for program in ("chexnet", "chexnet-torch"):
@@ -174,7 +181,6 @@ def test_stopping_torchrun_stops_the_processes_it_started_even_when_they_ignore_
     """A rank stuck in a collective with a vanished peer outlives a killed torchrun and holds node 0's output pipe
     open: stop_torchrun kills torchrun's children too. Here a stand-in `torchrun` (the name is what is matched)
     ignores TERM and starts a child that ignores it as well."""
-    import subprocess
 
     from portal.records.templating import template_environment
 
@@ -192,7 +198,7 @@ state=$(ps -o stat= -p "$child" | tr -d ' ')
 case $state in ""|Z*) echo "child gone" ;; *) echo "child alive" ;; esac  # a zombie has ended: its reaper is not us
 pgrep -x torchrun > /dev/null && echo "torchrun alive" || echo "torchrun gone"
 '''
-    said = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60).stdout.split("\n")
+    said = in_a_pod(probe, timeout=60).stdout.split("\n")
     assert said[:2] == ["child gone", "torchrun gone"], said
 
 
@@ -204,7 +210,6 @@ def test_a_launcher_pod_made_again_after_its_job_ended_ends_it_the_same_way_at_o
     same status at once, before it asks for anything."""
     import os
     import re
-    import subprocess
 
     record, *_ = job_objects(CFG, k8s_spec(template=program, nodes=2), JOB_ID, "alice", "v100", plain=True,
                              keys=("K", "P"))
@@ -212,8 +217,7 @@ def test_a_launcher_pod_made_again_after_its_job_ended_ends_it_the_same_way_at_o
     (tmp_path / "exit_status").write_text("3\n")
     (tmp_path / "workers-done").touch()
     (tmp_path / "output.log").write_text("the first lines\n" + "x" * 9000 + "\nchexnet: --data-dir has no images\n")
-    run = subprocess.run(["bash", "-c", text], capture_output=True, text=True, timeout=30,
-                         env={"PATH": os.environ["PATH"], "POD_IP": "198.18.0.9", "HOME": str(tmp_path)})
+    run = in_a_pod(text, timeout=30, env={"PATH": os.environ["PATH"], "POD_IP": "198.18.0.9", "HOME": str(tmp_path)})
     assert run.returncode == 3, run.stdout + run.stderr
     assert f"job {JOB_ID} has ended (exit status 3)" in run.stdout
     assert run.stdout.endswith("chexnet: --data-dir has no images\n") and "the first lines" not in run.stdout
@@ -240,7 +244,6 @@ def test_a_stopped_run_whose_output_stays_open_is_ended_by_killing_what_holds_it
     run): something still held the pipe. Here an orphan (its parent gone, as a rank of a killed torchrun is) holds
     it; end_stopped_run kills every holder but tee, says so, and the wait ends."""
     import re
-    import subprocess
     import time
 
     record, *_ = job_objects(CFG, k8s_spec(template=program, nodes=2), JOB_ID, "alice", "v100", plain=True,
@@ -263,7 +266,7 @@ wait "$run"
 echo "waited"
 '''
     started = time.monotonic()
-    said = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=120)
+    said = in_a_pod(probe, timeout=120)
     assert said.stdout.strip().endswith("waited"), said.stdout + said.stderr
     assert time.monotonic() - started < 60  # the orphan would hold it 300 s
     said_there = (tmp_path / "output.log").read_text()
