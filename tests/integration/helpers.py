@@ -26,7 +26,7 @@ import requests
 
 from portal.runas import RUNUSER
 from tests.children import Child
-from tests.conftest import NODES, REPO, SERVER_START_S, TINY_MODEL, TRAINER_SPEEDUP, wait_for
+from tests.conftest import NODES, REPO, SERVER_START_S, TEST_STATE, TINY_MODEL, TRAINER_SPEEDUP, wait_for
 
 if TYPE_CHECKING:
     from tensorboard.backend.event_processing import event_accumulator
@@ -120,10 +120,33 @@ def open_tensorboard_and_a_kernel(hub, session: requests.Session, user: str) -> 
 # --- Processes of a user: the dashboard's readers, and what runs on each node -----------------------------------------
 
 def readers_of(user: str) -> list[str]:
-    """The processes of `user` that read files for the dashboard (a tail, dd, head or the metrics helper)."""
+    """The processes of `user` that read files for the Slurm test box's dashboard (a tail, dd, head or the metrics
+    helper), or that outlived whoever started them. Not every such process of the user's: the Kubernetes test
+    box's hub beside it, and the users' own boxes, read the same users' files."""
     found = subprocess.run(["pgrep", "-a", "-u", user, "-f", r"portal\.metrics|(^|/)(tail|dd|head) "],
                            capture_output=True, text=True).stdout
-    return found.splitlines()
+    return [line for line in found.splitlines() if not below_another_hub(int(line.split()[0]))]
+
+
+def below_another_hub(pid: int) -> bool:
+    """Whether the nearest hub above the process is not the Slurm test box's. A hub, its proxy and its services
+    are root's and carry their box's state dir (deploy/local/parts/hub.py's CLUSTER_IN_A_BOX) or, for the
+    Kubernetes side's hub, its config (DSPORTAL_CONFIG) in their environment. An orphan (its parent gone, the
+    process reparented) has no hub above it: a leftover, whoever's."""
+    ours = f"CLUSTER_IN_A_BOX={TEST_STATE}".encode()
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            pid = int(stat[1])  # the parent's: the process itself is the user's, never a hub
+            if pid > 1 and os.stat(f"/proc/{pid}").st_uid == 0:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                if ours in environ:
+                    return False
+                if any(entry.startswith((b"CLUSTER_IN_A_BOX=", b"DSPORTAL_CONFIG=")) for entry in environ):
+                    return True
+        except (OSError, ValueError, IndexError):
+            return False  # gone meanwhile: counted, as before, until the next look
+    return False
 
 
 # Slurm's KillWait (30 s): a signalled job's processes get that long before SIGKILL; then the epilog runs.
