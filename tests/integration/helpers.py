@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import pytest
 import requests
 
+from deploy.local.parts.hub import MARKER
 from portal.runas import RUNUSER
 from tests.children import Child
 from tests.conftest import NODES, REPO, SERVER_START_S, TEST_STATE, TINY_MODEL, TRAINER_SPEEDUP, wait_for
@@ -133,19 +134,17 @@ def below_another_hub(pid: int) -> bool:
     are root's and carry their box's state dir (deploy/local/parts/hub.py's CLUSTER_IN_A_BOX) or, for the
     Kubernetes side's hub, its config (DSPORTAL_CONFIG) in their environment. An orphan (its parent gone, the
     process reparented) has no hub above it: a leftover, whoever's."""
-    ours = f"CLUSTER_IN_A_BOX={TEST_STATE}".encode()
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            pid = int(stat[1])  # the parent's: the process itself is the user's, never a hub
-            if pid > 1 and os.stat(f"/proc/{pid}").st_uid == 0:
+    ours = f"{MARKER}={TEST_STATE}".encode()
+    try:
+        while (pid := int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])) > 1:  # its parent
+            if os.stat(f"/proc/{pid}").st_uid == 0:
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 if ours in environ:
                     return False
-                if any(entry.startswith((b"CLUSTER_IN_A_BOX=", b"DSPORTAL_CONFIG=")) for entry in environ):
+                if any(entry.startswith((f"{MARKER}=".encode(), b"DSPORTAL_CONFIG=")) for entry in environ):
                     return True
-        except (OSError, ValueError, IndexError):
-            return False  # gone meanwhile: counted, as before, until the next look
+    except (OSError, ValueError, IndexError):
+        pass  # gone meanwhile: counted, as before, until the next look
     return False
 
 

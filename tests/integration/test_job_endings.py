@@ -150,18 +150,21 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_with_every_epoch_once(cl
     # Each second run goes on from its first's last checkpoint; once it has recorded the epoch after that, what the
     # test checks is there, and it is cancelled then, each on its own (the other may still be starting: under
     # coverage, the PyTorch job trained its last epoch while the test waited for the TensorFlow one's).
-    saved: dict[str, int] = {}
+    saved: dict[str, int] = {}  # each second run's resume, from its log (read until it says it)
+    cancelled: set[str] = set()
 
     def cancel_each_once_resumed() -> bool:
         for program, job, checkpoints in runs:
-            if program in saved:
-                continue
-            said = re.search(rf"([0-9]+) epochs done, continuing with epoch ([0-9]+) of {EPOCHS}", job.logs())
-            if said and epochs_recorded(checkpoints) >= int(said.group(1)) + 2:
-                job.cancel()
+            if program not in saved:
+                said = re.search(rf"([0-9]+) epochs done, continuing with epoch ([0-9]+) of {EPOCHS}", job.logs())
+                if not said:
+                    continue
                 saved[program] = int(said.group(1))
                 assert int(said.group(2)) == saved[program] + 1, (program, said.group(0))
-        return len(saved) == len(runs)
+            if program not in cancelled and epochs_recorded(checkpoints) >= saved[program] + 2:
+                job.cancel()
+                cancelled.add(program)
+        return len(cancelled) == len(runs)
     wait_for(cancel_each_once_resumed, JOB_TIMEOUT_S, interval=0.5, what="each requeued run's second epoch")
     for program, job, checkpoints in runs:
         resumed_once(program, job, checkpoints, recorded[program], saved[program], client)
