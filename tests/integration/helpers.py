@@ -51,10 +51,11 @@ def api_caller(hub) -> Callable[..., requests.Response]:
     return call
 
 
-def browser(hub, user: str) -> requests.Session:
-    """The user's browser: logged in to the hub, then through the service's OAuth (no confirmation page)."""
+def browser(hub, user: str, timeout: float = 30) -> requests.Session:
+    """The user's browser: logged in to the hub, then through the service's OAuth (no confirmation page), which
+    ends on the user's jobs page: `timeout` bounds that page's read of all of the user's records."""
     session = hub.login(user)
-    page = session.get(f"{hub.url}{PORTAL}", timeout=30)
+    page = session.get(f"{hub.url}{PORTAL}", timeout=timeout)
     assert page.status_code == 200 and page.url == f"{hub.url}{PORTAL}jobs", (page.status_code, page.url)
     return session
 

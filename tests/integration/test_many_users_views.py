@@ -105,7 +105,9 @@ def test_every_view_of_several_users_answers_in_its_bound_while_one_users_files_
     api, pages = f"{hub.url}{PORTAL}api/", f"{hub.url}{PORTAL}"
     hub.login("alice")  # a user of the hub, so that the admin's views are about her too
     admin_api, admin_pages = token_session(hub, "admin"), browser(hub, "admin")
-    bob_api, bob_pages = token_session(hub, "bob"), browser(hub, "bob")
+    # bob's own first page reads each of his 180 records at once: his wait, as long as his load threads allow theirs
+    # (over 30 s from nothing, beside the Kubernetes box's training).
+    bob_api, bob_pages = token_session(hub, "bob"), browser(hub, "bob", timeout=180)
     bobs = [job_id for job_id, _, _ in bobs_cases()]
     # Every roster and record read once: a user's records scanned by a test just before are rescanned only after
     # the board's rescan_s (10 s), so alice's job made here may take that long to be listed.

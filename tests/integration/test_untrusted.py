@@ -31,7 +31,6 @@ pytestmark = pytest.mark.integration
 # server, jobs and sweeps of a user's box run on untouched). A file of his own at any of those places is never
 # overwritten: the test then fails, naming it. Everything planted is removed again, and only that.
 HOSTILE, OTHER = "bob", "alice"
-HOME = Path(pwd.getpwnam(HOSTILE).pw_dir)
 LOCAL_ID = "local-20261122T101010-abcdef"  # a job of the local scheduler: its state is its exit_status file
 FORGED = '{"images_per_sec": 1e9, "best_mean_auroc": 1.0, "epochs_done": 999}'
 SITE = Path(".local") / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
@@ -64,13 +63,14 @@ def job_dir(job_id: str, record: str | dict) -> Path:
 @pytest.fixture(scope="module")
 def hostile_home(cluster):
     """bob's home as a hostile bob leaves it; what was planted is removed afterwards (only that)."""
-    found = [str(HOME / path) for path in (*PLANTED, Path("portal")) if os.path.lexists(HOME / path)]
+    home = Path(pwd.getpwnam(HOSTILE).pw_dir)  # not at import: on a new machine the box makes bob
+    found = [str(home / path) for path in (*PLANTED, Path("portal")) if os.path.lexists(home / path)]
     assert not found, f"{HOSTILE}'s own files are where this test plants its own; they are left alone: {found}"
-    made_dirs = [HOME / parent for path in PLANTED for parent in reversed(path.parents)
-                 if str(parent) != "." and not (HOME / parent).exists()]
+    made_dirs = [home / parent for path in PLANTED for parent in reversed(path.parents)
+                 if str(parent) != "." and not (home / parent).exists()]
     for path, text in PLANTED.items():
-        as_user(HOSTILE, "mkdir", "-p", "--", str((HOME / path).parent))
-        subprocess.run([RUNUSER, "-u", HOSTILE, "--", "/bin/sh", "-c", 'cat > "$1"', "sh", str(HOME / path)],
+        as_user(HOSTILE, "mkdir", "-p", "--", str((home / path).parent))
+        subprocess.run([RUNUSER, "-u", HOSTILE, "--", "/bin/sh", "-c", 'cat > "$1"', "sh", str(home / path)],
                        input=text, text=True, check=True, cwd="/")
     as_user(HOSTILE, "mkdir", "-p", "-m", "700", "--", str(job_dir_of(HOSTILE, "")))  # the test box's, as his
     good = {"id": LOCAL_ID, "scheduler": "local", "user": HOSTILE, "spec": {"epochs": 1, "data_dir": "/data"},
@@ -82,11 +82,11 @@ def hostile_home(cluster):
     job_dir("0002", {**good, "id": "0002", "scheduler": "slurm", "job_dir": str(job_dir_of(HOSTILE, "0002"))})
     subprocess.run(["chown", "-R", "-h", f"{HOSTILE}:users", str(job_dir_of(HOSTILE, ""))], check=True)
     try:
-        yield HOME
+        yield home
     finally:
         for path in PLANTED:
-            (HOME / path).unlink(missing_ok=True)
-        for parent in sorted({*made_dirs, HOME / "portal"}, key=lambda p: -len(p.parts)):
+            (home / path).unlink(missing_ok=True)
+        for parent in sorted({*made_dirs, home / "portal"}, key=lambda p: -len(p.parts)):
             if parent.is_dir() and not any(parent.iterdir()):
                 parent.rmdir()
         for job_id in ("7001", "7002", "0002", LOCAL_ID):

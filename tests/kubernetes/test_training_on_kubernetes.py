@@ -49,7 +49,7 @@ NODE_LOST_EPOCHS = 40
 JOB_WAIT_S = 900
 CANCEL_WAIT_S = 180  # a cancelled job's objects gone (see test_cancelling_deletes_everything_the_job_made)
 APISERVER_DOWN_S = 12  # under node-monitor-grace (20 s): the nodes stay Ready
-WATCH_SEES_S = 120  # at most this much longer, until the notebook's watch has found it down
+WATCH_SEES_S = 240  # at most this much longer, until the notebook's watch has found it down (once 120 s was short)
 
 
 
