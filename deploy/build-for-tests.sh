@@ -12,7 +12,14 @@
 # installs wait on the registry while the builds compile, so a new machine gets both ready in the time of the longer
 # (about 6 minutes less than one after the other). Nothing of the builds needs the venv, and apt-get takes turns
 # (deploy/lib.sh's apt_get).
-# Each writes its log to $LOG_DIR/<name>.log (default tests/artifacts); a failure prints that log's tail.
+# With --install, the other Slurm releases' builds are left to run beside the suites instead, at the lowest CPU and
+# I/O priority (nice 19, ionice idle): only tests/slurm_versions needs them, and its side starts once a worker has
+# finished another side, so each build has the CPU the suites leave idle until then (a quarter of the two cores on
+# average); its fixture waits for it (tests/slurm_versions/conftest.py: the status file below). From nothing that
+# takes a CPU-bound build of about 250 CPU-s off the builds before the suites; with the builds cached it changes
+# nothing (the build finds its stamp in a second).
+# Each writes its log to $LOG_DIR/build-<name>.log (default tests/artifacts), its process to build-<name>.pid and, when
+# it ends, its exit status to build-<name>.status; a failure prints that log's tail.
 set -uo pipefail
 WITH_INSTALL=0
 case ${1:-} in
@@ -32,8 +39,10 @@ declare -A pids logs
 start() {  # start NAME COMMAND...
     local name=$1; shift
     logs[$name]=$LOG_DIR/build-$name.log
-    "$@" >"${logs[$name]}" 2>&1 </dev/null &
+    rm -f "$LOG_DIR/build-$name.status"
+    { "$@"; echo $? >"$LOG_DIR/build-$name.status"; } >"${logs[$name]}" 2>&1 </dev/null &
     pids[$name]=$!
+    echo "${pids[$name]}" >"$LOG_DIR/build-$name.pid"
 }
 
 started=$SECONDS
@@ -45,11 +54,18 @@ fi
 start images "$REPO/docker/build.sh"
 start kubernetes "$REPO/deploy/kubernetes/build-kubernetes.sh"
 builds+=(images kubernetes)
+behind=()
 for release in ${DSPORTAL_TEST_SLURM_RELEASES:-24.11}; do
-    start "slurm-$release" "$REPO/deploy/slurm/build-slurm.sh" "$release"
-    builds+=("slurm-$release")
+    if ((WITH_INSTALL)); then  # left to run beside the suites (above)
+        start "slurm-$release" setsid nice -n 19 ionice -c 3 "$REPO/deploy/slurm/build-slurm.sh" "$release"
+        behind+=("slurm-$release")
+    else
+        start "slurm-$release" "$REPO/deploy/slurm/build-slurm.sh" "$release"
+        builds+=("slurm-$release")
+    fi
 done
 say "${builds[*]} building (logs: $LOG_DIR/build-<name>.log)"
+((${#behind[@]} == 0)) || say "${behind[*]} building beside the suites, at the lowest priority"
 
 running() { kill -0 "${pids[$1]}" 2>/dev/null; }
 failed= next_report=$((SECONDS + PROGRESS_EVERY))

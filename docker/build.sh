@@ -16,6 +16,8 @@
 #                             hub keeps its base) TF_PACKAGE=tensorflow==2.15.1 HOROVOD_GPU_OPERATIONS=NCCL
 #                             TORCH_REQUIREMENTS=deploy/local/torch-requirements-gpu.txt
 #   TORCH_REQUIREMENTS      the PyTorch program's venv   (default deploy/local/torch-requirements.txt: CPU torch)
+#   HOROVOD_WHEELS          the machine's Horovod wheel cache, shared with deploy/local/install.sh's venv and mounted
+#                           into the training build (default /var/cache/dsportal/wheels; empty: compile in the image)
 #   WHEELS                  a directory of wheels mounted into the training build as pip's find-links (default the
 #                           machine's pip find-links, where the CPU torch wheel is: PyPI's x86_64 torch is CUDA's)
 #   --only training|hub     build one image;  --no-cache  rebuild every layer
@@ -92,20 +94,40 @@ build() {  # build NAME TAG BASE [--build-arg ...]
         | awk '{printf "%.2f GB", $1 / 1e9}'))"
 }
 
+# The two images build side by side: they share nothing but the base, and much of each build waits on downloads.
+# Each line of a build's output starts with the image's name.
+declare -A builds
+started_build() {  # started_build NAME TAG BASE [--build-arg ...]
+    local name=$1
+    build "$@" > >(sed -u "s/^/$name| /") 2>&1 &
+    builds[$name]=$!
+}
+
 if [ "$ONLY" != hub ]; then
     WHEELS=${WHEELS:-$(python3 -m pip config get global.find-links 2>/dev/null || true)}
     wheels=()
     if [ -n "$WHEELS" ] && [ -d "$WHEELS" ]; then
         wheels=(--volume "$WHEELS:/opt/dsportal-wheels:ro" --build-arg "PIP_FIND_LINKS=/opt/dsportal-wheels")
     fi
-    build training "$TRAINING_TAG" "$BASE_IMAGE" --build-arg "TF_PACKAGE=$TF_PACKAGE" \
+    # Horovod's wheel: built once for this machine's venv and this image, by whichever gets there first
+    # (docker/horovod-wheel.sh names its directory after what it is built against: a GPU build gets its own).
+    HOROVOD_WHEELS=${HOROVOD_WHEELS-/var/cache/dsportal/wheels}
+    if [ -n "$HOROVOD_WHEELS" ]; then
+        mkdir -p "$HOROVOD_WHEELS"
+        wheels+=(--volume "$HOROVOD_WHEELS:/opt/dsportal-horovod-wheels" \
+                 --build-arg "HOROVOD_WHEELS=/opt/dsportal-horovod-wheels")
+    fi
+    started_build training "$TRAINING_TAG" "$BASE_IMAGE" --build-arg "TF_PACKAGE=$TF_PACKAGE" \
         --build-arg "HOROVOD_GPU_OPERATIONS=$HOROVOD_GPU_OPERATIONS" \
         --build-arg "TORCH_REQUIREMENTS=$TORCH_REQUIREMENTS" "${wheels[@]}"
 fi
 if [ "$ONLY" != training ]; then
     # The hub needs no CUDA: with --gpu it keeps the base it had (HUB_BASE_IMAGE).
-    build hub "$HUB_TAG" "$HUB_BASE_IMAGE"
+    started_build hub "$HUB_TAG" "$HUB_BASE_IMAGE"
 fi
+failed=
+for name in "${!builds[@]}"; do wait "${builds[$name]}" || failed="$failed $name"; done
+[ -z "$failed" ] || { echo "build.sh: the build of$failed failed (its lines above start with its name)" >&2; exit 1; }
 # Each rebuild leaves the previous image untagged (GBs each); the layers the new images use are kept. Removing an
 # image can leave its parent (an older build's step) dangling in turn, hence the loop.
 pruned=0

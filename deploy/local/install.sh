@@ -51,13 +51,14 @@ if [ "$(cat "$STAMPS/dev-tools" 2>/dev/null)" != "$DEV_TOOLS" ]; then
     "$VENV/bin/pip" install -q $DEV_TOOLS
     echo "$DEV_TOOLS" > "$STAMPS/dev-tools"
 fi
-# Horovod builds from source against the TensorFlow just installed (2.5-5 min on 2 cores), once per machine.
+# Horovod builds from source against the TensorFlow just installed (5-10 min on 2 cores), once per machine: its wheel
+# is shared with the training image's build, which may have made it already (docker/horovod-wheel.sh).
 HOROVOD_VERSION=0.28.1
 if [ "$("$VENV/bin/python" -c 'import horovod; print(horovod.__version__)' 2>/dev/null)" != "$HOROVOD_VERSION" ] \
    || ! "$VENV/bin/python" -c 'import horovod.tensorflow' 2>/dev/null; then
-    say "python: building Horovod $HOROVOD_VERSION with TensorFlow, Gloo and MPI (a few minutes)"
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 \
-    HOROVOD_WITH_MPI=1 "$VENV/bin/pip" install -q --no-cache-dir --no-build-isolation "horovod==$HOROVOD_VERSION"
+    say "python: installing Horovod $HOROVOD_VERSION with TensorFlow, Gloo and MPI"
+    HOROVOD_VERSION=$HOROVOD_VERSION "$REPO/docker/horovod-wheel.sh" "$VENV/bin/pip" \
+        "${HOROVOD_WHEELS-/var/cache/dsportal/wheels}"
 fi
 
 if [ ! -x "$NODE_PREFIX/node_modules/.bin/configurable-http-proxy" ]; then

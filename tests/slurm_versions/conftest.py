@@ -21,12 +21,23 @@ from pathlib import Path
 import pytest
 
 from portal.config import PortalConfig, load
-from tests.conftest import CLUSTER, PORT_OFFSET, TEST_STATE, Hub, box, box_settings, homes_ledger, remove_marks
+from tests.conftest import (
+    ARTIFACTS,
+    CLUSTER,
+    PORT_OFFSET,
+    TEST_STATE,
+    Hub,
+    box,
+    box_settings,
+    homes_ledger,
+    remove_marks,
+)
 from tests.users_boxes import release_ledger, release_state
 
 RELEASES = tuple(os.environ.get("DSPORTAL_TEST_SLURM_RELEASES", "24.11").replace(",", " ").split())
 # Per release: its ports' offset beside the test box's, its nodes' prefix and its part of 198.18.0.0/24.
 PLACES = {"24.11": (300, "snode", "198.18.0.64/27"), "26.05": (400, "unode", "198.18.0.96/27")}
+BUILD_WAIT_S = 3600  # a release's build beside the suites: about 250 CPU-s, at the lowest priority
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,37 @@ def release_settings(release: str) -> tuple[Path, dict[str, object]]:
     return state, settings
 
 
+def wait_for_build(release: str, built: Path) -> None:
+    """`make test` builds the other releases beside the suites (deploy/build-for-tests.sh --install): wait for the
+    build of `release` while it runs (its pid file), up to BUILD_WAIT_S; fail naming its log if it failed, or
+    saying how to build it when none ran."""
+    log, status, pid = (ARTIFACTS / f"build-slurm-{release}.{end}" for end in ("log", "status", "pid"))
+    started = time.monotonic()
+    while not built.exists() and not status.exists() and build_running(pid):
+        if time.monotonic() - started > BUILD_WAIT_S:
+            pytest.fail(f"Slurm {release}'s build still runs after {BUILD_WAIT_S} s (log: {log})", pytrace=False)
+        time.sleep(5)
+    if time.monotonic() - started > 5:
+        print(f"\nwaited {time.monotonic() - started:.0f} s for Slurm {release}'s build beside the suites")
+    if built.exists():
+        return
+    if status.exists() and status.read_text().strip() != "0":
+        tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+        pytest.fail(f"Slurm {release}'s build failed (exit {status.read_text().strip()}; {log}):\n{tail}",
+                    pytrace=False)
+    pytest.fail(f"Slurm {release} is not built ({built} is missing): `make builds` or "
+                f"`make slurm-build SLURM={release}` builds it", pytrace=False)
+
+
+def build_running(pid_file: Path) -> bool:
+    """The process in the pid file is alive and is build-for-tests.sh's (its subshell): never a reused pid."""
+    try:
+        cmdline = Path(f"/proc/{int(pid_file.read_text())}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    return b"build-for-tests.sh" in cmdline
+
+
 @pytest.fixture(scope="module", params=RELEASES)
 def release_box(request) -> ReleaseBox:
     """The box on `release`, from nothing; down afterwards, its marks in the homes removed."""
@@ -64,10 +106,7 @@ def release_box(request) -> ReleaseBox:
     if release not in PLACES:
         pytest.fail(f"DSPORTAL_TEST_SLURM_RELEASES names {release}: the releases with a test box are {sorted(PLACES)}")
     state, settings = release_settings(release)
-    built = Path(str(settings["slurm_bin_dir"])).parent / ".built"
-    if not built.exists():
-        pytest.fail(f"Slurm {release} is not built ({built} is missing): `make builds` or "
-                    f"`make slurm-build SLURM={release}` builds it", pytrace=False)
+    wait_for_build(release, Path(str(settings["slurm_bin_dir"])).parent / ".built")
     settings_file = state.with_name(f"{state.name}.{os.getpid()}.yaml")
     settings_file.write_text("".join(f"{key}: {json.dumps(value)}\n" for key, value in settings.items()))
     os.chmod(settings_file, 0o644)  # its jobs read it as their users
