@@ -43,9 +43,9 @@ if [ "$(cat "$STAMPS/pip" 2>/dev/null)" != "$inputs" ]; then
 fi
 "$REPO/deploy/local/install-package.sh"
 # The checkout's tools, kept out of setup.py so that the images, whose dependency layers are keyed on setup.py, are
-# not rebuilt for them: the type checker of `make check` and `make test` (mypy), and coverage.py for
-# `make coverage` (tests/line_coverage.py).
-DEV_TOOLS="mypy==1.13.0 coverage==7.17.5"
+# not rebuilt for them: the type checker of `make check` and `make test` (mypy), coverage.py for
+# `make coverage` (tests/line_coverage.py), and pytest-timeout, the suites' guard against a hung test (pyproject.toml).
+DEV_TOOLS="mypy==1.13.0 coverage==7.17.5 pytest-timeout==2.4.0"
 if [ "$(cat "$STAMPS/dev-tools" 2>/dev/null)" != "$DEV_TOOLS" ]; then
     say "python: installing $DEV_TOOLS into $VENV"
     "$VENV/bin/pip" install -q $DEV_TOOLS

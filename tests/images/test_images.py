@@ -18,7 +18,11 @@ import pytest
 import requests
 
 from tests.conftest import TINY_MODEL, TRAINER_SPEEDUP
-from tests.images.conftest import REPO, podman
+from tests.images.conftest import BUILD_TIMEOUT_S, REPO, podman
+
+# The images' fixture waits for their build (seconds in `make test`, which builds them first; up to BUILD_TIMEOUT_S in
+# a plain run on a machine without them): the session's guard against a hung test is that much longer here.
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + 1200)
 
 VENV = "/opt/dsportal/venv"
 TORCH_VENV = "/opt/dsportal/torch-venv"  # the PyTorch program's (chexnet_torch/program.py: VENV)

@@ -28,8 +28,11 @@ from portal.scheduler.slurm.json_answers import data_parser_of, read_sacct, read
 from portal.service.board import USAGE_REFRESH_S
 from tests.conftest import JOB_END_GRACE_S, SERVER_START_S, node_taken_back, wait_for
 from tests.integration.helpers import TINY, as_user_in_terminal, portal_client, user_processes
+from tests.slurm_versions.conftest import BUILD_WAIT_S
 
-pytestmark = pytest.mark.integration
+# The box's fixture may first wait for the release's build beside the suites (up to BUILD_WAIT_S): the session's guard
+# against a hung test (pyproject.toml's timeout) is that much longer here.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(BUILD_WAIT_S + 1200)]
 JOB_WAIT_S = 600  # a tiny job, submitted to an idle box, to its end
 MAIL_WAIT_S = 60
 

@@ -254,7 +254,8 @@ def test_each_layer_imports_only_from_below_and_no_scheduler_from_another():
 # tests/special_files.py): no module under tests/ imports a test module.
 MIRRORED = (*PRODUCT, "docs")  # docs: its one script, docs/benchmarks_chart.py
 UNIT_DATA = "data"  # tests/unit/data: Slurm's real answers (tests/slurm_answers.py reads them)
-HOUSE_RULES = ("test_behaviours_list.py", "test_layers.py", "test_packaging.py", "test_user_file_reads.py")
+HOUSE_RULES = ("test_behaviours_list.py", "test_layers.py", "test_packaging.py", "test_suites_collect.py",
+               "test_user_file_reads.py")
 # of tests/answers.py, tests/children.py, tests/line_coverage.py, tests/listeners.py, tests/newcomer.py and
 # tests/users_boxes.py
 SUPPORT_TESTS = ("test_answers.py", "test_children.py", "test_line_coverage.py", "test_listeners.py",
