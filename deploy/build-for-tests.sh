@@ -14,10 +14,10 @@
 # (deploy/lib.sh's apt_get).
 # With --install, the other Slurm releases' builds are left to run beside the suites instead, at the lowest CPU and
 # I/O priority (nice 19, ionice idle): only tests/slurm_versions needs them, and its side starts once a worker has
-# finished another side, so each build has the CPU the suites leave idle until then (a quarter of the two cores on
-# average); its fixture waits for it (tests/slurm_versions/conftest.py: the status file below). From nothing that
-# takes a CPU-bound build of about 250 CPU-s off the builds before the suites; with the builds cached it changes
-# nothing (the build finds its stamp in a second).
+# finished another side, so each build has what CPU the other builds, then the suites, leave it until then; its
+# fixture waits for it (tests/slurm_versions/conftest.py: the pid and status files below). From nothing on
+# 2026-12-05 the 24.11 build (about 250 CPU-s) was done before the other builds were; with the builds cached this
+# changes nothing (the build finds its stamp in a second).
 # Each writes its log to $LOG_DIR/build-<name>.log (default tests/artifacts), its process to build-<name>.pid and, when
 # it ends, its exit status to build-<name>.status; a failure prints that log's tail.
 set -uo pipefail
