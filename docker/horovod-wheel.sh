@@ -36,7 +36,13 @@ tensorflow=$("$PIP" list --format=freeze 2>/dev/null | grep -iE '^tensorflow(-cp
 mpi=$(mpirun --version 2>/dev/null | sed -n '1s/.* //p')
 os=$(. /etc/os-release && echo "$ID$VERSION_ID")
 key="horovod-$VERSION-$tensorflow-cp$("$python" -c 'import sys; print("%d%d" % sys.version_info[:2])')"
-key="$key-openmpi${mpi:-none}-$os-${HOROVOD_GPU_OPERATIONS:-cpu}"
+if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then  # and the CUDA it compiles against
+    cuda=$("$HOROVOD_CUDA_HOME/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+    gpu="$(echo "$HOROVOD_GPU_OPERATIONS" | tr 'A-Z' 'a-z')-cuda${cuda:-unknown}"
+else
+    gpu=cpu
+fi
+key="$key-openmpi${mpi:-none}-$os-$gpu"
 WHEEL_DIR=$CACHE_DIR/$key
 
 mkdir -p "$WHEEL_DIR"
