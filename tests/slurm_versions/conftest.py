@@ -82,10 +82,10 @@ def wait_for_build(release: str, built: Path) -> None:
         print(f"\nwaited {time.monotonic() - started:.0f} s for Slurm {release}'s build beside the suites")
     if built.exists():
         return
-    if status.exists() and status.read_text().strip() != "0":
+    exit_status = status.read_text().strip() if status.exists() else "0"
+    if exit_status != "0":
         tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
-        pytest.fail(f"Slurm {release}'s build failed (exit {status.read_text().strip()}; {log}):\n{tail}",
-                    pytrace=False)
+        pytest.fail(f"Slurm {release}'s build failed (exit {exit_status}; {log}):\n{tail}", pytrace=False)
     pytest.fail(f"Slurm {release} is not built ({built} is missing): `make builds` or "
                 f"`make slurm-build SLURM={release}` builds it", pytrace=False)
 

@@ -1,7 +1,7 @@
 """The suites collect on a new machine: no test module looks up a user or group when it is imported.
 
 pytest imports every test module before any fixture runs, and on a new machine the boxes make their users (alice,
-bob) only then: a module that looked one up at import failed collection on CI's first run there (stop 75,
+bob) only then: a module that looked one up at import failed collection on a new machine (2026-12-05,
 tests/integration/test_untrusted.py), though it passed on every machine that had run the boxes before.
 """
 
