@@ -38,6 +38,9 @@ KUBE_API_PORT = 26443 + int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))  #
 # has "kube" and 198.19.0.0/20): a second session needs other values too.
 KUBE_NAME = os.environ.get("DSPORTAL_TEST_KUBE_NAME", "kubet")
 KUBE_NETWORK = os.environ.get("DSPORTAL_TEST_KUBE_NETWORK", "198.19.16.0/20")
+# Each node's CPU weight (KubeBox.node_cpu_shares): half a session's. This side ends minutes before the Slurm box's
+# (make test, 2026-12-05: about 6 of its 26), which waits for CPU beside it; both nodes training weigh as one rank.
+NODE_CPU_SHARES = 512
 BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 cores
 # The hubs on Kubernetes log users in against a directory of this side's own (a slapd started with
 # `python -m deploy.local.box`, as `make up-k8s` starts the Slurm box's): the Slurm test box, which the other side of
@@ -90,7 +93,8 @@ def kube():
     """Build if needed, start a kubebox from nothing (it gives alice and bob their namespaces and volumes); stop
     it afterwards."""
     build_binaries()
-    box = kubebox.KubeBox(KUBE_STATE, api_port=KUBE_API_PORT, name=KUBE_NAME, network=KUBE_NETWORK)
+    box = kubebox.KubeBox(KUBE_STATE, api_port=KUBE_API_PORT, name=KUBE_NAME, network=KUBE_NETWORK,
+                          node_cpu_shares=NODE_CPU_SHARES)
     if KUBE_STATE.exists():
         kubebox.down(box)  # a box left by an interrupted session
     shutil.rmtree(KUBE_STATE, ignore_errors=True)

@@ -66,6 +66,7 @@ def test_every_node_is_ready_with_its_fake_gpus_and_its_own_pod_range(kube, core
         assert ready and ready[0].status == "True", (name, ready)
         assert node.status.allocatable["nvidia.com/gpu"] == "4"
         assert node.metadata.labels["nvidia"] == kubebox.PORTAL.k8s_gpu_types[0]
+        assert Path("/sys/fs/cgroup/cpu", name, "cpu.shares").read_text().strip() == str(box.node_cpu_shares)
         address = [a.address for a in node.status.addresses if a.type == "InternalIP"][0]
         assert ipaddress.ip_address(address) in ipaddress.ip_network(box.network)
         ranges.append(ipaddress.ip_network(node.spec.pod_cidr))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests import children
+
+REPO = Path(__file__).resolve().parents[2]
 
 CHATTY = "import sys, time\nfor i in range({n}):\n    print(i, end='\\r', flush=True); time.sleep({pause})\n" \
          "print('done', file=sys.stderr)"
@@ -43,3 +47,16 @@ def test_a_run_past_the_limit_fails_however_much_it_says(monkeypatch, tmp_path):
 def test_a_run_that_fails_returns_its_status_and_words(tmp_path):
     done = children.run_child([sys.executable, "-c", "import sys; sys.exit('no data')"], cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (1, "", "no data\n")
+
+
+def test_a_run_started_by_a_niced_process_has_its_session_at_that_niceness(tmp_path):
+    """Each session is a scheduling group of its own (autogroups): the run's group takes the starter's niceness,
+    which the run's own processes only inherit (a niced worker's training took CPU as if at niceness 0)."""
+    if not Path("/proc/self/autogroup").exists():
+        pytest.skip("this kernel has no autogroups (kernel.sched_autogroup_enabled): the niceness a run inherits "
+                    "is what counts there, and nothing is set")
+    starter = ("import os, sys\nos.nice(7)\nfrom tests import children\n"
+               "done = children.run_child(['cat', '/proc/self/autogroup'], cwd='.')\nprint(done.stdout, end='')")
+    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.endswith(" nice 7\n"), done.stdout
+    assert Path("/proc/self/autogroup").read_text() != done.stdout  # a group of its own, not the tests'

@@ -58,6 +58,9 @@ class KubeBox(Place):
     nodes: int = 2
     gpus_per_node: int = 4  # fake GPUs: the extended resource nvidia.com/gpu on each node
     gpu_type: str = PORTAL.k8s_gpu_types[0]  # the value of the node label k8s_gpu_node_label
+    # Each node's CPU weight (its v1 cgroup's cpu.shares) against this machine's other work; 0: the kernel's
+    # (1024, as a session's). The test box's is lower: the Slurm box's side, beside it, is the longer one.
+    node_cpu_shares: int = 0
     cache_dir: Path = DEFAULT_CACHE
     # What the nodes get from podman (kubeparts/images.py); empty: the busybox image and PORTAL.k8s_image.
     images: tuple[str, ...] = ()

@@ -223,13 +223,15 @@ def prepare(box: KubeBox, node: Node) -> None:
     write_if_changed(own / "kube-proxy.yaml", proxy_config(box, node))
     for hierarchy in CGROUP_ROOT.iterdir():
         if hierarchy.name != "unified" and (hierarchy / "cgroup.procs").exists():
-            _make_cgroup(hierarchy / node.name)
+            _make_cgroup(hierarchy / node.name, box.node_cpu_shares)
 
 
-def _make_cgroup(path: Path) -> None:
+def _make_cgroup(path: Path, cpu_shares: int) -> None:
     """The kubelet wants its --cgroup-root in every hierarchy; a v1 cpuset starts with no CPUs or memory nodes,
-    so it gets its parent's."""
+    so it gets its parent's. The cpu hierarchy's weighs the node (KubeBox.node_cpu_shares)."""
     path.mkdir(exist_ok=True)
+    if cpu_shares and (path / "cpu.shares").exists():
+        (path / "cpu.shares").write_text(str(cpu_shares))
     for name in ("cpuset.cpus", "cpuset.mems"):
         if (path / name).exists() and not (path / name).read_text().strip():
             (path / name).write_text((path.parent / name).read_text())

@@ -199,6 +199,18 @@ def test_the_nodes_keep_their_cni_and_kubelet_state_in_their_own_dir(tmp_path):
     assert f'conf_dir = "{own / "cni"}"' in config and f'state = "{own / "containerd-state"}"' in config
 
 
+def test_a_nodes_cgroup_gets_the_boxs_cpu_weight_only_where_the_box_sets_one(tmp_path):
+    """cpu.shares in the cpu hierarchy (a kernel file, here a plain one); the other hierarchies have none."""
+    for hierarchy, shares in (("cpu", 512), ("memory", 512), ("cpu2", 0)):
+        (tmp_path / hierarchy / "kubet-node1").mkdir(parents=True)
+        if hierarchy != "memory":
+            (tmp_path / hierarchy / "kubet-node1" / "cpu.shares").write_text("1024")
+        nodes._make_cgroup(tmp_path / hierarchy / "kubet-node1", shares)
+    assert (tmp_path / "cpu" / "kubet-node1" / "cpu.shares").read_text() == "512"
+    assert (tmp_path / "cpu2" / "kubet-node1" / "cpu.shares").read_text() == "1024"  # 0: left as the kernel made it
+    assert not (tmp_path / "memory" / "kubet-node1" / "cpu.shares").exists()
+
+
 class FakeKind:
     """One kind's handle as kubeparts.api.apply sees it, against an API server like v1.20's: a create of an object
     that exists is refused by what it validates first (a Service's fixed nodePort: 422), not always with 409."""
