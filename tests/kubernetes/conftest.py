@@ -38,9 +38,10 @@ KUBE_API_PORT = 26443 + int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))  #
 # has "kube" and 198.19.0.0/20): a second session needs other values too.
 KUBE_NAME = os.environ.get("DSPORTAL_TEST_KUBE_NAME", "kubet")
 KUBE_NETWORK = os.environ.get("DSPORTAL_TEST_KUBE_NETWORK", "198.19.16.0/20")
-# Each node's CPU weight (KubeBox.node_cpu_shares): half a session's. This side ends minutes before the Slurm box's
-# (make test, 2026-12-05: about 6 of its 26), which waits for CPU beside it; both nodes training weigh as one rank.
-NODE_CPU_SHARES = 512
+# Each node's CPU weight (KubeBox.node_cpu_shares): a quarter of a session's, so that a job training on both nodes
+# weighs half a Slurm rank. This side ended about 6 minutes before the Slurm box's, which waits for CPU beside it
+# (make test, 2026-12-05, at 1862309), and still 4.5 minutes before it at 512 (6b79dbb).
+NODE_CPU_SHARES = 256
 BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 cores
 # The hubs on Kubernetes log users in against a directory of this side's own (a slapd started with
 # `python -m deploy.local.box`, as `make up-k8s` starts the Slurm box's): the Slurm test box, which the other side of
