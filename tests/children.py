@@ -28,9 +28,9 @@ def nice_session(pid: int) -> None:
     """The session `pid` leads at this process's niceness. With kernel.sched_autogroup_enabled (these machines'
     default) each session is a scheduling group of its own, which the kernel weighs by the group's niceness, never
     by its processes': a training started in a session of its own by a niced worker (tests/conftest.py,
-    BOX_FREE_NICENESS) took the CPU of a process at niceness 0 from the boxes' sides (make test, 2026-12-05: the
-    box-free side's trainings used about a fifth of the 2 cores while the Slurm side waited). Without autogroups
-    (no such file) the processes' niceness, which they inherit, is what counts."""
+    BOX_FREE_NICENESS) took the CPU as a process at niceness 0 does, from the boxes' sides (docs/testing.md, "How
+    long it takes", 2026-12-05). Without autogroups (no such file) the processes' niceness, which they inherit, is
+    what counts."""
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
     if niceness > 0:
         try:

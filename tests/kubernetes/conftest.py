@@ -40,7 +40,8 @@ KUBE_NAME = os.environ.get("DSPORTAL_TEST_KUBE_NAME", "kubet")
 KUBE_NETWORK = os.environ.get("DSPORTAL_TEST_KUBE_NETWORK", "198.19.16.0/20")
 # Each node's CPU weight (KubeBox.node_cpu_shares): a quarter of a session's, so that a job training on both nodes
 # weighs half a Slurm rank. This side ended about 6 minutes before the Slurm box's, which waits for CPU beside it
-# (make test, 2026-12-05, at 1862309), and still 4.5 minutes before it at 512 (6b79dbb).
+# (make test, 2026-12-05, at 1862309; docs/testing.md "How long it takes"), and still 4.5 minutes before it at 512
+# (6b79dbb), 4 at 256 (fc81c8b).
 NODE_CPU_SHARES = 256
 BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 cores
 # The hubs on Kubernetes log users in against a directory of this side's own (a slapd started with
