@@ -24,19 +24,21 @@ LIMIT_S = 1800
 AUTOGROUP = "/proc/{pid}/autogroup"
 
 
-def nice_session(pid: int) -> None:
-    """The session `pid` leads at this process's niceness. With kernel.sched_autogroup_enabled (these machines'
-    default) each session is a scheduling group of its own, which the kernel weighs by the group's niceness, never
-    by its processes': a training started in a session of its own by a niced worker (tests/conftest.py,
-    BOX_FREE_NICENESS) took the CPU as a process at niceness 0 does, from the boxes' sides (docs/testing.md, "How
-    long it takes", 2026-12-05). Without autogroups (no such file) the processes' niceness, which they inherit, is
-    what counts."""
+def start_in_own_session(command: list[str], **popen) -> subprocess.Popen:
+    """subprocess.Popen(command, **popen) in a session of its own, that session at this process's niceness. With
+    kernel.sched_autogroup_enabled (these machines' default) each session is a scheduling group, which the kernel
+    weighs by the group's niceness, never by its processes': a training started in a session of its own by a niced
+    worker (tests/conftest.py, BOX_FREE_NICENESS) took the CPU as a process at niceness 0 does, from the boxes'
+    sides (docs/testing.md, "How long it takes", 2026-12-05). Without autogroups (no such file) the processes'
+    niceness, which they inherit, is what counts."""
+    process = subprocess.Popen(command, start_new_session=True, **popen)
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
     if niceness > 0:
         try:
-            Path(AUTOGROUP.format(pid=pid)).write_text(str(niceness))
+            Path(AUTOGROUP.format(pid=process.pid)).write_text(str(niceness))
         except (FileNotFoundError, ProcessLookupError):  # no autogroups, or it has already ended
             pass
+    return process
 
 
 class Child:
@@ -46,9 +48,7 @@ class Child:
     def __init__(self, command: list[str], *, cwd: Path | str, env: dict[str, str] | None = None) -> None:
         self.command = command
         self.started = self.heard = time.monotonic()
-        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        start_new_session=True)
-        nice_session(self.process.pid)
+        self.process = start_in_own_session(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self._said: tuple[list[bytes], list[bytes]] = ([], [])
         self._readers = [threading.Thread(target=self._drain, args=(pipe, chunks), daemon=True)
                          for pipe, chunks in zip((self.process.stdout, self.process.stderr), self._said, strict=True)]

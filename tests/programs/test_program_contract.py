@@ -47,7 +47,7 @@ from chexnet.tags import (
 )
 from portal.records.programs import Program, registry
 from tests import cards
-from tests.children import LIMIT_S, nice_session, run_child
+from tests.children import LIMIT_S, run_child, start_in_own_session
 from tests.conftest import (
     REPO,
     TINY_MODEL,
@@ -265,9 +265,8 @@ def saved_through(checkpoints: Path) -> int:
 def kill_in_epoch_2(program: Program, trial: Trial, data: Path, env: dict[str, str]) -> None:
     """Start the trial and kill its whole session (SIGKILL, as a lost node) in epoch 2: once epoch 1's line is in
     the log and its checkpoint (the record names it) on disk."""
-    child = subprocess.Popen(trial_command(program, trial, data), cwd=trial.job_dir, env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    nice_session(child.pid)
+    child = start_in_own_session(trial_command(program, trial, data), cwd=trial.job_dir, env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + LIMIT_S
         for text in child.stdout or ():

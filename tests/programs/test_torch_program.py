@@ -25,7 +25,7 @@ from chexnet.schemas import EPOCH_RECORD, check
 from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_THROUGHPUT
 from chexnet.tblog import RECORD_LINE_PREFIX
 from chexnet_torch.rendezvous import ENV
-from tests.children import LIMIT_S, nice_session, run_child
+from tests.children import LIMIT_S, run_child, start_in_own_session
 from tests.conftest import REPO, wait_for
 from tests.listeners import Sampler, pids_matching
 from tests.programs.helpers import torch_python
@@ -127,10 +127,8 @@ def test_a_run_killed_mid_epoch_resumes_with_every_epoch_once_and_the_same_weigh
     import_torch = [str(torch_python()), "-c", "import sys, torch; a, b = (torch.load(p, weights_only=False)['model']"
                     " for p in sys.argv[1:]); print(all(torch.equal(a[k], b[k]) for k in a))"]
     whole, _, _ = two_processes
-    child = subprocess.Popen(command(tmp_path, dataset), cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-                             env=environment(tmp_path))
-    nice_session(child.pid)
+    child = start_in_own_session(command(tmp_path, dataset), cwd=tmp_path, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True, env=environment(tmp_path))
     deadline = time.monotonic() + LIMIT_S
     for line in child.stdout:  # killed in epoch 2: the moment epoch 1's checkpoint is whole (written, then renamed)
         if line.startswith(f'{RECORD_LINE_PREFIX}{{"epoch": 1,'):
