@@ -252,9 +252,12 @@ PROGRAM_PATHS = (TRAINING_TF, "tests/integration/test_corrupt_data.py", "tests/i
                  "tests/programs/")
 # The suites' modules that need no box (real services or installs of their own, the demo accounts at most): a side
 # of their own after the boxes'. A clone of the checkout installed and run as alice (57 s of 8b61e8c's Slurm side),
-# the real proxy before a plain backend, the notebook helpers.
+# the real proxy before a plain backend, the notebook helpers; and, moved off the Slurm side on 2026-12-05 (about 85 s
+# of 256ee42's), the local scheduler's jobs, the directory's starts with slapds of their own, portal.js against
+# answers its test makes up.
 NO_BOX_PATHS = ("tests/integration/test_checkout_anywhere.py", "tests/integration/test_proxy_hsts.py",
-                "tests/notebooks/test_helpers.py")
+                "tests/notebooks/test_helpers.py", "tests/integration/test_local_jobs.py",
+                "tests/integration/test_directory_starts.py", "tests/browser/test_portal_js.py")
 
 
 def side_of(nodeid: str) -> str:
