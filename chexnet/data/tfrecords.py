@@ -178,7 +178,13 @@ class _encoder:
     def __enter__(self):
         if self.workers > 1:
             # fork: the workers run numpy and PIL only, and start at once instead of importing TensorFlow again.
-            self.pool = multiprocessing.get_context("fork").Pool(self.workers, initializer=_ended_by_sigterm)
+            # SIGTERM blocked while they are made: each is born with it blocked, and takes it only once its start
+            # has made it fatal (_ended_by_sigterm); the pool's threads, made here too, keep it blocked.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            try:
+                self.pool = multiprocessing.get_context("fork").Pool(self.workers, initializer=_ended_by_sigterm)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             return lambda function, jobs: self.pool.imap(function, jobs, chunksize=CHUNK)
         return lambda function, jobs: map(function, jobs)
 
@@ -191,8 +197,11 @@ class _encoder:
 def _ended_by_sigterm() -> None:
     """A pool worker's start: SIGTERM ends it. A forked worker inherits its parent's handler, which may not end it:
     under coverage.py's (`make coverage`), a worker the pool terminated waited on the task queue's lock for ever, and
-    the pool's join with it (tests/unit/chexnet/data/test_tfrecords.py, 2026-12-04: 1 run in 2 hung)."""
+    the pool's join with it (tests/unit/chexnet/data/test_tfrecords.py, 2026-12-04: 1 run in 2 hung). It is born
+    with SIGTERM blocked (_encoder), so one sent before this line (a loaded `make test`, 2026-12-05: the pool ended
+    before its second worker had started) waits for it and then ends the worker."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _remove_previous(out: Path) -> None:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from chexnet.data.tfrecords import (
     RAW,
     Storage,
     _encoder,
+    _ended_by_sigterm,
     convert,
     encode_image,
     parse_example,
@@ -158,14 +160,29 @@ def _sigterm_ends_it(_) -> bool:
     return signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
-def test_a_conversions_workers_end_on_sigterm_whatever_handler_their_parent_has():
+SLOW_START_S = 1.0
+
+
+def _slow_start() -> None:
+    """A worker's start as a loaded machine runs it: the pool is ended before it is done."""
+    time.sleep(SLOW_START_S)
+    _ended_by_sigterm()  # this module's name for it: the original, whatever the test patched
+
+
+@pytest.mark.parametrize("start", ["at once", "slowly"])
+@pytest.mark.timeout(60)  # what failed here hung for ever
+def test_a_conversions_workers_end_on_sigterm_whatever_handler_their_parent_has(monkeypatch, start):
     """The pool ends its workers with SIGTERM after a failure. Under a handler that does not end a process
     (coverage.py's, under `make coverage`), a forked worker kept waiting on the task queue's lock for ever, and the
-    pool with it."""
+    pool with it; and so did one whose start came after the pool's SIGTERM (a loaded `make test`, 2026-12-05: the
+    test ran into its 1,200 s timeout), which "slowly" makes certain: the pool ends while its workers start."""
+    if start == "slowly":
+        monkeypatch.setattr("chexnet.data.tfrecords._ended_by_sigterm", _slow_start)
     kept = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         with _encoder(2) as encode:
-            assert all(encode(_sigterm_ends_it, range(8)))
+            if start == "at once":
+                assert all(encode(_sigterm_ends_it, range(8)))
     finally:
         signal.signal(signal.SIGTERM, kept)
 
