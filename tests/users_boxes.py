@@ -157,11 +157,13 @@ def release_ledger(state: Path) -> Path:
 
 def killed_sessions_made(state: Path | None = None) -> dict[str, frozenset[str]]:
     """Per user, the directories that killed test sessions made on the way to their marks: their ledgers
-    (tests/conftest.py's homes_ledger, and each release box's), which the next session replays before its own."""
+    (tests/conftest.py's homes_marked: the test box's, each release box's and the local jobs' box's), which the
+    next session replays before its own."""
     state = state or Path(TEST_STATE)
     made: dict[str, set[str]] = {}
     releases = state.parent.glob(release_ledger(release_state(state, "*")).name)
-    for ledger in (state / HOMES_LEDGER, *releases):
+    local = state.with_name(f"{state.name}-local") / HOMES_LEDGER  # tests/integration/test_local_jobs.py's
+    for ledger in (state / HOMES_LEDGER, *releases, local):
         try:
             held = json.loads(ledger.read_text())
         except (OSError, ValueError):

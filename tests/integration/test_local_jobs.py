@@ -9,7 +9,6 @@ box's side, 38 to 58 s of its time, which is the session's.)
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -33,12 +32,10 @@ from tests.conftest import (
     TEST_STATE,
     TINY_MODEL,
     box_settings,
-    homes_ledger,
+    homes_marked,
     job_wait_s,
-    remove_marks,
     wait_for,
 )
-from tests.users_boxes import HOMES_LEDGER
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("demo_accounts")]  # alice and bob, and no box
 LOCAL_CLUSTER = f"{CLUSTER}_local"
@@ -52,24 +49,19 @@ JOB_WAIT_S = job_wait_s(TINY["time_limit"])  # submit to ended
 def local_cfg() -> Iterator[PortalConfig]:
     """A test box's settings with a state dir (the demo data set, made there) and a cluster name of their own; what
     an earlier, killed run left of them is removed first, what this one made after it."""
-    ledger_file = LOCAL_STATE / HOMES_LEDGER
-    remove_marks(json.loads(ledger_file.read_text()) if ledger_file.exists() else {}, LOCAL_CLUSTER)
-    shutil.rmtree(LOCAL_STATE, ignore_errors=True)
-    LOCAL_STATE.mkdir(parents=True)
-    os.chmod(LOCAL_STATE, 0o755)  # the jobs read the data set in it as alice
-    ledger = homes_ledger(LOCAL_CLUSTER)
-    ledger_file.write_text(json.dumps(ledger))
-    # What its jobs write in a home (KERAS_HOME, ...) is under this cluster's marks. Nothing listens at its ports: the
-    # local scheduler asks none. No MLflow server: the programs' tracking is tested in tests/programs.
-    settings = {**box_settings(LOCAL_CLUSTER, LOCAL_STATE, PORT_OFFSET, NODE_PREFIX, BOX_SUBNET), "mlflow_url": ""}
-    (LOCAL_STATE / "settings.yaml").write_text(yaml.safe_dump(settings))
-    cfg = load({"DSPORTAL_CONFIG": str(LOCAL_STATE / "settings.yaml")})
-    ensure_demo_data(cfg)
-    try:
-        yield cfg
-    finally:
-        remove_marks(ledger, LOCAL_CLUSTER)
-        shutil.rmtree(LOCAL_STATE, ignore_errors=True)
+    with homes_marked(LOCAL_STATE, LOCAL_CLUSTER):
+        os.chmod(LOCAL_STATE, 0o755)  # the jobs read the data set in it as alice
+        # What its jobs write in a home (KERAS_HOME, ...) is under this cluster's marks. Nothing listens at its
+        # ports: the local scheduler asks none. No MLflow server: the programs' tracking is tested in tests/programs.
+        settings = {**box_settings(LOCAL_CLUSTER, LOCAL_STATE, PORT_OFFSET, NODE_PREFIX, BOX_SUBNET),
+                    "mlflow_url": ""}
+        (LOCAL_STATE / "settings.yaml").write_text(yaml.safe_dump(settings))
+        cfg = load({"DSPORTAL_CONFIG": str(LOCAL_STATE / "settings.yaml")})
+        ensure_demo_data(cfg)
+        try:
+            yield cfg
+        finally:
+            shutil.rmtree(LOCAL_STATE, ignore_errors=True)
 
 
 @pytest.mark.parametrize("program", PROGRAMS)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,8 @@ from tests.conftest import (
     Hub,
     box,
     box_settings,
-    homes_ledger,
-    remove_marks,
+    homes_marked,
+    remove_session_dirs,
 )
 from tests.users_boxes import release_ledger, release_state
 
@@ -112,21 +111,14 @@ def release_box(request) -> ReleaseBox:
     os.chmod(settings_file, 0o644)  # its jobs read it as their users
     atexit.register(settings_file.unlink, missing_ok=True)
     box("down", check=False, settings=settings_file)
-    cluster = str(settings["cluster_name"])
-    ledger_file = release_ledger(state)
-    if ledger_file.exists():  # a killed session's
-        remove_marks(json.loads(ledger_file.read_text()), cluster)
-    shutil.rmtree(state, ignore_errors=True)
-    ledger = homes_ledger(cluster)
-    ledger_file.write_text(json.dumps(ledger))
-    started = time.monotonic()
-    up = box("up", check=False, settings=settings_file)
-    if up.returncode != 0:
-        pytest.fail(f"the box on Slurm {release} did not start:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
-    print(f"\nthe box on Slurm {release} up in {time.monotonic() - started:.1f} s")
-    cfg = load({"DSPORTAL_CONFIG": str(settings_file)})
-    yield ReleaseBox(release, settings_file, cfg, Hub(cfg.hub_url))
-    box("down", check=False, settings=settings_file)
-    remove_marks(ledger, cluster)
-    ledger_file.unlink(missing_ok=True)
+    with homes_marked(state, str(settings["cluster_name"]), release_ledger(state)):
+        started = time.monotonic()
+        up = box("up", check=False, settings=settings_file)
+        if up.returncode != 0:
+            pytest.fail(f"the box on Slurm {release} did not start:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+        print(f"\nthe box on Slurm {release} up in {time.monotonic() - started:.1f} s")
+        cfg = load({"DSPORTAL_CONFIG": str(settings_file)})
+        yield ReleaseBox(release, settings_file, cfg, Hub(cfg.hub_url))
+        box("down", check=False, settings=settings_file)
+        remove_session_dirs(str(settings["box_node_prefix"]))
     settings_file.unlink(missing_ok=True)
