@@ -50,7 +50,8 @@ builds:
 	@deploy/build-for-tests.sh
 
 # Every test, in three steps that all run even when one fails (docs/testing.md), after `make install` and
-# `make builds` side by side (deploy/build-for-tests.sh --install) and `make lint`'s checks:
+# `make builds` side by side (deploy/build-for-tests.sh --install), with `make lint`'s checks beside the builds once the
+# venv is ready (their output in tests/artifacts/build-checks.log, printed here; a failure fails the run at its end):
 # 1. a snapshot of the users' own boxes (a `make up` or `make up-k8s` beside the tests: tests/users_boxes.py);
 # 2. one pytest session on three workers (pytest-xdist, one work unit per worker: tests/conftest.py's work_unit_of):
 #    the suites against the test boxes, the Slurm box's side and the Kubernetes box's side by side from the start,
@@ -63,9 +64,9 @@ UNIT_WORKERS ?= 3
 SUITE_WORKERS ?= 3
 SUITES := tests/integration tests/browser tests/notebooks tests/kubernetes tests/images tests/slurm_versions tests/programs
 test:
-	@deploy/build-for-tests.sh --install
-	@rc=0; set -x; $(PY) -m ruff check . || rc=$$?; $(PY) -m mypy || rc=$$?; \
-	$(PY) -m tests.users_boxes snapshot || rc=$$?; \
+	@DSPORTAL_VENV=$(VENV) deploy/build-for-tests.sh --install
+	@rc=0; cat tests/artifacts/build-checks.log; [ "$$(cat tests/artifacts/build-checks.status)" = 0 ] || rc=1; \
+	set -x; $(PY) -m tests.users_boxes snapshot || rc=$$?; \
 	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests/unit $(SUITES) || rc=$$?; \
 	$(PY) -m pytest $(PYTEST_ARGS) tests/users || rc=$$?; exit $$rc
 
@@ -86,7 +87,7 @@ check: install
 # of the venv measuring itself, combined into one figure by package (docs/testing.md, "Coverage"). As long as
 # `make test`, plus coverage.py's own cost.
 coverage:
-	@deploy/build-for-tests.sh --install
+	@DSPORTAL_VENV=$(VENV) deploy/build-for-tests.sh --install
 	@rc=0; trap '$(PY) -m tests.line_coverage off' EXIT INT TERM; set -x; $(PY) -m tests.line_coverage on; \
 	$(PY) -m pytest -n $(UNIT_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests/unit || rc=$$?; \
 	$(PY) -m pytest -n $(SUITE_WORKERS) --dist loadgroup $(PYTEST_ARGS) $(SUITES) || rc=$$?; \

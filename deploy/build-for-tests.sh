@@ -47,9 +47,18 @@ start() {  # start NAME COMMAND...
 
 started=$SECONDS
 builds=()
+checks=()
 if ((WITH_INSTALL)); then
     start install "$REPO/deploy/local/install.sh"
     builds+=(install)
+    # The style and type checks as soon as the venv is ready, beside the builds still running (from nothing the
+    # images take about 2 minutes longer than the venv, and mypy's cold cache most of a minute). Their failure does
+    # not stop the suites: `make test` prints build-checks.log and fails at the end (its exit status is the file's).
+    start checks bash -c 'until [ -e "$1/build-install.status" ]; do sleep 1; done
+        [ "$(cat "$1/build-install.status")" = 0 ] || { echo "checks: not run, the venv was not installed"; exit 1; }
+        cd "$2" && set -x && rc=0 && "$3" -m ruff check . || rc=$?; "$3" -m mypy || rc=$?; exit $rc' \
+        checks "$LOG_DIR" "$REPO" "${DSPORTAL_VENV:-/opt/dsportal/venv}/bin/python"
+    checks+=(checks)
 fi
 start images "$REPO/docker/build.sh"
 start kubernetes "$REPO/deploy/kubernetes/build-kubernetes.sh"
@@ -69,7 +78,7 @@ say "${builds[*]} building (logs: $LOG_DIR/build-<name>.log)"
 
 running() { kill -0 "${pids[$1]}" 2>/dev/null; }
 failed= next_report=$((SECONDS + PROGRESS_EVERY))
-for name in "${builds[@]}"; do
+for name in "${builds[@]}" "${checks[@]}"; do
     while running "$name"; do
         sleep 1
         ((SECONDS >= next_report)) || continue
@@ -79,7 +88,9 @@ for name in "${builds[@]}"; do
         done
     done
     if wait "${pids[$name]}"; then
-        say "$name ready after $((SECONDS - started)) s: $(grep -E '^(==>|build-kubernetes:|build-slurm:)' "${logs[$name]}" | tail -n 1)"
+        say "$name ready after $((SECONDS - started)) s: $(grep -E '^(==>|build-kubernetes:|build-slurm:|Success)' "${logs[$name]}" | tail -n 1)"
+    elif [ "$name" = checks ]; then
+        say "checks FAILED after $((SECONDS - started)) s (ruff, mypy: ${logs[$name]}); the suites run all the same"
     else
         say "$name FAILED (whole log: ${logs[$name]}):"
         tail -n 40 "${logs[$name]}" | sed 's/^/    /'
