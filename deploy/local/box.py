@@ -32,6 +32,7 @@ Everything lives under ``cfg.state_dir`` (mode 0755: job users must reach the mu
     slurm/state/, spool/<node>/ StateSaveLocation, each node's SlurmdSpoolDir
     slurm/fakegpu/<node>/nvidia0..N   FAKE GPUs: character devices 1:3 (/dev/null)
     slurm/*.pid, *.log          Slurm's own PID and log files (slurmd.<node>.log per node)
+    gpus/<node>.json, .jsonl    each node's GPU reading and those before it (0700: deploy/local/parts/gpus.py)
     hub/                        the hub's working directory (0700): its database and cookie secret
     mlflow/                     the MLflow server's databases, artifacts and admin (0700; deploy/mlflow_server.py)
     run/NAME.pid                the PID this script recorded for each service; run/network.json; run/box.lock
@@ -50,7 +51,7 @@ import sys
 import time
 
 from deploy.daemons import descendants
-from deploy.local.parts import accounting, directory, hub, mail, mlflow, munge, nodes, reach, slapd, slurm, users
+from deploy.local.parts import accounting, directory, gpus, hub, mail, mlflow, munge, nodes, reach, slapd, slurm, users
 from deploy.local.parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir
 from deploy.supervise import Lock, Service, service_pid, start_service, start_services, stop_service
 from portal.cli import run_reporting
@@ -67,6 +68,7 @@ def services(cfg: PortalConfig, no_hub: bool = False) -> list[Service]:
         accounting.slurmdbd_service(),
         slurm.slurmctld_service(after_start=accounting.sync_accounts),
         *(nodes.node_service(node, slurm.ensure_slurm) for node in nodes.network_of(cfg).nodes),
+        *(gpus.service(node) for node in nodes.network_of(cfg).nodes if cfg.slurm_node_gpus),
         *([mlflow.service()] if mlflow.runs_here(cfg) else []),
         *([] if no_hub else [hub.service()]),
     ]

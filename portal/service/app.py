@@ -10,6 +10,7 @@ from jupyterhub.utils import url_path_join
 from tornado.web import Application, RequestHandler
 
 from portal.config import PortalConfig
+from portal.gpus import readings_dir
 from portal.mlflow_accounts import Accounts
 from portal.scheduler.registry import job_id_patterns
 from portal.scheduler.snapshot import ClusterCache
@@ -109,7 +110,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         rate_limits=RateLimits(cfg.dashboard_api_rate, cfg.dashboard_api_burst),
         service_prefix=prefix, hub_base_url=hub_base_url, notebooks_dir=notebooks_dir or templates_dir(),
         pace=Pace(max(MIN_POLL_S, cfg.dashboard_refresh_s), cfg.dashboard_page_reads_per_s),
-        log_lines=cfg.dashboard_log_lines,
+        log_lines=cfg.dashboard_log_lines, gpu_readings=readings_dir(cfg),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from portal import settings as user_settings
 from portal.errors import PortalError
+from portal.gpus.view import held_now, holder_gpus
 from portal.inputs import MAX_BODY_BYTES, MAX_PATH, InputError, decode_form, shown, whole_number
 from portal.jobs import Job
 from portal.logview import filter_log
@@ -125,8 +126,9 @@ class JobPageHandler(PageHandler):
             metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
             best_epoch = metrics.best_epoch
             auroc = AurocTable(metrics.per_class_auroc) if metrics.per_class_auroc else None
+        gpus = [] if sweep else await self.blocking(holder_gpus, self.settings["gpu_readings"], job.id)
         figures: dict[str, Any] = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc,
-                   "sweep": sweep_summary(sweep, summary["state"], time.time()) if sweep else None}
+                   "sweep": sweep_summary(sweep, summary["state"], time.time()) if sweep else None, "gpus": gpus}
         if figures_only:
             self.render_page("job_figures.html", **figures)
             return
@@ -332,4 +334,5 @@ class UsagePageHandler(PageHandler):
 class ClusterPageHandler(PageHandler):
     async def get(self) -> None:
         snapshot = await self.blocking(self.cluster.snapshot)
-        self.render_page("cluster.html", cluster=snapshot.to_dict())
+        held = await self.blocking(held_now, self.settings["gpu_readings"]) if self.hub_user.admin else []
+        self.render_page("cluster.html", cluster=snapshot.to_dict(), held=held, now=time.time())

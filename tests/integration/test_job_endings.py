@@ -54,6 +54,17 @@ sleep ${1}4
 """
 
 
+GPU_READ_WAIT_S = 40  # two readings of each node's reader (every 10 s: deploy/local/parts/gpus.py), and slack
+GPU_BUSY = re.compile(r'data-node="([\w.-]+)">[^<]*<span class="gpu-busy">(\d+) % busy')
+
+
+def busy_nodes(client, job_id: str) -> set[str]:
+    """The nodes where the job's page says its GPUs worked in the last reading's interval: more than 10 %, well
+    above an idle holder's (the stand-in's figure is its CPU time, which two loaded cores can halve)."""
+    page = client.get(f"{client.base.removesuffix('api/')}jobs/{job_id}?part=figures", timeout=60)
+    return {node for node, busy in GPU_BUSY.findall(page.text) if int(busy) > 10}
+
+
 def job_cgroups(job_id: str) -> list[Path]:
     return [path for node in NODES for path in Path("/sys/fs/cgroup/freezer").glob(f"slurm_{node}/uid_*/job_{job_id}")]
 
@@ -78,6 +89,9 @@ def test_a_cancelled_two_node_training_leaves_no_process_on_any_node(cluster, hu
     else:
         wait_for(lambda: all(any("chexnet.train" in p for p in found) for found in user_processes("alice").values())
                  and job_cgroups(job.id), JOB_TIMEOUT_S, interval=1, what="a worker on each node")
+        # Each node's GPU reader (the boxes' stand-in) sees the job's GPU there at work, on the job's page.
+        wait_for(lambda: busy_nodes(client, job.id) == set(NODES), GPU_READ_WAIT_S, interval=2,
+                 what="the job's page to show its GPU busy on each node")
     assert client.delete(f"{client.base}jobs/{job.id}", timeout=60).status_code == 204
     wait_for(lambda: nothing_left_of("alice", job.id), KILL_WAIT_S, what="every process of the job to end")
     assert job.state == "CANCELLED"

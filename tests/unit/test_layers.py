@@ -253,7 +253,7 @@ def test_each_layer_imports_only_from_below_and_no_scheduler_from_another():
 # is in a helpers module (tests/unit/helpers.py, tests/integration/helpers.py), a conftest.py or tests/*.py (such as
 # tests/special_files.py): no module under tests/ imports a test module.
 MIRRORED = (*PRODUCT, "docs")  # docs: its one script, docs/benchmarks_chart.py
-UNIT_DATA = "data"  # tests/unit/data: Slurm's real answers (tests/slurm_answers.py reads them)
+UNIT_DATA = "data"  # tests/unit/data: Slurm's real answers (tests/slurm_answers.py reads them), NVML's
 HOUSE_RULES = ("test_behaviours_list.py", "test_layers.py", "test_packaging.py", "test_suites_collect.py",
                "test_user_file_reads.py")
 # of tests/answers.py, tests/children.py, tests/line_coverage.py, tests/listeners.py, tests/newcomer.py and

@@ -18,6 +18,13 @@ BOUNDED = "the bounded reader (JobUser.read_text: as the user, regular file, siz
 OWN_DATA = "the data set or checkpoint of the job's own run, read as its user: a hostile file there stalls only them"
 # (module, function, call) -> why that read is not a bypass.
 ACCOUNTED = {
+    ("portal/gpus/agent.py", "write", "open"): "appends to the node's reading history in root's 0700 readings "
+                                               "directory: reads nothing",
+    ("portal/gpus/agent.py", "write", "read_bytes"): "the node's reading history that it writes itself, in root's "
+                                                     "0700 readings directory: no user's file",
+    ("portal/gpus/cgroups.py", "_numbers", "read_text"): "a cgroup's cgroup.procs: the kernel's (cgroupfs has no "
+                                                         "links or FIFOs, even in a cgroup a job made)",
+    ("portal/gpus/cgroups.py", "_process", "read_text"): "/proc/<pid>/stat and statm: the kernel's",
     ("chexnet/userfiles.py", "read_bytes", "os.open"): "the training side's bounded reader itself",
     ("chexnet/studylock.py", "acquire", "os.open"): "creates the lock file (O_CREAT | O_EXCL): never reads one",
     ("chexnet/cpus.py", "_read", "open"): "the kernel's cgroup files (cpu.max, cpu.cfs_quota_us), 64 bytes at most: "

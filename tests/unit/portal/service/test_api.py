@@ -15,6 +15,8 @@ from unittest import mock
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
+from portal.gpus.agent import write
+from portal.gpus.readings import GpuReading, NodeReading
 from portal.jobs import Job
 from portal.records.spec import JobSpec
 from portal.scheduler.snapshot import ClusterCache
@@ -45,8 +47,10 @@ class DashboardTest(TestHeaderUser, AsyncHTTPTestCase):
         notebooks = self.tmp / "notebooks"
         notebooks.mkdir()
         (notebooks / "01-explore.ipynb").write_text("{}")
-        return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=self.cluster, board=board,
-                        directory=FakeDirectory(), notebooks_dir=notebooks)
+        app = make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=self.cluster, board=board,
+                       directory=FakeDirectory(), notebooks_dir=notebooks)
+        app.settings["gpu_readings"] = self.tmp / "gpus"  # never the machine's box's (its state_dir's)
+        return app
 
     def call(self, method, path, user="alice", body=None):
         headers = {"X-Test-User": user} if user else {}
@@ -177,6 +181,21 @@ class DashboardTest(TestHeaderUser, AsyncHTTPTestCase):
         self.call("GET", "api/jobs")
         assert self.cluster.squeue_calls == 1  # every request within the interval shares one squeue
 
+    def test_the_cluster_page_shows_admins_the_held_gpus_whose_and_idle_since_when(self):
+        (self.tmp / "gpus").mkdir()
+        now = time.time()
+        for at, busy in ((now - 600, 80.0), (now - 300, 0.0), (now - 10, 0.0)):
+            write(self.tmp / "gpus", NodeReading("tnode1", at, 10.0, "standin", gpus=(
+                GpuReading(0, busy=busy, holder="5", user="alice"), GpuReading(1, busy=90.0, holder="6", user="bob"),
+                GpuReading(2, busy=0.0))))
+        page = self.call("GET", "cluster", user="admin").body.decode()
+        table = page[page.index('id="held-gpus"'):]
+        idle, busy = table.split('data-holder="5"')[1], table.split('data-holder="6"')[1]
+        assert "alice" in idle and "idle for 5 min" in idle.split("</tr>")[0], idle[:400]  # since the reading at -300 s
+        assert "bob" in busy and "90 %" in busy.split("</tr>")[0] and "idle for" not in busy.split("</tr>")[0]
+        assert table.count("data-holder=") == 2  # the free GPU is no one's
+        assert 'id="held-gpus"' not in self.call("GET", "cluster", user="bob").body.decode()  # admins only
+
     def test_a_body_over_the_limit_gets_the_dashboards_own_413_before_any_work(self):
         from portal.inputs import MAX_BODY_BYTES
 
@@ -224,6 +243,19 @@ class DashboardTest(TestHeaderUser, AsyncHTTPTestCase):
         self.api.owned["alice"].remove(old)
         self.api.add("alice", "9", "RUNNING", second=30)
         assert json.loads(self.call("GET", "api/jobs/9").body)["state"] == "RUNNING"
+
+    def test_the_job_page_shows_its_gpus_on_each_node_and_no_one_elses(self):
+        self.api.add("alice", "7", "RUNNING")
+        (self.tmp / "gpus").mkdir()
+        for at, busy in ((time.time() - 20, 10.0), (time.time() - 10, 90.0)):
+            for node, holders in (("tnode1", ("7", "8")), ("tnode2", ("7",))):
+                write(self.tmp / "gpus", NodeReading(node, at, 10.0, "standin", gpus=tuple(
+                    GpuReading(i, busy=busy if holder == "7" else 3.0, memory_used_mib=64, holder=holder,
+                               user="alice" if holder == "7" else "bob") for i, holder in enumerate(holders))))
+        page = self.call("GET", "jobs/7?part=figures").body.decode()
+        gpus = page[page.index('id="gpus"'):]
+        assert 'data-node="tnode1"' in gpus and 'data-node="tnode2"' in gpus and "90 % busy" in gpus, gpus
+        assert "3 % busy" not in gpus and "FAKE GPUs" in gpus and "<svg" in gpus  # bob's GPU; the stand-in named
 
     def test_pages_render(self):
         self.api.add("alice", "7", "RUNNING")
