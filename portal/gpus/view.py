@@ -41,18 +41,18 @@ class NodeSeries:
 def latest(folder: Path, clock: Callable[[], float] = time.time) -> dict[str, NodeReading]:
     """Each node's latest reading; a stale or unreadable one as an error reading (its GPUs unknown)."""
     found: dict[str, NodeReading] = {}
+    now = clock()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
-        node = path.stem
+        node = path.stem  # the file's name, as for the history: the agent names both after its node
         try:
             reading = NodeReading.from_json(read_bytes(path, MAX_BYTES).decode())
         except (OSError, ValueError, ReadingError) as err:  # a link, a FIFO, too big; not a reading
-            found[node] = NodeReading(node, clock(), 0.0, "standin", error=f"unreadable reading: {str(err)[:200]}")
+            found[node] = NodeReading(node, now, 0.0, "standin", error=f"unreadable reading: {str(err)[:200]}")
             continue
-        age = clock() - reading.at
-        if age > STALE_AFTER_S:
+        if now - reading.at > STALE_AFTER_S:
             reading = replace(reading, gpus=tuple(replace(g, busy=None) for g in reading.gpus),
-                              error=f"no reading for {age:.0f} s: the node's reader stopped")
-        found[reading.node] = reading
+                              error=f"no reading for {now - reading.at:.0f} s: the node's reader stopped")
+        found[node] = reading
     return found
 
 

@@ -121,12 +121,12 @@ class JobPageHandler(PageHandler):
         summary = await self.blocking(self.board.summary, job, viewer=self.hub_user.name)
         history = await self.blocking(self.board.history, job)
         sweep = await self.blocking(self.board.sweep_of, job, summary["state"])
-        best_epoch, auroc = None, None
+        best_epoch, auroc, gpus = None, None, []
         if summary["state"] not in ("PENDING", UNREADABLE) and sweep is None:  # nothing written yet / per trial
             metrics = await self.blocking(self.board.metrics_of, job, summary["state"])
             best_epoch = metrics.best_epoch
             auroc = AurocTable(metrics.per_class_auroc) if metrics.per_class_auroc else None
-        gpus = [] if sweep else await self.blocking(holder_gpus, self.settings["gpu_readings"], job.id)
+            gpus = await self.blocking(holder_gpus, self.settings["gpu_readings"], job.id)
         figures: dict[str, Any] = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc,
                    "sweep": sweep_summary(sweep, summary["state"], time.time()) if sweep else None, "gpus": gpus}
         if figures_only:

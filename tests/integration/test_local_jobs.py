@@ -58,10 +58,8 @@ def local_cfg() -> Iterator[PortalConfig]:
         (LOCAL_STATE / "settings.yaml").write_text(yaml.safe_dump(settings))
         cfg = load({"DSPORTAL_CONFIG": str(LOCAL_STATE / "settings.yaml")})
         ensure_demo_data(cfg)
-        try:
-            yield cfg
-        finally:
-            shutil.rmtree(LOCAL_STATE, ignore_errors=True)
+        yield cfg
+    shutil.rmtree(LOCAL_STATE, ignore_errors=True)  # after the marks: its ledger is in it until they are gone
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
