@@ -156,17 +156,21 @@ class LocalScheduler(JobsInHome):
 
     def state(self, record: JobRecord, user: JobUser) -> str:
         record.check_owner(user.name)
+        pid = self._pid(record, user)
+        # Whether it runs, asked before its status is read: a script that writes its status and ends between the
+        # two is then read as ended with that status, never as killed (read the other way round, a job that ended
+        # well in that moment was FAILED for good).
+        alive = pid is not None and session_alive(pid)
         code = exit_code(user.read_text(record.job_dir / EXIT_STATUS_FILE, 64))
         cancelled = user.read_text(record.job_dir / CANCELLED_FILE, 64) is not None
         if code is not None:
             if code == 0:
                 return COMPLETED
             return CANCELLED if cancelled else TIMEOUT if code == TIMEOUT_EXIT else FAILED
-        pid = self._pid(record, user)
         if pid is None:
             # The script writes its PID first thing; give it a moment before calling the start failed.
             return PENDING if time.time() - _started(record) < 30 else FAILED
-        if session_alive(pid):
+        if alive:
             return RUNNING
         return CANCELLED if cancelled else FAILED  # ended without writing its status: killed
 
