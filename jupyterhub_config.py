@@ -80,8 +80,10 @@ c.JupyterHub.services = [{
                     if k.startswith("DSPORTAL_") or k == BOX_MARKER or k in IN_CLUSTER},
 }]
 c.JupyterHub.load_roles = [
-    # Groups (GPU quota) and the admin flag decide what a user may do; read:servers says whether TensorBoard runs.
-    {"name": "portal-service", "scopes": ["list:users", "read:users", "read:users:groups", "read:servers"],
+    # Groups (GPU quota) and the admin flag decide what a user may do; read:servers says whether TensorBoard runs;
+    # delete:servers lets the GPU watch stop a server whose GPUs stayed idle past its grace (docs/gpus.md).
+    {"name": "portal-service", "scopes": ["list:users", "read:users", "read:users:groups", "read:servers",
+                                            "delete:servers"],
      "services": ["portal"]},
     # The default user role ("self") does not include any service: every user may open the dashboard.
     {"name": "user", "scopes": ["self", "access:services!service=portal"]},

@@ -49,9 +49,13 @@ setup(
                   # Each training program's argument fragment for the job scripts (portal.records.programs).
                   "chexnet": ["templates/*"], "chexnet_torch": ["templates/*"],
                   "portal.service": ["templates/*.html", "hub_templates/*.html", "static/*"]},
-    # JupyterLab reads <prefix>/share/jupyter/lab/settings/overrides.d/*.json as its setting defaults (no news prompt).
+    # JupyterLab reads <prefix>/share/jupyter/lab/settings/overrides.d/*.json as its setting defaults (no news prompt),
+    # and loads the prebuilt extensions in <prefix>/share/jupyter/labextensions/ (the idle-GPU notice: docs/gpus.md).
     data_files=[("share/dsportal/notebooks", sorted(glob("notebooks/*.ipynb"))),
-                ("share/jupyter/lab/settings/overrides.d", ["deploy/jupyterlab/dsportal.json"])],
+                ("share/jupyter/lab/settings/overrides.d", ["deploy/jupyterlab/dsportal.json"]),
+                ("share/jupyter/labextensions/dsportal-gpu-notice", ["deploy/jupyterlab/gpu-notice/package.json"]),
+                ("share/jupyter/labextensions/dsportal-gpu-notice/static",
+                 ["deploy/jupyterlab/gpu-notice/static/remoteEntry.js"])],
     install_requires=HUB,
     extras_require={
         # The training payload. Horovod 0.28.1 is built by deploy/local/install.sh after TensorFlow (it needs

@@ -1,4 +1,5 @@
-"""Every setting of the portal, in one typed place.
+"""Every setting of the portal, in one typed place: PortalConfig, whose fields are its own and those of the
+sections it inherits (portal.config_kubernetes's, portal.config_gpus's).
 
 The defaults are the local demo's (the cluster in a box on 127.0.0.1). A site overrides them with a YAML
 file named by ``DSPORTAL_CONFIG`` and/or environment variables ``DSPORTAL_<FIELD>`` (upper case), the
@@ -19,27 +20,20 @@ import dataclasses
 import ipaddress
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from portal.config_checks import check_settings
-from portal.config_values import ConfigError, default_of, read_given, said_where
+from portal.config_gpus import GpuSettings
+from portal.config_kubernetes import KubernetesSettings
+from portal.config_values import ConfigError, default_of, read_given, said_where, setting
 from portal.quota import GpuHolder, GpuQuota, quota_for
 from portal.registrations import SCHEDULERS, server_schedulers
 
 
-def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
-    """A field that carries its help text (and whether its value is a secret, never to be shown) as data."""
-    meta = {"help": doc, "secret": secret}
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
 @dataclass(frozen=True)
-class PortalConfig:
+class PortalConfig(KubernetesSettings, GpuSettings):
     """Every setting, with its help text as data: ``python -m portal.config`` lists them, docs/configuration.md
     tables them (``python -m portal.config --markdown``)."""
 
@@ -215,42 +209,6 @@ class PortalConfig:
     jobs_nccl_ib_disable: str = setting("", 'NCCL_IB_DISABLE: "1" where InfiniBand is absent or broken (NCCL then '
                                         'uses sockets), "0" to insist on it; empty means not set.')
 
-    # Kubernetes (scheduler: kubernetes): KubeSpawner for the servers; training jobs as plain Jobs (no operator)
-    # or as MPIJobs (kubeflow.org/v2beta1) where the MPI Operator runs.
-    k8s_kubeconfig: str = setting("", "The credentials: a kubeconfig file, or empty for the pod's service account "
-                                  "(in the cluster).")
-    k8s_namespace: str = setting("dsportal", "The hub's namespace.")
-    k8s_user_namespace_template: str = setting("dsportal-u-{username}", "Every user's own namespace, where their "
-                                               "server and jobs run.")
-    k8s_user_prefix: str = setting("dsportal:", 'The hub and the dashboard act for a user by impersonating '
-                                   '"<prefix><name>" (group k8s_users_group), so the API server\'s RBAC '
-                                   "(deploy/kubernetes/rbac.yaml) keeps every user to their own namespace.")
-    k8s_users_group: str = setting("dsportal-users", "The group the impersonated users are in (see "
-                                   "k8s_user_prefix).")
-    k8s_image: str = setting("localhost/dsportal-training:latest", "The notebook + training image (docker/training).")
-    k8s_image_pull_policy: str = setting("IfNotPresent", "When to pull k8s_image: Always, IfNotPresent or Never.")
-    k8s_gpu_node_label: str = setting("nvidia", "GPU node pools: a node label whose value is the GPU type (the "
-                                      "spawner's \"partition\"), e.g. nvidia=t4.")
-    k8s_gpu_types: tuple[str, ...] = setting(("t4", "v100"), "The GPU types (values of k8s_gpu_node_label).")
-    k8s_gpu_profiles: tuple[str, ...] = setting(("0", "1", "2", "4", "8"), "The GPU counts a server may ask for "
-                                                "(profiles), within the user's group quota.")
-    k8s_node_cpus: int = setting(32, "CPUs of one GPU node, where the pool's nodes cannot be listed (a dry run, "
-                                     "a notebook in a user's pod); otherwise each node's allocatable is used.")
-    k8s_node_memory_gb: int = setting(180, "Memory (GB) of one GPU node, where the nodes cannot be listed.")
-    k8s_node_gpus: int = setting(8, "GPUs of one GPU node, where the nodes cannot be listed.")
-    k8s_max_nodes: int = setting(4, "How many nodes one training job may span.")
-    k8s_data_claim: str = setting("chestxray14", "The data set's claim (ReadOnlyMany, mounted read-only).")
-    k8s_data_mount: str = setting("/data", "Where the data set is mounted.")
-    k8s_home_claim_template: str = setting("home-{username}", "Each user's home claim.")
-    k8s_home_mount: str = setting("/home/jovyan", "Where the user's home is mounted.")
-    k8s_jobs: str = setting("plain", "How a training job runs: plain (a launcher Job running mpirun over ssh and a "
-                            "workers Job, owned by it; needs no operator) or mpijob (an MPIJob, where the Kubeflow "
-                            "MPI Operator runs).")
-    k8s_shm_gb: int = setting(8, "/dev/shm as an in-memory emptyDir of this size in GB (Horovod and tf.data use "
-                              "shared memory).")
-    k8s_server_egress: tuple[str, ...] = setting((), "Where users' servers may connect besides the hub's API and DNS "
-                                                 "(NetworkPolicy): CIDR[:PORT[-PORT]] each, such as the API server's.")
-
     # MLflow (docs/mlflow.md): each job's rank 0 logs its run as its owner; the dashboard shows each user theirs.
     mlflow_url: str = setting("box", "The MLflow tracking server (with MLflow's basic-auth app), as jobs and the "
                               "dashboard reach it: a URL whose path is /services/portal/mlflow (its --static-prefix). "
@@ -283,26 +241,6 @@ class PortalConfig:
         recorded: Mapping[str, str] = getattr(self, "_sources", {})
         return {f.name: recorded.get(f.name) or ("default" if getattr(self, f.name) == default_of(f) else "code")
                 for f in dataclasses.fields(self)}
-
-    def gpu_profiles(self) -> tuple[int, ...]:
-        return tuple(sorted({int(p) for p in self.k8s_gpu_profiles}))
-
-    def user_namespace(self, username: str) -> str:
-        return self.k8s_user_namespace_template.format(username=username)
-
-    def namespace_user(self, namespace: str) -> str | None:
-        """Whose namespace this is by k8s_user_namespace_template (user_namespace turned round), or None."""
-        before, _, after = self.k8s_user_namespace_template.partition("{username}")
-        name = namespace[len(before):len(namespace) - len(after)] if len(namespace) > len(before) + len(after) \
-            else ""
-        return name if name and self.user_namespace(name) == namespace else None
-
-    def home_claim(self, username: str) -> str:
-        return self.k8s_home_claim_template.format(username=username)
-
-    def user_principal(self, username: str) -> str:
-        """Portal user `username` as Kubernetes knows them: the name the portal impersonates and RBAC binds."""
-        return f"{self.k8s_user_prefix}{username}"
 
     # Derived values: computed, never stored twice.
     @property

@@ -53,9 +53,13 @@ def check_settings(cfg: PortalConfig) -> None:
                           "'Portal <portal@example.org>'")
     if not cfg.ldap_lookup_dn and "{username}" not in cfg.ldap_bind_dn_template:
         raise ConfigError("ldap_bind_dn_template must contain {username} unless ldap_lookup_dn is set")
-    for group, quota in cfg.gpu_quota.items():
-        if quota < 0:
-            raise ConfigError(f"gpu_quota[{group}] is {quota}; allowed: 0 or more")
+    for name in ("gpu_quota", "gpu_idle_s"):  # per group: none below 0
+        for group, value in getattr(cfg, name).items():
+            if value < 0:
+                raise ConfigError(f"{name}[{group}] is {value}; allowed: 0 or more")
+    for name in ("default_gpu_quota", "default_gpu_idle_s", "gpu_idle_grace_s"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 0 or more")
     if bool(cfg.hub_ssl_cert) != bool(cfg.hub_ssl_key):
         given, missing = ("hub_ssl_cert", "hub_ssl_key") if cfg.hub_ssl_cert else ("hub_ssl_key", "hub_ssl_cert")
         raise ConfigError(f"{given} is set and {missing} is not; allowed: both (HTTPS) or neither (HTTP)")
@@ -66,6 +70,7 @@ def check_settings(cfg: PortalConfig) -> None:
     _check_box(cfg)
     _check_places(cfg)
     for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines", "max_jobs_per_user",
+                 "gpu_read_every_s",
                  "dashboard_api_rate", "dashboard_api_burst", "directory_max_failures", "directory_lockout_s",
                  "directory_failure_window_s"):
         if getattr(cfg, name) < 1:

@@ -61,7 +61,7 @@ def settings(cfg: PortalConfig) -> list[dict[str, str]]:
     """One row per setting: name, type, default, value, source, help (secrets hidden)."""
     sources = cfg.sources()
     rows = []
-    for f in dataclasses.fields(PortalConfig):
+    for f in (f for _, fields in sections() for f in fields):
         secret = f.metadata["secret"]
         rows.append({"name": f.name, "type": TYPE_NAMES[str(f.type)], "default": shown(default_of(f), secret),
                      "value": shown(getattr(cfg, f.name), secret), "source": sources[f.name],
@@ -69,14 +69,26 @@ def settings(cfg: PortalConfig) -> list[dict[str, str]]:
     return rows
 
 
+def sections() -> list[tuple[type, list[dataclasses.Field]]]:
+    """The settings by the class that declares them: PortalConfig's own first, then each section it inherits
+    (portal.config_kubernetes, portal.config_gpus), in the order written."""
+    parts = [PortalConfig, *(c for c in PortalConfig.__mro__[1:] if dataclasses.is_dataclass(c))]
+    return [(part, [f for f in dataclasses.fields(PortalConfig) if f.name in vars(part).get("__annotations__", {})])
+            for part in parts]
+
+
 def markdown_table() -> str:
-    """docs/configuration.md's table of settings: name, type, default, what it is."""
-    lines = ["| Setting | Type | Default | What it is |", "| --- | --- | --- | --- |"]
-    for f in dataclasses.fields(PortalConfig):
-        default = shown(default_of(f), f.metadata["secret"]).replace("|", r"\|")
-        doc = f.metadata["help"].replace("|", r"\|")
-        lines.append(f"| `{f.name}` | {TYPE_NAMES[str(f.type)]} | `{default}` | {doc} |")
-    return "\n".join(lines) + "\n"
+    """docs/configuration.md's tables of settings (one per section): name, type, default, what it is."""
+    out = []
+    for part, fields in sections():
+        if part is not PortalConfig:
+            out += ["", f"### {part.__doc__}", ""]
+        out += ["| Setting | Type | Default | What it is |", "| --- | --- | --- | --- |"]
+        for f in fields:
+            default = shown(default_of(f), f.metadata["secret"]).replace("|", r"\|")
+            doc = f.metadata["help"].replace("|", r"\|")
+            out.append(f"| `{f.name}` | {TYPE_NAMES[str(f.type)]} | `{default}` | {doc} |")
+    return "\n".join(out) + "\n"
 
 
 def hub_classes() -> list[type]:

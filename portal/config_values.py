@@ -204,8 +204,15 @@ def read_given(env: Mapping[str, str], fields: Mapping[str, dataclasses.Field]) 
     return values, sources
 
 
-
 def said_where(message: str, sources: Mapping[str, str]) -> str:
     """A check's message, with where the setting it names was set."""
     name = re.match(r"\w*", message).group()  # every check's message starts with the setting's name
     return f"{message} (from {sources[name]})" if name in sources else message
+
+
+def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
+    """A field that carries its help text (and whether its value is a secret, never to be shown) as data."""
+    meta = {"help": doc, "secret": secret}
+    if isinstance(default, dict):
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)

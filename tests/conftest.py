@@ -37,6 +37,9 @@ CLUSTER = os.environ.get("DSPORTAL_TEST_CLUSTER", "dsportal_test")
 # must never rewrite the file that a running test box's hub, dashboard and jobs read. Removed when the session
 # ends; one left by a killed session is removed by the next (stale_configs_removed).
 TEST_CONFIG = TEST_STATE.parent / f"{TEST_STATE.name}.{os.getpid()}.yaml"
+WATCHED_GROUP = "gpu-idle-watched"  # the test box's only group whose idle GPUs are given back (test_gpu_watch.py)
+
+
 def box_settings(cluster: str, state: Path, port_offset: int, node_prefix: str, subnet: str) -> dict[str, object]:
     """The settings of a test box: the Slurm test box's (below), or a box on another Slurm release
     (tests/slurm_versions) with its own cluster name, state dir, ports, nodes and subnet."""
@@ -73,6 +76,12 @@ def box_settings(cluster: str, state: Path, port_offset: int, node_prefix: str, 
         # Every job's trainer without Grappler's graph passes: about 25 s less start-up per run on 2 CPU cores, the
         # same steps per second (docs/testing.md); the training tests' own runs pass the flag too (TRAINER_SPEEDUP).
         "jobs_trainer_args": ["--graph-optimizer", "off"],
+        # The GPU watch (docs/gpus.md) warns and stops only the servers of the group that its own test puts users in,
+        # and quickly: every other test's idle server keeps its GPUs however long it waits.
+        "default_gpu_idle_s": 0,
+        "gpu_idle_s": {WATCHED_GROUP: 10},
+        "gpu_idle_grace_s": 10,
+        "gpu_read_every_s": 5,
     }
 
 
@@ -255,10 +264,11 @@ PROGRAM_PATHS = (TRAINING_TF, "tests/integration/test_corrupt_data.py", "tests/i
 # of their own after the boxes'. A clone of the checkout installed and run as alice (57 s of 8b61e8c's Slurm side),
 # the real proxy before a plain backend, the notebook helpers; and, moved off the Slurm side on 2026-12-05 (about 85 s
 # of 256ee42's), the local scheduler's jobs, the directory's starts with slapds of their own, portal.js against
-# answers its test makes up.
+# answers its test makes up (and the lab's idle-GPU notice likewise).
 NO_BOX_PATHS = ("tests/integration/test_checkout_anywhere.py", "tests/integration/test_proxy_hsts.py",
                 "tests/notebooks/test_helpers.py", "tests/integration/test_local_jobs.py",
-                "tests/integration/test_directory_starts.py", "tests/browser/test_portal_js.py")
+                "tests/integration/test_directory_starts.py", "tests/browser/test_portal_js.py",
+                "tests/browser/test_gpu_notice.py")
 
 
 def side_of(nodeid: str) -> str:

@@ -13,7 +13,8 @@ tests/users/test_users_boxes.py compares once every suite has run:
 - Slurm: every job of the user's box that was queued or running is still so, or ended COMPLETED (or TIMEOUT, its
   own time limit), never cancelled, failed or lost by the tests; a user's server that their own box's hub stopped
   as idle (its idle culler's "Culling server <user>" in that hub's log, after the snapshot: a run longer than
-  `cull_idle_timeout` meets it) is their box's doing, with its job and processes;
+  `cull_idle_timeout` meets it; or its GPU watch's "gpu watch: stop server <id> of <user>", past the box's
+  default_gpu_idle_s and grace) is their box's doing, with its job and processes;
 - processes: every process of a demo user's outside the test boxes is alive, or belonged to a job of their box
   that has ended as above;
 - Kubernetes: every pod of the users' namespaces is there (the same UID), or belonged to a Job (whose controller
@@ -73,7 +74,8 @@ SNAPSHOT = Path("/var/tmp/dsportal-users-before.json")
 # of the log of `make up-k8s`'s hub pod.
 HUB_LOGS = (str(USER_BOX / "log" / "hub.log"), str(KUBE_BOX / "nodes" / "*" / "private" / "var" / "log" / "pods" /
                                                       "dsportal_hub-*" / "*" / "*.log"))
-CULLED = re.compile(rb"Culling server (\S+) \(inactive")
+# Its idle culler's stop of a user's server, and its GPU watch's (portal.gpus.watch's log line: idle GPUs).
+CULLED = re.compile(rb"(?:Culling server |gpu watch: stop server \S+ of )([a-z_][a-z0-9._-]*)(?: \(inactive|:)")
 MAX_LOG_READ = 16 * 1024 * 1024
 HASHED_BYTES = 256 * 1024  # files up to this size are compared by content too
 # Where a user's own running JupyterLab and kernels write as they run: not the tests' doing when they change.
@@ -83,7 +85,7 @@ ENDED_WELL = ("COMPLETED", "TIMEOUT")
 TEST_NODE_PREFIX = os.environ.get("DSPORTAL_TEST_NODE_PREFIX", "tnode")  # the test box's nodes (tests/conftest.py)
 TEST_CLUSTER = os.environ.get("DSPORTAL_TEST_CLUSTER", "dsportal_test")  # and its cluster's name
 TEST_STATE = os.environ.get("DSPORTAL_TEST_STATE", "/var/tmp/dsportal-test")  # and its state dir
-USER_HUB = "http://127.0.0.1:8000/services/portal/jobs/"  # the user's box's job pages: its mail links there
+USER_HUB = "http://127.0.0.1:8000/services/portal/"  # the user's box's pages: its mail links there (jobs, GPUs)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class Watched:
     warned_at: float | None = None
     kept_at: float | None = None  # its user said "keep it"
     read_at: float | None = None  # the last reading that counted
+    stopped_at: float | None = None  # when a stop was asked for (portal.gpus.watch: asked again if it still runs)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ LOG_FORMAT = "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s %(module)s:%(l
 
 async def serve() -> None:
     from portal.service import gc_pauses
-    from portal.service.app import make_app, stop_work
+    from portal.service.app import gpu_watcher, make_app, stop_work
 
     gc_pauses.watch()
     cfg = load()
@@ -30,6 +30,7 @@ async def serve() -> None:
                max_body_size=app.settings["max_body_size"])
     log = logging.getLogger("portal.service")
     log.info("dashboard listening on %s", url.geturl())
+    gpu_watcher(cfg, app).start()
     # The hub stops its services with SIGINT (SIGTERM from an init system): both are a normal stop, not a crash.
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -10,6 +10,7 @@ from portal.inputs import InputError, read_json_object
 from portal.records.account import RUNUSER_CALLS, every_scheduler_calls
 from portal.records.spec import WHOLE, input_fields
 from portal.service.base import APIHandler
+from portal.service.gpu_pages import ledger_of, with_busy
 from portal.service.sweep_page import sweep_summary
 
 
@@ -72,7 +73,8 @@ class SettingsAPIHandler(APIHandler):
 class UsageAPIHandler(APIHandler):
     async def get(self) -> None:
         everyone = await self.everyone()
-        self.write_json(await self.blocking(self.board.usage, self.hub_user, everyone))
+        usage = await self.blocking(self.board.usage, self.hub_user, everyone)
+        self.write_json(with_busy(usage, ledger_of(self.settings)))
 
 
 def cluster_answer(view: dict[str, Any], counters: dict[str, Any], admin: bool) -> dict[str, Any]:

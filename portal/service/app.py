@@ -14,10 +14,11 @@ from portal.gpus import readings_dir
 from portal.mlflow_accounts import Accounts
 from portal.scheduler.registry import job_id_patterns
 from portal.scheduler.snapshot import ClusterCache
-from portal.service import api, experiment_handlers, mlflow_proxy, pages, render
+from portal.service import api, experiment_handlers, gpu_pages, mlflow_proxy, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
 from portal.service.board import JobBoard
 from portal.service.fairness import RateLimits, UserShares
+from portal.service.gpu_watch import GpuWatcher
 from portal.service.hub import HubDirectory
 from portal.service.pace import Pace
 from portal.service.scans import change_stamps
@@ -37,6 +38,7 @@ ACTION_WORKERS = 8
 # One user's requests hold at most this many of each pool's workers at once; the rest of theirs wait without one
 # (portal.service.fairness.UserShares): 6 of 8 stay free for the others, whatever one user's files do.
 WORKERS_PER_USER = 2
+GPU_WATCH_WORKERS = 1  # the GPU watch's blocking calls (a snapshot, the readings, a mail, a cancel), one at a time
 MIN_POLL_S = 5  # an open page asks for its rows or its job's state at most this often (portal.service.pace)
 # The most a request body may be before tornado stops reading it and closes the connection (the proxy then shows
 # its own error page), so that no request holds more memory than this. Bodies up to it are answered by the
@@ -52,6 +54,8 @@ ROUTES: list[tuple[str, type[RequestHandler]]] = [
     ("api/cluster", api.ClusterAPIHandler),
     ("api/usage", api.UsageAPIHandler),
     ("api/settings", api.SettingsAPIHandler),
+    ("api/gpus", gpu_pages.GpusAPIHandler),
+    ("api/gpus/keep", gpu_pages.KeepAPIHandler),
     ("api/experiments", experiment_handlers.ExperimentsAPIHandler),
     ("api/experiments/compare", experiment_handlers.CompareAPIHandler),
     ("api/experiments/label", experiment_handlers.LabelAPIHandler),
@@ -67,6 +71,7 @@ ROUTES: list[tuple[str, type[RequestHandler]]] = [
     ("settings", pages.SettingsPageHandler),
     ("cluster", pages.ClusterPageHandler),
     ("usage", pages.UsagePageHandler),
+    ("gpus", gpu_pages.GpusPageHandler),
     ("experiments", experiment_handlers.ExperimentsPageHandler),
     ("experiments/compare", experiment_handlers.ComparePageHandler),
     ("experiments/label", experiment_handlers.LabelPageHandler),
@@ -80,10 +85,12 @@ ROUTES: list[tuple[str, type[RequestHandler]]] = [
 def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str | None = None,
              cluster: ClusterCache | None = None, board: JobBoard | None = None,
              directory: HubDirectory | None = None, notebooks_dir: Path | None = None,
-             accounts: Accounts | None = None, watch_jobs: bool = False) -> Application:
+             accounts: Accounts | None = None, watch_jobs: bool = False,
+             gpu_watch: GpuWatcher | None = None) -> Application:
     """The dashboard. `watch_jobs` (the service itself, not tests): on Kubernetes, one watch of the API server says
     whose jobs changed (portal.service.scans.change_stamps); without it each user's jobs are listed every rescan.
-    `accounts`: the users' MLflow accounts (one per process: it remembers those it made)."""
+    `accounts`: the users' MLflow accounts (one per process: it remembers those it made). `gpu_watch`: the GPU
+    watch whose warnings the GPUs page shows (the service makes one with `gpu_watcher`; tests give theirs)."""
     if not prefix:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
     if not hub_base_url:
@@ -110,14 +117,27 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         rate_limits=RateLimits(cfg.dashboard_api_rate, cfg.dashboard_api_burst),
         service_prefix=prefix, hub_base_url=hub_base_url, notebooks_dir=notebooks_dir or templates_dir(),
         pace=Pace(max(MIN_POLL_S, cfg.dashboard_refresh_s), cfg.dashboard_page_reads_per_s),
-        log_lines=cfg.dashboard_log_lines, gpu_readings=readings_dir(cfg),
+        log_lines=cfg.dashboard_log_lines, gpu_readings=readings_dir(cfg), gpu_watch=gpu_watch,
     )
+
+
+def gpu_watcher(cfg: PortalConfig, app: Application) -> GpuWatcher:
+    """The service's GPU watch (portal.service.gpu_watch), on the app's cluster cache, hub and board, in a pool of its
+    own (its mail and cancels never wait behind page views), shown by the app's GPUs page; `start` it."""
+    watcher = GpuWatcher(cfg, app.settings["cluster"], app.settings["directory"], app.settings["board"],
+                         ThreadPoolExecutor(GPU_WATCH_WORKERS, thread_name_prefix="portal-gpus"))
+    app.settings["gpu_watch"] = watcher
+    return watcher
 
 
 def stop_work(app: Application) -> None:
     """At a stop: the queued work is dropped (page views and background reads that nobody waits for any more), the
     running finishes (a submit is never left half-done). Python joins the pools' threads at exit, so with queued
     metrics reads a stop took minutes; now it takes as long as the commands running at that moment."""
+    watcher = app.settings.get("gpu_watch")
+    if watcher is not None:
+        watcher.stop()
+        watcher.executor.shutdown(wait=False, cancel_futures=True)
     for name in ("executor", "action_executor"):
         app.settings[name].shutdown(wait=False, cancel_futures=True)
     app.settings["board"].stop()

@@ -1,15 +1,16 @@
 """What the dashboard asks the hub: a user's groups, admin flag and server, and (for admins) every user.
 
-The OAuth identity alone does not carry groups or the admin flag, so the service asks with its own token (its
-role grants read:users, read:users:groups, read:servers, list:users). It asks for every user at once (the roster,
-paged) at most every ROSTER_S, for all requests together: a page view asking `users/<name>` for itself cost the
-hub one request per view, 200 a second for 1,000 users refreshing every 5 s, more than the hub's one process
-answers (its queue timed out); and the hub spends about 2 ms per user model, so a roster of 1,000 every 2 s would
-take a core of its own. Groups and the admin flag therefore reach the dashboard within ROSTER_S (the hub's own
-HubAuth keeps a token's identity for 300 s). A roster past its age is still served for STALE_GRACE_S while a fresh
-one is fetched in the background, so no page waits for it; older than that, or never fetched, requests wait for
-the fetch (shared) and a hub that does not answer is a HubUnavailable. A user made after the last roster, and
-`fresh` asks (a server's state on a job's page), are asked for by name and kept for the refresh interval.
+The OAuth identity alone does not carry groups or the admin flag, so the service asks with its own token (its role
+grants read:users, read:users:groups, read:servers, list:users; and delete:servers, for the GPU watch's stops). It
+asks for every user at once (the roster, paged) at most every ROSTER_S, for all requests together: a page view
+asking `users/<name>` for itself cost the hub one request per view, 200 a second for 1,000 users refreshing every 5
+s, more than the hub's one process answers (its queue timed out); and the hub spends about 2 ms per user model, so a
+roster of 1,000 every 2 s would take a core of its own. Groups and the admin flag therefore reach the dashboard
+within ROSTER_S (the hub's own HubAuth keeps a token's identity for 300 s). A roster past its age is still served
+for STALE_GRACE_S while a fresh one is fetched in the background, so no page waits for it; older than that, or never
+fetched, requests wait for the fetch (shared) and a hub that does not answer is a HubUnavailable. A user made after
+the last roster, and `fresh` asks (a server's state on a job's page), are asked for by name and kept for the refresh
+interval.
 """
 
 from __future__ import annotations
@@ -141,6 +142,19 @@ class HubDirectory:
                 raise HubUnavailable(f"the hub answered GET {path} with no user model")
             model = answer
         return HubUser.from_model(model)
+
+    async def stop_server(self, name: str) -> None:
+        """Stop the user's server, as the hub's own "Stop My Server" does (the GPU watch, past an idle server's
+        grace: portal.service.gpu_watch; the service's role has delete:servers)."""
+        path = f"users/{quote(name, safe='')}/server"
+        request = HTTPRequest(f"{self.api_url}/{path}", method="DELETE", request_timeout=60,
+                              headers={"Authorization": f"token {self.token}"})
+        try:
+            await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as err:
+            raise HubUnavailable(f"the hub answered DELETE {path} with {err.code}") from None
+        except OSError as err:
+            raise HubUnavailable(f"the hub's API is unreachable: {err}") from None
 
     async def everyone(self) -> list[HubUser]:
         """Every hub user, for an admin's views: at most a refresh interval (ttl_s) old, like every other answer

@@ -26,6 +26,7 @@ from portal.records.sweep import MAX_TRIALS, PRUNERS, SAMPLERS, SweepView
 from portal.reference import AurocTable
 from portal.scheduler.home import ModelCardError
 from portal.service.base import PageHandler, UserError, user_error
+from portal.service.gpu_pages import ledger_of, with_busy
 from portal.service.job_notebooks import NOTEBOOK_ELSEWHERE, write_job_notebook
 from portal.service.submit_form import (
     checkbox,
@@ -127,8 +128,11 @@ class JobPageHandler(PageHandler):
             best_epoch = metrics.best_epoch
             auroc = AurocTable(metrics.per_class_auroc) if metrics.per_class_auroc else None
             gpus = await self.blocking(holder_gpus, self.settings["gpu_readings"], job.id)
+        watcher = self.settings.get("gpu_watch")  # a flag of the GPU watch's: its GPUs idle (portal.gpus.watch)
+        flag = watcher.watch.state.get(job.id) if watcher is not None else None
         figures: dict[str, Any] = {"job": summary, "history": history, "best_epoch": best_epoch, "auroc": auroc,
-                   "sweep": sweep_summary(sweep, summary["state"], time.time()) if sweep else None, "gpus": gpus}
+                   "sweep": sweep_summary(sweep, summary["state"], time.time()) if sweep else None, "gpus": gpus,
+                   "gpu_flag": flag if flag is not None and flag.warned_at is not None else None, "now": time.time()}
         if figures_only:
             self.render_page("job_figures.html", **figures)
             return
@@ -328,7 +332,8 @@ class SettingsPageHandler(SubmitPageHandler):
 class UsagePageHandler(PageHandler):
     async def get(self) -> None:
         everyone = await self.everyone()
-        self.render_page("usage.html", usage=await self.blocking(self.board.usage, self.hub_user, everyone))
+        usage = await self.blocking(self.board.usage, self.hub_user, everyone)
+        self.render_page("usage.html", usage=with_busy(usage, ledger_of(self.settings)))
 
 
 class ClusterPageHandler(PageHandler):

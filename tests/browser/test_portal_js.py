@@ -47,6 +47,7 @@ class Site:
     def __init__(self, body: str):
         self.page_body, self.rows, self.figures, self.log, self.hidden = body, "", "", "", "0"
         self.jobs: list[dict] = []
+        self.gpu_warnings: list[dict] = []  # the GPU watch's warnings of the user (portal.service.gpu_pages)
         self.tokens: list[str | None] = []
         self.jobs_asked = 0
         self.panel_tags: list[dict] = [{}]  # what TensorBoard's server says its runs have, one answer a look
@@ -67,7 +68,10 @@ class Site:
             route.fulfill(body=PAGE.format(token=TOKEN, body=self.page_body), content_type="text/html")
         else:
             self.tokens.append(request.headers.get("x-xsrftoken"))
-            if path.startswith("/api/jobs"):
+            if path.startswith("/api/gpus"):
+                route.fulfill(body=json.dumps({"watched": True, "warnings": self.gpu_warnings, "history": []}),
+                              content_type="application/json")
+            elif path.startswith("/api/jobs"):
                 self.jobs_asked += 1
                 route.fulfill(body=json.dumps({"jobs": self.jobs}), content_type="application/json")
             elif "part=rows" in path:
@@ -156,7 +160,8 @@ def test_the_submit_forms_summary_follows_its_fields_in_the_servers_words(site_p
 
 
 TOGGLE = """<button type="button" id="notify-toggle" hidden aria-pressed="false" data-user="alice"
-data-jobs-url="/api/jobs" data-poll-s="0.3" data-ended="CANCELLED COMPLETED FAILED TIMEOUT">Notify</button>"""
+data-jobs-url="/api/jobs" data-gpus-url="/api/gpus" data-gpus-page="/gpus" data-poll-s="0.3"
+data-ended="CANCELLED COMPLETED FAILED TIMEOUT">Notify</button>"""
 
 
 def a_job(job_id: str, user: str, state: str, auroc: float | None = None) -> dict:
@@ -164,7 +169,7 @@ def a_job(job_id: str, user: str, state: str, auroc: float | None = None) -> dic
             "links": {"page": f"/jobs/{job_id}"}}
 
 
-def test_a_job_that_ends_is_announced_once_and_only_after_the_user_asked(browser):
+def test_a_job_that_ends_or_idle_gpus_are_announced_once_and_only_after_the_user_asked(browser):
     context = new_context(browser)
     context.add_init_script(RECORD_NOTIFICATIONS)
     page = context.new_page()
@@ -198,6 +203,14 @@ def test_a_job_that_ends_is_announced_once_and_only_after_the_user_asked(browser
         page.wait_for_timeout(1000)
         assert len(page.evaluate("() => window.__notes()")) == 1 and page.evaluate("() => window.__asked()") == 1
         assert page.get_attribute("#notify-toggle", "aria-pressed") == "true"
+        # Her server's GPUs sit idle: announced once, with when it stops.
+        site.gpu_warnings = [{"holder": "12", "server": True, "warned_at": 100.0, "idle_since": 40.0,
+                              "deadline": 3700.0, "left_s": 1790.0}]
+        page.wait_for_function("() => window.__notes().length > 1")
+        page.wait_for_timeout(1000)
+        assert page.evaluate("() => window.__notes()")[1:] == [{
+            "title": "Your JupyterLab server's GPUs are idle", "body": "It stops in 30 min unless you keep it. "
+            "Click to keep it.", "tag": "dsportal-gpu-12@100"}]
     finally:
         context.close()
 

@@ -27,7 +27,7 @@ import requests
 from deploy.local.parts.hub import MARKER
 from portal.runas import RUNUSER
 from tests.children import Child
-from tests.conftest import NODES, REPO, SERVER_START_S, TEST_STATE, TINY_MODEL, TRAINER_SPEEDUP, wait_for
+from tests.conftest import NODES, REPO, SERVER_START_S, TEST_CONFIG, TEST_STATE, TINY_MODEL, TRAINER_SPEEDUP, wait_for
 
 if TYPE_CHECKING:
     from tensorboard.backend.event_processing import event_accumulator
@@ -76,6 +76,22 @@ def portal_client(hub, user: str) -> requests.Session:
     client = hub.client(hub.login(user)).token_session(user, "cluster test")  # trusting an https hub's CA
     client.base = f"{hub.url}{PORTAL}api/"  # type: ignore[attr-defined]
     return client
+
+
+# --- The directory and the accounts, as an admin changes them -------------------------------------------------------
+
+def ldap_modify(cluster, ldif: str) -> None:
+    rootpw = (cluster.directory_dir / "ldap" / "rootpw").read_text()  # the directory's own place
+    subprocess.run(["ldapmodify", "-x", "-ZZ", "-H", f"ldap://localhost:{cluster.ldap_port}",
+                    "-D", f"cn=admin,{cluster.ldap_base_dn}", "-w", rootpw], input=ldif, text=True, check=True,
+                   capture_output=True, env={"LDAPTLS_CACERT": str(cluster.ca_file), "PATH": "/usr/bin:/bin"})
+
+
+def accounts(cluster, *args: str) -> subprocess.CompletedProcess:
+    """`python -m portal.accounts ...` as an admin types it, with the test box's settings."""
+    return subprocess.run([str(cluster.venv / "bin" / "python"), "-m", "portal.accounts", *args], capture_output=True,
+                          text=True, timeout=120, cwd=REPO,
+                          env={"DSPORTAL_CONFIG": str(TEST_CONFIG), "PATH": "/usr/bin:/bin"})
 
 
 # --- Spawning through the hub's REST API, followed as the spawn page follows it ---------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,18 +19,11 @@ from portal import jobs
 from portal.config import load
 from portal.scheduler.slurm.scheduler import SlurmScheduler
 from portal.service.board import USAGE_REFRESH_S
-from tests.conftest import NODES, REPO, TEST_CONFIG, box, end_job, jobs_of, slurm, wait_for
-from tests.integration.helpers import PORTAL, TINY, portal_client
+from tests.conftest import NODES, box, end_job, jobs_of, slurm, wait_for
+from tests.integration.helpers import PORTAL, TINY, accounts, ldap_modify, portal_client
 from tests.integration.helpers import as_user_in_terminal as as_user
 
 pytestmark = pytest.mark.integration
-
-
-def accounts(cluster, *args: str) -> subprocess.CompletedProcess:
-    """`python -m portal.accounts ...` as an admin types it, with the test box's settings."""
-    return subprocess.run([str(cluster.venv / "bin" / "python"), "-m", "portal.accounts", *args], capture_output=True,
-                          text=True, timeout=120, cwd=REPO,
-                          env={"DSPORTAL_CONFIG": str(TEST_CONFIG), "PATH": "/usr/bin:/bin"})
 
 
 # --- the GPU quota, held by Slurm for everything a user runs together ----------------------------------------
@@ -182,13 +174,6 @@ def test_a_user_at_the_job_limit_is_refused_by_the_portal_and_by_slurm(cluster, 
 
 
 # --- the directory's groups and quotas, synced into Slurm -----------------------------------------------------
-
-
-def ldap_modify(cluster, ldif: str) -> None:
-    rootpw = (cluster.directory_dir / "ldap" / "rootpw").read_text()  # the directory's own place
-    subprocess.run(["ldapmodify", "-x", "-ZZ", "-H", f"ldap://localhost:{cluster.ldap_port}",
-                    "-D", f"cn=admin,{cluster.ldap_base_dn}", "-w", rootpw], input=ldif, text=True, check=True,
-                   capture_output=True, env={"LDAPTLS_CACERT": str(cluster.ca_file), "PATH": "/usr/bin:/bin"})
 
 
 def association(user: str) -> str:

@@ -1,5 +1,6 @@
 """Spawning JupyterLab through Slurm: the GPU form, refusals, fail-fast starts and hub restarts."""
 
+import json
 import pwd
 import re
 import subprocess
@@ -77,7 +78,14 @@ def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(cluster, hub, admin, al
 
 def assert_a_clean_lab(hub, alice, job_id: str) -> None:
     """What JupyterLab's page does with the server: no news prompt (fetchNews is "none" only when asked), a
-    "Portal" card to the dashboard; and the job's output is out of sight, in a directory only alice reads."""
+    "Portal" card to the dashboard, the portal's idle-GPU notice among its extensions (tests/browser/test_gpu_notice.py
+    runs it); and the job's output is out of sight, in a directory only alice reads."""
+    page = alice.get(f"{hub.url}/user/alice/lab", timeout=30).text
+    config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page,
+                                  re.S).group(1))
+    (notice,) = [e for e in config["federated_extensions"] if e["name"] == "dsportal-gpu-notice"]
+    script = alice.get(f"{hub.url}{config['fullLabextensionsUrl']}/dsportal-gpu-notice/{notice['load']}", timeout=30)
+    assert script.status_code == 200 and '_JUPYTERLAB[NAME] = {' in script.text, script.status_code
     settings = alice.get(f"{hub.url}/user/alice/{NOTIFICATION_SETTINGS}", timeout=30).json()
     assert settings["schema"]["properties"]["fetchNews"]["default"] == "false", settings
     assert "fetchNews" not in settings["settings"]  # alice chose nothing: the default is what the page uses

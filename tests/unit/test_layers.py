@@ -187,7 +187,8 @@ def test_the_architecture_page_names_every_package():
 # Which may import which (docs/architecture.md, "The layers"): per module prefix, the prefixes it must not import,
 # anywhere in the module (inside functions too; type-checking imports aside). The schedulers' subpackages know
 # nothing of each other; the neutral scheduler layer knows neither (portal.scheduler names them as strings).
-SETTINGS = ("portal.config", "portal.config_values", "portal.config_cli", "portal.config_checks", "portal.inputs",
+SETTINGS = ("portal.config", "portal.config_values", "portal.config_cli", "portal.config_checks",
+            "portal.config_kubernetes", "portal.config_gpus", "portal.inputs",
             "portal.runas", "portal.directory", "portal.errors", "portal.registrations", "portal.renamed",
             "portal.mlflow_accounts")
 ABOVE_RECORDS = ("portal.scheduler", "portal.service", "portal.jobs", "portal.notebook", "portal.jobmail",

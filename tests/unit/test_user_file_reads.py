@@ -22,6 +22,18 @@ ACCOUNTED = {
                                                "directory: reads nothing",
     ("portal/gpus/agent.py", "write", "read_bytes"): "the node's reading history that it writes itself, in root's "
                                                      "0700 readings directory: no user's file",
+    ("portal/gpus/ledger.py", "_count_node", "open"): "a node's reading history, written by root's reader in "
+    "root's 0700 readings directory (no user writes there); at most MAX_READ of it a pass",
+    ("portal/gpus/ledger.py", "_load", "read_text"): "the ledger the dashboard writes itself, in root's 0700 readings "
+    "directory",
+    ("portal/gpus/watch.py", "_load", "read_text"): "the watch's state that the dashboard writes itself, in root's "
+    "0700 readings directory",
+    ("portal/gpus/watch.py", "_save", "open"): "appends to the watch's events, the dashboard's own, in root's 0700 "
+    "readings directory",
+    ("portal/gpus/watch.py", "_save", "read_bytes"): "the watch's events that it trims itself (at most twice "
+    "MAX_EVENTS_BYTES), in root's 0700 readings directory",
+    ("portal/gpus/watch.py", "history", "read_bytes"): "the watch's events, the dashboard's own (kept under "
+    "MAX_EVENTS_BYTES), in root's 0700 readings directory",
     ("portal/gpus/cgroups.py", "_numbers", "read_text"): "a cgroup's cgroup.procs: the kernel's (cgroupfs has no "
                                                          "links or FIFOs, even in a cgroup a job made)",
     ("portal/gpus/cgroups.py", "_process", "read_text"): "/proc/<pid>/stat and statm: the kernel's",

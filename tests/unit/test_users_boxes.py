@@ -89,7 +89,7 @@ def test_a_server_its_own_hubs_idle_culler_stopped_is_the_users_box_doing_not_ha
     assert check({**boxes(HOME), "pods": pod}, boxes(HOME)) == ["pod dsportal-u-alice/jupyter-alice: gone"]
 
 
-def test_the_cullers_words_are_read_from_the_hubs_logs_after_the_snapshot(tmp_path, monkeypatch):
+def test_the_cullers_and_gpu_watchs_stops_are_read_from_the_hubs_logs_after_the_snapshot(tmp_path, monkeypatch):
     from tests import users_boxes
 
     slurm_log, kube_log = tmp_path / "hub.log", tmp_path / "kube" / "node1" / "hub.log"
@@ -101,8 +101,11 @@ def test_the_cullers_words_are_read_from_the_hubs_logs_after_the_snapshot(tmp_pa
     sizes = users_boxes.hub_logs()
     with slurm_log.open("ab") as log:
         log.write(b"[I 2026-12-02 09:18:16.467 IdleCuller __init__:255] Culling server alice (inactive for 01:29:38)\n")
+        log.write(b"[I 2026-12-05 10:00:00.000 portal.service watch:190] gpu watch: stop server 12 of bob: its GPUs "
+                  b"did nothing for 30 minutes\n")
+        log.write(b"[I 2026-12-05 10:00:00.000 portal.service watch:190] gpu watch: stop job 13 of carol: ...\n")
     kube_log.write_bytes(b"2026-12-02T09:20:00Z stderr F [I IdleCuller] Culling server mallory (inactive for 1:00)\n")
-    assert users_boxes.culled_since(sizes) == {"slurm": {"alice"}, "kubernetes": {"mallory"}}
+    assert users_boxes.culled_since(sizes) == {"slurm": {"alice", "bob"}, "kubernetes": {"mallory"}}
 
 
 def test_each_kind_of_harm_is_named():

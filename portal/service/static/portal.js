@@ -174,7 +174,8 @@
     function show(blocked) {
       button.setAttribute("aria-pressed", on() ? "true" : "false");
       button.textContent = blocked ? "Notifications are blocked in this browser's settings" :
-        on() ? "Notifying when a job ends (turn off)" : "Notify me when a job ends";
+        on() ? "Notifying when a job ends or GPUs sit idle (turn off)" :
+        "Notify me when a job ends or GPUs sit idle";
     }
     function announce(job) {
       var auroc = typeof job.best_mean_auroc === "number" ?
@@ -197,9 +198,30 @@
         localStorage.setItem(statesKey, JSON.stringify(now));
       });
     }
+    // The user's idle-GPU warnings too (portal.service.gpu_pages): each announced once, by holder and warning
+    // time; a click opens the GPUs page with its "Keep it".
+    var warnedKey = "dsportal-gpu-warned:" + user;
+    function lookAtGpus() {
+      return fetchText(button.dataset.gpusUrl).then(function (text) {
+        if (text === null || !on()) { return; }
+        var before = JSON.parse(localStorage.getItem(warnedKey) || "[]"), now = [];
+        JSON.parse(text).warnings.forEach(function (w) {
+          var key = w.holder + "@" + w.warned_at;
+          now.push(key);
+          if (before.indexOf(key) >= 0) { return; }
+          var left = typeof w.left_s === "number" ? Math.round(w.left_s / 60) + " min" : "a while";
+          var note = new Notification(w.server ? "Your JupyterLab server's GPUs are idle" :
+            "Job " + w.holder + "'s GPUs are idle", {
+            body: w.server ? "It stops in " + left + " unless you keep it. Click to keep it." :
+              "A rank that hangs, or an input that stalled? Click to see.", tag: "dsportal-gpu-" + key});
+          note.onclick = function () { window.open(button.dataset.gpusPage, "_blank"); note.close(); };
+        });
+        localStorage.setItem(warnedKey, JSON.stringify(now));
+      });
+    }
     function tick() {
       if (stopped) { return; }
-      Promise.resolve(on() ? look() : null).catch(function () {}).then(function () {
+      Promise.resolve(on() ? look().then(lookAtGpus) : null).catch(function () {}).then(function () {
         setTimeout(tick, Number(button.dataset.pollS) * 1000);
       });
     }

@@ -49,6 +49,9 @@ def test_yaml_then_environment(tmp_path):
     ({"DSPORTAL_SCHEDULER": "pbs"}, "scheduler is 'pbs'; allowed: slurm, kubernetes"),
     ({"DSPORTAL_LDAP_LOOKUP_DN": "perhaps"}, "ldap_lookup_dn"),
     ({"DSPORTAL_GPU_QUOTA": "gpu-users=-1"}, "gpu_quota[gpu-users]"),
+    ({"DSPORTAL_GPU_IDLE_S": "gpu-users=-5"}, "gpu_idle_s[gpu-users] is -5; allowed: 0 or more"),
+    ({"DSPORTAL_GPU_IDLE_GRACE_S": "-1"}, "gpu_idle_grace_s is -1; allowed: 0 or more"),
+    ({"DSPORTAL_GPU_IDLE_S": "gpu-users=lots"}, "gpu_idle_s is 'gpu-users=lots'; allowed: group: N"),
     ({"DSPORTAL_CONFIG": "/nonexistent/portal.yaml"}, "DSPORTAL_CONFIG=/nonexistent/portal.yaml"),
     ({"DSPORTAL_CLUSTER_NAME": "gpu-2"}, "cluster_name is 'gpu-2'; allowed: a lower-case letter"),
     ({"DSPORTAL_CLUSTER_NAME": "jobs"}, "cluster_name is 'jobs'; allowed: a lower-case letter, then up to 39 "
@@ -157,6 +160,9 @@ def test_the_configuration_page_is_generated_from_the_settings_and_the_hub_class
     assert page == markdown_page(), "docs/configuration.md is stale: python -m portal.config --markdown > it"
     assert markdown_table() in page
     assert markdown_table().count("\n| `") == len(dataclasses.fields(PortalConfig))
+    kube = page[page.index("### Kubernetes (scheduler: kubernetes)"):page.index("### GPU use (docs/gpus.md)")]
+    assert "| `k8s_image` |" in kube and "| `k8s_image` |" not in page[:page.index("### Kubernetes")]
+    assert "| `default_gpu_idle_s` | int | `1800` |" in page[page.index("### GPU use"):]
     hub = page[page.index("## Hub settings (set in jupyterhub_config.py as `c.<Class>.<name>`)"):]
     assert "| `c.PortalLDAPAuthenticator.failed_login_limit_per_user_client` | int | `5` |" in hub
     assert "| `c.SlurmStateSpawner.startup_check_timeout` | float | `2.0` |" in hub

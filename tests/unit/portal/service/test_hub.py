@@ -41,7 +41,15 @@ def fake_hub_app(hub: FakeHub) -> Application:
                 raise HTTPError(503 if hub.down else 404)
             self.finish(json.dumps(found[0]))
 
-    return Application([("/hub/api/users", Users), ("/hub/api/users/([^/]+)", User)])
+    class Server(RequestHandler):
+        def delete(self, name: str) -> None:
+            hub.asked.append(f"DELETE users/{name}/server {self.request.headers.get('Authorization')}")
+            if hub.down or not any(u["name"] == name for u in hub.users):
+                raise HTTPError(503 if hub.down else 404)
+            self.set_status(202)  # the hub's "stop pending"
+
+    return Application([("/hub/api/users", Users), ("/hub/api/users/([^/]+)", User),
+                        ("/hub/api/users/([^/]+)/server", Server)])
 
 
 class HubDirectoryTest(AsyncHTTPTestCase):
@@ -127,3 +135,17 @@ class EveryoneTest(AsyncHTTPTestCase):
         assert "newcomer" in {u.name for u in await directory.everyone()}
         assert (await directory.user("user001")).name == "user001"  # the viewers' path takes the same roster
         assert self.hub.asked.count("users") == 2 * 2  # two rosters of two pages each (250 users, 200 a page)
+
+
+class StopServerTest(AsyncHTTPTestCase):
+    def get_app(self) -> Application:
+        self.hub = FakeHub()
+        return fake_hub_app(self.hub)
+
+    @gen_test
+    async def test_a_stop_is_the_hubs_delete_of_the_users_server_with_the_services_token(self):
+        directory = HubDirectory(api_url=self.get_url("/hub/api"), token="t")
+        await directory.stop_server("user001")
+        assert self.hub.asked == ["DELETE users/user001/server token t"]
+        with pytest.raises(HubUnavailable, match="DELETE users/nobody/server with 404"):
+            await directory.stop_server("nobody")

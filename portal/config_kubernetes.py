@@ -1,0 +1,71 @@
+"""The Kubernetes scheduler's settings (scheduler: kubernetes), a part of every PortalConfig.
+
+KubeSpawner runs the servers; training jobs run as plain Jobs (no operator) or as MPIJobs (kubeflow.org/v2beta1)
+where the MPI Operator runs. portal.config's PortalConfig inherits these fields and helpers, so `cfg.k8s_image` and
+`cfg.user_namespace(name)` read as before; docs/configuration.md tables them in a section of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from portal.config_values import setting
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """Kubernetes (scheduler: kubernetes): where the servers and the jobs run, as whom, in what shape"""
+
+    k8s_kubeconfig: str = setting("", "The credentials: a kubeconfig file, or empty for the pod's service account "
+                                  "(in the cluster).")
+    k8s_namespace: str = setting("dsportal", "The hub's namespace.")
+    k8s_user_namespace_template: str = setting("dsportal-u-{username}", "Every user's own namespace, where their "
+                                               "server and jobs run.")
+    k8s_user_prefix: str = setting("dsportal:", 'The hub and the dashboard act for a user by impersonating '
+                                   '"<prefix><name>" (group k8s_users_group), so the API server\'s RBAC '
+                                   "(deploy/kubernetes/rbac.yaml) keeps every user to their own namespace.")
+    k8s_users_group: str = setting("dsportal-users", "The group the impersonated users are in (see "
+                                   "k8s_user_prefix).")
+    k8s_image: str = setting("localhost/dsportal-training:latest", "The notebook + training image (docker/training).")
+    k8s_image_pull_policy: str = setting("IfNotPresent", "When to pull k8s_image: Always, IfNotPresent or Never.")
+    k8s_gpu_node_label: str = setting("nvidia", "GPU node pools: a node label whose value is the GPU type (the "
+                                      "spawner's \"partition\"), e.g. nvidia=t4.")
+    k8s_gpu_types: tuple[str, ...] = setting(("t4", "v100"), "The GPU types (values of k8s_gpu_node_label).")
+    k8s_gpu_profiles: tuple[str, ...] = setting(("0", "1", "2", "4", "8"), "The GPU counts a server may ask for "
+                                                "(profiles), within the user's group quota.")
+    k8s_node_cpus: int = setting(32, "CPUs of one GPU node, where the pool's nodes cannot be listed (a dry run, "
+                                     "a notebook in a user's pod); otherwise each node's allocatable is used.")
+    k8s_node_memory_gb: int = setting(180, "Memory (GB) of one GPU node, where the nodes cannot be listed.")
+    k8s_node_gpus: int = setting(8, "GPUs of one GPU node, where the nodes cannot be listed.")
+    k8s_max_nodes: int = setting(4, "How many nodes one training job may span.")
+    k8s_data_claim: str = setting("chestxray14", "The data set's claim (ReadOnlyMany, mounted read-only).")
+    k8s_data_mount: str = setting("/data", "Where the data set is mounted.")
+    k8s_home_claim_template: str = setting("home-{username}", "Each user's home claim.")
+    k8s_home_mount: str = setting("/home/jovyan", "Where the user's home is mounted.")
+    k8s_jobs: str = setting("plain", "How a training job runs: plain (a launcher Job running mpirun over ssh and a "
+                            "workers Job, owned by it; needs no operator) or mpijob (an MPIJob, where the Kubeflow "
+                            "MPI Operator runs).")
+    k8s_shm_gb: int = setting(8, "/dev/shm as an in-memory emptyDir of this size in GB (Horovod and tf.data use "
+                              "shared memory).")
+    k8s_server_egress: tuple[str, ...] = setting((), "Where users' servers may connect besides the hub's API and DNS "
+                                                 "(NetworkPolicy): CIDR[:PORT[-PORT]] each, such as the API server's.")
+
+    def gpu_profiles(self) -> tuple[int, ...]:
+        return tuple(sorted({int(p) for p in self.k8s_gpu_profiles}))
+
+    def user_namespace(self, username: str) -> str:
+        return self.k8s_user_namespace_template.format(username=username)
+
+    def namespace_user(self, namespace: str) -> str | None:
+        """Whose namespace this is by k8s_user_namespace_template (user_namespace turned round), or None."""
+        before, _, after = self.k8s_user_namespace_template.partition("{username}")
+        name = namespace[len(before):len(namespace) - len(after)] if len(namespace) > len(before) + len(after) \
+            else ""
+        return name if name and self.user_namespace(name) == namespace else None
+
+    def home_claim(self, username: str) -> str:
+        return self.k8s_home_claim_template.format(username=username)
+
+    def user_principal(self, username: str) -> str:
+        """Portal user `username` as Kubernetes knows them: the name the portal impersonates and RBAC binds."""
+        return f"{self.k8s_user_prefix}{username}"

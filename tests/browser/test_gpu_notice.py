@@ -1,0 +1,103 @@
+"""The lab's idle-GPU notice (deploy/jupyterlab/gpu-notice, docs/gpus.md) alone in headless Chromium: loaded as
+JupyterLab loads a prebuilt extension (its container initialised with a share scope that holds a recording
+Notification, then asked for "./extension"), against the dashboard's answers given here (Playwright's routes, no
+box). It passes the dashboard's login once, shows each warning once with "Keep it", posts the GPUs page's own form
+with its XSRF token, and takes a notice away once its warning is gone. That the real JupyterLab loads it:
+tests/integration/test_spawn.py (the lab's page lists it, and its script is served)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import parse_qs
+
+from tests.browser.conftest import new_context
+
+SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "jupyterlab" / "gpu-notice" / "static" / "remoteEntry.js"
+ORIGIN = "https://hub.test"
+PORTAL = "/services/portal/"
+LAB = """<!DOCTYPE html><html lang="en"><head><title>JupyterLab</title>
+<script id="jupyter-config-data" type="application/json">{"hubPrefix": "/hub/", "baseUrl": "/user/alice/"}</script>
+<script>
+window.__notes = [];
+const Notification = {
+  emit(message, type, options) {
+    window.__notes.push({message, type, options, open: true});
+    return String(window.__notes.length - 1);
+  },
+  update(args) { Object.assign(window.__notes[Number(args.id)], {message: args.message, type: args.type}); },
+  dismiss(id) { window.__notes[Number(id)].open = false; },
+};
+window.__share = {"@jupyterlab/apputils": {"4.6.6": {get: () => Promise.resolve(() => ({Notification}))}}};
+</script>
+<script src="/user/alice/lab/extensions/dsportal-gpu-notice/static/remoteEntry.js"></script></head>
+<body><script>
+const container = window._JUPYTERLAB["dsportal-gpu-notice"];
+container.init(window.__share).then(() => container.get("./extension"))
+  .then(factory => factory().default.activate({}));
+</script></body></html>"""
+WARNING = {"holder": "12", "server": True, "idle_since": 40.0, "warned_at": 1840.0, "deadline": 5440.0,
+           "left_s": 1790.0}
+FORM = '<form method="post"><input type="hidden" name="_xsrf" value="2|ab|10:1795|5:_xsrf"/></form>'
+
+
+class Dashboard:
+    def __init__(self) -> None:
+        self.logged_in = False
+        self.warnings = [WARNING]
+        self.asked: list[str] = []
+        self.posts: list[dict[str, list[str]]] = []
+
+    def answer(self, route) -> None:
+        request, path = route.request, route.request.url[len(ORIGIN):]
+        self.asked.append(f"{request.method} {path}")
+        if path.endswith("remoteEntry.js"):
+            route.fulfill(body=SCRIPT.read_text(), content_type="text/javascript")
+        elif path == "/user/alice/lab":
+            route.fulfill(body=LAB, content_type="text/html")
+        elif path == f"{PORTAL}api/gpus":
+            if not self.logged_in:
+                route.fulfill(status=403, body='{"error": "log in"}', content_type="application/json")
+            else:
+                route.fulfill(body=json.dumps({"watched": True, "warnings": self.warnings, "history": []}),
+                              content_type="application/json")
+        elif path == f"{PORTAL}gpus" and request.method == "POST":
+            self.posts.append(parse_qs(request.post_data))
+            self.warnings = []
+            route.fulfill(status=302, headers={"Location": f"{PORTAL}gpus?kept=12"})
+        elif path.startswith(f"{PORTAL}gpus"):
+            self.logged_in = True  # the dashboard's OAuth, passed by the visit
+            route.fulfill(body=FORM, content_type="text/html")
+        else:
+            route.fulfill(status=404, body="")
+
+
+def test_the_lab_shows_each_warning_once_keeps_it_and_takes_the_notice_away(browser):
+    context = new_context(browser)
+    page = context.new_page()
+    dashboard = Dashboard()
+    try:
+        page.clock.install()
+        page.route(f"{ORIGIN}/**", dashboard.answer)
+        page.goto(f"{ORIGIN}/user/alice/lab")
+        page.wait_for_function("() => window.__notes.length === 1")
+        assert page.get_attribute("body", "data-dsportal-gpu-notice") == "on"
+        note = page.evaluate("() => ({message: window.__notes[0].message, type: window.__notes[0].type, "
+                             "actions: window.__notes[0].options.actions.map(a => a.label)})")
+        assert note == {"message": "Your JupyterLab server's GPUs have done nothing for 30 min: it stops in 30 min "
+                                   "unless you keep it.", "type": "warning", "actions": ["Keep it", "GPUs page"]}
+        # Not logged in to the dashboard: its GPUs page once (its OAuth), then the warnings.
+        assert [a for a in dashboard.asked if PORTAL in a][:3] == [
+            f"GET {PORTAL}api/gpus", f"GET {PORTAL}gpus", f"GET {PORTAL}api/gpus"]
+        page.clock.run_for(60_000)  # the next look: the same warning is not shown twice
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.__notes.length") == 1
+
+        page.evaluate("() => window.__notes[0].options.actions[0].callback()")  # "Keep it"
+        page.wait_for_function("() => window.__notes[0].type === 'success'")
+        assert dashboard.posts == [{"holder": ["12"], "_xsrf": ["2|ab|10:1795|5:_xsrf"]}]
+        assert page.evaluate("() => window.__notes[0].message") == "Kept: its idle clock starts again."
+        page.clock.run_for(60_000)  # kept: no warning any more, so its notice goes
+        page.wait_for_function("() => window.__notes[0].open === false")
+    finally:
+        context.close()
