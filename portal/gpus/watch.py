@@ -29,6 +29,7 @@ RETRY_STOP_S = 120.0  # a stop asked for and still running this long after is as
 # scheduler reuses an id): its idle clock starts again, so nothing is ever stopped early on old knowledge.
 FORGET_AFTER_S = 600.0
 MAX_EVENTS_BYTES = 2 << 20  # the newer half is kept past this: years of a small site's events
+KEPT_IN_MEMORY = 5000  # the newest events the pages read from memory
 STATE, EVENTS = "watch.json", "events.jsonl"
 KEPT = "keep"  # an event's act when its user said "keep it" (not an Act: the rule does not decide it)
 log = logging.getLogger("portal.gpus")
@@ -97,6 +98,7 @@ class Watch:
         self.folder, self._clock = folder, clock
         self.state: dict[str, Watched] = self._load()
         self.rules: dict[str, Rule] = {}  # each watched holder's rule, as of the last pass (for its deadline)
+        self._events: list[Event] | None = None  # the newest events, once read (history)
 
     def _load(self) -> dict[str, Watched]:
         try:
@@ -167,21 +169,31 @@ class Watch:
         return watched.warned_at + rule.grace_s
 
     def history(self, user: str | None = None, limit: int = 50) -> list[Event]:
-        """The newest events first, a user's own (None: everyone's, for an admin)."""
+        """The newest events first, a user's own (None: everyone's, for an admin). Read from the file once, then
+        kept in memory as they are written (KEPT_IN_MEMORY of them): a page's poll never reads the file."""
+        if self._events is None:
+            self._events = self._read_events()
+        found = []
+        for event in reversed(self._events):
+            if user is None or event.user == user:
+                found.append(event)
+                if len(found) >= limit:
+                    break
+        return found
+
+    def _read_events(self) -> list[Event]:
         try:
             data = (self.folder / EVENTS).read_bytes()
         except OSError:
             return []
         found = []
-        for line in reversed(data.decode(errors="replace").splitlines()):
+        for line in data.decode(errors="replace").splitlines()[-KEPT_IN_MEMORY:]:
             try:
                 event = Event.from_dict(json.loads(line))
             except ValueError:
                 event = None
-            if event is not None and (user is None or event.user == user):
+            if event is not None:
                 found.append(event)
-                if len(found) >= limit:
-                    break
         return found
 
     def _save(self, events: list[Event]) -> None:
@@ -191,6 +203,8 @@ class Watch:
         os.replace(part, self.folder / STATE)
         if not events:
             return
+        if self._events is not None:
+            self._events = (self._events + events)[-KEPT_IN_MEMORY:]
         path = self.folder / EVENTS
         with path.open("a") as lines:
             lines.writelines(json.dumps(asdict(e), separators=(",", ":")) + "\n" for e in events)

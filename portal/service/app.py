@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -122,9 +123,10 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
 
 
 def gpu_watcher(cfg: PortalConfig, app: Application) -> GpuWatcher:
-    """The service's GPU watch (portal.service.gpu_watch), on the app's cluster cache, hub and board, in a pool of its
+    """The service's GPU watch (portal.service.gpu_watch), on the app's scheduler, hub and board, in a pool of its
     own (its mail and cancels never wait behind page views), shown by the app's GPUs page; `start` it."""
-    watcher = GpuWatcher(cfg, app.settings["cluster"], app.settings["directory"], app.settings["board"],
+    board = app.settings["board"]
+    watcher = GpuWatcher(cfg, lambda: board.scheduler.snapshot(time.monotonic), app.settings["directory"], board,
                          ThreadPoolExecutor(GPU_WATCH_WORKERS, thread_name_prefix="portal-gpus"))
     app.settings["gpu_watch"] = watcher
     return watcher

@@ -23,6 +23,7 @@ from portal.service.board import HubUser, JobBoard
 from portal.service.fairness import read_key
 from portal.service.headers import SECURITY_HEADERS, content_security_policy, new_nonce, strict_transport_security
 from portal.service.hub import HubDirectory
+from portal.service.oauth import PortalOAuth
 from portal.service.render import hub_namespace
 
 T = TypeVar("T")
@@ -104,6 +105,8 @@ class StaticFiles(SecurityHeaders, StaticFileHandler):
 class OAuthCallbackHandler(HubOAuthCallbackHandler, SecurityHeaders):
     """The end of the hub's OAuth login, which sets the login cookie: with the headers and the cookie policy."""
 
+    hub_auth_class = PortalOAuth
+
 
 class UserError(HTTPError):
     """An error a user sees: status, a message, and the field it is about (for a spec that is not allowed).
@@ -137,6 +140,7 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
     """Base of pages and API: the hub user (with groups and admin flag) is `self.hub_user` after `prepare`."""
 
     hub_user: HubUser
+    hub_auth_class = PortalOAuth  # a state cookie of its own for every login (portal.service.oauth)
     checks_own_body = False  # a form that shows a body over the limit beside its fields (the submit form)
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import quote
 
 from portal.gpus.idle import Watched
 from portal.gpus.ledger import Ledger
@@ -92,7 +93,7 @@ class GpusPageHandler(PageHandler, GpuReads):
     def post(self) -> None:
         holder = decode_form(self.request.body_arguments, ("holder",), "keep").get("holder", [""])[0]
         self.keep(holder)  # InputError, UserError: the error page, by send_error
-        self.redirect(f"{self.settings['service_prefix']}gpus?kept={holder}")
+        self.redirect(f"{self.settings['service_prefix']}gpus?kept={quote(holder, safe='')}")
 
 
 class GpusAPIHandler(APIHandler, GpuReads):

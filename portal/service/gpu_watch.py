@@ -35,7 +35,7 @@ from portal.gpus.view import latest
 from portal.gpus.watch import Event, Holder, Watch
 from portal.jobmail import NoAddress, owner_address, send
 from portal.records.states import RUNNING
-from portal.scheduler.snapshot import ClusterCache
+from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.board import HubUser, JobBoard
 from portal.service.hub import HubDirectory, HubUnavailable
 
@@ -76,10 +76,12 @@ def notice(event: Event, cfg: PortalConfig, address: str, page: str) -> EmailMes
 class GpuWatcher:
     """portal.gpus.watch's passes, carried out by the dashboard: `start` runs them every gpu_read_every_s."""
 
-    def __init__(self, cfg: PortalConfig, cluster: ClusterCache, directory: HubDirectory, board: JobBoard,
-                 executor: Executor, mail: Callable[[EmailMessage, PortalConfig], None] = send,
+    def __init__(self, cfg: PortalConfig, snapshot: Callable[[], ClusterSnapshot], directory: HubDirectory,
+                 board: JobBoard, executor: Executor, mail: Callable[[EmailMessage, PortalConfig], None] = send,
                  clock: Callable[[], float] = time.time):
-        self.cfg, self.cluster, self.directory, self.board = cfg, cluster, directory, board
+        """`snapshot`: the scheduler's own answer, asked every pass (never the pages' cache: an answer the watch
+        asked for would be served to pages past the moment the scheduler stopped answering)."""
+        self.cfg, self.snapshot, self.directory, self.board = cfg, snapshot, directory, board
         self.executor, self._mail, self._clock = executor, mail, clock
         self.folder = readings_dir(cfg)
         self.watch = Watch(self.folder, clock)
@@ -100,7 +102,7 @@ class GpuWatcher:
         cluster without readers yet), there is nothing to watch."""
         if not self.folder.is_dir():
             return []
-        snapshot = await self._blocking(self.cluster.snapshot)
+        snapshot = await self._blocking(self.snapshot)
         holders = [Holder(job.id, job.user, job.server) for job in snapshot.queue.values()
                    if job.state == RUNNING and job.gpus > 0 and job.user]
         try:

@@ -32,7 +32,7 @@ ACCOUNTED = {
     "readings directory",
     ("portal/gpus/watch.py", "_save", "read_bytes"): "the watch's events that it trims itself (at most twice "
     "MAX_EVENTS_BYTES), in root's 0700 readings directory",
-    ("portal/gpus/watch.py", "history", "read_bytes"): "the watch's events, the dashboard's own (kept under "
+    ("portal/gpus/watch.py", "_read_events", "read_bytes"): "the watch's events, the dashboard's own (kept under "
     "MAX_EVENTS_BYTES), in root's 0700 readings directory",
     ("portal/gpus/cgroups.py", "_numbers", "read_text"): "a cgroup's cgroup.procs: the kernel's (cgroupfs has no "
                                                          "links or FIFOs, even in a cgroup a job made)",

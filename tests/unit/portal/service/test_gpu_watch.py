@@ -70,7 +70,7 @@ def watcher(tmp_path, monkeypatch):
     cfg = PortalConfig(state_dir=tmp_path, gpu_idle_s={"short-idle": 60}, default_gpu_idle_s=0, gpu_idle_grace_s=120)
     monkeypatch.setattr(gpu_watch_module, "owner_address", lambda user, cfg: f"{user}@dsportal.local")
     now, mailed = [0.0], []
-    made = GpuWatcher(cfg, Cluster(SERVER, JOB), Hub(), Board(), ThreadPoolExecutor(1),
+    made = GpuWatcher(cfg, Cluster(SERVER, JOB).snapshot, Hub(), Board(), ThreadPoolExecutor(1),
                       mail=lambda message, cfg: mailed.append(message), clock=lambda: now[0])
     made.now, made.mailed = now, mailed
     yield made
@@ -109,7 +109,7 @@ def test_a_flagged_job_is_cancelled_as_its_owner_only_where_the_site_says(watche
 
 def test_a_training_server_is_left_alone_and_an_unwatched_user_never_warned(watcher):
     assert at_times(watcher, range(1000, 1400, 10), 80.0) == []
-    watcher.cluster = Cluster(dataclasses.replace(SERVER, user="bob"))  # default_gpu_idle_s 0: never
+    watcher.snapshot = Cluster(dataclasses.replace(SERVER, user="bob")).snapshot  # default_gpu_idle_s 0: never
     assert at_times(watcher, range(1400, 1800, 10), 0.5) == []
     assert watcher.mailed == [] and watcher.directory.stopped == []
 
@@ -149,13 +149,13 @@ def test_a_failing_pass_is_logged_once_until_it_works_again_and_no_readers_is_no
 
     caplog.set_level(logging.INFO, "portal.service")
     reading(watcher.folder, 1000.0, 0.5)
-    watcher.cluster = Down()
+    watcher.snapshot = Down().snapshot
     for _ in range(3):
         asyncio.run(watcher._tick())
     assert caplog.text.count("gpu watch: the pass failed: squeue: Unable to contact") == 1
-    watcher.cluster = Cluster(SERVER)
+    watcher.snapshot = Cluster(SERVER).snapshot
     asyncio.run(watcher._tick())
     assert "gpu watch: passes work again" in caplog.text
     watcher.folder = watcher.folder.parent / "none"  # no node's reader writes here
-    watcher.cluster = Down()
+    watcher.snapshot = Down().snapshot
     assert asyncio.run(watcher.once()) == []
