@@ -1,8 +1,8 @@
 """The dashboard's GPU watch (docs/gpus.md, "Idle GPUs given back"): every gpu_read_every_s, a pass over
 the running servers and jobs that hold GPUs, and what it decides carried out.
 
-    WARN   a server whose GPUs were idle gpu_idle_s: mail to its user; the warning on their dashboard pages (the
-           GPUs page, with "Keep it"; a browser notification where they allowed them)
+    WARN   a server whose GPUs were idle gpu_idle_s: mail to its user; the warning on the GPUs page (with "Keep
+           it"), inside JupyterLab (its GPU notice asks the GPUs API) and by the portal's browser notification
     STOP   the server, gpu_idle_grace_s after the warning unless kept: the hub stops it (its user's files stay in
            their home: nothing they saved is lost); mail says why
     FLAG   a job whose GPUs were idle as long: its page says so, mail tells its user

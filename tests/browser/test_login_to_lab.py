@@ -1,5 +1,6 @@
 """A person's path in headless Chromium: log in as alice, choose one GPU, reach a clean JupyterLab (no news
-prompt, "Portal" and "TensorBoard" cards with their icons, the first opening the dashboard in a new tab)."""
+prompt, "Portal" and "TensorBoard" cards with their icons, the first opening the dashboard in a new tab while the
+lab's idle-GPU notice, which the lab has loaded, asks the dashboard in the background)."""
 
 from playwright import sync_api as playwright
 
@@ -21,6 +22,7 @@ def test_alice_logs_in_chooses_a_gpu_and_reaches_jupyterlab(hub, admin, page, ar
         page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=SERVER_START_S * 1000)
         page.screenshot(path=str(artifacts / "browser-2-jupyterlab.png"))
         assert "JupyterLab" in page.title()
+        page.wait_for_selector("body[data-dsportal-gpu-notice=on]", state="attached", timeout=30_000)
         assert_no_news_prompt(page)
         assert_the_cards_have_icons(page)
         open_the_portal_card(page, artifacts)
