@@ -23,6 +23,7 @@ from pathlib import Path
 
 from portal.errors import SchedulerError
 from portal.gpus import cgroups, nvml
+from portal.gpus.files import append_lines, replace_text
 from portal.gpus.readings import NodeReading
 from portal.gpus.standin import Held, StandIn
 from portal.inputs import one_line
@@ -44,17 +45,9 @@ def holders_on(snapshot: ClusterSnapshot, node: str) -> dict[str, Held]:
 def write(out: Path, reading: NodeReading) -> None:
     """The latest reading in place of the last (rename: a reader never sees half of one), and appended to the
     history, which keeps its newer half when it grows past MAX_HISTORY_BYTES."""
-    latest, history = out / f"{reading.node}.json", out / f"{reading.node}.jsonl"
-    text = json.dumps(reading.to_dict(), separators=(",", ":"))
-    part = out / f".{reading.node}.json.part"
-    part.write_text(text + "\n")
-    os.replace(part, latest)
-    with history.open("a") as lines:
-        lines.write(text + "\n")
-    if history.stat().st_size > MAX_HISTORY_BYTES:
-        kept = history.read_bytes()[-MAX_HISTORY_BYTES // 2:]
-        part.write_bytes(kept[kept.find(b"\n") + 1:])
-        os.replace(part, history)
+    text = json.dumps(reading.to_dict(), separators=(",", ":")) + "\n"
+    replace_text(out / f"{reading.node}.json", text)
+    append_lines(out / f"{reading.node}.jsonl", [text], MAX_HISTORY_BYTES)
 
 
 class Agent:

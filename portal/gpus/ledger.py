@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from portal.gpus.files import replace_text
 from portal.gpus.readings import HOLDER, NodeReading, ReadingError
 
 LEDGER = "ledger.json"
@@ -71,10 +72,8 @@ class Ledger:
         for path in sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else ():
             self._count_node(path)
         self.accounts = {k: a for k, a in self.accounts.items() if now - a.last_at < KEEP_S}
-        part = self.folder / f".{LEDGER}.part"
-        part.write_text(json.dumps({"accounts": {k: asdict(a) for k, a in self.accounts.items()},
-                                    "read_to": self.read_to}))
-        os.replace(part, self.folder / LEDGER)
+        replace_text(self.folder / LEDGER, json.dumps({"accounts": {k: asdict(a) for k, a in self.accounts.items()},
+                                                       "read_to": self.read_to}))
 
     def _count_node(self, path: Path) -> None:
         node = path.stem

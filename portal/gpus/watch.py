@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from portal.gpus.files import append_lines, replace_text
 from portal.gpus.idle import Act, Rule, Watched, holder_state, keep, step
 from portal.gpus.readings import HOLDER, USER, NodeReading
 
@@ -198,21 +198,13 @@ class Watch:
 
     def _save(self, events: list[Event]) -> None:
         self.folder.mkdir(mode=0o700, exist_ok=True)
-        part = self.folder / f".{STATE}.part"
-        part.write_text(json.dumps({"holders": {k: asdict(v) for k, v in self.state.items()}}))
-        os.replace(part, self.folder / STATE)
+        replace_text(self.folder / STATE, json.dumps({"holders": {k: asdict(v) for k, v in self.state.items()}}))
         if not events:
             return
         if self._events is not None:
             self._events = (self._events + events)[-KEPT_IN_MEMORY:]
-        path = self.folder / EVENTS
-        with path.open("a") as lines:
-            lines.writelines(json.dumps(asdict(e), separators=(",", ":")) + "\n" for e in events)
-        if path.stat().st_size > MAX_EVENTS_BYTES:
-            kept = path.read_bytes()[-MAX_EVENTS_BYTES // 2:]
-            part = self.folder / f".{EVENTS}.part"
-            part.write_bytes(kept[kept.find(b"\n") + 1:])
-            os.replace(part, path)
+        append_lines(self.folder / EVENTS, (json.dumps(asdict(e), separators=(",", ":")) + "\n" for e in events),
+                     MAX_EVENTS_BYTES)
         for event in events:
             log.info("gpu watch: %s %s %s of %s: %s", event.act, "server" if event.server else "job",
                      event.holder, event.user, event.reason)

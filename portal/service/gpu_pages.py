@@ -13,6 +13,7 @@ and the Usage page's busy GPU-hours beside the held ones (`with_busy`).
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote
 
@@ -56,11 +57,6 @@ def with_busy(usage: dict[str, Any], ledger: Ledger | None) -> dict[str, Any]:
             "efficiency": sum(a.busy_s for a in known) / held if held else None}
 
 
-def event_view(event: Event) -> dict[str, Any]:
-    return {"at": event.at, "holder": event.holder, "user": event.user, "server": event.server, "act": event.act,
-            "reason": event.reason, "deadline": event.deadline}
-
-
 class GpuReads(PortalHandler):
     @property
     def watch(self) -> Watch | None:
@@ -74,7 +70,7 @@ class GpuReads(PortalHandler):
             return {"watched": False, "warnings": [], "history": []}
         now = time.time()
         return {"watched": True, "warnings": [warning_view(watch, w, now) for w in watch.warnings(user.name)],
-                "history": [event_view(e) for e in watch.history(None if user.admin else user.name)]}
+                "history": [asdict(e) for e in watch.history(None if user.admin else user.name)]}
 
     def keep(self, holder: str) -> Event:
         if not HOLDER.fullmatch(holder):
@@ -106,4 +102,4 @@ class KeepAPIHandler(APIHandler, GpuReads):
         holder = read_json_object(self.request.body, "keep").get("holder")
         if not isinstance(holder, str):
             raise InputError("holder", "missing, or not text; allowed: the id of your server or job")
-        self.write_json(event_view(self.keep(holder)))
+        self.write_json(asdict(self.keep(holder)))

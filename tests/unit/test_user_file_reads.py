@@ -18,20 +18,16 @@ BOUNDED = "the bounded reader (JobUser.read_text: as the user, regular file, siz
 OWN_DATA = "the data set or checkpoint of the job's own run, read as its user: a hostile file there stalls only them"
 # (module, function, call) -> why that read is not a bypass.
 ACCOUNTED = {
-    ("portal/gpus/agent.py", "write", "open"): "appends to the node's reading history in root's 0700 readings "
-                                               "directory: reads nothing",
-    ("portal/gpus/agent.py", "write", "read_bytes"): "the node's reading history that it writes itself, in root's "
-                                                     "0700 readings directory: no user's file",
+    ("portal/gpus/files.py", "append_lines", "open"): "appends to a history of the readers or of the dashboard's "
+    "watch, in root's 0700 readings directory: reads nothing",
+    ("portal/gpus/files.py", "append_lines", "read_bytes"): "the history it writes itself, to keep its newer half, "
+    "in root's 0700 readings directory: no user's file",
     ("portal/gpus/ledger.py", "_count_node", "open"): "a node's reading history, written by root's reader in "
     "root's 0700 readings directory (no user writes there); at most MAX_READ of it a pass",
     ("portal/gpus/ledger.py", "_load", "read_text"): "the ledger the dashboard writes itself, in root's 0700 readings "
     "directory",
     ("portal/gpus/watch.py", "_load", "read_text"): "the watch's state that the dashboard writes itself, in root's "
     "0700 readings directory",
-    ("portal/gpus/watch.py", "_save", "open"): "appends to the watch's events, the dashboard's own, in root's 0700 "
-    "readings directory",
-    ("portal/gpus/watch.py", "_save", "read_bytes"): "the watch's events that it trims itself (at most twice "
-    "MAX_EVENTS_BYTES), in root's 0700 readings directory",
     ("portal/gpus/watch.py", "_read_events", "read_bytes"): "the watch's events, the dashboard's own (kept under "
     "MAX_EVENTS_BYTES), in root's 0700 readings directory",
     ("portal/gpus/cgroups.py", "_numbers", "read_text"): "a cgroup's cgroup.procs: the kernel's (cgroupfs has no "
