@@ -52,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deploy import netns
-from deploy.kubernetes.kubeparts import apiserver, bootstrap, etcd, netpol, nodes, relay, volumes
+from deploy.kubernetes.kubeparts import apiserver, bootstrap, etcd, gpus, netpol, nodes, relay, volumes
 from deploy.kubernetes.kubeparts import hub as box_hub
 from deploy.kubernetes.kubeparts import images as box_images
 from deploy.kubernetes.kubeparts import mlflow as box_mlflow
@@ -110,8 +110,9 @@ def node_services(box: KubeBox) -> list[Service]:
 
 def services(box: KubeBox) -> list[Service]:
     """In start order: the control plane, each node (its containerd and kubelet), the NetworkPolicy enforcer, and
-    while the hub is installed its LDAP relay and its MLflow server."""
-    return [*CONTROL_PLANE, *node_services(box), NETPOL, *([LDAP_RELAY, MLFLOW] if box_hub.installed(box) else [])]
+    while the hub is installed its LDAP relay, its MLflow server and each node's GPU reader (into the hub's claim)."""
+    return [*CONTROL_PLANE, *node_services(box), NETPOL,
+            *([LDAP_RELAY, MLFLOW, *gpus.services(box)] if box_hub.installed(box) else [])]
 
 
 def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: PortalConfig | None = None) -> Cluster:
@@ -164,17 +165,19 @@ def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: Porta
             mlflow_begun = begin_service(MLFLOW, box)
             box_hub.ensure(box, admin, nodes.admin_api(box), nodes.socket, report)
             _report(await_service(MLFLOW, box, mlflow_begun), report)
+            for svc in gpus.services(box):
+                _report(start_service(svc, box), report)
     return cluster_of(box)
 
 
 def remove_hub(box: KubeBox) -> list[str]:
-    """Delete the hub's pod and objects, stop its relay and MLflow server, forget its directory, its state and
-    MLflow's (the tests' undo of `up(hub_directory=...)`)."""
+    """Delete the hub's pod and objects, stop its relay, MLflow server and GPU readers, forget its directory, its
+    state and MLflow's (the tests' undo of `up(hub_directory=...)`)."""
     with Lock(box):
         admin = with_token(box, read_tokens(box)["admin"])
         found = box_hub.installed(box)
-        lines = box_hub.remove(box, admin, nodes.admin_api(box),
-                               lambda: f"{stop_service(LDAP_RELAY, box)}; {stop_service(MLFLOW, box)}")
+        lines = box_hub.remove(box, admin, nodes.admin_api(box), lambda: "; ".join(
+            stop_service(svc, box) for svc in (*gpus.services(box), LDAP_RELAY, MLFLOW)))
         box_mlflow.forget(box)
         return lines + ([directory.release(Path(found["directory_dir"]), box.state_dir)]
                         if found and "directory_dir" in found else [])

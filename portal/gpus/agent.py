@@ -1,8 +1,8 @@
 """A node's GPU reader, run by root on the node: every `--every` seconds it reads the node's GPUs (NVML, or the
-boxes' stand-in for their FAKE GPUs) with their holders as the scheduler says, and writes the reading for the
-portal: `<out>/<node>.json` (the latest, replaced whole) and `<out>/<node>.jsonl` (every reading, the last
-MAX_HISTORY_BYTES of them). The directory is root's alone (0700): a user's process can neither write a reading nor
-read another user's.
+boxes' stand-in for their FAKE GPUs) with their holders as the scheduler says (`gpu_holders`: Slurm's queue; on
+Kubernetes the pods on the node, with their uids), and writes the reading for the portal: `<out>/<node>.json` (the
+latest, replaced whole) and `<out>/<node>.jsonl` (every reading, the last MAX_HISTORY_BYTES of them). The directory
+is root's alone (0700): a user's process can neither write a reading nor read another user's.
 
     python -m portal.gpus.agent --node tnode1 --out /var/lib/dsportal/gpus [--reader standin --gpus 2]
 
@@ -27,19 +27,10 @@ from portal.gpus.files import append_lines, replace_text
 from portal.gpus.readings import NodeReading
 from portal.gpus.standin import Held, StandIn
 from portal.inputs import one_line
-from portal.records.states import RUNNING
-from portal.scheduler.cluster import expand_hostlist
-from portal.scheduler.snapshot import ClusterSnapshot
 
 MAX_HISTORY_BYTES = 4 << 20  # about a day of a 4-GPU node's readings every 15 s
 EVERY_S = 15.0
 log = logging.getLogger("dsportal.gpus")
-
-
-def holders_on(snapshot: ClusterSnapshot, node: str) -> dict[str, Held]:
-    """The running jobs and servers that hold GPUs on `node`, and how many there (the scheduler's word)."""
-    return {job.id: Held(job.user, job.gpus_per_node) for job in snapshot.queue.values()
-            if job.state == RUNNING and job.gpus_per_node > 0 and node in expand_hostlist(job.node_list)}
 
 
 def write(out: Path, reading: NodeReading) -> None:
@@ -51,15 +42,15 @@ def write(out: Path, reading: NodeReading) -> None:
 
 
 class Agent:
-    def __init__(self, node: str, out: Path, snapshot: Callable[[], ClusterSnapshot],
+    def __init__(self, node: str, out: Path, holders: Callable[[str], Mapping[str, Held]],
                  read: Callable[[Mapping[str, Held]], NodeReading], source: str):
-        self.node, self.out, self.snapshot, self.read, self.source = node, out, snapshot, read, source
+        self.node, self.out, self.holders, self.read, self.source = node, out, holders, read, source
         self._holders: set[str] = set()
         self._error = ""
 
     def once(self) -> NodeReading:
         try:
-            held = holders_on(self.snapshot(), self.node)
+            held = self.holders(self.node)
         except SchedulerError as err:  # every GPU unknown until the scheduler answers again
             reading = NodeReading(self.node, time.time(), 0.0, self.source,
                                   error=f"the scheduler did not say who holds the GPUs: {one_line(err, 200)}")
@@ -85,8 +76,8 @@ class Agent:
 
 def readers(args: argparse.Namespace) -> Callable[[Mapping[str, Held]], NodeReading]:
     if args.reader == "standin":
-        standin = StandIn(args.node, args.gpus, lambda holder: cgroups.use_of(cgroups.slurm_job_dirs(args.node,
-                                                                                                     holder)))
+        standin = StandIn(args.node, args.gpus,
+                          lambda holder, held: cgroups.use_of(cgroups.holder_dirs(args.node, holder, held.pods)))
         return standin.read
     module = nvml.load()
     return lambda held: nvml.read(module, args.node, _by_index(held), args.every)
@@ -119,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     from portal.scheduler.registry import scheduler_for
 
     scheduler = scheduler_for(load())
-    agent = Agent(args.node, args.out, scheduler.snapshot, readers(args), args.reader)
+    agent = Agent(args.node, args.out, scheduler.gpu_holders, readers(args), args.reader)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     log.info("%s: reading its GPUs every %.0f s with %s into %s", args.node, args.every, args.reader, args.out)

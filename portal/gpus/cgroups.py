@@ -3,11 +3,12 @@
 
 Slurm (proctrack/cgroup, cgroup v1) puts each job's processes under
 `<freezer>/slurm_<node>/uid_<uid>/job_<id>/` (its steps, and what a job makes below them); the kubelet puts a pod's
-under a `pod<uid>` directory of its QoS class (`kubepods/besteffort/pod<uid>`; the systemd driver's
-`kubepods-besteffort-pod<uid with _>.slice`). Root makes those directories; a job can move its processes only
-within its own. Each process's CPU time (user + system, and its waited-for children's) and resident memory come
-from /proc: a process in the cgroup that ends takes its time with it, which the stand-in reads as its holder's
-processes replaced (unknown for one reading), never as work.
+under a `pod<uid>` directory of its QoS class, below its cgroup root (`<pids>/<node>/kubepods/besteffort/pod<uid>`
+in the Kubernetes box; the systemd driver's `kubepods-besteffort-pod<uid with _>.slice`), in the hierarchies it
+manages (pids among them; not freezer, which only runc's containers below it join). Root makes those directories;
+a job can move its processes only within its own. Each process's CPU time (user + system, and its waited-for
+children's) and resident memory come from /proc: a process in the cgroup that ends takes its time with it, which the
+stand-in reads as its holder's processes replaced (unknown for one reading), never as work.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from portal.gpus.standin import Use
 
 FREEZER = Path("/sys/fs/cgroup/freezer")
+PIDS = Path("/sys/fs/cgroup/pids")
 PROC = Path("/proc")
 MAX_PIDS = 65536  # what one holder's cgroups may list before the rest is left out
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -32,12 +34,19 @@ def slurm_job_dirs(node: str, job_id: str, freezer: Path = FREEZER) -> list[Path
     return sorted((freezer / f"slurm_{node}").glob(f"uid_*/job_{job_id}"))
 
 
-def pod_dirs(pod_uid: str, freezer: Path = FREEZER) -> list[Path]:
+def pod_dirs(pod_uid: str, root: Path = PIDS) -> list[Path]:
     """The pod's cgroup, whichever driver the kubelet has (cgroupfs: pod<uid>; systemd: pod<uid with _>.slice)."""
     if not pod_uid.replace("-", "").isalnum():
         return []
     names = (f"pod{pod_uid}", f"*pod{pod_uid.replace('-', '_')}.slice")
-    return sorted({path for name in names for depth in ("*/", "*/*/", "*/*/*/") for path in freezer.glob(depth + name)})
+    return sorted({path for name in names for depth in ("*/", "*/*/", "*/*/*/") for path in root.glob(depth + name)})
+
+
+def holder_dirs(node: str, holder: str, pods: Iterable[str], freezer: Path = FREEZER,
+                pids: Path = PIDS) -> list[Path]:
+    """A holder's cgroups on this node: its pods' where the scheduler named them (Kubernetes), else its Slurm job's."""
+    pods = tuple(pods)
+    return [path for uid in pods for path in pod_dirs(uid, pids)] if pods else slurm_job_dirs(node, holder, freezer)
 
 
 def use_of(dirs: Iterable[Path], proc: Path = PROC) -> Use | None:

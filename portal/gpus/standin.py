@@ -17,16 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from portal.gpus.readings import GpuReading, NodeReading
+from portal.scheduler.cluster import NodeHolding
 
 FAKE_MEMORY_MIB = 16 * 1024  # what each fake GPU says it has
 
 
-@dataclass(frozen=True)
-class Held:
-    """What a holder holds on this node, as the scheduler says."""
-
-    user: str
-    gpus: int
+Held = NodeHolding  # what a holder holds on this node, as the scheduler says
 
 
 @dataclass(frozen=True)
@@ -40,7 +36,7 @@ class Use:
 class StandIn:
     """Readings of one node's FAKE GPUs, one after another (it keeps the last CPU times to take differences)."""
 
-    def __init__(self, node: str, gpus: int, use_of: Callable[[str], Use | None],
+    def __init__(self, node: str, gpus: int, use_of: Callable[[str, Held], Use | None],
                  clock: Callable[[], float] = time.time):
         self.node, self.gpus, self.use_of, self.clock = node, gpus, use_of, clock
         self._indices: dict[str, tuple[int, ...]] = {}  # holder -> its GPUs, kept while it holds them
@@ -54,7 +50,7 @@ class StandIn:
         self._place(held)
         gpus: dict[int, GpuReading] = {}
         for holder, indices in self._indices.items():
-            busy, memory = self._figures(holder, len(indices), now)
+            busy, memory = self._figures(holder, held[holder], len(indices), now)
             for index in indices:
                 gpus[index] = GpuReading(index=index, uuid=self._uuid(index), busy=busy, memory_used_mib=memory,
                                          memory_total_mib=FAKE_MEMORY_MIB, holder=holder, user=held[holder].user)
@@ -77,8 +73,8 @@ class StandIn:
                 self._indices[holder] = tuple(free[:want])
                 taken.update(free[:want])
 
-    def _figures(self, holder: str, gpus: int, now: float) -> tuple[float | None, int | None]:
-        use = self.use_of(holder)
+    def _figures(self, holder: str, held: Held, gpus: int, now: float) -> tuple[float | None, int | None]:
+        use = self.use_of(holder, held)
         if use is None:
             self._last.pop(holder, None)
             return None, None

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from portal.records.record import JobRecord
     from portal.records.spec import JobSpec
     from portal.records.sweep import SweepPlan, SweepView
-    from portal.scheduler.cluster import QueuedJob
+    from portal.scheduler.cluster import NodeHolding, QueuedJob
     from portal.scheduler.snapshot import ClusterSnapshot
     from portal.scheduler.usage import UsageReport
 
@@ -96,6 +96,10 @@ class Scheduler(Protocol[P]):
     def snapshot(self, clock: Callable[[], float] = ...) -> ClusterSnapshot:
         """The cluster now, asked once: its queue (where `queue_in_snapshot`), node pools and nodes, stamped by
         `clock`. Blocks (the dashboard caches it: portal.scheduler.snapshot.ClusterCache); SchedulerUnavailable."""
+
+    def gpu_holders(self, node: str) -> dict[str, NodeHolding]:
+        """The running jobs and servers that hold GPUs on `node`, by the ids the snapshot's queue gives them: the
+        node's GPU reader asks (portal.gpus.agent). Blocks; SchedulerUnavailable."""
 
     def limits(self, user: P, snapshot: ClusterSnapshot | None = None,
                held: Sequence[tuple[str, int]] = ()) -> JobLimits:

@@ -172,6 +172,23 @@ def gpu_holders(jobs: Iterable[QueuedJob]) -> tuple[GpuHolder, ...]:
     return tuple(GpuHolder(job_id=job.id, gpus=job.gpus, server=job.server) for job in jobs if job.gpus)
 
 
+@dataclass(frozen=True)
+class NodeHolding:
+    """What one running job or server holds on one node, as its scheduler says (the GPU readers' input,
+    portal.gpus.agent): whose it is, how many GPUs there, and, where its processes' cgroups are not named by its
+    id (Slurm's job_<id>), their names on the node: a Kubernetes job's or server's pods there, by uid."""
+
+    user: str
+    gpus: int
+    pods: tuple[str, ...] = ()
+
+
+def holders_on(jobs: Iterable[QueuedJob], node: str) -> dict[str, NodeHolding]:
+    """The running jobs and servers of a queue that hold GPUs on `node`, and how many there."""
+    return {job.id: NodeHolding(job.user, job.gpus_per_node) for job in jobs
+            if job.state == RUNNING and job.gpus_per_node > 0 and node in expand_hostlist(job.node_list)}
+
+
 def own_jobs_in_words(jobs: Iterable[QueuedJob], whose: str = "your") -> str:
     """A user's own jobs as they read of them, for what holds what their waiting job asks for: "your server
     (job 4), your job 7"; "" for none. `whose`: "alice's" for someone else reading of them (an admin)."""

@@ -44,6 +44,7 @@ from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, sweep_view
 from portal.records.templating import job_environment, launch_template, program_values, programs_with
 from portal.registrations import SCHEDULERS
+from portal.scheduler.cluster import NodeHolding
 from portal.scheduler.errors import NoAccounting
 from portal.scheduler.home import JobsInHome
 from portal.scheduler.snapshot import ClusterSnapshot
@@ -96,6 +97,9 @@ class LocalScheduler(JobsInHome):
 
     def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
         return ClusterSnapshot(taken_at=clock())
+
+    def gpu_holders(self, node: str) -> dict[str, NodeHolding]:
+        return {}  # this machine's jobs are its user's own: no node reader watches them
 
     def usage(self, user: JobUser, everyone: bool, now: datetime) -> UsageReport:
         raise NoAccounting("usage: GPU-hours come from Slurm's accounting; local jobs are not counted")

@@ -16,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,6 +86,24 @@ def ldap_modify(cluster, ldif: str) -> None:
     subprocess.run(["ldapmodify", "-x", "-ZZ", "-H", f"ldap://localhost:{cluster.ldap_port}",
                     "-D", f"cn=admin,{cluster.ldap_base_dn}", "-w", rootpw], input=ldif, text=True, check=True,
                    capture_output=True, env={"LDAPTLS_CACERT": str(cluster.ca_file), "PATH": "/usr/bin:/bin"})
+
+
+@contextmanager
+def in_group(directory, group: str, users: Sequence[str], gid: int = 0) -> Iterator[None]:
+    """`users` in the directory's `group` while it lasts: a new group made with `gid` (and deleted after), or added
+    to one that exists (and taken out after). `directory`: the test box's or a side's own (its settings)."""
+    dn = f"cn={group},{directory.ldap_group_search_base}"
+    members = "".join(f"memberUid: {user}\n" for user in users)
+    if gid:
+        ldap_modify(directory, f"dn: {dn}\nchangetype: add\nobjectClass: posixGroup\ncn: {group}\n"
+                               f"gidNumber: {gid}\n{members}")
+    else:
+        ldap_modify(directory, f"dn: {dn}\nchangetype: modify\nadd: memberUid\n{members}")
+    try:
+        yield
+    finally:
+        ldap_modify(directory, f"dn: {dn}\nchangetype: delete\n" if gid else
+                    f"dn: {dn}\nchangetype: modify\ndelete: memberUid\n{members}")
 
 
 def accounts(cluster, *args: str) -> subprocess.CompletedProcess:

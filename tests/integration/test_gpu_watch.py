@@ -9,12 +9,13 @@ from __future__ import annotations
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 
 import pytest
 
 from portal.runas import RUNUSER
 from tests.conftest import TEST_SETTINGS, WATCHED_GROUP, Mailbox, jobs_of, wait_for
-from tests.integration.helpers import accounts, browser, ldap_modify, portal_client
+from tests.integration.helpers import accounts, browser, in_group, portal_client
 
 USERS = ("alice", "bob", "mallory")
 # The watch's own pace (the test box's settings): a reading every EVERY_S (a holder's first is unknown), a pass as
@@ -30,26 +31,18 @@ def watched(cluster, hub, admin):
     """alice, bob and mallory in the watched group; bob and mallory in gpu-users for a GPU each (alice is), synced
     into Slurm's associations; mallory in datascientists too, to log in. Their servers stopped and the directory and
     accounts as they were, after."""
-    group = f"cn={WATCHED_GROUP},{cluster.ldap_group_search_base}"
-    gpu_users = f"cn=gpu-users,{cluster.ldap_group_search_base}"
-    scientists = f"cn=datascientists,{cluster.ldap_group_search_base}"
-    members = "".join(f"memberUid: {user}\n" for user in USERS)
-    ldap_modify(cluster, f"dn: {group}\nchangetype: add\nobjectClass: posixGroup\ncn: {WATCHED_GROUP}\n"
-                         f"gidNumber: 10199\n{members}")
-    ldap_modify(cluster, f"dn: {gpu_users}\nchangetype: modify\nadd: memberUid\nmemberUid: bob\nmemberUid: mallory\n")
-    ldap_modify(cluster, f"dn: {scientists}\nchangetype: modify\nadd: memberUid\nmemberUid: mallory\n")
-    try:
-        assert accounts(cluster, "sync").returncode == 0
-        yield {user: hub.login(user) for user in USERS}  # a login reads their groups anew
-    finally:
-        with ThreadPoolExecutor(len(USERS)) as stops:  # at once: each waits for its Slurm job to end
-            list(stops.map(lambda user: hub.server(admin, user) and hub.stop(admin, user), USERS))
-        ldap_modify(cluster, f"dn: {scientists}\nchangetype: modify\ndelete: memberUid\nmemberUid: mallory\n")
-        ldap_modify(cluster, f"dn: {gpu_users}\nchangetype: modify\ndelete: memberUid\nmemberUid: bob\n"
-                             "memberUid: mallory\n")
-        ldap_modify(cluster, f"dn: {group}\nchangetype: delete\n")
-        wait_for(lambda: not any(jobs_of(user) for user in USERS), 60, what="the watched users' servers to end")
-        assert accounts(cluster, "sync").returncode == 0
+    with ExitStack() as groups:
+        groups.enter_context(in_group(cluster, WATCHED_GROUP, USERS, gid=10199))
+        groups.enter_context(in_group(cluster, "gpu-users", ("bob", "mallory")))
+        groups.enter_context(in_group(cluster, "datascientists", ("mallory",)))
+        try:
+            assert accounts(cluster, "sync").returncode == 0
+            yield {user: hub.login(user) for user in USERS}  # a login reads their groups anew
+        finally:
+            with ThreadPoolExecutor(len(USERS)) as stops:  # at once: each waits for its Slurm job to end
+                list(stops.map(lambda user: hub.server(admin, user) and hub.stop(admin, user), USERS))
+    wait_for(lambda: not any(jobs_of(user) for user in USERS), 60, what="the watched users' servers to end")
+    assert accounts(cluster, "sync").returncode == 0
 
 
 def gpus(client) -> dict:

@@ -43,6 +43,12 @@ KUBE_NETWORK = os.environ.get("DSPORTAL_TEST_KUBE_NETWORK", "198.19.16.0/20")
 # (make test, 2026-12-05, at 1862309; docs/testing.md "How long it takes"), and still 4.5 minutes before it at 512
 # (6b79dbb), 4 at 256 (fc81c8b).
 NODE_CPU_SHARES = 256
+# The hub in a pod watches idle GPUs as the Slurm test box does (tests/conftest.py: its one watched group, short),
+# its nodes' readers as often (KubeBox.hub_settings); a group as the environment spells it: group=seconds.
+GPU_WATCH = (("default_gpu_idle_s", str(TEST_SETTINGS["default_gpu_idle_s"])),
+             ("gpu_idle_s", ",".join(f"{group}={s}" for group, s in TEST_SETTINGS["gpu_idle_s"].items())),
+             ("gpu_idle_grace_s", str(TEST_SETTINGS["gpu_idle_grace_s"])),
+             ("gpu_read_every_s", str(TEST_SETTINGS["gpu_read_every_s"])))
 BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 cores
 # The hubs on Kubernetes log users in against a directory of this side's own (a slapd started with
 # `python -m deploy.local.box`, as `make up-k8s` starts the Slurm box's): the Slurm test box, which the other side of
@@ -96,7 +102,7 @@ def kube():
     it afterwards."""
     build_binaries()
     box = kubebox.KubeBox(KUBE_STATE, api_port=KUBE_API_PORT, name=KUBE_NAME, network=KUBE_NETWORK,
-                          node_cpu_shares=NODE_CPU_SHARES)
+                          node_cpu_shares=NODE_CPU_SHARES, hub_settings=GPU_WATCH)
     if KUBE_STATE.exists():
         kubebox.down(box)  # a box left by an interrupted session
     shutil.rmtree(KUBE_STATE, ignore_errors=True)
@@ -171,8 +177,8 @@ def core(kube):
 # teardowns took 223 s of a1642d5's `make test` (the first make 59 s, each removal 11 to 52 s). Nothing else runs
 # beside it: no other test counts on a pod of the hub's taking a node's CPU, nor on its `up` (a lost node's
 # `kubebox.up` would bring the hub in line again).
-POD_HUB_MODULES = ("test_dashboard_journeys.py", "test_directory_from_a_pod.py", "test_hub_in_a_pod.py",
-                   "test_network_policy.py")
+POD_HUB_MODULES = ("test_dashboard_journeys.py", "test_directory_from_a_pod.py", "test_gpu_watch_on_kubernetes.py",
+                   "test_hub_in_a_pod.py", "test_network_policy.py")
 
 
 def needs_pod_hub(item: pytest.Item) -> bool:

@@ -134,8 +134,8 @@ def values_env(values_file: Path = VALUES_FILE) -> dict[str, str]:
 
 
 def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[str, str]:
-    """values.yaml's environment with the box's values over it (BOX_VALUES, BOX_EXTRA). `directory`: the LDAP
-    settings (DIRECTORY_FIELDS), as portal.config has them."""
+    """values.yaml's environment with the box's values over it (BOX_VALUES, BOX_EXTRA), and its `hub_settings` last.
+    `directory`: the LDAP settings (DIRECTORY_FIELDS), as portal.config has them."""
     env = values_env()
     env.update({
         "DSPORTAL_LDAP_HOST": socket.gethostname(), "DSPORTAL_LDAP_TLS": "ldaps",
@@ -153,6 +153,7 @@ def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[st
         "DSPORTAL_HUB_SSL_CERT": f"{TLS_MOUNT}/tls.crt", "DSPORTAL_HUB_SSL_KEY": f"{TLS_MOUNT}/tls.key",
         "DSPORTAL_K8S_SERVER_EGRESS": ",".join(box.portal.k8s_server_egress), **box_mlflow.hub_env(box),
     })
+    env.update({f"DSPORTAL_{name.upper()}": value for name, value in box.hub_settings})
     return env
 
 

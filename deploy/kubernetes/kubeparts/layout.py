@@ -64,6 +64,9 @@ class KubeBox(Place):
     cache_dir: Path = DEFAULT_CACHE
     # What the nodes get from podman (kubeparts/images.py); empty: the busybox image and PORTAL.k8s_image.
     images: tuple[str, ...] = ()
+    # Settings of the hub's portal over values.yaml's, (name, value) as DSPORTAL_<NAME> takes it: the test box's
+    # short GPU watch (kubeparts/hub.py box_env; its nodes' GPU readers read as often: kubeparts/gpus.py).
+    hub_settings: tuple[tuple[str, str], ...] = ()
 
     script = "kubebox.py"
 

@@ -1,7 +1,7 @@
-"""The Kubernetes path's pure readers, unit-tested without a cluster: a user's limits on a GPU pool, what holds
-or waits for GPUs (from pods), a job's state (from its launcher Job or MPIJob, and its pods), a sweep's trials
-(from its pods' termination messages and logs), a model card and metrics from a pod's log, and the job record a
-launcher Job or an MPIJob carries. No Kubernetes API calls: `portal.scheduler.kubernetes.scheduler` makes them.
+"""The Kubernetes path's pure readers, unit-tested without a cluster: a user's limits on a GPU pool, a job's state
+(from its launcher Job or MPIJob, and its pods), a sweep's trials (from its pods' termination messages and logs), a
+model card and metrics from a pod's log, and the job record a launcher Job or an MPIJob carries; what holds or waits
+for GPUs, from the pods, is holders.py's. No Kubernetes API calls: `portal.scheduler.kubernetes.scheduler` makes them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from portal.config import PortalConfig
 from portal.config_checks import CLUSTER_NAME
 from portal.errors import JobNotFound
 from portal.metrics import MAX_SERIES, RunMetrics, metrics_of_records, record_lines
-from portal.quota import GpuHolder
 from portal.records.fit import Shape
 from portal.records.ids import anchored
 from portal.records.limits import JobLimits
@@ -40,16 +38,16 @@ from portal.records.record import (
 from portal.records.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
 from portal.records.templating import programs_with
 from portal.registrations import SCHEDULERS
-from portal.scheduler.cluster import NodePool, QueuedJob, duration_text
+from portal.scheduler.cluster import NodePool
 from portal.scheduler.home import checked_card
 from portal.scheduler.kubernetes.errors import KubernetesError
+from portal.scheduler.kubernetes.holders import timestamp
 from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_CLUSTER,
     ANNOTATION_SPEC,
     ANNOTATION_SUBMITTED,
     ANNOTATION_SWEEP,
     ANNOTATION_WORKER_PODS,
-    GPU_RESOURCE,
     LABEL_JOB,
     LABEL_ROLE,
     LABEL_USER,
@@ -57,7 +55,6 @@ from portal.scheduler.kubernetes.manifests import (
     MODEL_CARD_LINE,
 )
 from portal.scheduler.kubernetes.nodes import MIB, gpu_type_pools, quantity
-from portal.scheduler.kubernetes.pods import POD_SERVER_NAME, scheduling_in_words
 
 K8S_ID = anchored(SCHEDULERS["kubernetes"].job_ids)  # its registered ids
 
@@ -98,81 +95,6 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
                      pools=gpu_type_pools(cfg.k8s_gpu_types, listed, Shape(
                          cfg.k8s_node_cpus * 1000, cfg.k8s_node_memory_gb * 1024, cfg.k8s_node_gpus)),
                      gpu_choices=cfg.gpu_profiles())
-
-
-def _pod_gpus(pod: Mapping[str, Any]) -> int:
-    return sum(int(((c.get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE, 0))
-               for c in (pod.get("spec") or {}).get("containers", []))
-
-
-def _pod_ended(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _gpu_groups(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | None]) -> list[dict[str, Any]]:
-    """The pods that hold or wait for GPUs and have not ended (as the ResourceQuota counts them), grouped: a job's
-    pods together (by the job label), each other pod alone (the user's server). Groups never span namespaces: a
-    job label is the user's to write, so two users' pods with the same one stay apart. `user_of`: whose a
-    namespace is (None: no user's, left out)."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for pod in pods:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        namespace = meta.get("namespace", "")
-        user = user_of(namespace)
-        gpus = _pod_gpus(pod)
-        if user is None or not gpus or _pod_ended(pod):
-            continue
-        job = (meta.get("labels") or {}).get(LABEL_JOB)
-        entry = found.setdefault((namespace, job or meta.get("name", "")), {
-            "id": job or meta.get("name", ""), "namespace": namespace, "user": user, "server": not job, "gpus": 0,
-            "pods": 0, "waiting": "", "pending": False, "started": None, "nodes": set()})
-        entry["gpus"] += gpus
-        entry["pods"] += 1
-        if status.get("phase") == "Running":
-            entry["nodes"].add((pod.get("spec") or {}).get("nodeName", ""))
-            entry["started"] = min(filter(None, (entry["started"], status.get("startTime"))), default=None)
-        else:
-            entry["pending"] = True
-            unscheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"
-                                and c.get("status") == "False"), None)
-            if unscheduled and not entry["waiting"]:
-                entry["waiting"] = scheduling_in_words(unscheduled.get("message", ""))[:300]
-    return sorted(found.values(), key=lambda entry: (entry["id"], entry["server"]))
-
-
-def pod_holders(pods: Sequence[Mapping[str, Any]]) -> tuple[GpuHolder, ...]:
-    """What holds the user's GPUs, from the pods of their namespace: their server, and each job (its pods summed)."""
-    return tuple(GpuHolder(job_id=entry["id"], gpus=entry["gpus"], server=entry["server"])
-                 for entry in _gpu_groups(pods, lambda namespace: ""))
-
-
-def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | None],
-              now: datetime) -> dict[str, QueuedJob]:
-    """What squeue is on Slurm, from the pods of the users' namespaces (`user_of`: whose a namespace is, None for
-    one that is no user's): one entry per job (its pods together) and per server that holds or waits for GPUs,
-    RUNNING once all its pods run, else PENDING with the scheduler's reason in words (its `reason_words` too; a
-    reason in words is one about the nodes: `waits_for_resources`). The dashboard's usage panel reads each user's
-    from it. Whose a pod is comes from its namespace, never from its labels (which a user's own Job template sets);
-    a job id that two namespaces claim is keyed by namespace the second time."""
-    queue = {}
-    for entry in _gpu_groups(pods, user_of):
-        started = _timestamp(entry["started"]) if entry["started"] and not entry["pending"] else None
-        key = entry["id"] if entry["id"] not in queue else f"{entry['namespace']}/{entry['id']}"
-        queue[key] = QueuedJob(
-            id=entry["id"], user=entry["user"], state=PENDING if entry["pending"] else RUNNING,
-            elapsed=duration_text((now - started).total_seconds()) if started else "0:00", nodes=entry["pods"],
-            gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
-            name=POD_SERVER_NAME if entry["server"] else "training",
-            node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"], server=entry["server"],
-            reason_words=entry["waiting"].strip(), waits_for_resources=" " in entry["waiting"].strip())
-    return queue
-
-
-def _timestamp(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _true_conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -269,7 +191,7 @@ def pod_trials(plan: SweepPlan, pods: Sequence[Mapping[str, Any]], read_log: Cal
                 state = "COMPLETED"
             elif phase == "Running" and not (pod.get("metadata") or {}).get("deletionTimestamp"):
                 found = _running_trial(read_log(name), plan)
-                started = _timestamp(str((pod.get("status") or {}).get("startTime") or ""))
+                started = timestamp(str((pod.get("status") or {}).get("startTime") or ""))
                 for trial in found.values():  # the study's start is in its journal, not the log: the pod's
                     trial["started"] = started.timestamp() if started else None
                 state = "RUNNING"

@@ -40,11 +40,12 @@ from portal.records.record import CANCELLED, PENDING, JobRecord
 from portal.records.spec import JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan
-from portal.scheduler.cluster import QueuedJob
+from portal.scheduler.cluster import NodeHolding, QueuedJob
 from portal.scheduler.cluster import start_note as note_from_nodes
 from portal.scheduler.errors import NoAccounting
 from portal.scheduler.kubernetes.client import KubeUser, api_call, api_client, kube_user
 from portal.scheduler.kubernetes.errors import KubernetesError
+from portal.scheduler.kubernetes.holders import node_holdings, pod_holders, pod_queue
 from portal.scheduler.kubernetes.jobs import create_owned, job_objects
 from portal.scheduler.kubernetes.manifests import (
     DRY_RUN_NOTE,
@@ -66,8 +67,6 @@ from portal.scheduler.kubernetes.records import (
     mpijob_record,
     mpijob_state,
     plain_job_state,
-    pod_holders,
-    pod_queue,
     sweep_job_state,
 )
 from portal.scheduler.kubernetes.tracking import with_tracking
@@ -121,9 +120,7 @@ class KubernetesScheduler(PodOutput):
         that have not ended. Each job's state still comes from its own objects. Where the portal may not list
         nodes (a cluster whose RBAC leaves that out), the pools have none: the start warning cannot tell."""
         asked_at = clock()
-        _, core, _ = self._apis(self.person(None, None))
-        pods = api_call("the users' pods", core.list_pod_for_all_namespaces,
-                        field_selector="status.phase!=Succeeded,status.phase!=Failed").get("items", [])
+        core, pods = self._live_pods()
         try:
             nodes = api_call("the nodes", core.list_node).get("items", [])
         except (KubernetesError, JobNotFound):
@@ -131,6 +128,16 @@ class KubernetesScheduler(PodOutput):
         pools = node_pools(nodes, pods, self.cfg.k8s_gpu_node_label, self.cfg.k8s_gpu_types, self.cfg.namespace_user)
         queue = pod_queue(pods, self.cfg.namespace_user, datetime.now(UTC))
         return ClusterSnapshot(taken_at=clock(), partitions=pools, queue=queue, asked_at=asked_at)
+
+    def gpu_holders(self, node: str) -> dict[str, NodeHolding]:
+        """As the snapshot keys them, from the same list of the pods that have not ended, asked as the portal."""
+        return node_holdings(self._live_pods()[1], self.cfg.namespace_user, node)
+
+    def _live_pods(self) -> tuple[Any, list[dict[str, Any]]]:
+        """The portal's core API, and every pod of the cluster that has not ended, asked as the portal."""
+        _, core, _ = self._apis(self.person(None, None))
+        return core, api_call("the users' pods", core.list_pod_for_all_namespaces,
+                              field_selector="status.phase!=Succeeded,status.phase!=Failed").get("items", [])
 
     def queued(self, snapshot: ClusterSnapshot, record: JobRecord) -> None:
         return None  # each job's state is its objects' (the snapshot's queue is what holds GPUs, for the usage)

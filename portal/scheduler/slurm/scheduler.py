@@ -53,7 +53,7 @@ from portal.records.sweep import (
     task_states,
 )
 from portal.registrations import SCHEDULERS
-from portal.scheduler.cluster import QueuedJob, gpu_holders, start_note, users_jobs
+from portal.scheduler.cluster import NodeHolding, QueuedJob, gpu_holders, holders_on, start_note, users_jobs
 from portal.scheduler.home import JobsInHome
 from portal.scheduler.slurm import history
 from portal.scheduler.slurm.answers import job_unknown
@@ -97,6 +97,9 @@ class SlurmScheduler(JobsInHome):
 
     def snapshot(self, clock: Callable[[], float] = time.monotonic) -> ClusterSnapshot:
         return self.commands.snapshot(clock)
+
+    def gpu_holders(self, node: str) -> dict[str, NodeHolding]:
+        return holders_on(self.commands.queue().values(), node)  # one squeue, as root
 
     def limits(self, user: JobUser, snapshot: ClusterSnapshot | None = None,
                held: Sequence[tuple[str, int]] = ()) -> JobLimits:

@@ -1,5 +1,5 @@
-"""The node's reader loop: holders from the scheduler's queue, the latest reading and its history written for the
-portal (root's alone), a scheduler that does not answer read as unknown and said once in the log."""
+"""The node's reader loop: holders as the scheduler says (its `gpu_holders`), the latest reading and its history
+written for the portal (root's alone), a scheduler that does not answer read as unknown and said once in the log."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from portal.errors import SchedulerUnavailable
 from portal.gpus import agent
 from portal.gpus.readings import NodeReading
 from portal.gpus.standin import Held, StandIn, Use
-from portal.scheduler.cluster import QueuedJob
+from portal.scheduler.cluster import QueuedJob, holders_on
 from portal.scheduler.snapshot import ClusterSnapshot
 
 
@@ -25,8 +25,8 @@ SNAPSHOT = ClusterSnapshot(taken_at=0.0, queue={j.id: j for j in (
 
 
 def test_the_holders_on_a_node_are_its_running_jobs_with_gpus_there():
-    assert agent.holders_on(SNAPSHOT, "tnode1") == {"1": Held("alice", 1)}
-    assert set(agent.holders_on(SNAPSHOT, "tnode2")) == {"1", "3"}
+    assert holders_on(SNAPSHOT.queue.values(), "tnode1") == {"1": Held("alice", 1)}
+    assert set(holders_on(SNAPSHOT.queue.values(), "tnode2")) == {"1", "3"}
 
 
 def test_the_latest_reading_replaces_the_last_and_the_history_keeps_its_newer_half(tmp_path, monkeypatch):
@@ -44,14 +44,14 @@ def test_a_scheduler_that_does_not_answer_makes_every_gpu_unknown_and_is_said_on
     answers = [SNAPSHOT, SchedulerUnavailable("slurmctld did not answer"), SchedulerUnavailable("still not"),
                SNAPSHOT]
 
-    def snapshot() -> ClusterSnapshot:
+    def holders(node: str) -> dict[str, Held]:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return holders_on(answer.queue.values(), node)
 
-    standin = StandIn("tnode1", 2, lambda holder: Use(1.0, 0))
-    loop = agent.Agent("tnode1", tmp_path, snapshot, standin.read, "standin")
+    standin = StandIn("tnode1", 2, lambda holder, held: Use(1.0, 0))
+    loop = agent.Agent("tnode1", tmp_path, holders, standin.read, "standin")
     with caplog.at_level(logging.INFO, logger="dsportal.gpus"):
         readings = [loop.once() for _ in range(4)]
     assert readings[0].held_by("1") and "did not answer" in readings[1].error and readings[1].gpus == ()

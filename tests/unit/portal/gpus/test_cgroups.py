@@ -56,3 +56,16 @@ def test_a_pods_cgroup_is_found_under_either_driver(tmp_path):
     procs(systemd, 2)
     assert cgroups.pod_dirs(uid, freezer) == sorted([cgroupfs, systemd])
     assert cgroups.pod_dirs("../x", freezer) == []
+
+
+def test_a_holders_cgroups_are_its_pods_where_the_scheduler_names_them_else_its_slurm_jobs(tmp_path):
+    freezer, pids = tmp_path / "freezer", tmp_path / "pids"
+    uids = ("0b6e58d2-83a4-4f7e-a1d3-5e9c2f1a8b20", "1c7f69e3-94b5-4a8f-b2e4-6f0d3a2b9c31")
+    pods = [pids / "kube-node1" / "kubepods" / "besteffort" / f"pod{uid}" for uid in uids]
+    for folder in pods:
+        procs(folder, 1)
+    job = freezer / "slurm_kube-node1" / "uid_1" / "job_7"
+    procs(job, 2)
+    assert cgroups.holder_dirs("kube-node1", "7", uids, freezer, pids) == pods
+    assert cgroups.holder_dirs("kube-node1", "7", (), freezer, pids) == [job]
+    assert cgroups.holder_dirs("kube-node1", "jupyter-alice", ("../../x",), freezer, pids) == []

@@ -11,7 +11,7 @@ class Node:
         self.now, self.use = 1000.0, {}
 
     def reader(self, gpus: int = 4) -> StandIn:
-        return StandIn("tnode1", gpus, lambda holder: self.use.get(holder), clock=lambda: self.now)
+        return StandIn("tnode1", gpus, lambda holder, held: self.use.get(holder), clock=lambda: self.now)
 
 
 def test_a_training_job_reads_busy_and_an_idle_server_idle():

@@ -136,11 +136,12 @@ current-context: c
 @pytest.mark.parametrize("name", ["slurm", "kubernetes"])  # the local runner asks no service
 def test_a_scheduler_that_does_not_answer_is_unavailable_in_its_own_name(name, tmp_path):
     scheduler = scheduler_for(silent(name, tmp_path), name)
-    with pytest.raises(errors.SchedulerUnavailable) as raised:
-        scheduler.snapshot()
-    status, said, _ = errors.answer(raised.value)
-    assert status == 503 and raised.value.scheduler.lower() == name, (status, said)
-    assert said.lower().startswith(name) or f"the {name} api" in said.lower(), said
+    for ask in (scheduler.snapshot, lambda: scheduler.gpu_holders("n1")):
+        with pytest.raises(errors.SchedulerUnavailable) as raised:
+            ask()
+        status, said, _ = errors.answer(raised.value)
+        assert status == 503 and raised.value.scheduler.lower() == name, (status, said)
+        assert said.lower().startswith(name) or f"the {name} api" in said.lower(), said
 
 
 # --- limits: the spawn form and the submit form are views of each scheduler's answer ---------------------------
@@ -175,6 +176,18 @@ def answering(name: str) -> Scheduler[Any]:
     if name == "kubernetes":
         made._apis = lambda user: (None, RecordedCore(), None)  # type: ignore[attr-defined]
     return made
+
+
+def test_what_holds_gpus_on_a_node_is_named_as_the_snapshots_queue_names_it(registered):
+    """A node's GPU reader asks (portal.gpus.agent): alice's job with 2 GPUs on Slurm's node, her server pod with
+    one on Kubernetes' node; nothing on another node, nor on this machine."""
+    scheduler = answering(registered)
+    node = "n1" if registered == "kubernetes" else "localhost"
+    holders = scheduler.gpu_holders(node)
+    held = {"slurm": {"7": ("alice", 2)}, "kubernetes": {"jupyter-alice": ("alice", 1)}}.get(registered, {})
+    assert {holder: (h.user, h.gpus) for holder, h in holders.items()} == held, registered
+    assert set(holders) <= set(scheduler.snapshot().queue), registered  # the ids the watch and the pages name
+    assert scheduler.gpu_holders("elsewhere") == {}, registered
 
 
 class SchedulersSpawner(ServerOptionsMixin, LocalProcessSpawner):

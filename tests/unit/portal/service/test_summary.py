@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import portal.jobs  # noqa: F401  (before portal.scheduler.kubernetes.records, which it imports: the order the portal has)
+import portal.jobs  # noqa: F401  (before the Kubernetes scheduler's modules, as the portal imports them)
 from portal.scheduler.cluster import ClusterNode, NodePool, start_note, users_jobs
+from portal.scheduler.kubernetes.holders import pod_queue
 from portal.scheduler.kubernetes.manifests import LABEL_JOB
-from portal.scheduler.kubernetes.records import pod_queue
 from portal.scheduler.slurm.json_answers import read_squeue
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.summary import waiting

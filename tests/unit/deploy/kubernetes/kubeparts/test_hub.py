@@ -11,10 +11,11 @@ import kubernetes_validate
 import pytest
 from traitlets.config import Config
 
-from deploy.kubernetes.kubeparts import hub, relay
+from deploy.kubernetes import kubebox
+from deploy.kubernetes.kubeparts import gpus, hub, relay
 from deploy.kubernetes.kubeparts.layout import KubeBox
 from deploy.supervise import BoxError
-from portal.config import PortalConfig
+from portal.config import PortalConfig, load
 from tests.conftest import REPO
 from tests.unit.helpers import KUBERNETES_VERSIONS
 
@@ -98,6 +99,28 @@ def test_install_records_the_directory_and_the_relay_serves_the_pods_range_only(
     directory.write_text('{"ldap_port": 13389}')  # installed before the relay spoke LDAPS only
     with pytest.raises(BoxError, match="install the hub again"):
         relay.relay_command(box)
+
+
+def test_the_boxs_hub_settings_reach_the_hub_and_its_nodes_gpu_readers_read_into_its_claim(tmp_path):
+    """The test box's short GPU watch: in the hub's environment (as its portal reads it), and each node's reader,
+    run while the hub is installed, reads as often into the hub's claim, as the hub's service account."""
+    box = KubeBox(tmp_path / "kube", hub_settings=(("gpu_idle_s", "watched=10,other=0"), ("gpu_read_every_s", "5")))
+    env = hub.box_env(box, "198.19.1.10", LDAP)
+    settings = load({"DSPORTAL_GPU_IDLE_S": env["DSPORTAL_GPU_IDLE_S"],
+                     "DSPORTAL_GPU_READ_EVERY_S": env["DSPORTAL_GPU_READ_EVERY_S"]})
+    assert (settings.gpu_idle_s, settings.gpu_read_every_s) == ({"watched": 10, "other": 0}, 5)
+    assert "gpus-" not in " ".join(svc.name for svc in kubebox.services(box))  # no hub: no reader
+    hub.directory_file(box).parent.mkdir(parents=True)
+    hub.directory_file(box).write_text('{"ldaps_port": 16636}')
+    readers = [svc for svc in kubebox.services(box) if svc.name.startswith("gpus-")]
+    assert [svc.name for svc in readers] == [f"gpus-{node.name}" for node in box.node_network.nodes]
+    command = readers[0].command(box)
+    assert command[command.index("--out") + 1] == str(hub.state_dir(box) / "gpus")  # the pod's <state_dir>/gpus
+    assert command[command.index("--every") + 1] == "5" and command[command.index("--gpus") + 1] == "4"
+    reader_env = readers[0].env(box)
+    assert reader_env["DSPORTAL_SCHEDULER"] == "kubernetes"
+    assert reader_env["DSPORTAL_K8S_KUBECONFIG"] == str(box.kubeconfig("hub"))
+    assert gpus.every_s(KubeBox(tmp_path / "other")) == str(PortalConfig().gpu_read_every_s)
 
 
 def test_the_dashboard_service_gets_the_pods_api_server_address(monkeypatch):
