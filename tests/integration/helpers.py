@@ -26,6 +26,7 @@ import pytest
 import requests
 
 from deploy.local.parts.hub import MARKER
+from portal.notebook import TENSORBOARD_START_TIMEOUT_S
 from portal.runas import RUNUSER
 from tests.children import Child
 from tests.conftest import NODES, REPO, SERVER_START_S, TEST_CONFIG, TEST_STATE, TINY_MODEL, TRAINER_SPEEDUP, wait_for
@@ -143,8 +144,8 @@ def open_tensorboard_and_a_kernel(hub, session: requests.Session, user: str) -> 
     from tests.listeners import pids_matching, socket_inodes
 
     base = f"{hub.url}/user/{user}"
-    board = wait_for(lambda: (r := session.get(f"{base}/tensorboard/data/runs", timeout=60)).ok and r, 120,
-                     interval=2, what=f"{user}'s TensorBoard through her server")
+    board = wait_for(lambda: (r := session.get(f"{base}/tensorboard/data/runs", timeout=60)).ok and r,
+                     TENSORBOARD_START_TIMEOUT_S + 30, interval=2, what=f"{user}'s TensorBoard through her server")
     assert board.headers["Content-Type"].startswith("application/json")
     assert session.get(f"{base}/lab", timeout=60).status_code == 200
     xsrf = {"X-XSRFToken": session.cookies.get("_xsrf", path=f"/user/{user}/")}

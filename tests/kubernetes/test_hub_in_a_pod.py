@@ -12,6 +12,7 @@ import pytest
 import requests
 from kubernetes import client as k8s
 
+from portal.notebook import TENSORBOARD_START_TIMEOUT_S
 from tests.conftest import wait_for
 from tests.integration.helpers import portal_client
 from tests.kubernetes.conftest import kubebox
@@ -90,7 +91,8 @@ def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(po
         assert lab_answers(alice, pod_hub.url)
         # TensorBoard over her ~/jobs, in her pod, through jupyter-server-proxy (it starts on the first request).
         board = wait_for(lambda: (a := alice.get(f"{pod_hub.url}/user/alice/tensorboard/data/environment",
-                                                 timeout=60)).ok and a.json(), 90, what="her TensorBoard")
+                                                 timeout=60)).ok and a.json(), TENSORBOARD_START_TIMEOUT_S + 30,
+                         what="her TensorBoard")
         assert board["data_location"].endswith("/jobs"), board
         # The dashboard in the hub's pod acts for alice with the pod's service account: it counts her server.
         portal = portal_client(pod_hub, "alice")
