@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from portal.errors import BadAnswer
+from portal.first_import import loaded
 from portal.inputs import finite_json
 
 TAG_THROUGHPUT = "throughput/images_per_sec"
@@ -139,6 +140,7 @@ def _per_class(raw: object) -> dict[str, float]:
 def _points(accumulator, tag: str) -> dict[int, tuple[float, float]]:
     """step -> (value, wall time) of one tag, scalar or tensor (a resumed run may repeat a step: the last wins).
     A class without positives in the validation set has no AUROC: such a point (NaN) is not a value."""
+    loaded("tensorboard.util.tensor_util")
     from tensorboard.util import tensor_util
 
     tags = accumulator.Tags()
@@ -215,6 +217,7 @@ def read_run_metrics(logdir: str | Path) -> RunMetrics:
             return RunMetrics()
     except MetricsError as err:
         return RunMetrics(unreadable=str(err))
+    loaded("tensorboard.backend.event_processing.event_accumulator")
     from tensorboard.backend.event_processing import event_accumulator
 
     # size_guidance 0: keep every point (the default samples 10,000 scalars, which would drop epochs of a long run).

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from portal.config import PortalConfig
 from portal.config_checks import MLFLOW_PATH
 from portal.errors import Forbidden, Misconfigured, Unavailable
+from portal.first_import import loaded
 from portal.registrations import SCHEDULERS
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 ADMIN_USER = "dsportal-admin"
 PREFIX = MLFLOW_PATH  # the dashboard's route to the server, and the server's --static-prefix
 BOX_PORT_OFFSET = 95  # the box's server listens on hub_port + 95 (8095 for the demo), on the bridge's address
+MLFLOW_CLIENT = ("mlflow.exceptions", "mlflow.utils.rest_utils")  # what the portal uses of the client
 JOB_FILE = "mlflow.json"  # in the job's directory (mode 0600) or a Secret's volume: chexnet.tracking reads it
 EXPERIMENT_PREFIX = "portal/"
 TIMEOUT_S = 10
@@ -163,7 +165,8 @@ class Accounts:
         Blocks: call it off the event loop."""
         if user in self._known:
             return self._known[user]
-        from mlflow.exceptions import MlflowException  # the client loads when MLflow is used, not with the portal
+        loaded(*MLFLOW_CLIENT)  # the client loads when MLflow is used, not with the portal
+        from mlflow.exceptions import MlflowException
         from mlflow.utils.rest_utils import MlflowHostCreds
 
         admin_user, admin_password = admin_credentials(self.cfg)
@@ -230,6 +233,7 @@ def _call(creds: MlflowHostCreds, endpoint: str, method: str, *, missing_ok: boo
           **kwargs: object) -> dict | None:
     """One request of the admin's; None for "does not exist" (missing_ok) or "already exists" (taken_ok); _Refused
     for any other answer that is not 200. The client's MlflowException when no answer came (after one retry)."""
+    loaded(*MLFLOW_CLIENT)
     from mlflow.exceptions import RestException
     from mlflow.utils.rest_utils import http_request, verify_rest_response
 

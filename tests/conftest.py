@@ -195,6 +195,14 @@ def jobs_of(user: str) -> list[str]:
     return slurm("squeue", "-h", "-u", user, "-o", "%i %T").split("\n")[:-1]
 
 
+def page_error(page: requests.Response) -> str:
+    """What a hub's page says went wrong, for an assertion's message: the spawn page's error (JupyterHub's
+    spawn-error-msg, where a failed start's reason is), else the page's end."""
+    found = re.search(r'class="spawn-error-msg[^"]*">(.*?)</p>', page.text, re.S)
+    said = " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split()) if found else page.text[-2000:]
+    return f"{page.status_code} from {page.url}: {said}"
+
+
 class Hub:
     """The test box's hub, driven over HTTP as a browser or an API client would (bench.hub_client, one session each
     user): the methods take the user's session."""

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 import pytest
 
 from portal.runas import RUNUSER
-from tests.conftest import TEST_SETTINGS, WATCHED_GROUP, Mailbox, jobs_of, wait_for
+from tests.conftest import TEST_SETTINGS, WATCHED_GROUP, Mailbox, jobs_of, page_error, wait_for
 from tests.integration.helpers import accounts, browser, in_group, portal_client
 
 USERS = ("alice", "bob", "mallory")
@@ -69,7 +69,7 @@ def test_idle_servers_are_warned_one_kept_one_stopped_and_a_busy_one_runs_on(clu
     mail = {user: Mailbox(user) for user in USERS}
     for session in watched.values():
         response = hub.spawn_form(session, partition="gpu", gpus=1, cpus=1, memory_gb=2, runtime="01:00:00")
-        assert response.status_code == 302, response.text[-2000:]
+        assert response.status_code == 302, page_error(response)
     for user in USERS:
         hub.wait_ready(admin, user)
     (alice_job,) = [line.split()[0] for line in jobs_of("alice")]

@@ -13,7 +13,18 @@ from portal.config import load
 from portal.runas import RUNUSER
 from spawners.options import SPAWN_SNAPSHOT_S
 from spawners.slurm_script import server_log_dir
-from tests.conftest import NODES, SERVER_START_S, as_user, box, end_job, jobs_of, scratch_dir, slurm, wait_for
+from tests.conftest import (
+    NODES,
+    SERVER_START_S,
+    as_user,
+    box,
+    end_job,
+    jobs_of,
+    page_error,
+    scratch_dir,
+    slurm,
+    wait_for,
+)
 from tests.integration.helpers import start_in_background
 
 HOME = Path("/home/alice")
@@ -46,7 +57,7 @@ def user_uid(user: str) -> int:
 def test_alice_gets_jupyterlab_on_a_slurm_job_with_a_gpu(cluster, hub, admin, alice):
     logs_in_home = set(HOME.glob("jupyterhub_slurmspawner_*.log"))
     response = hub.spawn_form(alice, partition="gpu", gpus=1, cpus=2, memory_gb=4, runtime="01:00:00")
-    assert response.status_code == 302, response.text[-2000:]
+    assert response.status_code == 302, page_error(response)
     hub.wait_ready(admin, "alice")
 
     (job,) = jobs_of("alice")

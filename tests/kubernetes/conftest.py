@@ -9,6 +9,7 @@ user's `python -m deploy.kubernetes.kubebox up` (16443-16445, "kube", 198.19.0.0
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +27,9 @@ from kubernetes import client as k8s
 from kubernetes.dynamic import DynamicClient
 
 from deploy.kubernetes import kubebox
+from deploy.kubernetes.kubeparts import gpus as gpus_part
 from deploy.kubernetes.kubeparts.api import ready as api_ready
+from deploy.supervise import start_service, stop_service
 from portal.directory import search_password_file
 from tests.conftest import PORT_OFFSET, TEST_SETTINGS, TEST_STATE, TINY_MODEL, Hub, side_of, wait_for
 from tests.conftest import box as local_box
@@ -234,7 +238,38 @@ def _pod_hub_up(directory, kube) -> Hub:
         print("\n".join(kubebox.remove_hub(kube.box)))
         pytest.fail(f"the hub's pod did not start: {err}\n" + "\n".join(lines[-20:]), pytrace=False)
     print(f"\nthe hub in a pod, up in {time.monotonic() - started:.1f} s:\n" + "\n".join(lines[-8:]))
+    gpu_readers_stopped(kube.box)
     return Hub(kubebox.box_hub.url(kube.box), str(kube.box.ca_file))
+
+
+# The nodes' GPU readers, which `up` starts with the hub as a site runs them, run only for the test of the GPU
+# watch (gpu_readers): without their readings directory the hub's watch passes over nothing (GpuWatcher.once), so
+# the other tests of the hub in a pod share the box with no reader listing its pods and no watch asking for a
+# snapshot every 5 s (TEST_SETTINGS' gpu_read_every_s). At 10a7f6b they ran beside all of them.
+def gpu_readers_stopped(box: kubebox.KubeBox) -> None:
+    """The readers stopped and their directory gone, for as long as one watch pass takes: a pass under way when it
+    went writes its state there again (Watch._save)."""
+    for svc in gpus_part.services(box):
+        stop_service(svc, box)
+    folder, every_s = gpus_part.readings_dir(box), float(gpus_part.every_s(box))
+
+    def gone() -> bool:
+        shutil.rmtree(folder, ignore_errors=True)
+        time.sleep(every_s + 1)
+        return not folder.exists()
+    wait_for(gone, 10 * every_s, interval=0, what=f"{folder} to stay gone")
+
+
+@contextlib.contextmanager
+def gpu_readers(box: kubebox.KubeBox) -> Iterator[None]:
+    """The nodes' GPU readers running, each with its first reading written; stopped and their readings gone
+    after."""
+    try:
+        for svc in gpus_part.services(box):
+            start_service(svc, box)
+        yield
+    finally:
+        gpu_readers_stopped(box)
 
 
 @pytest.fixture(scope="module")

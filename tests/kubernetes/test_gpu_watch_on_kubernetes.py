@@ -16,9 +16,9 @@ from kubernetes.stream import stream
 
 from deploy.kubernetes.kubeparts import gpus as gpus_part
 from portal.gpus.readings import IDLE_BELOW, NodeReading
-from tests.conftest import TEST_SETTINGS, WATCHED_GROUP, wait_for
+from tests.conftest import TEST_SETTINGS, WATCHED_GROUP, page_error, wait_for
 from tests.integration.helpers import in_group, portal_client
-from tests.kubernetes.conftest import kubebox
+from tests.kubernetes.conftest import gpu_readers, kubebox
 
 pytestmark = pytest.mark.integration
 USERS = ("alice", "bob")
@@ -31,11 +31,13 @@ BURN = "nohup timeout 600 sh -c 'while :; do :; done' >/dev/null 2>&1 &"  # a CP
 
 
 @pytest.fixture
-def watched(pod_hub, directory):
-    """alice and bob in the watched group, bob in gpu-users for a GPU (alice is); their servers stopped and the
-    directory as it was, after."""
+def watched(pod_hub, directory, kube):
+    """The nodes' GPU readers running (only for this test: tests/kubernetes/conftest.py), alice and bob in the
+    watched group, bob in gpu-users for a GPU (alice is); their servers stopped, the readers too and the directory
+    as it was, after."""
     admin = pod_hub.login("admin")
-    with in_group(directory, WATCHED_GROUP, USERS, gid=10199), in_group(directory, "gpu-users", ("bob",)):
+    with gpu_readers(kube.box), in_group(directory, WATCHED_GROUP, USERS, gid=10199), \
+            in_group(directory, "gpu-users", ("bob",)):
         try:
             yield {user: pod_hub.login(user) for user in USERS}  # a login reads their groups anew
         finally:
@@ -70,7 +72,7 @@ def test_an_idle_server_is_warned_and_stopped_and_a_busy_one_runs_on(pod_hub, ku
     started = time.time()
     for session in watched.values():
         form = pod_hub.spawn_form(session, partition="t4", gpus="1", cpus="1", memory_gb="2", runtime="01:00:00")
-        assert form.status_code in (200, 302), form.text[-2000:]
+        assert form.status_code in (200, 302), (page_error(form), kubebox.box_hub.hub_log(core)[-4000:])
     with ThreadPoolExecutor(len(USERS)) as waits:
         events = dict(zip(USERS, waits.map(lambda user: pod_hub.client(watched[user]).progress_events(user, SPAWN_S),
                                            USERS), strict=True))

@@ -13,7 +13,7 @@ import requests
 from kubernetes import client as k8s
 
 from portal.notebook import TENSORBOARD_START_TIMEOUT_S
-from tests.conftest import wait_for
+from tests.conftest import page_error, wait_for
 from tests.integration.helpers import portal_client
 from tests.kubernetes.conftest import kubebox
 
@@ -82,7 +82,7 @@ def test_the_hub_is_served_over_https_with_the_boxs_ca_and_secure_cookies(pod_hu
 def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(pod_hub, kube, core):
     alice = pod_hub.login("alice")  # the directory, through the relay on the box's bridge
     form = pod_hub.spawn_form(alice, partition="t4", gpus="1", cpus="1", memory_gb="2", runtime="01:00:00")
-    assert form.status_code in (200, 302), form.text[-2000:]
+    assert form.status_code in (200, 302), (page_error(form), kubebox.box_hub.hub_log(core)[-4000:])
     try:
         events = pod_hub.client(alice).progress_events("alice", SPAWN_S)
         assert events[-1].get("ready"), (events, kubebox.box_hub.hub_log(core))

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import requests
 
-from tests.conftest import wait_for
+from tests.conftest import page_error, wait_for
 from tests.integration.helpers import portal_client
 from tests.kubernetes.conftest import START_TIMEOUT_S
 from tests.unit.helpers import KUBERNETES_VERSIONS
@@ -33,7 +33,7 @@ def pod_or_none(kube) -> dict | None:
 def test_alice_reaches_jupyterlab_in_her_pod_with_her_gpu_volumes_and_notebooks(k8s_hub, kube):
     alice = k8s_hub.login("alice")
     form = k8s_hub.spawn_form(alice, partition="t4", gpus="1", cpus="1", memory_gb="2", runtime="01:00:00")
-    assert form.status_code in (200, 302), form.text[-2000:]
+    assert form.status_code in (200, 302), page_error(form)
     try:
         events = k8s_hub.client(alice).progress_events("alice", START_TIMEOUT_S + 15)
         assert events[-1].get("ready"), events

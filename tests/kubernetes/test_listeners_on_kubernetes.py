@@ -20,7 +20,7 @@ from kubernetes.stream import stream
 
 from bench.sweep import GOOD_LR
 from portal import jobs
-from tests.conftest import PROGRAMS, epochs_recorded, recorded_epochs, wait_for
+from tests.conftest import PROGRAMS, epochs_recorded, page_error, recorded_epochs, wait_for
 from tests.integration.helpers import open_tensorboard_and_a_kernel
 from tests.kubernetes.conftest import ALICE, START_TIMEOUT_S
 
@@ -112,7 +112,7 @@ def alices_server(k8s_hub, core):
     """alice's JupyterLab in her pod (one CPU, no GPU), spawned through the hub, TensorBoard and a kernel started."""
     alice = k8s_hub.login("alice")
     form = k8s_hub.spawn_form(alice, partition="t4", gpus="0", cpus="1", memory_gb="2", runtime="01:00:00")
-    assert form.status_code in (200, 302), form.text[-2000:]
+    assert form.status_code in (200, 302), page_error(form)
     try:
         events = k8s_hub.client(alice).progress_events("alice", START_TIMEOUT_S + 15)
         assert events[-1].get("ready"), events

@@ -18,6 +18,7 @@ from typing import Any
 
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
+from portal.first_import import loaded
 from portal.scheduler.kubernetes.errors import KubernetesError, kubernetes_failure
 
 
@@ -63,6 +64,7 @@ def api_client(cfg: PortalConfig, user: KubeUser | None = None):
     pool of connections to the API server (`_connection`): a client per call, each with its own pool, cost the
     dashboard a TLS handshake with the API server per call (and the kubeconfig read again), a request per page view
     of every user's jobs page. Only the impersonation headers are the client's own."""
+    loaded("kubernetes")
     from kubernetes import client
 
     configuration, rest = _connection(cfg)
@@ -86,6 +88,7 @@ def _connection(cfg: PortalConfig) -> tuple[Any, Any]:
     """The portal's credentials and its pool of connections to the API server, made once per process, and again
     when the kubeconfig file changes (its mtime, size, inode). The service account's token is read again by the
     client itself as it rotates (load_incluster_config's refresh hook)."""
+    loaded("kubernetes")
     from kubernetes import client, config
     from kubernetes.client import rest
 
@@ -147,6 +150,7 @@ def api_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     """One call of the `kubernetes` client, its answer as the API server sent it (plain dicts); JobNotFound for a
     404, KubernetesError saying `what` failed and why for any other refusal, or when the server did not answer
     within REQUEST_TIMEOUT_S (unless the caller gives its own `_request_timeout`, as a watch does)."""
+    loaded("kubernetes")
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 

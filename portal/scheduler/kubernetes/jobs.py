@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from portal.config import PortalConfig
+from portal.first_import import loaded
 from portal.records.spec import JobSpec
 from portal.records.templating import program_of
 from portal.scheduler.kubernetes.client import api_call, new_ssh_key
@@ -41,6 +42,7 @@ def job_objects(cfg: PortalConfig, spec: JobSpec, job_id: str, user: str, partit
 def create_owned(core: Any, namespace: str, owned: Sequence[dict], created: dict) -> None:
     """Create what the record `created` (as the API server returned it) owns, each with an owner reference to it,
     so the garbage collector deletes them with it. KubernetesError (or JobNotFound) from the first that fails."""
+    loaded("kubernetes")
     from kubernetes import client
 
     creators = {"Secret": core.create_namespaced_secret, "Service": core.create_namespaced_service,

@@ -10,6 +10,7 @@ from typing import Any
 
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
+from portal.first_import import loaded
 from portal.scheduler.kubernetes.client import KubeUser, api_call
 from portal.scheduler.kubernetes.errors import KubernetesError, KubernetesUnavailable
 from portal.scheduler.kubernetes.manifests import (
@@ -48,6 +49,7 @@ def ensure_namespace(cfg: PortalConfig, api: Any, user: KubeUser) -> None:
     start): a user may submit from the dashboard before ever starting a server, so their home claim is made
     too. Idempotent; the quota and the binding are replaced when they changed (the user's groups). Returns once the
     quota is in force (`wait_until_counted`)."""
+    loaded("kubernetes")
     from kubernetes import client
 
     core, rbac, net = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.NetworkingV1Api(api)
@@ -75,6 +77,7 @@ def ensure_namespace(cfg: PortalConfig, api: Any, user: KubeUser) -> None:
 
 def namespace_exists(api: Any, cfg: PortalConfig, user: KubeUser) -> bool:
     """Whether the user's namespace exists, as the portal reads it (it may read every namespace)."""
+    loaded("kubernetes")
     from kubernetes import client
 
     try:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
+from portal.first_import import loaded
 from portal.mlflow_accounts import Account, run_tags
 from portal.records.limits import JobLimits
 from portal.records.record import CANCELLED, PENDING, JobRecord
@@ -102,6 +103,7 @@ class KubernetesScheduler(PodOutput):
 
     def _apis(self, user: KubeUser):
         """(custom objects, core, batch) clients, each answering plain dicts as the API server sends them."""
+        loaded("kubernetes")
         from kubernetes import client
 
         api = self._client_for(self.cfg, user)

@@ -25,6 +25,7 @@ from typing import Any
 
 from portal.config import PortalConfig
 from portal.errors import BadAnswer
+from portal.first_import import loaded
 from portal.scheduler.kubernetes.client import api_client
 from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.manifests import GROUP, LABEL_USER, PLURAL, VERSION
@@ -174,6 +175,7 @@ def lister_for(cfg: PortalConfig, plain: bool) -> Callable[..., Any]:
     """LIST or WATCH, as the portal, of the objects that carry the portal's user label in every namespace."""
 
     def lister(resource_version: str | None, watch: bool):
+        loaded("kubernetes")
         from kubernetes import client
 
         api = api_client(cfg)
