@@ -1,5 +1,6 @@
 # A worker pod of job {{ job_id }} on Kubernetes without an operator (see horovod.k8s.sh): sshd as the notebook user
-# on port {{ ssh_port }}, accepting the job's key only; its address published in the job directory once sshd listens;
+# on port {{ ssh_port }}, accepting the job's key only; its address published in the job directory once sshd listens
+# (and again whenever the launcher took it for lost);
 # done when the launcher writes workers-done (or sshd dies: then the pod fails, and the workers Job makes another).
 set -uo pipefail
 job_dir={{ job_dir | q }}
@@ -26,17 +27,9 @@ until timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/{{ ssh_port }}" 2>/dev/null;
     sleep 0.3
 done
 mkdir -p "$job_dir/workers" || exit 1
+{% include "horovod-k8s-serve.sh" %}
 # Its address and its hostname: the launcher asks the hostname back over ssh, so that another pod given the same
 # address later (this one lost with its node) is not taken for this one.
-echo "$POD_IP $(hostname)" > "$job_dir/workers/.$POD_NAME" && mv "$job_dir/workers/.$POD_NAME" "$job_dir/workers/$POD_NAME"
+publish || exit 1
 echo "worker $POD_NAME ($POD_IP): sshd on port {{ ssh_port }}, waiting for the launcher"
-while kill -0 "$sshd" 2>/dev/null; do
-    if [ -e "$job_dir/workers-done" ]; then
-        rm -f "$job_dir/workers/$POD_NAME"
-        kill "$sshd"
-        exit 0
-    fi
-    sleep 2
-done
-echo "sshd exited" >&2
-exit 1
+serve "$sshd"

@@ -33,21 +33,7 @@ ssh_probe="ssh -p {{ ssh_port }} -i $key -o StrictHostKeyChecking=no -o UserKnow
 # was being added to what it lets in. One refusal made the whole job fail.
 ssh_agent="$ssh_probe -o ConnectionAttempts={{ ssh_attempts }}"
 
-probe() {  # probe ADDRESS HOSTNAME: true when the pod at ADDRESS takes the job's key and is HOSTNAME
-    [ -n "$2" ] && [ "$(timeout 10 $ssh_probe "$1" hostname < /dev/null 2>/dev/null)" = "$2" ]  # not the caller's stdin
-}
-answering() {  # "address hostname file" of each worker in $job_dir/workers/ that answers, one per line
-    local file address name
-    for file in "$job_dir"/workers/*; do
-        [ -f "$file" ] || continue
-        read -r address name < <(head -c 200 "$file")
-        address=$(printf '%s' "$address" | tr -cd '0-9.')
-        name=$(printf '%s' "$name" | tr -cd 'a-z0-9.-')
-        if probe "$address" "$name"; then
-            echo "$address $name ${file##*/}"
-        fi
-    done | sort -u -k1,1
-}
+{% include "horovod-k8s-watch.sh" %}
 wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them
     local started=$SECONDS said=0 ready
     while :; do
@@ -69,16 +55,6 @@ wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them
     done
 }
 
-lost_workers() {  # how many of this run's workers no longer answer as themselves; their files are removed
-    local address name file count=0
-    while read -r address name file; do
-        if ! probe "$address" "$name"; then
-            count=$((count + 1))
-            rm -f "$job_dir/workers/$file"
-        fi
-    done < "$job_dir/hosts.ready"
-    echo "$count"
-}
 stop_run() {  # mpirun and its ssh children: asked first, then killed
     local waited=0
     pkill -TERM -x mpirun

@@ -53,6 +53,8 @@ SSH_DIR = "/etc/dsportal-ssh"  # the job's Secret, mounted read-only
 # pods leave a lost node after LOST_NODE_S (the default toleration is 300 s), and the workers Job replaces them.
 RESTARTS, LOST_NODE_S = 2, 30
 WATCH_EVERY_S = 10  # the launcher looks whether every worker still answers this often
+PROBE_AGAIN_S = 3  # a worker that did not answer is asked again after this; lost only when it fails twice
+SERVE_POLL_S = 2  # a worker looks for workers-done, and for its published file, this often
 WORKER_POLL_S = 0.5  # the launcher looks for its workers' sshd this often until all answer
 STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
 CARD_IN_LOG_BYTES = 64 * 1024  # the model card a script copies into its pod's log (a card is a few KB)
@@ -245,9 +247,9 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     launcher_script = launch_template(spec, "k8s.sh").render(
         **values, **launcher_values(cfg, spec), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
         watch_every=WATCH_EVERY_S, worker_poll=WORKER_POLL_S, stop_grace=STOP_GRACE_S, ssh_attempts=SSH_ATTEMPTS,
-        launch_attempts=LAUNCH_ATTEMPTS)
+        launch_attempts=LAUNCH_ATTEMPTS, probe_again_s=PROBE_AGAIN_S)
     worker_script = launch_template(spec, "k8s-worker.sh").render(
-        **values, authorized_keys=f"{SSH_DIR}/authorized_keys")
+        **values, authorized_keys=f"{SSH_DIR}/authorized_keys", serve_poll_s=SERVE_POLL_S)
     worker_resources = node_resources(spec)
     deadline = minutes_of(spec.time_limit) * 60
     tolerations = lost_node_tolerations()  # the workers Job replaces a lost node's pods on the nodes left
