@@ -203,6 +203,9 @@ def test_a_node_lost_mid_sweep_resumes_its_trial_counted_once(cluster, hub, demo
     lost = [t for t in (0, 1) if node_of(t) == node]  # both tasks, when Slurm put them on the same node
     trials_before = {t: job.sweep().rows[t].number for t in lost}
     assert box("crash", node).returncode == 0  # its power lost: every process on it killed, no goodbye
+    # The admin who saw it go marks it down: Slurm requeues its tasks at once. Slurm finding a silent node by itself
+    # (SlurmdTimeout, then the ping's own timeout: 39 s here) is proven once, by test_job_endings.py's node failure.
+    slurm("scontrol", "update", f"nodename={node}", "state=down", "reason=power lost (test)")
     # The other task on that node, if any, may not have saved an epoch yet: it starts its trial again from epoch 1.
     # Read after the crash: what each task had saved when its node died is where it must go on.
     saved = {t: saved_epochs(t) for t in lost}
