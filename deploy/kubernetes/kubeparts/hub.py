@@ -62,6 +62,10 @@ VALUES_FILE = HERE / "values.yaml"
 HUB_IMAGE = "localhost/dsportal-hub:latest"
 NODE_PORT = 30080
 HUB_API_PORT, DASHBOARD_PORT, PROXY_PORT = 8081, 8090, 8000
+# The hub's CPU request: its share when users' pods on its node compute. At 100m it got a tenth of one busy pod's
+# (a request is a cgroup weight) and missed its readiness probe and the directory's 5 s: logins answered 503 and
+# the test box's GPU watch failed (make test, 2026-12-06). Half a CPU leaves the node 1.5 for users' pods.
+HUB_CPU = "500m"
 STATE_MOUNT = "/var/lib/dsportal"  # the image's DSPORTAL_STATE_DIR default; /srv/jupyterhub holds its config
 CA_MOUNT = "/etc/dsportal/ldap-ca"
 SEARCH_MOUNT = "/etc/dsportal/ldap-search"  # the Secret dsportal-ldap-search's `password`
@@ -202,9 +206,10 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                           "name": "hub", "image": HUB_IMAGE, "imagePullPolicy": "IfNotPresent",
                           "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
                           "ports": [{"containerPort": p} for p in (PROXY_PORT, HUB_API_PORT, DASHBOARD_PORT)],
+                          # Ready again within 2 s, but not dropped from its Service for one slow answer.
                           "readinessProbe": {"httpGet": {"path": "/hub/health", "port": HUB_API_PORT},
-                                             "periodSeconds": 2},
-                          "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+                                             "periodSeconds": 2, "timeoutSeconds": 5, "failureThreshold": 3},
+                          "resources": {"requests": {"cpu": HUB_CPU, "memory": "512Mi"}},
                           "volumeMounts": [{"name": "state", "mountPath": STATE_MOUNT},
                                            {"name": "ldap-ca", "mountPath": CA_MOUNT, "readOnly": True},
                                            {"name": "ldap-search", "mountPath": SEARCH_MOUNT, "readOnly": True},

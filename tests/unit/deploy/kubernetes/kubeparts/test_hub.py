@@ -47,6 +47,11 @@ def test_the_hubs_objects_are_valid(tmp_path):
     (deployment,) = [m for m in objects if m["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "dsportal-hub" and pod["hostAliases"][0]["ip"] == box.api_address
+    # Not starved by a user's busy pod on its node (a request is a CPU weight: 100m was a tenth of one such pod's),
+    # and not dropped from its Service for one answer slower than a second.
+    (container,) = pod["containers"]
+    assert container["resources"]["requests"]["cpu"] == "500m"
+    assert container["readinessProbe"]["timeoutSeconds"] >= 5 and container["readinessProbe"]["failureThreshold"] > 1
     (proxy,) = [m for m in objects if m["metadata"]["name"] == "proxy-public"]
     assert proxy["spec"]["ports"][0]["nodePort"] == hub.NODE_PORT
 
