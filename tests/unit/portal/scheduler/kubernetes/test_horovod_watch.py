@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 from portal.records.templating import template_environment
 from portal.scheduler.kubernetes.manifests import PROBE_AGAIN_S, SERVE_POLL_S, plain_job_objects
+from tests.conftest import wait_for
 from tests.unit.helpers import K8S_CFG, K8S_JOB_ID, bash_syntax_ok, k8s_spec
 
 WORKER = ("198.18.4.7", "k8s-7-workers-abc")
@@ -60,28 +60,26 @@ def test_a_worker_answering_at_once_is_asked_once(tmp_path):
     assert lost == "0" and (tmp_path / "answers.asked").read_text().split() == [WORKER[0]]
 
 
-def wait(condition, what: str, limit: float = 10.0) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+def worker_serving(tmp_path: Path, sshd: str) -> tuple[str, dict[str, str], Path]:
+    """The worker's loop (horovod-k8s-serve.sh) behind `sshd` (a command that stands for it, in the background):
+    (the script, its environment, its published file)."""
+    job_dir = tmp_path / "job"
+    (job_dir / "workers").mkdir(parents=True)
+    text = template_environment().get_template("horovod-k8s-serve.sh").render(serve_poll_s=0.1)
+    script = f'job_dir={str(job_dir)!r}\n{text}\n{sshd} & sshd=$!\npublish || exit 9\nserve "$sshd"\n'
+    return script, {**os.environ, "POD_IP": WORKER[0], "POD_NAME": WORKER[1]}, job_dir / "workers" / WORKER[1]
 
 
 def test_a_worker_publishes_again_whenever_taken_for_lost_and_ends_with_the_job(tmp_path):
-    job_dir = tmp_path / "job"
-    (job_dir / "workers").mkdir(parents=True)
-    published = job_dir / "workers" / WORKER[1]
-    text = template_environment().get_template("horovod-k8s-serve.sh").render(serve_poll_s=0.1)
-    script = f'job_dir={str(job_dir)!r}\n{text}\nsleep 300 & sshd=$!\npublish || exit 9\nserve "$sshd"\n'
-    env = {**os.environ, "POD_IP": WORKER[0], "POD_NAME": WORKER[1]}
+    script, env, published = worker_serving(tmp_path, "sleep 300")
     with subprocess.Popen(["bash", "-c", script], env=env, stdout=subprocess.PIPE, text=True) as worker:
         try:
-            wait(published.exists, "the worker's first publication")
+            wait_for(published.exists, 10, interval=0.05, what="the worker's first publication")
             assert published.read_text().split()[0] == WORKER[0]
             for _ in range(2):  # removed by the launcher (horovod-k8s-watch.sh): written again, every time
                 published.unlink()
-                wait(published.exists, "the worker's address published again")
-            (job_dir / "workers-done").touch()
+                wait_for(published.exists, 10, interval=0.05, what="the worker's address published again")
+            (published.parent.parent / "workers-done").touch()
             assert worker.wait(timeout=10) == 0
             assert not published.exists() and "published again" in worker.stdout.read()
         finally:
@@ -89,11 +87,7 @@ def test_a_worker_publishes_again_whenever_taken_for_lost_and_ends_with_the_job(
 
 
 def test_a_worker_whose_sshd_died_fails(tmp_path):
-    job_dir = tmp_path / "job"
-    (job_dir / "workers").mkdir(parents=True)
-    text = template_environment().get_template("horovod-k8s-serve.sh").render(serve_poll_s=0.1)
-    script = f'job_dir={str(job_dir)!r}\n{text}\nsleep 0.3 & sshd=$!\nserve "$sshd"\n'
-    env = {**os.environ, "POD_IP": WORKER[0], "POD_NAME": WORKER[1]}
+    script, env, _ = worker_serving(tmp_path, "sleep 0.3")
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and "sshd exited" in done.stderr
 
