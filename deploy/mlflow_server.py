@@ -27,7 +27,9 @@ from pathlib import Path
 from portal.mlflow_accounts import ADMIN_USER, PREFIX
 
 VENV = Path(os.environ.get("DSPORTAL_MLFLOW_VENV", "/opt/dsportal/mlflow-venv"))  # deploy/local/install-mlflow.sh
-READY_TIMEOUT_S = 90.0  # its first start migrates two new databases: about 15 s on 2 busy cores
+# Its first start migrates two new databases: about 15 s on 2 busy cores, and over 90 s beside a user's trainings
+# of more than a core (a unit tests' server, 2026-12-06: tables at 60 s, the admin at 84 s, no answer at 90 s).
+READY_TIMEOUT_S = 240.0
 # The environment of the server: no telemetry (MLflow's own switch, and the convention its UI honours too), and no
 # job executor (huey workers for GenAI evaluation and trace rollups: processes the portal has no use for).
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
