@@ -42,11 +42,12 @@ KUBE_API_PORT = 26443 + int(os.environ.get("DSPORTAL_TEST_PORT_OFFSET", "0"))  #
 # has "kube" and 198.19.0.0/20): a second session needs other values too.
 KUBE_NAME = os.environ.get("DSPORTAL_TEST_KUBE_NAME", "kubet")
 KUBE_NETWORK = os.environ.get("DSPORTAL_TEST_KUBE_NETWORK", "198.19.16.0/20")
-# Each node's CPU weight (KubeBox.node_cpu_shares): a quarter of a session's, so that a job training on both nodes
-# weighs half a Slurm rank. This side ended about 6 minutes before the Slurm box's, which waits for CPU beside it
-# (make test, 2026-12-05, at 1862309; docs/testing.md "How long it takes"), and still 4.5 minutes before it at 512
-# (6b79dbb), 4 at 256 (fc81c8b).
-NODE_CPU_SHARES = 256
+# Each node's CPU weight (KubeBox.node_cpu_shares): half a session's, so that a job training on both nodes weighs
+# one Slurm rank. This side ended about 6 minutes before the Slurm box's at 1024 (make test, 2026-12-05, at 1862309;
+# docs/testing.md "How long it takes"), 4.5 minutes before it at 512 (6b79dbb), 4 at 256 (fc81c8b); with the
+# Kubernetes tests added since, at 256 it became the longer side: 1,714 s against 1,566 (d4cb1ba), 2,112 against
+# 1,867 in the newcomer's order (16b18c0).
+NODE_CPU_SHARES = 512
 # The hub in a pod watches idle GPUs as the Slurm test box does (tests/conftest.py: its one watched group, short),
 # its nodes' readers as often (KubeBox.hub_settings); a group as the environment spells it: group=seconds.
 GPU_WATCH = (("default_gpu_idle_s", str(TEST_SETTINGS["default_gpu_idle_s"])),
