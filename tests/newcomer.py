@@ -25,10 +25,11 @@ USER, PASSWORD = "alice", "wonderland"
 SLURM_HUB = "http://127.0.0.1:8000"  # `make up`'s
 SERVER_S = 300
 # The submit form's defaults (DenseNet-121 at 224 px, 5 epochs), on 2 nodes: about 45 s an epoch here, so it still
-# trains when a cached `make up-k8s` (under a minute) and her server there are done and `make test` starts. Not
-# more: on 2 cores her trainings share the CPUs with the suites, and at 20 epochs (and the sweep's 10) they trained
-# beside the whole run, over a core of the two for 53 minutes, and the suites' timed waits ran out (2026-12-06,
-# docs/testing.md). When `make up-k8s` built for minutes (ca276f3: 540 s) most of that training was done first.
+# trains when a cached `make up-k8s` (about 2 minutes beside her work) and her server there are done and `make test`
+# starts. Not more: on 2 cores her trainings share the CPUs with the suites, and at 20 epochs (and the sweep's 10)
+# they trained beside the whole run (the job still after 53 minutes; in the first minutes her jobs took 72 of the 97
+# CPU-s used in a minute) and the suites' timed waits ran out (2026-12-06, docs/testing.md). When `make up-k8s`
+# built for minutes (ca276f3: 540 s) most of that training was done before `make test` began.
 JOB: dict[str, Any] = {"template": "chexnet", "nodes": 2, "epochs": 5}
 # The form's sweep, 4 trials of the form's 5 epochs (the default pruner needs 3), each in 4 GB: the box's nodes
 # (8 CPUs, 24 GB each) then hold it beside her server and the 2-node job (16 GB a node), so that all three run at
