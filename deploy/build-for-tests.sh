@@ -13,11 +13,12 @@
 # (about 6 minutes less than one after the other). Nothing of the builds needs the venv, and apt-get takes turns
 # (deploy/lib.sh's apt_get).
 # With --install, the other Slurm releases' builds are left to run beside the suites instead, at the lowest CPU and
-# I/O priority (nice 19, ionice idle): only tests/slurm_versions needs them, and its side starts once a worker has
-# finished another side, so each build has what CPU the other builds, then the suites, leave it until then; its
-# fixture waits for it (tests/slurm_versions/conftest.py: the pid and status files below). From nothing on
-# 2026-12-05 the 24.11 build (about 250 CPU-s) was done before the other builds were; with the builds cached this
-# changes nothing (the build finds its stamp in a second).
+# I/O priority (nice 19 in a scheduling group at niceness 19, ionice idle; LOWEST below): only tests/slurm_versions
+# needs them, and its side starts once a worker has finished another side, so each build has what CPU the other
+# builds, then the suites, leave it until then; its fixture waits for it (tests/slurm_versions/conftest.py: the pid
+# and status files below). From nothing on 2026-12-05 the 24.11 build (about 250 CPU-s) was done before the other
+# builds were: its group weighed as much as theirs then. With the builds cached this changes nothing (the build
+# finds its stamp in a second).
 # Each writes its log to $LOG_DIR/build-<name>.log (default tests/artifacts), its process to build-<name>.pid and, when
 # it ends, its exit status to build-<name>.status; a failure prints that log's tail.
 set -uo pipefail
@@ -64,9 +65,14 @@ start images "$REPO/docker/build.sh"
 start kubernetes "$REPO/deploy/kubernetes/build-kubernetes.sh"
 builds+=(images kubernetes)
 behind=()
+# The lowest CPU and I/O priority, for a command in a session of its own (setsid): with kernel.sched_autogroup_enabled
+# (these machines' default) each session is a scheduling group that the kernel weighs by the group's niceness, never
+# by its processes', so a build at `nice -n 19` in a session of its own took a whole core from the builds the suites
+# wait for (2026-12-06; tests/children.py has the same for the trainings the suites start). Its group is niced too.
+LOWEST='echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 ionice -c 3 "$@"'
 for release in ${DSPORTAL_TEST_SLURM_RELEASES:-24.11}; do
     if ((WITH_INSTALL)); then  # left to run beside the suites (above)
-        start "slurm-$release" setsid nice -n 19 ionice -c 3 "$REPO/deploy/slurm/build-slurm.sh" "$release"
+        start "slurm-$release" setsid bash -c "$LOWEST" lowest "$REPO/deploy/slurm/build-slurm.sh" "$release"
         behind+=("slurm-$release")
     else
         start "slurm-$release" "$REPO/deploy/slurm/build-slurm.sh" "$release"
