@@ -9,7 +9,7 @@ stopped: it reads as an error, so its GPUs are unknown (never idle).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -123,6 +123,26 @@ def held_now(folder: Path, clock: Callable[[], float] = time.time) -> list[HeldG
                          since.get((gpu.index, gpu.holder)) if gpu.idle else None, reading.error)
                  for gpu in reading.gpus if gpu.holder]
     return rows
+
+
+@dataclass(frozen=True)
+class OwnGpu:
+    """A GPU that one of a user's own holders has now, as their lab shows it."""
+
+    node: str
+    index: int
+    busy: float | None  # None: unknown (its node's reader failed or stopped)
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    source: str  # the reader: "standin" for the boxes' FAKE GPUs
+    error: str = ""
+
+
+def own_now(folder: Path, holders: Collection[str], user: str, clock: Callable[[], float] = time.time) -> list[OwnGpu]:
+    """The GPUs these holders of `user`'s have now, node by node, from each node's latest reading only."""
+    return [OwnGpu(node, gpu.index, gpu.busy, gpu.memory_used_mib, gpu.memory_total_mib, reading.source, reading.error)
+            for node, reading in sorted(latest(folder, clock).items())
+            for gpu in reading.gpus if gpu.holder in holders and gpu.user == user]
 
 
 def _idle_stretches(history: Path) -> dict[tuple[int, str], float]:

@@ -1,10 +1,11 @@
 """The GPUs page and its API: a user's idle warnings with "Keep it", and their history of warnings, stops and flags
-(portal.service.gpu_watch decides them; docs/gpus.md). Each user sees and keeps only their own; an admin's history
+(portal.service.gpu_watch decides them; docs/gpus.md), and the GPUs their own JupyterLab server holds now, node by
+node (what the lab shows: deploy/jupyterlab/gpu-notice). Each user sees and keeps only their own; an admin's history
 lists everyone's.
 
     GET  gpus                the page
     POST gpus                form field `holder`: keep that server of the user's ("Keep it")
-    GET  api/gpus            {"watched": bool, "warnings": [...], "history": [...]}
+    GET  api/gpus            {"watched": bool, "warnings": [...], "history": [...], "server_gpus": [...]}
     POST api/gpus/keep       {"holder": "<id>"}: as the form
 
 and the Usage page's busy GPU-hours beside the held ones (`with_busy`).
@@ -17,9 +18,11 @@ from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote
 
+from portal.errors import SchedulerError
 from portal.gpus.idle import Watched
 from portal.gpus.ledger import Ledger
 from portal.gpus.readings import HOLDER
+from portal.gpus.view import OwnGpu, own_now
 from portal.gpus.watch import Event, Watch
 from portal.inputs import InputError, decode_form, read_json_object
 from portal.service.base import APIHandler, PageHandler, PortalHandler, UserError
@@ -64,13 +67,25 @@ class GpuReads(PortalHandler):
         watcher = self.settings.get("gpu_watch")
         return watcher.watch if watcher is not None else None
 
-    def mine(self) -> dict[str, Any]:
+    async def mine(self) -> dict[str, Any]:
         watch, user = self.watch, self.hub_user
         if watch is None:
-            return {"watched": False, "warnings": [], "history": []}
+            return {"watched": False, "warnings": [], "history": [], "server_gpus": []}
         now = time.time()
         return {"watched": True, "warnings": [warning_view(watch, w, now) for w in watch.warnings(user.name)],
-                "history": [asdict(e) for e in watch.history(None if user.admin else user.name)]}
+                "history": [asdict(e) for e in watch.history(None if user.admin else user.name)],
+                "server_gpus": [asdict(gpu) for gpu in await self.server_gpus()]}
+
+    async def server_gpus(self) -> list[OwnGpu]:
+        """The GPUs the user's own JupyterLab server holds now (from the cluster's cached snapshot: whose server is
+        which job), each node's latest reading; none while the scheduler does not answer."""
+        try:
+            snapshot = await self.blocking(self.cluster.snapshot)
+        except SchedulerError:
+            return []
+        name = self.hub_user.name
+        servers = {job.id for job in snapshot.queue.values() if job.server and job.user == name}
+        return await self.blocking(own_now, self.settings["gpu_readings"], servers, name) if servers else []
 
     def keep(self, holder: str) -> Event:
         if not HOLDER.fullmatch(holder):
@@ -82,9 +97,10 @@ class GpuReads(PortalHandler):
 
 
 class GpusPageHandler(PageHandler, GpuReads):
-    def get(self) -> None:
+    async def get(self) -> None:
         kept = self.get_argument("kept", "")
-        self.render_page("gpus.html", **self.mine(), now=time.time(), kept=kept if HOLDER.fullmatch(kept) else "")
+        self.render_page("gpus.html", **await self.mine(), now=time.time(),
+                         kept=kept if HOLDER.fullmatch(kept) else "")
 
     def post(self) -> None:
         holder = decode_form(self.request.body_arguments, ("holder",), "keep").get("holder", [""])[0]
@@ -93,8 +109,8 @@ class GpusPageHandler(PageHandler, GpuReads):
 
 
 class GpusAPIHandler(APIHandler, GpuReads):
-    def get(self) -> None:
-        self.write_json(self.mine())
+    async def get(self) -> None:
+        self.write_json(await self.mine())
 
 
 class KeepAPIHandler(APIHandler, GpuReads):

@@ -3,8 +3,9 @@ node's GPU reader (deploy/kubernetes/kubeparts/gpus.py) reads the pods that hold
 the hub's pod watches them with the test box's short settings (its group gpu-idle-watched: warned after 10 s of idle
 GPUs, stopped 10 s after, read every 5 s). Two servers of that group at once, each holding a GPU: alice's, left
 idle, is warned (on the GPUs page) and stopped by the hub, her pod deleted; bob's, whose GPU works (a process in his
-pod keeps a CPU busy: the stand-in's reading of its FAKE GPU), runs on, never warned. The rule, the keep and the mail
-are the same code as on Slurm (tests/integration/test_gpu_watch.py); the pod hub has no mail relay."""
+pod keeps a CPU busy: the stand-in's reading of its FAKE GPU), runs on, never warned, and his lab's answer shows his
+GPU at work (alice's, none). The rule, the keep and the mail are the same code as on Slurm
+(tests/integration/test_gpu_watch.py); the pod hub has no mail relay."""
 
 from __future__ import annotations
 
@@ -91,6 +92,9 @@ def test_an_idle_server_is_warned_and_stopped_and_a_busy_one_runs_on(pod_hub, ku
         # bob's worked all along, as his node's reader read it: never warned, still running, the same pod.
         assert busy_reading(kube, bobs.spec.node_name, "jupyter-bob") >= IDLE_BELOW
         assert gpus(bob)["warnings"] == [] and history_since(bob, started) == []
+        (his,) = gpus(bob)["server_gpus"]  # what his lab's status bar shows: his node's FAKE GPU, at work
+        assert (his["node"], his["source"]) == (bobs.spec.node_name, "standin") and his["busy"] >= IDLE_BELOW, his
+        assert gpus(alice)["server_gpus"] == []  # hers is stopped, and his is not hers to see
         assert server_pod(core, "bob").metadata.uid == bobs.metadata.uid
     except (AssertionError, TimeoutError) as err:
         raise AssertionError(f"{err}\n{kubebox.box_hub.hub_log(core)[-4000:]}") from None

@@ -1,10 +1,11 @@
 // dsportal-gpu-notice: the portal's idle-GPU warnings (docs/gpus.md) as JupyterLab's own notifications, with
-// "Keep it". A prebuilt JupyterLab extension written by hand, with no bundler: JupyterLab loads this file (its
-// package.json's jupyterlab._build.load), initialises the container below with its share scope and asks it for
-// "./extension", whose default export is the plugin. The plugin shares nothing of its own; it takes JupyterLab's
-// Notification from that share scope.
+// "Keep it", and the GPUs this server holds, in the status bar. A prebuilt JupyterLab extension written by hand, with
+// no bundler: JupyterLab loads this file (its package.json's jupyterlab._build.load), initialises the container below
+// with its share scope and asks it for "./extension", whose default export is the plugin. The plugin shares nothing
+// of its own; it takes JupyterLab's Notification, the status bar's token and lumino's Widget from that share scope.
 //
-// Every POLL_MS it asks the dashboard (same origin, behind the hub's proxy) for the user's warnings. Without the
+// Every POLL_MS it asks the dashboard (same origin, behind the hub's proxy) for the user's warnings and for what
+// their server's GPUs do now, node by node (busy, memory; "unknown" where a node's reader failed). Without the
 // dashboard's login cookie yet, one visit of its GPUs page passes its OAuth (the hub's cookie is there: the user
 // is in the lab), as a portal page would. "Keep it" posts the GPUs page's own form, with the XSRF token that page
 // carries.
@@ -12,7 +13,8 @@ var _JUPYTERLAB;
 (function () {
   "use strict";
   var NAME = "dsportal-gpu-notice";
-  var POLL_MS = 60000;
+  var JUPYTERLAB = "@jupyterlab/application-top";  // the container JupyterLab registers its shared packages from
+  var POLL_MS = 60000;  // once a minute: every open lab asks, and a refused ask is a line in the hub's log
   var shared = null;
 
   function sharedModule(name) {
@@ -20,7 +22,9 @@ var _JUPYTERLAB;
     if (!versions || !Object.keys(versions).length) {
       return Promise.reject(new Error(NAME + ": JupyterLab shares no " + name));
     }
-    var one = versions[Object.keys(versions)[0]];  // JupyterLab provides one version of its own packages
+    // JupyterLab's own copy (its tokens and classes are the ones its plugins know), else the first an extension gave
+    var keys = Object.keys(versions), own = keys.filter(function (v) { return versions[v].from === JUPYTERLAB; });
+    var one = versions[own.length ? own[0] : keys[0]];
     return Promise.resolve(one.get()).then(function (factory) { return factory(); });
   }
 
@@ -34,6 +38,25 @@ var _JUPYTERLAB;
     return Math.max(1, Math.round(seconds / 60)) + " min";
   }
 
+  function busy(g) {
+    return typeof g.busy === "number" ? Math.round(g.busy) + " %" : "unknown";
+  }
+
+  function gpuLine(gpus) {  // the status bar's words: "GPU 37 %", "GPUs 37 %, unknown"; FAKE for the boxes' stand-in
+    var fake = gpus.some(function (g) { return g.source === "standin"; }) ? " (FAKE)" : "";
+    return (gpus.length > 1 ? "GPUs " : "GPU ") + gpus.map(busy).join(", ") + fake;
+  }
+
+  function gpuTitle(gpus) {  // its tooltip: each GPU, node by node
+    return gpus.map(function (g) {
+      var memory = typeof g.memory_used_mib === "number" ? ", " + g.memory_used_mib +
+        (typeof g.memory_total_mib === "number" ? " of " + g.memory_total_mib : "") + " MiB" : "";
+      return g.node + " GPU " + g.index + ": " + (typeof g.busy === "number" ? busy(g) + " busy" : "unknown" +
+        (g.error ? " (" + g.error + ")" : "")) + memory +
+        (g.source === "standin" ? " (FAKE GPU: busy is the stand-in's, from the server's CPU time)" : "");
+    }).join("\n") + "\nClick for the portal's GPUs page.";
+  }
+
   function words(w) {
     var idle = typeof w.idle_since === "number" && typeof w.warned_at === "number" ?
       " for " + minutes(w.warned_at - w.idle_since) : "";
@@ -44,8 +67,8 @@ var _JUPYTERLAB;
     return "Job " + w.holder + "'s GPUs have done nothing" + idle + ": a rank that hangs, or an input that stalled?";
   }
 
-  function activate() {
-    var portal = portalUrl(), shown = {}, loggedIn = false;
+  function activate(app, statusBar) {
+    var portal = portalUrl(), shown = {}, loggedIn = false, gpusItem = null;
     document.body.setAttribute("data-dsportal-gpu-notice", "on");  // the tests' sign that it runs
 
     function page() {
@@ -72,7 +95,24 @@ var _JUPYTERLAB;
       }).then(function (r) { return r.type === "opaqueredirect" || r.ok; }, function () { return false; });
     }
 
-    return sharedModule("@jupyterlab/apputils").then(function (apputils) {
+    function showGpus(gpus) {
+      if (!gpusItem) { return; }
+      gpusItem.node.textContent = gpus.length ? gpuLine(gpus) : "";
+      gpusItem.node.title = gpus.length ? gpuTitle(gpus) : "";
+      gpusItem.setHidden(!gpus.length);
+    }
+    var statusItem = !statusBar ? Promise.resolve() : sharedModule("@lumino/widgets").then(function (widgets) {
+      gpusItem = new widgets.Widget();
+      gpusItem.addClass("dsportal-gpus");
+      gpusItem.node.style.cursor = "pointer";
+      gpusItem.node.style.padding = "0 5px";
+      gpusItem.node.addEventListener("click", function () { window.open(portal + "gpus", "_blank", "noreferrer"); });
+      gpusItem.setHidden(true);
+      statusBar.registerStatusItem(NAME + ":gpus", {item: gpusItem, align: "left", rank: 100});
+    }).catch(function (err) { console.warn(err); });
+
+    return Promise.all([sharedModule("@jupyterlab/apputils"), statusItem]).then(function (loaded) {
+      var apputils = loaded[0];
       var Notification = apputils.Notification;
       function show(w) {
         var key = w.holder + "@" + w.warned_at;
@@ -92,6 +132,7 @@ var _JUPYTERLAB;
       function look() {
         return warnings().then(function (answer) {
           if (!answer) { return; }
+          showGpus(Array.isArray(answer.server_gpus) ? answer.server_gpus : []);
           var now = {};
           answer.warnings.forEach(function (w) { now[w.holder + "@" + w.warned_at] = true; show(w); });
           Object.keys(shown).forEach(function (key) {  // kept, busy again or stopped: its notice goes
@@ -106,9 +147,10 @@ var _JUPYTERLAB;
 
   var plugin = {
     id: NAME + ":plugin",
-    description: "The portal's idle-GPU warnings as notifications, with Keep it.",
+    description: "The portal's idle-GPU warnings as notifications, with Keep it; the server's GPUs in the status bar.",
     autoStart: true,
-    activate: function () { activate(); }
+    optional: [],  // the status bar's token, from the share scope (get, below): a lab without one shows no GPUs line
+    activate: function (app, statusBar) { activate(app, statusBar || null); }
   };
   _JUPYTERLAB = window._JUPYTERLAB = window._JUPYTERLAB || {};
   _JUPYTERLAB[NAME] = {
@@ -117,7 +159,11 @@ var _JUPYTERLAB;
       if (module !== "./extension") {
         return Promise.reject(new Error("Module " + module + " does not exist in container " + NAME));
       }
-      return Promise.resolve(function () { return {__esModule: true, "default": plugin}; });
+      var factory = function () { return {__esModule: true, "default": plugin}; };
+      return sharedModule("@jupyterlab/statusbar").then(function (statusbar) {
+        plugin.optional = [statusbar.IStatusBar];
+        return factory;
+      }, function () { return factory; });
     }
   };
 })();

@@ -4,18 +4,21 @@ everyone's; bad input names the field; a flagged job's page says so."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
+from portal.errors import SchedulerError
 from portal.gpus.agent import write
 from portal.gpus.idle import Rule
 from portal.gpus.ledger import Ledger
 from portal.gpus.readings import GpuReading, NodeReading
 from portal.gpus.watch import Holder, Watch
-from portal.scheduler.snapshot import ClusterCache
+from portal.scheduler.cluster import QueuedJob
+from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.app import make_app
 from portal.service.board import JobBoard
 from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free
@@ -79,9 +82,39 @@ class GpuPagesTest(TestHeaderUser, AsyncHTTPTestCase):
         page = self.call("GET", "jobs/9").body.decode()
         assert 'id="gpu-flag"' in page and "A rank that hangs, or an input that stalled?" in page
 
+    def test_the_lab_reads_its_own_servers_gpus_node_by_node_and_no_one_elses(self):
+        now = time.time()
+        queue = {"7": QueuedJob("7", "alice", "RUNNING", "1:00", 2, 1, "None", gpus=2, server=True),
+                 "8": QueuedJob("8", "bob", "RUNNING", "1:00", 1, 1, "None", gpus=1, server=True),
+                 "9": QueuedJob("9", "alice", "RUNNING", "1:00", 1, 1, "None", gpus=1)}  # her job: not her server
+        self._app.settings["cluster"] = ClusterCache(PortalConfig(), read=lambda: ClusterSnapshot(now, queue))
+        folder = self.tmp / "gpus"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        write(folder, NodeReading("n1", now, 10.0, "standin", (
+            GpuReading(0, busy=37.0, memory_used_mib=1200, memory_total_mib=16384, holder="7", user="alice"),
+            GpuReading(1, busy=90.0, holder="8", user="bob"), GpuReading(2, busy=80.0, holder="9", user="alice"))))
+        write(folder, NodeReading("n2", now, 10.0, "nvml", (GpuReading(0, holder="7", user="alice"),),
+                                  error="NVML: driver not loaded"))
+        mine = json.loads(self.call("GET", "api/gpus").body)["server_gpus"]
+        assert [(g["node"], g["index"], g["busy"], g["memory_used_mib"], g["source"], g["error"]) for g in mine] == [
+            ("n1", 0, 37.0, 1200, "standin", ""), ("n2", 0, None, None, "nvml", "NVML: driver not loaded")]
+        page = self.call("GET", "gpus").body.decode()
+        rows = page[page.index('id="server-gpus"'):]
+        assert '<td>37 %</td>' in rows and "1200 of 16384 MiB" in rows and "FAKE GPU" in rows
+        assert "unknown (NVML: driver not loaded)" in rows and 'data-index="1"' not in rows and "90 %" not in rows
+        assert json.loads(self.call("GET", "api/gpus", user="carol").body)["server_gpus"] == []
+        assert 'id="no-server-gpus"' in self.call("GET", "gpus", user="carol").body.decode()
+
+        def down() -> ClusterSnapshot:
+            raise SchedulerError("squeue: slurmctld is not answering")
+        self._app.settings["cluster"] = ClusterCache(PortalConfig(), read=down)
+        answer = self.call("GET", "api/gpus")  # whose server is which job, unknown: no GPUs shown, the rest is
+        assert answer.code == 200 and json.loads(answer.body)["server_gpus"] == []
+
     def test_without_a_watch_the_page_says_it_does_not_watch(self):
         self._app.settings["gpu_watch"] = None
-        assert json.loads(self.call("GET", "api/gpus").body) == {"watched": False, "warnings": [], "history": []}
+        assert json.loads(self.call("GET", "api/gpus").body) == {"watched": False, "warnings": [], "history": [],
+                                                                 "server_gpus": []}
         assert 'id="unwatched"' in self.call("GET", "gpus").body.decode()
 
     def test_the_usage_page_shows_busy_gpu_hours_beside_the_held_ones(self):
