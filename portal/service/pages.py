@@ -32,8 +32,8 @@ from portal.service.submit_form import (
     checkbox,
     form_fields,
     form_spec,
+    form_summary,
     form_values,
-    request_summary,
     sweep_form_field,
     sweep_form_values,
 )
@@ -258,12 +258,12 @@ class SubmitPageHandler(PageHandler):
         mine = await self.acting(self.board.user_settings, self.hub_user) if limits.mail else None
         if mine is not None and "mail" not in values:  # what a submit leaving `mail` out uses: the user's default
             values = {**values, "mail": mine.job_mail}
-        shown_values = form_values(limits, values)
+        shown_values, sweep_values = form_values(limits, values), sweep_form_values(values, limits)
+        kind = "sweep" if isinstance(values.get("sweep"), Mapping) else "single"
         self.render_page("submit.html", http_status=error.status_code if error else None, limits=limits,
-                         values=shown_values, summary=request_summary(shown_values, limits), error=error,
-                         fields=form_fields(limits), again_of=again_of, mine=mine, saved=saved,
-                         kind="sweep" if isinstance(values.get("sweep"), Mapping) else "single",
-                         sweep_values=sweep_form_values(values, limits), sampler_choices=SAMPLERS,
+                         values=shown_values, summary=form_summary(shown_values, limits, kind, sweep_values),
+                         error=error, fields=form_fields(limits), again_of=again_of, mine=mine, saved=saved,
+                         kind=kind, sweep_values=sweep_values, sampler_choices=SAMPLERS,
                          pruner_choices=PRUNERS, programs=registry().programs,
                          model_choices=tuple(dict.fromkeys(m for p in registry().programs for m in p.models)),
                          sweep_error=sweep_form_field(error.field if error else None),

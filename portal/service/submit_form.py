@@ -206,9 +206,12 @@ def form_values(limits: JobLimits, given: Mapping[str, object]) -> dict[str, obj
     return {**defaults, **{name: value for name, value in given.items() if value not in ("", None)}}
 
 
-def request_summary(values: Mapping[str, object], limits: JobLimits) -> str:
-    """One line that sums the request up: "2 nodes x 1 GPU, 8 CPUs and 32 GB in all, at most 4 h; 2 of your 4
-    GPUs (1 in use now)"; empty while a field it needs is not a value (the form shows that field's error)."""
+def request_summary(values: Mapping[str, object], limits: JobLimits, trials: int | None = None) -> str:
+    """One line that sums the request up: "2 nodes x 1 GPU, 8 CPUs and 32 GB in all, at most 4 h, so at most 8
+    GPU-hours; 2 of your 4 GPUs (1 in use now)"; a sweep of `trials` costs each trial's most ("at most 4 h a trial,
+    so at most 32 GPU-hours for 4 trials"). Empty while a field it needs is not a value (the form shows that field's
+    error). The GPU-hours are nodes x GPUs x the time limit (a started minute counts whole) x trials, to the hundredth,
+    rounded half up (portal.js says it in the same words as the fields change)."""
     try:
         nodes, gpus, cpus, memory = (int(str(values[name])) for name in (
             "nodes", "gpus_per_node", "cpus_per_task", "memory_gb"))
@@ -217,7 +220,25 @@ def request_summary(values: Mapping[str, object], limits: JobLimits) -> str:
         return ""
     hours, rest = divmod(minutes, 60)
     limit = " ".join(part for part in (f"{hours} h" if hours else "", f"{rest} min" if rest else "") if part)
+    sweep, runs = trials is not None, 1 if trials is None else trials
+    for_trials = f" for {runs} trial{'s' if runs != 1 else ''}" if sweep else ""
+    cost = f", so at most {gpu_hours(nodes * gpus * minutes * runs)} GPU-hours{for_trials}" if gpus > 0 else ""
     in_use = f" ({limits.quota.in_use} in use now)" if limits.quota.in_use else ""
     return (f"{nodes} node{'s' if nodes != 1 else ''} x {gpus} GPU{'s' if gpus != 1 else ''}, "
-            f"{nodes * max(1, gpus) * cpus} CPUs and {nodes * memory} GB in all, at most {limit or '0 min'}; "
-            f"{nodes * gpus} of your {limits.quota.limit} GPUs{in_use}")
+            f"{nodes * max(1, gpus) * cpus} CPUs and {nodes * memory} GB in all, at most {limit or '0 min'}"
+            f"{' a trial' if sweep else ''}{cost}; {nodes * gpus} of your {limits.quota.limit} GPUs{in_use}")
+
+
+def form_summary(values: Mapping[str, object], limits: JobLimits, kind: str, sweep_values: Mapping[str, str]) -> str:
+    """request_summary of the form as shown: a sweep's with its trials (empty while that field is not a number)."""
+    if kind != "sweep":
+        return request_summary(values, limits)
+    trials = sweep_values.get("sweep_trials", "").strip()
+    return request_summary(values, limits, int(trials)) if trials.isdigit() else ""
+
+
+def gpu_hours(gpu_minutes: int) -> str:
+    """GPU-minutes as GPU-hours to the hundredth, rounded half up, without trailing zeros: 480 -> "8", 20 -> "0.33"."""
+    hundredths = (gpu_minutes * 100 + 30) // 60
+    whole, part = divmod(hundredths, 100)
+    return f"{whole}.{part:02d}".rstrip("0") if part else str(whole)

@@ -105,8 +105,9 @@ def test_alice_submits_from_the_dashboard_watches_it_run_and_sees_its_tensorboar
     page.screenshot(path=str(artifacts / "dashboard-0-submit-form-defaults.png"), full_page=True)
     for name, value in FORM.items():
         page.fill(f"#submit_form input[name={name}]", value)
-    assert page.text_content("#request-summary").endswith("at most 20 min; 1 of your 4 GPUs"), \
-        page.text_content("#request-summary")  # portal.js follows the fields
+    assert page.text_content("#request-summary").endswith(
+        "at most 20 min, so at most 0.33 GPU-hours; 1 of your 4 GPUs"), page.text_content("#request-summary")
+    # portal.js follows the fields
     page.screenshot(path=str(artifacts / "dashboard-1-submit-form.png"), full_page=True)
     # The form as shown (docs/screenshots); the job trains tinycnn: this tests the portal, not the model.
     page.select_option("#submit_form select[name=model]", TINY_MODEL)

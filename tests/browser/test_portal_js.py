@@ -16,7 +16,7 @@ from playwright import sync_api as playwright
 
 from portal.quota import GpuHolder, GpuQuota
 from portal.records.limits import JobLimits
-from portal.service.submit_form import request_summary
+from portal.service.submit_form import form_summary, request_summary
 from tests.browser.conftest import RECORD_NOTIFICATIONS, new_context
 
 SCRIPT = Path(__file__).resolve().parents[2] / "portal" / "service" / "static" / "portal.js"
@@ -142,6 +142,8 @@ def test_an_opened_auroc_table_stays_open_and_the_hidden_count_follows_the_log(s
 
 SUBMIT_FORM = """<form id="submit_form"><input name="nodes" value="1"><input name="gpus_per_node" value="1">
 <input name="cpus_per_task" value="4"><input name="memory_gb" value="16"><input name="time_limit" value="04:00:00">
+<input type="radio" name="kind" id="kind-single" value="single" checked>
+<input type="radio" name="kind" id="kind-sweep" value="sweep"><input name="sweep_trials" value="8">
 </form><p id="request-summary" data-gpu-quota="4" data-gpus-in-use="1">as the server wrote it</p>"""
 
 
@@ -151,10 +153,17 @@ def test_the_submit_forms_summary_follows_its_fields_in_the_servers_words(site_p
                        max_minutes=None, quota=GpuQuota(4, (), (GpuHolder("4", 1, server=True),)),
                        default_data_dir="/data")
     values = {"nodes": "1", "gpus_per_node": "1", "cpus_per_task": "4", "memory_gb": "16", "time_limit": "04:00:00"}
-    for name, value in [("nodes", "2"), ("gpus_per_node", "0"), ("time_limit", "01:30:01"), ("memory_gb", "7")]:
+    for name, value in [("nodes", "2"), ("gpus_per_node", "0"), ("time_limit", "01:30:01"), ("memory_gb", "7"),
+                        ("gpus_per_node", "3"), ("time_limit", "00:20:00"), ("nodes", "1"), ("gpus_per_node", "1")]:
         page.fill(f"input[name={name}]", value)
         values[name] = value
-        assert page.text_content("#request-summary") == request_summary(values, limits), name
+        assert page.text_content("#request-summary") == request_summary(values, limits), (name, value)
+    page.check("#kind-sweep")  # a sweep costs each trial's most, times its trials
+    assert page.text_content("#request-summary") == form_summary(values, limits, "sweep", {"sweep_trials": "8"})
+    page.fill("input[name=sweep_trials]", "7")
+    assert page.text_content("#request-summary") == form_summary(values, limits, "sweep", {"sweep_trials": "7"})
+    page.check("#kind-single")
+    assert page.text_content("#request-summary") == request_summary(values, limits)
     page.fill("input[name=nodes]", "two")  # not a value: the line stays as it was
     assert page.text_content("#request-summary") == request_summary(values, limits)
 

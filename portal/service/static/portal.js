@@ -138,14 +138,26 @@
     var nodes = whole("nodes"), gpus = whole("gpus_per_node"), cpus = whole("cpus_per_task"),
       memory = whole("memory_gb");
     var wall = /^\s*(\d{1,3}):([0-5]\d):([0-5]\d)\s*$/.exec((form.elements.time_limit || {}).value || "");
-    if (nodes === null || gpus === null || cpus === null || memory === null || !wall) { return null; }
+    var kind = form.querySelector("input[name=kind]:checked"), sweep = kind !== null && kind.value === "sweep";
+    var trials = sweep ? whole("sweep_trials") : 1;
+    if (nodes === null || gpus === null || cpus === null || memory === null || !wall || trials === null) {
+      return null;
+    }
     var minutes = parseInt(wall[1], 10) * 60 + parseInt(wall[2], 10) + (parseInt(wall[3], 10) ? 1 : 0);
     var hours = Math.floor(minutes / 60), rest = minutes % 60;
     var limit = [hours ? hours + " h" : "", rest ? rest + " min" : ""].filter(Boolean).join(" ") || "0 min";
+    var cost = gpus > 0 ? ", so at most " + gpuHours(nodes * gpus * minutes * trials) + " GPU-hours" +
+      (sweep ? " for " + plural(trials, "trial") : "") : "";
     var inUse = parseInt(line.dataset.gpusInUse, 10);
     return plural(nodes, "node") + " x " + plural(gpus, "GPU") + ", " + (nodes * Math.max(1, gpus) * cpus) +
-      " CPUs and " + (nodes * memory) + " GB in all, at most " + limit + "; " + (nodes * gpus) + " of your " +
-      line.dataset.gpuQuota + " GPUs" + (inUse ? " (" + inUse + " in use now)" : "");
+      " CPUs and " + (nodes * memory) + " GB in all, at most " + limit + (sweep ? " a trial" : "") + cost + "; " +
+      (nodes * gpus) + " of your " + line.dataset.gpuQuota + " GPUs" + (inUse ? " (" + inUse + " in use now)" : "");
+  }
+
+  function gpuHours(gpuMinutes) {  // as submit_form.gpu_hours: to the hundredth, rounded half up, no trailing zeros
+    var hundredths = Math.floor((gpuMinutes * 100 + 30) / 60), part = hundredths % 100;
+    var whole = (hundredths - part) / 100;
+    return part ? (whole + "." + (part < 10 ? "0" : "") + part).replace(/0$/, "") : String(whole);
   }
 
   function followForm(form, line) {
