@@ -53,11 +53,11 @@ def check_settings(cfg: PortalConfig) -> None:
                           "'Portal <portal@example.org>'")
     if not cfg.ldap_lookup_dn and "{username}" not in cfg.ldap_bind_dn_template:
         raise ConfigError("ldap_bind_dn_template must contain {username} unless ldap_lookup_dn is set")
-    for name in ("gpu_quota", "gpu_idle_s"):  # per group: none below 0
+    for name in ("gpu_quota", "gpu_idle_s", "gpu_hours_budget"):  # per group: none below 0
         for group, value in getattr(cfg, name).items():
             if value < 0:
                 raise ConfigError(f"{name}[{group}] is {value}; allowed: 0 or more")
-    for name in ("default_gpu_quota", "default_gpu_idle_s", "gpu_idle_grace_s"):
+    for name in ("default_gpu_quota", "default_gpu_idle_s", "gpu_idle_grace_s", "default_gpu_hours_budget"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 0 or more")
     if bool(cfg.hub_ssl_cert) != bool(cfg.hub_ssl_key):

@@ -1,5 +1,5 @@
-"""The settings of GPU use (docs/gpus.md), a part of every PortalConfig: when held GPUs count as idle, and what the
-portal then does.
+"""The settings of GPU use (docs/gpus.md), a part of every PortalConfig: when held GPUs count as idle, what the
+portal then does, and each group's weekly GPU-hours budget.
 
 Per-group values follow the GPU quota's rule with one difference: a user in several groups gets the most lenient
 of their groups' values, where 0 (never) is the most lenient of all.
@@ -39,6 +39,17 @@ class GpuSettings:
     gpu_idle_stop_jobs: bool = setting(False, "Also cancel a flagged job once its grace has passed (as its owner "
                                        "would). Off: a stalled job is only flagged, and its user told.")
 
+    gpu_hours_budget: Mapping[str, int] = setting(
+        {}, "The GPU-hours each group's members may use a week (Monday 00:00 to Monday 00:00), servers and jobs "
+            "together, per group (a member of several gets the largest; 0: no budget). A job or sweep that could "
+            "cost more than is left (nodes x GPUs x time limit x trials) is refused at submit. Users in none of "
+            "these groups: default_gpu_hours_budget.")
+    default_gpu_hours_budget: int = setting(0, "gpu_hours_budget of users in none of its groups; 0: no budget.")
+
     def gpu_idle_s_for(self, groups: Iterable[str]) -> int:
         """Seconds before a member of `groups` is warned of idle GPUs; 0: never."""
         return most_lenient(self.gpu_idle_s, self.default_gpu_idle_s, groups)
+
+    def gpu_hours_budget_for(self, groups: Iterable[str]) -> int:
+        """A member of `groups`'s weekly GPU-hours; 0: no budget."""
+        return most_lenient(self.gpu_hours_budget, self.default_gpu_hours_budget, groups)

@@ -38,6 +38,9 @@ CLUSTER = os.environ.get("DSPORTAL_TEST_CLUSTER", "dsportal_test")
 # ends; one left by a killed session is removed by the next (stale_configs_removed).
 TEST_CONFIG = TEST_STATE.parent / f"{TEST_STATE.name}.{os.getpid()}.yaml"
 WATCHED_GROUP = "gpu-idle-watched"  # the test box's only group whose idle GPUs are given back (test_gpu_watch.py)
+# The test boxes' only group with a weekly GPU-hours budget (docs/gpus.md), its tests' own: a job of 1 GPU for the
+# partition's 7 days (168 GPU-hours) costs more than it, whatever its members used this week.
+BUDGET_GROUP, BUDGET_HOURS = "gpu-budget-test", 100
 
 
 def box_settings(cluster: str, state: Path, port_offset: int, node_prefix: str, subnet: str) -> dict[str, object]:
@@ -82,6 +85,7 @@ def box_settings(cluster: str, state: Path, port_offset: int, node_prefix: str, 
         "gpu_idle_s": {WATCHED_GROUP: 10},
         "gpu_idle_grace_s": 10,
         "gpu_read_every_s": 5,
+        "gpu_hours_budget": {BUDGET_GROUP: BUDGET_HOURS},
     }
 
 

@@ -6,7 +6,9 @@ gained since the last pass, and adds each reading's interval to the holders of i
 busy in proportion to its busy figure, unknown where the reader could not tell (never counted as idle or as busy). A
 history that was trimmed since (the reader keeps its newer half in a new file) is read again from its start, past
 what was counted. The accounts live in <readings_dir>/ledger.json (root's, like the readings) and are kept for
-KEEP_S after their last reading.
+KEEP_S after their last reading. Each also counts what it held in the week of its last reading (Monday 00:00 local
+time, the Usage page's week): what is left of a user's weekly GPU-hours budget where the scheduler keeps no
+accounting of its own (Kubernetes; portal.jobs.budget).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
+from datetime import datetime
 from pathlib import Path
 
 from portal.gpus.files import replace_text
 from portal.gpus.readings import HOLDER, NodeReading, ReadingError
+from portal.scheduler.usage import week_start
 
 LEDGER = "ledger.json"
 KEEP_S = 8 * 24 * 3600.0  # a week's page, and a day to spare
@@ -38,6 +42,8 @@ class Account:
     unknown_s: float = 0.0
     first_at: float = 0.0
     last_at: float = 0.0
+    week: float = 0.0  # the start of the week of its last reading (epoch seconds)
+    week_held_s: float = 0.0  # held in that week
 
     @property
     def efficiency(self) -> float | None:
@@ -108,6 +114,10 @@ class Ledger:
             if account is None or account.user != gpu.user:
                 account = self.accounts[gpu.holder] = Account(gpu.holder, gpu.user, first_at=reading.at)
             account.held_s += interval
+            week = week_of(reading.at)
+            if account.week != week:
+                account.week, account.week_held_s = week, 0.0
+            account.week_held_s += interval
             if gpu.busy is None or reading.error:
                 account.unknown_s += interval
             else:
@@ -116,3 +126,22 @@ class Ledger:
 
     def of(self, holders: Iterable[str]) -> dict[str, Account]:
         return {h: self.accounts[h] for h in holders if h in self.accounts}
+
+    @classmethod
+    def week_report(cls, folder: Path, now: float) -> dict[str, dict[str, float]] | None:
+        """{"per_user": GPU-hours held this week} as the GPU watch last counted them (a usage report's part that
+        portal.jobs.budget reads); None where no watch keeps a ledger."""
+        return {"per_user": cls(folder).week_held(now)} if (folder / LEDGER).is_file() else None
+
+    def week_held(self, now: float) -> dict[str, float]:
+        """GPU-hours each user's servers and jobs held in the week `now` is in."""
+        week, held = week_of(now), dict[str, float]()
+        for account in self.accounts.values():
+            if account.week == week:
+                held[account.user] = held.get(account.user, 0.0) + account.week_held_s / 3600
+        return held
+
+
+def week_of(at: float) -> float:
+    """When the week `at` is in began (epoch seconds): the Usage page's week (portal.scheduler.usage.week_start)."""
+    return week_start(datetime.fromtimestamp(at)).timestamp()

@@ -10,13 +10,12 @@
 
 A job lives in `~/jobs/<cluster>/<id>/` (script, output.log, tensorboard/, checkpoints/, job.json), `<cluster>`
 being the `cluster_name` setting: clusters that share the homes keep their jobs apart (portal.records.record). The
-older layout's `~/jobs/<id>/` is still read (`jobs_old_layout`). The scheduler is config's
-`scheduler` unless given (`scheduler=`; `backend=`, its old name, until portal.renamed.BACKEND_GOES): "slurm"
-(the cluster), "local" (horovodrun on this machine) or "kubernetes" (an MPIJob in the user's namespace, which is
-also the job's record): see portal.scheduler. Callers that act for
-a user (the dashboard runs as root, or as the hub's service account) pass `user=`: every file and scheduler
-command is then run as that user (runuser, or Kubernetes impersonation), who only ever reaches their own jobs;
-anyone else's job is "not found".
+older layout's `~/jobs/<id>/` is still read (`jobs_old_layout`). The scheduler is config's `scheduler` unless given
+(`scheduler=`; `backend=`, its old name, until portal.renamed.BACKEND_GOES): "slurm" (the cluster), "local"
+(horovodrun on this machine) or "kubernetes" (an MPIJob in the user's namespace, which is also the job's record):
+see portal.scheduler. Callers that act for a user (the dashboard runs as root, or as the hub's service account) pass
+`user=`: every file and scheduler command is then run as that user (runuser, or Kubernetes impersonation), who only
+ever reaches their own jobs; anyone else's job is "not found".
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from typing import Any
 from portal import settings
 from portal.config import PortalConfig, load
 from portal.errors import JobNotFound, SchedulerError, SchedulerUnavailable
+from portal.jobs import budget
 from portal.jobs.unreadable import UnreadableJob, UnreadableRecord
 from portal.metrics import RunMetrics
 from portal.mlflow_accounts import for_job
@@ -183,10 +183,11 @@ class Job:
 @renamed_keyword(OLD_SCHEDULER_NAME, "scheduler", BACKEND_GOES)
 def limits(scheduler: str | None = None, user: str | None = None, groups: Sequence[str] | None = None,
            cfg: PortalConfig | None = None) -> JobLimits:
-    """What the user may ask for on this scheduler now."""
+    """What the user may ask for on this scheduler now, with what is left of their weekly GPU-hours budget."""
     cfg = cfg or load()
     chosen = scheduler_for(cfg, scheduler)
-    return chosen.limits(chosen.person(user, groups))
+    who = chosen.person(user, groups)
+    return budget.budgeted(cfg, chosen, who, chosen.limits(who))
 
 
 def _checked(spec: JobSpec | Mapping[str, Any], scheduler: str | None, user: str | None,
@@ -211,6 +212,7 @@ def _checked(spec: JobSpec | Mapping[str, Any], scheduler: str | None, user: str
                        lambda most: job_limits.runs_at_once(checked, most)) if sweep is not None else None
     if plan is not None:
         chosen.check_sweep(checked)  # what the scheduler's trials cannot be (Kubernetes: one pod each)
+    budget.check(job_limits, checked, plan)  # the weekly GPU-hours, where submit (or the dashboard) gave them
     return chosen, who, checked, job_limits, plan
 
 
@@ -254,9 +256,11 @@ def submit(spec: JobSpec | Mapping[str, Any], scheduler: str | None = None, user
     (job 4) to end: node1 has 20 of 24 GB free"). The scheduler enforces the quota again either way."""
     cfg = cfg or load()
     chosen, snapshot = scheduler_for(cfg, scheduler), None
+    person = chosen.person(user, groups)
     if limits is None and chosen.queue_in_snapshot:
         snapshot = chosen.snapshot()
-        limits = chosen.limits(chosen.person(user, groups), snapshot)
+        limits = chosen.limits(person, snapshot)
+    limits = budget.budgeted(cfg, chosen, person, limits or chosen.limits(person))  # the week's GPU-hours left
     chosen, who, checked, job_limits, plan = _checked(spec, scheduler, user, groups, cfg, limits)
     # The user's MLflow account, where the portal has a tracking server: rank 0 logs the run there (docs/mlflow.md).
     tracking, untracked = for_job(cfg, who.name)
@@ -384,12 +388,9 @@ def usage(user: str | None = None, groups: Sequence[str] | None = None, cfg: Por
     is none."""
     cfg = cfg or load()
     chosen = scheduler_for(cfg)
-    if everyone:
-        who = job_user()
-        if who.uid != 0:
-            raise JobAccessError("only root (the dashboard acting for an admin) may read every user's usage")
-    else:
-        who = chosen.person(user, groups)
+    who = job_user() if everyone else chosen.person(user, groups)
+    if everyone and who.uid != 0:
+        raise JobAccessError("only root (the dashboard acting for an admin) may read every user's usage")
     return chosen.usage(who, everyone, now or datetime.now())
 
 

@@ -4,9 +4,9 @@ every form is a view of: the training jobs' form and API (portal.records.spec.pa
 
 - `Pool`: one partition (Slurm) or GPU node pool (Kubernetes) as a server sees it: the best usable node's shape,
   memory in MB as everywhere the cluster is described (portal.scheduler.cluster, portal.records.fit).
-- `JobLimits`: the pool jobs go to, every pool a server may go to, the user's `GpuQuota`, and the caps. The rule
-  "how many GPUs may this user ask for" is `GpuQuota.cap`, once: of each node for a job (`max_gpus_per_node`; a job
-  may wait), of one node's free GPUs for a server (`server_gpus`).
+- `JobLimits`: the pool jobs go to, every pool a server may go to, the user's `GpuQuota` and weekly `GpuBudget`
+  (portal.records.budget), and the caps. The rule "how many GPUs may this user ask for" is `GpuQuota.cap`, once: of
+  each node for a job (`max_gpus_per_node`; a job may wait), of one node's free GPUs for a server (`server_gpus`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from portal.quota import GpuQuota
+from portal.records.budget import GpuBudget
 from portal.records.fit import NodeRoom, Request, Shape, cluster_words, fits, most_placed, refusal, request_words
 
 __all__ = ["PLACED", "JobLimits", "Placed", "Pool"]
@@ -83,6 +84,7 @@ class JobLimits:
     # Every pool a server may go to (up, with a usable node), the default one marked: the spawn form's choices.
     pools: tuple[Pool, ...] = ()
     gpu_choices: tuple[int, ...] | None = None  # the GPU counts a server may have (Kubernetes' profiles); None: any
+    budget: GpuBudget | None = None  # the user's weekly GPU-hours and their use this week; None: no budget
 
     @property
     def max_gpus_per_node(self) -> int:

@@ -204,16 +204,16 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]
 
     def limits_now(self, user: HubUser, snapshot: ClusterSnapshot | None = None) -> JobLimits:
         """What the user may submit now, from the shared squeue and scontrol answer (no command as the user), with
-        the jobs this service submitted or cancelled since. The scheduler's own limit on the user (Slurm's
-        association, Kubernetes's ResourceQuota) still holds for whatever this does not see (jobs from a terminal
-        in the last refresh interval)."""
+        the jobs this service submitted or cancelled since, and their weekly GPU-hours left (`budgeted`). The
+        scheduler's own limit on the user (Slurm's association, Kubernetes's ResourceQuota) still holds for whatever
+        this does not see (jobs from a terminal in the last refresh interval)."""
         snapshot = snapshot or self.cluster.snapshot()
         submitted, cancelled = self._since(snapshot)
         since = [(job_id, gpus) for (owner, job_id, _), gpus in submitted.items()
                  if owner == user.name and job_id not in snapshot.queue]
         # from the snapshot: only the user's name and groups are read, no command runs as them on Slurm
         person = self.scheduler.person(user.name, user.groups)
-        return self.scheduler.limits(person, snapshot.without(cancelled), since)
+        return self.budgeted(user, self.scheduler.limits(person, snapshot.without(cancelled), since))
 
     def state_of(self, job: Job, snapshot: ClusterSnapshot) -> tuple[str, str]:
         """(state, elapsed): from the shared squeue answer while the job is queued, else from the job itself (which

@@ -2,20 +2,28 @@
 week's GPU-hours from the scheduler's accounting (Slurm's sacct, as the user), read at most every USAGE_REFRESH_S
 per user and never waited for by the jobs page (`known_usage`); an admin's usage of everyone waits for accounting
 at most a view's part deadline (portal.service.parts), then shows the last report, marked stale, or says it is
-being read. A part of portal.service.board.JobBoard.
+being read. The same report says what is left of a user's weekly GPU-hours budget at submit (`budgeted`). A part of
+portal.service.board.JobBoard.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from portal import jobs as jobs_api
+from portal.gpus import readings_dir
+from portal.gpus.ledger import Ledger
 from portal.jobs import SchedulerError
+from portal.jobs.budget import budget_of
 from portal.service.summary import quota_of
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
+    from portal.records.limits import JobLimits
     from portal.scheduler import Scheduler
     from portal.scheduler.snapshot import ClusterCache
     from portal.service.background import Refresher, TimedCache
@@ -63,6 +71,22 @@ class UsageViews:
         return {"gpu_hours": None, "history_unavailable": (
             f"GPU-hours are being read from Slurm's accounting, which did not answer in time ({part.late}); they "
             "are shown once it has: reload the page in a moment.")}
+
+    def budgeted(self, user: HubUser, limits: JobLimits) -> JobLimits:
+        """`limits` with the user's weekly GPU-hours budget (portal.jobs.budget) and their use of it this week from
+        the report `usage` keeps (read now, as the user, where none is kept; an admin's report of everyone holds
+        theirs too), else from the GPU watch's ledger (portal.gpus.ledger: Kubernetes). With neither, the whole
+        budget, and the words say why."""
+        limit = self.cfg.gpu_hours_budget_for(user.groups)
+        if not limit:
+            return limits
+        key = self._usage_key(user)
+        report = self._usage.get(key) or self._usage_failed.get(key) or self._read_usage(user)
+        # no report from accounting (Kubernetes keeps none): the GPU watch's count of the week, where it keeps one
+        found = report if isinstance(report.get("per_user"), dict) else Ledger.week_report(
+            readings_dir(self.cfg), time.time())
+        why = report.get("history_unavailable") or "accounting did not answer"
+        return replace(limits, budget=budget_of(limit, found, user.name, datetime.now(), why))
 
     def known_usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
         """`usage` without waiting for accounting (the jobs page): the quotas at once, from the shared squeue

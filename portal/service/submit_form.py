@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from portal.inputs import MAX_PATH, InputError, decode_form, minutes_of, shown
+from portal.records.budget import gpu_hours, hours_words
 from portal.records.programs import COMMON_OPTIONS, LEGACY_OPTIONS, Program, ProgramField, registry
 from portal.records.spec import (
     BOOLEAN_FIELDS,
@@ -218,15 +219,14 @@ def request_summary(values: Mapping[str, object], limits: JobLimits, trials: int
         minutes = minutes_of(str(values["time_limit"]))
     except (KeyError, ValueError, AttributeError):
         return ""
-    hours, rest = divmod(minutes, 60)
-    limit = " ".join(part for part in (f"{hours} h" if hours else "", f"{rest} min" if rest else "") if part)
     sweep, runs = trials is not None, 1 if trials is None else trials
     for_trials = f" for {runs} trial{'s' if runs != 1 else ''}" if sweep else ""
     cost = f", so at most {gpu_hours(nodes * gpus * minutes * runs)} GPU-hours{for_trials}" if gpus > 0 else ""
     in_use = f" ({limits.quota.in_use} in use now)" if limits.quota.in_use else ""
+    budget = f"; {limits.budget.words()}" if limits.budget is not None else ""
     return (f"{nodes} node{'s' if nodes != 1 else ''} x {gpus} GPU{'s' if gpus != 1 else ''}, "
-            f"{nodes * max(1, gpus) * cpus} CPUs and {nodes * memory} GB in all, at most {limit or '0 min'}"
-            f"{' a trial' if sweep else ''}{cost}; {nodes * gpus} of your {limits.quota.limit} GPUs{in_use}")
+            f"{nodes * max(1, gpus) * cpus} CPUs and {nodes * memory} GB in all, at most {hours_words(minutes)}"
+            f"{' a trial' if sweep else ''}{cost}; {nodes * gpus} of your {limits.quota.limit} GPUs{in_use}{budget}")
 
 
 def form_summary(values: Mapping[str, object], limits: JobLimits, kind: str, sweep_values: Mapping[str, str]) -> str:
@@ -235,10 +235,3 @@ def form_summary(values: Mapping[str, object], limits: JobLimits, kind: str, swe
         return request_summary(values, limits)
     trials = sweep_values.get("sweep_trials", "").strip()
     return request_summary(values, limits, int(trials)) if trials.isdigit() else ""
-
-
-def gpu_hours(gpu_minutes: int) -> str:
-    """GPU-minutes as GPU-hours to the hundredth, rounded half up, without trailing zeros: 480 -> "8", 20 -> "0.33"."""
-    hundredths = (gpu_minutes * 100 + 30) // 60
-    whole, part = divmod(hundredths, 100)
-    return f"{whole}.{part:02d}".rstrip("0") if part else str(whole)

@@ -8,6 +8,7 @@ tests/browser/test_live_updates.py runs the same script against the real portal.
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from playwright import sync_api as playwright
 
 from portal.quota import GpuHolder, GpuQuota
+from portal.records.budget import GpuBudget
 from portal.records.limits import JobLimits
 from portal.service.submit_form import form_summary, request_summary
 from tests.browser.conftest import RECORD_NOTIFICATIONS, new_context
@@ -144,14 +146,16 @@ SUBMIT_FORM = """<form id="submit_form"><input name="nodes" value="1"><input nam
 <input name="cpus_per_task" value="4"><input name="memory_gb" value="16"><input name="time_limit" value="04:00:00">
 <input type="radio" name="kind" id="kind-single" value="single" checked>
 <input type="radio" name="kind" id="kind-sweep" value="sweep"><input name="sweep_trials" value="8">
-</form><p id="request-summary" data-gpu-quota="4" data-gpus-in-use="1">as the server wrote it</p>"""
+</form><p id="request-summary" data-gpu-quota="4" data-gpus-in-use="1" data-budget="{budget}">as the server wrote
+it</p>"""
+BUDGET = GpuBudget(40, 34.5, "Monday 30 November 00:00")  # the form's weekly GPU-hours left, as the page says them
 
 
 def test_the_submit_forms_summary_follows_its_fields_in_the_servers_words(site_page):
-    page = site_page(Site(SUBMIT_FORM))
+    page = site_page(Site(SUBMIT_FORM.format(budget=html.escape(BUDGET.words()))))
     limits = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
                        max_minutes=None, quota=GpuQuota(4, (), (GpuHolder("4", 1, server=True),)),
-                       default_data_dir="/data")
+                       default_data_dir="/data", budget=BUDGET)
     values = {"nodes": "1", "gpus_per_node": "1", "cpus_per_task": "4", "memory_gb": "16", "time_limit": "04:00:00"}
     for name, value in [("nodes", "2"), ("gpus_per_node", "0"), ("time_limit", "01:30:01"), ("memory_gb", "7"),
                         ("gpus_per_node", "3"), ("time_limit", "00:20:00"), ("nodes", "1"), ("gpus_per_node", "1")]:

@@ -31,7 +31,17 @@ from deploy.kubernetes.kubeparts import gpus as gpus_part
 from deploy.kubernetes.kubeparts.api import ready as api_ready
 from deploy.supervise import start_service, stop_service
 from portal.directory import search_password_file
-from tests.conftest import PORT_OFFSET, TEST_SETTINGS, TEST_STATE, TINY_MODEL, Hub, side_of, wait_for
+from tests.conftest import (
+    BUDGET_GROUP,
+    BUDGET_HOURS,
+    PORT_OFFSET,
+    TEST_SETTINGS,
+    TEST_STATE,
+    TINY_MODEL,
+    Hub,
+    side_of,
+    wait_for,
+)
 from tests.conftest import box as local_box
 
 REPO = Path(__file__).resolve().parents[2]
@@ -287,7 +297,7 @@ def k8s_hub(directory, kube):
         "slurm_conf": TEST_STATE / "slurm" / "slurm.conf",
         # the pods reach the hub's API on the Kubernetes box's bridge; the box's nodes have 4 fake t4 GPUs each
         "hub_api_ip": kube.box.api_address, "k8s_node_gpus": kube.box.gpus_per_node, "k8s_node_cpus": 2,
-        "k8s_node_memory_gb": 8,
+        "k8s_node_memory_gb": 8, "gpu_hours_budget": {BUDGET_GROUP: BUDGET_HOURS},  # as the Slurm test box's
     }
     config = HUB_STATE / "portal.yaml"
     config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))

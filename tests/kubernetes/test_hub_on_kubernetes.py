@@ -5,15 +5,16 @@ server that no node can hold fails within seconds, saying why; the REST API is h
 
 from __future__ import annotations
 
+import re
 import time
 
 import kubernetes_validate
 import pytest
 import requests
 
-from tests.conftest import page_error, wait_for
-from tests.integration.helpers import portal_client
-from tests.kubernetes.conftest import START_TIMEOUT_S
+from tests.conftest import BUDGET_GROUP, BUDGET_HOURS, page_error, wait_for
+from tests.integration.helpers import in_group, portal_client
+from tests.kubernetes.conftest import START_TIMEOUT_S, TINY
 from tests.unit.helpers import KUBERNETES_VERSIONS
 
 pytestmark = pytest.mark.integration
@@ -131,3 +132,18 @@ def test_a_server_no_node_can_hold_fails_in_seconds_saying_why(k8s_hub, kube):
     wait_for(lambda: pod_or_none(kube) is None, 60, what="the pod that could not start to be deleted")
 
 
+
+
+def test_a_job_over_the_weekly_budget_is_refused_with_the_arithmetic_by_its_dashboard(k8s_hub, directory):
+    """alice in the budget group (the Slurm test box's setting): Kubernetes keeps no accounting, so this week's use is
+    the GPU watch's count where nodes' readers feed it, else unknown (this hub's: none here) and the whole budget is
+    weighed; a job that could cost more is refused naming time_limit, with the arithmetic, as on Slurm."""
+    with in_group(directory, BUDGET_GROUP, ("alice",), gid=10198):
+        portal = portal_client(k8s_hub, "alice")  # a login reads her groups anew
+        refused = portal.post(f"{portal.base}jobs", json={**TINY, "time_limit": "168:00:00"}, timeout=60)
+    k8s_hub.login("alice")  # her groups as they were, for the hub too
+    assert refused.status_code == 400 and refused.json()["field"] == "time_limit", refused.text
+    words = (r"this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than your weekly "
+             rf"{BUDGET_HOURS} GPU-hours \(this week's use unknown: GPU-hours are not counted here: [^)]*\); "
+             rf"a time limit of at most {BUDGET_HOURS}:00:00 \({BUDGET_HOURS} h\) fits")
+    assert re.match(words, refused.json()["error"]), refused.text

@@ -151,10 +151,11 @@
     var inUse = parseInt(line.dataset.gpusInUse, 10);
     return plural(nodes, "node") + " x " + plural(gpus, "GPU") + ", " + (nodes * Math.max(1, gpus) * cpus) +
       " CPUs and " + (nodes * memory) + " GB in all, at most " + limit + (sweep ? " a trial" : "") + cost + "; " +
-      (nodes * gpus) + " of your " + line.dataset.gpuQuota + " GPUs" + (inUse ? " (" + inUse + " in use now)" : "");
+      (nodes * gpus) + " of your " + line.dataset.gpuQuota + " GPUs" + (inUse ? " (" + inUse + " in use now)" : "") +
+      (line.dataset.budget ? "; " + line.dataset.budget : "");  // the weekly GPU-hours left, as the page said it
   }
 
-  function gpuHours(gpuMinutes) {  // as submit_form.gpu_hours: to the hundredth, rounded half up, no trailing zeros
+  function gpuHours(gpuMinutes) {  // as portal.records.budget.gpu_hours: to the hundredth, rounded half up, no trailing zeros
     var hundredths = Math.floor((gpuMinutes * 100 + 30) / 60), part = hundredths % 100;
     var whole = (hundredths - part) / 100;
     return part ? (whole + "." + (part < 10 ? "0" : "") + part).replace(/0$/, "") : String(whole);

@@ -4,6 +4,8 @@ old accounts forgotten, and the count carried across a restart."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from portal.gpus.agent import write
 from portal.gpus.ledger import KEEP_S, LEDGER, Ledger
 from portal.gpus.readings import GpuReading, NodeReading
@@ -63,3 +65,17 @@ def test_a_gap_is_not_counted_as_held_and_old_accounts_are_forgotten(tmp_path):
     assert ledger.accounts == {}
     (tmp_path / LEDGER).write_text('{"accounts": {"7": {"user"')  # cut by a crash: counting starts again
     assert Ledger(tmp_path).accounts == {}
+
+
+def test_each_users_gpu_hours_this_week_start_again_on_monday_and_need_a_ledger(tmp_path):
+    assert Ledger.week_report(tmp_path, 0.0) is None  # no GPU watch keeps a ledger here: unknown, not 0
+    sunday = datetime(2026, 12, 6, 23, 59, 40).timestamp()  # two readings in a week's last 20 s, two in the next
+    for at in (sunday, sunday + 10, sunday + 20, sunday + 30):
+        reading(tmp_path, "n1", at, {"7": 100.0})
+    ledger = Ledger(tmp_path)
+    ledger.count(now=sunday + 30)
+    # a reading counts in the week of its time: those at Monday 00:00:00 and 00:00:10
+    assert ledger.accounts["7"].held_s == 40.0 and ledger.accounts["7"].week_held_s == 20.0
+    assert ledger.week_held(sunday + 30) == {"alice": 20 / 3600}
+    assert ledger.week_held(sunday) == {}  # its last reading is next week's: nothing of this week kept
+    assert Ledger.week_report(tmp_path, sunday + 30) == {"per_user": {"alice": 20 / 3600}}

@@ -3,11 +3,17 @@ this week's GPU-hours from accounting, read at most once per interval and never 
 
 from __future__ import annotations
 
+import time
+
 from portal import jobs as jobs_api
 from portal.config import PortalConfig
+from portal.gpus import readings_dir
+from portal.gpus.agent import write
+from portal.gpus.ledger import Ledger
+from portal.gpus.readings import GpuReading, NodeReading
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.board import USAGE_RETRY_S, HubUser, JobBoard, Refresher
-from tests.unit.helpers import CountingAPI, squeue_free
+from tests.unit.helpers import API_LIMITS, CountingAPI, squeue_free
 
 
 class UsageAPI(CountingAPI):
@@ -101,3 +107,36 @@ def test_off_slurm_usage_says_there_is_no_accounting_without_blaming_slurmdbd(tm
     why = board.usage(HubUser("alice", ("gpu-users",)))["history_unavailable"]
     assert why == ("GPU-hours are not counted here: they come from Slurm's accounting, and this portal runs jobs "
                    "on kubernetes.")
+
+
+def test_a_submit_and_its_form_weigh_the_weekly_budget_against_the_usage_report_the_board_keeps(tmp_path):
+    cfg = PortalConfig(gpu_hours_budget={"gpu-users": 10})
+    api = UsageAPI(tmp_path)
+    board = JobBoard(cfg, ClusterCache(cfg, run=squeue_free), api=api)
+    alice = HubUser("alice", ("gpu-users",))
+    budget = board.limits(alice).budget
+    assert budget is not None and (budget.limit, budget.used) == (10, 2.0)  # her running job's 2 GPU-hours
+    assert budget.words().startswith("8 of your weekly 10 GPU-hours left (2 used since Monday ")
+    board.submit(alice, {"template": "chexnet", "gpus_per_node": 1})
+    assert api.limits_given[-1].budget == budget and len(api.usage_asked) == 1  # the report read once, kept
+    assert board.limits(HubUser("bob", ("datascientists",))).budget is None  # no budget for bob's groups
+    down = JobBoard(cfg, ClusterCache(cfg, run=squeue_free), api=UsageAPI(tmp_path, down=True))
+    unknown = down.limits(alice).budget
+    assert unknown is not None and unknown.used is None and "Connection refused" in unknown.unknown_why
+
+
+def test_without_accounting_the_budget_is_weighed_against_the_gpu_watchs_count_of_the_week(tmp_path):
+    cfg = PortalConfig(scheduler="kubernetes", state_dir=tmp_path, gpu_hours_budget={"gpu-users": 10})
+    api = UsageAPI(tmp_path)
+    api.usage = lambda user, groups, cfg, everyone: jobs_api.usage(user=user, groups=groups, cfg=cfg)
+    board = JobBoard(cfg, ClusterCache(cfg, read=lambda: ClusterSnapshot(taken_at=0.0)), api=api)
+    alice = HubUser("alice", ("gpu-users",))
+    unknown = board.budgeted(alice, API_LIMITS).budget  # no ledger: no GPU watch counts here
+    assert unknown is not None and unknown.used is None and "Slurm's accounting" in unknown.unknown_why
+    now = time.time()
+    readings_dir(cfg).mkdir(mode=0o700)
+    write(readings_dir(cfg), NodeReading("node1", now, 1800.0, "standin",
+                                         (GpuReading(0, busy=0.0, holder="k8s-1", user="alice"),)))
+    Ledger(readings_dir(cfg)).count(now)  # the watch's pass: one GPU held for half an hour
+    fresh = JobBoard(cfg, ClusterCache(cfg, read=lambda: ClusterSnapshot(taken_at=0.0)), api=api)
+    assert fresh.budgeted(alice, API_LIMITS).budget.used == 0.5

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from chexnet.reference import MODELS
 from portal.quota import GpuHolder, GpuQuota
+from portal.records.budget import GpuBudget
 from portal.records.limits import JobLimits
 from portal.records.programs import registry
 from portal.records.spec import parse_job_spec
-from portal.service.submit_form import form_fields, form_summary, form_values, gpu_hours, request_summary
+from portal.service.submit_form import form_fields, form_summary, form_values, request_summary
 
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
                    max_minutes=None, quota=GpuQuota(4, ("gpu-users",), (GpuHolder("4", 1, server=True),)),
@@ -45,7 +44,7 @@ def test_choices_are_selects_and_every_field_says_what_is_allowed():
     assert all(field.hint for field in fields.values())
 
 
-def test_the_summary_line_adds_the_request_up_against_the_quota_and_its_most_gpu_hours():
+def test_the_summary_line_adds_the_request_up_against_the_quota_its_most_gpu_hours_and_the_budget_left():
     values = {**form_values(LIMITS, {}), "nodes": "2"}
     assert request_summary(values, LIMITS) == ("2 nodes x 1 GPU, 8 CPUs and 32 GB in all, at most 4 h, so at most 8 "
                                                "GPU-hours; 2 of your 4 GPUs (1 in use now)")
@@ -57,15 +56,11 @@ def test_the_summary_line_adds_the_request_up_against_the_quota_and_its_most_gpu
     cpu = {**values, "nodes": 1, "gpus_per_node": 0, "cpus_per_task": 2, "time_limit": "00:30:05"}
     assert request_summary(cpu, replace(LIMITS, quota=GpuQuota(4))) == \
         "1 node x 0 GPUs, 2 CPUs and 16 GB in all, at most 31 min; 0 of your 4 GPUs"  # no GPU: no GPU-hours
+    budgeted = replace(LIMITS, budget=GpuBudget(40, 34.5, "Monday 30 November 00:00"))
+    assert request_summary(values, budgeted) == request_summary(values, LIMITS) + (
+        "; 5.5 of your weekly 40 GPU-hours left (34.5 used since Monday 30 November 00:00)")
     assert request_summary({**values, "nodes": "two"}, LIMITS) == ""  # the field's own error says why
     assert request_summary({**values, "time_limit": "4h"}, LIMITS) == ""
-
-
-@pytest.mark.parametrize(("gpu_minutes", "words"), [(480, "8"), (20, "0.33"), (30, "0.5"), (1, "0.02"),
-                                                     (3, "0.05"), (59, "0.98"), (90, "1.5"), (0, "0"),
-                                                     (6_000_007, "100000.12")])
-def test_gpu_hours_are_to_the_hundredth_rounded_half_up_without_trailing_zeros(gpu_minutes, words):
-    assert gpu_hours(gpu_minutes) == words
 
 
 def test_mail_starts_as_the_scheduler_offers_it_and_a_given_no_stays_no():
