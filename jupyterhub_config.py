@@ -103,3 +103,13 @@ if portal.cull_idle_timeout:
         "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
         "services": ["idle-culler"],
     })
+
+if portal.metrics_token_file:
+    # A site's Prometheus: one token reads the hub's /hub/metrics and the portal's own (docs/operations.md). Add
+    # read:users to the role for the portal's per-user series.
+    c.JupyterHub.services.append({"name": "prometheus", "api_token": portal.metrics_token()})
+    c.JupyterHub.load_roles.append({
+        "name": "metrics",
+        "scopes": ["read:metrics", "access:services!service=portal"],
+        "services": ["prometheus"],
+    })

@@ -8,7 +8,8 @@ history that was trimmed since (the reader keeps its newer half in a new file) i
 what was counted. The accounts live in <readings_dir>/ledger.json (root's, like the readings) and are kept for
 KEEP_S after their last reading. Each also counts what it held in the week of its last reading (Monday 00:00 local
 time, the Usage page's week): what is left of a user's weekly GPU-hours budget where the scheduler keeps no
-accounting of its own (Kubernetes; portal.jobs.budget).
+accounting of its own (Kubernetes; portal.jobs.budget). Each user's totals since the ledger began are never
+forgotten: the operators' counters (portal.service.prometheus).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from portal.gpus.readings import HOLDER, NodeReading, ReadingError
 from portal.scheduler.usage import week_start
 
 LEDGER = "ledger.json"
+TOTALS = ("held_s", "busy_s", "idle_s", "unknown_s")
 KEEP_S = 8 * 24 * 3600.0  # a week's page, and a day to spare
 MAX_READ = 8 << 20  # at most this much of a history per pass (the reader keeps half of 4 MB)
 log = logging.getLogger("portal.gpus")
@@ -52,10 +54,22 @@ class Account:
         return self.busy_s / known if known > 0 else None
 
 
+@dataclass
+class Totals:
+    """A user's GPU-seconds since the ledger began: held, busy, held while idle (known and under IDLE_BELOW), and
+    held while unknown. They only grow (Prometheus counters)."""
+
+    held_s: float = 0.0
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    unknown_s: float = 0.0
+
+
 class Ledger:
     def __init__(self, folder: Path):
         self.folder = folder
         self.accounts: dict[str, Account] = {}
+        self.totals: dict[str, Totals] = {}
         # node -> its history file's inode, the bytes of it read, and the last reading's time
         self.read_to: dict[str, tuple[int, int, float]] = {}
         self._load()
@@ -67,11 +81,13 @@ class Ledger:
             self.accounts = {key: Account(**{k: v for k, v in value.items() if k in names})
                              for key, value in data["accounts"].items() if HOLDER.fullmatch(key)}
             self.read_to = {node: (int(at[0]), int(at[1]), float(at[2])) for node, at in data["read_to"].items()}
+            self.totals = {str(user): Totals(**{k: float(v) for k, v in sums.items() if k in TOTALS})
+                           for user, sums in data.get("totals", {}).items()}
         except FileNotFoundError:
             return
         except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as err:  # cut by a crash
             log.warning("gpu ledger: %s unreadable (%s): counting starts again", LEDGER, err)
-            self.accounts, self.read_to = {}, {}
+            self.accounts, self.read_to, self.totals = {}, {}, {}
 
     def count(self, now: float) -> None:
         """Add what every node's history gained since the last count; forget accounts older than KEEP_S."""
@@ -79,7 +95,8 @@ class Ledger:
             self._count_node(path)
         self.accounts = {k: a for k, a in self.accounts.items() if now - a.last_at < KEEP_S}
         replace_text(self.folder / LEDGER, json.dumps({"accounts": {k: asdict(a) for k, a in self.accounts.items()},
-                                                       "read_to": self.read_to}))
+                                                       "read_to": self.read_to,
+                                                       "totals": {u: asdict(t) for u, t in self.totals.items()}}))
 
     def _count_node(self, path: Path) -> None:
         node = path.stem
@@ -114,14 +131,19 @@ class Ledger:
             if account is None or account.user != gpu.user:
                 account = self.accounts[gpu.holder] = Account(gpu.holder, gpu.user, first_at=reading.at)
             account.held_s += interval
+            totals = self.totals.setdefault(gpu.user, Totals())
+            totals.held_s += interval
             week = week_of(reading.at)
             if account.week != week:
                 account.week, account.week_held_s = week, 0.0
             account.week_held_s += interval
             if gpu.busy is None or reading.error:
                 account.unknown_s += interval
+                totals.unknown_s += interval
             else:
                 account.busy_s += interval * gpu.busy / 100.0
+                totals.busy_s += interval * gpu.busy / 100.0
+                totals.idle_s += interval if gpu.idle else 0.0
             account.last_at = reading.at
 
     def of(self, holders: Iterable[str]) -> dict[str, Account]:

@@ -17,6 +17,8 @@ from portal.records.fit import NOTHING, NodeRoom, Shape
 from portal.records.limits import Pool
 from portal.records.states import ENDED_STATES, RUNNING
 
+UNNAMED_JOB = "training"  # the name of a job whose queue entry does not say its program (Kubernetes' pods)
+
 
 @dataclass(frozen=True)
 class QueuedJob:

@@ -15,7 +15,7 @@ from portal.gpus import readings_dir
 from portal.mlflow_accounts import Accounts
 from portal.scheduler.registry import job_id_patterns
 from portal.scheduler.snapshot import ClusterCache
-from portal.service import api, experiment_handlers, gpu_pages, mlflow_proxy, pages, render
+from portal.service import api, experiment_handlers, gpu_pages, mlflow_proxy, operations, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
 from portal.service.board import JobBoard
 from portal.service.fairness import RateLimits, UserShares
@@ -60,6 +60,7 @@ ROUTES: list[tuple[str, type[RequestHandler]]] = [
     ("api/experiments", experiment_handlers.ExperimentsAPIHandler),
     ("api/experiments/compare", experiment_handlers.CompareAPIHandler),
     ("api/experiments/label", experiment_handlers.LabelAPIHandler),
+    ("metrics", operations.MetricsHandler),  # Prometheus' text, for a token with read:metrics
     ("", pages.HomeHandler),
     ("templates", pages.TemplatesHandler),
     ("jobs", pages.JobsPageHandler),

@@ -31,6 +31,7 @@ log = logging.getLogger("portal.service")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 COOKIE_SAMESITE = "Lax"  # Strict would drop the OAuth cookies on the redirect back from the hub's login
 LOGIN_REFUSED = "log in to JupyterHub, or send Authorization: token <your API token>"
+SERVICE_REFUSED = "a hub service's token reads the metrics alone (docs/operations.md); the pages and the API are users'"
 XSRF_REFUSED_PAGE = "the form's XSRF token (_xsrf) is missing or does not match your session; reload the page " \
                     "and submit again"
 XSRF_REFUSED_API = "the request's XSRF token (the _xsrf argument or the X-XSRFToken header) is missing or does not " \
@@ -171,6 +172,8 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
                 raise UserError(403, LOGIN_REFUSED)
             self.redirect(self.get_login_url())
             return
+        if identity.get("kind") == "service":  # a hub service's token (a site's Prometheus) is never a user's
+            raise UserError(403, SERVICE_REFUSED)
         # After identifying: token requests are exempt (HubOAuth marks them), cookie requests need _xsrf.
         if self.request.method not in SAFE_METHODS:
             self.check_form_token()

@@ -28,7 +28,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
@@ -50,6 +50,7 @@ from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.experiment_reads import ExperimentReads
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
 from portal.service.parts import UserParts
+from portal.service.refusals import refusal_logged
 from portal.service.run_reads import RunReads
 from portal.service.scans import UserRecords, jobs_dir_stamp
 from portal.service.summary import job_key, job_summary, unreadable_summary, waiting
@@ -59,16 +60,6 @@ from portal.settings import Settings
 log = logging.getLogger("portal.service")
 AnyJob = Job | UnreadableJob
 RESCAN_S = 10.0  # a job submitted from a notebook shows up in the dashboard within this (plus one request)
-
-
-@contextlib.contextmanager
-def refusal_logged(decision: str) -> Iterator[None]:
-    """One log line for a request the portal refuses, with the error's kind and its reason on one line."""
-    try:
-        yield
-    except Exception as err:
-        log.warning("%s refused (%s): %s", decision, type(err).__name__, one_line(err))
-        raise
 
 
 class SubmitInProgress(Busy, RuntimeError):
@@ -306,7 +297,7 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]
         that everybody's submits share."""
         with self._acted_lock:
             decision = self._submit_locks.setdefault(user.name, threading.Lock())
-        with refusal_logged(f"submit by {user.name}"):
+        with refusal_logged("submit", f"submit by {user.name}"):
             if not decision.acquire(blocking=False):
                 raise SubmitInProgress(f"{user.name}'s previous submit is still being decided (one at a time, so "
                                        "that each is checked against the GPUs the others took); send it again once "
@@ -338,7 +329,7 @@ class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]
         afterwards. An admin, who sees every user's jobs, cancels only their own: the portal never acts as another
         user on the scheduler (JobAccessError, a 403; docs/security.md), where the cancel would be recorded as
         that user's."""
-        with refusal_logged(f"cancel of job {one_line(job_id)} by {user.name}"):
+        with refusal_logged("cancel", f"cancel of job {one_line(job_id)} by {user.name}"):
             job = self._cancel(user, job_id, everyone)
         log.info("cancel of job %s by %s: cancelled on %s", job.id, user.name, job.scheduler.name)
         return job

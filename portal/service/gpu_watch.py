@@ -38,6 +38,7 @@ from portal.records.states import RUNNING
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.board import HubUser, JobBoard
 from portal.service.hub import HubDirectory, HubUnavailable
+from portal.service.prometheus import WATCH_EVENTS
 
 T = TypeVar("T")
 log = logging.getLogger("portal.service")
@@ -129,6 +130,7 @@ class GpuWatcher:
                 log.warning("gpu watch: stopping %s of %s failed: %s", event.holder, event.user, err)
                 return
         if event.act in (Act.WARN.value, Act.STOP.value, Act.FLAG.value):
+            WATCH_EVENTS.labels(event.act, "server" if event.server else "job").inc()  # the operators' counter
             await self._blocking(self.tell, event)
 
     def page_of(self, event: Event) -> str:

@@ -54,6 +54,8 @@ ACCOUNTED = {
     ("chexnet/data/tfrecords.py", "encode_image", "open"): OWN_DATA,
     ("chexnet/model_card.py", "sha256_file", "open"): OWN_DATA + " (hashed in chunks for its card)",
     ("portal/config_values.py", "read_yaml", "read_text"): "the site's portal.yaml (DSPORTAL_CONFIG), root's",
+    ("portal/config_gpus.py", "metrics_token", "open"): "the site's Prometheus token (metrics_token_file), root's and "
+    "0600 (refused otherwise), read by the hub at its start; one line of at most 4,096 characters",
     ("portal/mlflow_accounts.py", "admin_credentials", "read_text"): "the MLflow server's admin (mlflow_admin_file), "
                                                                       "a root-owned 0600 file",
     ("portal/mlflow_accounts.py", "__enter__", "open"): "the lock beside the portal's record of MLflow accounts, in "

@@ -11,7 +11,7 @@ from typing import Any
 
 from portal.quota import GpuHolder
 from portal.records.states import PENDING, RUNNING
-from portal.scheduler.cluster import NodeHolding, QueuedJob, duration_text
+from portal.scheduler.cluster import UNNAMED_JOB, NodeHolding, QueuedJob, duration_text
 from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, LABEL_JOB
 from portal.scheduler.kubernetes.pods import POD_SERVER_NAME, scheduling_in_words
 
@@ -79,7 +79,7 @@ def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | 
             id=entry["id"], user=entry["user"], state=PENDING if entry["pending"] else RUNNING,
             elapsed=duration_text((now - started).total_seconds()) if started else "0:00", nodes=entry["pods"],
             gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
-            name=POD_SERVER_NAME if entry["server"] else "training",
+            name=POD_SERVER_NAME if entry["server"] else UNNAMED_JOB,
             node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"], server=entry["server"],
             reason_words=entry["waiting"].strip(), waits_for_resources=" " in entry["waiting"].strip())
     return queue

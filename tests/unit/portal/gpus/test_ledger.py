@@ -79,3 +79,15 @@ def test_each_users_gpu_hours_this_week_start_again_on_monday_and_need_a_ledger(
     assert ledger.week_held(sunday + 30) == {"alice": 20 / 3600}
     assert ledger.week_held(sunday) == {}  # its last reading is next week's: nothing of this week kept
     assert Ledger.week_report(tmp_path, sunday + 30) == {"per_user": {"alice": 20 / 3600}}
+
+
+def test_each_users_totals_only_grow_outlive_forgotten_accounts_and_a_restart(tmp_path):
+    reading(tmp_path, "n1", 10, {"7": 50.0, "8": None})
+    reading(tmp_path, "n1", 20, {"7": 2.0})  # idle: known, under 5 %
+    Ledger(tmp_path).count(now=20)
+    reading(tmp_path, "n1", 20 + KEEP_S, {"9": 100.0})
+    ledger = Ledger(tmp_path)  # a restart carries the totals on
+    ledger.count(now=20 + KEEP_S)
+    assert set(ledger.accounts) == {"9"}  # 7 and 8 forgotten...
+    totals = ledger.totals["alice"]  # ...not what they held
+    assert (totals.held_s, totals.busy_s, totals.idle_s, totals.unknown_s) == (40.0, 15.2, 10.0, 10.0)

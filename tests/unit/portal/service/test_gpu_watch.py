@@ -21,6 +21,7 @@ from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service import gpu_watch as gpu_watch_module
 from portal.service.gpu_watch import GpuWatcher, notice
 from portal.service.hub import HubUnavailable
+from portal.service.prometheus import REGISTRY
 
 SERVER = QueuedJob("7", "alice", "RUNNING", "1:00", 1, 1, "None", gpus=1, server=True)
 JOB = QueuedJob("8", "alice", "RUNNING", "1:00", 2, 1, "None", gpus=2)
@@ -90,8 +91,13 @@ def at_times(watcher: GpuWatcher, times, busy) -> list[tuple[str, str]]:
 
 
 def test_an_idle_server_is_warned_by_mail_then_stopped_by_the_hub_and_a_job_is_flagged(watcher):
+    counted = [("warn", "server"), ("flag", "job"), ("stop", "server")]
+    before = [REGISTRY.get_sample_value("dsportal_gpu_watch_events_total", {"act": a, "kind": k}) or 0
+              for a, k in counted]
     events = at_times(watcher, range(1000, 1200, 10), 0.5)
     assert events == [("7", "warn"), ("8", "flag"), ("7", "stop")]
+    assert [REGISTRY.get_sample_value("dsportal_gpu_watch_events_total", {"act": a, "kind": k})
+            for a, k in counted] == [b + 1 for b in before]  # the operators' counter (portal.service.prometheus)
     assert watcher.directory.stopped == ["alice"] and watcher.board.cancelled == []
     subjects = [m["Subject"] for m in watcher.mailed]
     assert subjects[0].startswith("Your JupyterLab server's GPUs are idle: it stops at ")
