@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import re
+import secrets
 import shutil
 import stat
 import subprocess
@@ -90,6 +91,10 @@ def box_settings(cluster: str, state: Path, port_offset: int, node_prefix: str, 
 
 
 TEST_SETTINGS = box_settings(CLUSTER, TEST_STATE, PORT_OFFSET, NODE_PREFIX, BOX_SUBNET)
+# The token a site's Prometheus reads the hub's and the portal's metrics with (docs/operations.md), this session's own:
+# the test box's hub registers it (tests/integration/test_metrics.py reads with it).
+METRICS_TOKEN = TEST_STATE.parent / f"{TEST_STATE.name}.{os.getpid()}.metrics-token"
+TEST_SETTINGS["metrics_token_file"] = str(METRICS_TOKEN)
 TRAINER_SPEEDUP = ("--graph-optimizer", "off")
 # The model of every job that tests the portal, the schedulers and the boxes rather than the model: three
 # convolutions (chexnet.model.tiny_cnn), an epoch of the demo set in well under a second, learning its marks in a few
@@ -106,6 +111,11 @@ SERVER_START_S = TEST_SETTINGS["start_timeout"] + 15
 JOB_END_GRACE_S = 60
 ARTIFACTS = REPO / "tests" / "artifacts"
 
+_token = os.open(METRICS_TOKEN, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+os.write(_token, secrets.token_hex(20).encode() + b"\n")
+os.close(_token)
+os.chmod(METRICS_TOKEN, 0o600)  # whatever the file was
+atexit.register(METRICS_TOKEN.unlink, missing_ok=True)
 TEST_CONFIG.write_text("".join(f"{k}: {v}\n" for k, v in TEST_SETTINGS.items()))
 os.chmod(TEST_CONFIG, 0o644)  # the test box's jobs read it as their users
 atexit.register(TEST_CONFIG.unlink, missing_ok=True)

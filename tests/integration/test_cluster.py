@@ -19,7 +19,7 @@ from portal import jobs
 from portal.config import load
 from portal.scheduler.slurm.scheduler import SlurmScheduler
 from portal.service.board import USAGE_REFRESH_S
-from tests.conftest import BUDGET_GROUP, BUDGET_HOURS, NODES, TEST_CONFIG, box, end_job, jobs_of, slurm, wait_for
+from tests.conftest import BUDGET_GROUP, BUDGET_HOURS, NODES, box, end_job, jobs_of, slurm, wait_for
 from tests.integration.helpers import PORTAL, TINY, accounts, in_group, ldap_modify, portal_client
 from tests.integration.helpers import as_user_in_terminal as as_user
 
@@ -63,22 +63,24 @@ def test_the_quota_counts_servers_jobs_and_sbatch_from_a_terminal(cluster, hub, 
     assert nobody.returncode != 0 and "Invalid account" in nobody.stderr, nobody.stderr
 
 
-def test_a_job_that_could_cost_more_than_the_weekly_budget_is_refused_with_the_arithmetic(cluster, hub, demo_data):
+def test_a_job_that_could_cost_more_than_the_weekly_budget_is_refused_with_the_arithmetic(cluster, hub, demo_data,
+                                                                                           no_jobs_left):
     """alice in the test box's budget group: this week's use is read from Slurm's accounting as her, and a job that
-    could cost more than is left is refused naming time_limit, with the arithmetic, from her terminal's (or
-    notebook's) `jobs.submit` and through the dashboard's API; nothing is submitted."""
+    could cost more than is left is refused naming time_limit, with the arithmetic, by `jobs.submit` (what her
+    notebook calls, here with her groups given as the dashboard gives them: the box made its Unix groups at `up`)
+    and through the dashboard's API; nothing is submitted."""
     spec = {**TINY, "gpus_per_node": 1, "time_limit": "168:00:00"}  # 1 node x 1 GPU x 168 h > BUDGET_HOURS
-    refusal = (r"time_limit: this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than [\d.]+ of "
-               rf"your weekly {BUDGET_HOURS} GPU-hours left \([\d.]+ used since Monday \d+ \w+ 00:00\); ")
+    refusal = (r"this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than [\d.]+ of your weekly "
+               rf"{BUDGET_HOURS} GPU-hours left \([\d.]+ used since Monday \d+ \w+ 00:00\); ")
     before = jobs_of("alice")
+    with pytest.raises(jobs.JobSpecError) as err:
+        jobs.submit(spec, scheduler="slurm", user="alice", groups=("datascientists", "gpu-users", BUDGET_GROUP))
+    assert err.value.field == "time_limit" and re.match(refusal, err.value.message), str(err.value)
     with in_group(cluster, BUDGET_GROUP, ("alice",), gid=10198):
-        typed = as_user(cluster, "alice", f"DSPORTAL_CONFIG={TEST_CONFIG}", str(cluster.venv / "bin" / "python"),
-                        "-c", f"from portal import jobs; jobs.submit({spec!r})")
-        assert typed.returncode != 0 and re.search(f"JobSpecError: {refusal}", typed.stderr), typed.stderr
         client = portal_client(hub, "alice")  # a login reads her groups anew
         refused = client.post(f"{client.base}jobs", json=spec, timeout=60)
         assert refused.status_code == 400 and refused.json()["field"] == "time_limit", refused.text
-        assert re.match(refusal.removeprefix("time_limit: "), refused.json()["error"]), refused.text
+        assert re.match(f"time_limit: {refusal}", refused.json()["error"]), refused.text
     hub.login("alice")  # her groups as they were, for the hub too
     assert jobs_of("alice") == before
 

@@ -143,7 +143,7 @@ def test_a_job_over_the_weekly_budget_is_refused_with_the_arithmetic_by_its_dash
         refused = portal.post(f"{portal.base}jobs", json={**TINY, "time_limit": "168:00:00"}, timeout=60)
     k8s_hub.login("alice")  # her groups as they were, for the hub too
     assert refused.status_code == 400 and refused.json()["field"] == "time_limit", refused.text
-    words = (r"this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than your weekly "
+    words = (r"time_limit: this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than your weekly "
              rf"{BUDGET_HOURS} GPU-hours \(this week's use unknown: GPU-hours are not counted here: [^)]*\); "
              rf"a time limit of at most {BUDGET_HOURS}:00:00 \({BUDGET_HOURS} h\) fits")
     assert re.match(words, refused.json()["error"]), refused.text

@@ -36,6 +36,7 @@ from portal.scheduler.slurm.answers import SERVER_JOB_NAME, gpu_count, held_reas
 from portal.scheduler.slurm.data_parsers import DATA_PARSERS, SACCT_READERS, SQUEUE_READERS, Reader
 
 MAX_ANSWER_BYTES = 256 * 1024 * 1024  # ~100,000 jobs of ~2.5 KB: beyond that it is no answer of Slurm's
+EMPTY_RESULT = 9003  # ESLURM_REST_EMPTY_RESULT (slurm_errno.h): a query that found nothing
 ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?", re.IGNORECASE)  # POSIX-ish, as useradd and LDAP allow
 JOB_STATE = re.compile(r"[A-Z_]{1,32}")
 NOT_ASSIGNED = "None assigned"  # Slurm's node list for a job that has not run on any node
@@ -111,6 +112,13 @@ def _queued_job(job: Any, now: float) -> QueuedJob | None:
         reason_words=pending_reason(reason) if pending else "", waits_for_resources=pending and held_reason(reason))
 
 
+def _only_empty(errors: Any) -> bool:
+    """Whether an answer's errors only say that nothing was found: sacct's for a time with no jobs of the user's
+    (22.05 and later: "Nothing found with query", ESLURM_REST_EMPTY_RESULT), which is no error but no jobs."""
+    return isinstance(errors, list) and all(isinstance(e, dict) and e.get("error_number") == EMPTY_RESULT
+                                            for e in errors)
+
+
 def _jobs_in(answer: str | bytes, command: str, readers: Mapping[str, Reader]) -> list[dict[str, Any]]:
     """The jobs in a --json answer of `command`, each read by its version's reader into 22.05's shape;
     SlurmAnswerError when it is not Slurm's JSON or of a version without a reader."""
@@ -127,8 +135,9 @@ def _jobs_in(answer: str | bytes, command: str, readers: Mapping[str, Reader]) -
         readable = ", ".join(f"{v} ({release})" for v, release in DATA_PARSERS.items())
         raise SlurmAnswerError(f"{command}'s answer is of data_parser {version or '(none named)'}, from "
                                f"{_release_of(data)}; this portal reads {readable}")
-    if data.get("errors"):
-        raise SlurmAnswerError(f"{command} reports errors: {str(data['errors'])[:200]}")
+    errors = data.get("errors")
+    if errors and not _only_empty(errors):
+        raise SlurmAnswerError(f"{command} reports errors: {str(errors)[:200]}")
     read = readers[version]
     return [read(job) if isinstance(job, dict) else {} for job in data["jobs"]]
 

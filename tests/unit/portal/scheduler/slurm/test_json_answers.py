@@ -168,6 +168,18 @@ def test_an_answer_that_is_not_slurms_is_an_error_not_an_empty_queue(answer):
         read_sacct(answer)
 
 
+@every_version
+def test_a_week_without_jobs_is_no_jobs_not_an_error_and_any_other_error_is_one(version):
+    """sacct --json answers a time without jobs with an error "Nothing found with query" (found on the Slurm box,
+    2026-12-06: a user's Usage page and budget said accounting was unavailable)."""
+    nothing = {"description": "Nothing found", "error_number": 9003, "error": "Nothing found with query",
+               "source": "slurmdb_jobs_get"}
+    answer = json.loads(sacct_json(version=version))
+    assert read_sacct(json.dumps({**answer, "errors": [nothing], "jobs": []})) == []
+    with pytest.raises(SlurmAnswerError, match="Unable to contact"):
+        read_sacct(json.dumps({**answer, "errors": [nothing, {"error": "Unable to contact", "error_number": 1}]}))
+
+
 @pytest.mark.parametrize("fields", [
     {"job_id": "12"}, {"job_id": -1}, {"job_id": True}, {"job_id": 1.5}, {"job_id": None},
     {"user_name": "alice\n12|bob"}, {"user_name": ""}, {"user_name": "al ice"}, {"user_name": 7},
