@@ -49,6 +49,8 @@ class QueuedJob:
     server: bool = False  # a user's JupyterLab server, not a job
     reason_words: str = ""  # why a pending job waits, in words, as the pages show it; "" when it does not wait
     waits_for_resources: bool = False  # it waits for GPUs, CPUs or memory that jobs hold: those are worth naming
+    submitted: int = 0  # when it was submitted (epoch seconds; a job array's, its first task's); 0: not said
+    partition: str = ""  # the partition (Slurm) or GPU node pool (Kubernetes) it asked for; "": not said
 
     @property
     def queued(self) -> bool:

@@ -177,7 +177,9 @@ class PortalHandler(HubOAuthenticated, SecurityHeaders):
         # After identifying: token requests are exempt (HubOAuth marks them), cookie requests need _xsrf.
         if self.request.method not in SAFE_METHODS:
             self.check_form_token()
-        self.hub_user = await self.directory.user(identity["name"])  # HubUnavailable: a 503, by send_error
+        # A request that acts (a submit, a cancel) is decided on the hub's word now: a group just given or taken (the
+        # quota, the weekly budget) counts at once, not after the roster's age. HubUnavailable: a 503, by send_error.
+        self.hub_user = await self.directory.user(identity["name"], fresh=self.request.method not in SAFE_METHODS)
 
     async def identify(self) -> dict | None:
         """HubOAuth's identity, asked without blocking the service. HubAuthenticated's own get_current_user waits

@@ -13,6 +13,8 @@ queue answer, at most once per refresh interval):
         the GPU watch's ledger (portal.gpus.ledger), by the group whose GPU quota applies to them ("none": none)
     dsportal_jobs{scheduler,kind,state,program}       the queue now: jobs and servers by state and program
                                                       (`unknown` where the queue does not say: Kubernetes)
+    dsportal_queue_pending{scheduler,partition,kind}  jobs and servers waiting now, by partition (or node pool)
+    dsportal_queue_oldest_wait_seconds{...}           the longest of their waits so far, since their submit
     dsportal_scheduler_up{scheduler}                  1 when the scheduler answered this scrape's queue, else 0
     dsportal_refusals_total{action,reason}            submits and cancels refused (portal.service.refusals)
     dsportal_gpu_watch_events_total{act,kind}         the GPU watch's warnings, stops and flags (gpu_watch)
@@ -20,6 +22,7 @@ queue answer, at most once per refresh interval):
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import astuple
@@ -34,6 +37,7 @@ from portal.errors import SchedulerError
 from portal.gpus.ledger import TOTALS, Ledger, Totals
 from portal.quota import quota_group
 from portal.records.programs import registry as programs
+from portal.records.states import PENDING
 from portal.scheduler.cluster import UNNAMED_JOB
 from portal.scheduler.snapshot import ClusterSnapshot
 
@@ -68,8 +72,9 @@ class Scrape:
     """One scrape's figures (a prometheus_client collector)."""
 
     def __init__(self, cfg: PortalConfig, totals: Mapping[str, Totals], groups: Mapping[str, tuple[str, ...]],
-                 snapshot: ClusterSnapshot | None, per_user: bool):
+                 snapshot: ClusterSnapshot | None, per_user: bool, now: float = 0.0):
         self.cfg, self.totals, self.groups, self.snapshot, self.per_user = cfg, totals, groups, snapshot, per_user
+        self.now = now or time.time()
 
     def collect(self) -> Iterator[Metric]:
         labels = ["scheduler", "group", *(["user"] if self.per_user else [])]
@@ -99,6 +104,26 @@ class Scrape:
         for (kind, state, program), count in sorted(counted.items()):
             jobs.add_metric([self.cfg.scheduler, kind, state, program], count)
         yield jobs
+        yield from self.waits()
+
+    def waits(self) -> Iterator[Metric]:
+        """The queue's waits now, by partition and kind: how many wait, and the longest wait so far."""
+        assert self.snapshot is not None
+        labels = ["scheduler", "partition", "kind"]
+        pending = GaugeMetricFamily("dsportal_queue_pending", "Jobs and servers waiting in the queue now, by "
+                                    "partition (Kubernetes: GPU node pool)", labels=labels)
+        oldest = GaugeMetricFamily("dsportal_queue_oldest_wait_seconds", "How long the longest-waiting of them has "
+                                   "waited since its submit", labels=labels)
+        waits: dict[tuple[str, str], list[float]] = {}
+        for job in self.snapshot.queue.values():
+            if job.state == PENDING:
+                waits.setdefault((job.partition, "server" if job.server else "job"), []).append(
+                    max(0.0, self.now - job.submitted) if job.submitted else 0.0)
+        for (partition, kind), seconds in sorted(waits.items()):
+            pending.add_metric([self.cfg.scheduler, partition, kind], len(seconds))
+            oldest.add_metric([self.cfg.scheduler, partition, kind], max(seconds))
+        yield pending
+        yield oldest
 
 
 def exposition(cfg: PortalConfig, folder: Path, snapshot: Any, groups: Mapping[str, tuple[str, ...]],
@@ -110,7 +135,7 @@ def exposition(cfg: PortalConfig, folder: Path, snapshot: Any, groups: Mapping[s
     except SchedulerError:
         now = None
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(Scrape(cfg, Ledger(folder).totals, groups, now, per_user))
+    scrape.register(Scrape(cfg, Ledger(folder).totals, groups, now, per_user, time.time()))
     return generate_latest(REGISTRY) + generate_latest(scrape)
 
 

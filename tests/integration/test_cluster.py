@@ -65,24 +65,26 @@ def test_the_quota_counts_servers_jobs_and_sbatch_from_a_terminal(cluster, hub, 
 
 def test_a_job_that_could_cost_more_than_the_weekly_budget_is_refused_with_the_arithmetic(cluster, hub, demo_data,
                                                                                            no_jobs_left):
-    """alice in the test box's budget group: this week's use is read from Slurm's accounting as her, and a job that
-    could cost more than is left is refused naming time_limit, with the arithmetic, by `jobs.submit` (what her
-    notebook calls, here with her groups given as the dashboard gives them: the box made its Unix groups at `up`)
-    and through the dashboard's API; nothing is submitted."""
+    """bob, given a GPU quota (gpu-users) and the test box's budget group for this test alone, so that what other
+    tests left holding GPUs never decides it: this week's use is read from Slurm's accounting as him, and a job that
+    could cost more than is left is refused naming time_limit, with the arithmetic, by `jobs.submit` (what his
+    notebook calls, here with his groups given as the dashboard gives them: the box made its Unix groups at `up`)
+    and through the dashboard's API, whose submit reads his groups from the hub as they are now; nothing is
+    submitted."""
     spec = {**TINY, "gpus_per_node": 1, "time_limit": "168:00:00"}  # 1 node x 1 GPU x 168 h > BUDGET_HOURS
     refusal = (r"this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than [\d.]+ of your weekly "
                rf"{BUDGET_HOURS} GPU-hours left \([\d.]+ used since Monday \d+ \w+ 00:00\); ")
-    before = jobs_of("alice")
+    before = jobs_of("bob")
     with pytest.raises(jobs.JobSpecError) as err:
-        jobs.submit(spec, scheduler="slurm", user="alice", groups=("datascientists", "gpu-users", BUDGET_GROUP))
+        jobs.submit(spec, scheduler="slurm", user="bob", groups=("datascientists", "gpu-users", BUDGET_GROUP))
     assert err.value.field == "time_limit" and re.match(refusal, err.value.message), str(err.value)
-    with in_group(cluster, BUDGET_GROUP, ("alice",), gid=10198):
-        client = portal_client(hub, "alice")  # a login reads her groups anew
+    with in_group(cluster, "gpu-users", ("bob",)), in_group(cluster, BUDGET_GROUP, ("bob",), gid=10198):
+        client = portal_client(hub, "bob")  # a login gives the hub his groups as they are now
         refused = client.post(f"{client.base}jobs", json=spec, timeout=60)
         assert refused.status_code == 400 and refused.json()["field"] == "time_limit", refused.text
         assert re.match(f"time_limit: {refusal}", refused.json()["error"]), refused.text
-    hub.login("alice")  # her groups as they were, for the hub too
-    assert jobs_of("alice") == before
+    hub.login("bob")  # his groups as they were, for the hub too
+    assert jobs_of("bob") == before
 
 
 def test_the_default_server_and_a_default_2_node_job_run_side_by_side(cluster, hub, admin, alice, demo_data,

@@ -41,7 +41,9 @@ def _gpu_groups(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str 
         job = (meta.get("labels") or {}).get(LABEL_JOB)
         entry = found.setdefault((namespace, job or meta.get("name", "")), {
             "id": job or meta.get("name", ""), "namespace": namespace, "user": user, "server": not job, "gpus": 0,
-            "pods": 0, "waiting": "", "pending": False, "started": None, "nodes": set(), "on": {}})
+            "pods": 0, "waiting": "", "pending": False, "started": None, "nodes": set(), "on": {}, "created": None,
+            "pool": _pool_of(pod)})
+        entry["created"] = min(filter(None, (entry["created"], meta.get("creationTimestamp"))), default=None)
         entry["gpus"] += gpus
         entry["pods"] += 1
         if status.get("phase") == "Running":
@@ -81,8 +83,22 @@ def pod_queue(pods: Sequence[Mapping[str, Any]], user_of: Callable[[str], str | 
             gpus_per_node=entry["gpus"] // entry["pods"], reason=entry["waiting"],
             name=POD_SERVER_NAME if entry["server"] else UNNAMED_JOB,
             node_list=",".join(sorted(filter(None, entry["nodes"]))), gpus=entry["gpus"], server=entry["server"],
-            reason_words=entry["waiting"].strip(), waits_for_resources=" " in entry["waiting"].strip())
+            reason_words=entry["waiting"].strip(), waits_for_resources=" " in entry["waiting"].strip(),
+            submitted=_epoch(entry["created"]), partition=entry["pool"])
     return queue
+
+
+def _pool_of(pod: Mapping[str, Any]) -> str:
+    """The GPU node pool a pod asked for: its node selector's one value (the nodes' GPU type: "t4"); "" else."""
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    values = [v for v in selector.values() if isinstance(v, str)] if isinstance(selector, dict) else []
+    return values[0][:63] if len(values) == 1 else ""
+
+
+def _epoch(value: Any) -> int:
+    """An RFC 3339 time of the API server's as epoch seconds; 0 when there is none."""
+    when = timestamp(value) if isinstance(value, str) else None
+    return int(when.timestamp()) if when is not None else 0
 
 
 def timestamp(value: str) -> datetime | None:

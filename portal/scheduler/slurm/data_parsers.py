@@ -41,7 +41,8 @@ STATE_FLAGS = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED",
 BASE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
                "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
 # squeue's fields that became {set, infinite, number} (unset: absent; infinite: no number).
-SQUEUE_NUMBERS = ("node_count", "start_time", "end_time", "array_job_id", "array_task_id", "array_max_tasks")
+SQUEUE_NUMBERS = ("node_count", "start_time", "end_time", "submit_time", "array_job_id", "array_task_id",
+                  "array_max_tasks")
 
 
 def number(value: Any) -> int | None:

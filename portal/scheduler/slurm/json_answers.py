@@ -36,6 +36,7 @@ from portal.scheduler.slurm.answers import SERVER_JOB_NAME, gpu_count, held_reas
 from portal.scheduler.slurm.data_parsers import DATA_PARSERS, SACCT_READERS, SQUEUE_READERS, Reader
 
 MAX_ANSWER_BYTES = 256 * 1024 * 1024  # ~100,000 jobs of ~2.5 KB: beyond that it is no answer of Slurm's
+MAX_PARTITION = 64  # characters of a partition's name kept (the site's, never a user's; a label of the metrics)
 EMPTY_RESULT = 9003  # ESLURM_REST_EMPTY_RESULT (slurm_errno.h): a query that found nothing
 ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?", re.IGNORECASE)  # POSIX-ish, as useradd and LDAP allow
 JOB_STATE = re.compile(r"[A-Z_]{1,32}")
@@ -109,7 +110,8 @@ def _queued_job(job: Any, now: float) -> QueuedJob | None:
         reason=reason, name=name, node_list=_node_list(job), gpus=requested,
         exit_code=exit_code(status) if end and status is not None else "", restarts=_whole(job.get("restart_cnt")) or 0,
         expected_start=start if pending else 0, server=name == SERVER_JOB_NAME,
-        reason_words=pending_reason(reason) if pending else "", waits_for_resources=pending and held_reason(reason))
+        reason_words=pending_reason(reason) if pending else "", waits_for_resources=pending and held_reason(reason),
+        submitted=_whole(job.get("submit_time")) or 0, partition=_text(job, "partition")[:MAX_PARTITION])
 
 
 def _only_empty(errors: Any) -> bool:

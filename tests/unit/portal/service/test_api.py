@@ -66,6 +66,19 @@ class DashboardTest(TestHeaderUser, AsyncHTTPTestCase):
         assert (job["user"], job["state"], job["gpus_per_node"]) == ("alice", "PENDING", 2)
         assert job["links"]["tensorboard"].startswith("/user/alice/tensorboard/?runFilter=")
 
+    def test_a_request_that_acts_is_decided_on_the_hubs_word_now_not_the_rosters(self):
+        """A group just given or taken (the quota, the weekly budget) counts at the next submit or cancel."""
+        asked = []
+
+        class Recording(FakeDirectory):
+            async def user(self, name, fresh=False):
+                asked.append((name, fresh))
+                return await super().user(name, fresh)
+        self._app.settings["directory"] = Recording()
+        assert self.call("GET", "api/jobs").code == 200
+        assert self.call("POST", "api/jobs", body={"template": "chexnet", "gpus_per_node": 1}).code == 201
+        assert asked == [("alice", False), ("alice", True)]
+
     def test_invalid_specs_are_400_naming_the_field(self):
         response = self.call("POST", "api/jobs", user="bob", body={"gpus_per_node": 4})
         assert response.code == 400

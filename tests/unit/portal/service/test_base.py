@@ -98,7 +98,7 @@ class HeadersTest(AsyncHTTPTestCase):
 
         from portal.service.hub import HubUnavailable
 
-        async def silent(name, fresh=False):
+        async def silent(directory, name, fresh=False):
             raise HubUnavailable("GET /hub/api/users/alice: connection refused")
 
         with mock.patch.object(FakeDirectory, "user", silent):

@@ -5,6 +5,7 @@ with labels of few values."""
 
 from __future__ import annotations
 
+import dataclasses
 import runpy
 import time
 from pathlib import Path
@@ -35,8 +36,14 @@ GROUPS = {"alice": ("datascientists", "gpu-users"), "bob": ("datascientists",)}
 QUEUE = {"7": QueuedJob("7", "alice", "RUNNING", "1:00", 1, 1, "None", name="spawner-jupyterhub", gpus=1,
                         server=True),
          "8": QueuedJob("8", "alice", "RUNNING", "1:00", 2, 1, "None", name="chexnet", gpus=2),
-         "9": QueuedJob("9", "bob", "PENDING", "0:00", 1, 1, "Resources", name="chexnet-torch-sweep", gpus=1),
+         "9": QueuedJob("9", "bob", "PENDING", "0:00", 1, 1, "Resources", name="chexnet-torch-sweep", gpus=1,
+                        partition="gpu"),  # submitted: 5 minutes before each test's scrape (`queue`)
          "10": QueuedJob("10", "bob", "PENDING", "0:00", 1, 1, "Priority", name="my $(job)", gpus=1)}
+
+
+def queue() -> dict[str, QueuedJob]:
+    """QUEUE with its waiting job submitted 5 minutes ago."""
+    return {**QUEUE, "9": dataclasses.replace(QUEUE["9"], submitted=int(time.time()) - 300)}
 
 
 def samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -72,10 +79,10 @@ def test_a_jobs_program_is_one_of_the_registered_or_other_or_unknown_where_the_q
                                            "training")] == ["chexnet", "chexnet-torch", "other", "other", "unknown"]
 
 
-def test_gpu_seconds_by_group_or_user_and_the_queue_by_state_and_program(tmp_path):
+def test_gpu_seconds_by_group_or_user_and_the_queue_by_state_program_and_wait(tmp_path):
     ledger_with_readings(tmp_path)
     cfg = PortalConfig()
-    grouped = samples(exposition(cfg, tmp_path, lambda: ClusterSnapshot(0.0, QUEUE), GROUPS, per_user=False))
+    grouped = samples(exposition(cfg, tmp_path, lambda: ClusterSnapshot(0.0, queue()), GROUPS, per_user=False))
     assert grouped[("dsportal_gpu_held_seconds_total", (("group", "gpu-users"), ("scheduler", "slurm")))] == 20.0
     assert grouped[("dsportal_gpu_busy_seconds_total", (("group", "gpu-users"), ("scheduler", "slurm")))] == 5.0
     assert grouped[("dsportal_gpu_idle_seconds_total", (("group", "gpu-users"), ("scheduler", "slurm")))] == 10.0
@@ -85,7 +92,12 @@ def test_gpu_seconds_by_group_or_user_and_the_queue_by_state_and_program(tmp_pat
             for (name, labels), value in grouped.items() if name == "dsportal_jobs"}
     assert jobs == {"jupyterlab/RUNNING": 1, "chexnet/RUNNING": 1, "chexnet-torch/PENDING": 1, "other/PENDING": 1}
     assert grouped[("dsportal_scheduler_up", (("scheduler", "slurm"),))] == 1
-    mine = samples(exposition(cfg, tmp_path, lambda: ClusterSnapshot(0.0, QUEUE), GROUPS, per_user=True))
+    gpu, unsaid = (("kind", "job"), ("partition", "gpu"), ("scheduler", "slurm")), \
+        (("kind", "job"), ("partition", ""), ("scheduler", "slurm"))
+    assert (grouped[("dsportal_queue_pending", gpu)], grouped[("dsportal_queue_pending", unsaid)]) == (1, 1)
+    assert 299 <= grouped[("dsportal_queue_oldest_wait_seconds", gpu)] <= 310  # submitted 5 minutes ago
+    assert grouped[("dsportal_queue_oldest_wait_seconds", unsaid)] == 0  # no submit time said: no wait known
+    mine = samples(exposition(cfg, tmp_path, lambda: ClusterSnapshot(0.0, queue()), GROUPS, per_user=True))
     assert mine[("dsportal_gpu_held_seconds_total", (("group", "gpu-users"), ("scheduler", "slurm"),
                                                      ("user", "alice")))] == 20.0
 

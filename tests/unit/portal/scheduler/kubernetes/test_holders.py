@@ -38,3 +38,16 @@ def test_each_holder_on_a_node_has_its_gpus_and_pods_there_keyed_as_the_queue_ke
     assert set(on_two) <= set(pod_queue(PODS, CFG.namespace_user, datetime.now(UTC)))  # the pages' names
     assert node_holdings(PODS, CFG.namespace_user, "node3") == {}
     assert node_holdings(PODS, CFG.namespace_user, "") == {}  # a pending pod's node is no node
+
+
+def test_a_queue_entry_says_when_its_first_pod_was_made_and_the_gpu_pool_it_asked_for():
+    def made(pod: dict, when: str, selector: dict | None = None) -> dict:
+        spec = {**pod["spec"], **({"nodeSelector": selector} if selector is not None else {})}
+        return {**pod, "metadata": {**pod["metadata"], "creationTimestamp": when}, "spec": spec}
+    pods = [made(gpu_pod("w-1", 1, job=JOB_ID, phase="Pending"), "2026-12-05T10:00:07Z", {"nvidia": "t4"}),
+            made(gpu_pod("w-2", 1, job=JOB_ID, phase="Pending"), "2026-12-05T10:00:05Z", {"nvidia": "t4"}),
+            made(gpu_pod("jupyter-alice", 1), "not a time", {"a": "x", "b": "y"})]
+    queue = pod_queue(pods, CFG.namespace_user, datetime.now(UTC))
+    job, server = queue[JOB_ID], queue["jupyter-alice"]
+    assert (job.submitted, job.partition) == (int(datetime(2026, 12, 5, 10, 0, 5, tzinfo=UTC).timestamp()), "t4")
+    assert (server.submitted, server.partition) == (0, "")  # no time it can read, no one pool asked for: not said

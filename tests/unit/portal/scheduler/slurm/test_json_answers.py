@@ -52,6 +52,7 @@ def test_the_real_squeue_answer():
     assert (two_nodes.state, two_nodes.nodes, two_nodes.gpus_per_node, two_nodes.gpus) == ("RUNNING", 2, 2, 4)
     assert (two_nodes.node_list, two_nodes.elapsed) == ("node[1-2]", "0:58")
     assert (per_job.state, per_job.reason, per_job.gpus_per_node, per_job.gpus) == ("PENDING", "Resources", 0, 3)
+    assert (per_job.submitted, per_job.partition) == (1_795_587_841, "gpu")
     # sbatch --array=0-3%2 of 1 GPU each, none started: its pending entry claims what may start at once, 2 tasks
     assert (array.reason, array.gpus, array.elapsed) == ("Priority", 2, "0:00")
     assert "900001" not in jobs
@@ -105,6 +106,8 @@ def test_the_real_answers_of_each_release(release, version):
     assert (held.reason_words, held.waits_for_resources) == ("the job is held (Slurm: JobHeldUser)", False)
     assert (requeued.state, requeued.reason, requeued.restarts) == ("PENDING", "BeginTime", 1)
     assert requeued.expected_start > now  # Slurm holds a requeued job back for a while
+    # when each was submitted and where, whichever shape the release writes them in (the queue's waits)
+    assert held.partition == "gpu" and 0 < held.submitted <= now
     # 0-3%2 with tasks 0 and 1 running: the pending rest may start none beside them
     assert (array.state, array.reason, array.gpus) == ("PENDING", "JobArrayTaskLimit", 0)
     tasks = [job for job in jobs.values() if job.name == "arr" and job.state == "RUNNING"]
