@@ -124,6 +124,7 @@ class Ledger:
 
     def _add(self, reading: NodeReading, since_last_s: float) -> None:
         interval = min(reading.interval_s, since_last_s)  # a reader that stopped: the gap is not held time known
+        week = week_of(reading.at)
         for gpu in reading.gpus:
             if not gpu.holder:
                 continue
@@ -133,7 +134,6 @@ class Ledger:
             account.held_s += interval
             totals = self.totals.setdefault(gpu.user, Totals())
             totals.held_s += interval
-            week = week_of(reading.at)
             if account.week != week:
                 account.week, account.week_held_s = week, 0.0
             account.week_held_s += interval
@@ -150,10 +150,10 @@ class Ledger:
         return {h: self.accounts[h] for h in holders if h in self.accounts}
 
     @classmethod
-    def week_report(cls, folder: Path, now: float) -> dict[str, dict[str, float]] | None:
-        """{"per_user": GPU-hours held this week} as the GPU watch last counted them (a usage report's part that
-        portal.jobs.budget reads); None where no watch keeps a ledger."""
-        return {"per_user": cls(folder).week_held(now)} if (folder / LEDGER).is_file() else None
+    def week_held_by(cls, folder: Path, now: float) -> dict[str, float] | None:
+        """GPU-hours each user held this week as the GPU watch last counted them (what a usage report's `per_user`
+        says, for portal.jobs.budget); None where no watch keeps a ledger."""
+        return cls(folder).week_held(now) if (folder / LEDGER).is_file() else None
 
     def week_held(self, now: float) -> dict[str, float]:
         """GPU-hours each user's servers and jobs held in the week `now` is in."""

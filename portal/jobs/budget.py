@@ -8,6 +8,7 @@ the user: Slurm's sacct), the dashboard's with its own (portal.service.gpu_usage
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -30,12 +31,12 @@ def week_words(now: datetime) -> str:
     return f"{start:%A} {start.day} {start:%B %H:%M}"
 
 
-def budget_of(limit: int, usage: Any, user: str, now: datetime, unknown_why: str = "") -> GpuBudget:
-    """A budget of `limit` GPU-hours with `user`'s use this week from a usage report (portal.scheduler.usage's
-    UsageReport, or its to_dict()); None as the report: unknown, `unknown_why` saying why."""
-    if usage is None:
+def budget_of(limit: int, per_user: Mapping[str, Any] | None, user: str, now: datetime,
+              unknown_why: str = "") -> GpuBudget:
+    """A budget of `limit` GPU-hours with `user`'s use this week from GPU-hours per user this week (a usage
+    report's `per_user`); None: unknown, `unknown_why` saying why."""
+    if per_user is None:
         return GpuBudget(limit, None, week_words(now), unknown_why or "no accounting")
-    per_user = usage["per_user"] if isinstance(usage, dict) else usage.per_user
     used = per_user.get(user, 0.0)
     return GpuBudget(limit, float(used) if isinstance(used, (int, float)) else None, week_words(now),
                      "" if isinstance(used, (int, float)) else "the accounting's answer was not a number")
@@ -49,11 +50,11 @@ def budgeted(cfg: PortalConfig, scheduler: Any, who: Any, limits: JobLimits, now
         return limits
     now = now or datetime.now()
     try:
-        usage, why = scheduler.usage(who, False, now), ""
+        per_user, why = scheduler.usage(who, False, now).per_user, ""
     except SchedulerError as err:  # NoAccounting too: weighed against the whole budget, and the words say so
-        usage, why = None, str(err)
+        per_user, why = None, str(err)
         log.info("budget of %s: this week's use unknown (%s)", who.name, why)
-    return replace(limits, budget=budget_of(limit, usage, who.name, now, why))
+    return replace(limits, budget=budget_of(limit, per_user, who.name, now, why))
 
 
 def check(limits: JobLimits, spec: JobSpec, plan: SweepPlan | None) -> None:

@@ -83,10 +83,11 @@ class UsageViews:
         key = self._usage_key(user)
         report = self._usage.get(key) or self._usage_failed.get(key) or self._read_usage(user)
         # no report from accounting (Kubernetes keeps none): the GPU watch's count of the week, where it keeps one
-        found = report if isinstance(report.get("per_user"), dict) else Ledger.week_report(
-            readings_dir(self.cfg), time.time())
+        per_user = report.get("per_user")
+        if not isinstance(per_user, dict):
+            per_user = Ledger.week_held_by(readings_dir(self.cfg), time.time())
         why = report.get("history_unavailable") or "accounting did not answer"
-        return replace(limits, budget=budget_of(limit, found, user.name, datetime.now(), why))
+        return replace(limits, budget=budget_of(limit, per_user, user.name, datetime.now(), why))
 
     def known_usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
         """`usage` without waiting for accounting (the jobs page): the quotas at once, from the shared squeue
