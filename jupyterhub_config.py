@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 
+from portal import prometheus_access
 from portal.auth import PortalLDAPAuthenticator
 from portal.config import load
 from portal.registrations import SCHEDULERS, split
@@ -104,10 +105,10 @@ if portal.cull_idle_timeout:
         "services": ["idle-culler"],
     })
 
-if portal.metrics_token_file:
-    # A site's Prometheus: one token reads the hub's /hub/metrics and the portal's own (docs/operations.md). Add
-    # read:users to the role for the portal's per-user series.
-    c.JupyterHub.services.append({"name": "prometheus", "api_token": portal.metrics_token()})
+if prometheus_access.registered(portal):
+    # The operators' Prometheus (the box's, or a site's): one token reads the hub's /hub/metrics and the portal's own
+    # (docs/operations.md). Add read:users to the role for the portal's per-user series.
+    c.JupyterHub.services.append({"name": "prometheus", "api_token": prometheus_access.metrics_token(portal)})
     c.JupyterHub.load_roles.append({
         "name": "metrics",
         "scopes": ["read:metrics", "access:services!service=portal"],

@@ -66,6 +66,7 @@ def check_settings(cfg: PortalConfig) -> None:
     if not 0 <= cfg.dashboard_port <= 65535:
         raise ConfigError(f"dashboard_port is {cfg.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
     _check_mlflow(cfg.mlflow_url)
+    _check_prometheus(cfg.prometheus_url)
     _check_kubernetes(cfg)
     _check_box(cfg)
     _check_places(cfg)
@@ -86,6 +87,17 @@ def _check_mlflow(url: str) -> None:
             or parts.path.rstrip("/") != MLFLOW_PATH or any(c.isspace() for c in url):
         raise ConfigError(f"mlflow_url is {url!r}; allowed: empty (no MLflow), box, or http(s)://host:port"
                           f"{MLFLOW_PATH} (the server's --static-prefix)")
+
+
+def _check_prometheus(url: str) -> None:
+    """prometheus_url: empty, box, or an http(s) URL of a server (its API under it: /api/v1/...)."""
+    if url in ("", "box"):
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
+            or parts.username or any(c.isspace() for c in url):
+        raise ConfigError(f"prometheus_url is {url!r}; allowed: empty (no charts), box, or http(s)://host:port[/path] "
+                          "(credentials go in prometheus_reader_file)")
 
 
 def _check_kubernetes(cfg: PortalConfig) -> None:

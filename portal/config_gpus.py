@@ -1,6 +1,6 @@
 """The settings of GPU use (docs/gpus.md), a part of every PortalConfig: when held GPUs count as idle, what the
-portal then does, each group's weekly GPU-hours budget, and the token operators' Prometheus reads the figures with
-(docs/operations.md).
+portal then does, each group's weekly GPU-hours budget, and the operators' Prometheus: the token it reads the
+figures with, and where the Operations page reads them back (docs/operations.md; portal.prometheus_access).
 
 Per-group values follow the GPU quota's rule with one difference: a user in several groups gets the most lenient
 of their groups' values, where 0 (never) is the most lenient of all.
@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from stat import S_ISREG
 
-from portal.config_values import ConfigError, setting
+from portal.config_values import setting
 
 
 def most_lenient(values: Mapping[str, int], default: int, groups: Iterable[str]) -> int:
@@ -51,30 +49,18 @@ class GpuSettings:
     metrics_token_file: str = setting("", "A file (root's, mode 0600) whose first line is the API token a site's "
                                       "Prometheus reads the hub's /hub/metrics and the portal's metrics with: the "
                                       "hub registers it as the service `prometheus`, with read:metrics "
-                                      "(docs/operations.md). Empty: no such service.")
+                                      "(docs/operations.md). Empty: <state_dir>/prometheus/metrics-token where "
+                                      "prometheus_url is `box` (the box makes it), else no such service.")
+    prometheus_url: str = setting("box", "The Prometheus server the Operations page draws its charts from: `box` "
+                                  "(the box runs Debian's, scraping the hub and the portal), a site's server's "
+                                  "http(s) URL, or empty (no charts; the page says so).")
+    prometheus_reader_file: str = setting("", "A file (mode 0600) whose first line is `user:password`, the basic "
+                                          "auth the dashboard reads prometheus_url with; empty: "
+                                          "<state_dir>/prometheus/reader (the box's).")
 
     def gpu_idle_s_for(self, groups: Iterable[str]) -> int:
         """Seconds before a member of `groups` is warned of idle GPUs; 0: never."""
         return most_lenient(self.gpu_idle_s, self.default_gpu_idle_s, groups)
-
-    def metrics_token(self) -> str:
-        """The first line of metrics_token_file; ConfigError naming the setting for a file others may read, or
-        one that holds no token."""
-        path = Path(self.metrics_token_file)
-        try:
-            mode = path.stat().st_mode
-            if not S_ISREG(mode):  # never a FIFO the hub's start would wait on
-                raise ConfigError(f"metrics_token_file {path} is not a regular file")
-            with path.open() as lines:
-                token = lines.readline(4096).strip()
-        except OSError as err:
-            raise ConfigError(f"metrics_token_file {path}: {err.strerror}") from None
-        if mode & 0o077:
-            raise ConfigError(f"metrics_token_file {path} is mode {mode & 0o777:04o}; allowed: 0600 (a token others "
-                              "can read lets them read the metrics)")
-        if len(token) < 16:
-            raise ConfigError(f"metrics_token_file {path}: its first line holds no token of 16 characters or more")
-        return token
 
     def gpu_hours_budget_for(self, groups: Iterable[str]) -> int:
         """A member of `groups`'s weekly GPU-hours; 0: no budget."""

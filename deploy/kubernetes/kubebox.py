@@ -56,6 +56,7 @@ from deploy.kubernetes.kubeparts import apiserver, bootstrap, etcd, gpus, netpol
 from deploy.kubernetes.kubeparts import hub as box_hub
 from deploy.kubernetes.kubeparts import images as box_images
 from deploy.kubernetes.kubeparts import mlflow as box_mlflow
+from deploy.kubernetes.kubeparts import prometheus as box_prometheus
 from deploy.kubernetes.kubeparts.api import (  # noqa: F401  (the tests reach the box's clients through this module)
     ApiError,
     api_client,
@@ -100,6 +101,7 @@ CONTROL_PLANE = [etcd.service(), apiserver.apiserver_service(), apiserver.contro
                  apiserver.scheduler_service()]
 LDAP_RELAY = relay.relay_service()  # runs while the hub is installed (kubeparts/hub.py)
 MLFLOW = box_mlflow.service()  # so does the MLflow tracking server (kubeparts/mlflow.py)
+PROMETHEUS = box_prometheus.service(box_hub.url)  # and the operators' Prometheus (kubeparts/prometheus.py)
 NETPOL = netpol.service()  # the nodes enforce the NetworkPolicies (kubeparts/netpol.py); stopped, it removes its rules
 PODS_GONE_S = 60  # `down` deletes every pod first and waits this long for the kubelets to stop them
 
@@ -110,9 +112,10 @@ def node_services(box: KubeBox) -> list[Service]:
 
 def services(box: KubeBox) -> list[Service]:
     """In start order: the control plane, each node (its containerd and kubelet), the NetworkPolicy enforcer, and
-    while the hub is installed its LDAP relay, its MLflow server and each node's GPU reader (into the hub's claim)."""
+    while the hub is installed its LDAP relay, its MLflow and Prometheus servers and each node's GPU reader (into the
+    hub's claim)."""
     return [*CONTROL_PLANE, *node_services(box), NETPOL,
-            *([LDAP_RELAY, MLFLOW, *gpus.services(box)] if box_hub.installed(box) else [])]
+            *([LDAP_RELAY, MLFLOW, PROMETHEUS, *gpus.services(box)] if box_hub.installed(box) else [])]
 
 
 def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: PortalConfig | None = None) -> Cluster:
@@ -165,6 +168,7 @@ def up(box: KubeBox, report: Callable[[str], None] = print, hub_directory: Porta
             mlflow_begun = begin_service(MLFLOW, box)
             box_hub.ensure(box, admin, nodes.admin_api(box), nodes.socket, report)
             _report(await_service(MLFLOW, box, mlflow_begun), report)
+            _report(start_service(PROMETHEUS, box), report)  # it scrapes the hub: started once the hub answers
             for svc in gpus.services(box):
                 _report(start_service(svc, box), report)
     return cluster_of(box)
@@ -177,8 +181,9 @@ def remove_hub(box: KubeBox) -> list[str]:
         admin = with_token(box, read_tokens(box)["admin"])
         found = box_hub.installed(box)
         lines = box_hub.remove(box, admin, nodes.admin_api(box), lambda: "; ".join(
-            stop_service(svc, box) for svc in (*gpus.services(box), LDAP_RELAY, MLFLOW)))
+            stop_service(svc, box) for svc in (*gpus.services(box), PROMETHEUS, LDAP_RELAY, MLFLOW)))
         box_mlflow.forget(box)
+        box_prometheus.forget(box)
         return lines + ([directory.release(Path(found["directory_dir"]), box.state_dir)]
                         if found and "directory_dir" in found else [])
 
@@ -328,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"hub (in a pod): {box_hub.url(box)}/  (NodePort {box_hub.NODE_PORT} of Service "
               f"{HUB_NAMESPACE}/proxy-public, on any node)")
+        print(f"prometheus: {box_prometheus.url(box)} scrapes the hub and the portal (its reader's password in "
+              f"{box_prometheus.data_dir(box) / 'reader'}); admins see its charts at {box_hub.url(box)}"
+              "/services/portal/operations")
         print("demo accounts (user / password: groups):")
         for uid, password, *_ in ACCOUNTS:
             groups = [name for name, _, members in DEMO_GROUPS if uid in members]

@@ -9,9 +9,10 @@ Run as root from the repository root:
 Every port and path comes from ``portal.config.load()``; a second box beside a user's is just another
 ``DSPORTAL_CONFIG`` (its own state dir, ports, box_subnet and box_node_prefix). Services start in the order
 slapd (the machine's one directory: claimed, started unless it runs), munged, exim4, mariadb, slurmdbd, slurmctld,
-node1..N, mlflow (with mlflow_url: box; launched before the hub, waited for after it), hub, and stop by their
-recorded PID (never by name) in reverse; `down` then removes the network it made (deploy/local/parts/nodes.py) and
-drops the box's claim on the directory (stopped when no other box needs it).
+node1..N, mlflow (with mlflow_url: box) and prometheus (with prometheus_url: box), each launched before the hub
+and waited for after it, hub, and stop by their recorded PID (never by name) in reverse; `down` then removes the
+network it made (deploy/local/parts/nodes.py) and drops the box's claim on the directory (stopped when no other box
+needs it).
 `stop NODE` shuts a node down with everything running on it; `crash NODE` cuts its power (link down, every
 process killed at once), so that Slurm finds it dead and requeues its jobs; `start NODE` brings it back. `crash`
 alone cuts the whole box's power: every process of every service (the hub's proxy and services too) and of every
@@ -35,6 +36,7 @@ Everything lives under ``cfg.state_dir`` (mode 0755: job users must reach the mu
     gpus/<node>.json, .jsonl    each node's GPU reading and those before it (0700: deploy/local/parts/gpus.py)
     hub/                        the hub's working directory (0700): its database and cookie secret
     mlflow/                     the MLflow server's databases, artifacts and admin (0700; deploy/mlflow_server.py)
+    prometheus/                 the Prometheus server's data, token and reader (0700; deploy/prometheus_server.py)
     run/NAME.pid                the PID this script recorded for each service; run/network.json; run/box.lock
     log/NAME.log                each service's stdout and stderr
 
@@ -51,9 +53,24 @@ import sys
 import time
 
 from deploy.daemons import descendants
-from deploy.local.parts import accounting, directory, gpus, hub, mail, mlflow, munge, nodes, reach, slapd, slurm, users
+from deploy.local.parts import (
+    accounting,
+    directory,
+    gpus,
+    hub,
+    mail,
+    mlflow,
+    munge,
+    nodes,
+    prometheus,
+    reach,
+    slapd,
+    slurm,
+    users,
+)
 from deploy.local.parts.layout import LOCALHOST, BoxError, Layout, check_traversable, make_dir
 from deploy.supervise import Lock, Service, service_pid, start_service, start_services, stop_service
+from portal import prometheus_access
 from portal.cli import run_reporting
 from portal.config import ConfigError, PortalConfig, load
 from portal.mlflow_accounts import PREFIX, tracking_uri
@@ -70,6 +87,7 @@ def services(cfg: PortalConfig, no_hub: bool = False) -> list[Service]:
         *(nodes.node_service(node, slurm.ensure_slurm) for node in nodes.network_of(cfg).nodes),
         *(gpus.service(node) for node in nodes.network_of(cfg).nodes if cfg.slurm_node_gpus),
         *([mlflow.service()] if mlflow.runs_here(cfg) else []),
+        *([prometheus.service()] if prometheus.runs_here(cfg) else []),
         *([] if no_hub else [hub.service()]),
     ]
 
@@ -93,6 +111,10 @@ def cmd_up(lay: Layout, no_hub: bool) -> None:
     if mlflow.runs_here(cfg):
         print(f"mlflow: {tracking_uri(cfg)} (jobs log there as their owner; users open it in the dashboard at "
               f"{cfg.hub_url}{PREFIX}/)")
+    if prometheus.runs_here(cfg):
+        print(f"prometheus: {prometheus_access.url(cfg)} scrapes the hub and the portal (its reader's password in "
+              f"{prometheus_access.reader_file(cfg)}); admins see its charts at {cfg.hub_url}/services/portal/"
+              "operations")
     print(f"mail: exim4 on {LOCALHOST}:{cfg.smtp_port} delivers job e-mail to {cfg.box_mail_dir}/<user> "
           f"(`mail -f {cfg.box_mail_dir}/<user>` reads it)")
     print("demo accounts (user / password: groups):")

@@ -13,7 +13,8 @@ APT_PACKAGES=(slapd ldap-utils slurmctld slurmd slurm-client slurmdbd mariadb-se
               python3-venv python3-dev
               chromium chromium-driver procps psmisc curl
               cmake g++ libopenmpi-dev openmpi-bin  # these four build and run Horovod
-              exim4-daemon-light bsd-mailx)  # the box's MTA for job-end e-mail (local delivery only), and `mail`
+              exim4-daemon-light bsd-mailx  # the box's MTA for job-end e-mail (local delivery only), and `mail`
+              prometheus)  # the operators' Prometheus server of each box (deploy/prometheus_server.py)
 
 # Users' jobs and servers run the venv: every directory above it must let them through (a venv under root's mode-700
 # home cannot work). Said at the first step, not when the first job fails.

@@ -72,6 +72,7 @@ ROUTES: list[tuple[str, type[RequestHandler]]] = [
     ("submit", pages.SubmitPageHandler),
     ("settings", pages.SettingsPageHandler),
     ("cluster", pages.ClusterPageHandler),
+    ("operations", operations.OperationsPageHandler),  # the admins' charts, from the operators' Prometheus
     ("usage", pages.UsagePageHandler),
     ("gpus", gpu_pages.GpusPageHandler),
     ("experiments", experiment_handlers.ExperimentsPageHandler),

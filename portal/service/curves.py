@@ -235,28 +235,34 @@ def note_marks(left_out: Sequence[str], top: float) -> str:
                    f"{escape(fitted(note, WIDTH - 2 * LEGEND_MARGIN))}</text>" for i, note in enumerate(left_out))
 
 
-def describe(title: str, runs: Sequence[Run], y_title: str, left_out: Sequence[str]) -> str:
+def describe(title: str, runs: Sequence[Run], y_title: str, left_out: Sequence[str], x_title: str = "epoch") -> str:
     """What the chart shows, in words: "mean AUROC per epoch for 2 runs: epoch 1 to 20; mean AUROC from 0.712 to
     0.843; baseline: 20 epochs, last 0.843 at epoch 20; small lr: no data; 1 value not drawn: not finite (NaN or
     infinity)"."""
     drawn = [p for run in runs for p in run.points]
-    parts = [f"epoch {min(e for e, _ in drawn)} to {max(e for e, _ in drawn)}",
+    noun = "epoch" if x_title == "epoch" else "value"
+    parts = [f"{x_title} {min(e for e, _ in drawn)} to {max(e for e, _ in drawn)}",
              f"{y_title} from {significant(min(v for _, v in drawn))} to {significant(max(v for _, v in drawn))}"]
     for run in runs:
         if run.points:
             epoch, value = run.points[-1]
             count = len(run.points)
-            parts.append(f"{run.label}: {count} epoch{'s' if count != 1 else ''}, last {significant(value)} at "
-                         f"epoch {epoch}")
+            parts.append(f"{run.label}: {count} {noun}{'s' if count != 1 else ''}, last {significant(value)} at "
+                         f"{x_title} {epoch}")
         else:
             parts.append(f"{run.label}: no data")
-    return f"{title} for {len(runs)} run{'s' if len(runs) != 1 else ''}: {'; '.join([*parts, *left_out])}"
+    return f"{title} for {counted(len(runs), x_title)}: {'; '.join([*parts, *left_out])}"
 
 
-def nothing_to_draw(title: str, runs: Sequence[Run], left_out: Sequence[str]) -> Markup:
+def counted(count: int, x_title: str = "epoch") -> str:
+    """"2 runs" (a chart per epoch), "2 series" (any other: an Operations chart's lines are no runs)."""
+    return f"{count} run{'s' if count != 1 else ''}" if x_title == "epoch" else f"{count} series"
+
+
+def nothing_to_draw(title: str, runs: Sequence[Run], left_out: Sequence[str], x_title: str = "epoch") -> Markup:
     """A short paragraph in the chart's place: no runs, or no run with a value to draw."""
-    why = "no runs" if not runs else \
-        f"{len(runs)} run{'s' if len(runs) != 1 else ''}, none with a value yet"
+    why = f"no {counted(2, x_title).split()[1]}" if not runs else \
+        f"{counted(len(runs), x_title)}, none with a value yet"
     extra = f" ({'; '.join(left_out)})" if left_out else ""
     return Markup('<p class="curves-empty">Nothing to draw for {}: {}{}.</p>').format(title, why, extra)
 
@@ -267,27 +273,29 @@ def y_axis_title(y_label: str, unit: str, log_y: bool) -> str:
     return f"{y_label} ({inside})" if inside else y_label
 
 
-def _axes(runs: Sequence[Run], log_y: bool) -> tuple[Axis, Axis]:
+def _axes(runs: Sequence[Run], log_y: bool, x_span: tuple[int, int] | None = None) -> tuple[Axis, Axis]:
     drawn = [p for run in runs for p in run.points]
-    x_axis = linear_axis([e for e, _ in drawn], whole=True, count=EPOCH_TICKS)
+    x_axis = linear_axis([e for e, _ in drawn] + list(x_span or ()), whole=True, count=EPOCH_TICKS)
     values = [v for _, v in drawn]
     return x_axis, log_axis(values) if log_y else linear_axis(values)
 
 
 def curves(series: Sequence[tuple[str, Sequence[tuple[int, float]]]], *, title: str, y_label: str, unit: str = "",
-           log_y: bool = False) -> Markup:
+           log_y: bool = False, x_title: str = "epoch", x_span: tuple[int, int] | None = None) -> Markup:
     """An inline `<svg role="img">` of several runs' per-epoch values, overlaid: `series` is (run name, [(epoch,
     value), ...]) per run, in the legend's order; epochs whole numbers from 0, in any order, with gaps, differing
     between runs; values numbers, those not finite (NaN, infinities, None) left out and counted in a note, as are
     those not above 0 with `log_y` (a log axis cannot show them). `title` says what it shows ("mean AUROC per
     epoch"); `y_label` and `unit` title the y axis ("images/sec (img/s)"). A run with nothing to draw is named in
     the legend with "(no data)". No runs, or none with a value: a short paragraph saying there is nothing to draw.
-    ValueError for an epoch or a value of the wrong kind (the message names the run)."""
+    ValueError for an epoch or a value of the wrong kind (the message names the run). `x_title`: what the whole
+    numbers along the bottom count where they are not epochs ("minutes since 13:05 UTC"); `x_span`: the least
+    range the x axis spans, whatever the points (an hour's window: (0, 60))."""
     runs, dropped = _runs(series, log_y)
     left_out = notes(dropped)
     if not any(run.points for run in runs):
-        return nothing_to_draw(title, runs, left_out)
-    x_axis, y_axis = _axes(runs, log_y)
+        return nothing_to_draw(title, runs, left_out, x_title)
+    x_axis, y_axis = _axes(runs, log_y, x_span)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     base = TOP + plot_h
 
@@ -303,12 +311,12 @@ def curves(series: Sequence[tuple[str, Sequence[tuple[int, float]]]], *, title: 
     y_title = y_axis_title(y_label, unit, log_y)
     keys, keys_h = legend(runs, LEGEND_TOP)
     height = math.ceil(LEGEND_TOP + keys_h + len(left_out) * LEGEND_ROW + 4)
-    words = escape(describe(title, runs, y_title, left_out))
+    words = escape(describe(title, runs, y_title, left_out, x_title))
     lines = "".join(_run_marks(run, i, x_px, y_px) for i, run in enumerate(runs) if run.points)
     return Markup(
         f'<svg class="curves" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{words}" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" focusable="false"><title>{words}</title>'
         f'<g fill="currentColor" font-size="{FONT}">'
         f'{"".join(y_axis_marks(y_axis, y_tick_px))}{frame(base)}{"".join(x_axis_marks(x_axis, x_px, base, False))}'
-        f'{axis_titles("epoch", fitted(y_title, plot_h + TOP), base)}{keys}{note_marks(left_out, LEGEND_TOP + keys_h)}'
+        f'{axis_titles(x_title, fitted(y_title, plot_h + TOP), base)}{keys}{note_marks(left_out, LEGEND_TOP + keys_h)}'
         f"</g>{lines}</svg>")

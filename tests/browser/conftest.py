@@ -277,3 +277,19 @@ window.Notification = class {
 };
 window.Notification.permission = localStorage.getItem("test-permission") || "default";
 """
+
+
+def screenshot(page: playwright.Page, path: Path, most: int = 2400) -> None:
+    """The whole page, cut at `most` px high (a long job list goes on for thousands)."""
+    height = min(page.evaluate("() => document.documentElement.scrollHeight"), most)
+    page.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": 0, "width": page.viewport_size["width"],
+                                                          "height": max(height, 1)})
+
+
+def layout_problems(page, label: str, artifacts: Path, shot: str) -> list[str]:
+    """The page as it is, saved as artifacts/<shot>.png, then what axe-core finds in it and whether it scrolls
+    sideways: one line per problem."""
+    screenshot(page, artifacts / f"{shot}.png")
+    problems = axe_problems(page, label, artifacts)
+    overflow = horizontal_overflow(page)
+    return problems + ([f"{label}: the page scrolls sideways: {overflow}"] if overflow else [])

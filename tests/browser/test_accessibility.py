@@ -9,8 +9,6 @@ so nothing trains while the pages are read.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bench.hub_client import wait_for
@@ -18,9 +16,8 @@ from tests.browser.conftest import (
     NARROW,
     PORTAL,
     WIDE,
-    axe_problems,
     focused,
-    horizontal_overflow,
+    layout_problems,
     new_context,
     tab_until,
     unseen_focus,
@@ -45,11 +42,7 @@ def test_every_page_passes_axe_and_fits_its_width(hub, browser, alice_cookies, w
             response = page.goto(f"{hub.url}/{path.format(job=waiting_job)}")
             assert response.status == (404 if name == "404" else 200), f"{label}: {page.url}"
             assert page.get_attribute("html", "data-bs-theme") == theme, label
-            screenshot(page, artifacts / f"a11y-{label}.png")
-            problems += axe_problems(page, label, artifacts)
-            overflow = horizontal_overflow(page)
-            if overflow:
-                problems.append(f"{label}: the page scrolls sideways: {overflow}")
+            problems += layout_problems(page, label, artifacts, f"a11y-{label}")
     finally:
         context.close()
     assert not problems, "\n".join(problems)
@@ -106,9 +99,3 @@ def shown_state(page, hub, job_id: str) -> str:
     page.goto(f"{hub.url}/{PAGES['job'].format(job=job_id)}")
     return page.text_content("#state").strip()
 
-
-def screenshot(page, path: Path, most: int = 2400) -> None:
-    """The whole page, cut at `most` px high (a long job list goes on for thousands)."""
-    height = min(page.evaluate("() => document.documentElement.scrollHeight"), most)
-    page.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": 0, "width": page.viewport_size["width"],
-                                                          "height": height})

@@ -13,7 +13,6 @@ the submit form shown again with an error.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
@@ -23,7 +22,7 @@ from tornado.web import RequestHandler
 from portal.service.app import JOB_ID, ROUTES
 from portal.service.base import PageRendering
 from portal.service.mlflow_proxy import MlflowProxyHandler
-from tests.browser.conftest import PORTAL, RECORD_VIOLATIONS, WAITING_FORM, new_context
+from tests.browser.conftest import PORTAL, RECORD_VIOLATIONS, WAITING_FORM, new_context, screenshot
 
 pytestmark = pytest.mark.integration
 # The URLs a page's script fetches again while it is open (data-rows-url, data-figures-url, data-log-url, ...).
@@ -120,9 +119,3 @@ def test_every_dashboard_page_runs_under_its_policy_without_a_violation(hub, bro
         context.close()
     assert not problems, "\n".join(problems + ["visited: " + ", ".join(visited)])
 
-
-def screenshot(page: playwright.Page, path: Path, most: int = 2400) -> None:
-    """The page, cut at `most` px high."""
-    height = min(page.evaluate("() => document.documentElement.scrollHeight"), most)
-    page.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": 0, "width": page.viewport_size["width"],
-                                                          "height": max(height, 1)})

@@ -1,17 +1,20 @@
 """The hub as a site runs it on Kubernetes: in a pod of the test box (deploy/kubernetes/kubeparts/hub.py), from the
 hub image, with values.yaml's settings, its own service account, and the test box's directory through the LDAP
-relay. alice logs in through the NodePort, spawns, reaches JupyterLab, her TensorBoard and the dashboard; then the
-hub's pod is deleted: the Deployment makes another, and alice's server, never stopped, answers through the new
-pod's proxy to the cookie she had."""
+relay. The box's Prometheus reads the hub and the portal in it, and its Operations page draws what it kept. alice
+logs in through the NodePort, spawns, reaches JupyterLab, her TensorBoard and the dashboard; then the hub's pod is
+deleted: the Deployment makes another, and alice's server, never stopped, answers through the new pod's proxy to
+the cookie she had."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 import requests
 from kubernetes import client as k8s
 
+from deploy import prometheus_server
 from portal.notebook import TENSORBOARD_START_TIMEOUT_S
 from tests.conftest import page_error, wait_for
 from tests.integration.helpers import portal_client
@@ -77,6 +80,20 @@ def test_the_hub_is_served_over_https_with_the_boxs_ca_and_secure_cookies(pod_hu
     dashboard = answers["dashboard"]
     assert dashboard.status_code == 200 and dashboard.url.endswith("/services/portal/jobs"), dashboard.url
     assert "script-src 'self' 'nonce-" in dashboard.headers["Content-Security-Policy"], dashboard.headers
+
+
+def test_the_boxs_prometheus_scrapes_the_pod_hub_and_its_dashboard_draws_the_operations_page(pod_hub, kube):
+    """Through the NodePort with the token the hub registered from its Secret; the dashboard in the hub's pod reads
+    it back on the bridge with the reader from the same Secret."""
+    base, data = kubebox.box_prometheus.url(kube.box), kubebox.box_prometheus.data_dir(kube.box)
+    assert requests.get(f"{base}/api/v1/query", params={"query": "up"}, timeout=10).status_code == 401
+    up = wait_for(lambda: (found := prometheus_server.targets_up(data, base)) == {"hub": 1.0, "portal": 1.0} and found,
+                  90, what="the box's Prometheus to read the hub and the portal in the hub's pod")
+    assert up == {"hub": 1.0, "portal": 1.0}
+    page = portal_client(pod_hub, "admin").get(f"{pod_hub.url}/services/portal/operations", timeout=60)
+    assert page.status_code == 200 and 'id="operations-error"' not in page.text, page.text[-3000:]
+    charts = re.findall(r'<svg class="curves"[^>]* aria-label="([^"]*)"', page.text)
+    assert any(label.startswith("Targets scraped for 2 series") and "portal: " in label for label in charts), charts
 
 
 def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(pod_hub, kube, core):

@@ -64,6 +64,7 @@ def release_settings(release: str) -> tuple[Path, dict[str, object]]:
     settings = box_settings(cluster, state, PORT_OFFSET + offset, prefix, subnet)
     settings["slurm_bin_dir"] = f"/opt/dsportal/slurm/{release}/bin"
     settings["mlflow_url"] = ""  # MLflow is the same on every release: the main test box's journeys test it
+    settings["prometheus_url"] = ""  # so is Prometheus
     return state, settings
 
 

@@ -54,8 +54,9 @@ ACCOUNTED = {
     ("chexnet/data/tfrecords.py", "encode_image", "open"): OWN_DATA,
     ("chexnet/model_card.py", "sha256_file", "open"): OWN_DATA + " (hashed in chunks for its card)",
     ("portal/config_values.py", "read_yaml", "read_text"): "the site's portal.yaml (DSPORTAL_CONFIG), root's",
-    ("portal/config_gpus.py", "metrics_token", "open"): "the site's Prometheus token (metrics_token_file), root's and "
-    "0600 (refused otherwise), read by the hub at its start; one line of at most 4,096 characters",
+    ("portal/prometheus_access.py", "secret_line", "os.open"): "the Prometheus token and reader (metrics_token_file, "
+    "prometheus_reader_file), root's and 0600, regular files (refused otherwise), opened without blocking; one line "
+    "of at most 4,096 bytes",
     ("portal/mlflow_accounts.py", "admin_credentials", "read_text"): "the MLflow server's admin (mlflow_admin_file), "
                                                                       "a root-owned 0600 file",
     ("portal/mlflow_accounts.py", "__enter__", "open"): "the lock beside the portal's record of MLflow accounts, in "

@@ -13,6 +13,8 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
                                                            for every node's address (tls/hub.pem), and its key
     Secret dsportal-mlflow-admin                           the box's MLflow server's admin (kubeparts/mlflow.py),
                                                            who makes each user's MLflow account
+    Secret dsportal-prometheus                             the box's Prometheus server's scrape token (the hub
+                                                           registers it) and its reader (kubeparts/prometheus.py)
     Service hub                                            ClusterIP: 8081 the hub's own API, 8090 the dashboard;
                                                            its address is the servers' way back to the hub
                                                            (DSPORTAL_HUB_CONNECT_IP), whichever pod runs it
@@ -27,8 +29,8 @@ The pods reach only the box's bridge (the nodes have no default route) and slapd
 only, and the pod names the directory by this machine's hostname, which slapd's certificate carries, with a
 hostAliases entry for the bridge address. Only LDAPS is relayed: no port that speaks plain LDAP is reachable from
 a pod, and the hub's pod talks LDAPS (ldap_tls: ldaps). `install` writes <state>/hub/directory.json; while it is
-there, every `up` starts the relay and the MLflow server (kubeparts/mlflow.py), imports the hub image again when
-podman's copy changed, and brings the objects in line.
+there, every `up` starts the relay, the MLflow server (kubeparts/mlflow.py) and the Prometheus server
+(kubeparts/prometheus.py), imports the hub image again when podman's copy changed, and brings the objects in line.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 
 from deploy.kubernetes.kubeparts import images as box_images
 from deploy.kubernetes.kubeparts import mlflow as box_mlflow
+from deploy.kubernetes.kubeparts import prometheus as box_prometheus
 from deploy.kubernetes.kubeparts.api import apply, resource
 from deploy.kubernetes.kubeparts.layout import HERE, HUB_NAMESPACE, HUB_SERVICE_ACCOUNT, PORTAL, KubeBox
 from deploy.selfsigned import ensure_ca_and_server_cert
@@ -104,6 +107,9 @@ BOX_EXTRA = {
     "DSPORTAL_LDAPS_PORT": "the box's slapd LDAPS port (relayed on the bridge)",
     "DSPORTAL_MLFLOW_URL": "the box's MLflow server, on the bridge (kubeparts/mlflow.py)",
     "DSPORTAL_MLFLOW_ADMIN_FILE": "its admin, from the Secret dsportal-mlflow-admin",
+    "DSPORTAL_PROMETHEUS_URL": "the box's Prometheus server, on the bridge (kubeparts/prometheus.py)",
+    "DSPORTAL_METRICS_TOKEN_FILE": "the token it scrapes with, from the Secret dsportal-prometheus",
+    "DSPORTAL_PROMETHEUS_READER_FILE": "the password the Operations page reads it with, from the same Secret",
 }
 
 
@@ -156,6 +162,7 @@ def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[st
         "DSPORTAL_K8S_NODE_CPUS": str(os.cpu_count() or 1), "DSPORTAL_K8S_NODE_MEMORY_GB": "8",
         "DSPORTAL_HUB_SSL_CERT": f"{TLS_MOUNT}/tls.crt", "DSPORTAL_HUB_SSL_KEY": f"{TLS_MOUNT}/tls.key",
         "DSPORTAL_K8S_SERVER_EGRESS": ",".join(box.portal.k8s_server_egress), **box_mlflow.hub_env(box),
+        **box_prometheus.hub_env(box),
     })
     env.update({f"DSPORTAL_{name.upper()}": value for name, value in box.hub_settings})
     return env
@@ -196,6 +203,7 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
         {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
          "metadata": {"name": "dsportal-hub-tls", **meta}, "stringData": {"tls.crt": tls[0], "tls.key": tls[1]}},
         box_mlflow.admin_secret(mlflow_admin, LABELS),
+        box_prometheus.secret(box, LABELS),
         hub_network_policy(HUB_NAMESPACE, LABELS, PROXY_PORT, HUB_API_PORT, (DASHBOARD_PORT,)),
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hub", **meta},
          "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": LABELS},
@@ -214,7 +222,8 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                                            {"name": "ldap-ca", "mountPath": CA_MOUNT, "readOnly": True},
                                            {"name": "ldap-search", "mountPath": SEARCH_MOUNT, "readOnly": True},
                                            {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
-                                           {"name": "mlflow", "mountPath": box_mlflow.ADMIN_MOUNT, "readOnly": True}]}],
+                                           {"name": "mlflow", "mountPath": box_mlflow.ADMIN_MOUNT, "readOnly": True},
+                                           box_prometheus.mount()[0]]}],
                       "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": "hub-state"}},
                                   {"name": "ldap-ca", "secret": {"secretName": "dsportal-ldap-ca"}},
                                   {"name": "ldap-search", "secret": {"secretName": "dsportal-ldap-search",
@@ -222,7 +231,8 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                                   {"name": "tls", "secret": {"secretName": "dsportal-hub-tls",
                                                              "defaultMode": 0o400}},
                                   {"name": "mlflow", "secret": {"secretName": box_mlflow.ADMIN_SECRET,
-                                                                "defaultMode": 0o400}}]}}}}]
+                                                                "defaultMode": 0o400}},
+                                  box_prometheus.mount()[1]]}}}}]
 
 
 def state_dir(box: KubeBox) -> Path:

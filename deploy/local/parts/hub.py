@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 from deploy.daemons import SurvivedKill, running_pid, terminate
+from deploy.local.parts import prometheus
 from deploy.local.parts.layout import LOCALHOST, REPO, Layout, make_dir
 from deploy.local.parts.nodes import describe_process, ensure_bridge
 from deploy.supervise import BoxError, Service
@@ -22,6 +23,7 @@ def ensure_hub(lay: Layout) -> None:
     if not (REPO / "jupyterhub_config.py").exists():
         raise BoxError(f"hub: {REPO / 'jupyterhub_config.py'} is missing (use `up --no-hub` without it)")
     make_dir(lay.hub, 0o700)
+    prometheus.ensure_secrets(lay)  # the token it registers for the box's Prometheus
     ensure_bridge(lay)  # the hub's API listens on the bridge, where the servers on the nodes reach it
     stop_leftovers(lay)
 

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.testing import AsyncHTTPTestCase
 
+from portal import prometheus_access
 from portal.config import PortalConfig
 from portal.config_values import ConfigError
 from portal.errors import SchedulerError
@@ -174,7 +175,7 @@ def test_the_hub_registers_the_sites_prometheus_with_read_metrics_from_a_token_o
     token.write_text("0123456789abcdef0123\n")
     token.chmod(0o644)
     with pytest.raises(ConfigError, match=r"metrics_token_file .* is mode 0644; allowed: 0600"):
-        PortalConfig(metrics_token_file=str(token)).metrics_token()
+        prometheus_access.metrics_token(PortalConfig(metrics_token_file=str(token)))
     token.chmod(0o600)
     monkeypatch.setenv("DSPORTAL_METRICS_TOKEN_FILE", str(token))
     config = Config()
@@ -185,7 +186,7 @@ def test_the_hub_registers_the_sites_prometheus_with_read_metrics_from_a_token_o
     assert role["scopes"] == ["read:metrics", "access:services!service=portal"] and role["services"] == ["prometheus"]
     token.write_text("short\n")
     with pytest.raises(ConfigError, match="holds no token of 16 characters or more"):
-        PortalConfig(metrics_token_file=str(token)).metrics_token()
+        prometheus_access.metrics_token(PortalConfig(metrics_token_file=str(token)))
 
 
 class ServiceTokenTest(TestHeaderUser, AsyncHTTPTestCase):
