@@ -89,6 +89,9 @@ c.JupyterHub.load_roles = [
     # The default user role ("self") does not include any service: every user may open the dashboard.
     {"name": "user", "scopes": ["self", "access:services!service=portal"]},
 ]
+# The server's own token (JUPYTERHUB_API_TOKEN) may also ask the dashboard, as its owner: the lab's GPU figures and
+# "Keep it" go through the server (portal.lab_gpus). The first two are JupyterHub's `server` role's.
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", "access:services!service=portal"]
 # The hub's page.html with a "Portal" item in the navigation bar.
 c.JupyterHub.template_paths = [str(HUB_TEMPLATES)]
 c.JupyterHub.template_vars = {"portal_url": "/services/portal/"}

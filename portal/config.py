@@ -31,6 +31,10 @@ from portal.config_values import ConfigError, default_of, read_given, said_where
 from portal.quota import GpuHolder, GpuQuota, quota_for
 from portal.registrations import SCHEDULERS, server_schedulers
 
+# The users' servers' way to the dashboard (PortalConfig.dashboard_for_servers), in their environment: no DSPORTAL_
+# name, which a setting would read.
+SERVER_DASHBOARD_ENV = "PORTAL_DASHBOARD_URL"
+
 
 @dataclass(frozen=True)
 class PortalConfig(KubernetesSettings, GpuSettings):
@@ -288,6 +292,20 @@ class PortalConfig(KubernetesSettings, GpuSettings):
     def dashboard_url(self) -> str:
         """Where the hub's proxy reaches the dashboard service (not the public address)."""
         return f"http://127.0.0.1:{self.dashboard_service_port}"
+
+    @property
+    def dashboard_addresses(self) -> tuple[str, ...]:
+        """Where the dashboard listens: the hub's proxy's way to it, and the hub's API address, where the users'
+        servers reach it too (the lab asks for its GPU figures: portal.lab_gpus); 0.0.0.0 covers both."""
+        wanted = dict.fromkeys(("127.0.0.1", self.hub_api_address))
+        return ("0.0.0.0",) if "0.0.0.0" in wanted else tuple(wanted)
+
+    @property
+    def dashboard_for_servers(self) -> str:
+        """The dashboard's URL as the users' servers reach it (the spawners put it in SERVER_DASHBOARD_ENV): where
+        they reach the hub's API (its connect address in a cluster), at the dashboard's port."""
+        host = self.hub_connect_ip or self.hub_api_address
+        return f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{self.dashboard_service_port}/services/portal/"
 
     @property
     def ldap_server_port(self) -> int:

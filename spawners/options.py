@@ -16,7 +16,7 @@ from typing import Any
 from tornado import web
 from traitlets import HasTraits, Instance, default
 
-from portal.config import PortalConfig, load
+from portal.config import SERVER_DASHBOARD_ENV, PortalConfig, load
 from portal.errors import SchedulerError
 from portal.inputs import one_line
 from portal.mlflow_accounts import for_job, tracking_uri
@@ -109,7 +109,8 @@ class ServerOptionsMixin(HasTraits):
             self.log.warning("MLflow for %s's server: %s", name, why_not)
 
     def get_env(self) -> dict[str, str]:
-        return {**super().get_env(), **self.mlflow_environment}
+        # The dashboard as the server reaches it: the lab's GPU figures go through the server (portal.lab_gpus).
+        return {**super().get_env(), **self.mlflow_environment, SERVER_DASHBOARD_ENV: self.portal.dashboard_for_servers}
 
     def scheduler(self) -> Scheduler[Any]:
         """The scheduler this spawner's servers run on (`portal_scheduler`, made from the portal's settings)."""

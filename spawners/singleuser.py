@@ -30,7 +30,9 @@ SINGLEUSER_FAST_START = (
 # beside its connection file, in the user's runtime directory (0700): only the user's own processes reach them
 # (docs/security.md). Every other channel checks each message's HMAC either way.
 SINGLEUSER_PRIVATE = ("--KernelManager.transport=ipc",)
-SINGLEUSER_ARGS = (*SINGLEUSER_FAST_START, *SINGLEUSER_PRIVATE)  # both spawners' default `args`
+# ... and the portal's own server extension: the lab's way to its GPU figures (portal.lab_gpus, docs/gpus.md).
+SINGLEUSER_PORTAL = ("--ServerApp.jpserver_extensions=portal.lab_gpus=True",)
+SINGLEUSER_ARGS = (*SINGLEUSER_FAST_START, *SINGLEUSER_PRIVATE, *SINGLEUSER_PORTAL)  # both spawners' default `args`
 
 
 def defer_iri_syntax_parsers() -> bool:

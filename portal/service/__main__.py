@@ -9,7 +9,9 @@ import signal
 import sys
 from urllib.parse import urlparse
 
+from tornado.httpserver import HTTPServer
 from tornado.log import LogFormatter
+from tornado.netutil import bind_sockets
 
 from portal.cli import run_reporting
 from portal.config import ConfigError, load
@@ -26,10 +28,13 @@ async def serve() -> None:
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", cfg.dashboard_url))
     app = make_app(cfg, watch_jobs=True)
     gc_pauses.settle()
-    app.listen(url.port or cfg.dashboard_service_port, url.hostname or "127.0.0.1",
-               max_body_size=app.settings["max_body_size"])
+    port = url.port or cfg.dashboard_service_port
+    server = HTTPServer(app, max_body_size=app.settings["max_body_size"])
+    addresses = [url.hostname or "127.0.0.1", *cfg.dashboard_addresses]
+    for address in ("0.0.0.0",) if "0.0.0.0" in addresses else dict.fromkeys(addresses):
+        server.add_sockets(bind_sockets(port, address))  # the proxy's way, and the servers' (portal.lab_gpus)
     log = logging.getLogger("portal.service")
-    log.info("dashboard listening on %s", url.geturl())
+    log.info("dashboard listening on %s (port %d of %s)", url.geturl(), port, ", ".join(dict.fromkeys(addresses)))
     gpu_watcher(cfg, app).start()
     # The hub stops its services with SIGINT (SIGTERM from an init system): both are a normal stop, not a crash.
     stop = asyncio.Event()

@@ -1,16 +1,16 @@
 """The lab's idle-GPU notice (deploy/jupyterlab/gpu-notice, docs/gpus.md) alone in headless Chromium: loaded as
 JupyterLab loads a prebuilt extension (its container initialised with a share scope that holds a recording
-Notification, then asked for "./extension"), against the dashboard's answers given here (Playwright's routes, no
-box). It passes the dashboard's login once, shows each warning once with "Keep it", posts the GPUs page's own form
-with its XSRF token, and takes a notice away once its warning is gone; where the lab has a status bar (its token in
-the share scope), it shows what the server's GPUs do now, node by node, and hides the line when they are gone. That
-the real JupyterLab loads it: tests/integration/test_spawn.py (the lab's page lists it, and its script is served)."""
+Notification, then asked for "./extension"), against its own server's answers given here (Playwright's routes, no
+box: portal.lab_gpus's, tested in tests/unit/portal/test_lab_gpus.py). It asks only its own server, with the
+server's XSRF token, shows each warning once with "Keep it", posts the keep to its server, and takes a notice away
+once its warning is gone; where the lab has a status bar (its token in the share scope), it shows what the server's
+GPUs do now, node by node, and hides the line when they are gone. That the real JupyterLab loads it and shows the
+line: tests/browser/test_login_to_lab.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import parse_qs
 
 from playwright import sync_api as playwright
 
@@ -62,17 +62,18 @@ SERVER_GPUS = [{"node": "slurm-node1", "index": 0, "busy": 37.4, "memory_used_mi
                 "source": "standin", "error": "no reading for 75 s: the node's reader stopped"}]
 WARNING = {"holder": "12", "server": True, "idle_since": 40.0, "warned_at": 1840.0, "deadline": 5440.0,
            "left_s": 1790.0}
-FORM = '<form method="post"><input type="hidden" name="_xsrf" value="2|ab|10:1795|5:_xsrf"/></form>'
+XSRF = "2|ab|10:1795|5:_xsrf"  # the server's _xsrf cookie, as Jupyter's server sets it with the lab's page
 
 
-class Dashboard:
+class Server:
+    """The lab's own server: its page (with its _xsrf cookie) and portal.lab_gpus's two answers."""
+
     def __init__(self) -> None:
-        self.logged_in = False
         self.warnings = [WARNING]
         self.server_gpus: list[dict] = []
         self.status_bar = False
         self.asked: list[str] = []
-        self.posts: list[dict[str, list[str]]] = []
+        self.posts: list[dict] = []
 
     def answer(self, route) -> None:
         request, path = route.request, route.request.url[len(ORIGIN):]
@@ -81,20 +82,17 @@ class Dashboard:
             route.fulfill(body=SCRIPT.read_text(), content_type="text/javascript")
         elif path == "/user/alice/lab":
             lab = LAB.replace("STATUS_BAR", STATUS_BAR if self.status_bar else "")
-            route.fulfill(body=lab.replace("<body>", "<body>" + STATUS_BAR_DIV), content_type="text/html")
-        elif path == f"{PORTAL}api/gpus":
-            if not self.logged_in:
-                route.fulfill(status=403, body='{"error": "log in"}', content_type="application/json")
-            else:
-                route.fulfill(body=json.dumps({"watched": True, "warnings": self.warnings, "history": [],
-                                               "server_gpus": self.server_gpus}), content_type="application/json")
-        elif path == f"{PORTAL}gpus" and request.method == "POST":
-            self.posts.append(parse_qs(request.post_data))
+            route.fulfill(body=lab.replace("<body>", "<body>" + STATUS_BAR_DIV), content_type="text/html",
+                          headers={"Set-Cookie": f"_xsrf={XSRF}; Path=/user/alice/"})
+        elif request.headers.get("x-xsrftoken") != XSRF:  # as Jupyter's server refuses a request without it
+            route.fulfill(status=403, body='{"message": "XSRF"}', content_type="application/json")
+        elif path == "/user/alice/dsportal/gpus" and request.method == "GET":
+            route.fulfill(body=json.dumps({"watched": True, "warnings": self.warnings, "history": [],
+                                           "server_gpus": self.server_gpus}), content_type="application/json")
+        elif path == "/user/alice/dsportal/gpus/keep" and request.method == "POST":
+            self.posts.append(json.loads(request.post_data))
             self.warnings = []
-            route.fulfill(status=302, headers={"Location": f"{PORTAL}gpus?kept=12"})
-        elif path.startswith(f"{PORTAL}gpus"):
-            self.logged_in = True  # the dashboard's OAuth, passed by the visit
-            route.fulfill(body=FORM, content_type="text/html")
+            route.fulfill(body='{"act": "keep"}', content_type="application/json")
         else:
             route.fulfill(status=404, body="")
 
@@ -102,10 +100,10 @@ class Dashboard:
 def test_the_lab_shows_each_warning_once_keeps_it_and_takes_the_notice_away(browser):
     context = new_context(browser)
     page = context.new_page()
-    dashboard = Dashboard()
+    server = Server()
     try:
         page.clock.install()
-        page.route(f"{ORIGIN}/**", dashboard.answer)
+        page.route(f"{ORIGIN}/**", server.answer)
         page.goto(f"{ORIGIN}/user/alice/lab")
         page.wait_for_function("() => window.__notes.length === 1")
         assert page.get_attribute("body", "data-dsportal-gpu-notice") == "on"
@@ -113,16 +111,17 @@ def test_the_lab_shows_each_warning_once_keeps_it_and_takes_the_notice_away(brow
                              "actions: window.__notes[0].options.actions.map(a => a.label)})")
         assert note == {"message": "Your JupyterLab server's GPUs have done nothing for 30 min: it stops in 30 min "
                                    "unless you keep it.", "type": "warning", "actions": ["Keep it", "GPUs page"]}
-        # Not logged in to the dashboard: its GPUs page once (its OAuth), then the warnings.
-        assert [a for a in dashboard.asked if PORTAL in a][:3] == [
-            f"GET {PORTAL}api/gpus", f"GET {PORTAL}gpus", f"GET {PORTAL}api/gpus"]
+        # Its own server only, never the dashboard (JupyterHub refuses a page's cookie request to another service).
+        assert [a for a in server.asked if "remoteEntry" not in a][:2] == ["GET /user/alice/lab",
+                                                                            "GET /user/alice/dsportal/gpus"]
+        assert not [a for a in server.asked if PORTAL in a]
         page.clock.run_for(60_000)  # the next look: the same warning is not shown twice
         page.wait_for_timeout(300)
         assert page.evaluate("() => window.__notes.length") == 1
 
         page.evaluate("() => window.__notes[0].options.actions[0].callback()")  # "Keep it"
         page.wait_for_function("() => window.__notes[0].type === 'success'")
-        assert dashboard.posts == [{"holder": ["12"], "_xsrf": ["2|ab|10:1795|5:_xsrf"]}]
+        assert server.posts == [{"holder": "12"}]
         assert page.evaluate("() => window.__notes[0].message") == "Kept: its idle clock starts again."
         page.clock.run_for(60_000)  # kept: no warning any more, so its notice goes
         page.wait_for_function("() => window.__notes[0].open === false")
@@ -133,11 +132,11 @@ def test_the_lab_shows_each_warning_once_keeps_it_and_takes_the_notice_away(brow
 def test_the_status_bar_shows_the_servers_gpus_node_by_node_and_hides_when_none(browser, artifacts):
     context = new_context(browser)
     page = context.new_page()
-    dashboard = Dashboard()
-    dashboard.warnings, dashboard.server_gpus, dashboard.status_bar = [], SERVER_GPUS, True
+    server = Server()
+    server.warnings, server.server_gpus, server.status_bar = [], SERVER_GPUS, True
     try:
         page.clock.install()
-        page.route(f"{ORIGIN}/**", dashboard.answer)
+        page.route(f"{ORIGIN}/**", server.answer)
         page.goto(f"{ORIGIN}/user/alice/lab")
         line = page.locator(".dsportal-gpus")
         playwright.expect(line).to_have_text("GPUs 37 %, unknown (FAKE)")
@@ -146,10 +145,10 @@ def test_the_status_bar_shows_the_servers_gpus_node_by_node_and_hides_when_none(
             "time)\nslurm-node2 GPU 1: unknown (no reading for 75 s: the node's reader stopped) (FAKE GPU: busy is "
             "the stand-in's, from the server's CPU time)\nClick for the portal's GPUs page.")
         page.screenshot(path=str(artifacts / "lab-server-gpus.png"))
-        dashboard.server_gpus = [{**SERVER_GPUS[0], "busy": 92.0, "source": "nvml"}]  # a real GPU, at work
+        server.server_gpus = [{**SERVER_GPUS[0], "busy": 92.0, "source": "nvml"}]  # a real GPU, at work
         page.clock.run_for(60_000)
         playwright.expect(line).to_have_text("GPU 92 %")
-        dashboard.server_gpus = []  # the server holds none any more: no line
+        server.server_gpus = []  # the server holds none any more: no line
         page.clock.run_for(60_000)
         playwright.expect(line).to_be_hidden()
         assert page.evaluate("() => window.__notes.length") == 0  # no warning: no notice

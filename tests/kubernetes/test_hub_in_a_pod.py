@@ -1,9 +1,9 @@
 """The hub as a site runs it on Kubernetes: in a pod of the test box (deploy/kubernetes/kubeparts/hub.py), from the
 hub image, with values.yaml's settings, its own service account, and the test box's directory through the LDAP
 relay. The box's Prometheus reads the hub and the portal in it, and its Operations page draws what it kept. alice
-logs in through the NodePort, spawns, reaches JupyterLab, her TensorBoard and the dashboard; then the hub's pod is
-deleted: the Deployment makes another, and alice's server, never stopped, answers through the new pod's proxy to
-the cookie she had."""
+logs in through the NodePort, spawns, reaches JupyterLab (whose server asks the dashboard for her lab's GPU figures),
+her TensorBoard and the dashboard; then the hub's pod is deleted: the Deployment makes another, and alice's server,
+never stopped, answers through the new pod's proxy to the cookie she had."""
 
 from __future__ import annotations
 
@@ -106,6 +106,11 @@ def test_alice_spawns_through_the_pod_hub_and_her_server_outlives_the_hub_pod(po
         server_pod = core.read_namespaced_pod("jupyter-alice", ALICE_NS)
         assert server_pod.status.phase == "Running"
         assert lab_answers(alice, pod_hub.url)
+        # Her lab's GPU figures: her server asks the dashboard in the hub's pod (through the hub's Service, both
+        # NetworkPolicies letting it) with its own token, for what is hers (portal.lab_gpus).
+        xsrf = alice.cookies.get("_xsrf", path="/user/alice/") or alice.cookies.get("_xsrf") or ""
+        gpus = alice.get(f"{pod_hub.url}/user/alice/dsportal/gpus", headers={"X-XSRFToken": xsrf}, timeout=60)
+        assert gpus.status_code == 200 and "server_gpus" in gpus.json(), (gpus.status_code, gpus.text[-2000:])
         # TensorBoard over her ~/jobs, in her pod, through jupyter-server-proxy (it starts on the first request).
         board = wait_for(lambda: (a := alice.get(f"{pod_hub.url}/user/alice/tensorboard/data/environment",
                                                  timeout=60)).ok and a.json(), TENSORBOARD_START_TIMEOUT_S + 30,

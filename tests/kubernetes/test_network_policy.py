@@ -136,7 +136,8 @@ def test_the_portals_policies_are_there_and_a_user_cannot_remove_them(kube, pod_
                                                                                  namespace=BOB_NS)
 
 
-def test_a_users_server_reaches_the_hubs_api_and_nothing_of_anyone_else(kube, core, fenced):
+def test_a_users_server_reaches_the_hubs_api_and_dashboard_and_nothing_of_anyone_else(kube, core, fenced):
+    """The dashboard: a server asks it for its lab's GPU figures (portal.lab_gpus), with its own token."""
     hub_ip, hub_service = hub_address(core)
     seen = probe(core, "bob-server", BOB_NS, {
         "hub-api": (hub_ip, 8081), "hub-service": (hub_service, 8081), "api-server": (kube.box.api_address,
@@ -145,7 +146,7 @@ def test_a_users_server_reaches_the_hubs_api_and_nothing_of_anyone_else(kube, co
                                                                                         SERVER_PORT),
         "worker-same-node": (fenced["x-worker-1"], 2222), "worker-other-node": (fenced["x-worker-2"], 2222),
         "plain-pod": (fenced["plain"], 8080)})
-    assert seen == {"hub-api": "open", "hub-service": "open", "api-server": "open", "hub-dashboard": "refused",
+    assert seen == {"hub-api": "open", "hub-service": "open", "api-server": "open", "hub-dashboard": "open",
                     "hub-proxy": "refused", "alice-server": "refused", "worker-same-node": "refused",
                     "worker-other-node": "refused", "plain-pod": "refused"}
 

@@ -20,7 +20,7 @@ with the box's own values over them (BOX_VALUES says which and why). Objects, in
                                                            (DSPORTAL_HUB_CONNECT_IP), whichever pod runs it
     Service proxy-public                                   NodePort NODE_PORT to the proxy's 8000 (z2jh's name):
                                                            the URL `make up-k8s` prints, on a node's address
-    NetworkPolicy hub                                      8000 from anywhere, 8081 from users' servers, 8090 its own
+    NetworkPolicy hub                                      8000 from anywhere, 8081 and 8090 from users' servers
     Deployment hub                                         1 replica, Recreate (one hub at a time: sqlite)
 
 The directory is the Slurm box's slapd (`python -m deploy.local.box start slapd`; the tests': their own box's).

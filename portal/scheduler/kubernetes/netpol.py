@@ -8,8 +8,8 @@ In a user's namespace:
 - `singleuser`: their JupyterLab pods (KubeSpawner's label component=singleuser-server) take connections on the
   server's port only from the hub's pods (z2jh's label hub.jupyter.org/network-access-singleuser=true, in the hub's
   namespace) and from a hub outside the cluster (`hub_api_ip`, when it is an address); they reach only the hub's
-  API, DNS, the MLflow server (mlflow_url, at an address) and what the site lists in `k8s_server_egress` (the API
-  server: notebooks submit jobs).
+  API and the dashboard's port beside it (the lab's GPU figures), DNS, the MLflow server (mlflow_url, at an
+  address) and what the site lists in `k8s_server_egress` (the API server: notebooks submit jobs).
 - `training`: every training pod (app.kubernetes.io/component=training) takes no connection at all, but
 - `<job id>` (one per job): from the pods of the same job (dsportal/job-id), so a job's launcher and workers reach
   each other (ssh, Open MPI, Gloo) and nothing else reaches them.
@@ -83,7 +83,8 @@ def _meta(name: str, namespace: str, user: str | None = None) -> dict[str, Any]:
 
 
 def server_policy(cfg: PortalConfig, user: str) -> dict[str, Any]:
-    """The user's servers: in from the hub's pods (the proxy) only, out to the hub's API, DNS and the site's list."""
+    """The user's servers: in from the hub's pods (the proxy) only, out to the hub's API and the dashboard, DNS and
+    the site's list."""
     hub_pods: dict[str, Any] = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME: cfg.k8s_namespace}}}
     outside = _hub_outside(cfg)
     sources: list[dict[str, Any]] = [{**hub_pods, "podSelector": {"matchLabels": dict(SERVER_ACCESS)}}]
@@ -94,7 +95,9 @@ def server_policy(cfg: PortalConfig, user: str) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": _meta(SERVER_POLICY, cfg.user_namespace(user), user),
             "spec": {"podSelector": {"matchLabels": dict(SERVER_LABELS)}, "policyTypes": ["Ingress", "Egress"],
                      "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": SERVER_PORT}]}],
-                     "egress": [{"to": to_hub, "ports": [{"protocol": "TCP", "port": cfg.hub_api_port}]},
+                     # the hub's API, and the dashboard beside it (the lab's GPU figures: portal.lab_gpus)
+                     "egress": [{"to": to_hub, "ports": [{"protocol": "TCP", "port": port}
+                                                         for port in (cfg.hub_api_port, cfg.dashboard_service_port)]},
                                 {"ports": [dict(port) for port in DNS]},
                                 *_to_mlflow(cfg), *egress_rules(cfg.k8s_server_egress)]}}
 
@@ -124,13 +127,14 @@ def job_network_policy(cfg: PortalConfig, user: str, job_id: str) -> dict[str, A
 
 def hub_network_policy(namespace: str, hub_labels: dict[str, str], proxy_port: int, api_port: int,
                        other_ports: tuple[int, ...]) -> dict[str, Any]:
-    """The hub's pod (hub, proxy and dashboard in one): the proxy's port from anywhere, the hub's API from the users'
-    servers and the hub's own pods, its other ports (the dashboard) from its own pods only."""
+    """The hub's pod (hub, proxy and dashboard in one): the proxy's port from anywhere, the hub's API and its other
+    ports (the dashboard, which the servers ask for the lab's GPU figures: portal.lab_gpus) from the users' servers
+    and the hub's own pods."""
     own = {"podSelector": {"matchLabels": dict(hub_labels)}}
     servers = {"namespaceSelector": {"matchExpressions": [{"key": LABEL_USER, "operator": "Exists"}]},
                "podSelector": {"matchLabels": dict(SERVER_LABELS)}}
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": _meta(HUB_POLICY, namespace),
             "spec": {"podSelector": {"matchLabels": dict(hub_labels)}, "policyTypes": ["Ingress"], "ingress": [
                 {"ports": [{"protocol": "TCP", "port": proxy_port}]},
-                {"from": [own, servers], "ports": [{"protocol": "TCP", "port": api_port}]},
-                {"from": [own], "ports": [{"protocol": "TCP", "port": port} for port in other_ports]}]}}
+                {"from": [own, servers], "ports": [{"protocol": "TCP", "port": port}
+                                                   for port in (api_port, *other_ports)]}]}}

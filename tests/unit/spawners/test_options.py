@@ -11,7 +11,7 @@ from unittest import mock
 
 from jupyterhub.spawner import LocalProcessSpawner
 
-from portal.config import PortalConfig
+from portal.config import SERVER_DASHBOARD_ENV, PortalConfig
 from portal.scheduler.local import LocalScheduler
 from portal.scheduler.snapshot import ClusterSnapshot
 from spawners.options import SPAWN_SNAPSHOT_S, ServerOptionsMixin
@@ -75,4 +75,6 @@ def test_a_starting_server_gets_the_users_mlflow_account_in_its_environment(mlfl
         assert env["JUPYTERHUB_API_TOKEN"] == "t"  # the spawner's own environment stays
         made.portal = PortalConfig(state_dir=tmp_path, mlflow_url="")
         asyncio.run(made.prepare_mlflow())
-        assert made.get_env() == {"JUPYTERHUB_API_TOKEN": "t"}
+        # no MLflow: the spawner's own environment, and the dashboard as the server reaches it (portal.lab_gpus)
+        assert made.get_env() == {"JUPYTERHUB_API_TOKEN": "t",
+                                  SERVER_DASHBOARD_ENV: made.portal.dashboard_for_servers}

@@ -4,11 +4,11 @@
 // with its share scope and asks it for "./extension", whose default export is the plugin. The plugin shares nothing
 // of its own; it takes JupyterLab's Notification, the status bar's token and lumino's Widget from that share scope.
 //
-// Every POLL_MS it asks the dashboard (same origin, behind the hub's proxy) for the user's warnings and for what
-// their server's GPUs do now, node by node (busy, memory; "unknown" where a node's reader failed). Without the
-// dashboard's login cookie yet, one visit of its GPUs page passes its OAuth (the hub's cookie is there: the user
-// is in the lab), as a portal page would. "Keep it" posts the GPUs page's own form, with the XSRF token that page
-// carries.
+// Every POLL_MS it asks the lab's own server (<baseUrl>dsportal/gpus: portal.lab_gpus, which asks the dashboard with
+// the server's token) for the user's warnings and for what their server's GPUs do now, node by node (busy, memory;
+// "unknown" where a node's reader failed). It never asks the dashboard from the page: JupyterHub refuses a page's
+// cookie request to another service without that service's XSRF token. "Keep it" posts to the server, with the
+// server's XSRF token (its _xsrf cookie), as every request of JupyterLab's does.
 var _JUPYTERLAB;
 (function () {
   "use strict";
@@ -28,10 +28,18 @@ var _JUPYTERLAB;
     return Promise.resolve(one.get()).then(function (factory) { return factory(); });
   }
 
-  function portalUrl() {
+  function pageConfig() {
     var node = document.getElementById("jupyter-config-data");
-    var config = node ? JSON.parse(node.textContent) : {};
+    return node ? JSON.parse(node.textContent) : {};
+  }
+
+  function portalUrl(config) {  // the portal's pages, for links: the user goes there, the script never asks
     return (config.hubPrefix || "/hub/").replace(/hub\/$/, "") + "services/portal/";
+  }
+
+  function xsrf() {  // the server's XSRF token, as JupyterLab's own requests send it (its _xsrf cookie)
+    var found = /(?:^|;\s*)_xsrf=([^;]*)/.exec(document.cookie);
+    return found ? decodeURIComponent(found[1]) : "";
   }
 
   function minutes(seconds) {
@@ -68,31 +76,19 @@ var _JUPYTERLAB;
   }
 
   function activate(app, statusBar) {
-    var portal = portalUrl(), shown = {}, loggedIn = false, gpusItem = null;
+    var config = pageConfig(), portal = portalUrl(config), shown = {}, gpusItem = null;
+    var server = (config.baseUrl || "/") + "dsportal/gpus";
     document.body.setAttribute("data-dsportal-gpu-notice", "on");  // the tests' sign that it runs
 
-    function page() {
-      return fetch(portal + "gpus", {credentials: "same-origin"}).then(function (r) { return r.text(); });
-    }
     function warnings() {
-      var ask = function () {
-        return fetch(portal + "api/gpus", {credentials: "same-origin", headers: {Accept: "application/json"}});
-      };
-      return ask().then(function (r) {
-        if (r.status === 403 && !loggedIn) {  // not logged in to the dashboard yet: its OAuth, once
-          loggedIn = true;
-          return page().then(ask);
-        }
-        return r;
-      }).then(function (r) { return r.ok ? r.json() : null; });
+      return fetch(server, {credentials: "same-origin", headers: {Accept: "application/json", "X-XSRFToken": xsrf()}})
+        .then(function (r) { return r.ok ? r.json() : null; });
     }
     function keep(holder) {
-      return page().then(function (html) {
-        var token = /name="_xsrf" value="([^"]*)"/.exec(html);
-        var body = new URLSearchParams({holder: holder, _xsrf: token ? token[1] : ""});
-        // The page answers a keep with a redirect back to itself, an error with its error page: not followed.
-        return fetch(portal + "gpus", {method: "POST", credentials: "same-origin", body: body, redirect: "manual"});
-      }).then(function (r) { return r.type === "opaqueredirect" || r.ok; }, function () { return false; });
+      return fetch(server + "/keep", {method: "POST", credentials: "same-origin",
+        body: JSON.stringify({holder: holder}),
+        headers: {"Content-Type": "application/json", Accept: "application/json", "X-XSRFToken": xsrf()}})
+        .then(function (r) { return r.ok; }, function () { return false; });
     }
 
     function showGpus(gpus) {

@@ -130,10 +130,12 @@ def reaches(source: str, target: str, port: int, protocol: str = "tcp", cfg: Por
     return all(verdict(program.text, src, dst, port, protocol) for program in made)
 
 
-def test_a_server_reaches_the_hubs_api_and_dns_but_nothing_else_of_the_hub():
+def test_a_server_reaches_the_hubs_api_the_dashboard_and_dns_but_nothing_else_of_the_hub():
     assert reaches("bob-server", "hub", 8081)
+    assert reaches("bob-server", "hub", 8090)  # the dashboard: the lab's GPU figures (portal.lab_gpus)
+    assert not reaches("bob-job", "hub", 8090)  # a training pod is no server
     assert reaches("bob-server", "198.19.0.53", 53, "udp") and reaches("bob-server", "198.19.0.53", 53)
-    for port in (8090, 8000, 22):
+    for port in (8000, 22):
         assert not reaches("bob-server", "hub", port), port
 
 
