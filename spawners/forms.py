@@ -93,8 +93,14 @@ def parse_server_options(raw: Mapping[str, Any], limits: JobLimits) -> ServerOpt
     longest = partition.max_minutes
     default_runtime = defaults.runtime if longest is None or minutes_of(defaults.runtime) <= longest else (
         format_minutes(longest))  # lowered to the partition's limit, as the other defaults are to its nodes
+    budget = limits.budget
+    if budget is not None and gpus and budget.fits_minutes(gpus) < minutes_of(default_runtime):
+        default_runtime = format_minutes(max(1, budget.fits_minutes(gpus)))  # lowered to what the budget leaves
     runtime = raw.get("runtime", default_runtime)
     runtime = inputs.wall_time(runtime, "runtime", partition.max_minutes, f" (partition {partition.name}'s limit)")
+    refused = budget.refusal(1, gpus, minutes_of(runtime), what="server") if budget is not None and gpus else ""
+    if refused:  # the weekly GPU-hours budget (docs/gpus.md): a server's GPUs count for its whole wall time
+        raise OptionsError("runtime", refused)
     return ServerOptions(partition=partition.name, gpus=gpus, cpus=cpus, memory_gb=memory_gb, runtime=runtime)
 
 
@@ -105,10 +111,16 @@ def form_options(formdata: Mapping[str, Any], limits: JobLimits) -> ServerOption
 
 
 def default_options(limits: JobLimits) -> ServerOptions:
-    """What the form shows first: the default partition, one GPU if the user may have one."""
+    """What the form shows first: the default partition, one GPU if the user may have one (and their weekly
+    GPU-hours leave a minute of it; else none)."""
     partition = limits.default_pool
     counts = limits.gpu_counts(partition) or (0, *range(1, limits.server_gpus(partition) + 1))
-    return parse_server_options({"gpus": min(counts, key=lambda n: abs(n - 1))}, limits)
+    try:
+        return parse_server_options({"gpus": min(counts, key=lambda n: abs(n - 1))}, limits)
+    except OptionsError as err:
+        if err.field != "runtime" or 0 not in counts:
+            raise
+        return parse_server_options({"gpus": 0}, limits)
 
 
 def _gpu_input(limits: JobLimits, partition: Pool, chosen: int) -> str:
@@ -135,6 +147,11 @@ def render_form(limits: JobLimits, chosen: ServerOptions | None = None, pool_lab
     max_gpus = limits.server_gpus(partition)
     quota = limits.quota
     in_use = f", {quota.in_use} in use ({esc(quota.holders_text())})" if quota.in_use else ""
+    budget_help, budget_note = "", ""
+    if limits.budget is not None:  # a server's GPUs count for its whole wall time against the week's GPU-hours
+        budget_help = ' aria-describedby="ds-budget"'
+        budget_note = (f'<small id="ds-budget" class="form-text text-muted">GPUs x wall time count against '
+                       f"{esc(limits.budget.words())}.</small>")
     return f"""
 <div class="form-group mb-3">
   <label for="ds-partition" class="form-label">{esc(pool_label)}</label>
@@ -159,6 +176,7 @@ def render_form(limits: JobLimits, chosen: ServerOptions | None = None, pool_lab
 <div class="form-group mb-3">
   <label for="ds-runtime" class="form-label">Wall time (HH:MM:SS)</label>
   <input id="ds-runtime" name="runtime" type="text" value="{esc(chosen.runtime)}" class="form-control"
-         pattern="{WALL_TIME_HTML_PATTERN}">
+         pattern="{WALL_TIME_HTML_PATTERN}"{budget_help}>
+  {budget_note}
 </div>
 """

@@ -19,6 +19,7 @@ from traitlets import HasTraits, Instance, default
 from portal.config import SERVER_DASHBOARD_ENV, PortalConfig, load
 from portal.errors import SchedulerError
 from portal.inputs import one_line
+from portal.jobs.budget import budgeted
 from portal.mlflow_accounts import for_job, tracking_uri
 from portal.records.limits import JobLimits
 from portal.scheduler import Scheduler
@@ -119,12 +120,14 @@ class ServerOptionsMixin(HasTraits):
     async def limits(self) -> JobLimits:
         """What the user may ask for now, as their scheduler answers every caller (Scheduler.limits, from one
         snapshot of the cluster as the portal sees it, at most SPAWN_SNAPSHOT_S old), asked off the event loop:
-        the pools, the quota with what their server and jobs hold, the GPU profiles."""
+        the pools, the quota with what their server and jobs hold, the GPU profiles, and what is left of their
+        weekly GPU-hours (portal.jobs.budget: the scheduler's accounting, as submit reads it)."""
         scheduler, look = self.scheduler(), self.cluster_look
         groups = tuple(sorted(g.name for g in self.user.groups))
 
-        def ask() -> JobLimits:
-            return scheduler.limits(scheduler.person(self.user.name, groups), look())
+        def ask() -> JobLimits:  # with the weekly GPU-hours budget where the user's groups have one (as submit's)
+            who = scheduler.person(self.user.name, groups)
+            return budgeted(self.portal, scheduler, who, scheduler.limits(who, look()))
         return await asyncio.to_thread(ask)
 
     def cluster_look(self) -> ClusterSnapshot:

@@ -52,18 +52,24 @@ class GpuBudget:
         return (f"{gpu_hours(self.left_minutes)} of your weekly {self.limit} GPU-hours left "
                 f"({gpu_hours(self.used * 60)} used{since})")
 
-    def refusal(self, nodes: int, gpus_per_node: int, minutes: int, trials: int | None = None) -> str:
-        """Why a request that can cost more than is left is refused (its field: BUDGET_FIELD), with the arithmetic;
-        empty when it fits. `trials`: a sweep's, each trial costing as much."""
+    def fits_minutes(self, gpus: int) -> int:
+        """The longest time limit, in whole minutes, of a request of `gpus` GPUs in all that fits what is left."""
+        return int(self.left_minutes // gpus) if gpus else 0
+
+    def refusal(self, nodes: int, gpus_per_node: int, minutes: int, trials: int | None = None,
+                what: str = "") -> str:
+        """Why a request that can cost more than is left is refused (its field: BUDGET_FIELD, a server's:
+        `runtime`), with the arithmetic; empty when it fits. `trials`: a sweep's, each trial costing as much.
+        `what` names the request ("server"; default: "sweep" with trials, else "job")."""
         per_minute = nodes * gpus_per_node * (trials or 1)
         cost = per_minute * minutes
         if cost <= self.left_minutes:
             return ""
-        what = "sweep" if trials is not None else "job"
+        what = what or ("sweep" if trials is not None else "job")
         of_trials = f" x {trials} trial{'s' if trials != 1 else ''}" if trials is not None else ""
         arithmetic = (f"{nodes} node{'s' if nodes != 1 else ''} x {gpus_per_node} "
                       f"GPU{'s' if gpus_per_node != 1 else ''} x {hours_words(minutes)}{of_trials}")
-        fits = int(self.left_minutes // per_minute)
+        fits = self.fits_minutes(per_minute)
         advice = (f"a time limit of at most {format_minutes(fits)} ({hours_words(fits)}{' a trial' if trials else ''})"
                   " fits, or fewer GPUs" if fits else
                   "nothing with GPUs fits until the week ends: ask for no GPUs, or ask an admin for more")

@@ -7,6 +7,7 @@ Sized for 2 CPU cores: the trainings are the demo set's 64x64 images, batch 8, o
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import threading
@@ -19,7 +20,7 @@ from portal import jobs
 from portal.config import load
 from portal.scheduler.slurm.scheduler import SlurmScheduler
 from portal.service.board import USAGE_REFRESH_S
-from tests.conftest import BUDGET_GROUP, BUDGET_HOURS, NODES, box, end_job, jobs_of, slurm, wait_for
+from tests.conftest import BUDGET_GROUP, BUDGET_HOURS, NODES, box, end_job, jobs_of, page_error, slurm, wait_for
 from tests.integration.helpers import PORTAL, TINY, accounts, in_group, ldap_modify, portal_client
 from tests.integration.helpers import as_user_in_terminal as as_user
 
@@ -69,8 +70,8 @@ def test_a_job_that_could_cost_more_than_the_weekly_budget_is_refused_with_the_a
     tests left holding GPUs never decides it: this week's use is read from Slurm's accounting as him, and a job that
     could cost more than is left is refused naming time_limit, with the arithmetic, by `jobs.submit` (what his
     notebook calls, here with his groups given as the dashboard gives them: the box made its Unix groups at `up`)
-    and through the dashboard's API, whose submit reads his groups from the hub as they are now; nothing is
-    submitted."""
+    and through the dashboard's API, whose submit reads his groups from the hub as they are now, and a server whose
+    GPUs could cost more is refused by the spawn form, naming its wall time; nothing is submitted."""
     spec = {**TINY, "gpus_per_node": 1, "time_limit": "168:00:00"}  # 1 node x 1 GPU x 168 h > BUDGET_HOURS
     refusal = (r"this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than [\d.]+ of your weekly "
                rf"{BUDGET_HOURS} GPU-hours left \([\d.]+ used since Monday \d+ \w+ 00:00\); ")
@@ -83,6 +84,12 @@ def test_a_job_that_could_cost_more_than_the_weekly_budget_is_refused_with_the_a
         refused = client.post(f"{client.base}jobs", json=spec, timeout=60)
         assert refused.status_code == 400 and refused.json()["field"] == "time_limit", refused.text
         assert re.match(f"time_limit: {refusal}", refused.json()["error"]), refused.text
+        # A server's GPUs count for its whole wall time: the spawn form refuses one that could cost more.
+        form = hub.spawn_form(hub.login("bob"), partition="gpu", gpus=1, cpus=1, memory_gb=2, runtime="168:00:00")
+        page = html.unescape(form.content.decode("utf-8"))
+        assert form.status_code == 400 and re.search(refusal.replace("this job", "this server"), page), \
+            page_error(form)
+        assert 'aria-describedby="ds-budget"' in page  # the form says what is left of the week
     hub.login("bob")  # his groups as they were, for the hub too
     assert jobs_of("bob") == before
 
