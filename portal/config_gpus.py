@@ -41,10 +41,11 @@ class GpuSettings:
                                        "would). Off: a stalled job is only flagged, and its user told.")
 
     gpu_hours_budget: Mapping[str, int] = setting(
-        {}, "The GPU-hours each group's members may use a week (Monday 00:00 to Monday 00:00), servers and jobs "
-            "together, per group (a member of several gets the largest; 0: no budget). A job or sweep that could "
-            "cost more than is left (nodes x GPUs x time limit x trials) is refused at submit. Users in none of "
-            "these groups: default_gpu_hours_budget.")
+        {}, "The GPU-hours each group's members may use a week (Sunday 00:00 to Sunday 00:00, Slurm's week), "
+            "servers and jobs together, per group (a member of several gets the largest; 0: no budget). A job, "
+            "sweep or server that could cost more than is left (nodes x GPUs x time limit x trials) is refused at "
+            "submit; on Slurm, Slurm holds it too (GrpTRESMins, set by `python -m portal.accounts sync`). Users "
+            "in none of these groups: default_gpu_hours_budget.")
     default_gpu_hours_budget: int = setting(0, "gpu_hours_budget of users in none of its groups; 0: no budget.")
     metrics_token_file: str = setting("", "A file (root's, mode 0600) whose first line is the API token a site's "
                                       "Prometheus reads the hub's /hub/metrics and the portal's metrics with: the "

@@ -6,7 +6,7 @@ gained since the last pass, and adds each reading's interval to the holders of i
 busy in proportion to its busy figure, unknown where the reader could not tell (never counted as idle or as busy). A
 history that was trimmed since (the reader keeps its newer half in a new file) is read again from its start, past
 what was counted. The accounts live in <readings_dir>/ledger.json (root's, like the readings) and are kept for
-KEEP_S after their last reading. Each also counts what it held in the week of its last reading (Monday 00:00 local
+KEEP_S after their last reading. Each also counts what it held in the week of its last reading (Sunday 00:00 local
 time, the Usage page's week): what is left of a user's weekly GPU-hours budget where the scheduler keeps no
 accounting of its own (Kubernetes; portal.jobs.budget). Each user's totals since the ledger began are never
 forgotten: the operators' counters (portal.service.prometheus).

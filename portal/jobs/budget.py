@@ -26,7 +26,7 @@ log = logging.getLogger("portal.jobs")
 
 
 def week_words(now: datetime) -> str:
-    """When the budget's week began, as the form says it: "Monday 30 November 00:00"."""
+    """When the budget's week began, as the form says it: "Sunday 29 November 00:00"."""
     start = week_start(now)
     return f"{start:%A} {start.day} {start:%B %H:%M}"
 

@@ -37,7 +37,7 @@ class GpuBudget:
 
     limit: int  # GPU-hours a week (gpu_hours_budget); never 0 here: no budget is no GpuBudget
     used: float | None  # GPU-hours their servers and jobs held since `week_start`; None: unknown (`unknown_why`)
-    week_start: str = ""  # when the week began, in words: "Monday 30 November 00:00"
+    week_start: str = ""  # when the week began, in words: "Sunday 29 November 00:00"
     unknown_why: str = ""
 
     @property
@@ -45,7 +45,7 @@ class GpuBudget:
         return max(0.0, self.limit * 60 - (self.used or 0.0) * 60)
 
     def words(self) -> str:
-        """ "5.5 of your weekly 40 GPU-hours left (34.5 used since Monday 30 November 00:00)" """
+        """ "5.5 of your weekly 40 GPU-hours left (34.5 used since Sunday 29 November 00:00)" """
         if self.used is None:
             return f"your weekly {self.limit} GPU-hours (this week's use unknown: {self.unknown_why.rstrip('.')})"
         since = f" since {self.week_start}" if self.week_start else " this week"

@@ -46,8 +46,10 @@ class UsageReport:
 
 
 def week_start(now: datetime) -> datetime:
-    """Monday 00:00 of the week `now` is in (local time, as sacct prints and takes times)."""
-    return (now - timedelta(days=now.weekday())).replace(hour=0, minute=0, second=0, microsecond=0)
+    """Sunday 00:00 of the week `now` is in (local time, as sacct prints and takes times): Slurm's week, whose
+    weekly reset (PriorityUsageResetPeriod=WEEKLY) clears the usage that holds each user to their weekly GPU-hours
+    budget (GrpTRESMins; portal.scheduler.slurm.accounts), so the portal and Slurm count the same week."""
+    return (now - timedelta(days=(now.weekday() + 1) % 7)).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def overlap_hours(start: datetime | None, end: datetime | None, since: datetime, now: datetime) -> float:

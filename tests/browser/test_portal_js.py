@@ -148,7 +148,7 @@ SUBMIT_FORM = """<form id="submit_form"><input name="nodes" value="1"><input nam
 <input type="radio" name="kind" id="kind-sweep" value="sweep"><input name="sweep_trials" value="8">
 </form><p id="request-summary" data-gpu-quota="4" data-gpus-in-use="1" data-budget="{budget}">as the server wrote
 it</p>"""
-BUDGET = GpuBudget(40, 34.5, "Monday 30 November 00:00")  # the form's weekly GPU-hours left, as the page says them
+BUDGET = GpuBudget(40, 34.5, "Sunday 29 November 00:00")  # the form's weekly GPU-hours left, as the page says them
 
 
 def test_the_submit_forms_summary_follows_its_fields_in_the_servers_words(site_page):

@@ -71,26 +71,37 @@ def test_a_job_that_could_cost_more_than_the_weekly_budget_is_refused_with_the_a
     could cost more than is left is refused naming time_limit, with the arithmetic, by `jobs.submit` (what his
     notebook calls, here with his groups given as the dashboard gives them: the box made its Unix groups at `up`)
     and through the dashboard's API, whose submit reads his groups from the hub as they are now, and a server whose
-    GPUs could cost more is refused by the spawn form, naming its wall time; nothing is submitted."""
+    GPUs could cost more is refused by the spawn form, naming its wall time; Slurm refuses it too, typed in his
+    terminal, once `portal.accounts sync` gave his association the budget (GrpTRESMins). Nothing is submitted."""
     spec = {**TINY, "gpus_per_node": 1, "time_limit": "168:00:00"}  # 1 node x 1 GPU x 168 h > BUDGET_HOURS
     refusal = (r"this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than [\d.]+ of your weekly "
-               rf"{BUDGET_HOURS} GPU-hours left \([\d.]+ used since Monday \d+ \w+ 00:00\); ")
+               rf"{BUDGET_HOURS} GPU-hours left \([\d.]+ used since Sunday \d+ \w+ 00:00\); ")
     before = jobs_of("bob")
     with pytest.raises(jobs.JobSpecError) as err:
         jobs.submit(spec, scheduler="slurm", user="bob", groups=("datascientists", "gpu-users", BUDGET_GROUP))
     assert err.value.field == "time_limit" and re.match(refusal, err.value.message), str(err.value)
-    with in_group(cluster, "gpu-users", ("bob",)), in_group(cluster, BUDGET_GROUP, ("bob",), gid=10198):
-        client = portal_client(hub, "bob")  # a login gives the hub his groups as they are now
-        refused = client.post(f"{client.base}jobs", json=spec, timeout=60)
-        assert refused.status_code == 400 and refused.json()["field"] == "time_limit", refused.text
-        assert re.match(f"time_limit: {refusal}", refused.json()["error"]), refused.text
-        # A server's GPUs count for its whole wall time: the spawn form refuses one that could cost more.
-        form = hub.spawn_form(hub.login("bob"), partition="gpu", gpus=1, cpus=1, memory_gb=2, runtime="168:00:00")
-        page = html.unescape(form.content.decode("utf-8"))
-        assert form.status_code == 400 and re.search(refusal.replace("this job", "this server"), page), \
-            page_error(form)
-        assert 'aria-describedby="ds-budget"' in page  # the form says what is left of the week
-    hub.login("bob")  # his groups as they were, for the hub too
+    try:
+        with in_group(cluster, "gpu-users", ("bob",)), in_group(cluster, BUDGET_GROUP, ("bob",), gid=10198):
+            client = portal_client(hub, "bob")  # a login gives the hub his groups as they are now
+            refused = client.post(f"{client.base}jobs", json=spec, timeout=60)
+            assert refused.status_code == 400 and refused.json()["field"] == "time_limit", refused.text
+            assert re.match(f"time_limit: {refusal}", refused.json()["error"]), refused.text
+            # A server's GPUs count for its whole wall time: the spawn form refuses one that could cost more.
+            form = hub.spawn_form(hub.login("bob"), partition="gpu", gpus=1, cpus=1, memory_gb=2,
+                                  runtime="168:00:00")
+            page = html.unescape(form.content.decode("utf-8"))
+            assert form.status_code == 400 and re.search(refusal.replace("this job", "this server"), page), \
+                page_error(form)
+            assert 'aria-describedby="ds-budget"' in page  # the form says what is left of the week
+            # Slurm holds him to it itself (GrpTRESMins, `portal.accounts sync`): from his terminal too.
+            synced = accounts(cluster, "sync")
+            assert synced.returncode == 0, synced.stderr
+            typed = as_user(cluster, "bob", "sbatch", "-p", "gpu", "--gres=gpu:1", "-t", "168:00:00", "-o",
+                            "/dev/null", "--wrap=true")
+            assert typed.returncode != 0 and "AssocGrpGRESMinutes" in typed.stderr, (typed.stdout, typed.stderr)
+    finally:
+        hub.login("bob")  # his groups as they were, for the hub too
+        assert accounts(cluster, "sync").returncode == 0  # and for Slurm: no budget, no GPU quota
     assert jobs_of("bob") == before
 
 

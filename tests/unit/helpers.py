@@ -116,7 +116,7 @@ ClusterName             = dsportal
 CompleteWait            = 0 sec
 """
 READ_ASSOC = ("sacctmgr", "-nP", "show", "assoc", "Cluster=dsportal",
-              "format=Cluster,Account,User,GrpTRES,MaxSubmitJobs")
+              "format=Cluster,Account,User,GrpTRES,MaxSubmitJobs,GrpTRESMins")
 READ_USERS = ("sacctmgr", "-nP", "show", "user", "Cluster=dsportal", "format=User,DefaultAccount")
 READ_QOS = ("sacctmgr", "-nP", "show", "qos", "normal", "format=Name,Flags")
 NEW_CLUSTER = "dsportal|root||\ndsportal|root|root|\n"

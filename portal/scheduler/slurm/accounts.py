@@ -4,9 +4,12 @@
     python -m portal.accounts show               # user, account and GPU limit, as Slurm has them
 
 Groups become accounts; each user who may log in gets one association, in the group that gives their quota, with
-GrpTRES=gres/gpu=<quota> and MaxSubmitJobs=<max_jobs_per_user>. The rules (`desired_state`, `plan`, the sacctmgr
-parsers) are pure; `sync` and `main` take the directory reader (portal.directory's `read_directory` unless told)
-and the Slurm command runner as arguments, so the box and the tests pass their own.
+GrpTRES=gres/gpu=<quota>, MaxSubmitJobs=<max_jobs_per_user> and, where their groups give them a weekly GPU-hours
+budget (gpu_hours_budget), GrpTRESMins=gres/gpu=<budget x 60>: Slurm itself holds them to it, counting from
+Sunday 00:00 (slurm.conf's PriorityUsageResetPeriod=WEEKLY), jobs submitted outside the portal too. The rules
+(`desired_state`, `plan`, the sacctmgr parsers) are pure; `sync` and `main` take the directory reader
+(portal.directory's `read_directory` unless told) and the Slurm command runner as arguments, so the box and the
+tests pass their own.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ USAGE = f"usage: {PROG} sync [--dry-run] | show   (as root)"
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 SLURM_ROOT = "root"  # Slurm's own account and user: never changed here
 QOS, DENY_ON_LIMIT = "normal", "DenyOnLimit"
-ASSOC_FORMAT = "Cluster,Account,User,GrpTRES,MaxSubmitJobs"
+ASSOC_FORMAT = "Cluster,Account,User,GrpTRES,MaxSubmitJobs,GrpTRESMins"
 SACCTMGR = ("sacctmgr", "-i")  # -i: commit without asking
 # sacctmgr lower-cases names and splits arguments at ',', '=' and blanks: other names would become other accounts.
 ACCOUNT_NAME = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,63}$")
@@ -51,6 +54,7 @@ class Association:
     account: str
     gpus: int | None  # GrpTRES gres/gpu; None: no GPU limit
     max_jobs: int | None = None  # MaxSubmitJobs: jobs queued and running at once; None: no limit
+    gpu_minutes: int | None = None  # GrpTRESMins gres/gpu: the weekly GPU-hours budget x 60; None: no budget
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,10 @@ def desired_state(directory: Sequence[Group], cfg: PortalConfig) -> Accounting:
         if account is None:
             warnings.append(f"user {user} gets no association: none of their groups can be a Slurm account")
             continue
-        users.append(Association(user, account, cfg.gpu_quota_for([g.name for g in groups]), cfg.max_jobs_per_user))
+        names = [g.name for g in groups]
+        budget = cfg.gpu_hours_budget_for(names)
+        users.append(Association(user, account, cfg.gpu_quota_for(names), cfg.max_jobs_per_user,
+                                 budget * 60 if budget else None))
     return Accounting(accounts, tuple(users), {a.user: a.account for a in users}, warnings=tuple(warnings))
 
 
@@ -132,9 +139,10 @@ def _rows(text: str, fields: int, keep: int | None = None) -> list[list[str]]:
 
 def parse_associations(text: str, cluster: str) -> tuple[frozenset[str], tuple[Association, ...]]:
     """`show assoc format=ASSOC_FORMAT`: accounts (rows without a user) and user associations."""
-    rows = [(row + [""])[:5] for row in _rows(text, 4, keep=5) if row[0] == cluster and row[1]]
-    associations = {Association(user, account, gpu_limit(tres), int(jobs) if ascii_digits(jobs) else None)
-                    for _, account, user, tres, jobs in rows if user}
+    rows = [(row + ["", ""])[:6] for row in _rows(text, 4, keep=6) if row[0] == cluster and row[1]]
+    associations = {Association(user, account, gpu_limit(tres), int(jobs) if ascii_digits(jobs) else None,
+                                gpu_limit(minutes))
+                    for _, account, user, tres, jobs, minutes in rows if user}
     return frozenset(r[1] for r in rows if not r[2]), tuple(sorted(associations, key=lambda a: (a.user, a.account)))
 
 
@@ -157,8 +165,15 @@ def _remove(user: str, account: str, cluster: str) -> Change:
         (*SACCTMGR, "delete", "user", "where", f"Name={user}", f"Account={account}", f"Cluster={cluster}"),))
 
 
-def _limits(want: Association) -> tuple[str, ...]:
-    return (f"GrpTRES=gres/gpu={want.gpus}", *([f"MaxSubmitJobs={want.max_jobs}"] if want.max_jobs else []))
+def _limits(want: Association, now: Association | None = None) -> tuple[str, ...]:
+    """What `want` sets; a budget the association has (`now`) and `want` has not is cleared (-1: no limit)."""
+    minutes = [f"GrpTRESMins=gres/gpu={want.gpu_minutes}"] if want.gpu_minutes else \
+        ["GrpTRESMins=gres/gpu=-1"] if now is not None and now.gpu_minutes else []
+    return (f"GrpTRES=gres/gpu={want.gpus}", *([f"MaxSubmitJobs={want.max_jobs}"] if want.max_jobs else []), *minutes)
+
+
+def _budget(minutes: int | None) -> str:
+    return "no weekly budget" if not minutes else f"{minutes // 60} GPU-hours a week"
 
 
 def _user_changes(want: Association, have: Mapping[str, Association], default: str, cluster: str) -> list[Change]:
@@ -176,14 +191,16 @@ def _user_changes(want: Association, have: Mapping[str, Association], default: s
                        (add, set_default, *(_remove(user, a, cluster).commands[0] for a in old)))]
     changes = []
     now = have[account]
-    if (now.gpus, now.max_jobs) != (want.gpus, want.max_jobs):
+    if (now.gpus, now.max_jobs, now.gpu_minutes) != (want.gpus, want.max_jobs, want.gpu_minutes):
         said = [f"GPU limit {'none' if now.gpus is None else now.gpus} -> {want.gpus}"] if now.gpus != want.gpus \
             else []
         said += [f"job limit {now.max_jobs or 'none'} -> {want.max_jobs}"] if now.max_jobs != want.max_jobs else []
+        said += [f"{_budget(now.gpu_minutes)} -> {_budget(want.gpu_minutes)}"] \
+            if now.gpu_minutes != want.gpu_minutes else []
         changes.append(Change(
             f"{user}: {', '.join(said)}",
             ((*SACCTMGR, "modify", "user", "where", f"Name={user}", f"Account={account}", f"Cluster={cluster}",
-                       "set", *_limits(want)),)))
+                       "set", *_limits(want, now)),)))
     if default != account:
         changes.append(Change(f"{user}: default account {default or 'none'} -> {account}", (set_default,)))
     return changes + [_remove(user, a, cluster) for a in sorted(set(have) - {account})]

@@ -28,6 +28,12 @@ PENDING_REASONS = {
     "QOSMaxGRESPerUser": "you are using your whole GPU allowance",
     "AssocGrpGRES": "your other jobs and servers hold your whole GPU quota; it starts when they end",
     "AssocGrpGRESLimit": "your other jobs and servers hold your whole GPU quota; it starts when they end",
+    # The weekly GPU-hours budget, as Slurm holds it (GrpTRESMins, since Sunday 00:00; docs/gpus.md).
+    "AssocGrpGRESMinutes": "what is left of your weekly GPU-hours budget (Slurm counts since Sunday 00:00), beside "
+                           "what your running jobs and servers may still use, is less than its GPUs x time limit; "
+                           "it starts when they end if that leaves enough, else next week: ask for less",
+    "AssocGrpGRESRunMinutes": "your running jobs and servers may still use what is left of your weekly GPU-hours "
+                              "budget; it starts when they end",
     "JobHeldUser": "the job is held",
     "JobHeldAdmin": "the job is held by an administrator",
     "BeginTime": "the job's start time has not come (Slurm waits a while before restarting a requeued job)",

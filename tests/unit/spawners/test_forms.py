@@ -244,16 +244,16 @@ def test_a_default_lowers_to_the_partitions_wall_time_limit():
 
 def test_a_server_whose_gpus_can_cost_more_than_the_week_leaves_is_refused_naming_runtime():
     """The weekly GPU-hours budget at spawn (docs/gpus.md): GPUs x wall time, as a job's nodes x GPUs x time limit."""
-    budgeted = dataclasses.replace(ALICE, budget=GpuBudget(10, 8.0, "Monday 30 November 00:00"))
+    budgeted = dataclasses.replace(ALICE, budget=GpuBudget(10, 8.0, "Sunday 29 November 00:00"))
     with pytest.raises(OptionsError) as refused:
         parse_server_options({"gpus": 2, "runtime": "01:30:00"}, budgeted)
     assert refused.value.field == "runtime" and str(refused.value.message) == (
         "this server can cost up to 3 GPU-hours (1 node x 2 GPUs x 1 h 30 min), more than 2 of your weekly 10 "
-        "GPU-hours left (8 used since Monday 30 November 00:00); a time limit of at most 01:00:00 (1 h) fits, or "
+        "GPU-hours left (8 used since Sunday 29 November 00:00); a time limit of at most 01:00:00 (1 h) fits, or "
         "fewer GPUs")
     assert parse_server_options({"gpus": 0, "runtime": "08:00:00"}, budgeted).runtime == "08:00:00"  # no GPU
     assert parse_server_options({"gpus": 1}, budgeted).runtime == "02:00:00"  # the default, lowered to what fits
     page = render_form(budgeted)
     assert 'aria-describedby="ds-budget"' in page and "2 of your weekly 10 GPU-hours left" in page
-    spent = dataclasses.replace(ALICE, budget=GpuBudget(10, 10.0, "Monday 30 November 00:00"))
+    spent = dataclasses.replace(ALICE, budget=GpuBudget(10, 10.0, "Sunday 29 November 00:00"))
     assert default_options(spent).gpus == 0  # nothing with GPUs fits: the form offers none first

@@ -67,18 +67,18 @@ def test_a_gap_is_not_counted_as_held_and_old_accounts_are_forgotten(tmp_path):
     assert Ledger(tmp_path).accounts == {}
 
 
-def test_each_users_gpu_hours_this_week_start_again_on_monday_and_need_a_ledger(tmp_path):
+def test_each_users_gpu_hours_this_week_start_again_on_sunday_and_need_a_ledger(tmp_path):
     assert Ledger.week_held_by(tmp_path, 0.0) is None  # no GPU watch keeps a ledger here: unknown, not 0
-    sunday = datetime(2026, 12, 6, 23, 59, 40).timestamp()  # two readings in a week's last 20 s, two in the next
-    for at in (sunday, sunday + 10, sunday + 20, sunday + 30):
+    saturday = datetime(2026, 12, 5, 23, 59, 40).timestamp()  # two readings in a week's last 20 s, two in the next
+    for at in (saturday, saturday + 10, saturday + 20, saturday + 30):
         reading(tmp_path, "n1", at, {"7": 100.0})
     ledger = Ledger(tmp_path)
-    ledger.count(now=sunday + 30)
-    # a reading counts in the week of its time: those at Monday 00:00:00 and 00:00:10
+    ledger.count(now=saturday + 30)
+    # a reading counts in the week of its time: those at Sunday 00:00:00 and 00:00:10
     assert ledger.accounts["7"].held_s == 40.0 and ledger.accounts["7"].week_held_s == 20.0
-    assert ledger.week_held(sunday + 30) == {"alice": 20 / 3600}
-    assert ledger.week_held(sunday) == {}  # its last reading is next week's: nothing of this week kept
-    assert Ledger.week_held_by(tmp_path, sunday + 30) == {"alice": 20 / 3600}
+    assert ledger.week_held(saturday + 30) == {"alice": 20 / 3600}
+    assert ledger.week_held(saturday) == {}  # its last reading is next week's: nothing of this week kept
+    assert Ledger.week_held_by(tmp_path, saturday + 30) == {"alice": 20 / 3600}
 
 
 def test_each_users_totals_only_grow_outlive_forgotten_accounts_and_a_restart(tmp_path):

@@ -34,25 +34,25 @@ class Accounting:
         self.asked.append((user.name, everyone, now))
         if self.used is None:
             raise NoAccounting(self.why)
-        return UsageReport(datetime(2026, 11, 30), per_user=self.used)
+        return UsageReport(datetime(2026, 11, 29), per_user=self.used)
 
 
 def test_the_budget_left_is_read_from_the_schedulers_accounting_as_the_user_only_where_a_group_has_one():
     accounting = Accounting({"alice": 34.5, "bob": 3.0})
     limits = budgeted(CFG, accounting, Person(), SPEC_LIMITS, NOW)
-    assert limits.budget == GpuBudget(40, 34.5, "Monday 30 November 00:00")
+    assert limits.budget == GpuBudget(40, 34.5, "Sunday 29 November 00:00")
     assert accounting.asked == [("alice", False, NOW)]  # her own report, not everyone's
     assert budgeted(PortalConfig(), accounting, Person(), SPEC_LIMITS, NOW) is SPEC_LIMITS  # no budget: not asked
     given = replace(SPEC_LIMITS, budget=GpuBudget(40, 1.0))
     assert budgeted(CFG, accounting, Person(), given, NOW) is given  # the dashboard brought its own
     assert len(accounting.asked) == 1
     unknown = budgeted(CFG, Accounting(None, "no accounting on kubernetes"), Person(), SPEC_LIMITS, NOW).budget
-    assert unknown == GpuBudget(40, None, "Monday 30 November 00:00", "no accounting on kubernetes")
-    assert week_words(datetime(2026, 11, 30, 0, 0)) == "Monday 30 November 00:00"  # its own week
+    assert unknown == GpuBudget(40, None, "Sunday 29 November 00:00", "no accounting on kubernetes")
+    assert week_words(datetime(2026, 11, 29, 0, 0)) == "Sunday 29 November 00:00"  # its own week
 
 
 def test_a_submit_that_could_cost_more_than_is_left_is_refused_naming_time_limit_before_anything_runs(tmp_path):
-    limits = replace(SPEC_LIMITS, default_data_dir=str(tmp_path), budget=GpuBudget(40, 34.5, "Monday"))
+    limits = replace(SPEC_LIMITS, default_data_dir=str(tmp_path), budget=GpuBudget(40, 34.5, "Sunday"))
     spec = {"template": "chexnet", "nodes": 2, "gpus_per_node": 2, "time_limit": "04:00:00", "data_dir": str(tmp_path)}
     with pytest.raises(jobs.JobSpecError, match=r"^time_limit: this job can cost up to 16 GPU-hours \(2 nodes x 2 "
                                                 r"GPUs x 4 h\), more than 5.5 of your weekly 40 GPU-hours left") as err:

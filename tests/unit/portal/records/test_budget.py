@@ -7,7 +7,7 @@ import pytest
 
 from portal.records.budget import GpuBudget, gpu_hours, hours_words
 
-WEEK = "Monday 30 November 00:00"
+WEEK = "Sunday 29 November 00:00"
 
 @pytest.mark.parametrize(("gpu_minutes", "words"), [(480, "8"), (20, "0.33"), (30, "0.5"), (1, "0.02"),
                                                      (3, "0.05"), (59, "0.98"), (90, "1.5"), (0, "0"),

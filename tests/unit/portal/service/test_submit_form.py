@@ -56,9 +56,9 @@ def test_the_summary_line_adds_the_request_up_against_the_quota_its_most_gpu_hou
     cpu = {**values, "nodes": 1, "gpus_per_node": 0, "cpus_per_task": 2, "time_limit": "00:30:05"}
     assert request_summary(cpu, replace(LIMITS, quota=GpuQuota(4))) == \
         "1 node x 0 GPUs, 2 CPUs and 16 GB in all, at most 31 min; 0 of your 4 GPUs"  # no GPU: no GPU-hours
-    budgeted = replace(LIMITS, budget=GpuBudget(40, 34.5, "Monday 30 November 00:00"))
+    budgeted = replace(LIMITS, budget=GpuBudget(40, 34.5, "Sunday 29 November 00:00"))
     assert request_summary(values, budgeted) == request_summary(values, LIMITS) + (
-        "; 5.5 of your weekly 40 GPU-hours left (34.5 used since Monday 30 November 00:00)")
+        "; 5.5 of your weekly 40 GPU-hours left (34.5 used since Sunday 29 November 00:00)")
     assert request_summary({**values, "nodes": "two"}, LIMITS) == ""  # the field's own error says why
     assert request_summary({**values, "time_limit": "4h"}, LIMITS) == ""
 

@@ -183,6 +183,22 @@ def test_an_association_without_a_gpu_limit_gets_one():
     assert lines(assoc=assoc) == ["bob: GPU limit none -> 0"]
 
 
+def test_a_weekly_gpu_hours_budget_becomes_the_associations_gpu_minutes_and_goes_with_it():
+    """Slurm holds each user to their weekly budget itself (GrpTRESMins=gres/gpu, minutes), submitted outside the
+    portal too; a budget taken away is cleared (-1), and what Slurm has is read back."""
+    budgeted = dataclasses.replace(CFG, gpu_hours_budget={"gpu-users": 40})
+    changes = plan(desired_state(DEMO, budgeted), slurm_state(IN_SYNC, IN_SYNC_USERS))
+    assert [(c.line, c.commands) for c in changes] == [("alice: no weekly budget -> 40 GPU-hours a week", (
+        ("sacctmgr", "-i", "modify", "user", "where", "Name=alice", "Account=gpu-users", "Cluster=dsportal", "set",
+         "GrpTRES=gres/gpu=4", "MaxSubmitJobs=50", "GrpTRESMins=gres/gpu=2400"),))]
+    held = IN_SYNC.replace("dsportal|gpu-users|alice|gres/gpu=4|50",
+                           "dsportal|gpu-users|alice|gres/gpu=4|50|gres/gpu=2400")
+    assert lines(assoc=held, cfg=budgeted) == []  # in sync: read back from sacctmgr's GrpTRESMins column
+    changes = plan(desired_state(DEMO, CFG), slurm_state(held, IN_SYNC_USERS))
+    assert [(c.line, c.commands[0][-1]) for c in changes] == [
+        ("alice: 40 GPU-hours a week -> no weekly budget", "GrpTRESMins=gres/gpu=-1")]
+
+
 def test_every_association_gets_the_job_limit_and_a_changed_one_follows_the_setting():
     assoc = IN_SYNC.replace("dsportal|gpu-users|alice|gres/gpu=4|50", "dsportal|gpu-users|alice|gres/gpu=4|")
     changes = plan(desired_state(DEMO, CFG), slurm_state(assoc, IN_SYNC_USERS))
