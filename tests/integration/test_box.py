@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.conftest import NODES, PASSWORDS, TEST_SETTINGS, box, jobs_of, slurm, wait_for
 
 SERVICES = ("slapd", "munged", "exim4", "mariadb", "slurmdbd", "slurmctld", *NODES, *(f"gpus-{node}" for node in NODES),
-            "mlflow", "hub")  # gpus-<node>: each node's GPU reader (deploy/local/parts/gpus.py)
+            "mlflow", "prometheus", "hub")  # gpus-<node>: each node's GPU reader (deploy/local/parts/gpus.py)
 
 
 def listening(port: int) -> bool:
