@@ -138,7 +138,7 @@ def ready(data_dir: Path, base: str) -> str | None:
 
 
 def targets_up(data_dir: Path, base: str) -> dict[str, float]:
-    """Each scrape job's last `up` (1: read, 0: failed), as its API answers the reader; for `status` and the tests."""
+    """Each scrape job's last `up` (1: read, 0: failed), as its API answers the reader (what the tests wait for)."""
     request = urllib.request.Request(f"{base}/api/v1/query?query=up", headers={"Authorization": auth_header(data_dir)})
     with urllib.request.urlopen(request, timeout=5) as response:
         answer = json.loads(response.read(1 << 20))
