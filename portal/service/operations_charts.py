@@ -63,6 +63,9 @@ CHARTS = (
     Chart("Jobs and servers by state", "count", "", (("{state}", "sum by (state) (dsportal_jobs)"),)),
     Chart("Servers running (the hub)", "servers", "",
           (("servers", or_zero("sum(jupyterhub_running_servers)", "hub")),)),
+    Chart("Spawns that did not succeed, each hour (the hub)", "spawns", "per hour",
+          (("{status}: {reason}", 'sum by (status, reason) (increase('
+                                  'jupyterhub_server_spawn_duration_seconds_count{status!="success"}[1h]))'),)),
     Chart("Refusals and GPU-watch events, each hour", "events", "per hour",
           (("refused {action}", "sum by (action) (increase(dsportal_refusals_total[1h]))"),
            ("{act} {kind}", "sum by (act, kind) (increase(dsportal_gpu_watch_events_total[1h]))"))),
