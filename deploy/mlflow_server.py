@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from deploy.supervise import make_once
 from portal.mlflow_accounts import ADMIN_USER, PREFIX
 
 VENV = Path(os.environ.get("DSPORTAL_MLFLOW_VENV", "/opt/dsportal/mlflow-venv"))  # deploy/local/install-mlflow.sh
@@ -47,22 +48,14 @@ def secret_key_file(data_dir: Path) -> Path:
     return data_dir / "secret_key"
 
 
-def _make_once(path: Path, text: str) -> None:
-    """`text` in a new file of mode 0600; an existing one is kept."""
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-
-
 def prepare(data_dir: Path) -> None:
     """The data dir (root's, mode 0700), the admin's password (made once, kept) and the auth app's settings."""
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
     (data_dir / "artifacts").mkdir(mode=0o700, exist_ok=True)
     admin = admin_file(data_dir)
-    _make_once(admin, f"{ADMIN_USER}:{secrets.token_urlsafe(24)}\n")
-    _make_once(secret_key_file(data_dir), secrets.token_urlsafe(32) + "\n")
+    make_once(admin, f"{ADMIN_USER}:{secrets.token_urlsafe(24)}\n")
+    make_once(secret_key_file(data_dir), secrets.token_urlsafe(32) + "\n")
     password = admin.read_text().strip().partition(":")[2]
     # The admin's password is given in the file only for the first start (MLflow ignores it once the admin exists).
     text = (

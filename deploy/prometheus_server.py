@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from deploy.supervise import make_once, write_if_changed
 from portal.prometheus_access import READER_NAME, TOKEN_NAME
 
 PROGRAM = "/usr/bin/prometheus"  # Debian's package (deploy/local/install.sh)
@@ -46,20 +47,6 @@ class Targets:
     ca_file: str = ""
 
 
-def _make_once(path: Path, text: str) -> None:
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-
-
-def _write(path: Path, text: str, mode: int = 0o600) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.chmod(path, mode)
-
-
 def token_file(data_dir: Path) -> Path:
     return data_dir / TOKEN_NAME
 
@@ -73,8 +60,8 @@ def ensure_secrets(data_dir: Path) -> None:
     registers the token at its start, so a box makes them before its hub starts)."""
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
-    _make_once(token_file(data_dir), secrets.token_urlsafe(32) + "\n")
-    _make_once(reader_file(data_dir), f"{READER_USER}:{secrets.token_urlsafe(24)}\n")
+    make_once(token_file(data_dir), secrets.token_urlsafe(32) + "\n")
+    make_once(reader_file(data_dir), f"{READER_USER}:{secrets.token_urlsafe(24)}\n")
 
 
 def bcrypt_hash(password: str) -> str:
@@ -108,9 +95,10 @@ def prepare(data_dir: Path, targets: Targets, token: Path) -> None:
     (data_dir / "data").mkdir(mode=0o700, exist_ok=True)
     user, _, password = reader_file(data_dir).read_text().strip().partition(":")
     header = "# Written by deploy/prometheus_server.py at every start (docs/operations.md).\n"
-    _write(data_dir / "web.yml", header + yaml.safe_dump({"basic_auth_users": {user: bcrypt_hash(password)}}))
-    _write(data_dir / "prometheus.yml", header + yaml.safe_dump(scrape_config(targets, token),
-                                                                 sort_keys=False))
+    users = {"basic_auth_users": {user: bcrypt_hash(password)}}
+    write_if_changed(data_dir / "web.yml", header + yaml.safe_dump(users), mode=0o600)
+    scrapes = yaml.safe_dump(scrape_config(targets, token), sort_keys=False)
+    write_if_changed(data_dir / "prometheus.yml", header + scrapes, mode=0o600)
 
 
 def command(data_dir: Path, host: str, port: int) -> list[str]:

@@ -1,6 +1,6 @@
 """Services of a box: how each starts, when it is ready, and stopping it by its recorded PID. Shared by the cluster
 in a box (deploy/local/box.py) and the Kubernetes box (deploy/kubernetes/kubebox.py), with the two helpers every
-part of either box uses: running a command and writing a generated file.
+part of either box uses: running a command and writing a generated file (and a secret, once).
 
 Every service runs in the foreground of a session of its own (no daemonizing), so the PID this module records is
 the service's own; `daemons.py` checks and signals it. A box hands its state dir as a `Place`: where each
@@ -243,3 +243,11 @@ def write_if_changed(path: Path, text: str, mode: int = 0o644) -> None:
         tmp.write_text(text)
         tmp.replace(path)
     os.chmod(path, mode)
+
+
+def make_once(path: Path, text: str) -> None:
+    """A secret made on a service's first start: `text` in a new file of mode 0600; an existing one is kept."""
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)

@@ -293,11 +293,11 @@ class PortalConfig(KubernetesSettings, GpuSettings):
         """Where the hub's proxy reaches the dashboard service (not the public address)."""
         return f"http://127.0.0.1:{self.dashboard_service_port}"
 
-    @property
-    def dashboard_addresses(self) -> tuple[str, ...]:
-        """Where the dashboard listens: the hub's proxy's way to it, and the hub's API address, where the users'
-        servers reach it too (the lab asks for its GPU figures: portal.lab_gpus); 0.0.0.0 covers both."""
-        wanted = dict.fromkeys(("127.0.0.1", self.hub_api_address))
+    def dashboard_addresses(self, proxy_address: str = "127.0.0.1") -> tuple[str, ...]:
+        """Where the dashboard listens: `proxy_address`, the hub's proxy's way to it (its service URL's host), and
+        the hub's API address, where the users' servers reach it too (the lab asks for its GPU figures:
+        portal.lab_gpus); 0.0.0.0 covers both."""
+        wanted = dict.fromkeys((proxy_address, self.hub_api_address))
         return ("0.0.0.0",) if "0.0.0.0" in wanted else tuple(wanted)
 
     @property

@@ -30,11 +30,11 @@ async def serve() -> None:
     gc_pauses.settle()
     port = url.port or cfg.dashboard_service_port
     server = HTTPServer(app, max_body_size=app.settings["max_body_size"])
-    addresses = [url.hostname or "127.0.0.1", *cfg.dashboard_addresses]
-    for address in ("0.0.0.0",) if "0.0.0.0" in addresses else dict.fromkeys(addresses):
+    addresses = cfg.dashboard_addresses(url.hostname or "127.0.0.1")
+    for address in addresses:
         server.add_sockets(bind_sockets(port, address))  # the proxy's way, and the servers' (portal.lab_gpus)
     log = logging.getLogger("portal.service")
-    log.info("dashboard listening on %s (port %d of %s)", url.geturl(), port, ", ".join(dict.fromkeys(addresses)))
+    log.info("dashboard listening on %s (port %d of %s)", url.geturl(), port, ", ".join(addresses))
     gpu_watcher(cfg, app).start()
     # The hub stops its services with SIGINT (SIGTERM from an init system): both are a normal stop, not a crash.
     stop = asyncio.Event()
