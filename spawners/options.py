@@ -10,7 +10,9 @@ the options that were stored before the request: a refused request changes nothi
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from tornado import web
@@ -21,6 +23,7 @@ from portal.errors import SchedulerError
 from portal.inputs import one_line
 from portal.jobs.budget import budgeted
 from portal.mlflow_accounts import for_job, tracking_uri
+from portal.records.budget import GpuBudget
 from portal.records.limits import JobLimits
 from portal.scheduler import Scheduler
 from portal.scheduler.registry import scheduler_for
@@ -34,6 +37,10 @@ HUB_FORM_FIELDS = ("_xsrf",)  # the hub's own, never an option
 # one squeue and two scontrol as root). Shorter than the scheduler's own lag: a stopped server's Slurm job stays
 # COMPLETING, holding its GPUs, for longer.
 SPAWN_SNAPSHOT_S = 1.0
+# How long one read of the user's week in the scheduler's accounting (Slurm: sacct, as the user) serves their spawn:
+# the form's submit checks the options and the start checks them again, a moment apart; a form rendered before it
+# is older than this, so what it weighed is read again.
+SPAWN_BUDGET_S = 10.0
 
 
 def tensorboard_proxy_url(spawner) -> str:
@@ -87,6 +94,7 @@ class ServerOptionsMixin(HasTraits):
         lambda spawner: ServerOptionsMixin._apply_server_options)
     _options_change: tuple[Any, Any] | None = None
     _cluster: ClusterCache | None = None  # this spawner's look at the cluster (limits)
+    _budget: tuple[float, GpuBudget | None] = (-SPAWN_BUDGET_S, None)  # (when, the week's budget read then)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
@@ -121,14 +129,21 @@ class ServerOptionsMixin(HasTraits):
         """What the user may ask for now, as their scheduler answers every caller (Scheduler.limits, from one
         snapshot of the cluster as the portal sees it, at most SPAWN_SNAPSHOT_S old), asked off the event loop:
         the pools, the quota with what their server and jobs hold, the GPU profiles, and what is left of their
-        weekly GPU-hours (portal.jobs.budget: the scheduler's accounting, as submit reads it)."""
+        weekly GPU-hours (portal.jobs.budget: the scheduler's accounting, as submit reads it, at most
+        SPAWN_BUDGET_S old)."""
         scheduler, look = self.scheduler(), self.cluster_look
         groups = tuple(sorted(g.name for g in self.user.groups))
+        read_at, budget = self._budget
+        fresh = budget if time.monotonic() - read_at < SPAWN_BUDGET_S else None
 
         def ask() -> JobLimits:  # with the weekly GPU-hours budget where the user's groups have one (as submit's)
             who = scheduler.person(self.user.name, groups)
-            return budgeted(self.portal, scheduler, who, scheduler.limits(who, look()))
-        return await asyncio.to_thread(ask)
+            limits = scheduler.limits(who, look())
+            return budgeted(self.portal, scheduler, who, replace(limits, budget=fresh) if fresh else limits)
+        limits = await asyncio.to_thread(ask)
+        if limits.budget is not fresh:
+            self._budget = (time.monotonic(), limits.budget)
+        return limits
 
     def cluster_look(self) -> ClusterSnapshot:
         """This spawner's look at the cluster, at most SPAWN_SNAPSHOT_S old: the limits the request was checked

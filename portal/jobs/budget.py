@@ -32,14 +32,16 @@ def week_words(now: datetime) -> str:
 
 
 def budget_of(limit: int, per_user: Mapping[str, Any] | None, user: str, now: datetime,
-              unknown_why: str = "") -> GpuBudget:
+              unknown_why: str = "", ahead_minutes: int = 0) -> GpuBudget:
     """A budget of `limit` GPU-hours with `user`'s use this week from GPU-hours per user this week (a usage
-    report's `per_user`); None: unknown, `unknown_why` saying why."""
+    report's `per_user`; None: unknown, `unknown_why` saying why), charged ahead with `ahead_minutes`
+    (JobLimits.gpu_minutes_ahead: what their queued and running jobs and servers may still hold)."""
     if per_user is None:
-        return GpuBudget(limit, None, week_words(now), unknown_why or "no accounting")
+        return GpuBudget(limit, None, week_words(now), unknown_why or "no accounting", ahead_minutes)
     used = per_user.get(user, 0.0)
     return GpuBudget(limit, float(used) if isinstance(used, (int, float)) else None, week_words(now),
-                     "" if isinstance(used, (int, float)) else "the accounting's answer was not a number")
+                     "" if isinstance(used, (int, float)) else "the accounting's answer was not a number",
+                     ahead_minutes)
 
 
 def budgeted(cfg: PortalConfig, scheduler: Any, who: Any, limits: JobLimits, now: datetime | None = None) -> JobLimits:
@@ -54,7 +56,7 @@ def budgeted(cfg: PortalConfig, scheduler: Any, who: Any, limits: JobLimits, now
     except SchedulerError as err:  # NoAccounting too: weighed against the whole budget, and the words say so
         per_user, why = None, str(err)
         log.info("budget of %s: this week's use unknown (%s)", who.name, why)
-    return replace(limits, budget=budget_of(limit, per_user, who.name, now, why))
+    return replace(limits, budget=budget_of(limit, per_user, who.name, now, why, limits.gpu_minutes_ahead))
 
 
 def check(limits: JobLimits, spec: JobSpec, plan: SweepPlan | None) -> None:

@@ -3,9 +3,10 @@
 What a request can cost at most: nodes x GPUs per node x its time limit (a started minute counts whole) x its trials,
 in GPU-minutes, shown as GPU-hours to the hundredth, rounded half up (`gpu_hours`; portal.js says the same). What is
 left: the budget less what the user's servers and jobs held this week, as the scheduler's accounting counts it
-(Slurm's sacct). A request that can cost more than is left is refused, naming time_limit, with the arithmetic and
-the longest time limit that fits. Where the week's use is unknown (accounting did not answer) a request is weighed
-against the whole budget, and the words say so.
+(Slurm's sacct), less what their queued and running ones may still hold (charged ahead). A request that can cost
+more than is left is refused, naming time_limit, with the arithmetic and the longest time limit that fits. Where the
+week's use is unknown (accounting did not answer) a request is weighed against the whole budget less what is charged
+ahead, and the words say so.
 """
 
 from __future__ import annotations
@@ -39,18 +40,25 @@ class GpuBudget:
     used: float | None  # GPU-hours their servers and jobs held since `week_start`; None: unknown (`unknown_why`)
     week_start: str = ""  # when the week began, in words: "Sunday 29 November 00:00"
     unknown_why: str = ""
+    # GPU-minutes their queued and running jobs and servers may still hold (what is left of their time limits):
+    # charged ahead, so that two requests that each fit alone cannot together cost more than is left.
+    ahead_minutes: int = 0
 
     @property
     def left_minutes(self) -> float:
-        return max(0.0, self.limit * 60 - (self.used or 0.0) * 60)
+        return max(0.0, self.limit * 60 - (self.used or 0.0) * 60 - self.ahead_minutes)
 
     def words(self) -> str:
-        """ "5.5 of your weekly 40 GPU-hours left (34.5 used since Sunday 29 November 00:00)" """
+        """ "5.5 of your weekly 40 GPU-hours left (30.5 used since Sunday 29 November 00:00, 4 held for your queued
+        and running jobs and servers)" """
+        ahead = f"{gpu_hours(self.ahead_minutes)} held for your queued and running jobs and servers"
         if self.used is None:
-            return f"your weekly {self.limit} GPU-hours (this week's use unknown: {self.unknown_why.rstrip('.')})"
+            less = f", less {ahead}" if self.ahead_minutes else ""
+            return (f"your weekly {self.limit} GPU-hours{less} (this week's use unknown: "
+                    f"{self.unknown_why.rstrip('.')})")
         since = f" since {self.week_start}" if self.week_start else " this week"
         return (f"{gpu_hours(self.left_minutes)} of your weekly {self.limit} GPU-hours left "
-                f"({gpu_hours(self.used * 60)} used{since})")
+                f"({gpu_hours(self.used * 60)} used{since}{', ' + ahead if self.ahead_minutes else ''})")
 
     def fits_minutes(self, gpus: int) -> int:
         """The longest time limit, in whole minutes, of a request of `gpus` GPUs in all that fits what is left."""

@@ -85,6 +85,9 @@ class JobLimits:
     pools: tuple[Pool, ...] = ()
     gpu_choices: tuple[int, ...] | None = None  # the GPU counts a server may have (Kubernetes' profiles); None: any
     budget: GpuBudget | None = None  # the user's weekly GPU-hours and their use this week; None: no budget
+    # GPU-minutes the user's queued and running jobs and servers may still hold (QueuedJob.gpu_minutes_ahead): what
+    # the budget charges ahead
+    gpu_minutes_ahead: int = 0
 
     @property
     def max_gpus_per_node(self) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from portal.quota import GpuHolder
 from portal.records.fit import NOTHING, NodeRoom, Shape
 from portal.records.limits import Pool
-from portal.records.states import ENDED_STATES, RUNNING
+from portal.records.states import ENDED_STATES, PENDING, RUNNING
 
 UNNAMED_JOB = "training"  # the name of a job whose queue entry does not say its program (Kubernetes' pods)
 
@@ -51,11 +51,34 @@ class QueuedJob:
     waits_for_resources: bool = False  # it waits for GPUs, CPUs or memory that jobs hold: those are worth naming
     submitted: int = 0  # when it was submitted (epoch seconds; a job array's, its first task's); 0: not said
     partition: str = ""  # the partition (Slurm) or GPU node pool (Kubernetes) it asked for; "": not said
+    # A sweep's trials (a job array's tasks) in this entry: running, and waiting to start now (as many as may start
+    # beside the running ones under its `parallel`; the trials beyond it are not counted). Slurm: a started task's
+    # entry is one running, the array's pending entry the waiting ones; Kubernetes: its Job's trial pods.
+    trials_running: int = 0
+    trials_waiting: int = 0
+    # The most GPU-minutes it may still hold (gpu_minutes_ahead): what the weekly budget charges ahead for it.
+    gpu_minutes_ahead: int = 0
 
     @property
     def queued(self) -> bool:
         """Whether plain `squeue` lists it: not ended."""
         return self.state not in ENDED_STATES
+
+
+MAX_LIMIT_MINUTES = 366 * 24 * 60  # a time limit longer than a year is none (UNLIMITED), charged nothing ahead
+
+
+def gpu_minutes_ahead(gpus: int, state: str, limit_minutes: int | None, ran_s: float) -> int:
+    """The most GPU-minutes a job or server in `state` may still hold: its GPUs x its whole time limit while it waits
+    (a requeued one too), x what is left of it once it runs (`ran_s` seconds so far, whole minutes counted), 0 once
+    it ends or completes; 0 too where it says no time limit (None, or more than a year: Slurm's UNLIMITED), as
+    nothing then can be charged ahead."""
+    if not limit_minutes or limit_minutes > MAX_LIMIT_MINUTES or state in ENDED_STATES or \
+            state in ("COMPLETING", "STAGE_OUT"):
+        return 0
+    if state == PENDING or state.startswith("REQUEUE"):
+        return gpus * limit_minutes
+    return gpus * max(0, limit_minutes - int(ran_s // 60))
 
 
 def duration_text(seconds: float) -> str:

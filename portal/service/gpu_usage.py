@@ -87,7 +87,8 @@ class UsageViews:
         if not isinstance(per_user, dict):
             per_user = Ledger.week_held_by(readings_dir(self.cfg), time.time())
         why = report.get("history_unavailable") or "accounting did not answer"
-        return replace(limits, budget=budget_of(limit, per_user, user.name, datetime.now(), why))
+        return replace(limits, budget=budget_of(limit, per_user, user.name, datetime.now(), why,
+                                                limits.gpu_minutes_ahead))
 
     def known_usage(self, user: HubUser, everyone: Sequence[HubUser] = ()) -> dict[str, Any]:
         """`usage` without waiting for accounting (the jobs page): the quotas at once, from the shared squeue

@@ -61,6 +61,7 @@ CHARTS = (
     Chart("Longest wait in the queue", "wait", "s",
           (("{partition}", "max by (partition) (dsportal_queue_oldest_wait_seconds)"),)),
     Chart("Jobs and servers by state", "count", "", (("{state}", "sum by (state) (dsportal_jobs)"),)),
+    Chart("Sweeps' trials by state", "trials", "", (("{state}", "sum by (state) (dsportal_sweep_trials)"),)),
     Chart("Servers running (the hub)", "servers", "",
           (("servers", or_zero("sum(jupyterhub_running_servers)", "hub")),)),
     Chart("Spawns that did not succeed, each hour (the hub)", "spawns", "per hour",

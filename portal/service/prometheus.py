@@ -13,6 +13,9 @@ queue answer, at most once per refresh interval):
         the GPU watch's ledger (portal.gpus.ledger), by the group whose GPU quota applies to them ("none": none)
     dsportal_jobs{scheduler,kind,state,program}       the queue now: jobs and servers by state and program
                                                       (`unknown` where the queue does not say: Kubernetes)
+    dsportal_sweep_trials{scheduler,state,program}    sweeps' trials in the queue now: RUNNING, and PENDING those
+                                                      that may start beside them within the sweep's `parallel`
+                                                      (Slurm: a job array's tasks; Kubernetes: its trial pods)
     dsportal_queue_pending{scheduler,partition,kind}  jobs and servers waiting now, by partition (or node pool)
     dsportal_queue_oldest_wait_seconds{...}           the longest of their waits so far, since their submit
     dsportal_scheduler_up{scheduler}                  1 when the scheduler answered this scrape's queue, else 0
@@ -37,7 +40,7 @@ from portal.errors import SchedulerError
 from portal.gpus.ledger import TOTALS, Ledger, Totals
 from portal.quota import quota_group
 from portal.records.programs import registry as programs
-from portal.records.states import PENDING
+from portal.records.states import PENDING, RUNNING
 from portal.scheduler.cluster import UNNAMED_JOB
 from portal.scheduler.snapshot import ClusterSnapshot
 
@@ -104,6 +107,16 @@ class Scrape:
         for (kind, state, program), count in sorted(counted.items()):
             jobs.add_metric([self.cfg.scheduler, kind, state, program], count)
         yield jobs
+        trials = GaugeMetricFamily("dsportal_sweep_trials", "Sweeps' trials in the queue now: running, and waiting "
+                                   "to start within their sweep's parallel", labels=["scheduler", "state", "program"])
+        tallied: Tally[tuple[str, str]] = Tally()
+        for job in self.snapshot.queue.values():
+            program = program_of(job.name, names)
+            tallied.update({(RUNNING, program): job.trials_running, (PENDING, program): job.trials_waiting})
+        for (state, program), count in sorted(tallied.items()):
+            if count:
+                trials.add_metric([self.cfg.scheduler, state, program], count)
+        yield trials
         yield from self.waits()
 
     def waits(self) -> Iterator[Metric]:

@@ -75,7 +75,8 @@ def test_a_job_that_could_cost_more_than_the_weekly_budget_is_refused_with_the_a
     terminal, once `portal.accounts sync` gave his association the budget (GrpTRESMins). Nothing is submitted."""
     spec = {**TINY, "gpus_per_node": 1, "time_limit": "168:00:00"}  # 1 node x 1 GPU x 168 h > BUDGET_HOURS
     refusal = (r"this job can cost up to 168 GPU-hours \(1 node x 1 GPU x 168 h\), more than [\d.]+ of your weekly "
-               rf"{BUDGET_HOURS} GPU-hours left \([\d.]+ used since Sunday \d+ \w+ 00:00\); ")
+               rf"{BUDGET_HOURS} GPU-hours left \([\d.]+ used since Sunday \d+ \w+ 00:00"
+               r"(, [\d.]+ held for your queued and running jobs and servers)?\); ")
     before = jobs_of("bob")
     with pytest.raises(jobs.JobSpecError) as err:
         jobs.submit(spec, scheduler="slurm", user="bob", groups=("datascientists", "gpu-users", BUDGET_GROUP))

@@ -34,6 +34,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 LABEL_USER, LABEL_JOB = "dsportal/user", "dsportal/job-id"
 ANNOTATION_SPEC, ANNOTATION_SUBMITTED = "dsportal/spec", "dsportal/submitted-at"
 ANNOTATION_SWEEP = "dsportal/sweep"  # a sweep's plan, on its Job
+ANNOTATION_TIME_LIMIT = "dsportal/time-limit-minutes"  # on each pod of a job (pod_template)
+ANNOTATION_TRIALS = "dsportal/trials"  # on each trial pod of a sweep: its trials, all rounds together
 # How many worker pods run beside a torchrun job's node 0 (a Horovod job's workers are its nodes): on its record.
 ANNOTATION_WORKER_PODS = "dsportal/worker-pods"
 # The cluster whose directory under ~/jobs holds the job's files (portal.records.record.cluster_jobs_dir); a job
@@ -144,13 +146,16 @@ def node_resources(spec: JobSpec) -> dict[str, str]:
 
 
 def pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict],
-                  node_selector: Mapping[str, str] | None = None) -> dict:
+                  node_selector: Mapping[str, str] | None = None, *, time_limit: str) -> dict:
+    """A job's pod, which says its job's time limit in minutes (ANNOTATION_TIME_LIMIT: what the weekly budget
+    charges ahead for its GPUs, portal.scheduler.kubernetes.holders)."""
     spec: dict[str, Any] = {"containers": [container], "volumes": volumes,
                             # The image's notebook user; the home volume is theirs.
                             "securityContext": {"runAsUser": 1000, "runAsGroup": 100, "fsGroup": 100}}
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
-    return {"metadata": {"labels": dict(labels), "annotations": {"sidecar.istio.io/inject": "false"}}, "spec": spec}
+    return {"metadata": {"labels": dict(labels), "annotations": {
+        "sidecar.istio.io/inject": "false", ANNOTATION_TIME_LIMIT: str(minutes_of(time_limit))}}, "spec": spec}
 
 
 def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str,
@@ -188,9 +193,10 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
                           "activeDeadlineSeconds": minutes_of(spec.time_limit) * 60},
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": pod_template(labels, launcher, [home])},
+                             "template": pod_template(labels, launcher, [home], time_limit=spec.time_limit)},
                 "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
-                           "template": pod_template(labels, worker, worker_volumes, selector)},
+                           "template": pod_template(labels, worker, worker_volumes, selector,
+                                                    time_limit=spec.time_limit)},
             },
         },
     }
@@ -273,7 +279,8 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     labels = job_labels(user, job_id)
 
     def pod(role: str, container: dict, volumes: list[dict], node_selector=None) -> dict:
-        template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, node_selector)
+        template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, node_selector,
+                                time_limit=spec.time_limit)
         template["spec"].update(restartPolicy="Never", tolerations=tolerations, enableServiceLinks=False,
                                 automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
         if role == "worker":  # one worker pod per node where the nodes allow (a node's GPUs are one pod's)
@@ -317,7 +324,8 @@ def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, c
     trial["volumeMounts"], volumes = training_volumes(cfg, user)
     selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
     labels = {**job_labels(user, job_id), LABEL_ROLE: "trial"}
-    template = pod_template(labels, trial, volumes, selector)
+    template = pod_template(labels, trial, volumes, selector, time_limit=spec.time_limit)
+    template["metadata"]["annotations"][ANNOTATION_TRIALS] = str(plan.trials)
     template["spec"].update(restartPolicy="Never", tolerations=lost_node_tolerations(), enableServiceLinks=False,
                             automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
     rounds = -(-plan.trials // plan.parallel)

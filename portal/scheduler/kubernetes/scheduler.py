@@ -46,7 +46,7 @@ from portal.scheduler.cluster import start_note as note_from_nodes
 from portal.scheduler.errors import NoAccounting
 from portal.scheduler.kubernetes.client import KubeUser, api_call, api_client, kube_user
 from portal.scheduler.kubernetes.errors import KubernetesError
-from portal.scheduler.kubernetes.holders import node_holdings, pod_holders, pod_queue
+from portal.scheduler.kubernetes.holders import node_holdings, pod_holders, pod_queue, pods_ahead
 from portal.scheduler.kubernetes.jobs import create_owned, job_objects
 from portal.scheduler.kubernetes.manifests import (
     DRY_RUN_NOTE,
@@ -176,7 +176,8 @@ class KubernetesScheduler(PodOutput):
                                   self.cfg.user_namespace(user.name)) or {}
         limits = limits_for(self.cfg, user.groups, pools=lambda: (snapshot or self.snapshot()).partitions)
         quota = self.cfg.user_gpu_quota(user.groups, pod_holders(pods.get("items", [])))
-        return dataclasses.replace(limits, quota=quota.with_submitted(held))
+        return dataclasses.replace(limits, quota=quota.with_submitted(held),
+                                   gpu_minutes_ahead=pods_ahead(pods.get("items", []), datetime.now(UTC)))
 
     def configured_limits(self, user: KubeUser) -> JobLimits:
         """The pool's configured shape (k8s_max_nodes, k8s_node_gpus, ...) and the group quota, without the pods

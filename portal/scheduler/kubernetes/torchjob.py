@@ -74,7 +74,7 @@ def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfi
                              {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
                      "resources": {"requests": dict(resources), "limits": dict(resources)},
                      "volumeMounts": mounts}
-        template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, selector)
+        template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, selector, time_limit=spec.time_limit)
         template["spec"].update(restartPolicy="Never", tolerations=lost_node_tolerations(), enableServiceLinks=False,
                                 automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
         # One node's pod per machine where the machines allow (a machine's GPUs are one pod's).

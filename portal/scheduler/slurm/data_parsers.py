@@ -42,7 +42,7 @@ BASE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAI
                "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
 # squeue's fields that became {set, infinite, number} (unset: absent; infinite: no number).
 SQUEUE_NUMBERS = ("node_count", "start_time", "end_time", "submit_time", "array_job_id", "array_task_id",
-                  "array_max_tasks")
+                  "array_max_tasks", "time_limit")
 
 
 def number(value: Any) -> int | None:

@@ -31,7 +31,7 @@ from typing import Any
 from portal.errors import BadAnswer
 from portal.quota import array_claim
 from portal.records.states import ENDED_STATES, PENDING, RUNNING
-from portal.scheduler.cluster import QueuedJob, duration_text
+from portal.scheduler.cluster import QueuedJob, duration_text, gpu_minutes_ahead
 from portal.scheduler.slurm.answers import SERVER_JOB_NAME, gpu_count, held_reason, pending_reason
 from portal.scheduler.slurm.data_parsers import DATA_PARSERS, SACCT_READERS, SQUEUE_READERS, Reader
 
@@ -99,7 +99,8 @@ def _queued_job(job: Any, now: float) -> QueuedJob | None:
     nodes = node_count or 0
     start = _whole(job.get("start_time")) or 0  # a pending job's is when Slurm expects it to start
     end = (_whole(job.get("end_time")) or 0) if state in ENDED_STATES else 0
-    elapsed = "0:00" if state == "PENDING" or not start else duration_text((end or now) - start)
+    ran_s = 0.0 if state == "PENDING" or not start else (end or now) - start
+    elapsed = duration_text(ran_s) if ran_s else "0:00"
     per_node = gpu_count(_text(job, "tres_per_node"))
     per_job = gpu_count(_text(job, "tres_per_job"))
     requested = gpu_count(_text(job, "tres_req_str")) or per_node * max(1, nodes) + per_job  # all nodes together
@@ -111,7 +112,8 @@ def _queued_job(job: Any, now: float) -> QueuedJob | None:
         exit_code=exit_code(status) if end and status is not None else "", restarts=_whole(job.get("restart_cnt")) or 0,
         expected_start=start if pending else 0, server=name == SERVER_JOB_NAME,
         reason_words=pending_reason(reason) if pending else "", waits_for_resources=pending and held_reason(reason),
-        submitted=_whole(job.get("submit_time")) or 0, partition=_text(job, "partition")[:MAX_PARTITION])
+        submitted=_whole(job.get("submit_time")) or 0, partition=_text(job, "partition")[:MAX_PARTITION],
+        gpu_minutes_ahead=gpu_minutes_ahead(requested, state, _whole(job.get("time_limit")), ran_s))
 
 
 def _only_empty(errors: Any) -> bool:
@@ -150,7 +152,9 @@ def read_squeue(answer: str | bytes, now: float) -> dict[str, QueuedJob]:
 
     A job array's pending tasks are one entry (the array's own id, `array_task_string` "2-3%2": the tasks left and
     the throttle); its started tasks are entries of their own (`array_job_id` the array's). The pending entry's GPUs
-    are what its tasks claim beside the running ones (portal.quota.array_claim), not one task's."""
+    are what its tasks claim beside the running ones (portal.quota.array_claim), not one task's; its `trials_waiting`
+    the tasks that may start beside them (a started task's entry has `trials_running` 1); its `gpu_minutes_ahead`
+    every task's that is left."""
     jobs: dict[str, QueuedJob] = {}
     arrays: dict[str, tuple[int, int]] = {}  # a pending array entry's id: (tasks left, throttle)
     running: dict[str, int] = {}  # an array's id: its running tasks
@@ -164,11 +168,18 @@ def read_squeue(answer: str | bytes, now: float) -> dict[str, QueuedJob]:
             left = _task_count(_text(entry, "array_task_string"))
             if left:  # else one task's, as Slurm's entry says
                 arrays[job.id] = (left, _whole(entry.get("array_max_tasks")) or 0)
+            else:
+                jobs[job.id] = replace(job, trials_waiting=1)
         elif array_id and job.state == RUNNING:
             running[str(array_id)] = running.get(str(array_id), 0) + 1
+            jobs[job.id] = replace(job, trials_running=1)
+        elif array_id and job.state == PENDING:  # one task of its own (a requeued one)
+            jobs[job.id] = replace(job, trials_waiting=1)
     for job_id, (left, throttle) in arrays.items():
-        job = jobs[job_id]
-        jobs[job_id] = replace(job, gpus=array_claim(job.gpus, left, running.get(job_id, 0), throttle))
+        job, beside = jobs[job_id], running.get(job_id, 0)
+        jobs[job_id] = replace(job, gpus=array_claim(job.gpus, left, beside, throttle),
+                               trials_waiting=array_claim(1, left, beside, throttle),
+                               gpu_minutes_ahead=job.gpu_minutes_ahead * left)  # every task left, as it may run
     return jobs
 
 

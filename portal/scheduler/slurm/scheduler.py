@@ -110,7 +110,8 @@ class SlurmScheduler(JobsInHome):
                                        partitions=self.commands.partitions(user))
         queued = users_jobs(snapshot.queue, user.name)
         limits = limits_from(self.cfg, snapshot.partitions, self.quota(user, snapshot), len(queued) + len(held))
-        return replace(limits, quota=limits.quota.with_submitted(held))
+        return replace(limits, quota=limits.quota.with_submitted(held),
+                       gpu_minutes_ahead=sum(job.gpu_minutes_ahead for job in queued))
 
     def quota(self, user: JobUser, snapshot: ClusterSnapshot) -> GpuQuota:
         """The user's GPU quota and what their servers and jobs in `snapshot` hold or claim of it (portal.quota's

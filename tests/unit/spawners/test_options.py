@@ -14,17 +14,23 @@ from jupyterhub.spawner import LocalProcessSpawner
 from portal.config import SERVER_DASHBOARD_ENV, PortalConfig
 from portal.scheduler.local import LocalScheduler
 from portal.scheduler.snapshot import ClusterSnapshot
-from spawners.options import SPAWN_SNAPSHOT_S, ServerOptionsMixin
+from portal.scheduler.usage import UsageReport
+from spawners.options import SPAWN_BUDGET_S, SPAWN_SNAPSHOT_S, ServerOptionsMixin
 
 
 class CountingScheduler(LocalScheduler):
-    """This machine, counting how often the cluster is looked at."""
+    """This machine, counting how often the cluster and the accounting are looked at."""
 
     looks = 0
+    accounted = 0
 
     def snapshot(self, clock=time.monotonic) -> ClusterSnapshot:
         CountingScheduler.looks += 1
         return super().snapshot(clock)
+
+    def usage(self, user, everyone, now):
+        CountingScheduler.accounted += 1
+        return UsageReport(now, per_user={user.name: 1.5})
 
 
 class MachineSpawner(ServerOptionsMixin, LocalProcessSpawner):
@@ -57,6 +63,19 @@ def test_a_burst_of_spawn_requests_looks_at_the_cluster_once_and_a_later_one_aga
     time.sleep(SPAWN_SNAPSHOT_S)
     asyncio.run(alice.options_from_form({"gpus": ["0"], "_xsrf": ["t"]}))
     assert CountingScheduler.looks >= 2  # a request after the interval sees the cluster as it is now
+
+
+def test_a_spawns_checks_a_moment_apart_read_the_users_week_in_the_accounting_once():
+    """The form's submit and the start each weigh the options against the weekly budget: one sacct between them."""
+    CountingScheduler.accounted = 0
+    alice = spawner()
+    alice.portal = PortalConfig(gpu_hours_budget={"gpu-users": 40})
+    checks = [asyncio.run(alice.limits()).budget for _ in range(3)]
+    assert CountingScheduler.accounted == 1 and {(b.limit, b.used) for b in checks} == {(40, 1.5)}
+    read_at, budget = alice._budget
+    alice._budget = (read_at - SPAWN_BUDGET_S, budget)  # that read, SPAWN_BUDGET_S older
+    asyncio.run(alice.limits())
+    assert CountingScheduler.accounted == 2  # a form rendered earlier than that is weighed again
 
 
 def test_a_starting_server_gets_the_users_mlflow_account_in_its_environment(mlflow_server, tmp_path):

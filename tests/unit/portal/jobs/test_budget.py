@@ -48,6 +48,8 @@ def test_the_budget_left_is_read_from_the_schedulers_accounting_as_the_user_only
     assert len(accounting.asked) == 1
     unknown = budgeted(CFG, Accounting(None, "no accounting on kubernetes"), Person(), SPEC_LIMITS, NOW).budget
     assert unknown == GpuBudget(40, None, "Sunday 29 November 00:00", "no accounting on kubernetes")
+    queued = budgeted(CFG, accounting, Person(), replace(SPEC_LIMITS, gpu_minutes_ahead=90), NOW).budget
+    assert queued is not None and queued.ahead_minutes == 90  # what the scheduler's limits found queued, ahead
     assert week_words(datetime(2026, 11, 29, 0, 0)) == "Sunday 29 November 00:00"  # its own week
 
 

@@ -50,3 +50,18 @@ def test_with_nothing_left_nothing_with_gpus_fits_and_an_unknown_use_weighs_the_
     unknown = GpuBudget(4, None, WEEK, "slurmdbd does not answer")
     assert unknown.refusal(1, 4, 60) == ""  # 4 GPU-hours: the whole budget
     assert "(this week's use unknown: slurmdbd does not answer)" in unknown.refusal(1, 4, 61)
+
+
+def test_what_queued_and_running_jobs_may_still_hold_is_charged_ahead_and_said():
+    """Two requests that each fit alone cannot together cost more than is left: the first, queued, is held ahead."""
+    budget = GpuBudget(40, 30.5, WEEK, ahead_minutes=240)  # 9.5 h left, a queued 4-GPU-hour job ahead
+    assert budget.left_minutes == 330
+    assert budget.words() == (f"5.5 of your weekly 40 GPU-hours left (30.5 used since {WEEK}, 4 held for your queued "
+                              "and running jobs and servers)")
+    assert budget.refusal(1, 1, 331).startswith("this job can cost up to 5.52 GPU-hours (1 node x 1 GPU x 5 h 31 "
+                                                "min), more than 5.5 of your weekly 40 GPU-hours left")
+    unknown = GpuBudget(4, None, WEEK, "slurmdbd does not answer", ahead_minutes=60)
+    assert unknown.left_minutes == 180 and unknown.words() == (
+        "your weekly 4 GPU-hours, less 1 held for your queued and running jobs and servers (this week's use "
+        "unknown: slurmdbd does not answer)")
+    assert GpuBudget(4, 3.5, WEEK, ahead_minutes=60).left_minutes == 0  # never less than nothing

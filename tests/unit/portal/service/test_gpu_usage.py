@@ -116,7 +116,9 @@ def test_a_submit_and_its_form_weigh_the_weekly_budget_against_the_usage_report_
     alice = HubUser("alice", ("gpu-users",))
     budget = board.limits(alice).budget
     assert budget is not None and (budget.limit, budget.used) == (10, 2.0)  # her running job's 2 GPU-hours
-    assert budget.words().startswith("8 of your weekly 10 GPU-hours left (2 used since Sunday ")
+    running = board.cluster.snapshot().queue  # squeue_free's: her 2-GPU job of a week's time limit, running
+    assert budget.ahead_minutes == sum(job.gpu_minutes_ahead for job in running.values() if job.user == "alice") > 0
+    assert budget.words().startswith("0 of your weekly 10 GPU-hours left (2 used since Sunday ")  # held ahead
     board.submit(alice, {"template": "chexnet", "gpus_per_node": 1})
     assert api.limits_given[-1].budget == budget and len(api.usage_asked) == 1  # the report read once, kept
     assert board.limits(HubUser("bob", ("datascientists",))).budget is None  # no budget for bob's groups

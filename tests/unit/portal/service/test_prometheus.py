@@ -39,12 +39,14 @@ QUEUE = {"7": QueuedJob("7", "alice", "RUNNING", "1:00", 1, 1, "None", name="spa
          "8": QueuedJob("8", "alice", "RUNNING", "1:00", 2, 1, "None", name="chexnet", gpus=2),
          "9": QueuedJob("9", "bob", "PENDING", "0:00", 1, 1, "Resources", name="chexnet-torch-sweep", gpus=1,
                         partition="gpu"),  # submitted: 5 minutes before each test's scrape (`queue`)
-         "10": QueuedJob("10", "bob", "PENDING", "0:00", 1, 1, "Priority", name="my $(job)", gpus=1)}
+         "10": QueuedJob("10", "bob", "PENDING", "0:00", 1, 1, "Priority", name="my $(job)", gpus=1),
+         "11_0": QueuedJob("11_0", "bob", "RUNNING", "2:00", 1, 1, "None", name="chexnet-torch-sweep", gpus=1,
+                           trials_running=1)}
 
 
 def queue() -> dict[str, QueuedJob]:
-    """QUEUE with its waiting job submitted 5 minutes ago."""
-    return {**QUEUE, "9": dataclasses.replace(QUEUE["9"], submitted=int(time.time()) - 300)}
+    """QUEUE with its waiting sweep submitted 5 minutes ago, 2 of its trials waiting."""
+    return {**QUEUE, "9": dataclasses.replace(QUEUE["9"], submitted=int(time.time()) - 300, trials_waiting=2)}
 
 
 def samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -91,7 +93,11 @@ def test_gpu_seconds_by_group_or_user_and_the_queue_by_state_program_and_wait(tm
     assert not [key for key in grouped if ("user", "alice") in key[1]]  # no user's name without read:users
     jobs = {dict(labels)["program"] + "/" + dict(labels)["state"]: value
             for (name, labels), value in grouped.items() if name == "dsportal_jobs"}
-    assert jobs == {"jupyterlab/RUNNING": 1, "chexnet/RUNNING": 1, "chexnet-torch/PENDING": 1, "other/PENDING": 1}
+    assert jobs == {"jupyterlab/RUNNING": 1, "chexnet/RUNNING": 1, "chexnet-torch/PENDING": 1, "other/PENDING": 1,
+                    "chexnet-torch/RUNNING": 1}
+    trials = {dict(labels)["program"] + "/" + dict(labels)["state"]: value
+              for (name, labels), value in grouped.items() if name == "dsportal_sweep_trials"}
+    assert trials == {"chexnet-torch/RUNNING": 1, "chexnet-torch/PENDING": 2}  # bob's sweep: 1 running, 2 may start
     assert grouped[("dsportal_scheduler_up", (("scheduler", "slurm"),))] == 1
     gpu, unsaid = (("kind", "job"), ("partition", "gpu"), ("scheduler", "slurm")), \
         (("kind", "job"), ("partition", ""), ("scheduler", "slurm"))

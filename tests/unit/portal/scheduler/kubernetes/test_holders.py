@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from portal.scheduler.cluster import NodeHolding
-from portal.scheduler.kubernetes.holders import node_holdings, pod_queue
-from portal.scheduler.kubernetes.manifests import LABEL_JOB
+from portal.scheduler.kubernetes.holders import node_holdings, pod_queue, pods_ahead
+from portal.scheduler.kubernetes.manifests import ANNOTATION_TIME_LIMIT, ANNOTATION_TRIALS, LABEL_JOB, LABEL_ROLE
 from tests.unit.helpers import K8S_CFG as CFG
 from tests.unit.helpers import K8S_JOB_ID as JOB_ID
 
@@ -51,3 +51,40 @@ def test_a_queue_entry_says_when_its_first_pod_was_made_and_the_gpu_pool_it_aske
     job, server = queue[JOB_ID], queue["jupyter-alice"]
     assert (job.submitted, job.partition) == (int(datetime(2026, 12, 5, 10, 0, 5, tzinfo=UTC).timestamp()), "t4")
     assert (server.submitted, server.partition) == (0, "")  # no time it can read, no one pool asked for: not said
+
+
+def test_a_sweeps_trial_pods_are_its_trials_running_and_waiting_and_no_other_pod_is():
+    def trial(name: str, phase: str) -> dict:
+        pod = gpu_pod(name, 1, job=JOB_ID, phase=phase)
+        return {**pod, "metadata": {**pod["metadata"], "labels": {LABEL_JOB: JOB_ID, LABEL_ROLE: "trial"}}}
+    pods = [trial("t-0", "Running"), trial("t-1", "Running"), trial("t-2", "Pending"), trial("t-3", "Succeeded"),
+            gpu_pod("w-1", 1, job="k8s-20261205-100000-000000"), gpu_pod("jupyter-alice", 1)]
+    queue = pod_queue(pods, CFG.namespace_user, datetime.now(UTC))
+    assert (queue[JOB_ID].trials_running, queue[JOB_ID].trials_waiting) == (2, 1)  # an ended pod: a trial done
+    assert {(j.trials_running, j.trials_waiting) for key, j in queue.items() if key != JOB_ID} == {(0, 0)}
+
+
+def test_what_pods_may_still_hold_is_their_gpus_times_what_is_left_of_their_time_limit():
+    """What the weekly budget charges ahead on Kubernetes: a job's pods say its time limit (the portal's
+    annotation), a server's pod its deadline; a waiting pod counts all of it, a running one the rest; a pod that
+    says neither, or says it wrongly, charges nothing; a sweep's trials without a pod yet count whole."""
+    now = datetime(2026, 12, 5, 10, 30, tzinfo=UTC)  # the pods started at 10:00
+
+    def said(pod: dict, minutes: object) -> dict:
+        return {**pod, "metadata": {**pod["metadata"], "annotations": {ANNOTATION_TIME_LIMIT: minutes}}}
+    server = gpu_pod("jupyter-alice", 1)
+    server["spec"]["activeDeadlineSeconds"] = 3600
+    pods = [said(gpu_pod("w-1", 2, job=JOB_ID), "60"), said(gpu_pod("w-2", 2, job=JOB_ID, phase="Pending"), "60"),
+            server, said(gpu_pod("x-1", 1, job="k8s-x"), "sixty"), said(gpu_pod("x-2", 1, job="k8s-y"), "٣")]
+    assert pods_ahead(pods, now) == 2 * 30 + 2 * 60 + 30
+    queue = pod_queue(pods, CFG.namespace_user, now)
+    assert (queue[JOB_ID].gpu_minutes_ahead, queue["jupyter-alice"].gpu_minutes_ahead) == (180, 30)
+    assert pods_ahead([said(gpu_pod("w-1", 1, job=JOB_ID, phase="Pending"), "99999999")], now) == 0
+
+    def trial(name: str, phase: str) -> dict:  # a trial pod of a sweep of 6 trials of 2 GPUs, an hour each
+        pod = said(gpu_pod(name, 2, job=JOB_ID, phase=phase), "60")
+        pod["metadata"]["annotations"][ANNOTATION_TRIALS] = "6"
+        return {**pod, "metadata": {**pod["metadata"], "labels": {LABEL_JOB: JOB_ID, LABEL_ROLE: "trial"}}}
+    sweep = [trial("t-0", "Succeeded"), trial("t-1", "Failed"), trial("t-2", "Running"), trial("t-3", "Pending")]
+    # t-0 done, t-1 lost (made again), t-2 half an hour left, t-3 an hour; 6 - 3 made: 3 trials of 2 GPU-hours
+    assert pods_ahead(sweep, now) == 2 * 30 + 2 * 60 + 3 * 2 * 60

@@ -53,7 +53,8 @@ def test_two_nodes_of_four_gpus_is_a_launcher_and_two_workers_with_four_slots_ea
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert worker["spec"]["nodeSelector"] == {"nvidia": "v100"}
     for template in (worker, replica(m, "Launcher")):
-        assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+        assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false",
+                                                       "dsportal/time-limit-minutes": "120"}
         assert template["metadata"]["labels"]["dsportal/job-id"] == JOB_ID
     assert "nvidia.com/gpu" not in json.dumps(replica(m, "Launcher"))  # mpirun needs no GPU
 

@@ -13,7 +13,14 @@ import pytest
 from portal.quota import GpuQuota
 from portal.scheduler.kubernetes.client import new_ssh_key
 from portal.scheduler.kubernetes.holders import pod_holders, pod_queue
-from portal.scheduler.kubernetes.manifests import ANNOTATION_SPEC, LABEL_JOB, LABEL_ROLE, owned_by, plain_job_objects
+from portal.scheduler.kubernetes.manifests import (
+    ANNOTATION_SPEC,
+    ANNOTATION_TIME_LIMIT,
+    LABEL_JOB,
+    LABEL_ROLE,
+    owned_by,
+    plain_job_objects,
+)
 from portal.scheduler.kubernetes.records import RUN_ENDED, limits_for, plain_job_state
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.summary import quota_of
@@ -51,6 +58,7 @@ def test_two_nodes_is_a_launcher_job_a_workers_job_of_two_pods_and_a_secret():
         pod = job["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
         assert {t["tolerationSeconds"] for t in pod["tolerations"]} == {30}
+        assert job["spec"]["template"]["metadata"]["annotations"][ANNOTATION_TIME_LIMIT] == "120"  # charged ahead
 
 
 def test_what_the_launcher_owns_goes_with_it():

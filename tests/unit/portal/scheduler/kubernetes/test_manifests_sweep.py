@@ -13,7 +13,13 @@ from chexnet.sweep import EXIT_FINISHED
 from portal.records.record import RecordError
 from portal.records.spec import JobSpecError
 from portal.records.sweep import parse_sweep, sweep_view
-from portal.scheduler.kubernetes.manifests import ANNOTATION_SWEEP, LABEL_ROLE, sweep_job_manifest
+from portal.scheduler.kubernetes.manifests import (
+    ANNOTATION_SWEEP,
+    ANNOTATION_TIME_LIMIT,
+    ANNOTATION_TRIALS,
+    LABEL_ROLE,
+    sweep_job_manifest,
+)
 from portal.scheduler.kubernetes.records import mpijob_record, pod_trials, sweep_job_state
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from tests.unit.helpers import K8S_CFG as CFG
@@ -39,6 +45,8 @@ def test_a_sweep_is_one_job_of_its_trials_at_most_parallel_at_once():
     assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
     assert {t["tolerationSeconds"] for t in pod["tolerations"]} == {30}  # a lost node's pod is replaced soon
     assert manifest["spec"]["template"]["metadata"]["labels"][LABEL_ROLE] == "trial"
+    annotations = manifest["spec"]["template"]["metadata"]["annotations"]
+    assert (annotations[ANNOTATION_TIME_LIMIT], annotations[ANNOTATION_TRIALS]) == ("60", "6")  # charged ahead
     assert json.loads(manifest["metadata"]["annotations"][ANNOTATION_SWEEP]) == PLAN.to_dict()
 
 

@@ -15,6 +15,7 @@ from portal.records.sweep import parse_sweep
 from portal.scheduler.kubernetes.jobs import job_objects
 from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_SPEC,
+    ANNOTATION_TIME_LIMIT,
     ANNOTATION_WORKER_PODS,
     LABEL_ROLE,
     STOP_GRACE_S,
@@ -64,6 +65,8 @@ def test_two_nodes_is_node_zeros_job_and_one_worker_pod_and_no_port():
     assert node0["hostname"] == f"{JOB_ID}-0" and "subdomain" not in node0
     assert (workers["spec"]["parallelism"], workers["spec"]["completions"]) == (1, 1)
     assert record["spec"]["activeDeadlineSeconds"] == workers["spec"]["activeDeadlineSeconds"] == 7200
+    assert {job["spec"]["template"]["metadata"]["annotations"][ANNOTATION_TIME_LIMIT] for job in (record, workers)} \
+        == {"120"}  # what the weekly budget charges ahead for each node's pod
 
 
 @pytest.mark.parametrize("address", ["198.18.3.4", "10.0.0.1", "fd00::1", "2001:db8::7", "ab::1"])

@@ -32,8 +32,9 @@ class FakeCore:
 
 def pod(name: str, gpus: int) -> dict:
     return {"metadata": {"name": name, "namespace": "dsportal-u-alice", "labels": {}},
-            "status": {"phase": "Running"},
-            "spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+            "status": {"phase": "Pending"},  # a server of an hour's wall time, not started yet
+            "spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+                     "activeDeadlineSeconds": 3600}}
 
 
 def test_the_board_hands_the_kubernetes_scheduler_its_own_person_never_the_hubs_user():
@@ -49,6 +50,7 @@ def test_the_board_hands_the_kubernetes_scheduler_its_own_person_never_the_hubs_
     assert [type(user) for user in seen] == [KubeUser] and seen[0].name == "alice" and not seen[0].is_caller
     assert seen[0].groups == ("datascientists", "gpu-users")
     assert (limits.quota.limit, limits.quota.in_use, limits.partition) == (4, 1, "t4")  # her server's GPU counts
+    assert limits.gpu_minutes_ahead == 60  # and its hour, charged ahead against her weekly budget
     assert core.asked == ["dsportal-u-alice"]
 
 

@@ -273,9 +273,17 @@ def test_a_pending_array_claims_what_may_start_beside_its_running_tasks():
     assert claimed(0) == [2]
     assert claimed(1) == [1, 1]
     assert claimed(2) == [1, 1]  # the pending rest waits for the throttle: it claims nothing more
+
+    def trials(started: int) -> tuple[int, int]:  # a sweep's trials running, and waiting within its parallel
+        tasks = [squeue_job(10 + t, "alice", gpus_per_node=1, array_job_id=4, array_task_id=t)
+                 for t in range(started)]
+        rest = {**array, "array_task_string": f"{started}-3%2", "user_name": "alice", "user_id": 10001}
+        jobs = read_squeue(squeue_json(*tasks, rest), NOW).values()
+        return sum(j.trials_running for j in jobs), sum(j.trials_waiting for j in jobs)
+    assert [trials(started) for started in (0, 1, 2)] == [(0, 2), (1, 1), (2, 0)]
     assert sum(claimed(2)) == array_claim(1, 4, 0, 2) == 2  # what the dashboard counts for a sweep it just submitted
     unthrottled = read_squeue(squeue_json({**array, "array_task_string": "0-15:4", "array_max_tasks": 0}), NOW)
-    assert unthrottled["4"].gpus == 4  # 0, 4, 8, 12: every pending task may start
+    assert (unthrottled["4"].gpus, unthrottled["4"].trials_waiting) == (4, 4)  # 0, 4, 8, 12: each may start
     odd = read_squeue(squeue_json({**array, "array_task_string": "x-3%2"}), NOW)
     assert odd["4"].gpus == 1  # not an array string of Slurm's: one task's, as Slurm's own entry says
 
@@ -304,3 +312,21 @@ def test_an_answer_names_its_format_and_another_version_is_refused_by_name():
         assert data_parser_of(unnamed) == ""
         with pytest.raises(SlurmAnswerError, match=r"of data_parser \(none named\)"):
             read_squeue(json.dumps(unnamed), NOW)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_what_a_job_may_still_hold_is_its_gpus_times_what_is_left_of_its_time_limit(version):
+    """What the weekly budget charges ahead (QueuedJob.gpu_minutes_ahead): a waiting job's whole time limit, a
+    running one's rest (whole minutes run), nothing once it is past it or has no limit (UNLIMITED); a pending
+    array's every task left, beyond its throttle too."""
+    def job(job_id: int, state: str, gpus: int, limit: int | None, ran_s: int = 0, **fields) -> dict:
+        return squeue_job(job_id, "alice", state, gpus_per_node=gpus, started=int(NOW) - ran_s, version=version,
+                          time_limit=number(version, limit) if limit is not None else {"set": True, "infinite": True,
+                                                                                        "number": 0}, **fields)
+    unlimited = job(5, "PENDING", 1, None) if version != "v0.0.38" else job(5, "PENDING", 1, 0xFFFFFFFF)
+    jobs = read_squeue(squeue_json(job(1, "PENDING", 2, 60, nodes=2), job(2, "RUNNING", 1, 60, ran_s=25 * 60 + 59),
+                                   job(3, "RUNNING", 1, 30, ran_s=45 * 60), job(4, "COMPLETED", 4, 60, ran_s=60),
+                                   unlimited, version=version), NOW)
+    assert {key: j.gpu_minutes_ahead for key, j in jobs.items()} == {"1": 240, "2": 35, "3": 0, "4": 0, "5": 0}
+    array = next(j for j in real_squeue()["jobs"] if j["name"] == "arr")  # 0-3%2 of one GPU each, a week each
+    assert read_squeue(squeue_json(array), NOW)["4"].gpu_minutes_ahead == 4 * 10080  # every task left
