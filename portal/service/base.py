@@ -19,10 +19,11 @@ from portal import errors
 from portal.inputs import MAX_BODY_BYTES, one_line
 from portal.retry import RetryLater
 from portal.scheduler.snapshot import ClusterCache
-from portal.service.board import HubUser, JobBoard
+from portal.service.board import JobBoard
 from portal.service.fairness import read_key
 from portal.service.headers import SECURITY_HEADERS, content_security_policy, new_nonce, strict_transport_security
 from portal.service.hub import HubDirectory
+from portal.service.hub_user import HubUser
 from portal.service.oauth import PortalOAuth
 from portal.service.render import hub_namespace
 

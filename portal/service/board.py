@@ -29,7 +29,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic
 
 from portal import jobs as jobs_api
@@ -49,6 +48,7 @@ from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache
 from portal.service.experiment_reads import ExperimentReads
 from portal.service.gpu_usage import USAGE_REFRESH_S, USAGE_RETRY_S, UsageViews
+from portal.service.hub_user import HubUser
 from portal.service.parts import UserParts
 from portal.service.refusals import refusal_logged
 from portal.service.run_reads import RunReads
@@ -66,22 +66,6 @@ class SubmitInProgress(Busy, RuntimeError):
     """The user's previous submit is still being decided: one quota decision at a time per user."""
 
     retry_after_s = 1  # that one takes about a second (some ten commands)
-
-
-@dataclass(frozen=True)
-class HubUser:
-    """The logged-in user as the hub knows them (groups from LDAP; admin from the admin groups)."""
-
-    name: str
-    groups: tuple[str, ...] = ()
-    admin: bool = False
-    server_ready: bool = False  # their single-user server runs (TensorBoard lives there)
-
-    @classmethod
-    def from_model(cls, model: Mapping[str, Any]) -> HubUser:
-        server = (model.get("servers") or {}).get("") or {}
-        return cls(name=str(model["name"]), groups=tuple(sorted(model.get("groups") or ())),
-                   admin=bool(model.get("admin")), server_ready=bool(server.get("ready")))
 
 
 class JobBoard(UsageViews, RunReads, ManyUsersViews, ExperimentReads, Generic[P]):

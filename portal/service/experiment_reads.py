@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.records.sweep import SweepView
     from portal.service.background import TimedCache
-    from portal.service.board import HubUser
+    from portal.service.hub_user import HubUser
 
 AnyJob = Job | UnreadableJob
 LABELS_FILE = "portal/run-labels.sqlite3"  # under the state directory

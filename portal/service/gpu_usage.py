@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from portal.scheduler import Scheduler
     from portal.scheduler.snapshot import ClusterCache
     from portal.service.background import Refresher, TimedCache
-    from portal.service.board import HubUser
+    from portal.service.hub_user import HubUser
     from portal.service.parts import UserParts
 
 USAGE_REFRESH_S = 30.0  # sacct (slurmdbd) is asked at most this often per user, and per admin view

@@ -36,8 +36,9 @@ from portal.gpus.watch import Event, Holder, Watch
 from portal.jobmail import NoAddress, owner_address, send
 from portal.records.states import RUNNING
 from portal.scheduler.snapshot import ClusterSnapshot
-from portal.service.board import HubUser, JobBoard
+from portal.service.board import JobBoard
 from portal.service.hub import HubDirectory, HubUnavailable
+from portal.service.hub_user import HubUser
 from portal.service.prometheus import WATCH_EVENTS
 
 T = TypeVar("T")

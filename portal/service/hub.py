@@ -27,7 +27,7 @@ from urllib.parse import quote
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from portal.errors import Unavailable
-from portal.service.board import HubUser
+from portal.service.hub_user import HubUser
 
 T = TypeVar("T")
 PAGE = 200  # the hub's api_page_max_limit (default): a longer list comes in pages

@@ -8,8 +8,8 @@ holds and who may read it), and the Operations page, drawn from what Prometheus 
 from __future__ import annotations
 
 from portal.service.base import LOGIN_REFUSED, APIHandler, PageHandler, UserError
-from portal.service.board import HubUser
 from portal.service.hub import HubUnavailable
+from portal.service.hub_user import HubUser
 from portal.service.operations_charts import WINDOWS, read_charts, window_of
 from portal.service.prometheus import CONTENT_TYPE, READ_SCOPE, exposition, may_read
 

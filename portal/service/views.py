@@ -31,7 +31,7 @@ from portal.service.summary import job_summary
 if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
-    from portal.service.board import HubUser
+    from portal.service.hub_user import HubUser
 
 AnyJob = Job | UnreadableJob
 

@@ -37,7 +37,7 @@ from portal.scheduler.kubernetes.records import limits_for
 from portal.scheduler.slurm.accounts import Accounting, read_slurm
 from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.slurm.scheduler import SlurmScheduler
-from portal.service.board import HubUser
+from portal.service.hub_user import HubUser
 from spawners.slurm import PortalSlurmSpawner
 from tests.slurm_answers import squeue_job, squeue_json
 

@@ -21,7 +21,8 @@ from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
-from portal.service.board import HubUser, JobBoard
+from portal.service.board import JobBoard
+from portal.service.hub_user import HubUser
 from tests.answers import masked
 from tests.cards import wrong_type_cards
 from tests.unit.helpers import FakeDirectory, identify_from_test_header, squeue_free

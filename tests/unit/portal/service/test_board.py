@@ -15,12 +15,12 @@ from portal.scheduler.snapshot import ClusterCache
 from portal.service.background import REFRESH_WORKERS
 from portal.service.board import (
     Coalescer,
-    HubUser,
     JobBoard,
     Refresher,
     SubmitInProgress,
     jobs_dir_stamp,
 )
+from portal.service.hub_user import HubUser
 from portal.service.scans import DirStamp
 from portal.service.summary import time_left_s, unreadable_summary
 from tests.unit.helpers import CountingAPI, squeue_free, write_tf1_events

@@ -7,7 +7,8 @@ import pytest
 
 from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.service.base import as_portal_error
-from portal.service.board import HubUser, TimedCache
+from portal.service.board import TimedCache
+from portal.service.hub_user import HubUser
 from portal.service.pages import notebook_templates
 from portal.service.submit_form import form_spec
 

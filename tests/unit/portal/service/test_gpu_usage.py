@@ -12,7 +12,8 @@ from portal.gpus.agent import write
 from portal.gpus.ledger import Ledger
 from portal.gpus.readings import GpuReading, NodeReading
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
-from portal.service.board import USAGE_RETRY_S, HubUser, JobBoard, Refresher
+from portal.service.board import USAGE_RETRY_S, JobBoard, Refresher
+from portal.service.hub_user import HubUser
 from tests.unit.helpers import API_LIMITS, CountingAPI, squeue_free
 
 

@@ -19,7 +19,8 @@ from portal.scheduler.snapshot import ClusterCache
 from portal.scheduler.usage import UsageReport
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
-from portal.service.board import HubUser, JobBoard, Refresher
+from portal.service.board import JobBoard, Refresher
+from portal.service.hub_user import HubUser
 from portal.service.parts import PartsLate
 from tests.unit.helpers import CountingAPI, FakeDirectory, identify_from_test_header, squeue_free
 

@@ -14,7 +14,8 @@ from portal.scheduler.kubernetes.scheduler import KubernetesScheduler, new_k8s_i
 from portal.scheduler.registry import SCHEDULERS, job_id_patterns, scheduler_class, scheduler_of_job
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.app import JOB_ID
-from portal.service.board import HubUser, JobBoard
+from portal.service.board import JobBoard
+from portal.service.hub_user import HubUser
 
 CFG = PortalConfig(scheduler="kubernetes", k8s_gpu_types=("t4",), gpu_quota={"gpu-users": 4})
 

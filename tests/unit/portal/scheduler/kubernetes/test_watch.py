@@ -121,7 +121,8 @@ class JobsAPI:
 def test_the_board_lists_a_users_jobs_again_only_when_their_namespaces_stamp_moved():
     from portal.config import PortalConfig
     from portal.scheduler.snapshot import ClusterCache
-    from portal.service.board import HubUser, JobBoard, Refresher
+    from portal.service.board import JobBoard, Refresher
+    from portal.service.hub_user import HubUser
 
     cfg = PortalConfig(scheduler="kubernetes", k8s_gpu_types=("t4",))
     now, stamps, api = [0.0], {"alice": WatchStamp(1, 0)}, JobsAPI()
