@@ -1,6 +1,7 @@
-"""`python -m chexnet.sweep`: the command line of a sweep's study (chexnet.sweep) and, on Kubernetes, of its pods'
-claims (chexnet.sweepclaims). Each prints one line, or JSON for `status`, and exits 2 with one line on stderr for
-anything it cannot use: the files are the user's.
+"""`python -m chexnet.sweep_cli` (what job scripts run; `python -m chexnet.sweep` runs it too): the command line
+of a sweep's study (chexnet.sweep) and, on Kubernetes, of its pods' claims (chexnet.sweepclaims). Each prints one
+line, or JSON for `status`, and exits 2 with one line on stderr for anything it cannot use: the files are the
+user's.
 
     claim JOB_DIR HOLDER TRIALS   the task this pod runs (waits while every unfinished task is held)
     attach JOB_DIR TASK           the task's trial number (writes trial-<task>.json); EXIT_FINISHED when it ended

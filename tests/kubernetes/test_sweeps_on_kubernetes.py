@@ -57,7 +57,7 @@ def most_at_once(pods) -> int:
 
 def study_trials(home) -> dict[int, str]:
     """The study's trials on alice's home volume: task -> Optuna's state."""
-    found = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep", "status", str(home)],
+    found = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep_cli", "status", str(home)],
                            capture_output=True, text=True, check=True).stdout
     return {trial["task"]: trial["state"] for trial in json.loads(found)["trials"]}
 

@@ -1,6 +1,6 @@
 """The training programs' contract, box-free: every program registered in portal.records.programs (each test's id is
 its NAME) runs for real through the same tests, so a third program gets all of them by registering. Each run is a
-sweep's trial as a task's job script makes it: `python -m chexnet.sweep attach JOB_DIR TASK` writes its trial.json,
+sweep's trial as a task's job script makes it: `python -m chexnet.sweep_cli attach JOB_DIR TASK` writes its trial.json,
 then the program runs as `python -m MODULE` from its own venv (one process: the smallest launch without a box),
 this checkout's code on PYTHONPATH, with the flags every program's job scripts give (--resume, --progress epoch).
 
@@ -118,7 +118,7 @@ def sweep_dir(job_dir: Path, lr: float, pruner: str, completed_auroc: float | No
 
 def attach(job_dir: Path, task: int) -> Trial:
     """The task's trial, as its job script attaches it before the program starts (writes trial.json)."""
-    done = subprocess.run([sys.executable, "-m", "chexnet.sweep", "attach", str(job_dir), str(task)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "chexnet.sweep_cli", "attach", str(job_dir), str(task)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     trial = Trial(job_dir, task, int(done.stdout))

@@ -293,7 +293,7 @@ class SlurmScheduler(JobsInHome):
             tasks = {}
         problem, trials = "", {}
         try:
-            result = user.run([str(self.cfg.venv / "bin" / "python"), "-m", "chexnet.sweep", "status",
+            result = user.run([str(self.cfg.venv / "bin" / "python"), "-m", "chexnet.sweep_cli", "status",
                                str(record.job_dir)], check=False, timeout=READ_TIMEOUT_S * 3)
             if result.returncode != 0:
                 problem = f"the study could not be read: {result.stderr.strip()[-300:]}"
@@ -319,7 +319,7 @@ class SlurmScheduler(JobsInHome):
             raise
         if record.sweep is not None:  # every task is cancelled with the array: their trials end as FAIL
             try:
-                user.run([str(self.cfg.venv / "bin" / "python"), "-m", "chexnet.sweep", "close",
+                user.run([str(self.cfg.venv / "bin" / "python"), "-m", "chexnet.sweep_cli", "close",
                           str(record.job_dir)], check=False, timeout=READ_TIMEOUT_S * 3)
             except subprocess.TimeoutExpired:
                 pass  # the page still shows each task as Slurm ended it

@@ -30,8 +30,8 @@ def job_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chexnet.sweep", *args], capture_output=True, text=True, timeout=60)
+def cli(*args: str, module: str = "chexnet.sweep_cli") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=60)
 
 
 def test_each_task_gets_one_trial_and_finds_it_again_when_run_again(job_dir):
@@ -59,6 +59,8 @@ def test_the_cli_writes_the_trial_file_and_a_finished_trial_is_not_run_again(job
     status = json.loads(cli("status", str(job_dir)).stdout)
     assert [t["state"] for t in status["trials"]] == ["FAIL"]
     assert cli("attach", str(job_dir), "x").returncode == 2 and cli("nothing").returncode == 2
+    # A job script written before they ran chexnet.sweep_cli runs `python -m chexnet.sweep`: the same command line
+    assert json.loads(cli("status", str(job_dir), module="chexnet.sweep").stdout) == status
 
 
 def test_a_trial_reports_each_epoch_is_pruned_below_the_median_and_told_once(job_dir):

@@ -60,11 +60,11 @@ def test_the_sweep_job_validates_strictly(version):
 def test_the_trial_script_claims_a_task_keeps_it_and_reports_its_trial():
     script = sweep_job(gpus_per_node=2)["spec"]["template"]["spec"]["containers"][0]["command"][2]
     bash_syntax_ok(script)
-    assert 'chexnet.sweep claim "$job_dir" "$holder" 6' in script
+    assert 'chexnet.sweep_cli claim "$job_dir" "$holder" 6' in script
     assert f'"$status" -eq {EXIT_FINISHED}' in script  # every trial finished: the pod has nothing to do
     assert 'touch "$claim_file"' in script and "/dev/termination-log" in script
     assert "mpirun -np 2 --host localhost:2" in script and "--trial" in script and "--resume" in script
-    assert "trap stopped TERM" in script and "chexnet.sweep fail" in script
+    assert "trap stopped TERM" in script and "chexnet.sweep_cli fail" in script
     assert json.loads(script.split("printf '%s\\n' ", 1)[1].split(" > ", 1)[0].strip("'")) == PLAN.to_dict()
 
 

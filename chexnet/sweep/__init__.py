@@ -1,12 +1,12 @@
 """A sweep's trials, each one task of a Slurm job array (or one pod of a Kubernetes Job), sharing one Optuna study
 in the job's directory.
 
-    python -m chexnet.sweep claim JOB_DIR HOLDER TRIALS  # Kubernetes: which task this pod runs (prints it)
-    python -m chexnet.sweep attach JOB_DIR TASK     # the trial of task TASK: prints its number (once per task)
+    python -m chexnet.sweep_cli claim JOB_DIR HOLDER TRIALS  # Kubernetes: which task this pod runs (prints it)
+    python -m chexnet.sweep_cli attach JOB_DIR TASK     # the trial of task TASK: prints its number (once per task)
     python -m chexnet.train ... --trial JOB_DIR/trials/TASK/trial.json   # trains it; rank 0 reports, prunes, tells
-    python -m chexnet.sweep fail JOB_DIR TASK       # the training failed: the trial is FAIL
-    python -m chexnet.sweep close JOB_DIR           # the sweep was cancelled: every unfinished trial is FAIL
-    python -m chexnet.sweep status JOB_DIR [TASK]   # every trial (or TASK's) as JSON (the portal reads it)
+    python -m chexnet.sweep_cli fail JOB_DIR TASK       # the training failed: the trial is FAIL
+    python -m chexnet.sweep_cli close JOB_DIR           # the sweep was cancelled: every unfinished trial is FAIL
+    python -m chexnet.sweep_cli status JOB_DIR [TASK]   # every trial (or TASK's) as JSON (the portal reads it)
 
 The study is Optuna's journal storage, `study.journal` in the job's directory: a file on the shared home that every
 node appends to under Optuna's own lock file (made with O_EXCL, which NFSv3 and later honour; broken after a
@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -334,10 +333,3 @@ def status(job_dir: Path, task: int | None = None) -> dict[str, Any]:
                        "started": _seconds(frozen.datetime_start), "ended": _seconds(frozen.datetime_complete)})
     return {"trials": trials}
 
-
-if __name__ == "__main__":
-    # The command line is chexnet.sweep_cli's (it imports this module, as chexnet.sweepclaims does): `python -m
-    # chexnet.sweep` stays the command that job scripts run.
-    from chexnet.sweep_cli import main
-
-    sys.exit(main())
