@@ -8,13 +8,13 @@ What it adds to `kubespawner.KubeSpawner` (7.x), each through the Spawner's name
   `nvidia.com/gpu` limits, the node selector, CPU/memory guarantees = limits and the wall time as its
   activeDeadlineSeconds.
 - Every server in the user's own namespace (`k8s_user_namespace_template`), which `_ensure_namespace` makes
-  theirs: the role `dsportal-user` for them and their pods, and their GPU quota as a ResourceQuota
-  (`portal.scheduler.kubernetes.manifests.user_namespace_objects`), and the NetworkPolicies that fence its pods
-  in (`portal.scheduler.kubernetes.netpol`).
+  theirs through the Kubernetes scheduler, as a job's submit does (`portal.scheduler.kubernetes.namespaces`): the
+  role `dsportal-user` for them and their pods, their GPU quota as a ResourceQuota, the NetworkPolicies that fence
+  its pods in, and their home claim.
 - The server starts faster: the image's `dsportal-jupyterhub-singleuser` with the options of
   `spawners.singleuser.SINGLEUSER_ARGS`, as on Slurm; and the spawn returns once its port answers, so the
   hub's first check finds it up (its own wait backs off from 0.2 s to 5 s).
-- Volumes: the user's home claim (KubeSpawner makes it), the data set's claim read-only, /dev/shm in memory.
+- Volumes: the user's home claim, the data set's claim read-only, /dev/shm in memory.
 - The template notebooks are copied into the home by a postStart hook (never over the user's files).
 - Progress: the pod's events in words (`portal.scheduler.kubernetes.pods.event_in_words`).
 - A pod that cannot start (no node can hold it, its image is missing, its container keeps exiting) fails the
@@ -28,6 +28,7 @@ import asyncio
 import os
 import posixpath
 import shlex
+from typing import cast
 from urllib.parse import urlsplit
 
 from kubespawner import KubeSpawner
@@ -37,10 +38,9 @@ from traitlets import default
 from portal.config import PortalConfig
 from portal.errors import Unavailable
 from portal.inputs import seconds_of
-from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, quota_in_force, user_namespace_objects
-from portal.scheduler.kubernetes.namespaces import QUOTA_COUNTED_S, QUOTA_LOOK_S, quota_not_counted
-from portal.scheduler.kubernetes.netpol import user_network_policies
+from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE
 from portal.scheduler.kubernetes.pods import cannot_start, event_in_words
+from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from portal.traits import fixed_default, portal_default
 from spawners.forms import ServerOptions
 from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
@@ -195,8 +195,10 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     # --- the user's namespace: theirs, with their GPU quota ---
 
     async def _ensure_namespace(self):
-        """KubeSpawner's namespace (made when `enable_user_namespaces`), then what makes it the user's: their role
-        binding, their GPU quota and the network fences, each before the pod is created.
+        """KubeSpawner's namespace (made when `enable_user_namespaces`), then what makes it the user's, before the pod
+        is created: the Kubernetes scheduler's `ensure_namespace`, as a job's submit makes it (their role binding,
+        their GPU quota, the network fences, their home claim), which returns once the quota is in force so that the
+        server's pod is counted in it. One owner of a user's namespace, whichever comes first.
 
         Not a documented hook, and kept so: KubeSpawner 7.1 makes the namespace in `_start` (after `pre_spawn_hook`
         and `modify_pod_hook`, before the pod), and no public hook runs between the two: a `pre_spawn_hook` would
@@ -205,36 +207,6 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
         without the quota and the fences: tests/unit/spawners/test_kubernetes.py checks that KubeSpawner's `_start`
         still calls it, so an upgrade that changes this fails there first."""
         await super()._ensure_namespace()
-        from kubernetes_asyncio.client.exceptions import ApiException
-        from kubespawner.clients import shared_client
-
-        rbac, net = shared_client("RbacAuthorizationV1Api"), shared_client("NetworkingV1Api")
-        groups = tuple(g.name for g in self.user.groups)
-        binding, quota = user_namespace_objects(self.portal, self.user.name, self.portal.gpu_quota_for(groups))
-        fences = [(net.create_namespaced_network_policy, net.replace_namespaced_network_policy, policy)
-                  for policy in user_network_policies(self.portal, self.user.name)]  # before the pod starts
-        for create, replace, body in (
-                (rbac.create_namespaced_role_binding, rbac.replace_namespaced_role_binding, binding),
-                (self.api.create_namespaced_resource_quota, self.api.replace_namespaced_resource_quota, quota),
-                *fences):
-            try:
-                await create(self.namespace, body)
-            except ApiException as err:
-                if err.status != 409:
-                    raise
-                await replace(body["metadata"]["name"], self.namespace, body)  # the quota may have changed
-        await self._quota_counted(quota["metadata"]["name"])
-
-    async def _quota_counted(self, name: str) -> None:
-        """Return once the namespace's ResourceQuota is in force, so that the server's pod is counted in it
-        (portal.scheduler.kubernetes.namespaces.wait_until_counted, which the jobs' submit waits with)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + QUOTA_COUNTED_S
-        while True:
-            quota = self.api.api_client.sanitize_for_serialization(
-                await self.api.read_namespaced_resource_quota(name, self.namespace))
-            if quota_in_force(quota):
-                return
-            if loop.time() >= deadline:
-                raise quota_not_counted(self.namespace, QUOTA_COUNTED_S)
-            await asyncio.sleep(QUOTA_LOOK_S)
+        scheduler = cast(KubernetesScheduler, self.scheduler())  # portal_scheduler: "kubernetes"
+        person = scheduler.person(self.user.name, tuple(sorted(g.name for g in self.user.groups)))
+        await asyncio.to_thread(scheduler.ensure_namespace, person)

@@ -45,10 +45,10 @@ def wait_until_counted(read: Callable[[], Mapping[str, Any]], namespace: str, ti
 
 
 def ensure_namespace(cfg: PortalConfig, api: Any, user: KubeUser) -> None:
-    """Make the user's namespace theirs with the portal's client `api` (the spawner does the same on a server's
-    start): a user may submit from the dashboard before ever starting a server, so their home claim is made
-    too. Idempotent; the quota and the binding are replaced when they changed (the user's groups). Returns once the
-    quota is in force (`wait_until_counted`)."""
+    """Make the user's namespace theirs with the portal's client `api`, for a job's submit and a server's start
+    alike (spawners.kubernetes calls it through the scheduler): a user may submit from the dashboard before ever
+    starting a server, so their home claim is made too. Idempotent; the quota and the binding are replaced when
+    they changed (the user's groups). Returns once the quota is in force (`wait_until_counted`)."""
     loaded("kubernetes")
     from kubernetes import client
 
