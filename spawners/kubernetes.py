@@ -43,7 +43,7 @@ from portal.scheduler.kubernetes.pods import cannot_start, event_in_words
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from portal.traits import fixed_default, portal_default
 from spawners.forms import ServerOptions
-from spawners.options import ServerOptionsMixin, server_environment, tensorboard_proxy_url
+from spawners.options import ServerOptionsMixin, accepts_connections, server_environment, tensorboard_proxy_url
 from spawners.singleuser import SINGLEUSER_ARGS
 
 HOME, DATA, SHM = "home", "data", "dshm"  # volume names, as in the MPIJobs
@@ -170,14 +170,9 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
             return
         deadline = asyncio.get_running_loop().time() + min(self.http_timeout, ANSWER_WAIT_S)
         while asyncio.get_running_loop().time() < deadline:
-            try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(address.hostname, address.port),
-                                                   ANSWER_EVERY_S * 10)
-            except (OSError, TimeoutError):
-                await asyncio.sleep(ANSWER_EVERY_S)
-                continue
-            writer.close()
-            return
+            if await accepts_connections(address.hostname, address.port, ANSWER_EVERY_S * 10):
+                return
+            await asyncio.sleep(ANSWER_EVERY_S)
 
     async def progress(self):
         async for update in super().progress():

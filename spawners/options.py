@@ -49,6 +49,17 @@ def tensorboard_proxy_url(spawner) -> str:
     return f"{spawner.user.url}proxy/%PORT%/"
 
 
+async def accepts_connections(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether a server's port takes a TCP connection now (within `timeout_s`): both spawners hand the hub a server
+    the moment it listens."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=timeout_s)
+    except (TimeoutError, OSError):
+        return False
+    writer.close()
+    return True
+
+
 def server_environment(portal: PortalConfig, home_of: Callable[[Any], str]) -> dict[str, Callable[[Any], str]]:
     """The site's `server_environment` items as Spawner.environment values: each called with the spawner (as
     JupyterHub calls callable values), {home} replaced by `home_of(spawner)`, the user's home as the server sees

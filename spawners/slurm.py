@@ -34,7 +34,7 @@ from portal.scheduler.slurm.errors import SlurmError
 from portal.traits import fixed_default
 from spawners import slurm_cluster
 from spawners.forms import ServerOptions
-from spawners.options import ServerOptionsMixin, server_environment
+from spawners.options import ServerOptionsMixin, accepts_connections, server_environment
 from spawners.singleuser import SINGLEUSER_ARGS
 from spawners.slurm_script import SERVER_JOB_SCRIPT, SERVER_OUTPUT_FILE, SUBMIT_CREATING_LOG_DIR, server_log_dir
 from spawners.slurm_state import SlurmStateSpawner, SlurmUnavailable
@@ -50,15 +50,6 @@ class ServerJobEnded(PortalError):
     def __init__(self, report: str, job_id: str, state: str):
         super().__init__(report)
         self.job_id, self.state = job_id, state
-
-
-async def accepts_connections(host: str, port: int) -> bool:
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=2)
-    except (TimeoutError, OSError):
-        return False
-    writer.close()
-    return True
 
 
 class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):

@@ -14,6 +14,7 @@ from tests.conftest import REPO
 PRODUCT = ("portal", "chexnet", "chexnet_torch", "spawners", "deploy", "bench")
 PACKAGES = ("portal", "chexnet", "chexnet_torch", "spawners")  # what imports what among them
 MAX_LINES = 400
+MAX_SPAWNER_LINES = 250
 
 
 def modules(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -125,6 +126,13 @@ def test_no_product_module_is_over_400_lines():
     sizes["jupyterhub_config.py"] = len((REPO / "jupyterhub_config.py").read_text().splitlines())
     over = {name: lines for name, lines in sizes.items() if lines > MAX_LINES}
     assert not over, f"over {MAX_LINES} lines (split them by what they do): {over}"
+
+
+def test_no_spawner_is_over_250_lines():
+    """A spawner keeps only its extension points (issue 64): what it asks of its scheduler lives there."""
+    sizes = {path.name: len(path.read_text().splitlines()) for path in (REPO / "spawners").glob("*.py")}
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_SPAWNER_LINES}
+    assert not over, f"over {MAX_SPAWNER_LINES} lines: {over}"
 
 
 def test_no_import_cycle_among_the_products_modules():
