@@ -158,3 +158,32 @@ def test_the_portals_own_spawner_attributes_shadow_no_trait_of_the_spawners_they
     assert not own & (set(KubeSpawner.class_trait_names()) | set(SlurmSpawner.class_trait_names())), own
     assert PortalKubeSpawner.scheduler_name.default_value == KubeSpawner.scheduler_name.default_value
     assert PortalSlurmSpawner.portal_scheduler == "slurm" and PortalKubeSpawner.portal_scheduler == "kubernetes"
+
+
+def test_a_servers_start_makes_the_namespace_theirs_through_the_scheduler_after_kubespawners_own(monkeypatch):
+    """One owner of a user's namespace (portal.scheduler.kubernetes.namespaces.ensure_namespace): the spawner asks
+    the Kubernetes scheduler for it, as the user's person, once KubeSpawner has made the namespace."""
+    import asyncio
+    import types
+
+    from kubespawner import KubeSpawner
+
+    from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
+    from spawners.kubernetes import PortalKubeSpawner
+
+    done: list[object] = []
+
+    async def kubespawners_own(self) -> None:
+        done.append("namespace made")
+
+    class Recording(KubernetesScheduler):  # no API server: what it is asked for
+        def ensure_namespace(self, user) -> None:
+            done.append((user.name, user.groups, user.is_caller))
+
+    monkeypatch.setattr(KubeSpawner, "_ensure_namespace", kubespawners_own)
+    spawner = PortalKubeSpawner.__new__(PortalKubeSpawner)
+    spawner.user = types.SimpleNamespace(name="alice", groups=[types.SimpleNamespace(name=g)
+                                                               for g in ("gpu-users", "datascientists")])
+    spawner.scheduler = lambda: Recording(CFG)  # type: ignore[method-assign]
+    asyncio.run(spawner._ensure_namespace())
+    assert done == ["namespace made", ("alice", ("datascientists", "gpu-users"), False)]

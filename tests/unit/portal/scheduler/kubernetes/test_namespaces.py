@@ -1,19 +1,15 @@
 """A user's GPU quota is in force before anything of theirs starts: a ResourceQuota the quota controller has not
 counted yet (no status.hard, or the hard limits of before a change) lets the API server admit every pod uncounted,
 and may leave the first one out of `used` until the controller's next full count. The portal waits, bounded, for
-the count (the jobs' submit: namespaces.wait_until_counted; a server's start: the spawner's _quota_counted)."""
+the count (namespaces.wait_until_counted: a job's submit and a server's start alike)."""
 
 from __future__ import annotations
-
-import asyncio
-import types
 
 import pytest
 
 from portal.errors import SchedulerUnavailable
 from portal.scheduler.kubernetes.manifests import quota_in_force
 from portal.scheduler.kubernetes.namespaces import QUOTA_COUNTED_S, wait_until_counted
-from spawners.kubernetes import PortalKubeSpawner
 
 HARD = {"requests.nvidia.com/gpu": "4"}
 MADE = {"spec": {"hard": HARD}}  # just created: the controller has written no status yet
@@ -59,19 +55,3 @@ def test_a_quota_never_counted_is_unavailable_naming_the_namespace_and_the_contr
         wait_until_counted(lambda: MADE, "dsportal-u-alice", clock=clock, sleep=clock.sleep)
     assert QUOTA_COUNTED_S <= clock.now < QUOTA_COUNTED_S + 1
     assert "namespace dsportal-u-alice" in str(raised.value) and "kube-controller-manager" in str(raised.value)
-
-
-def test_the_spawner_waits_for_the_count_before_its_pod(monkeypatch):
-    answers = iter([MADE, STALE, COUNTED])
-    read: list[tuple[str, str]] = []
-
-    async def read_namespaced_resource_quota(name, namespace):
-        read.append((name, namespace))
-        return next(answers)
-
-    api = types.SimpleNamespace(read_namespaced_resource_quota=read_namespaced_resource_quota,
-                                api_client=types.SimpleNamespace(sanitize_for_serialization=lambda answer: answer))
-    monkeypatch.setattr("spawners.kubernetes.QUOTA_LOOK_S", 0.001)
-    spawner = types.SimpleNamespace(api=api, namespace="dsportal-u-alice")
-    asyncio.run(PortalKubeSpawner._quota_counted(spawner, "dsportal-gpus"))  # type: ignore[arg-type]
-    assert read == [("dsportal-gpus", "dsportal-u-alice")] * 3
