@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 import urllib.error
 import urllib.parse
@@ -181,7 +182,9 @@ def read_charts(cfg: PortalConfig, window: tuple[str, int, int], now: float | No
         return {"source": base, "error": str(err), "charts": []}
     auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     _, span, step = window
-    end = int(time.time() if now is None else now)  # up to now: a server scraping for a minute draws already
+    # Up to now, the second under way included (a scrape of this second is drawn: a server scraping for a minute
+    # draws already, and a target read a moment ago is in the chart as it is in an instant query).
+    end = math.ceil(time.time() if now is None else now)
     start = end - span
     x_title = f"minutes since {time.strftime('%H:%M', time.gmtime(start))} UTC"
     drawn = []

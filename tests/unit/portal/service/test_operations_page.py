@@ -12,6 +12,7 @@ from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
 from portal.scheduler.snapshot import ClusterCache
+from portal.service import operations_charts
 from portal.service.app import make_app
 from portal.service.board import JobBoard
 from portal.service.operations import ADMINS_ONLY
@@ -80,6 +81,20 @@ def test_no_prometheus_or_one_that_does_not_answer_is_said_in_the_page(tmp_path)
                        window_of("24h"))
     assert len(gone["charts"]) == len(CHARTS) and all(not c["svg"] for c in gone["charts"])
     assert f"Prometheus at http://127.0.0.1:{port} does not answer" in gone["charts"][0]["error"]
+
+
+def test_the_charts_end_with_the_second_under_way_so_a_target_just_read_is_drawn(monkeypatch, tmp_path):
+    """A range query ends at a whole second: one ending before a scrape of this second leaves it out, while an
+    instant query (what the box's tests wait for) already has it."""
+    asked: list[dict] = []
+    monkeypatch.setattr(operations_charts, "_get", lambda base, auth, params: asked.append(params) or RECORDED)
+    reader = tmp_path / "reader"
+    reader.write_text("portal:pw\n")
+    reader.chmod(0o600)
+    cfg = PortalConfig(prometheus_url="http://127.0.0.1:9", prometheus_reader_file=str(reader))
+    drawn = read_charts(cfg, window_of("1h"), now=1796565660.4)
+    assert all(chart["svg"] for chart in drawn["charts"]), drawn
+    assert {(params["start"], params["end"]) for params in asked} == {(1796565661 - 3600, 1796565661)}
 
 
 class OperationsPageTest(TestHeaderUser, AsyncHTTPTestCase):
