@@ -19,7 +19,8 @@ its `dsportal.epoch` lines in the output), TensorBoard's tags and the model card
 chexnet.model_card). The launchers' job scripts (portal/records/templates/<launcher>.<scheduler file>) start any
 program's MODULE with its `train_args`; a program needs nothing else of the portal.
 
-Registering one is one line: its declaration module in `REGISTERED` below (tests add one with `registry_of`).
+Registering one is one line: its declaration module in `REGISTERED` below (a test adds one there, and clears
+`_registered`'s cache: the registry is loaded once).
 """
 
 from __future__ import annotations
@@ -191,28 +192,11 @@ def registry_of(modules: Iterable[str]) -> Registry:
     return Registry(programs)
 
 
-_override: list[Registry] = []
-
-
 @lru_cache(maxsize=1)
 def _registered() -> Registry:
     return registry_of(REGISTERED)
 
 
 def registry() -> Registry:
-    """The registered programs (`REGISTERED`), or those a test put in place with `use_registry`."""
-    return _override[-1] if _override else _registered()
-
-
-class use_registry:  # noqa: N801 - used as a context manager, like unittest.mock.patch
-    """`with use_registry(registry_of([...])):` the registry inside (tests registering a program of their own)."""
-
-    def __init__(self, replacement: Registry) -> None:
-        self.replacement = replacement
-
-    def __enter__(self) -> Registry:
-        _override.append(self.replacement)
-        return self.replacement
-
-    def __exit__(self, *exc: object) -> None:
-        _override.remove(self.replacement)
+    """The registered programs (`REGISTERED`), loaded once."""
+    return _registered()

@@ -14,8 +14,9 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.quota import GpuQuota
+from portal.records import programs as programs_module
 from portal.records.limits import JobLimits
-from portal.records.programs import REGISTERED, ProgramError, load_program, registry, registry_of, use_registry
+from portal.records.programs import REGISTERED, ProgramError, load_program, registry
 from portal.records.record import recorded_spec
 from portal.records.spec import JobSpecError, input_fields, parse_job_spec
 from portal.scheduler.local import render_local
@@ -52,8 +53,11 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (package / "program.py").write_text(textwrap.dedent(TOY))
     (package / "templates" / "toy-args.sh").write_text(TOY_ARGS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with use_registry(registry_of((*REGISTERED, "toyprog.program"))) as programs:
-        yield programs
+    monkeypatch.setattr(programs_module, "REGISTERED", (*REGISTERED, "toyprog.program"))  # one line registers it
+    programs_module._registered.cache_clear()
+    yield registry()
+    monkeypatch.undo()
+    programs_module._registered.cache_clear()
     for name in [name for name in sys.modules if name == "toyprog" or name.startswith("toyprog.")]:
         del sys.modules[name]
 
