@@ -80,7 +80,9 @@ def objects_of(kube, job_id: str) -> dict[str, list[str]]:
 
 def test_cancelling_deletes_everything_the_job_made(kube, cfg):
     job = jobs.submit({**TWO_NODES, "epochs": 500}, user=ALICE[0], groups=ALICE[1], cfg=cfg)
-    wait_for(lambda: objects_of(kube, job.id)["pods"], 60, what="the job's pods")
+    # Its launcher's pod, then its 2 workers' (the launcher's Job is made first, the workers' Job after it): until
+    # those are made its GPUs are nobody's yet, and a request over the quota is refused for what it asks alone.
+    wait_for(lambda: len(objects_of(kube, job.id)["pods"]) >= 3, 60, what="the job's launcher and worker pods")
     made = objects_of(kube, job.id)
     # Its ssh key's Secret, and its MLflow account's where the portal has a server (docs/mlflow.md).
     assert set(made["secrets"]) <= {f"{job.id}-ssh", f"{job.id}-mlflow"} and f"{job.id}-ssh" in made["secrets"]
