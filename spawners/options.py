@@ -105,7 +105,7 @@ class ServerOptionsMixin(HasTraits):
         lambda spawner: ServerOptionsMixin._apply_server_options)
     _options_change: tuple[Any, Any] | None = None
     _cluster: ClusterCache | None = None  # this spawner's look at the cluster (limits)
-    _budget: tuple[float, GpuBudget | None] = (-SPAWN_BUDGET_S, None)  # (when, the week's budget read then)
+    _budget: tuple[float, GpuBudget | None] = (-SPAWN_BUDGET_S, None)  # (when, the budget accounting gave then)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
@@ -144,15 +144,17 @@ class ServerOptionsMixin(HasTraits):
         SPAWN_BUDGET_S old)."""
         scheduler, look = self.scheduler(), self.cluster_look
         groups = tuple(sorted(g.name for g in self.user.groups))
-        read_at, budget = self._budget
-        fresh = budget if time.monotonic() - read_at < SPAWN_BUDGET_S else None
+        read_at, known = self._budget
+        known = known if time.monotonic() - read_at < SPAWN_BUDGET_S else None
 
-        def ask() -> JobLimits:  # with the weekly GPU-hours budget where the user's groups have one (as submit's)
+        def ask() -> tuple[JobLimits, bool]:  # with the weekly budget where the user's groups have one (as submit's)
             who = scheduler.person(self.user.name, groups)
             limits = scheduler.limits(who, look())
-            return budgeted(self.portal, scheduler, who, replace(limits, budget=fresh) if fresh else limits)
-        limits = await asyncio.to_thread(ask)
-        if limits.budget is not fresh:
+            if known is not None:  # the week's use as read a moment ago; what is held ahead as the queue says now
+                return replace(limits, budget=replace(known, ahead_minutes=limits.gpu_minutes_ahead)), False
+            return budgeted(self.portal, scheduler, who, limits), True
+        limits, read = await asyncio.to_thread(ask)
+        if read and limits.budget is not None:
             self._budget = (time.monotonic(), limits.budget)
         return limits
 

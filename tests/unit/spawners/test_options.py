@@ -4,6 +4,7 @@ a burst of spawn requests shares."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import types
 from typing import Any
@@ -23,6 +24,10 @@ class CountingScheduler(LocalScheduler):
 
     looks = 0
     accounted = 0
+    ahead = 0  # the GPU-minutes its limits say the user's queue holds ahead
+
+    def limits(self, user, snapshot=None, held=()):
+        return dataclasses.replace(super().limits(user, snapshot, held), gpu_minutes_ahead=CountingScheduler.ahead)
 
     def snapshot(self, clock=time.monotonic) -> ClusterSnapshot:
         CountingScheduler.looks += 1
@@ -67,11 +72,14 @@ def test_a_burst_of_spawn_requests_looks_at_the_cluster_once_and_a_later_one_aga
 
 def test_a_spawns_checks_a_moment_apart_read_the_users_week_in_the_accounting_once():
     """The form's submit and the start each weigh the options against the weekly budget: one sacct between them."""
-    CountingScheduler.accounted = 0
+    CountingScheduler.accounted, CountingScheduler.ahead = 0, 0
     alice = spawner()
     alice.portal = PortalConfig(gpu_hours_budget={"gpu-users": 40})
     checks = [asyncio.run(alice.limits()).budget for _ in range(3)]
     assert CountingScheduler.accounted == 1 and {(b.limit, b.used) for b in checks} == {(40, 1.5)}
+    CountingScheduler.ahead = 90  # a job queued since: charged ahead at once, the week's use not read again
+    queued = asyncio.run(alice.limits()).budget
+    assert CountingScheduler.accounted == 1 and (queued.used, queued.ahead_minutes) == (1.5, 90)
     read_at, budget = alice._budget
     alice._budget = (read_at - SPAWN_BUDGET_S, budget)  # that read, SPAWN_BUDGET_S older
     asyncio.run(alice.limits())
