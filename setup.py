@@ -27,7 +27,7 @@ TRAIN = [
     "scikit-learn>=1.3",
     "matplotlib>=3.7",
     "pillow>=10",
-    # Sweeps (chexnet.sweep): the search and the early stopping, its journal storage on the shared home.
+    # Sweeps (programkit.sweep): the search and the early stopping, its journal storage on the shared home.
     "optuna==5.0.0",
 ]
 
@@ -41,8 +41,9 @@ setup(
     version="0.1.0",
     description="A JupyterHub portal for training medical-imaging models with Horovod on GPU clusters",
     python_requires=">=3.11",
-    packages=find_packages(include=["portal", "portal.*", "spawners", "spawners.*", "chexnet", "chexnet.*",
-                                    "chexnet_torch", "chexnet_torch.*"]),
+    # programkit: what every training program shares, below the programs and the hub (docs/architecture.md).
+    packages=find_packages(include=["portal", "portal.*", "spawners", "spawners.*", "programkit", "programkit.*",
+                                    "chexnet", "chexnet.*", "chexnet_torch", "chexnet_torch.*"]),
     # Job scripts and the dashboard's HTML travel inside the packages; the template notebooks users copy go to
     # <prefix>/share/dsportal/notebooks (portal.templates.templates_dir() finds them there or in a source tree).
     package_data={"portal": ["icons/*.svg", "proxy_hsts.js"], "portal.records": ["templates/*"],

@@ -33,7 +33,7 @@ class Measurement:
 
 def synthetic_set(images: int, size: int, root: Path = BENCH_DIR) -> Path:
     """A ChestX-ray14-layout data set, made once per machine and reused (writing 1024x1024 PNGs takes a while)."""
-    from chexnet.data.synthetic import write_synthetic
+    from programkit.data.synthetic import write_synthetic
 
     out = root / f"chestxray14-{images}x{size}"
     if not (out / "Data_Entry_2017.csv").exists():

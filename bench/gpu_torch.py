@@ -156,9 +156,9 @@ def program_loader(args: argparse.Namespace, data_dir: Path, device: Any) -> tup
     dataset, sampler, workers and pinned memory), and its batches epoch after epoch."""
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from chexnet.cpus import usable_cores
-    from chexnet.data.sources import source_of
     from chexnet_torch.data import ChestXrays
+    from programkit.cpus import usable_cores
+    from programkit.data.sources import source_of
 
     train_set = ChestXrays(source_of(data_dir), "train", args.image_size, train=True)
     sampler = DistributedSampler(train_set, 1, 0, shuffle=True, seed=0, drop_last=True)
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         torch.set_num_threads(1)  # a smoke run: threads that spin against other work would only slow it down
     with tempfile.TemporaryDirectory(prefix="dsportal-gpu-bench-") as tmp:
-        from chexnet.data.synthetic import write_synthetic
+        from programkit.data.synthetic import write_synthetic
 
         data_dir = write_synthetic(Path(tmp) / "chestxray14", images=args.images, size=args.source_size, seed=0)
         samples = measure(args, device, data_dir)

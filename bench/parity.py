@@ -36,8 +36,8 @@ def float_model(image_size: int):
     into DenseNet-121. Kept here, outside the product, for this comparison and for the checkpoint tests."""
     import tensorflow as tf
 
-    from chexnet.labels import NUM_CLASSES
     from chexnet.model import BATCH_NORM_MOMENTUM
+    from programkit.labels import NUM_CLASSES
 
     inputs = tf.keras.Input(shape=(image_size, image_size, 3), name="image")
     backbone = tf.keras.applications.DenseNet121(include_top=False, weights=None, input_tensor=inputs, pooling="avg")
@@ -56,8 +56,8 @@ def score(source, arm: str, seed: int, args: argparse.Namespace) -> float:
 
     from chexnet.data import decoding
     from chexnet.data.datasets import AUTOTUNE, PipelineConfig, eval_dataset, train_dataset, train_labels
-    from chexnet.metrics import auroc_per_class, mean_auroc
     from chexnet.model import build_model, class_weights, weighted_bce
+    from programkit.metrics import auroc_per_class, mean_auroc
 
     tf.keras.backend.clear_session()
     tf.keras.utils.set_random_seed(seed)  # the same initial weights in both arms: the normalisation has none
@@ -128,8 +128,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from chexnet.data.sources import source_of
     from chexnet.data.tfrecords import JPEG, Storage
+    from programkit.data.sources import source_of
 
     source = source_of(records_of(synthetic_set(args.images, args.original_size), SHARDS,
                                   Storage.of(JPEG, args.short_side)))

@@ -19,8 +19,8 @@ import tensorflow as tf
 from bench import pipeline_names as row
 from chexnet.data import decoding
 from chexnet.data.datasets import AUTOTUNE, PipelineConfig, decode_only_dataset, decoded, examples_of, train_dataset
-from chexnet.data.sources import DataSource, source_of
 from chexnet.data.tfrecords import parse_example
+from programkit.data.sources import DataSource, source_of
 
 WARMUP_BATCHES = 2
 WARMUP_SECONDS = 1.0  # lets tf.data's autotuner reach its parallelism before the clock starts

@@ -40,10 +40,10 @@ RATIO_TARGET = 0.8
 
 
 def drawn_lr(seed: int, task: int, choices: tuple[float, ...] = (GOOD_LR, BAD_LR)) -> float:
-    """The learning rate task `task` draws with this seed (chexnet.sweep's sampler, as the trial runs it)."""
+    """The learning rate task `task` draws with this seed (programkit.sweep's sampler, as the trial runs it)."""
     import optuna
 
-    from chexnet import sweep
+    from programkit import sweep
 
     plan = sweep.Plan(space={"lr": {"choices": list(choices)}}, sampler="random", pruner="none", min_epochs=1,
                       seed=seed, epochs=2)

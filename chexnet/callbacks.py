@@ -19,7 +19,7 @@ TensorBoard tags (an interface: the portal's dashboard and the checks read them)
 A job killed at any moment and re-run with `--resume` in the same logdir still holds every epoch of every
 per-epoch tag exactly once, and no throughput step twice: `CheckpointSaver` records an epoch's scalars before the
 checkpoint and writes them to TensorBoard after it (through `chexnet.resume.EpochLog`, which also writes what a kill
-left out), and `ThroughputLogger` skips the steps the logdir already holds (`chexnet.tblog` has the whole argument).
+left out), and `ThroughputLogger` skips the steps the logdir already holds (`programkit.tblog` has the whole argument).
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.custom_scalar import summary as custom_scalar_summary
 from tensorboard.plugins.hparams import api as hp
 
-from chexnet import tblog
 from chexnet.data import integrity
-from chexnet.labels import CLASSES, NUM_CLASSES
-from chexnet.metrics import auroc_per_class, mean_auroc
-from chexnet.reference import MODELS, PIPELINES
+from programkit import tblog
+from programkit.labels import CLASSES, NUM_CLASSES
+from programkit.metrics import auroc_per_class, mean_auroc
+from programkit.reference import MODELS, PIPELINES
 
 if TYPE_CHECKING:
     from chexnet.resume import EpochLog
 
-from chexnet.tags import (  # noqa: F401  (every program's tags, defined once: chexnet.tags)
+from programkit.tags import (  # noqa: F401  (every program's tags, defined once: programkit.tags)
     ALL_TAGS,
     AUROC_TAG_PREFIX,
     AUROC_TAGS,
@@ -334,12 +334,12 @@ class CheckpointSaver(DeclaredCallback):
 
 @dataclass(eq=False)
 class SweepPruning(DeclaredCallback):
-    """A sweep's trial (chexnet.sweep): after each epoch rank 0 reports the validation mean AUROC to the study and
+    """A sweep's trial (programkit.sweep): after each epoch rank 0 reports the validation mean AUROC to the study and
     asks its pruner; the answer goes to every rank (a broadcast), so all stop after the same epoch. Last in the
     list: the epoch is checkpointed and logged before the trial may end. `reporter` is rank 0's, None elsewhere.
     A study that cannot be reached (its storage fails) prunes nothing: the trial trains on and says why."""
 
-    reporter: object | None  # chexnet.sweep.TrialReporter on rank 0
+    reporter: object | None  # programkit.sweep.TrialReporter on rank 0
     pruned_at: int | None = None  # the epoch (from 1) after which the pruner stopped the trial
 
     def on_epoch_end(self, epoch: int, logs: Mapping | None = None) -> None:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexnet.cli import EXIT_USAGE, InputFlags, OneLineParser, UsageError, require_positive
-from chexnet.labels import CLASSES
-from chexnet.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
+from programkit.cli import EXIT_USAGE, InputFlags, OneLineParser, UsageError, require_positive
+from programkit.labels import CLASSES
+from programkit.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    from chexnet.metrics import auroc_per_class, mean_auroc
+    from programkit.metrics import auroc_per_class, mean_auroc
 
     per_class = auroc_per_class(labels, scores)
     report = {"checkpoint": checkpoint, "split": SPLIT, "images": int(len(labels)), "model": cfg.model,
@@ -82,10 +82,10 @@ def predict_test_split(cfg: EvalConfig) -> tuple[np.ndarray, np.ndarray, str]:
     import numpy as np
     import tensorflow as tf
 
-    from chexnet.data.chestxray14 import DataError
     from chexnet.data.datasets import PipelineConfig, eval_dataset
-    from chexnet.data.sources import source_of
     from chexnet.model import build_model
+    from programkit.data.chestxray14 import DataError
+    from programkit.data.sources import source_of
 
     try:
         source = source_of(cfg.data_dir)
@@ -132,7 +132,7 @@ def _restore(model, cfg: EvalConfig) -> str:
 
 def comparison_table(per_class: dict[str, float | None], n_images: int) -> str:
     """Our AUROC beside the CheXNet paper's, one row per class, then the means."""
-    from chexnet.metrics import mean_auroc
+    from programkit.metrics import mean_auroc
 
     def cell(value: float | None) -> str:
         return "undefined" if value is None or math.isnan(value) else f"{value:.4f}"

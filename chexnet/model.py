@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from chexnet.data.decoding import normalise
-from chexnet.labels import NUM_CLASSES
+from programkit.labels import NUM_CLASSES
 
 TINY_FILTERS = (16, 32, 64)  # tinycnn: three stride-2 convolutions, about 25 k weights
 TINY_LAST_CONV = "tinycnn_conv3_relu"  # its last feature maps (Grad-CAM's layer in notebook 03)

@@ -4,7 +4,7 @@ Slurm's `--requeue` SIGKILLs a job whose node died and re-runs the same command 
 and checkpoint directory. TensorBoard then still holds every epoch of every per-epoch tag exactly once and no
 throughput step twice: rank 0 keeps `<checkpoint-dir>/epochs.jsonl`, a record of each finished epoch's scalars
 written before its checkpoint, writes an epoch to TensorBoard only after its checkpoint, and on `--resume` writes
-from the record what a kill left out and skips what the logdir already holds (`chexnet.tblog`).
+from the record what a kill left out and skips what the logdir already holds (`programkit.tblog`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from chexnet import tblog
 from chexnet.callbacks import EPOCH_TAGS, say
+from programkit import tblog
 
 if TYPE_CHECKING:
-    from chexnet.tracking import RunTracker
+    from programkit.tracking import RunTracker
 
 
 def restore_or_start(model: tf.keras.Model, checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager,
@@ -59,7 +59,7 @@ def restore_or_start(model: tf.keras.Model, checkpoint: tf.train.Checkpoint, man
 
 def epoch_log(logdir: Path, checkpoint_dir: Path, start_epoch: int, *, resume: bool) -> EpochLog:
     """Rank 0's TensorBoard scalars: on --resume it learns what the logdir holds and writes from the record the
-    epochs that a kill left out (see chexnet.tblog)."""
+    epochs that a kill left out (see programkit.tblog)."""
     logged = tblog.read_logdir(logdir) if resume else tblog.LoggedSteps()
     record = tblog.record_path(checkpoint_dir)
     if start_epoch == 0:
@@ -74,7 +74,7 @@ class EpochLog:
 
     `record` appends an epoch to `<checkpoint-dir>/epochs.jsonl` (before its checkpoint is saved), `publish`
     writes it to TensorBoard and, with a `tracker`, to MLflow (after), `catch_up` writes to TensorBoard what a kill
-    between the two left out (the tracker catches MLflow up itself: chexnet.tracking). Every write skips what
+    between the two left out (the tracker catches MLflow up itself: programkit.tracking). Every write skips what
     `logged` (the logdir's event files, read when resuming) already holds. The writer is made on first use, so a
     resumed run with nothing to train and nothing to catch up adds no event file.
     """

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexnet.cli import UsageError
+from programkit.cli import UsageError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -6,8 +6,8 @@ whichever launched it. Exit codes: 0 done, 2 bad arguments or data (one line on 
 
 Killed and re-run with `--resume` (Slurm's `--requeue` after a node died), it continues from the latest checkpoint
 and TensorBoard still holds every epoch once (`chexnet.resume`). Where the job has an MLflow run, rank 0 logs it
-there too, continuing the same run after a requeue (`chexnet.tracking`). The switches for tests (`--weights-digest-dir`,
-the NaN injection) live in `chexnet.testing`; the command line in `chexnet.train_args`.
+there too, continuing the same run after a requeue (`programkit.tracking`). The switches for tests
+(`--weights-digest-dir`, the NaN injection) live in `chexnet.testing`; the command line in `chexnet.train_args`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexnet.cli import EXIT_USAGE, UsageError
-from chexnet.cpus import usable_cores
 from chexnet.train_args import PROG, TrainConfig, parse_args, with_trial
+from programkit.cli import EXIT_USAGE, UsageError
+from programkit.cpus import usable_cores
 
 # TensorFlow and Horovod are imported inside the functions that use them: a bad flag is then reported in a
 # fraction of a second, before TensorFlow loads and prints its start-up chatter.
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
     from chexnet import callbacks as cb
-    from chexnet.data.sources import DataSource
+    from programkit.data.sources import DataSource
 
 EXIT_NAN = 3
 CHECKPOINTS_KEPT = 3
@@ -80,13 +80,14 @@ def run(cfg: TrainConfig) -> int:
     import tensorflow as tf
 
     from chexnet import callbacks as cb
-    from chexnet import resume, testing, tracking
-    from chexnet.data.chestxray14 import DataError
+    from chexnet import resume, testing
     from chexnet.data.datasets import skip_counters, train_labels
     from chexnet.data.integrity import unreadable_message
     from chexnet.horovod_graphs import trace_collectives_without_autograph
     from chexnet.model import build_model, class_weights, weighted_bce
-    from chexnet.model_card import CARD_FILE
+    from programkit import tracking
+    from programkit.data.chestxray14 import DataError
+    from programkit.model_card import CARD_FILE
 
     hvd.init()
     trace_collectives_without_autograph()  # before the optimizer and the broadcast make theirs
@@ -201,15 +202,15 @@ def run(cfg: TrainConfig) -> int:
 
 
 def _run_name(logdir: Path) -> str:
-    from chexnet import tblog
+    from programkit import tblog
 
     return tblog.run_name(logdir)
 
 
 def _tracker(cfg: TrainConfig, workers: int, start_epoch: int):
-    """Rank 0's MLflow run (chexnet.tracking.RunTracker), continued after a requeue; None without MLflow."""
+    """Rank 0's MLflow run (programkit.tracking.RunTracker), continued after a requeue; None without MLflow."""
     from chexnet.callbacks import say
-    from chexnet.tracking import RunTracker
+    from programkit.tracking import RunTracker
 
     params = {"program": "chexnet", **_hparams(cfg, workers), "epochs": cfg.epochs, "seed": cfg.seed}
     return RunTracker.start(params, say, epochs_done=start_epoch, checkpoint_dir=cfg.checkpoint_dir,
@@ -217,17 +218,17 @@ def _tracker(cfg: TrainConfig, workers: int, start_epoch: int):
 
 
 def _recorded(cfg: TrainConfig) -> dict[int, dict[str, float | None]]:
-    """Each checkpointed epoch's scalars by tag, from the run's record (chexnet.tblog)."""
-    from chexnet import tblog
+    """Each checkpointed epoch's scalars by tag, from the run's record (programkit.tblog)."""
+    from programkit import tblog
 
     return {entry.epoch: dict(entry.scalars)
             for entry in tblog.read_record(tblog.record_path(cfg.checkpoint_dir)).values()}
 
 
 def _sweep_reporter(cfg: TrainConfig, start_epoch: int):
-    """Rank 0's reporter to the sweep's study (chexnet.sweep.TrialReporter.for_run); None outside a sweep."""
-    from chexnet import sweep
+    """Rank 0's reporter to the sweep's study (programkit.sweep.TrialReporter.for_run); None outside a sweep."""
     from chexnet.callbacks import say
+    from programkit import sweep
 
     try:
         reporter = sweep.TrialReporter.for_run(cfg.trial, cfg.checkpoint_dir, start_epoch)
@@ -240,11 +241,11 @@ def _sweep_reporter(cfg: TrainConfig, start_epoch: int):
 
 def _write_model_card(cfg: TrainConfig, workers: int, source: DataSource, checkpoint: str | None,
                       epochs_done: int, last_validation: dict) -> None:
-    """model_card.json beside the checkpoint (chexnet.model_card): what produced it, for the job's page and the
+    """model_card.json beside the checkpoint (programkit.model_card): what produced it, for the job's page and the
     evaluate notebook."""
     from chexnet import callbacks as cb
-    from chexnet import model_card
-    from chexnet.labels import CLASSES
+    from programkit import model_card
+    from programkit.labels import CLASSES
 
     per_class = {name: last_validation.get(f"{cb.AUROC_TAG_PREFIX}{name}") for name in CLASSES}
     spec = {**_hparams(cfg, workers), "epochs": cfg.epochs, "seed": cfg.seed, "warmup_epochs": cfg.warmup_epochs,
@@ -254,7 +255,7 @@ def _write_model_card(cfg: TrainConfig, workers: int, source: DataSource, checkp
                                  model_card.checkpoint_section(checkpoint), epochs_done)
     try:
         path = model_card.write_card(cfg.checkpoint_dir, card)
-    except ValueError as err:  # chexnet.schemas.SchemaError: a card the dashboard would not read (say, from a
+    except ValueError as err:  # programkit.schemas.SchemaError: a card the dashboard would not read (say, from a
         cb.say(f"model card not written: {err}")  # hand-edited manifest.json); the trained checkpoint still counts
         return
     cb.say(f"model card: {path}")
@@ -284,16 +285,16 @@ def _place_on_devices() -> None:
         gpu = gpus[hvd.local_rank()] if len(gpus) > 1 else gpus[0]
         tf.config.experimental.set_memory_growth(gpu, True)
         tf.config.set_visible_devices(gpu, "GPU")
-    else:  # the CPUs the worker may use (a Kubernetes pod's limit too: chexnet.cpus), shared by the node's workers
+    else:  # the CPUs the worker may use (a Kubernetes pod's limit too: programkit.cpus), shared by the node's workers
         threads = max(1, usable_cores() // hvd.local_size())
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
 def _datasets(cfg: TrainConfig, rank: int, size: int) -> tuple[DataSource, tf.data.Dataset, tf.data.Dataset, int]:
-    from chexnet.data.chestxray14 import DataError
     from chexnet.data.datasets import PipelineConfig, eval_dataset, train_dataset
-    from chexnet.data.sources import source_of
+    from programkit.data.chestxray14 import DataError
+    from programkit.data.sources import source_of
 
     try:
         source = source_of(cfg.data_dir, skip_bad=cfg.skip_bad)

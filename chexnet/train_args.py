@@ -9,15 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chexnet.cli import (
-    InputFlags,
-    OneLineParser,
-    UsageError,
-    require_choice,
-    require_positive,
-)
+from programkit.cli import PROGRESS, InputFlags, OneLineParser, UsageError, require_choice, require_positive
+from programkit.trials import trial_params
 
-PROGRESS = ("auto", "bar", "epoch")
 PROG = "chexnet.train"
 GRAPH_OPTIMIZER = ("on", "off")
 
@@ -38,7 +32,7 @@ class TrainConfig(InputFlags):
     seed: int = 0
     weights_digest_dir: Path | None = None
     progress: str = "auto"
-    trial: Path | None = None  # a sweep's trial file (chexnet.sweep): its parameters, and rank 0 reports to its study
+    trial: Path | None = None  # a sweep's trial file (programkit.sweep): its parameters; rank 0 reports to its study
     max_skipped_fraction: float = 0.1  # chexnet.data.integrity.DEFAULT_MAX_SKIPPED_FRACTION, without importing TF
     graph_optimizer: str = "on"  # "off": no Grappler passes (a CPU run starts ~25 s sooner; a GPU run is slower)
 
@@ -85,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                    help="bar: Keras' step-by-step bar; epoch: one line per epoch (for log files); "
                         "auto: bar on a terminal")
     p.add_argument("--trial", type=Path,
-                   help="a sweep's trial.json (python -m chexnet.sweep attach): its hyperparameters replace the "
+                   help="a sweep's trial.json (python -m programkit.sweep_cli attach): its hyperparameters replace the "
                         "flags', and rank 0 reports each epoch's AUROC to the sweep's study, which may prune it")
     p.add_argument("--graph-optimizer", default=TrainConfig.graph_optimizer,
                    help="on: TensorFlow's graph optimizations (Grappler), for speed on a GPU; off: none, so a run "
@@ -100,27 +94,6 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         skip_bad=a.skip_bad, threads=a.threads, seed=a.seed, weights_digest_dir=a.weights_digest_dir,
         progress=a.progress, max_skipped_fraction=a.max_skipped_fraction, trial=a.trial,
         graph_optimizer=a.graph_optimizer)
-
-
-# What a sweep's trial may set (portal.records.sweep.PARAMS): the TrainConfig field of each, by the same name.
-TRIAL_PARAMS = {"lr": float, "warmup_epochs": int, "batch_size": int, "image_size": int, "model": str, "fp16": bool}
-
-
-def trial_params(path: Path) -> dict[str, object]:
-    """A sweep trial file's parameters, each of its TRIAL_PARAMS type (every program's --trial reads it so);
-    UsageError when the file is unreadable or not a trial's."""
-    import json
-
-    try:
-        from chexnet.schemas import TRIAL_RECORD, check
-        from chexnet.userfiles import read_bytes
-
-        trial = json.loads(read_bytes(path, 65536))
-        check(TRIAL_RECORD, trial, str(path))
-        params = trial["params"]
-        return {name: TRIAL_PARAMS[name](params[name]) for name in params}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UsageError(f"--trial {path}: not a sweep's trial file ({type(err).__name__}: {err})") from None
 
 
 def with_trial(cfg: TrainConfig) -> TrainConfig:

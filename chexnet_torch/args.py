@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chexnet.cli import InputFlags, OneLineParser, UsageError, require_choice, require_positive
-from chexnet.train_args import PROGRESS, trial_params
+from programkit.cli import PROGRESS, InputFlags, OneLineParser, UsageError, require_choice, require_positive
+from programkit.trials import trial_params
 
 PROG = "chexnet_torch.train"
 AMP = ("auto", "off", "bf16", "fp16")
@@ -31,7 +31,7 @@ class TorchConfig(InputFlags):
     trial: Path | None = None
     amp: str = "auto"
     channels_last: str = "auto"
-    loader_workers: int | None = None  # None: the CPUs this process was given (chexnet.cpus), less one
+    loader_workers: int | None = None  # None: the CPUs this process was given (programkit.cpus), less one
 
     def validate(self) -> None:
         """Raise UsageError naming the flag and what it allows, for the first bad value."""
@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> TorchConfig:
                    help="epochs over which the rate ramps from --lr to --lr x processes")
     p.add_argument("--seed", type=int, default=TorchConfig.seed, help="initial weights and shuffling")
     p.add_argument("--progress", default=TorchConfig.progress, help="epoch: one line per epoch; bar and auto: the same")
-    p.add_argument("--trial", type=Path, help="a sweep's trial.json (python -m chexnet.sweep attach)")
+    p.add_argument("--trial", type=Path, help="a sweep's trial.json (python -m programkit.sweep_cli attach)")
     p.add_argument("--amp", default=TorchConfig.amp,
                    help="autocast on a GPU: bf16, fp16 (with a gradient scaler) or off; auto: bf16 where the GPU has "
                         "it, else off (always off on CPUs)")

@@ -1,9 +1,9 @@
-"""Rank 0's TensorBoard for the PyTorch program, with chexnet.train's tags (chexnet.tags) and summaries written
+"""Rank 0's TensorBoard for the PyTorch program, with chexnet.train's tags (programkit.tags) and summaries written
 by torch's writer and tensorboard's hparams plugin: the custom-scalars layout and the HPARAMS experiment, so both
 programs' runs chart and compare alike. Each (tag, epoch) once across kills: the epoch's scalars go to the
-per-epoch record (chexnet.tblog) before its checkpoint and to TensorBoard after; a resumed run writes, from the
+per-epoch record (programkit.tblog) before its checkpoint and to TensorBoard after; a resumed run writes, from the
 record, what a kill between the two left out, and no throughput point at or below the last step the logdir holds.
-A published epoch also goes to the job's MLflow run when it has one (`tracker`, chexnet.tracking)."""
+A published epoch also goes to the job's MLflow run when it has one (`tracker`, programkit.tracking)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from tensorboard.plugins.hparams import summary_v2 as hp
 from torch.utils.tensorboard import SummaryWriter
 
-from chexnet import tblog
-from chexnet.reference import MODELS
-from chexnet.tags import AUROC_TAG_PREFIX, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_THROUGHPUT
+from programkit import tblog
+from programkit.reference import MODELS
+from programkit.tags import AUROC_TAG_PREFIX, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_THROUGHPUT
 
 if TYPE_CHECKING:
-    from chexnet.tracking import RunTracker
+    from programkit.tracking import RunTracker
 
 
 class Board:
@@ -32,7 +32,7 @@ class Board:
         if not resume:
             tblog.reset_record(record)  # a fresh start: the record describes checkpoints that will be replaced
         self._writer: SummaryWriter | None = None
-        self.tracker: RunTracker | None = None  # rank 0's MLflow run, when the job has one (chexnet.tracking)
+        self.tracker: RunTracker | None = None  # rank 0's MLflow run, when the job has one (programkit.tracking)
 
     @property
     def writer(self) -> SummaryWriter:
@@ -86,7 +86,7 @@ class Board:
         entries = tblog.epochs_to_rewrite(tblog.read_record(self.record_file), self.logged, checkpoint_epoch,
                                           tblog.logdir_key(self.logdir))
         for entry in entries:
-            self._write(entry)  # MLflow's own catch-up is the tracker's (chexnet.tracking)
+            self._write(entry)  # MLflow's own catch-up is the tracker's (programkit.tracking)
         return len(entries)
 
     def close(self) -> None:

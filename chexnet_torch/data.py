@@ -19,10 +19,10 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from chexnet.data.chestxray14 import DataError, labels_matrix
-from chexnet.data.sources import IMAGES, DataSource
-from chexnet.data.storage import JPEG, PNG, RAW
-from chexnet.labels import NUM_CLASSES
+from programkit.data.chestxray14 import DataError, labels_matrix
+from programkit.data.sources import IMAGES, DataSource
+from programkit.data.storage import JPEG, PNG, RAW
+from programkit.labels import NUM_CLASSES
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from chexnet.labels import NUM_CLASSES
+from programkit.labels import NUM_CLASSES
 
 MIN_FREQUENCY = 1e-3  # chexnet.model.MIN_FREQUENCY: a class with no positives keeps a finite weight
 KEEP_CHECKPOINTS = 3

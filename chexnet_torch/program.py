@@ -1,7 +1,7 @@
 """chexnet_torch's declaration for the portal's registry of training programs (portal.records.programs says
 what each name means). Plain values, no import of torch or of the portal: the hub reads it to validate a job."""
 
-from chexnet.reference import MODELS
+from programkit.reference import MODELS
 
 NAME = "chexnet-torch"
 TITLE = "CheXNet: PyTorch DDP"

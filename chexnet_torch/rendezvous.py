@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from chexnet.userfiles import private_directory_problem
+from programkit.userfiles import private_directory_problem
 
 ENV = "DSPORTAL_RENDEZVOUS_DIR"  # set by the job scripts (portal/records/templates/torchrun-rendezvous.sh)
 UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")

@@ -1,8 +1,8 @@
 """CheXNet in PyTorch: `python -m chexnet_torch.train --data-dir D --logdir L --checkpoint-dir C ...`, alone or
 under `torchrun` (one process per GPU, or one per node on CPUs), DistributedDataParallel over gloo on CPUs and
-NCCL on GPUs. What it writes is chexnet.train's: TensorBoard's tags, the per-epoch record (chexnet.tblog), the
-model card (chexnet.model_card), the job's MLflow run when it has one (chexnet.tracking); a sweep's trial reports
-to its study (chexnet.sweep) and may be pruned.
+NCCL on GPUs. What it writes is chexnet.train's: TensorBoard's tags, the per-epoch record (programkit.tblog), the
+model card (programkit.model_card), the job's MLflow run when it has one (programkit.tracking); a sweep's trial reports
+to its study (programkit.sweep) and may be pruned.
 
 Exact resume: each epoch's checkpoint (`ckpt-<epoch>.pt`, written whole then renamed) holds the model, the
 optimizer, the learning-rate schedule, the global step and every random state (torch, CUDA, numpy, Python); the
@@ -24,20 +24,27 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from chexnet import model_card, tblog, tracking
-from chexnet.cli import EXIT_USAGE, UsageError
-from chexnet.cpus import usable_cores
-from chexnet.data.chestxray14 import DataError
-from chexnet.data.sources import source_of
-from chexnet.labels import CLASSES
-from chexnet.metrics import auroc_per_class, mean_auroc
-from chexnet.tags import AUROC_TAG_PREFIX, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, THROUGHPUT_EVERY_STEPS
 from chexnet_torch import rendezvous
 from chexnet_torch.args import PROG, TorchConfig, parse_args, with_trial
 from chexnet_torch.board import Board
 from chexnet_torch.data import ChestXrays
 from chexnet_torch.loop import Checkpoints, Precision, class_weights, weighted_bce
 from chexnet_torch.vision import build_model
+from programkit import model_card, tblog, tracking
+from programkit.cli import EXIT_USAGE, UsageError
+from programkit.cpus import usable_cores
+from programkit.data.chestxray14 import DataError
+from programkit.data.sources import source_of
+from programkit.labels import CLASSES
+from programkit.metrics import auroc_per_class, mean_auroc
+from programkit.tags import (
+    AUROC_TAG_PREFIX,
+    TAG_AUROC_MEAN,
+    TAG_LOSS_TRAIN,
+    TAG_LOSS_VAL,
+    TAG_LR,
+    THROUGHPUT_EVERY_STEPS,
+)
 
 NAME = "chexnet-torch"
 EXIT_NAN = 3
@@ -180,7 +187,7 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
                                            tblog.logdir_key(cfg.logdir), images_per_sec=images_per_sec,
                                            checkpoint=checkpoints.name(epoch),
                                            seconds=round(time.perf_counter() - started, 3), program=NAME)
-                board.record(entry)  # before the checkpoint (chexnet.tblog)
+                board.record(entry)  # before the checkpoint (programkit.tblog)
                 checkpoints.save(state, epoch, step)
                 board.publish(entry)
             tell(f"epoch {epoch}/{cfg.epochs}: loss/train={train_loss:.4f} loss/val={last[TAG_LOSS_VAL]:.4f} "
@@ -294,8 +301,8 @@ def hparams(cfg: TorchConfig, size: int) -> dict[str, object]:
 
 
 def sweep_reporter(cfg: TorchConfig, start_epoch: int):
-    """Rank 0's reporter to the sweep's study (chexnet.sweep.TrialReporter.for_run); None outside a sweep."""
-    from chexnet import sweep
+    """Rank 0's reporter to the sweep's study (programkit.sweep.TrialReporter.for_run); None outside a sweep."""
+    from programkit import sweep
 
     try:
         reporter = sweep.TrialReporter.for_run(cfg.trial, cfg.checkpoint_dir, start_epoch)
@@ -322,7 +329,7 @@ def pruned(reporter, epoch: int, value: float | None) -> bool:
 
 
 def write_card(cfg: TorchConfig, size: int, source, checkpoints: Checkpoints, last: dict) -> Path | None:
-    """model_card.json beside the checkpoints (chexnet.model_card), with torch's versions in its environment; its
+    """model_card.json beside the checkpoints (programkit.model_card), with torch's versions in its environment; its
     path, None when it was not written (said why)."""
     per_class = {name: last.get(f"{AUROC_TAG_PREFIX}{name}") for name in CLASSES}
     latest = checkpoints.latest()

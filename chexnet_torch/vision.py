@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from chexnet.labels import NUM_CLASSES
+from programkit.labels import NUM_CLASSES
 
 TINY_FILTERS = (16, 32, 64)  # as chexnet.model.TINY_FILTERS
 _defined: list[object] = []  # the Library that holds the two schemas must live as long as the process
@@ -51,7 +51,7 @@ def tiny_cnn(num_classes: int = NUM_CLASSES) -> nn.Module:
 
 
 def build_model(name: str) -> nn.Module:
-    """The model `name` (chexnet.reference.MODELS), randomly initialised (nothing is downloaded here)."""
+    """The model `name` (programkit.reference.MODELS), randomly initialised (nothing is downloaded here)."""
     if name == "tinycnn":
         return tiny_cnn()
     _define_missing_ops()

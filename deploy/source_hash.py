@@ -15,7 +15,8 @@ from pathlib import Path
 
 # What the distribution is built from (setup.py's packages, package_data and data_files): a change to any of these
 # files is a change to what a job, a server or a notebook runs.
-SOURCES = ("setup.py", "portal", "spawners", "chexnet", "chexnet_torch", "notebooks", "deploy/jupyterlab")
+SOURCES = ("setup.py", "portal", "spawners", "programkit", "chexnet", "chexnet_torch", "notebooks",
+           "deploy/jupyterlab")
 SKIPPED_PARTS = {"__pycache__"}
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 

@@ -240,12 +240,12 @@ def read_run_metrics(logdir: str | Path) -> RunMetrics:
 
 
 def record_lines(text: str, prefix: str | None = None) -> dict[int, dict]:
-    """The per-epoch record's lines in a job's log (`dsportal.epoch <json>`, chexnet.tblog.RECORD_LINE_PREFIX,
+    """The per-epoch record's lines in a job's log (`dsportal.epoch <json>`, programkit.tblog.RECORD_LINE_PREFIX,
     every program's rank 0), or with `prefix=""` in the record's own file (checkpoints/epochs.jsonl), each checked
-    against chexnet.schemas.EPOCH_RECORD before it counts (both are the user's to write); {epoch: its last line},
+    against programkit.schemas.EPOCH_RECORD before it counts (both are the user's to write); {epoch: its last line},
     since a resumed run records an epoch again."""
-    from chexnet.schemas import EPOCH_RECORD, SchemaError, check
-    from chexnet.tblog import RECORD_LINE_PREFIX
+    from programkit.schemas import EPOCH_RECORD, SchemaError, check
+    from programkit.tblog import RECORD_LINE_PREFIX
 
     prefix = RECORD_LINE_PREFIX if prefix is None else prefix
     found: dict[int, dict] = {}

@@ -4,7 +4,7 @@ admin the first time it is needed, and what a job or a server is given of it.
     cfg.mlflow_url                 "" (no MLflow), "box" (the box's own server), or a site's server's URL
     tracking_uri(cfg)              the URL every client uses ("" when there is none), PREFIX its path
     Accounts(cfg).account(user)    the user's Account: made (user, password, experiment, permission) or found
-    account.job_file(tags)         what rank 0 of a job reads (chexnet.tracking): the run's place and its tags
+    account.job_file(tags)         what rank 0 of a job reads (programkit.tracking): the run's place and its tags
     account.environment()          MLflow's own variables, for a user's JupyterLab server
 
 Who may see what is MLflow's own basic-auth app with NO_PERMISSIONS by default (deploy/mlflow_server.py): each user
@@ -49,7 +49,7 @@ ADMIN_USER = "dsportal-admin"
 PREFIX = MLFLOW_PATH  # the dashboard's route to the server, and the server's --static-prefix
 BOX_PORT_OFFSET = 95  # the box's server listens on hub_port + 95 (8095 for the demo), on the bridge's address
 MLFLOW_CLIENT = ("mlflow.exceptions", "mlflow.utils.rest_utils")  # what the portal uses of the client
-JOB_FILE = "mlflow.json"  # in the job's directory (mode 0600) or a Secret's volume: chexnet.tracking reads it
+JOB_FILE = "mlflow.json"  # in the job's directory (mode 0600) or a Secret's volume: programkit.tracking reads it
 EXPERIMENT_PREFIX = "portal/"
 TIMEOUT_S = 10
 USERS, GRANT = "/api/2.0/mlflow/users", "/api/3.0/mlflow/users/permissions/grant"
@@ -81,7 +81,7 @@ class Account:
 
 
 def run_tags(user: str, job_id: str, scheduler: str, program: str, cluster: str) -> dict[str, str]:
-    """The tags every run of a job carries in MLflow (a sweep's task adds its own: chexnet.tracking)."""
+    """The tags every run of a job carries in MLflow (a sweep's task adds its own: programkit.tracking)."""
     return {"dsportal.user": user, "dsportal.job": job_id, "dsportal.scheduler": scheduler,
             "dsportal.program": program, "dsportal.cluster": cluster}
 

@@ -1,7 +1,7 @@
 """Published numbers the notebooks compare against, copied here so that nothing reads files outside the package.
 
 - `CHEXNET_PAPER_AUROC`: test-set AUROC per class of CheXNet (Rajpurkar et al. 2017, DenseNet-121), defined once in
-  `chexnet.reference` (which the trainer's evaluation uses too) and re-exported here, with the earlier results it
+  `programkit.reference` (which the trainer's evaluation uses too) and re-exported here, with the earlier results it
   was compared to, Wang et al. 2017 and Yao et al. 2017.
 - `V100_IMAGES_PER_SEC`: CheXNet training throughput on NVIDIA V100 GPUs with Horovod, 1 to 16 GPUs, as Dell
   EMC published it (the scaling study's reference line).
@@ -14,9 +14,9 @@ import html
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from chexnet.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
+from programkit.reference import CHEXNET_PAPER_AUROC, chexnet_paper_mean
 
-# class -> AUROC, in the dataset's label order (chexnet.labels.CLASSES).
+# class -> AUROC, in the dataset's label order (programkit.labels.CLASSES).
 WANG_2017_AUROC: dict[str, float] = {
     "Atelectasis": 0.716, "Cardiomegaly": 0.807, "Effusion": 0.784, "Infiltration": 0.609, "Mass": 0.706,
     "Nodule": 0.671, "Pneumonia": 0.633, "Pneumothorax": 0.806, "Consolidation": 0.708, "Edema": 0.835,

@@ -29,8 +29,8 @@ from urllib.parse import quote
 
 from werkzeug import serving
 
-from chexnet.userfiles import private_directory_problem
 from portal.errors import PortalError
+from programkit.userfiles import private_directory_problem
 
 with warnings.catch_warnings():  # TensorBoard 2.15 imports pkg_resources, which warns at every start
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)

@@ -1,12 +1,13 @@
-"""Write a sweep's study journal the way the sweep's tasks write it (chexnet.sweep), with whatever Optuna is installed:
-tests/unit/data/optuna-<version>/ was made by this script under that Optuna, so that a unit test reads and continues
-a journal another version left behind: 4.1.0's, the version the portal pinned before 5.0 (a sweep started before
-the upgrade), and 5.0.0's (one started before a rollback). From the repository, with TZ=UTC (4.1 writes local times):
+"""Write a sweep's study journal the way the sweep's tasks write it (programkit.sweep), with whatever Optuna is
+installed: tests/unit/data/optuna-<version>/ was made by this script under that Optuna, so that a unit test reads and
+continues a journal another version left behind: 4.1.0's, the version the portal pinned before 5.0 (a sweep
+started before the upgrade), and 5.0.0's (one started before a rollback). From the repository, with TZ=UTC (4.1
+writes local times):
 
     python3.11 -m venv /var/tmp/optuna41 && /var/tmp/optuna41/bin/pip install optuna==4.1.0
     TZ=UTC PYTHONPATH=. /var/tmp/optuna41/bin/python -m tests.capture_optuna_journal tests/unit/data/optuna-4.1.0
 
-Only chexnet.sweep and Optuna are imported (no TensorFlow, no portal), so a venv of Optuna alone will do. The sweep,
+Only programkit.sweep and Optuna are imported (no TensorFlow, no portal), so a venv of Optuna alone will do. The sweep,
 as it stands when its portal is upgraded: task 0 completed, task 1 pruned by Hyperband after epoch 2 (the pruner
 that writes one more kind of journal line, a trial's system attribute), task 2 failed, task 3 running after its
 first epoch, the rest not started. Every searched parameter's kind is drawn: a log-scaled float, an int range, and
@@ -19,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from chexnet import sweep
+from programkit import sweep
 
 PLAN = {"space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "batch_size": {"choices": [8, 16]},
                   "model": {"choices": ["densenet121", "resnet50"]}, "fp16": {"choices": [False, True]},

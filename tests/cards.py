@@ -1,9 +1,9 @@
-"""Model cards checked against the files themselves, computed here with hashlib: never with chexnet.model_card's
+"""Model cards checked against the files themselves, computed here with hashlib: never with programkit.model_card's
 own functions, which wrote the card (a check that recomputes with the writer's code agrees with any bug in it).
 
 The data's fingerprints are, per split, the SHA-256 of its image ids (and of its patient ids) sorted and joined by
 newlines, and one hash of every patient's "<patient>\\t<split>" line (docs/training.md, the model card). The splits
-come from the data set's reader (chexnet.data.chestxray14.load_index) for an image directory, from its converter's
+come from the data set's reader (programkit.data.chestxray14.load_index) for an image directory, from its converter's
 manifest.json (read here as JSON) for TFRecords.
 """
 
@@ -36,7 +36,7 @@ def checkpoint_files_hold(card: dict[str, Any], checkpoints: Path) -> None:
 
 def image_dir_fingerprints(layout: Path) -> dict[str, Any]:
     """What the card's `data` must say of a ChestX-ray14 layout directory, hashed here."""
-    from chexnet.data.chestxray14 import SPLITS, load_index
+    from programkit.data.chestxray14 import SPLITS, load_index
 
     index = load_index(layout)
     found: dict[str, Any] = {"splits": {}}
@@ -76,7 +76,7 @@ JSON_VALUES = {"null": None, "true/false": True, "a number": 5, "a string": "tex
 
 
 def a_card() -> dict[str, Any]:
-    """A whole model card of format dsportal-model-card-1, as chexnet.model_card.build_card writes one."""
+    """A whole model card of format dsportal-model-card-1, as programkit.model_card.build_card writes one."""
     return {
         "format": "dsportal-model-card-1",
         "spec": {"model": "densenet121", "batch_size": 16, "fp16": False, "lr": 0.001, "weights": None},

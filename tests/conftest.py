@@ -648,7 +648,7 @@ def artifacts() -> Path:
 
 
 def recorded_epochs(checkpoints: Path) -> list[int]:
-    """The epochs of a training's per-epoch record (checkpoints/epochs.jsonl, any program's; chexnet.tblog), in
+    """The epochs of a training's per-epoch record (checkpoints/epochs.jsonl, any program's; programkit.tblog), in
     its order; whole lines only (one being written, or cut by a kill, is not one yet); [] before the first."""
     try:
         lines = (checkpoints / "epochs.jsonl").read_text().splitlines()

@@ -1,6 +1,6 @@
 """tf.data input pipelines for CheXNet: the "parallel" one that training uses and the "sequential" one it replaced.
 
-In pipeline order (`chexnet.data.sources` finds and shares out the files, `chexnet.data.decoding` decodes):
+In pipeline order (`programkit.data.sources` finds and shares out the files, `chexnet.data.decoding` decodes):
 
     list files -> shard the files by rank -> interleave reads -> shuffle -> decode -> crop or resize -> flip
     -> batch -> prefetch
@@ -28,12 +28,12 @@ import numpy as np
 import tensorflow as tf
 
 from chexnet.data import decoding
-from chexnet.data.chestxray14 import DataError, labels_matrix
 from chexnet.data.integrity import GUARDED_CHUNK, SkipCounter, guarded, guarded_chunks
-from chexnet.data.sources import TFRECORD, DataSource, check_fits, check_rank, check_split, rank_files
 from chexnet.data.tfrecords import parse_example
-from chexnet.labels import NUM_CLASSES
-from chexnet.reference import PIPELINES
+from programkit.data.chestxray14 import DataError, labels_matrix
+from programkit.data.sources import TFRECORD, DataSource, check_fits, check_rank, check_split, rank_files
+from programkit.labels import NUM_CLASSES
+from programkit.reference import PIPELINES
 
 log = logging.getLogger(__name__)
 

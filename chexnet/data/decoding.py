@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from chexnet.data.sources import IMAGES, DataSource
 from chexnet.data.tfrecords import JPEG, RAW, parse_example
+from programkit.data.sources import IMAGES, DataSource
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # DenseNet-121 conventions, applied to the grey image copied to 3 channels
 IMAGENET_STD = (0.229, 0.224, 0.225)

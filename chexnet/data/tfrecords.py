@@ -37,8 +37,8 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from chexnet.data.chestxray14 import SPLITS, DataError, Record, load_index, progress
-from chexnet.data.storage import (  # noqa: F401  (the storage's names, where they were defined first)
+from programkit.data.chestxray14 import SPLITS, DataError, Record, load_index, progress
+from programkit.data.storage import (  # noqa: F401  (the storage's names, where they were defined first)
     CHUNK,
     DEFAULT_QUALITY,
     DEFAULT_SEED,
@@ -56,8 +56,8 @@ from chexnet.data.storage import (  # noqa: F401  (the storage's names, where th
     shard_name,
     storage_of,
 )
-from chexnet.labels import CLASSES, NUM_CLASSES
-from chexnet.model_card import split_fingerprints
+from programkit.labels import CLASSES, NUM_CLASSES
+from programkit.model_card import split_fingerprints
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ def convert(source: str | Path, out: str | Path, shards: int, skip_bad: bool = F
             written[split] = [(r.image_id, r.patient_id) for r in kept]
             manifest["counts"][split] = len(kept)
             manifest["skipped"] += bad
-    # What a model card compares (chexnet.model_card): the records hold no patient, so the lists are hashed here.
+    # What a model card compares (programkit.model_card): the records hold no patient, so the lists are hashed here.
     manifest["fingerprints"] = split_fingerprints(written)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -13,8 +13,8 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chexnet.userfiles import read_bytes
 from portal.gpus.readings import MAX_BYTES, NodeReading, ReadingError
+from programkit.userfiles import read_bytes
 
 STALE_AFTER_S = 60.0
 MAX_HISTORY_READ = 8 << 20  # the agent keeps at most half of this

@@ -153,7 +153,7 @@ class Job:
         return self.scheduler.sweep(self.record, self.person)
 
     def model_card(self, task: int | None = None) -> dict[str, Any] | None:
-        """What produced the run's checkpoint (chexnet.model_card), as the run wrote it beside the checkpoint;
+        """What produced the run's checkpoint (programkit.model_card), as the run wrote it beside the checkpoint;
         None until it has (a run writes it when training ends). A sweep's: the trial of task `task`."""
         return self.scheduler.model_card(self.record, self.person, task)
 

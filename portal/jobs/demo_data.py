@@ -65,7 +65,7 @@ def ensure_demo_data(cfg: PortalConfig) -> Path:
     os.chmod(datasets, 0o755)
     python = str(cfg.venv / "bin" / "python")
     layout, tfrecords = datasets / LAYOUT_NAME, datasets / TFRECORDS_NAME
-    _build(layout, [python, "-m", "chexnet.data.synthetic", "--out", "{out}", "--images", str(DEMO_IMAGES),
+    _build(layout, [python, "-m", "programkit.data.synthetic", "--out", "{out}", "--images", str(DEMO_IMAGES),
                     "--size", str(DEMO_SIZE), "--seed", str(DEMO_SEED)])
     # The original PNGs, as ChestX-ray14 ships them: a job resizes them to any image_size it asks for (records
     # resized to a short side could only be cropped smaller, and the demo images are 64 px).

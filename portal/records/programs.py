@@ -15,8 +15,8 @@ the hub side):
     ARGS_TEMPLATE = "args.sh"               # in TEMPLATES: a Jinja fragment setting the bash array `train_args`
 
 What every program writes for the portal is the same: the per-epoch record `<checkpoint-dir>/epochs.jsonl` (and
-its `dsportal.epoch` lines in the output), TensorBoard's tags and the model card (chexnet.tblog, chexnet.schemas,
-chexnet.model_card). The launchers' job scripts (portal/records/templates/<launcher>.<scheduler file>) start any
+its `dsportal.epoch` lines in the output), TensorBoard's tags and the model card (programkit.tblog, programkit.schemas,
+programkit.model_card). The launchers' job scripts (portal/records/templates/<launcher>.<scheduler file>) start any
 program's MODULE with its `train_args`; a program needs nothing else of the portal.
 
 Registering one is one line: its declaration module in `REGISTERED` below (a test adds one there, and clears

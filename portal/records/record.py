@@ -106,7 +106,7 @@ class JobRecord:
         return self.job_dir / f"trial-{int(task)}.log"
 
     def task_checkpoint_dir(self, task: int) -> Path:
-        """A sweep's task's checkpoints (and its model card), as its batch script makes them (chexnet.sweep)."""
+        """A sweep's task's checkpoints (and its model card), as its batch script makes them (programkit.sweep)."""
         return self.job_dir / "trials" / str(int(task)) / "checkpoints"
 
     @property

@@ -9,7 +9,7 @@ array asks for the same), the data, the epochs. A parameter of `space` is either
 
 Pure, like the job spec's validator: `parse_sweep` takes the user's dict and what they may ask for, and returns a
 `SweepPlan` or a `JobSpecError` naming the field ("sweep.space.lr.low") and what is allowed. The plan goes into the
-job's record and, as `sweep.json`, into its directory, where every trial (chexnet.sweep) reads it: the search and
+job's record and, as `sweep.json`, into its directory, where every trial (programkit.sweep) reads it: the search and
 the pruning are Optuna's, the study a journal file in the job's directory.
 """
 
@@ -21,12 +21,12 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chexnet.reference import MODELS
 from portal import inputs
 from portal.errors import BadAnswer
 from portal.inputs import InputError
 from portal.records.limits import JobLimits
 from portal.records.spec import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, JobSpecError
+from programkit.reference import MODELS
 
 FIELD = "sweep"
 SAMPLERS = ("tpe", "random")  # Optuna's TPESampler (random for its first 10 trials) and RandomSampler
@@ -94,8 +94,8 @@ class SweepPlan:
                 "min_epochs": self.min_epochs, "seed": self.seed, "epochs": self.epochs}
 
     def file_dict(self) -> dict[str, Any]:
-        """to_dict, checked against sweep.json's schema (chexnet.schemas.SWEEP_PLAN), as the writers write it."""
-        from chexnet.schemas import SWEEP_PLAN, check
+        """to_dict, checked against sweep.json's schema (programkit.schemas.SWEEP_PLAN), as the writers write it."""
+        from programkit.schemas import SWEEP_PLAN, check
 
         plan = self.to_dict()
         check(SWEEP_PLAN, plan, "sweep.json to write")
@@ -219,7 +219,7 @@ def recorded_plan(raw: Any, epochs: int) -> SweepPlan:
     return parse_sweep({**{k: v for k, v in raw.items() if k != "epochs"}, "space": space}, epochs, None, 0)
 
 
-# --- a sweep as it stands: the study's trials (chexnet.sweep status, run as the user) beside Slurm's tasks ---
+# --- a sweep as it stands: the study's trials (programkit.sweep status, run as the user) beside Slurm's tasks ---
 
 MAX_STATUS_BYTES = 8 * 1024 * 1024  # 200 trials x 1000 epochs; the user's file: read capped, every field checked
 STUDY_STATES = ("RUNNING", "WAITING", "COMPLETE", "PRUNED", "FAIL")
@@ -235,7 +235,7 @@ BEST_BY = (f"the highest {OBJECTIVE} (the last epoch's validation mean AUROC: th
 
 
 class SweepStatusError(BadAnswer, ValueError):
-    """The study's answer is not one chexnet.sweep writes."""
+    """The study's answer is not one programkit.sweep writes."""
 
 
 @dataclass(frozen=True)
@@ -327,13 +327,13 @@ def _finite(value: Any) -> float | None:
 
 
 def _moment(value: Any) -> float | None:
-    """A time the study gave (seconds since the epoch), or None: absent (an older chexnet.sweep), or nonsense."""
+    """A time the study gave (seconds since the epoch), or None: absent (an older programkit.sweep), or nonsense."""
     seconds = _finite(value)
     return seconds if seconds is not None and 0 < seconds < 2**33 else None
 
 
 def read_status(text: str, plan: SweepPlan) -> dict[int, dict[str, Any]]:
-    """The study's trials by task, from `python -m chexnet.sweep status` (the user's process, over the user's
+    """The study's trials by task, from `python -m programkit.sweep_cli status` (the user's process, over the user's
     file: every field is checked, anything else left out)."""
     data = inputs.finite_json(text, MAX_STATUS_BYTES, SweepStatusError)
     if not isinstance(data, dict) or not isinstance(data.get("trials"), list):

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 # What mpirun passes on to the workers it starts on other hosts (-x), besides job_environment's names.
 MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
-# Where rank 0 reads the job's MLflow account (chexnet.tracking; portal.mlflow_accounts.JOB_FILE's path), and, in a
+# Where rank 0 reads the job's MLflow account (programkit.tracking; portal.mlflow_accounts.JOB_FILE's path), and, in a
 # sweep's task, the task's index (its run is "<job>:<task>").
 TRACKING_FILE_VARIABLE, TASK_VARIABLE = "DSPORTAL_MLFLOW_FILE", "DSPORTAL_TASK"
 

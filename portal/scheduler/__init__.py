@@ -161,7 +161,7 @@ class Scheduler(Protocol[P]):
 
     def epochs(self, record: JobRecord, user: P, task: int | None = None) -> tuple[dict[int, dict], str]:
         """The run's per-epoch record (a sweep's: task `task`'s trial's), each line checked against
-        chexnet.schemas.EPOCH_RECORD: ({epoch: its line}, "") or, where not all of it could be read, what was and
+        programkit.schemas.EPOCH_RECORD: ({epoch: its line}, "") or, where not all of it could be read, what was and
         why not the rest. ({}, "") before the first epoch and for a sweep without `task`. Blocks; JobNotFound."""
 
     def model_card(self, record: JobRecord, user: P, task: int | None = None) -> dict[str, Any] | None:

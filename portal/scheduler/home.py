@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chexnet.model_card import CARD_FILE, check_card  # TensorFlow-free
-from chexnet.schemas import SchemaError
-from chexnet.tblog import RECORD_FILE as EPOCH_RECORD_FILE
 from portal.errors import Untrusted
 from portal.inputs import finite_json
 from portal.metrics import MetricsError, RunMetrics, read_run_metrics, record_lines
 from portal.records.record import OUTPUT_FILE, JobRecord, cluster_jobs_dir
+from programkit.model_card import CARD_FILE, check_card  # TensorFlow-free
+from programkit.schemas import SchemaError
+from programkit.tblog import RECORD_FILE as EPOCH_RECORD_FILE
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
@@ -40,7 +40,7 @@ class ModelCardError(Untrusted, ValueError):
 
 def checked_card(text: str, job_id: str) -> dict[str, Any]:
     """A model card's text (the user's: a file, or a line of their pod's log) read as hostile: ModelCardError
-    saying why it is not a card, naming the first field whose type or size is wrong (chexnet.schemas.MODEL_CARD).
+    saying why it is not a card, naming the first field whose type or size is wrong (programkit.schemas.MODEL_CARD).
     What it returns has every field the job page shows, of the type the page expects."""
     where = f"{CARD_FILE} of job {job_id}"
     try:
@@ -96,7 +96,7 @@ class JobsInHome:
         return user.tail(self.output_path(record, user), tail) or ""
 
     def model_card(self, record: JobRecord, user: JobUser, task: int | None = None) -> dict[str, Any] | None:
-        """The run's model card (chexnet.model_card), read as the user: None before the run wrote one; a card
+        """The run's model card (programkit.model_card), read as the user: None before the run wrote one; a card
         that is not one (too large, not JSON, not of the card's schema) is ModelCardError, saying why. A
         sweep's: its task's trial's (None without a `task`)."""
         record.check_owner(user.name)

@@ -139,7 +139,7 @@ class LocalScheduler(JobsInHome):
         script = job_dir / self.script_file
         files = [(script.name, render_local(spec, str(job_dir), self.cfg), "700"),
                  (RECORD_FILE, record.to_json(), "600")]
-        if tracking is not None:  # rank 0's MLflow account (chexnet.tracking), the user's alone
+        if tracking is not None:  # rank 0's MLflow account (programkit.tracking), the user's alone
             files.append((JOB_FILE, tracking.job_file(run_tags(user.name, job_id, self.name, spec.template,
                                                                self.cfg.cluster_name)), "600"))
         inode = user.make_job_dir(job_dir, files)

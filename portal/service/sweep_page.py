@@ -3,7 +3,7 @@ in trials and in epochs across them, how long it has run, and each trial's param
 
 A sweep is a job array, and none of a single job's figures fits it: its epochs are its trials', and the scheduler
 keeps no one start and end for it (Slurm accounts each task apart; squeue's line for an array is one task's). Its
-wall time is the study's instead: from the first trial's start to the last one's end (chexnet.sweep status gives
+wall time is the study's instead: from the first trial's start to the last one's end (programkit.sweep status gives
 Optuna's times of each trial), or to now while it runs.
 
 Pure: the view, the sweep's state and the time now in, a dict out (the view's `to_dict` with these added).
@@ -42,7 +42,7 @@ def wall_time(view: SweepView, state: str, now: float) -> dict[str, Any]:
         started = any(row.number is not None for row in view.rows)
         found["elapsed_note"] = (
             f"not known: {view.problem}" if view.problem else
-            "not known: the study has no start time for its trials (written by an older chexnet.sweep)" if started
+            "not known: the study has no start time for its trials (written by an older programkit.sweep)" if started
             else "no trial has run" if ended else "not started yet")
         return found
     if ended and not ends:

@@ -85,7 +85,7 @@ def training_run(images, tmp_path_factory) -> tuple[Path, str, float]:
     work = tmp_path_factory.mktemp("image-training")
     work.chmod(0o777)  # the container's user (uid 1000) writes here
     script = (
-        f"set -e; python -m chexnet.data.synthetic --out /work/data --images {IMAGES} --size {IMAGE_SIZE} --seed 3;"
+        f"set -e; python -m programkit.data.synthetic --out /work/data --images {IMAGES} --size {IMAGE_SIZE} --seed 3;"
         f" horovodrun -np {WORKERS} -H localhost:{WORKERS} python -m chexnet.train --data-dir /work/data"
         f" --logdir /work/logs --checkpoint-dir /work/checkpoints --epochs 1 --batch-size {BATCH}"
         f" --image-size {IMAGE_SIZE} --model {TINY_MODEL} --pipeline parallel --progress epoch"
@@ -159,7 +159,7 @@ def test_training_image_carries_the_pinned_stack_and_the_notebooks(images):
 def test_training_image_carries_the_pytorch_programs_own_stack(images):
     """The PyTorch program's venv beside TensorFlow's (the path its job scripts name): torch and torchvision of
     deploy/local/torch-requirements.txt, its own numpy, no TensorFlow, the same dsportal, its program importable."""
-    code = "import chexnet_torch.train, chexnet.sweep\n" + VERSIONS.replace(
+    code = "import chexnet_torch.train, programkit.sweep\n" + VERSIONS.replace(
         '"dsportal"]', '"dsportal", "torch", "torchvision", "numpy", "optuna"]')
     found = run_python(images.training, code, venv=TORCH_VENV)
     versions = found["versions"]

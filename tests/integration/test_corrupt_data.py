@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from chexnet.callbacks import TAG_SKIPPED
-from chexnet.data.sources import source_of
+from programkit.data.sources import source_of
 from tests.conftest import REPO
 from tests.integration.helpers import horovodrun_installed, scalars, train  # noqa: F401  (autouse)
 
@@ -30,7 +30,7 @@ EPOCHS = 2
 @pytest.fixture(scope="module")
 def records(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("corrupt")
-    subprocess.run([PYTHON, "-m", "chexnet.data.synthetic", "--out", str(root / "png"), "--images", str(IMAGES),
+    subprocess.run([PYTHON, "-m", "programkit.data.synthetic", "--out", str(root / "png"), "--images", str(IMAGES),
                     "--size", str(SIZE), "--seed", "3"], cwd=REPO, check=True, capture_output=True, timeout=300)
     subprocess.run([PYTHON, "-m", "chexnet.data.tfrecords", "--source", str(root / "png"), "--out",
                     str(root / "rec"), "--shards", str(SHARDS), "--short-side", str(SHORT_SIDE), "--workers", "2"],

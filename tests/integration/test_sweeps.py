@@ -1,4 +1,4 @@
-"""Sweeps on the box's Slurm (portal.records.sweep, chexnet.sweep): a job array of trials sharing one Optuna study
+"""Sweeps on the box's Slurm (portal.records.sweep, programkit.sweep): a job array of trials sharing one Optuna study
 in the job's directory, at most `parallel` at once, bad trials pruned early; a node lost mid-sweep, and the trial
 it ran resumes from its checkpoint, counted once.
 
@@ -234,8 +234,9 @@ def test_a_node_lost_mid_sweep_resumes_its_trial_counted_once(cluster, hub, demo
         steps = tensorboard_steps(Path(job.job_dir) / "tensorboard" / f"trial-{number}")
         every_epoch_once_up_to(steps, ("auroc/mean",), saved[t] + 1)  # every epoch once, across both runs
     assert sorted(row.number for row in job.sweep().rows) == [0, 1]
-    status = subprocess.run([RUNUSER, "-u", "alice", "--", "/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep_cli",
-                             "status", job.job_dir], capture_output=True, text=True, check=True, cwd="/tmp").stdout
+    status = subprocess.run([RUNUSER, "-u", "alice", "--", "/opt/dsportal/venv/bin/python", "-m",
+                             "programkit.sweep_cli", "status", job.job_dir],
+                            capture_output=True, text=True, check=True, cwd="/tmp").stdout
     assert status.count('"number"') == 2  # the study holds each trial once: the resumed one was not asked again
 
 

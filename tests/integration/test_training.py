@@ -25,8 +25,8 @@ from tensorboard.plugins.custom_scalar import metadata as custom_scalar_metadata
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.util import tensor_util
 
-from chexnet import tblog
 from chexnet.callbacks import ALL_TAGS, EPOCH_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LR, TAG_THROUGHPUT
+from programkit import tblog
 from tests import cards
 from tests.conftest import REPO, TINY_MODEL
 from tests.integration.helpers import (
@@ -77,7 +77,7 @@ PARITY_TOLERANCE = 0.03
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("chestxray14") / "data"
-    subprocess.run([PYTHON, "-m", "chexnet.data.synthetic", "--out", str(out), "--images", str(IMAGES),
+    subprocess.run([PYTHON, "-m", "programkit.data.synthetic", "--out", str(out), "--images", str(IMAGES),
                     "--size", str(IMAGE_SIZE), "--seed", str(DATA_SEED)],
                    cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
     return out
@@ -143,9 +143,9 @@ def test_hparams_summary_names_the_run(two_workers):
 
 
 def test_the_model_card_names_the_data_the_checkpoint_and_the_auroc(two_workers, dataset):
-    from chexnet import model_card
     from chexnet.callbacks import AUROC_TAG_PREFIX
-    from chexnet.labels import CLASSES
+    from programkit import model_card
+    from programkit.labels import CLASSES
 
     card = json.loads((two_workers.checkpoints / model_card.CARD_FILE).read_text())
     assert card["epochs_done"] == EPOCHS and card["spec"]["workers"] == WORKERS
@@ -185,7 +185,7 @@ def test_resume_continues_at_the_next_epoch_with_the_saved_rate(two_workers, dat
 def test_a_run_killed_before_its_card_writes_it_when_it_runs_again(two_workers, dataset, tmp_path):
     """Killed after its last checkpoint but before its model card (a node lost, Slurm requeues it): run again,
     it has nothing left to train and writes the card from the checkpoint's record."""
-    from chexnet import model_card
+    from programkit import model_card
 
     checkpoints = tmp_path / "checkpoints"
     shutil.copytree(two_workers.checkpoints, checkpoints)
@@ -309,7 +309,7 @@ def test_bad_arguments_fail_in_one_line_with_exit_2(case, tmp_path, dataset):
 def parity_data(tmp_path_factory) -> tuple[Path, Path]:
     """(layout of PARITY_ORIGINAL_SIZE PNGs, the same converted to JPEG records with PARITY_SHORT_SIDE)."""
     root = tmp_path_factory.mktemp("parity")
-    subprocess.run([PYTHON, "-m", "chexnet.data.synthetic", "--out", str(root / "png"), "--images", str(IMAGES),
+    subprocess.run([PYTHON, "-m", "programkit.data.synthetic", "--out", str(root / "png"), "--images", str(IMAGES),
                     "--size", str(PARITY_ORIGINAL_SIZE), "--seed", str(DATA_SEED)],
                    cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
     subprocess.run([PYTHON, "-m", "chexnet.data.tfrecords", "--source", str(root / "png"), "--out",
@@ -350,7 +350,7 @@ def best_median_auroc(logged: dict[str, list[tuple[int, float]]]) -> float:
     """The best epoch's median over the 14 classes' AUROCs. The mean is not compared: the validation images hold
     one or two cases of the rarest classes, whose AUROC jumps by tenths from run to run (a CI run: Hernia 0.62 for
     one run, 1.0 for the other, mean AUROCs 0.957 and 0.990), and the median is not moved by one or two classes."""
-    from chexnet.labels import CLASSES
+    from programkit.labels import CLASSES
 
     by_epoch: dict[int, list[float]] = {}
     for name in CLASSES:

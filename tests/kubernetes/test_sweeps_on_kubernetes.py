@@ -1,4 +1,4 @@
-"""A sweep on the Kubernetes box (portal.scheduler.kubernetes.manifests.sweep_job_manifest, chexnet.sweep claim): one
+"""A sweep on the Kubernetes box (portal.scheduler.kubernetes.manifests.sweep_job_manifest, programkit.sweep claim): one
 Job of trial pods in alice's namespace, at most `parallel` at once, sharing one Optuna study on her home volume; a bad
 trial pruned early; a node lost mid-sweep, and the task its pod ran taken over by the pod the Job makes again,
 which resumes the same trial from its checkpoint, counted once; a cancelled sweep's pods gone, its running trials
@@ -57,7 +57,7 @@ def most_at_once(pods) -> int:
 
 def study_trials(home) -> dict[int, str]:
     """The study's trials on alice's home volume: task -> Optuna's state."""
-    found = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "chexnet.sweep_cli", "status", str(home)],
+    found = subprocess.run(["/opt/dsportal/venv/bin/python", "-m", "programkit.sweep_cli", "status", str(home)],
                            capture_output=True, text=True, check=True).stdout
     return {trial["task"]: trial["state"] for trial in json.loads(found)["trials"]}
 

@@ -21,9 +21,9 @@ DATASET_IMAGES, DATASET_SIZE, DATASET_SEED = 400, 64, 3
 
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory) -> Path:
-    """The synthetic ChestX-ray14 layout the programs train on (chexnet.data.synthetic), made once a session."""
+    """The synthetic ChestX-ray14 layout the programs train on (programkit.data.synthetic), made once a session."""
     out = tmp_path_factory.mktemp("programs-data") / "data"
-    subprocess.run([sys.executable, "-m", "chexnet.data.synthetic", "--out", str(out), "--images",
+    subprocess.run([sys.executable, "-m", "programkit.data.synthetic", "--out", str(out), "--images",
                     str(DATASET_IMAGES), "--size", str(DATASET_SIZE), "--seed", str(DATASET_SEED)], cwd=REPO,
                    check=True, capture_output=True, timeout=300)
     return out

@@ -1,8 +1,8 @@
 """The training programs' contract, box-free: every program registered in portal.records.programs (each test's id is
 its NAME) runs for real through the same tests, so a third program gets all of them by registering. Each run is a
-sweep's trial as a task's job script makes it: `python -m chexnet.sweep_cli attach JOB_DIR TASK` writes its trial.json,
-then the program runs as `python -m MODULE` from its own venv (one process: the smallest launch without a box),
-this checkout's code on PYTHONPATH, with the flags every program's job scripts give (--resume, --progress epoch).
+sweep's trial as a task's job script makes it: `python -m programkit.sweep_cli attach JOB_DIR TASK` writes its
+trial.json, then the program runs as `python -m MODULE` from its own venv (one process: the smallest launch without a
+box), this checkout's code on PYTHONPATH, with the flags every program's job scripts give (--resume, --progress epoch).
 
 What the portal reads of any program, proven here:
 - the sweep hooks: a trial below the study's completed trials is pruned by the median pruner at its first allowed
@@ -34,9 +34,10 @@ from pathlib import Path
 import pytest
 
 from bench.sweep import BAD_LR, GOOD_LR
-from chexnet import mlflow_file, sweep, tblog
-from chexnet.schemas import EPOCH_RECORD, MODEL_CARD, check
-from chexnet.tags import (
+from portal.records.programs import Program, registry
+from programkit import mlflow_file, sweep, tblog
+from programkit.schemas import EPOCH_RECORD, MODEL_CARD, check
+from programkit.tags import (
     AUROC_TAG_PREFIX,
     AUROC_TAGS,
     TAG_AUROC_MEAN,
@@ -45,7 +46,6 @@ from chexnet.tags import (
     TAG_LR,
     TAG_THROUGHPUT,
 )
-from portal.records.programs import Program, registry
 from tests import cards
 from tests.children import LIMIT_S, run_child, start_in_own_session
 from tests.conftest import (
@@ -95,7 +95,7 @@ class Trial:
         return self.job_dir / "tensorboard" / f"trial-{self.number}"
 
     def in_study(self) -> dict:
-        """The trial as the study holds it (chexnet.sweep.status), and only it: a task is one trial."""
+        """The trial as the study holds it (programkit.sweep.status), and only it: a task is one trial."""
         (row,) = sweep.status(self.job_dir, self.task)["trials"]
         return row
 
@@ -118,7 +118,7 @@ def sweep_dir(job_dir: Path, lr: float, pruner: str, completed_auroc: float | No
 
 def attach(job_dir: Path, task: int) -> Trial:
     """The task's trial, as its job script attaches it before the program starts (writes trial.json)."""
-    done = subprocess.run([sys.executable, "-m", "chexnet.sweep_cli", "attach", str(job_dir), str(task)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "programkit.sweep_cli", "attach", str(job_dir), str(task)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     trial = Trial(job_dir, task, int(done.stdout))
@@ -213,7 +213,7 @@ def test_a_trial_above_the_completed_ones_completes_and_the_study_holds_its_valu
 
 
 def test_each_epoch_is_one_record_line_and_the_same_line_in_the_log(program, completed):
-    """checkpoints/epochs.jsonl, the record the portal reads of any program (chexnet.tblog), and its copy in the
+    """checkpoints/epochs.jsonl, the record the portal reads of any program (programkit.tblog), and its copy in the
     job's log (what the portal reads where it has only the log: a pod's)."""
     trial, done = completed
     assert done.returncode == 0, said(done)[-3000:]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from chexnet import mlflow_file
-from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR
+from programkit import mlflow_file
+from programkit.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR
 from tests.children import run_child
 from tests.conftest import REPO, TRAINER_SPEEDUP
 from tests.programs.helpers import torch_python

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from chexnet.schemas import EPOCH_RECORD, check
-from chexnet.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_THROUGHPUT
-from chexnet.tblog import RECORD_LINE_PREFIX
 from chexnet_torch.rendezvous import ENV
+from programkit.schemas import EPOCH_RECORD, check
+from programkit.tags import AUROC_TAGS, TAG_AUROC_MEAN, TAG_LOSS_TRAIN, TAG_LOSS_VAL, TAG_LR, TAG_THROUGHPUT
+from programkit.tblog import RECORD_LINE_PREFIX
 from tests.children import LIMIT_S, run_child, start_in_own_session
 from tests.conftest import REPO, wait_for
 from tests.listeners import Sampler, pids_matching

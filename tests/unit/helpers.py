@@ -220,7 +220,7 @@ class FakeScheduler(SlurmScheduler):
 
     def sweep(self, record, user):
         """Three tasks: one completed (the best), one pruned at epoch 2, one pending; or `sweeps[id]`, (trials,
-        tasks) as chexnet.sweep status and Slurm give them."""
+        tasks) as programkit.sweep status and Slurm give them."""
         if record.id in self.sweeps:
             return sweep_view(record.sweep, *self.sweeps[record.id])
         trials = {0: {"number": 0, "state": "COMPLETE", "params": {"lr": 0.001}, "value": 0.91,

@@ -1,9 +1,9 @@
 """Every read of a file in the product's code is accounted for (issue 40, item 1): a user's file is read only
 through the bounded readers (the dashboard's `JobUser.read_text`/`tail`, as the user with a time cap; the training
-side's `chexnet.userfiles`, which a dashboard-run `chexnet.sweep status` uses), and every other read says here why
-its file is not one a user can put in place (the portal's own settings, files the portal wrote as root, the data
-set a job reads as its own user). A new `open`, `read_text`, `read_bytes` or `os.open` in portal/, spawners/ or
-chexnet/ fails this test until it is one of those, with its reason.
+side's `programkit.userfiles`, which a dashboard-run `programkit.sweep_cli status` uses), and every other read says
+here why its file is not one a user can put in place (the portal's own settings, files the portal wrote as root, the
+data set a job reads as its own user). A new `open`, `read_text`, `read_bytes` or `os.open` in portal/, spawners/,
+programkit/ or a program's package fails this test until it is one of those, with its reason.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-PACKAGES = ("portal", "spawners", "chexnet")
+PACKAGES = ("portal", "spawners", "programkit", "chexnet", "chexnet_torch")
 BOUNDED = "the bounded reader (JobUser.read_text: as the user, regular file, size and time caps)"
 OWN_DATA = "the data set or checkpoint of the job's own run, read as its user: a hostile file there stalls only them"
 # (module, function, call) -> why that read is not a bypass.
@@ -33,26 +33,30 @@ ACCOUNTED = {
     ("portal/gpus/cgroups.py", "_numbers", "read_text"): "a cgroup's cgroup.procs: the kernel's (cgroupfs has no "
                                                          "links or FIFOs, even in a cgroup a job made)",
     ("portal/gpus/cgroups.py", "_process", "read_text"): "/proc/<pid>/stat and statm: the kernel's",
-    ("chexnet/userfiles.py", "read_bytes", "os.open"): "the training side's bounded reader itself",
-    ("chexnet/studylock.py", "acquire", "os.open"): "creates the lock file (O_CREAT | O_EXCL): never reads one",
-    ("chexnet/cpus.py", "_read", "open"): "the kernel's cgroup files (cpu.max, cpu.cfs_quota_us), 64 bytes at most: "
+    ("programkit/userfiles.py", "read_bytes", "os.open"): "the training side's bounded reader itself",
+    ("programkit/studylock.py", "acquire", "os.open"): "creates the lock file (O_CREAT | O_EXCL): never reads one",
+    ("programkit/cpus.py", "_read", "open"): "the kernel's cgroup files (cpu.max, cpu.cfs_quota_us), 64 bytes at most: "
                                           "no user's file",
     ("portal/jobmail.py", "first_message", "os.open"): "creates an array's marker (O_CREAT | O_EXCL) in root's slurm "
                                                        "directory: never reads one",
-    ("chexnet/tblog.py", "_fsync_directory", "os.open"): "opens the run's directory to fsync it; reads nothing",
-    ("chexnet/model_card.py", "installed_commit", "read_text"): "the venv's own source.json, written by root's "
+    ("programkit/tblog.py", "_fsync_directory", "os.open"): "opens the run's directory to fsync it; reads nothing",
+    ("programkit/model_card.py", "installed_commit", "read_text"): "the venv's own source.json, written by root's "
                                                                 "install-package.sh: no user's file",
     ("portal/directory.py", "search_password", "read_text"): "the portal's directory password, a root-owned 0600 "
                                                              "file of the settings: no user's file",
     ("portal/ldap_login.py", "user_bind", "open"): "ldap3's Connection.open: a connection to the directory, no file",
-    ("chexnet/tblog.py", "append_record", "open"): "appends the run's own epoch record (the writer)",
-    ("chexnet/sweepclaims.py", "claim", "open"): "the claims' lock file, opened to append and lock (flock)",
-    ("chexnet/data/synthetic.py", "_write_csv", "open"): "writes the generated demo set's CSV",
-    ("chexnet/data/chestxray14.py", "_read_csv", "open"): OWN_DATA,
-    ("chexnet/data/chestxray14.py", "_read_list", "read_text"): OWN_DATA,
+    ("programkit/tblog.py", "append_record", "open"): "appends the run's own epoch record (the writer)",
+    ("programkit/sweepclaims.py", "claim", "open"): "the claims' lock file, opened to append and lock (flock)",
+    ("programkit/data/synthetic.py", "_write_csv", "open"): "writes the generated demo set's CSV",
+    ("programkit/data/chestxray14.py", "_read_csv", "open"): OWN_DATA,
+    ("programkit/data/chestxray14.py", "_read_list", "read_text"): OWN_DATA,
     ("chexnet/data/tfrecords.py", "_encode_file", "read_bytes"): OWN_DATA,
     ("chexnet/data/tfrecords.py", "encode_image", "open"): OWN_DATA,
-    ("chexnet/model_card.py", "sha256_file", "open"): OWN_DATA + " (hashed in chunks for its card)",
+    ("programkit/model_card.py", "sha256_file", "open"): OWN_DATA + " (hashed in chunks for its card)",
+    ("chexnet_torch/data.py", "_read", "open"): OWN_DATA,
+    ("chexnet_torch/data.py", "index_shard", "open"): OWN_DATA,
+    ("chexnet_torch/data.py", "labels", "open"): OWN_DATA,
+    ("chexnet_torch/loop.py", "save", "open"): "writes the run's own checkpoint (a new file, renamed into place)",
     ("portal/config_values.py", "read_yaml", "read_text"): "the site's portal.yaml (DSPORTAL_CONFIG), root's",
     ("portal/prometheus_access.py", "secret_line", "os.open"): "the Prometheus token and reader (metrics_token_file, "
     "prometheus_reader_file), root's and 0600, regular files (refused otherwise), opened without blocking; one line "
@@ -107,7 +111,7 @@ def test_every_read_of_a_file_is_bounded_or_says_why_it_need_not_be():
     found = {read for package in PACKAGES for path in sorted((REPO / package).rglob("*.py")) for read in reads_in(path)}
     unaccounted = sorted(found - set(ACCOUNTED))
     assert not unaccounted, (
-        "reads that go around the bounded readers (chexnet.userfiles, JobUser.read_text) or are not accounted "
+        "reads that go around the bounded readers (programkit.userfiles, JobUser.read_text) or are not accounted "
         "for in ACCOUNTED with a reason:\n" + "\n".join(":".join(read) for read in unaccounted))
     assert not set(ACCOUNTED) - found, f"accounted for but gone (remove them): {sorted(set(ACCOUNTED) - found)}"
 

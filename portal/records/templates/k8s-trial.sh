@@ -21,7 +21,7 @@ fi
 train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
 {% include "card-in-log.sh" %}
 {% include "run-status.sh" %}
-task=$({{ python | q }} -m chexnet.sweep_cli claim "$job_dir" "$holder" {{ plan.trials }})
+task=$({{ python | q }} -m programkit.sweep_cli claim "$job_dir" "$holder" {{ plan.trials }})
 status=$?
 if [ "$status" -eq {{ finished_exit }} ]; then
     echo "chexnet: every trial of the sweep has finished: nothing left for pod $holder"
@@ -32,7 +32,7 @@ if [ "$status" -ne 0 ] || ! [[ "$task" =~ ^[0-9]+$ ]]; then
     exit 1
 fi
 run_dir="$job_dir/trials/$task"
-export DSPORTAL_TASK=$task  # the task's MLflow run is "<job>:<task>" (chexnet.tracking)
+export DSPORTAL_TASK=$task  # the task's MLflow run is "<job>:<task>" (programkit.tracking)
 mkdir -p "$run_dir" || exit 1
 rm -f "$run_dir/exit_status"
 log="$job_dir/trial-$task.log"
@@ -43,19 +43,19 @@ claim_file="$job_dir/claims/$task"
       touch "$claim_file"
   done ) &
 report() {  # the trial's row, where the dashboard reads it (4 KB at most, a pod's termination message)
-    {{ python | q }} -m chexnet.sweep_cli status "$job_dir" "$task" 2>/dev/null | head -c 4000 > /dev/termination-log
+    {{ python | q }} -m programkit.sweep_cli status "$job_dir" "$task" 2>/dev/null | head -c 4000 > /dev/termination-log
 }
 stopped() {  # the pod is deleted (the sweep cancelled): its trial ends as FAIL, not left running
     echo "chexnet: pod $holder stopped: task $task's trial ends as FAIL" | tee -a "$log"
     pkill -TERM -x {{ stop_process }}
-    {{ python | q }} -m chexnet.sweep_cli fail "$job_dir" "$task"
+    {{ python | q }} -m programkit.sweep_cli fail "$job_dir" "$task"
     echo 143 > "$run_dir/exit_status"
     report
     exit 143
 }
 trap stopped TERM  # bash is the container's PID 1: without a trap it would ignore the TERM of a deleted pod
 
-number=$({{ python | q }} -m chexnet.sweep_cli attach "$job_dir" "$task")
+number=$({{ python | q }} -m programkit.sweep_cli attach "$job_dir" "$task")
 status=$?
 if [ "$status" -eq {{ finished_exit }} ]; then
     echo "chexnet: task $task's trial has already finished: nothing to do" | tee -a "$log"
@@ -80,7 +80,7 @@ wait $!
 status=$(run_status "$run_dir/run-status")
 if [ "$status" -ne 0 ]; then
     echo "chexnet: trial $number's training failed (exit $status): it ends as FAIL" | tee -a "$log"
-    {{ python | q }} -m chexnet.sweep_cli fail "$job_dir" "$task"
+    {{ python | q }} -m programkit.sweep_cli fail "$job_dir" "$task"
 fi
 echo "$status" > "$run_dir/exit_status"
 card_in_log "$run_dir/checkpoints"

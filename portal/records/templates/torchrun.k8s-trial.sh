@@ -2,7 +2,7 @@
 # most {{ plan.parallel }} at once), {{ spec.workers_per_node }} process(es) in this pod under torchrun, one per GPU, meeting in a FileStore in the
 # trial's directory (torchrun-rendezvous.sh), never on a port of the pod's.
 # Rendered by portal.scheduler.kubernetes.manifests from a validated JobSpec and sweep plan; every value below was checked,
-# then shell-quoted. The pod claims a task (chexnet.sweep claim: the lowest one no live pod holds), keeps its claim
+# then shell-quoted. The pod claims a task (programkit.sweep claim: the lowest one no live pod holds), keeps its claim
 # alive, asks the study for the task's trial (a task taken over from a lost pod gets the same trial, and resumes
 # it from its checkpoint), trains it, and leaves the trial's row as its termination message for the dashboard.
 {% endblock %}{% block environment %}export PYTHONUNBUFFERED=1 OMP_NUM_THREADS={{ spec.cpus_per_task }}

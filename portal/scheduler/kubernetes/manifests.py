@@ -9,7 +9,7 @@ A training job is one of two shapes (setting `k8s_jobs`):
 - "mpijob": an MPIJob (kubeflow.org/v2beta1) for clusters that run the Kubeflow MPI Operator (`mpijob_manifest`).
 
 A sweep (plain only) is one Job, the record, of `trials` completions and `parallel` pods at once, each pod one
-trial on one node (`sweep_job_manifest`, chexnet.sweep's `claim`).
+trial on one node (`sweep_job_manifest`, programkit.sweep's `claim`).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from chexnet.sweep import EXIT_FINISHED, PLAN_FILE
-from chexnet.sweepclaims import HEARTBEAT_S, STALE_CLAIM_S
 from portal.config import PortalConfig
 from portal.records.record import JOBS_ROOT, now_utc
 from portal.records.spec import JobSpec, minutes_of
 from portal.records.sweep import SweepPlan
 from portal.records.templating import exported, job_environment, launch_template, program_values
 from portal.scheduler.kubernetes.tracking import TRACKING_FILE
+from programkit.sweep import EXIT_FINISHED, PLAN_FILE
+from programkit.sweepclaims import HEARTBEAT_S, STALE_CLAIM_S
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v2beta1", "mpijobs", "MPIJob"
 API_VERSION = f"{GROUP}/{VERSION}"

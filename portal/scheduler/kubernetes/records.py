@@ -166,7 +166,7 @@ def _termination_message(pod: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class PodTrials:
-    trials: dict[int, dict[str, Any]]  # by task, as chexnet.sweep status gives them (read_status)
+    trials: dict[int, dict[str, Any]]  # by task, as programkit.sweep status gives them (read_status)
     states: dict[int, str]  # each task's latest pod: RUNNING, or COMPLETED once it ended
     holders: dict[int, str]  # each task's latest pod's name
     problem: str = ""

@@ -18,7 +18,7 @@ logdir and the checkpoints.
 
 A sweep is one Job whose pods are its trials (portal.scheduler.kubernetes.manifests.sweep_job_manifest). The dashboard
 cannot open the study on the user's volume, so it reads each trial from its pod: a pod that ended leaves its trial's row
-(chexnet.sweep status) as its termination message; a running pod's log names its task, trial and parameters, and
+(programkit.sweep status) as its termination message; a running pod's log names its task, trial and parameters, and
 has a line per epoch (`portal.scheduler.kubernetes.records.pod_trials`).
 """
 

@@ -39,7 +39,7 @@ def pod_templates(manifest: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def mount_tracking(manifest: dict[str, Any], job_id: str) -> None:
     """The job's MLflow Secret as a read-only volume of every container of the manifest's pods (in place; a pod
     template two objects share gets it once). The file is mounted itself (subPath), not the Secret's directory,
-    whose files are links into a timestamped directory: rank 0's bounded reader opens no link (chexnet.userfiles)."""
+    whose files are links into a timestamped directory: rank 0's bounded reader opens no link (programkit.userfiles)."""
     for template in pod_templates(manifest):
         pod = template["spec"]
         if any(volume["name"] == VOLUME for volume in pod.get("volumes", [])):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from chexnet.sweep import EXIT_FINISHED
 from portal.config import PortalConfig
 from portal.mlflow_accounts import JOB_FILE
 from portal.quota import GpuQuota
@@ -18,6 +17,7 @@ from portal.records.sweep import SweepPlan
 from portal.records.templating import exported, job_environment, launch_template, program_values, programs_with
 from portal.scheduler.cluster import NodePool, server_pools
 from portal.scheduler.slurm.errors import SlurmError
+from programkit.sweep import EXIT_FINISHED
 
 SLURM_JOB_ID = "%j"  # in a job_dir: Slurm's own filename pattern for the job id
 SLURM_ARRAY_JOB_ID = "%A"  # ... and for a job array's (a sweep's), which every task of the array shares

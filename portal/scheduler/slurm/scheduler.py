@@ -19,7 +19,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar
 
-from chexnet.sweep import PLAN_FILE
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
 from portal.inputs import ascii_digits
@@ -69,6 +68,7 @@ from portal.scheduler.slurm.sbatch import (
 from portal.scheduler.slurm.usage import usage_report
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.scheduler.usage import UsageReport, week_start
+from programkit.sweep import PLAN_FILE
 
 SLURM_ID = anchored(SCHEDULERS["slurm"].job_ids)  # its registered ids
 
@@ -181,9 +181,9 @@ class SlurmScheduler(JobsInHome):
         record = JobRecord(id=job_id, scheduler=self.name, user=user.name, spec=spec, submitted_at=now_utc(),
                            job_dir=job_dir, sweep=plan)
         files = [(self.script_file, script, "700"), (RECORD_FILE, record.to_json(), "600")]
-        if plan is not None:  # what every trial reads (chexnet.sweep); released, the whole array goes
+        if plan is not None:  # what every trial reads (programkit.sweep); released, the whole array goes
             files.append((PLAN_FILE, json.dumps(plan.file_dict(), indent=2) + "\n", "600"))
-        if tracking is not None:  # rank 0's MLflow account (chexnet.tracking), the user's alone
+        if tracking is not None:  # rank 0's MLflow account (programkit.tracking), the user's alone
             files.append((JOB_FILE, tracking.job_file(run_tags(user.name, job_id, self.name, spec.template,
                                                                self.cfg.cluster_name)), "600"))
         USER_SLURM_CALLS.add("scontrol")  # run by make_job_dir's process, after the directory
@@ -284,7 +284,7 @@ class SlurmScheduler(JobsInHome):
         return state
 
     def sweep(self, record: JobRecord, user: JobUser) -> SweepView:
-        """The sweep's trials: the study's (chexnet.sweep status, run as the user over their journal) beside
+        """The sweep's trials: the study's (programkit.sweep status, run as the user over their journal) beside
         Slurm's tasks. A study that cannot be read leaves the rows to Slurm and says why in `problem`."""
         assert record.sweep is not None
         try:
@@ -293,7 +293,7 @@ class SlurmScheduler(JobsInHome):
             tasks = {}
         problem, trials = "", {}
         try:
-            result = user.run([str(self.cfg.venv / "bin" / "python"), "-m", "chexnet.sweep_cli", "status",
+            result = user.run([str(self.cfg.venv / "bin" / "python"), "-m", "programkit.sweep_cli", "status",
                                str(record.job_dir)], check=False, timeout=READ_TIMEOUT_S * 3)
             if result.returncode != 0:
                 problem = f"the study could not be read: {result.stderr.strip()[-300:]}"
@@ -319,7 +319,7 @@ class SlurmScheduler(JobsInHome):
             raise
         if record.sweep is not None:  # every task is cancelled with the array: their trials end as FAIL
             try:
-                user.run([str(self.cfg.venv / "bin" / "python"), "-m", "chexnet.sweep_cli", "close",
+                user.run([str(self.cfg.venv / "bin" / "python"), "-m", "programkit.sweep_cli", "close",
                           str(record.job_dir)], check=False, timeout=READ_TIMEOUT_S * 3)
             except subprocess.TimeoutExpired:
                 pass  # the page still shows each task as Slurm ended it

@@ -12,8 +12,8 @@ from bench.pipeline_names import NORMALISE, READ, STAGES  # noqa: E402
 from bench.pipeline_rows import builders, delivered_dtype, images_per_sec  # noqa: E402
 from bench.pipeline_worker import Plan, Worker  # noqa: E402
 from chexnet.data.datasets import PipelineConfig  # noqa: E402
-from chexnet.data.synthetic import write_synthetic  # noqa: E402
 from chexnet.data.tfrecords import JPEG, PNG, Storage, convert  # noqa: E402
+from programkit.data.synthetic import write_synthetic  # noqa: E402
 
 BATCH, SIZE = 4, 32
 SMALL = PipelineConfig(batch_size=BATCH, image_size=SIZE, shuffle_buffer=8)  # a full buffer is quick to fill

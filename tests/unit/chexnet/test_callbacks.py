@@ -13,8 +13,8 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
 from chexnet import callbacks as cb
-from chexnet import tblog
 from chexnet.resume import EpochLog
+from programkit import tblog
 
 
 def values(epoch: int, loss: float) -> dict[str, object]:

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from chexnet.data import decoding
-from chexnet.labels import NUM_CLASSES
 from chexnet.model import ImageNetNormalisation, build_model, class_weights, weighted_bce
+from programkit.labels import NUM_CLASSES
 
 ALL_LEVELS = np.arange(32 * 32, dtype=np.int64).reshape(1, 32, 32, 1).astype(np.uint8)  # 0..255, four times
 

@@ -13,10 +13,10 @@ from bench.parity import float_model
 from chexnet import evaluate, resume
 from chexnet.data import decoding
 from chexnet.data.datasets import PipelineConfig, eval_dataset
-from chexnet.data.sources import source_of
-from chexnet.data.synthetic import write_synthetic
-from chexnet.metrics import auroc_per_class
 from chexnet.model import build_model
+from programkit.data.sources import source_of
+from programkit.data.synthetic import write_synthetic
+from programkit.metrics import auroc_per_class
 
 IMAGE_SIZE = 32  # the smallest the backbone takes: the test is about the object graph, not the pixels
 BATCH = 8

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from chexnet.cli import UsageError
 from chexnet.testing import INJECT_NAN_ENV, INJECT_NAN_RANK_ENV, hooks_for, weights_digest
+from programkit.cli import UsageError
 
 
 def batches(count: int) -> tf.data.Dataset:

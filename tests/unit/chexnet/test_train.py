@@ -2,7 +2,8 @@
 
 import pytest
 
-from chexnet import train, train_args
+from chexnet import train
+from programkit.cli import PROGRESS
 
 
 @pytest.mark.parametrize(("progress", "tty", "verbose"), [
@@ -13,4 +14,4 @@ def test_the_chief_reports_as_asked(progress, tty, verbose, monkeypatch):
 
 
 def test_other_ranks_stay_quiet():
-    assert all(train._keras_verbosity(progress, chief=False) == 0 for progress in train_args.PROGRESS)
+    assert all(train._keras_verbosity(progress, chief=False) == 0 for progress in PROGRESS)

@@ -14,7 +14,6 @@ import time
 import pytest
 import tensorflow as tf
 
-from chexnet import tblog
 from chexnet.callbacks import EPOCH_TAGS, TAG_THROUGHPUT
 from chexnet.resume import EpochLog
 from portal.metrics import (
@@ -26,6 +25,7 @@ from portal.metrics import (
     per_epoch,
     read_run_metrics,
 )
+from programkit import tblog
 from tests.conftest import REPO
 from tests.unit.helpers import write_tf1_events
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from chexnet.data.chestxray14 import CSV_NAME, DataError
 from chexnet.data.datasets import (
     PipelineConfig,
     decode_only_dataset,
@@ -16,10 +15,11 @@ from chexnet.data.datasets import (
     skipped_count,
     train_dataset,
 )
-from chexnet.data.sources import DataSource, source_of
-from chexnet.data.synthetic import write_synthetic
 from chexnet.data.tfrecords import JPEG, PNG, RAW, Storage, convert
-from chexnet.labels import NUM_CLASSES, encode
+from programkit.data.chestxray14 import CSV_NAME, DataError
+from programkit.data.sources import DataSource, source_of
+from programkit.data.synthetic import write_synthetic
+from programkit.labels import NUM_CLASSES, encode
 
 SIZE = 16  # images on disk
 IMAGE_SIZE = 24  # what the pipeline resizes to: not the stored size, so resizing is exercised

@@ -6,11 +6,11 @@ import pytest
 import tensorflow as tf
 
 from chexnet.data import integrity
-from chexnet.data.chestxray14 import DataError
 from chexnet.data.datasets import PipelineConfig, eval_dataset, skip_counters, train_dataset, train_labels
-from chexnet.data.sources import source_of
-from chexnet.data.synthetic import write_synthetic
 from chexnet.data.tfrecords import JPEG, Storage, convert
+from programkit.data.chestxray14 import DataError
+from programkit.data.sources import source_of
+from programkit.data.synthetic import write_synthetic
 
 SIZE, SHORT_SIDE, IMAGE_SIZE, SHARDS = 16, 20, 16, 3
 

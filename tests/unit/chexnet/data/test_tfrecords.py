@@ -14,9 +14,6 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from chexnet.data.chestxray14 import DataError, load_index
-from chexnet.data.sources import source_of
-from chexnet.data.synthetic import write_synthetic
 from chexnet.data.tfrecords import (
     FORMAT_PNG_ONLY,
     JPEG,
@@ -30,7 +27,10 @@ from chexnet.data.tfrecords import (
     parse_example,
     resized_shape,
 )
-from chexnet.labels import CLASSES
+from programkit.data.chestxray14 import DataError, load_index
+from programkit.data.sources import source_of
+from programkit.data.synthetic import write_synthetic
+from programkit.labels import CLASSES
 
 ORIGINAL = Storage.of(PNG)
 

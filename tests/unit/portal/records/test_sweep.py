@@ -241,11 +241,11 @@ def test_a_sweep_is_one_job_array_throttled_to_its_parallel_and_each_task_attach
     assert lines["array"] == "0-5%2" and lines["job-name"] == "chexnet-sweep"
     assert lines["output"] == "/home/alice/jobs/%A/trial-%a.log"
     assert 'job_dir=/home/alice/jobs/"$SLURM_ARRAY_JOB_ID"' in script
-    assert re.search(r'-m chexnet.sweep_cli attach "\$job_dir" "\$task"', script)
-    assert '--trial "$run_dir/trial.json"' in script and '-m chexnet.sweep_cli fail "$job_dir" "$task"' in script
+    assert re.search(r'-m programkit.sweep_cli attach "\$job_dir" "\$task"', script)
+    assert '--trial "$run_dir/trial.json"' in script and '-m programkit.sweep_cli fail "$job_dir" "$task"' in script
     bash_syntax_ok(script)
     single = render_sbatch(parse(epochs=5), "/home/alice/jobs/%j", PortalConfig(), "gpu")
-    assert "array" not in sbatch_lines(single) and "chexnet.sweep" not in single
+    assert "array" not in sbatch_lines(single) and "programkit.sweep" not in single
 
 
 def test_shell_path_names_the_arrays_id():

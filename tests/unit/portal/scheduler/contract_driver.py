@@ -12,7 +12,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chexnet.tblog import RECORD_LINE_PREFIX, EpochScalars
 from portal import jobs
 from portal.config import PortalConfig
 from portal.errors import JobNotFound
@@ -20,6 +19,7 @@ from portal.mlflow_accounts import JOB_FILE
 from portal.records.account import JobUser
 from portal.records.record import JobRecord
 from portal.scheduler import Scheduler
+from programkit.tblog import RECORD_LINE_PREFIX, EpochScalars
 
 PEOPLE = ("alice", "bob")
 GROUPS = ("gpu-users",)
@@ -30,8 +30,8 @@ LOST_AT = datetime(2026, 11, 24, 10, 0)  # when the node a requeued job ran on f
 @dataclass(frozen=True)
 class Run:
     """What a training run wrote, as every program does (chexnet.train, chexnet_torch.train): its own lines, then
-    a per-epoch record line for each finished epoch (chexnet.tblog: to checkpoints/epochs.jsonl and, after its
-    prefix, to its output; a resumed run records an epoch again), and at its end its model card (chexnet.model_card;
+    a per-epoch record line for each finished epoch (programkit.tblog: to checkpoints/epochs.jsonl and, after its
+    prefix, to its output; a resumed run records an epoch again), and at its end its model card (programkit.model_card;
     text that is not a card where `card` is a string; None while it runs)."""
 
     said: tuple[str, ...] = ()
@@ -46,7 +46,7 @@ class Run:
 
     @property
     def card_text(self) -> str:
-        """The card file's text (chexnet.model_card.write_card's JSON, or what stands in its place)."""
+        """The card file's text (programkit.model_card.write_card's JSON, or what stands in its place)."""
         return self.card if isinstance(self.card, str) else json.dumps(self.card, indent=1) + "\n"
 
 
@@ -136,9 +136,9 @@ def home_user(tmp_path: Path, name: str) -> JobUser:
 def wrote_in_home(job: JobRecord, run: Run, task: int | None = None) -> None:
     """What a run of a job in the home writes in its directory: its output (the job script's output.log; a
     sweep's task's trial-<task>.log), its per-epoch record, TensorBoard's event files (the last record line of
-    each epoch: what chexnet.tblog leaves there once a resumed run has caught up), and its card."""
-    from chexnet.model_card import CARD_FILE
-    from chexnet.tblog import append_record, record_path
+    each epoch: what programkit.tblog leaves there once a resumed run has caught up), and its card."""
+    from programkit.model_card import CARD_FILE
+    from programkit.tblog import append_record, record_path
 
     checkpoints = job.checkpoint_dir if task is None else job.task_checkpoint_dir(task)
     checkpoints.mkdir(parents=True, exist_ok=True)

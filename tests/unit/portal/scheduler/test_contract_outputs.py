@@ -3,7 +3,7 @@ scheduler (contract_helpers.DRIVERS: the local runner, the toy, Slurm per releas
 its last lines, a sweep task's own), its metrics and per-epoch rows, its model card, its history, its line in the
 cluster's queue while the cluster holds it (`queued`, `waiting`), the submit form's start note, and that another
 user's read of it is refused as not found. Each test feeds the driver what a real run writes (`Run`: its lines,
-its per-epoch record as chexnet.tblog writes it, its card), which the driver puts where its scheduler keeps it (the
+its per-epoch record as programkit.tblog writes it, its card), which the driver puts where its scheduler keeps it (the
 job's directory, or its pod's log behind the API server), and reads it back through the scheduler's own methods,
 as the dashboard and portal.jobs do. What the home-directory readers do with hostile files (a FIFO, a huge record,
 each wrong field of a card) is test_home.py's and test_home_epochs.py's; a job's life is test_contract_jobs.py's."""
@@ -14,13 +14,13 @@ import dataclasses
 
 import pytest
 
-from chexnet.tblog import EpochScalars
 from portal import errors
 from portal.errors import JobNotFound
 from portal.metrics import RunMetrics
 from portal.records.spec import JobSpecError
 from portal.records.sweep import parse_sweep
 from portal.scheduler.home import ModelCardError
+from programkit.tblog import EpochScalars
 from tests.cards import a_card
 from tests.unit.helpers import parse_spec
 from tests.unit.portal.scheduler.contract_driver import LOST_AT, NODE, NODE_GPUS, Run

@@ -1,5 +1,5 @@
 """The dashboard reads a job's model card as hostile text (portal.scheduler.home): a card, nothing yet, or why
-the file at its path is not one, naming the field (chexnet.schemas.MODEL_CARD), whatever type each field holds."""
+the file at its path is not one, naming the field (programkit.schemas.MODEL_CARD), whatever type each field holds."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from chexnet.model_card import CARD_FILE
 from portal.config import PortalConfig
 from portal.records.record import JobRecord
 from portal.records.spec import JobSpec
 from portal.scheduler.home import MAX_CARD_BYTES, ModelCardError
 from portal.scheduler.slurm.scheduler import SlurmScheduler
+from programkit.model_card import CARD_FILE
 from tests.cards import a_card, replaced, wrong_type_cards
 
 RECORD = JobRecord(id="42", scheduler="slurm", user="alice", spec=JobSpec(data_dir="/d"),
@@ -102,8 +102,8 @@ def test_the_cards_that_made_the_job_page_fail_are_unreadable_saying_why(path, v
 
 
 def test_what_the_run_writes_is_checked_as_the_dashboard_reads_it(tmp_path):
-    from chexnet.model_card import write_card
-    from chexnet.schemas import SchemaError
+    from programkit.model_card import write_card
+    from programkit.schemas import SchemaError
 
     assert read((write_card(tmp_path, a_card())).read_text()) == a_card()
     with pytest.raises(SchemaError, match=r"model_card.json to write: auroc.mean is NaN \(a number\); expected"):

@@ -1,5 +1,5 @@
 """A run's per-epoch record as the dashboard reads it (JobsInHome.epochs): through the bounded reader, as the user,
-each line checked against chexnet.schemas.EPOCH_RECORD; a FIFO, a link or a huge file in its place is said, never
+each line checked against programkit.schemas.EPOCH_RECORD; a FIFO, a link or a huge file in its place is said, never
 read through or waited on."""
 
 from __future__ import annotations

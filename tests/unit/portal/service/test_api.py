@@ -136,8 +136,8 @@ class DashboardTest(TestHeaderUser, AsyncHTTPTestCase):
         the owner and an admin, and shows the card or why it is unreadable."""
         from markupsafe import escape
 
-        from chexnet.model_card import CARD_FILE
         from portal.scheduler.home import ModelCardError, checked_card
+        from programkit.model_card import CARD_FILE
         from tests.cards import a_card, replaced, wrong_type_cards
 
         path = self.api.add("alice", "9").record.checkpoint_dir / CARD_FILE  # COMPLETED: its card is shown

@@ -12,7 +12,6 @@ from urllib.parse import quote
 
 from tornado.testing import AsyncHTTPTestCase
 
-from chexnet.model_card import CARD_FILE
 from portal.config import PortalConfig
 from portal.records.spec import JobSpec
 from portal.scheduler.snapshot import ClusterCache
@@ -20,6 +19,7 @@ from portal.service.app import make_app
 from portal.service.base import PortalHandler
 from portal.service.board import JobBoard
 from portal.service.run_labels import RunLabels
+from programkit.model_card import CARD_FILE
 from tests import special_files
 from tests.cards import a_card
 from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from chexnet.reference import MODELS
 from portal.quota import GpuHolder, GpuQuota
 from portal.records.budget import GpuBudget
 from portal.records.limits import JobLimits
 from portal.records.programs import registry
 from portal.records.spec import parse_job_spec
 from portal.service.submit_form import form_fields, form_summary, form_values, request_summary
+from programkit.reference import MODELS
 
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
                    max_minutes=None, quota=GpuQuota(4, ("gpu-users",), (GpuHolder("4", 1, server=True),)),

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 import kubernetes_validate
 import pytest
 
-from chexnet.sweep import EXIT_FINISHED
 from portal.records.record import RecordError
 from portal.records.spec import JobSpecError
 from portal.records.sweep import parse_sweep, sweep_view
@@ -22,6 +21,7 @@ from portal.scheduler.kubernetes.manifests import (
 )
 from portal.scheduler.kubernetes.records import mpijob_record, pod_trials, sweep_job_state
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
+from programkit.sweep import EXIT_FINISHED
 from tests.unit.helpers import K8S_CFG as CFG
 from tests.unit.helpers import K8S_JOB_ID as JOB_ID
 from tests.unit.helpers import KUBERNETES_VERSIONS, bash_syntax_ok, plain_job, pod_of_job
@@ -60,11 +60,11 @@ def test_the_sweep_job_validates_strictly(version):
 def test_the_trial_script_claims_a_task_keeps_it_and_reports_its_trial():
     script = sweep_job(gpus_per_node=2)["spec"]["template"]["spec"]["containers"][0]["command"][2]
     bash_syntax_ok(script)
-    assert 'chexnet.sweep_cli claim "$job_dir" "$holder" 6' in script
+    assert 'programkit.sweep_cli claim "$job_dir" "$holder" 6' in script
     assert f'"$status" -eq {EXIT_FINISHED}' in script  # every trial finished: the pod has nothing to do
     assert 'touch "$claim_file"' in script and "/dev/termination-log" in script
     assert "mpirun -np 2 --host localhost:2" in script and "--trial" in script and "--resume" in script
-    assert "trap stopped TERM" in script and "chexnet.sweep_cli fail" in script
+    assert "trap stopped TERM" in script and "programkit.sweep_cli fail" in script
     assert json.loads(script.split("printf '%s\\n' ", 1)[1].split(" > ", 1)[0].strip("'")) == PLAN.to_dict()
 
 
@@ -166,7 +166,7 @@ def test_every_kubernetes_script_copies_the_model_card_into_its_pods_log():
 
 
 def test_a_trials_card_is_read_from_its_ended_pod_without_reading_running_pods_logs(monkeypatch):
-    from chexnet.model_card import CARD_FORMAT
+    from programkit.model_card import CARD_FORMAT
     from tests.cards import a_card
 
     record = mpijob_record(sweep_job(), CFG)

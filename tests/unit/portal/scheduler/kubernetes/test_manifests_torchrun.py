@@ -137,7 +137,7 @@ def test_a_sweep_trial_runs_torchrun_on_a_private_rendezvous_and_stops_it_when_d
     assert "--nnodes=1 --nproc-per-node=2 \"${rendezvous[@]}\"" in trial and '"${train[@]:1}"' in trial
     assert 'private_rendezvous "$run_dir/.rendezvous" "$holder"' in trial and "--standalone" not in trial
     assert "pkill -TERM -x torchrun" in trial and "mpirun" not in trial
-    assert 'chexnet.sweep_cli claim "$job_dir" "$holder" 4' in trial and "/dev/termination-log" in trial
+    assert 'programkit.sweep_cli claim "$job_dir" "$holder" 4' in trial and "/dev/termination-log" in trial
 
 
 def test_a_portal_of_mpijobs_does_not_offer_torchrun():
