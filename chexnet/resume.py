@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 
 from chexnet.callbacks import EPOCH_TAGS, say
-from programkit import tblog
+from programkit import runlines, tblog
 
 if TYPE_CHECKING:
     from programkit.tracking import RunTracker
@@ -42,10 +42,9 @@ def restore_or_start(model: tf.keras.Model, checkpoint: tf.train.Checkpoint, man
         if resume and latest:
             checkpoint.restore(latest).assert_existing_objects_matched()
             state = (int(epoch_done.numpy()), float(saved_lr.numpy()))
-            say(f"resuming from {latest}: {state[0]} epochs done, continuing with epoch {state[0] + 1} of "
-                f"{epochs} at lr {state[1]:.3g}")
+            say(runlines.resuming(latest, state[0], epochs, f" at lr {state[1]:.3g}"))
         elif resume:
-            say(f"--resume: no checkpoint in {manager.directory}; starting fresh at epoch 1")
+            say(runlines.starting_fresh(manager.directory))
         elif latest:
             say(f"{manager.directory} already holds checkpoints ({latest}); starting fresh because --resume was "
                 "not given, and they will be replaced")

@@ -87,7 +87,6 @@ def run(cfg: TrainConfig) -> int:
     from chexnet.model import build_model, class_weights, weighted_bce
     from programkit import tracking
     from programkit.data.chestxray14 import DataError
-    from programkit.model_card import CARD_FILE
 
     hvd.init()
     trace_collectives_without_autograph()  # before the optimizer and the broadcast make theirs
@@ -134,14 +133,7 @@ def run(cfg: TrainConfig) -> int:
             cb.say(f"the checkpoint has finished {start_epoch} epochs, --epochs is {cfg.epochs}: nothing to do")
             epoch_log.close()
         if chief:  # killed after its last checkpoint, before its card or its tell: both from the checkpoint's record
-            last = _recorded(cfg).get(start_epoch, {})
-            if not (cfg.checkpoint_dir / CARD_FILE).exists():
-                _write_model_card(cfg, hvd.size(), source, manager.latest_checkpoint, start_epoch, last)
-            if reporter is not None:
-                reporter.complete(last.get(cb.TAG_AUROC_MEAN))
-            if tracker is not None:
-                tracker.card(cfg.checkpoint_dir / CARD_FILE)
-                tracker.finish(tracking.FINISHED)
+            _wrap_up(cfg, hvd.size(), source, None, manager.latest_checkpoint, start_epoch, tracker, reporter, None)
         return 0
 
     writer = epoch_log.writer if epoch_log is not None else None
@@ -188,16 +180,9 @@ def run(cfg: TrainConfig) -> int:
     hooks.finished(model.get_weights())
     if chief:
         validation = next(c for c in callbacks if isinstance(c, cb.WholeSetValidation))
-        last = validation.history[-1] if validation.history else {}
-        _write_model_card(cfg, hvd.size(), source, manager.latest_checkpoint, int(epoch_done.numpy()), last)
-        if tracker is not None:
-            tracker.card(cfg.checkpoint_dir / CARD_FILE)
-            tracker.finish(tracking.FINISHED, pruned_at=pruning.pruned_at if pruning is not None else None)
-        if reporter is not None and pruning is not None and pruning.pruned_at is not None:
-            reporter.pruned(pruning.pruned_at)
-        elif reporter is not None:
-            reporter.complete(last.get(cb.TAG_AUROC_MEAN))
-            cb.say(f"sweep: trial {reporter.number} completed: mean AUROC {last.get(cb.TAG_AUROC_MEAN)}")
+        _wrap_up(cfg, hvd.size(), source, validation.history[-1] if validation.history else {},
+                 manager.latest_checkpoint, int(epoch_done.numpy()), tracker, reporter,
+                 pruning.pruned_at if pruning is not None else None)
     return 0
 
 
@@ -217,14 +202,6 @@ def _tracker(cfg: TrainConfig, workers: int, start_epoch: int):
                             logdir=cfg.logdir)
 
 
-def _recorded(cfg: TrainConfig) -> dict[int, dict[str, float | None]]:
-    """Each checkpointed epoch's scalars by tag, from the run's record (programkit.tblog)."""
-    from programkit import tblog
-
-    return {entry.epoch: dict(entry.scalars)
-            for entry in tblog.read_record(tblog.record_path(cfg.checkpoint_dir)).values()}
-
-
 def _sweep_reporter(cfg: TrainConfig, start_epoch: int):
     """Rank 0's reporter to the sweep's study (programkit.sweep.TrialReporter.for_run); None outside a sweep."""
     from chexnet.callbacks import say
@@ -239,26 +216,21 @@ def _sweep_reporter(cfg: TrainConfig, start_epoch: int):
     return reporter
 
 
-def _write_model_card(cfg: TrainConfig, workers: int, source: DataSource, checkpoint: str | None,
-                      epochs_done: int, last_validation: dict) -> None:
-    """model_card.json beside the checkpoint (programkit.model_card): what produced it, for the job's page and the
-    evaluate notebook."""
-    from chexnet import callbacks as cb
-    from programkit import model_card
-    from programkit.labels import CLASSES
+def _wrap_up(cfg: TrainConfig, workers: int, source: DataSource, last: dict | None, checkpoint: str | None,
+             epochs_done: int, tracker, reporter, pruned_at: int | None) -> None:
+    """Rank 0's end of the run (programkit.wrapup): the model card with this program's spec and frameworks, MLflow's
+    FINISHED and the study's tell. `last` None: from the checkpoint's record."""
+    from chexnet.callbacks import say
+    from programkit.model_card import installed, sha256_file
+    from programkit.wrapup import wrap_up
 
-    per_class = {name: last_validation.get(f"{cb.AUROC_TAG_PREFIX}{name}") for name in CLASSES}
     spec = {**_hparams(cfg, workers), "epochs": cfg.epochs, "seed": cfg.seed, "warmup_epochs": cfg.warmup_epochs,
             "weights": str(cfg.weights) if cfg.weights else None,
-            "weights_sha256": model_card.sha256_file(cfg.weights) if cfg.weights else None}
-    card = model_card.build_card(spec, model_card.data_section(source), per_class,
-                                 model_card.checkpoint_section(checkpoint), epochs_done)
-    try:
-        path = model_card.write_card(cfg.checkpoint_dir, card)
-    except ValueError as err:  # programkit.schemas.SchemaError: a card the dashboard would not read (say, from a
-        cb.say(f"model card not written: {err}")  # hand-edited manifest.json); the trained checkpoint still counts
-        return
-    cb.say(f"model card: {path}")
+            "weights_sha256": sha256_file(cfg.weights) if cfg.weights else None}
+    frameworks = {"TensorFlow": installed("tensorflow", "tensorflow-cpu"), "Horovod": installed("horovod")}
+    wrap_up(checkpoint_dir=cfg.checkpoint_dir, spec=spec, source=source, last=last, checkpoint=checkpoint,
+            epochs_done=epochs_done, frameworks=frameworks, tracker=tracker, reporter=reporter, pruned_at=pruned_at,
+            say=say)
 
 
 def _report_skipped(chief: bool) -> None:

@@ -98,4 +98,6 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
 
 def with_trial(cfg: TrainConfig) -> TrainConfig:
     """`cfg` with the sweep trial's parameters (every rank reads the same file); UsageError when it is unreadable."""
-    return cfg if cfg.trial is None else replace(cfg, **trial_params(cfg.trial))
+    from chexnet.program import FIELDS
+
+    return cfg if cfg.trial is None else replace(cfg, **trial_params(cfg.trial, FIELDS))

@@ -78,10 +78,8 @@ def parse_args(argv: list[str] | None = None) -> TorchConfig:
 
 
 def with_trial(cfg: TorchConfig) -> TorchConfig:
-    """`cfg` with the sweep trial's parameters (those this program has: fp16 is TensorFlow's --amp here)."""
-    if cfg.trial is None:
-        return cfg
-    params = trial_params(cfg.trial)
-    if params.pop("fp16", False):
-        params["amp"] = "fp16"
-    return replace(cfg, **params)
+    """`cfg` with the sweep trial's parameters (those its sweep may search: programkit.trials, its declared fields);
+    UsageError when the file is unreadable."""
+    from chexnet_torch.program import FIELDS
+
+    return cfg if cfg.trial is None else replace(cfg, **trial_params(cfg.trial, FIELDS))

@@ -16,7 +16,6 @@ import os
 import socket
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,13 +29,14 @@ from chexnet_torch.board import Board
 from chexnet_torch.data import ChestXrays
 from chexnet_torch.loop import Checkpoints, Precision, class_weights, weighted_bce
 from chexnet_torch.vision import build_model
-from programkit import model_card, tblog, tracking
+from programkit import runlines, tblog, tracking
 from programkit.cli import EXIT_USAGE, UsageError
 from programkit.cpus import usable_cores
 from programkit.data.chestxray14 import DataError
 from programkit.data.sources import source_of
 from programkit.labels import CLASSES
 from programkit.metrics import auroc_per_class, mean_auroc
+from programkit.model_card import installed
 from programkit.tags import (
     AUROC_TAG_PREFIX,
     TAG_AUROC_MEAN,
@@ -45,6 +45,7 @@ from programkit.tags import (
     TAG_LR,
     THROUGHPUT_EVERY_STEPS,
 )
+from programkit.wrapup import wrap_up
 
 NAME = "chexnet-torch"
 EXIT_NAN = 3
@@ -143,9 +144,8 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
     state = {"model": model, "optimizer": optimizer, "warmup": warmup, "plateau": plateau}
     start_epoch, step = checkpoints.restore(state, device) if cfg.resume else (0, 0)
     if cfg.resume:
-        tell(f"resuming from {checkpoints.latest()}: {start_epoch} epochs done, continuing with epoch "
-            f"{start_epoch + 1} of {cfg.epochs}" if start_epoch else
-            f"--resume: no checkpoint in {cfg.checkpoint_dir}, starting fresh at epoch 1")
+        tell(runlines.resuming(checkpoints.latest(), start_epoch, cfg.epochs) if start_epoch else
+             runlines.starting_fresh(cfg.checkpoint_dir))
     board = Board(cfg.logdir, tblog.record_path(cfg.checkpoint_dir), resume=cfg.resume) if chief else None
     reporter = sweep_reporter(cfg, start_epoch) if chief else None
     tracker = tracking.RunTracker.start({**hparams(cfg, size), "epochs": cfg.epochs, "seed": cfg.seed}, say,
@@ -162,7 +162,7 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
         tell(f"{cfg.model} at {cfg.image_size}px: {len(train_set)} training images, {steps_per_epoch} steps/epoch "
             f"on {size} process(es), {workers} loader worker(s) each; epochs {start_epoch + 1}..{cfg.epochs} at lr "
             f"{optimizer.param_groups[0]['lr']:.3g} (--lr {cfg.lr:g} x {size} processes, then plateau cuts)")
-    last: dict[str, float | None] = {}
+    last: dict[str, float | None] | None = None  # None: no epoch trained here (wrap_up reads the record)
     pruned_at = None
     with tracking.failing(tracker):  # an exception out of the training ends the MLflow run FAILED
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
@@ -197,17 +197,11 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
                 break
     if board is not None:
         board.close()
-        card = write_card(cfg, size, source, checkpoints, last)
-        if tracker is not None and card is not None:
-            tracker.card(card)
-        if tracker is not None:
-            tracker.finish(tracking.FINISHED, pruned_at=pruned_at)
-        if reporter is not None and pruned_at is not None:
-            reporter.pruned(pruned_at)
-            tell(f"sweep: pruned at epoch {pruned_at} by the {reporter.plan.pruner} pruner")
-        elif reporter is not None:
-            reporter.complete(last.get(TAG_AUROC_MEAN))
-            tell(f"sweep: trial {reporter.number} completed: mean AUROC {last.get(TAG_AUROC_MEAN)}")
+        latest = checkpoints.latest()
+        spec = {**hparams(cfg, size), "epochs": cfg.epochs, "seed": cfg.seed, "warmup_epochs": cfg.warmup_epochs}
+        wrap_up(checkpoint_dir=cfg.checkpoint_dir, spec=spec, source=source, last=last,
+                checkpoint=str(latest.with_suffix("")) if latest else None, epochs_done=checkpoints.latest_epoch(),
+                frameworks=frameworks(), tracker=tracker, reporter=reporter, pruned_at=pruned_at, say=say)
     return 0
 
 
@@ -325,38 +319,16 @@ def pruned(reporter, epoch: int, value: float | None) -> bool:
         answer = torch.tensor([int(stop)], device=collective_device())
         dist.broadcast(answer, src=0)
         stop = bool(answer.item())
+    if stop and reporter is not None:
+        say(f"sweep: pruned at epoch {epoch} by the {reporter.plan.pruner} pruner (mean AUROC {fmt(value)})")
     return stop
 
 
-def write_card(cfg: TorchConfig, size: int, source, checkpoints: Checkpoints, last: dict) -> Path | None:
-    """model_card.json beside the checkpoints (programkit.model_card), with torch's versions in its environment; its
-    path, None when it was not written (said why)."""
-    per_class = {name: last.get(f"{AUROC_TAG_PREFIX}{name}") for name in CLASSES}
-    latest = checkpoints.latest()
-    spec = {**hparams(cfg, size), "epochs": cfg.epochs, "seed": cfg.seed, "warmup_epochs": cfg.warmup_epochs}
-    card = model_card.build_card(spec, model_card.data_section(source), per_class,
-                                 model_card.checkpoint_section(str(latest.with_suffix("")) if latest else None),
-                                 checkpoints.latest_epoch())
-    card["environment"].update(torch_versions())
-    try:
-        path = model_card.write_card(cfg.checkpoint_dir, card)
-    except ValueError as err:
-        say(f"model card not written: {err}")
-        return None
-    say(f"model card: {path}")
-    return path
-
-
-def torch_versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    try:
-        vision = metadata.version("torchvision")
-    except metadata.PackageNotFoundError:
-        vision = None
+def frameworks() -> dict[str, str | None]:
+    """The model card's frameworks (programkit.model_card): torch's, torchvision's, CUDA's and cuDNN's versions."""
     cudnn = torch.backends.cudnn.version() if torch.cuda.is_available() else None
-    return {"torch": torch.__version__, "torchvision": vision, "cuda": torch.version.cuda,
-            "cudnn": str(cudnn) if cudnn else None}
+    return {"PyTorch": torch.__version__, "torchvision": installed("torchvision"), "CUDA": torch.version.cuda,
+            "cuDNN": str(cudnn) if cudnn else None}
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ The chief (rank 0) writes `model_card.json` into the run's checkpoint directory 
 
     spec         the run's settings (model, image size, batch, workers, learning rate, epochs, seed, ...)
     code         the portal's version and, from a git checkout, its commit
-    environment  Python, TensorFlow, Horovod and NumPy versions; the image's digest when it ran in one and knew
-                 it (DSPORTAL_IMAGE_DIGEST; a pod cannot see its own, so on Kubernetes the dashboard adds the one
-                 its kubelet reports: portal.scheduler.kubernetes.records.card_from_log)
+    environment  Python's and NumPy's versions and the program's frameworks' (`frameworks`: each program names its
+                 own); the image's digest when it ran in one and knew it (DSPORTAL_IMAGE_DIGEST; a pod cannot see
+                 its own, so on Kubernetes the dashboard adds the one its kubelet reports:
+                 portal.scheduler.kubernetes.records.card_from_log)
     data         the directory, its kind (TFRecords or images), and per split the number of images, a SHA-256 of
                  its sorted image list and of its sorted patient list, and one SHA-256 of the whole patient split
                  (patient -> split): two runs on "the same" data compare by these
@@ -151,18 +152,38 @@ def installed_commit() -> tuple[str | None, bool | None]:
     return (commit if isinstance(commit, str) else None), (dirty if isinstance(dirty, bool) else None)
 
 
-def environment() -> dict[str, Any]:
+def installed(*distributions: str) -> str | None:
+    """The version of the first of `distributions` installed here (tensorflow or tensorflow-cpu), None if none is."""
     from importlib import metadata
 
-    def version_of(name: str) -> str | None:
+    for name in distributions:
         try:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
-            return None
+            continue
+    return None
 
-    tensorflow = version_of("tensorflow") or version_of("tensorflow-cpu")
-    return {"python": platform.python_version(), "tensorflow": tensorflow, "horovod": version_of("horovod"),
-            "numpy": version_of("numpy"), "image_digest": os.environ.get("DSPORTAL_IMAGE_DIGEST") or None}
+
+def environment(frameworks: Mapping[str, str | None]) -> dict[str, Any]:
+    """Python's and NumPy's versions, the program's own `frameworks` (name -> version, as the program knows them:
+    chexnet's TensorFlow and Horovod, chexnet_torch's PyTorch, torchvision, CUDA and cuDNN), and the image."""
+    return {"python": platform.python_version(), "numpy": installed("numpy"), "frameworks": dict(frameworks),
+            "image_digest": os.environ.get("DSPORTAL_IMAGE_DIGEST") or None}
+
+
+# A card written before `frameworks` held its versions at the top of `environment`: their names in the page.
+OLD_FRAMEWORK_KEYS = {"tensorflow": "TensorFlow", "horovod": "Horovod", "torch": "PyTorch",
+                      "torchvision": "torchvision", "cuda": "CUDA", "cudnn": "cuDNN"}
+
+
+def frameworks_of(environment: Mapping[str, Any]) -> dict[str, str]:
+    """A checked card's frameworks, name -> version (the text ones only): its `frameworks`, or for a card written
+    before them, the versions it held by name (OLD_FRAMEWORK_KEYS)."""
+    given = environment.get("frameworks")
+    if isinstance(given, Mapping):
+        return {name: version for name, version in given.items() if isinstance(version, str)}
+    return {label: environment[key] for key, label in OLD_FRAMEWORK_KEYS.items()
+            if isinstance(environment.get(key), str)}
 
 
 def auroc_section(per_class: Mapping[str, float | None]) -> dict[str, Any]:
@@ -183,9 +204,10 @@ def _defined(value: float | None) -> float | None:
 
 
 def build_card(spec: Mapping[str, Any], data: Mapping[str, Any], per_class_auroc: Mapping[str, float | None],
-               checkpoint: Mapping[str, Any], epochs_done: int) -> dict[str, Any]:
+               checkpoint: Mapping[str, Any], epochs_done: int,
+               frameworks: Mapping[str, str | None]) -> dict[str, Any]:
     return {"format": CARD_FORMAT, "spec": dict(spec), "epochs_done": epochs_done, "code": code_version(),
-            "environment": environment(), "data": dict(data), "auroc": auroc_section(per_class_auroc),
+            "environment": environment(frameworks), "data": dict(data), "auroc": auroc_section(per_class_auroc),
             "checkpoint": dict(checkpoint)}
 
 

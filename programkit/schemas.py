@@ -250,10 +250,13 @@ MODEL_CARD = Record(f"an object of format {CARD_FORMAT}", fields={
     "code": Record("an object with dsportal, git_commit and git_dirty", fields={
         "dsportal": MAYBE_TEXT, "git_commit": Text("a git commit (a string)", nullable=True),
         "git_dirty": Flag(nullable=True)}),
-    "environment": Record("an object with python, tensorflow, horovod, numpy and image_digest", fields={
-        "python": MAYBE_TEXT, "tensorflow": MAYBE_TEXT, "horovod": MAYBE_TEXT, "numpy": MAYBE_TEXT,
-        "image_digest": MAYBE_TEXT, "image_digest_from": MAYBE_TEXT},
-        optional=frozenset({"numpy", "image_digest", "image_digest_from"})),
+    # frameworks: each program's own (name -> version); tensorflow and horovod: where a card written before them
+    # held chexnet's.
+    "environment": Record("an object with python and frameworks", fields={
+        "python": MAYBE_TEXT, "numpy": MAYBE_TEXT,
+        "frameworks": MapOf("an object of versions by framework", value=MAYBE_TEXT, max_items=20),
+        "tensorflow": MAYBE_TEXT, "horovod": MAYBE_TEXT, "image_digest": MAYBE_TEXT, "image_digest_from": MAYBE_TEXT},
+        optional=frozenset({"numpy", "frameworks", "tensorflow", "horovod", "image_digest", "image_digest_from"})),
     "data": Record("an object with dir, kind and counts", fields={
         "dir": Text(), "kind": Text(),
         "counts": MapOf("an object of image counts per split", value=Whole("a whole number of images")),

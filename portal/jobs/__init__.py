@@ -208,8 +208,8 @@ def _checked(spec: JobSpec | Mapping[str, Any], scheduler: str | None, user: str
         # The user's default for e-mail at a job's end.
         raw = {**raw, "mail": settings.read(who, cfg.user_settings_file).job_mail}
     checked = parse_job_spec(raw, job_limits, who.can_read_dir, sweep=sweep is not None)
-    plan = parse_sweep(sweep, checked.epochs, job_limits, checked.gpus,
-                       lambda most: job_limits.runs_at_once(checked, most)) if sweep is not None else None
+    plan = parse_sweep(sweep, checked.epochs, job_limits, checked.gpus, template=checked.template,
+                       at_once=lambda most: job_limits.runs_at_once(checked, most)) if sweep is not None else None
     if plan is not None:
         chosen.check_sweep(checked)  # what the scheduler's trials cannot be (Kubernetes: one pod each)
     budget.check(job_limits, checked, plan)  # the weekly GPU-hours, where submit (or the dashboard) gave them

@@ -11,13 +11,15 @@ the hub side):
     VENV = "torch-venv"                     # its environment: beside the portal's venv (or an absolute path);
                                             # "" = the portal's own venv
     FIELDS = ({"name": "model", "kind": "choice", "choices": (...), "default": "densenet121", "label": ...,
-               "help": ...}, {"name": "amp", ...}, ...)  # its fields: kind "choice", "bool" or "int" (low, high)
+               "help": ...}, {"name": "amp", ...}, ...)  # its fields: kind "choice", "bool" or "int" (low, high);
+                                            # a sweep may search each (portal.records.sweep.params_of)
     ARGS_TEMPLATE = "args.sh"               # in TEMPLATES: a Jinja fragment setting the bash array `train_args`
 
 What every program writes for the portal is the same: the per-epoch record `<checkpoint-dir>/epochs.jsonl` (and
-its `dsportal.epoch` lines in the output), TensorBoard's tags and the model card (programkit.tblog, programkit.schemas,
-programkit.model_card). The launchers' job scripts (portal/records/templates/<launcher>.<scheduler file>) start any
-program's MODULE with its `train_args`; a program needs nothing else of the portal.
+its `dsportal.epoch` lines in the output), TensorBoard's tags and the model card, with the program kit (programkit/:
+tblog, schemas, model_card, runlines, trials, wrapup). The launchers' job scripts
+(portal/records/templates/<launcher>.<scheduler file>) start any program's MODULE with its `train_args`; a program
+needs nothing else of the portal.
 
 Registering one is one line: its declaration module in `REGISTERED` below (a test adds one there, and clears
 `_registered`'s cache: the registry is loaded once).

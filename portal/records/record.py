@@ -201,7 +201,7 @@ def _recorded_sweep(data: dict[str, Any], spec: JobSpec) -> SweepPlan | None:
     if "sweep" not in data:
         return None
     try:
-        return recorded_plan(data["sweep"], spec.epochs)
+        return recorded_plan(data["sweep"], spec.epochs, spec.template)
     except JobSpecError as err:
         raise RecordError(str(err)) from None
 

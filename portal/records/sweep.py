@@ -24,9 +24,10 @@ from typing import Any
 from portal import inputs
 from portal.errors import BadAnswer
 from portal.inputs import InputError
+from portal.records import programs
 from portal.records.limits import JobLimits
+from portal.records.programs import Program
 from portal.records.spec import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_IMAGE_SIZE, MIN_IMAGE_SIZE, JobSpecError
-from programkit.reference import MODELS
 
 FIELD = "sweep"
 SAMPLERS = ("tpe", "random")  # Optuna's TPESampler (random for its first 10 trials) and RandomSampler
@@ -39,17 +40,24 @@ DEFAULT_PARALLEL = 2
 DEFAULT_MIN_EPOCHS = 2  # every trial trains this many epochs before it may be pruned: epoch 1 is mostly noise
 MAX_LR = 1.0
 
-# What a sweep may search: each trainer hyperparameter, its kind and bounds (the job spec's where it has them).
-# `lr` and `warmup_epochs` are the learning-rate schedule: the rate of one worker, and how many epochs it ramps
-# up over to `lr` x workers (then ReduceLROnPlateau cuts it).
-PARAMS: dict[str, tuple[str, Any, Any]] = {
+# What a sweep may search: every program's hyperparameters (programkit.trials.COMMON), each with its kind and
+# bounds (the job spec's where it has them), and the program's own declared fields (params_of). `lr` and
+# `warmup_epochs` are the learning-rate schedule: the rate of one worker, and how many epochs it ramps up over to
+# `lr` x workers (then the plateau cuts it).
+COMMON_PARAMS: dict[str, tuple[str, Any, Any]] = {
     "lr": ("float", 0.0, MAX_LR),  # exclusive of 0
     "warmup_epochs": ("int", 0, MAX_EPOCHS),
     "batch_size": ("int", 1, MAX_BATCH_SIZE),
     "image_size": ("int", MIN_IMAGE_SIZE, MAX_IMAGE_SIZE),
-    "model": ("choice", MODELS, None),
-    "fp16": ("bool", None, None),
 }
+
+
+def params_of(program: Program) -> dict[str, tuple[str, Any, Any]]:
+    """What a sweep of `program` may search: COMMON_PARAMS and each of its declared fields (a choice among its
+    choices, a switch, a whole number within its bounds)."""
+    own = {f.name: ("choice", f.choices, None) if f.kind == "choice" else ("int", f.low, f.high) if f.kind == "int"
+           else ("bool", None, None) for f in program.fields}
+    return {**COMMON_PARAMS, **own}
 SWEEP_FIELDS = ("space", "trials", "parallel", "sampler", "pruner", "min_epochs", "seed")
 DEFAULT_SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}
 
@@ -122,8 +130,7 @@ def _number(value: Any, field: str, kind: str, low: Any, high: Any) -> float | i
     return float(value)
 
 
-def _choice(value: Any, field: str, name: str) -> Any:
-    kind, low, high = PARAMS[name]
+def _choice(value: Any, field: str, kind: str, low: Any, high: Any) -> Any:
     if kind == "choice":
         return inputs.choice(value, field, low)
     if kind == "bool":
@@ -131,17 +138,17 @@ def _choice(value: Any, field: str, name: str) -> Any:
     return _number(value, field, kind, low, high)
 
 
-def _param(name: Any, raw: Any) -> Param:
-    if not isinstance(name, str) or name not in PARAMS:
+def _param(name: Any, raw: Any, params: Mapping[str, tuple[str, Any, Any]], program: str) -> Param:
+    if not isinstance(name, str) or name not in params:
         field = inputs.field_label(name, f"{FIELD}.space")
         raise InputError(f"{FIELD}.space" if field == f"{FIELD}.space" else f"{FIELD}.space.{field}",
-                         f"not a hyperparameter a sweep can search; allowed: {', '.join(PARAMS)}")
+                         f"not a hyperparameter a sweep of {program} can search; allowed: {', '.join(params)}")
     field = f"{FIELD}.space.{name}"
-    kind, low, high = PARAMS[name]
+    kind, low, high = params[name]
     if isinstance(raw, (list, tuple)):
         if not 1 <= len(raw) <= MAX_CHOICES:
             raise InputError(field, f"{inputs.shown(raw)}; allowed: 1 to {MAX_CHOICES} choices")
-        choices = tuple(_choice(value, f"{field}[{i}]", name) for i, value in enumerate(raw))
+        choices = tuple(_choice(value, f"{field}[{i}]", kind, low, high) for i, value in enumerate(raw))
         if len(set(choices)) != len(choices):
             raise InputError(field, "a choice is listed twice; allowed: each value once")
         return Param(name, choices=choices)
@@ -165,19 +172,24 @@ def _param(name: Any, raw: Any) -> Param:
 
 @inputs.refused_as(JobSpecError)
 def parse_sweep(raw: Any, epochs: int, limits: JobLimits | None, gpus_per_trial: int,
-                at_once: Callable[[int], tuple[int, str]] | None = None) -> SweepPlan:
+                at_once: Callable[[int], tuple[int, str]] | None = None, template: str | None = None) -> SweepPlan:
     """The sweep part of a request, validated; `limits` None re-reads a recorded plan (nothing is capped then).
+    `template` names the trials' program (the default one when None or unknown: the spec's check names it first):
+    what its sweep may search (params_of).
 
     `parallel` is capped so that that many trials fit the user's GPU quota now (each trial holds
     `gpus_per_trial`), and so that the cluster's nodes can ever hold them at once (`at_once(most)`: how many of
     `most` trials they can, and the arithmetic in words; JobLimits.runs_at_once for the trial's spec): asked for
     more, the user gets the refusal saying how many fit and why."""
     raw = inputs.fields_of(raw, SWEEP_FIELDS, FIELD)
+    registered = programs.registry()
+    program = registered.get(template) if template in registered.names else registered.default
+    params = params_of(program)
     space_raw = raw.get("space", DEFAULT_SPACE)
     if not isinstance(space_raw, Mapping) or not space_raw:
         raise InputError(f"{FIELD}.space", f"{inputs.shown(space_raw)}; allowed: an object of at least one of "
-                                            f"{', '.join(PARAMS)}, each a list of choices or a range")
-    space = tuple(_param(name, value) for name, value in space_raw.items())
+                                            f"{', '.join(params)}, each a list of choices or a range")
+    space = tuple(_param(name, value, params, program.name) for name, value in space_raw.items())
     trials = inputs.whole_number(raw.get("trials", DEFAULT_TRIALS), f"{FIELD}.trials", 1, MAX_TRIALS)
     most = trials
     why = f" (at most the {trials} trials)"
@@ -208,15 +220,17 @@ def parse_sweep(raw: Any, epochs: int, limits: JobLimits | None, gpus_per_trial:
                      min_epochs=min_epochs, seed=seed, epochs=epochs)
 
 
-def recorded_plan(raw: Any, epochs: int) -> SweepPlan:
-    """A plan as a record holds it (validated at submit; read again as the user's file: the same rules)."""
+def recorded_plan(raw: Any, epochs: int, template: str) -> SweepPlan:
+    """A plan as a record holds it (validated at submit; read again as the user's file: the same rules), for a
+    sweep of the program `template`."""
     if not isinstance(raw, Mapping):
         raise JobSpecError(FIELD, f"{inputs.shown(raw)} is not an object")
     space = raw.get("space")
     if isinstance(space, Mapping):  # recorded as {"choices": [...]} or a range
         space = {name: value["choices"] if isinstance(value, Mapping) and "choices" in value else value
                  for name, value in space.items()}
-    return parse_sweep({**{k: v for k, v in raw.items() if k != "epochs"}, "space": space}, epochs, None, 0)
+    return parse_sweep({**{k: v for k, v in raw.items() if k != "epochs"}, "space": space}, epochs, None, 0,
+                       template=template)
 
 
 # --- a sweep as it stands: the study's trials (programkit.sweep status, run as the user) beside Slurm's tasks ---

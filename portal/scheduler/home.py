@@ -12,7 +12,7 @@ from portal.errors import Untrusted
 from portal.inputs import finite_json
 from portal.metrics import MetricsError, RunMetrics, read_run_metrics, record_lines
 from portal.records.record import OUTPUT_FILE, JobRecord, cluster_jobs_dir
-from programkit.model_card import CARD_FILE, check_card  # TensorFlow-free
+from programkit.model_card import CARD_FILE, check_card, frameworks_of  # TensorFlow-free
 from programkit.schemas import SchemaError
 from programkit.tblog import RECORD_FILE as EPOCH_RECORD_FILE
 
@@ -51,6 +51,7 @@ def checked_card(text: str, job_id: str) -> dict[str, Any]:
         check_card(card, where)
     except SchemaError as err:
         raise ModelCardError(str(err)) from None
+    card["environment"]["frameworks"] = frameworks_of(card["environment"])  # a card written before them too
     return card
 
 

@@ -161,7 +161,8 @@ def test_the_model_card_names_the_data_the_checkpoint_and_the_auroc(two_workers,
     for row in card["auroc"]["per_class"]:
         assert row["auroc"] == pytest.approx(logged[f"{AUROC_TAG_PREFIX}{row['class']}"][-1][1], abs=1e-6)
     assert [row["class"] for row in card["auroc"]["per_class"]] == list(CLASSES) and card["auroc"]["paper_mean"]
-    assert card["environment"]["tensorflow"].startswith("2.15") and card["environment"]["horovod"] == "0.28.1"
+    frameworks = card["environment"]["frameworks"]
+    assert frameworks["TensorFlow"].startswith("2.15") and frameworks["Horovod"] == "0.28.1"
 
 
 def test_resume_continues_at_the_next_epoch_with_the_saved_rate(two_workers, dataset, tmp_path):

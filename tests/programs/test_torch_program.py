@@ -117,7 +117,8 @@ def test_two_processes_learn_and_write_the_record_the_tags_and_the_card(two_proc
     assert {"hparams", "custom_scalars"} <= plugins, plugins
     card = json.loads((tmp / "checkpoints" / "model_card.json").read_text())
     assert card["spec"]["program"] == "chexnet-torch" and card["epochs_done"] == EPOCHS
-    assert card["environment"]["torch"].startswith("2.") and card["checkpoint"]["files"][0]["file"] == "ckpt-3.pt"
+    assert card["environment"]["frameworks"]["PyTorch"].startswith("2.")
+    assert card["checkpoint"]["files"][0]["file"] == "ckpt-3.pt"
     assert card["data"]["counts"]["train"] > 0
     assert card["auroc"]["mean"] == pytest.approx(lines[-1]["scalars"][TAG_AUROC_MEAN])
 

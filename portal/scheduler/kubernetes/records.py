@@ -273,7 +273,7 @@ def mpijob_record(mpijob: Mapping[str, Any], cfg: PortalConfig) -> JobRecord:
         if not isinstance(text, str) or len(text) > MAX_RECORD_BYTES:
             raise RecordError(f"annotation {ANNOTATION_SWEEP}: longer than {MAX_RECORD_BYTES} bytes")
         try:
-            plan = recorded_plan(json.loads(text), spec.epochs)
+            plan = recorded_plan(json.loads(text), spec.epochs, spec.template)
         except (ValueError, RecursionError) as err:
             raise RecordError(f"annotation {ANNOTATION_SWEEP}: {str(err)[:120]}") from None
     return JobRecord(id=name, scheduler="kubernetes", user=labels[LABEL_USER], spec=spec,

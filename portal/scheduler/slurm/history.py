@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from portal.scheduler.cluster import expand_hostlist
 from portal.scheduler.slurm.usage import sacct_time
+from programkit import runlines
 
 # `sacct -D -X -P -n -j ID -o RUNS_FORMAT` and `sacctmgr -nP show event ... format=EVENTS_FORMAT`
 RUNS_FORMAT = "State,Start,End,NodeList"
@@ -24,15 +25,12 @@ EVENTS_FORMAT = "NodeName,TimeStart,State,Reason"
 REQUEUED_BY = ("NODE_FAIL", "REQUEUED", "PREEMPTED", "BOOT_FAIL")  # a run that ended so and was run again
 # The job's log is the user's to write: ASCII digits only, and few of them (int() of 5,000 digits raises).
 # The launcher's line (any program's name before it: "chexnet:", "chexnet-torch:") and the program's own resume
-# line (chexnet.train's wording, which chexnet_torch.train keeps).
+# line (programkit.runlines, which every program says).
 RESTART_LINE = re.compile(r"^[a-z][a-z0-9-]{0,40}: Slurm job [0-9]{1,12} restarted \(restart ([0-9]{1,6})\)", re.M)
-RESUME_LINE = re.compile(r"[a-z][a-z0-9_]{0,40}\.train: (?:resuming from .*continuing with epoch ([0-9]{1,6}) of|"
-                         r"--resume: no checkpoint in .*starting fresh at (epoch) 1)")
 MAX_MARKS, MAX_MARKS_BYTES = 1000, 256 * 1024  # of the log's lines that history reads: more than any job has
 MAX_LOG_BYTES = 256 * 2**20  # of a job's log, the part history looks through (its start, where runs begin)
-# What of a job's log history reads (grep -E: the lines the two patterns above can match), so a long log is not copied.
-LOG_LINES = (r"^[a-z][a-z0-9-]*: Slurm job [0-9]+ restarted|"
-             r"[a-z][a-z0-9_]*\.train: (resuming from|--resume: no checkpoint)")
+# What of a job's log history reads (grep -E: the lines the two patterns can match), so a long log is not copied.
+LOG_LINES = rf"^[a-z][a-z0-9-]*: Slurm job [0-9]+ restarted|{runlines.RESUME_GREP}"
 EVENT_SLACK = timedelta(seconds=60)  # a node is marked down when its jobs are killed, give or take Slurm's ping
 
 
@@ -80,9 +78,9 @@ def resumed_epochs(log: str) -> dict[int, int]:
     found = {}
     marks = [(0, 0), *((int(m.group(1)), m.start()) for m in RESTART_LINE.finditer(log)), (-1, len(log))]
     for (restart, begin), (_, end) in itertools.pairwise(marks):
-        match = RESUME_LINE.search(log, begin, end)
+        match = runlines.RESUME_LINE.search(log, begin, end)
         if match:
-            found[restart] = 1 if match.group(2) else int(match.group(1))
+            found[restart] = runlines.resumed_at(match)
     return found
 
 

@@ -68,7 +68,9 @@ def test_the_checkpoint_is_its_files_with_their_hashes(tmp_path):
 def test_the_card_beside_the_checkpoint(tmp_path, layout):
     per_class = {name: 0.5 for name in CLASSES} | {CLASSES[0]: None}
     card = model_card.build_card({"model": "densenet121"}, model_card.data_section(source_of(layout)), per_class,
-                                 model_card.checkpoint_section(None), epochs_done=2)
+                                 model_card.checkpoint_section(None), epochs_done=2,
+                                 frameworks={"TensorFlow": model_card.installed("tensorflow", "tensorflow-cpu"),
+                                             "Nothing": model_card.installed("no-such-distribution")})
     path = model_card.write_card(tmp_path, card)
     read = json.loads(path.read_text())
     assert read["format"] == model_card.CARD_FORMAT and read["epochs_done"] == 2
@@ -76,6 +78,8 @@ def test_the_card_beside_the_checkpoint(tmp_path, layout):
     assert read["auroc"]["per_class"][0] == {"class": CLASSES[0], "auroc": None,
                                              "paper": read["auroc"]["per_class"][0]["paper"]}
     assert read["environment"]["python"] and read["code"]["dsportal"]
+    assert read["environment"]["frameworks"]["TensorFlow"].startswith("2.15")
+    assert read["environment"]["frameworks"]["Nothing"] is None
     assert [p.name for p in tmp_path.iterdir()] == [model_card.CARD_FILE]  # no temporary file left
 
 

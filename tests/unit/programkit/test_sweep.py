@@ -255,7 +255,7 @@ def test_a_journal_another_optuna_wrote_is_read_as_the_sweep_page_reads_it_and_c
     from portal.records.sweep import read_status, recorded_plan, sweep_view
 
     shutil.copytree(JOURNALS / f"optuna-{version}", tmp_path, dirs_exist_ok=True)
-    plan = recorded_plan(json.loads((tmp_path / sweep.PLAN_FILE).read_text()), 4)
+    plan = recorded_plan(json.loads((tmp_path / sweep.PLAN_FILE).read_text()), 4, "chexnet")
 
     def rows():
         answer = cli("status", str(tmp_path))

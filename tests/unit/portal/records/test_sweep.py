@@ -13,14 +13,15 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.quota import GpuHolder, GpuQuota
+from portal.records import programs
 from portal.records.record import JobRecord, RecordError
 from portal.records.spec import JobSpecError
 from portal.records.sweep import (
     BEST_BY,
     MAX_TRIALS,
     OBJECTIVE,
-    PARAMS,
     SweepStatusError,
+    params_of,
     parse_sweep,
     read_status,
     recorded_plan,
@@ -35,7 +36,7 @@ from tests.unit.helpers import bash_syntax_ok, sbatch_lines
 from tests.unit.helpers import parse_spec as parse
 
 SPACE = {"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "batch_size": [8, 16], "model": ["densenet121", "resnet50"],
-         "fp16": [False, True], "image_size": {"low": 64, "high": 128}, "warmup_epochs": [0, 1]}
+         "fp16": [False, True], "image_size": {"low": 64, "high": 128}, "warmup_epochs": [0, 1], "xla": [True]}
 
 
 def plan_of(raw=None, epochs=5, limits=LIMITS, gpus=1):
@@ -53,13 +54,27 @@ def refused(raw, field, *words, epochs=5, limits=LIMITS, gpus=1):
 
 def test_every_hyperparameter_can_be_searched_and_the_plan_reads_back_the_same():
     plan = plan_of()
-    assert plan.names == tuple(SPACE) and set(plan.names) == set(PARAMS)
+    assert plan.names == tuple(SPACE) and set(plan.names) == set(params_of(programs.registry().get("chexnet")))
     assert (plan.trials, plan.parallel, plan.sampler, plan.pruner, plan.min_epochs, plan.seed) == (6, 2, "tpe",
                                                                                                   "median", 2, 0)
     recorded = json.loads(json.dumps(plan.to_dict()))
-    assert recorded_plan(recorded, 5) == plan
+    assert recorded_plan(recorded, 5, "chexnet") == plan
     assert recorded["space"]["lr"] == {"low": 1e-4, "high": 1e-2, "log": True}
     assert recorded["space"]["batch_size"] == {"choices": [8, 16]}
+
+
+def test_a_sweep_searches_its_programs_own_fields_and_no_other_programs():
+    """chexnet-torch declares amp (a choice) and channels_last; chexnet's fp16 is not among its parameters."""
+    plan = parse_sweep({"space": {"amp": ["off", "bf16"], "model": ["tinycnn"]}}, 5, LIMITS, 1,
+                       template="chexnet-torch")
+    assert plan.names == ("amp", "model") and plan.space[0].choices == ("off", "bf16")
+    with pytest.raises(JobSpecError) as err:
+        parse_sweep({"space": {"fp16": [True]}}, 5, LIMITS, 1, template="chexnet-torch")
+    assert err.value.field == "sweep.space.fp16" and str(err.value).endswith(
+        "not a hyperparameter a sweep of chexnet-torch can search; allowed: lr, warmup_epochs, batch_size, "
+        "image_size, model, amp, channels_last")
+    with pytest.raises(JobSpecError, match=r"sweep\.space\.amp\[0\].*auto, off, bf16, fp16"):
+        parse_sweep({"space": {"amp": ["fp8"]}}, 5, LIMITS, 1, template="chexnet-torch")
 
 
 def test_defaults_search_the_learning_rate_two_at_a_time():

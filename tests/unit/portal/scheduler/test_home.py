@@ -46,6 +46,17 @@ def test_a_card_is_read_from_beside_the_checkpoint():
     assert read(None) is None  # not written yet
 
 
+def test_a_card_written_before_frameworks_names_its_versions_as_a_new_one_does():
+    old = a_card()
+    old["environment"] = {"python": "3.11.9", "tensorflow": "2.15.1", "horovod": "0.28.1", "torch": 7,
+                          "numpy": "1.26.4"}
+    card = read(json.dumps(old))
+    assert card["environment"]["frameworks"] == {"TensorFlow": "2.15.1", "Horovod": "0.28.1"}  # text only
+    new = a_card()
+    new["environment"]["frameworks"]["PyTorch"] = None  # a version its program could not tell
+    assert read(json.dumps(new))["environment"]["frameworks"] == {"TensorFlow": "2.15.1", "Horovod": "0.28.1"}
+
+
 @pytest.mark.parametrize("text, why", [
     ("x" * (MAX_CARD_BYTES + 10), "more than"),
     ("{not json", "model_card.json of job 42"),
@@ -61,9 +72,10 @@ def test_what_is_not_a_card_says_why(text, why):
 
 # What may stand in a field's place besides its own type: null where the writer writes null when it does not know
 # (no git checkout, no Horovod, an undefined AUROC, no checkpoint yet), and any single value among the settings.
-NULLABLE = {"code.dsportal", "code.git_commit", "code.git_dirty", "environment.python", "environment.tensorflow",
-            "environment.horovod", "environment.numpy", "environment.image_digest", "auroc.per_class[0].auroc",
-            "auroc.per_class[0].paper", "auroc.mean", "auroc.paper_mean", "checkpoint.prefix"}
+NULLABLE = {"code.dsportal", "code.git_commit", "code.git_dirty", "environment.python",
+            "environment.frameworks.TensorFlow", "environment.frameworks.Horovod", "environment.numpy",
+            "environment.image_digest", "auroc.per_class[0].auroc", "auroc.per_class[0].paper", "auroc.mean",
+            "auroc.paper_mean", "checkpoint.prefix"}
 SCALARS = ("null", "true/false", "a number", "a string")
 
 
@@ -78,7 +90,10 @@ def test_each_field_of_another_type_is_named_and_nothing_else_is_raised(path, ki
     could have written that, and otherwise ModelCardError names the field (or the first missing one inside the
     object given in its place) and what it held; never a KeyError, TypeError or the like."""
     if taken(path, kind):
-        assert read(json.dumps(card)) == card
+        shown = json.loads(json.dumps(card))  # the frameworks the page names: those with a version
+        shown["environment"]["frameworks"] = {name: version for name, version
+                                              in card["environment"]["frameworks"].items() if version is not None}
+        assert read(json.dumps(card)) == shown
         return
     with pytest.raises(ModelCardError) as raised:
         read(json.dumps(card))
@@ -114,7 +129,7 @@ def test_what_the_run_writes_is_checked_as_the_dashboard_reads_it(tmp_path):
 def test_on_kubernetes_the_card_is_the_last_card_line_of_the_pods_log_with_the_kubelets_digest():
     from portal.scheduler.kubernetes.records import card_from_log
 
-    card = {**a_card(), "environment": {"python": "3.11", "tensorflow": None, "horovod": None, "image_digest": None},
+    card = {**a_card(), "environment": {"python": "3.11", "frameworks": {"TensorFlow": "2.15.1"}, "image_digest": None},
             "epochs_done": 3}
     digest = "sha256:" + "ab" * 32
     log = ("chexnet.train: epoch 3/3: auroc/mean=0.9\n"
@@ -122,7 +137,7 @@ def test_on_kubernetes_the_card_is_the_last_card_line_of_the_pods_log_with_the_k
            f"chexnet: model card {json.dumps(card)}\nchexnet: done\n")
     found = card_from_log(log, "k8s-1", f"localhost/dsportal-training@{digest}")
     assert found["epochs_done"] == 3
-    assert found["environment"] == {"python": "3.11", "tensorflow": None, "horovod": None, "image_digest": digest,
+    assert found["environment"] == {"python": "3.11", "frameworks": {"TensorFlow": "2.15.1"}, "image_digest": digest,
                                     "image_digest_from": "kubelet"}
     assert card_from_log("chexnet: training\n", "k8s-1") is None  # not written yet
     written = {**card, "environment": {**card["environment"], "image_digest": "sha256:" + "cd" * 32}}  # kept

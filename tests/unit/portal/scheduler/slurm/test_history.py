@@ -5,6 +5,7 @@ import subprocess
 
 from portal.scheduler.cluster import expand_hostlist
 from portal.scheduler.slurm.history import LOG_LINES, history_lines, parse_events, parse_runs, resumed_epochs
+from programkit import runlines
 
 # sacct -D -X -P -n -j 13 -o State,Start,End,NodeList, for a job whose node2 died in its first run
 RUNS = ("NODE_FAIL|2026-11-22T18:55:31|2026-11-22T18:56:00|node[1-2]\n"
@@ -54,3 +55,13 @@ def test_the_log_lines_grep_keeps_are_the_ones_read():
     kept = subprocess.run(["grep", "-E", LOG_LINES], input=LOG, text=True, capture_output=True).stdout
     assert len(kept.splitlines()) == 3 and resumed_epochs(kept) == resumed_epochs(LOG)
     assert not re.search("epoch 1/5", kept)
+
+
+def test_any_programs_resume_lines_are_read_as_the_kit_words_them():
+    """A program says where it starts with programkit.runlines after its own prefix, whatever its module's name."""
+    log = (f"toy.run: {runlines.starting_fresh('/home/alice/jobs/7/checkpoints')}\n"
+           "toy: Slurm job 7 restarted (restart 1) after it was requeued\n"
+           f"toy.run: {runlines.resuming('/home/alice/jobs/7/checkpoints/ckpt-4', 4, 9, ' at lr 0.01')}\n")
+    assert resumed_epochs(log) == {0: 1, 1: 5}
+    kept = subprocess.run(["grep", "-E", LOG_LINES], input=log, text=True, capture_output=True).stdout
+    assert kept == log
