@@ -142,9 +142,9 @@ def test_a_job_behind_her_own_server_says_it_waits_for_it(cluster, hub, admin, a
         submitted.json()
     assert f"has {per_node - 4} of {per_node} GB free" in submitted.json()["warning"], submitted.json()
 
-    def waits() -> dict | None:
+    def waits() -> dict | None:  # once Slurm's scheduler has looked at it (before: reason None, "not looked at yet")
         job = client.get(f"{client.base}jobs/{job_id}", timeout=60).json()
-        return job if job["state"] == "PENDING" and job["reason"] else None
+        return job if job["state"] == "PENDING" and job["reason"] and "(Slurm: None)" not in job["reason"] else None
     job = wait_for(waits, 60, what="the dashboard to say why the job waits")
     assert job["reason"] == "waiting for GPUs, CPUs or memory to free up (Slurm: Resources)", job
     assert job["held_by"] == f"your server (job {server})", job

@@ -15,7 +15,6 @@ from programkit.model_card import CARD_FILE
 from programkit.tags import AUROC_TAG_PREFIX, TAG_AUROC_MEAN
 from programkit.wrapup import wrap_up
 
-
 PLAN = {"space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}, "trials": 2, "parallel": 1, "sampler": "random",
         "pruner": "median", "min_epochs": 1, "seed": 0, "epochs": 3}
 
