@@ -85,7 +85,7 @@ def run(cfg: TrainConfig) -> int:
     from chexnet.data.integrity import unreadable_message
     from chexnet.horovod_graphs import trace_collectives_without_autograph
     from chexnet.model import build_model, class_weights, weighted_bce
-    from programkit import tracking
+    from programkit import sweep, tracking
     from programkit.data.chestxray14 import DataError
 
     hvd.init()
@@ -126,7 +126,7 @@ def run(cfg: TrainConfig) -> int:
     # Before the early return below: a run killed after its last checkpoint but before logging that epoch is
     # re-run with nothing left to train, and must still write the epoch.
     epoch_log = resume.epoch_log(cfg.logdir, cfg.checkpoint_dir, start_epoch, resume=cfg.resume) if chief else None
-    reporter = _sweep_reporter(cfg, start_epoch) if chief else None
+    reporter = sweep.TrialReporter.for_program(cfg.trial, cfg.checkpoint_dir, start_epoch, cb.say) if chief else None
     tracker = _tracker(cfg, hvd.size(), start_epoch) if chief else None
     if start_epoch >= cfg.epochs:
         if epoch_log is not None:
@@ -200,20 +200,6 @@ def _tracker(cfg: TrainConfig, workers: int, start_epoch: int):
     params = {"program": "chexnet", **_hparams(cfg, workers), "epochs": cfg.epochs, "seed": cfg.seed}
     return RunTracker.start(params, say, epochs_done=start_epoch, checkpoint_dir=cfg.checkpoint_dir,
                             logdir=cfg.logdir)
-
-
-def _sweep_reporter(cfg: TrainConfig, start_epoch: int):
-    """Rank 0's reporter to the sweep's study (programkit.sweep.TrialReporter.for_run); None outside a sweep."""
-    from chexnet.callbacks import say
-    from programkit import sweep
-
-    try:
-        reporter = sweep.TrialReporter.for_run(cfg.trial, cfg.checkpoint_dir, start_epoch)
-    except sweep.SweepError as err:
-        raise UsageError(str(err)) from None
-    if reporter is not None:
-        say(f"sweep: {reporter.describe()}")
-    return reporter
 
 
 def _wrap_up(cfg: TrainConfig, workers: int, source: DataSource, last: dict | None, checkpoint: str | None,

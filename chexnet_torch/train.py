@@ -29,7 +29,7 @@ from chexnet_torch.board import Board
 from chexnet_torch.data import ChestXrays
 from chexnet_torch.loop import Checkpoints, Precision, class_weights, weighted_bce
 from chexnet_torch.vision import build_model
-from programkit import runlines, tblog, tracking
+from programkit import runlines, sweep, tblog, tracking
 from programkit.cli import EXIT_USAGE, UsageError
 from programkit.cpus import usable_cores
 from programkit.data.chestxray14 import DataError
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         if distributed:  # rank 0's wrap-up (card, tracking) done before any rank tears its group down: a worker
             dist.barrier()  # that did so first was killed by gloo ("terminate called without an active exception")
         return code
-    except DataError as err:
+    except (DataError, UsageError) as err:  # UsageError: a sweep's study that cannot be opened
         print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     finally:
@@ -147,7 +147,7 @@ def run(cfg: TorchConfig, device: torch.device) -> int:
         tell(runlines.resuming(checkpoints.latest(), start_epoch, cfg.epochs) if start_epoch else
              runlines.starting_fresh(cfg.checkpoint_dir))
     board = Board(cfg.logdir, tblog.record_path(cfg.checkpoint_dir), resume=cfg.resume) if chief else None
-    reporter = sweep_reporter(cfg, start_epoch) if chief else None
+    reporter = sweep.TrialReporter.for_program(cfg.trial, cfg.checkpoint_dir, start_epoch, say) if chief else None
     tracker = tracking.RunTracker.start({**hparams(cfg, size), "epochs": cfg.epochs, "seed": cfg.seed}, say,
                                         epochs_done=start_epoch, checkpoint_dir=cfg.checkpoint_dir,
                                         logdir=cfg.logdir) if chief else None
@@ -292,19 +292,6 @@ def validate(model, loader, loss_fn, precision: Precision, device, expected: int
 def hparams(cfg: TorchConfig, size: int) -> dict[str, object]:
     return {"program": NAME, "model": cfg.model, "image_size": cfg.image_size, "batch_size": cfg.batch_size,
             "workers": size, "lr": cfg.lr, "amp": cfg.amp, "channels_last": cfg.channels_last}
-
-
-def sweep_reporter(cfg: TorchConfig, start_epoch: int):
-    """Rank 0's reporter to the sweep's study (programkit.sweep.TrialReporter.for_run); None outside a sweep."""
-    from programkit import sweep
-
-    try:
-        reporter = sweep.TrialReporter.for_run(cfg.trial, cfg.checkpoint_dir, start_epoch)
-    except sweep.SweepError as err:
-        raise DataError(str(err)) from None
-    if reporter is not None:
-        say(f"sweep: {reporter.describe()}")
-    return reporter
 
 
 def pruned(reporter, epoch: int, value: float | None) -> bool:

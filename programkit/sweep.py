@@ -32,11 +32,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from programkit import tblog
+from programkit.cli import UsageError
 from programkit.schemas import SWEEP_PLAN, TRIAL_RECORD, check
 from programkit.userfiles import read_bytes
 
@@ -238,6 +240,19 @@ class TrialReporter:
             done = tblog.read_record(tblog.record_path(checkpoint_dir))
             reporter.catch_up({epoch: entry.scalars.get(TAG_AUROC_MEAN) for epoch, entry in done.items()
                                if epoch <= start_epoch})
+        return reporter
+
+    @classmethod
+    def for_program(cls, trial: Path | None, checkpoint_dir: Path, start_epoch: int,
+                    say: Callable[[str], None]) -> TrialReporter | None:
+        """`for_run`, as every program's rank 0 starts it: the trial said in the run's log; UsageError (one line,
+        exit 2) when the study cannot be opened."""
+        try:
+            reporter = cls.for_run(trial, checkpoint_dir, start_epoch)
+        except SweepError as err:
+            raise UsageError(str(err)) from None
+        if reporter is not None:
+            say(f"sweep: {reporter.describe()}")
         return reporter
 
     def describe(self) -> str:
