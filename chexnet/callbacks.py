@@ -25,7 +25,6 @@ left out), and `ThroughputLogger` skips the steps the logdir already holds (`pro
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from programkit.reference import MODELS, PIPELINES
 if TYPE_CHECKING:
     from chexnet.resume import EpochLog
 
+from chexnet.lines import LOG_PREFIX, say  # noqa: F401  (the program's lines, where its modules read them)
 from programkit.tags import (  # noqa: F401  (every program's tags, defined once: programkit.tags)
     ALL_TAGS,
     AUROC_TAG_PREFIX,
@@ -60,13 +60,6 @@ from programkit.tags import (  # noqa: F401  (every program's tags, defined once
     TAG_THROUGHPUT,
     THROUGHPUT_EVERY_STEPS,
 )
-
-LOG_PREFIX = "chexnet.train:"
-
-
-def say(message: str) -> None:
-    """One line on stderr, flushed at once so that horovodrun's interleaved output keeps it whole."""
-    print(f"{LOG_PREFIX} {message}", file=sys.stderr, flush=True)
 
 
 def current_lr(model: tf.keras.Model) -> float:

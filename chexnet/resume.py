@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from chexnet.callbacks import EPOCH_TAGS, say
+from chexnet.lines import say
 from programkit import runlines, tblog
+from programkit.tags import EPOCH_TAGS
 
 if TYPE_CHECKING:
     from programkit.tracking import RunTracker

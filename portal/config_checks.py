@@ -1,5 +1,6 @@
 """What each of the portal's settings allows: one check per setting, each refusal naming the setting and the values
-it takes (portal.config declares the settings and calls `check_settings` once per PortalConfig)."""
+it takes. PortalConfig (portal.config) inherits `SettingsChecks` and checks itself once made: the checks read the
+settings from the config itself, so this module, below portal.config, names no PortalConfig."""
 
 from __future__ import annotations
 
@@ -7,15 +8,12 @@ import ipaddress
 import re
 from email.utils import parseaddr
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import Any
 from urllib.parse import urlsplit
 
 from portal.config_values import ConfigError
 from portal.inputs import ascii_digits
 from portal.registrations import server_schedulers
-
-if TYPE_CHECKING:
-    from portal.config import PortalConfig
 
 TLS_MODES = ("starttls", "ldaps", "none")
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
@@ -32,8 +30,15 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 MLFLOW_PATH = "/services/portal/mlflow"  # the dashboard's route to MLflow (portal.mlflow_accounts.PREFIX)
 
 
-def check_settings(cfg: PortalConfig) -> None:
-    """ConfigError naming the first setting whose value is not allowed, and what is."""
+class SettingsChecks:
+    """The checks as a section of PortalConfig, which calls `check_settings` once made."""
+
+    def check_settings(self) -> None:
+        """ConfigError naming the first setting whose value is not allowed, and what is."""
+        _check_settings(self)
+
+
+def _check_settings(cfg: Any) -> None:  # a PortalConfig: every section's settings
     if cfg.ldap_tls not in TLS_MODES:
         raise ConfigError(f"ldap_tls is {cfg.ldap_tls!r}; allowed: {', '.join(TLS_MODES)}")
     if cfg.scheduler not in server_schedulers():  # those that run servers too (portal.registrations)
@@ -100,7 +105,7 @@ def _check_prometheus(url: str) -> None:
                           "(credentials go in prometheus_reader_file)")
 
 
-def _check_kubernetes(cfg: PortalConfig) -> None:
+def _check_kubernetes(cfg: Any) -> None:
     names = {"k8s_namespace": cfg.k8s_namespace, "k8s_data_claim": cfg.k8s_data_claim,
              **{f"k8s_gpu_types[{t}]": t for t in cfg.k8s_gpu_types}}
     for name, value in names.items():
@@ -130,7 +135,7 @@ def _check_kubernetes(cfg: PortalConfig) -> None:
             raise ConfigError(f"{name} is {getattr(cfg, name)!r}; allowed: an absolute path")
 
 
-def _check_box(cfg: PortalConfig) -> None:
+def _check_box(cfg: Any) -> None:
     try:
         subnet = ipaddress.ip_network(cfg.box_subnet)
     except ValueError:
@@ -146,7 +151,7 @@ def _check_box(cfg: PortalConfig) -> None:
                           "to 7 lower-case letters or digits")
 
 
-def _check_places(cfg: PortalConfig) -> None:
+def _check_places(cfg: Any) -> None:
     # Not "jobs": ~/jobs/jobs/<id> would read as a job of the older layout (portal.records.record.JOBS_ROOT).
     if not CLUSTER_NAME.match(cfg.cluster_name) or cfg.cluster_name == "jobs":
         raise ConfigError(f"cluster_name is {cfg.cluster_name[:40]!r}; allowed: a lower-case letter, then up to 39 "

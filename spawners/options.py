@@ -162,7 +162,7 @@ class ServerOptionsMixin(HasTraits):
         """This spawner's look at the cluster, at most SPAWN_SNAPSHOT_S old: the limits the request was checked
         against and what the start says it will wait for share it. Blocks (call it in a thread); SchedulerError."""
         if self._cluster is None:
-            self._cluster = ClusterCache(self.portal, read=self.scheduler().snapshot, interval_s=SPAWN_SNAPSHOT_S)
+            self._cluster = ClusterCache(self.portal, self.scheduler(), interval_s=SPAWN_SNAPSHOT_S)
         return self._cluster.snapshot()
 
     async def _limits(self) -> JobLimits:

@@ -6,9 +6,7 @@ scheduler's package."""
 from __future__ import annotations
 
 import importlib
-import inspect
 import re
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from portal.registrations import SCHEDULERS, split
@@ -21,16 +19,12 @@ if TYPE_CHECKING:
 __all__ = ["SCHEDULERS", "job_id_patterns", "scheduler_class", "scheduler_for", "scheduler_of_job"]
 
 
-def scheduler_for(cfg: PortalConfig, name: str | None = None, run: Callable[[Sequence[str]], str] | None = None
-                  ) -> Scheduler[Any]:
-    """The scheduler called `name` (default: the configured `scheduler`). `run`: the answers of a fake cluster's
-    commands (tests), for a scheduler whose constructor takes `run` (one that runs commands: Slurm)."""
+def scheduler_for(cfg: PortalConfig, name: str | None = None) -> Scheduler[Any]:
+    """The scheduler called `name` (default: the configured `scheduler`)."""
     name = name or cfg.scheduler
     if name not in SCHEDULERS:
         raise UnknownScheduler(f"scheduler: {name!r} is not a scheduler; allowed: {', '.join(SCHEDULERS)}")
-    implementation: Any = scheduler_class(name)  # each class's own constructor (Slurm's takes `run`)
-    if run is not None and "run" in inspect.signature(implementation).parameters:  # asked only for a fake's answers
-        return implementation(cfg, run=run)
+    implementation: Any = scheduler_class(name)
     return implementation(cfg)
 
 

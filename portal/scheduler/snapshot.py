@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from portal.config import PortalConfig
 from portal.errors import SchedulerError
@@ -51,26 +51,31 @@ class ClusterSnapshot:
         }
 
 
-Runner = Callable[[Sequence[str]], str]  # a Slurm command's output (a fake Slurm in unit tests)
+class Snapshots(Protocol):
+    """What the cache asks: a scheduler (portal.scheduler.Scheduler has both), named here by its shape so that the
+    cache stays below the schedulers it serves."""
+
+    queue_in_snapshot: bool  # its jobs are in the snapshot's queue: each refresh is a queue question (squeue)
+
+    def snapshot(self, clock: Callable[[], float] = ...) -> ClusterSnapshot: ...
 
 
 class ClusterCache:
     """The latest snapshot, refreshed by at most one thread at a time and at most once per interval (`interval_s`,
-    default dashboard_refresh_s). `read`: how the snapshot is taken (the configured scheduler's `snapshot`); `run`:
-    a fake Slurm's commands, for tests."""
+    default dashboard_refresh_s). `scheduler`: whose snapshot it is (`portal.scheduler.registry.scheduler_for(cfg)`,
+    the configured one); `read`: how a snapshot is taken instead, for tests that give the cluster's answer."""
 
-    def __init__(self, cfg: PortalConfig, run: Runner | None = None, clock: Callable[[], float] = time.monotonic,
-                 read: Callable[[], ClusterSnapshot] | None = None, interval_s: float | None = None):
-        from portal.scheduler.registry import scheduler_for  # the cache is below the schedulers it serves
-
+    def __init__(self, cfg: PortalConfig, scheduler: Snapshots | None = None,
+                 clock: Callable[[], float] = time.monotonic, read: Callable[[], ClusterSnapshot] | None = None,
+                 interval_s: float | None = None):
         self.cfg = cfg
         self.interval_s = float(cfg.dashboard_refresh_s if interval_s is None else interval_s)
-        # Slurm's snapshot is one squeue and two scontrol; Kubernetes's GPU pools come from the settings
-        self._asks_queue = True
         self._clock = clock
+        # Slurm's snapshot is one squeue and two scontrol; Kubernetes's GPU pools come from the settings
+        self._asks_queue = scheduler.queue_in_snapshot if scheduler is not None else True
         if read is None:
-            scheduler = scheduler_for(cfg, run=run)
-            self._asks_queue = scheduler.queue_in_snapshot
+            if scheduler is None:
+                raise TypeError("ClusterCache needs the scheduler whose snapshot it caches, or a read")
             read = lambda: scheduler.snapshot(self._clock)  # noqa: E731
         self._read = read
         self._lock = threading.Lock()

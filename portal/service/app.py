@@ -13,7 +13,7 @@ from tornado.web import Application, RequestHandler
 from portal.config import PortalConfig
 from portal.gpus import readings_dir
 from portal.mlflow_accounts import Accounts
-from portal.scheduler.registry import job_id_patterns
+from portal.scheduler.registry import job_id_patterns, scheduler_for
 from portal.scheduler.snapshot import ClusterCache
 from portal.service import api, experiment_handlers, gpu_pages, mlflow_proxy, operations, pages, render
 from portal.service.base import NotFoundHandler, OAuthCallbackHandler, StaticFiles
@@ -98,7 +98,7 @@ def make_app(cfg: PortalConfig, *, prefix: str | None = None, hub_base_url: str 
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/portal/")
     if not hub_base_url:
         hub_base_url = os.environ.get("JUPYTERHUB_BASE_URL", "/")
-    cluster = cluster or ClusterCache(cfg)
+    cluster = cluster or ClusterCache(cfg, scheduler_for(cfg))
     board = board or JobBoard(cfg, cluster, base_url=hub_base_url, service_prefix=prefix,
                               dir_stamp=change_stamps(cfg) if watch_jobs else None)
     directory = directory or HubDirectory(ttl_s=cfg.dashboard_refresh_s)

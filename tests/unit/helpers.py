@@ -9,6 +9,7 @@ keeps that). A helper one module alone uses stays in that module.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import re
 import subprocess
@@ -34,9 +35,11 @@ from portal.records.sweep import parse_sweep, sweep_view
 from portal.scheduler.kubernetes.client import KubeUser
 from portal.scheduler.kubernetes.manifests import ANNOTATION_SPEC
 from portal.scheduler.kubernetes.records import limits_for
+from portal.scheduler.registry import scheduler_class
 from portal.scheduler.slurm.accounts import Accounting, read_slurm
 from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.slurm.scheduler import SlurmScheduler
+from portal.scheduler.snapshot import ClusterCache
 from portal.service.hub_user import HubUser
 from spawners.slurm import PortalSlurmSpawner
 from tests.slurm_answers import squeue_job, squeue_json
@@ -315,6 +318,18 @@ class FakeDirectory:
 
     async def everyone(self):
         return list(self.USERS.values())
+
+
+def scheduler_answering(cfg: PortalConfig, name: str, run):
+    """The scheduler called `name`, its commands answered by a fake cluster's (`run`) where it runs commands
+    (Slurm's takes `run`; the others none)."""
+    made = scheduler_class(name)
+    return made(cfg, run=run) if "run" in inspect.signature(made).parameters else made(cfg)  # type: ignore[call-arg]
+
+
+def slurm_cache(cfg: PortalConfig, run, **given) -> ClusterCache:
+    """The cluster cache over a Slurm scheduler answering with a fake Slurm's commands (`run`)."""
+    return ClusterCache(cfg, SlurmScheduler(cfg, run=run), **given)
 
 
 def squeue_free(argv):

@@ -1,8 +1,9 @@
 """The house's rules, kept by tests (issue 41): no product module over 400 lines, and no import cycle among the
 product's modules, neither among the imports made at load nor when the imports inside functions count too (an import
-put inside a function to dodge a cycle at load is the same cycle at run time). Imports for type checking, and a
-module's `if __name__ == "__main__":` block, aside. An import of `a.b.c` runs `a` and `a.b` first, so a package's
-`__init__` counts as imported too."""
+put inside a function to dodge a cycle at load is the same cycle at run time). Imports for type checking and a
+module's `if __name__ == "__main__":` block count too (issue 64): types shared both ways live below both, and a
+command line that needs the module it runs is a module of its own (`portal/config/__main__.py`). An import of
+`a.b.c` runs `a` and `a.b` first, so a package's `__init__` counts as imported too."""
 
 from __future__ import annotations
 
@@ -29,14 +30,6 @@ def modules(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str
     return found
 
 
-def _runs_at_import(node: ast.stmt) -> bool:
-    """False for `if TYPE_CHECKING:` and `if __name__ == "__main__":` blocks."""
-    if isinstance(node, ast.If):
-        test = ast.dump(node.test)
-        return "TYPE_CHECKING" not in test and "__main__" not in test
-    return True
-
-
 def imports_of(name: str, path: Path, known: dict[str, Path], anywhere: bool = False) -> set[str]:
     """The known modules that importing `name` imports (its module-level statements, and the packages above
     each); with `anywhere`, those its functions and classes import when they run too."""
@@ -50,8 +43,6 @@ def imports_of(name: str, path: Path, known: dict[str, Path], anywhere: bool = F
 
     def walk(statements: list[ast.stmt]) -> None:
         for node in statements:
-            if not _runs_at_import(node):
-                continue
             if isinstance(node, ast.Import):
                 found.update(filter(None, (resolved(alias.name) for alias in node.names)))
             elif isinstance(node, ast.ImportFrom):
@@ -160,9 +151,9 @@ def test_the_walk_finds_a_cycle_made_inside_a_function(tmp_path):
     known = modules(tmp_path, ("p",))
     at_load = {name: imports_of(name, path, known) for name, path in known.items()}
     anywhere = {name: imports_of(name, path, known, anywhere=True) for name, path in known.items()}
-    assert at_load["p.b"] == set() and cycles(at_load) == []
-    assert anywhere["p.b"] == {"p.a"} and anywhere["p.c"] == {"p.b"}  # the __main__ block aside
-    assert cycles(anywhere) == [["p.a", "p.b"]]
+    assert at_load["p.b"] == {"p.c"} and cycles(at_load) == []  # the __main__ block counts
+    assert anywhere["p.b"] == {"p.a", "p.c"} and anywhere["p.c"] == {"p.b"}
+    assert cycles(anywhere) == [["p.a", "p.b", "p.c"]]
 
 
 def test_the_walk_finds_a_cycle_through_a_package(tmp_path):
@@ -177,11 +168,12 @@ def test_the_walk_finds_a_cycle_through_a_package(tmp_path):
     graph = {name: imports_of(name, path, known) for name, path in known.items()}
     assert graph["p"] == {"p.q", "p.q.r"}  # importing p.q.r runs p.q first
     assert graph["p.q.r"] == {"p"}  # its own packages run already: only what it names
-    assert graph["p.s"] == set() and graph["p.t"] == {"p.s"} and graph["p.q.u"] == {"p.s"}
-    assert cycles(graph) == [["p", "p.q.r"]]
+    # Type checking's imports and the __main__ block's count: p.s and p.t import each other.
+    assert graph["p.s"] == {"p.t"} and graph["p.t"] == {"p.s", "p.q", "p.q.r"} and graph["p.q.u"] == {"p.s"}
+    assert sorted(cycles(graph)) == [["p", "p.q.r"], ["p.s", "p.t"]]
     (tmp_path / "p" / "q" / "r.py").write_text("x = 1\n")
     graph["p.q.r"] = imports_of("p.q.r", tmp_path / "p" / "q" / "r.py", known)
-    assert cycles(graph) == []
+    assert cycles(graph) == [["p.s", "p.t"]]
 
 
 def test_the_architecture_page_names_every_package():
@@ -194,12 +186,12 @@ def test_the_architecture_page_names_every_package():
 
 
 # Which may import which (docs/architecture.md, "The layers"): per module prefix, the prefixes it must not import,
-# anywhere in the module (inside functions too; type-checking imports aside). The schedulers' subpackages know
+# anywhere in the module (inside functions, type checking's and __main__ blocks too). The schedulers' subpackages know
 # nothing of each other; the neutral scheduler layer knows neither (portal.scheduler names them as strings).
 SETTINGS = ("portal.config", "portal.config_values", "portal.config_cli", "portal.config_checks",
             "portal.config_kubernetes", "portal.config_gpus", "portal.inputs",
             "portal.runas", "portal.directory", "portal.errors", "portal.registrations", "portal.renamed",
-            "portal.mlflow_accounts")
+            "portal.mlflow_accounts", "portal.launchers")
 ABOVE_RECORDS = ("portal.scheduler", "portal.service", "portal.jobs", "portal.notebook", "portal.jobmail",
                  "portal.accounts", "spawners")
 NEUTRAL_SCHEDULER = ("portal.scheduler.__init__", "portal.scheduler.registry", "portal.scheduler.errors",
@@ -227,14 +219,10 @@ FORBIDDEN = {
 
 
 def every_import(path: Path) -> set[str]:
-    """The dotted names a module imports anywhere (functions too), `if TYPE_CHECKING:` blocks aside."""
+    """The dotted names a module imports anywhere (functions, `if TYPE_CHECKING:` and `__main__` blocks too)."""
     names: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

@@ -18,14 +18,13 @@ from portal.records.account import JobUser
 from portal.records.record import JOB_ID, JobRecord, RecordError, RecordPlace, exit_code
 from portal.records.spec import JobSpec
 from portal.scheduler.slurm.errors import SlurmError
-from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
 from portal.service.board import JobBoard
 from portal.service.hub_user import HubUser
 from tests.answers import masked
 from tests.cards import wrong_type_cards
-from tests.unit.helpers import FakeDirectory, identify_from_test_header, squeue_free
+from tests.unit.helpers import FakeDirectory, identify_from_test_header, slurm_cache, squeue_free
 
 LOCAL_ID = "local-20261122T101010-abcdef"
 OTHER_ID = "local-20261122T101011-fedcba"
@@ -269,7 +268,7 @@ def test_a_job_being_made_in_this_clusters_directory_is_never_read_from_the_olde
 # --- the board and the pages: one broken record breaks nothing else ---
 
 def make_board(root: Path) -> JobBoard:
-    return JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free), api=HomeJobsAPI(root))
+    return JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free), api=HomeJobsAPI(root))
 
 
 def test_the_list_shows_a_broken_record_as_one_unreadable_row_and_the_rest_as_usual(tmp_path):
@@ -297,7 +296,7 @@ def test_a_record_claiming_another_user_never_lists_under_them(tmp_path):
 
 def test_the_rescan_carries_on_and_a_fixed_record_is_read_again(tmp_path):
     now = [0.0]
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free, clock=lambda: now[0]),
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free, clock=lambda: now[0]),
                      api=HomeJobsAPI(tmp_path), rescan_s=10,
                      refresher=fakes_refresher(), clock=lambda: now[0])
     job_dir = write_job(tmp_path, "alice", LOCAL_ID, "{broken")
@@ -321,7 +320,7 @@ def test_a_first_list_reads_its_records_and_its_states_files_in_a_process_each_w
     runs: list[str] = []
     real_run = JobUser.run
     monkeypatch.setattr(JobUser, "run", lambda self, argv, **kw: runs.append(argv[0]) or real_run(self, argv, **kw))
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free), api=HomeJobsAPI(tmp_path),
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free), api=HomeJobsAPI(tmp_path),
                      refresher=fakes_refresher())
     rows = {row["id"]: row["state"] for row in board.job_rows(HubUser("alice"))}
     assert rows == {job_id: "FAILED" if number % 2 else "COMPLETED" for number, job_id in enumerate(ids)}
@@ -342,7 +341,7 @@ class UnreadableRecordPages(AsyncHTTPTestCase):
         write_job(self.root, "alice", LOCAL_ID, good_record(self.root, user="bob"))
         write_job(self.root, "bob", OTHER_ID, good_record(self.root, user="bob", job_id=OTHER_ID))
         cfg = PortalConfig()
-        cluster = ClusterCache(cfg, run=squeue_free)
+        cluster = slurm_cache(cfg, squeue_free)
         return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=cluster,
                         board=make_board(self.root), directory=FakeDirectory(), notebooks_dir=self.root)
 

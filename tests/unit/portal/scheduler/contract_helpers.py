@@ -30,7 +30,7 @@ from portal.scheduler.local import LocalScheduler
 from portal.scheduler.registry import SCHEDULERS, scheduler_for
 from portal.scheduler.slurm.errors import SlurmRefused, SlurmUnavailable
 from tests.slurm_answers import squeue_job, squeue_json
-from tests.unit.helpers import parse_spec
+from tests.unit.helpers import parse_spec, scheduler_answering
 from tests.unit.portal.scheduler.contract_driver import (
     LOST_AT,
     NODE,
@@ -218,7 +218,7 @@ class SlurmDriver(Driver):
         scontrol.write_text(f'#!/bin/sh\necho "$*" >> {self.released_log}\n')
         scontrol.chmod(0o755)
         self.cfg = PortalConfig(slurm_bin_dir=bin_dir)
-        self.scheduler = scheduler_for(self.cfg, "slurm", run=self.slurm)
+        self.scheduler = scheduler_answering(self.cfg, "slurm", self.slurm)
         self.scheduler = AskedAs(self.scheduler, self.slurm)  # type: ignore[assignment]
 
     def person(self, name: str) -> JobUser:

@@ -30,7 +30,7 @@ from portal.service.submit_form import form_fields
 from spawners.options import ServerOptionsMixin
 from tests.conftest import REPO
 from tests.slurm_answers import sacct_json, sacct_run
-from tests.unit.helpers import parse_spec, squeue_free
+from tests.unit.helpers import parse_spec, scheduler_answering, squeue_free
 from tests.unit.portal.scheduler.contract_helpers import register_toy
 
 CONTRACT = [name for name, value in vars(Scheduler).items() if inspect.isfunction(value) and not name.startswith("_")]
@@ -74,7 +74,7 @@ def test_the_architecture_page_lists_every_method_of_the_contract():
 
 def test_each_scheduler_implements_the_contract_with_its_arguments(registered):
     cls = scheduler_class(registered)
-    made = scheduler_for(PortalConfig(), registered, run=refuse_every_command)
+    made = scheduler_answering(PortalConfig(), registered, refuse_every_command)
     for attribute in ATTRIBUTES:
         assert hasattr(made, attribute), f"{registered}: no {attribute}"
     assert made.name == registered
@@ -87,7 +87,7 @@ def test_each_scheduler_implements_the_contract_with_its_arguments(registered):
 
 
 def test_a_job_renders_on_each_scheduler_without_asking_it(registered):
-    scheduler = scheduler_for(PortalConfig(), registered, run=refuse_every_command)
+    scheduler = scheduler_answering(PortalConfig(), registered, refuse_every_command)
     user = scheduler.person("alice", ["gpu-users"])
     text = scheduler.render(parse_spec(nodes=1, gpus_per_node=0, epochs=1), user)
     assert "chexnet" in text and len(text) > 500, (registered, text[:300])
@@ -103,7 +103,7 @@ def test_usage_is_a_report_or_says_that_there_is_no_accounting(registered):
     def accounting(argv) -> str:
         return answers[argv[0]]
 
-    scheduler: Any = scheduler_for(PortalConfig(), registered, run=accounting)
+    scheduler: Any = scheduler_answering(PortalConfig(), registered, accounting)
     try:
         report = scheduler.usage(scheduler.person("alice", ["gpu-users"]), False, now)
     except NoAccounting as err:  # a kind of the tree, answered 501 with the scheduler's words
@@ -171,7 +171,7 @@ def answering(name: str) -> Scheduler[Any]:
     """The scheduler called `name` with its cluster's answers recorded: Slurm's commands (a node of 4 GPUs, 2 of
     them held by a job of alice's), a Kubernetes API of recorded objects (RecordedCore), this machine."""
     if name == "slurm":
-        return scheduler_for(PortalConfig(), name, run=squeue_free)
+        return scheduler_answering(PortalConfig(), name, squeue_free)
     made = scheduler_for(PortalConfig(), name)
     if name == "kubernetes":
         made._apis = lambda user: (None, RecordedCore(), None)  # type: ignore[attr-defined]

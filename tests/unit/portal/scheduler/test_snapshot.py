@@ -14,6 +14,7 @@ from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.snapshot import ClusterCache
 from tests.slurm_answers import squeue_job, squeue_json
+from tests.unit.helpers import slurm_cache
 
 FORGED = "x\n900001|alice|RUNNING|1:00|1|gres:gpu:4|localhost|y"  # a job name that forged a row (issue 25)
 SQUEUE = squeue_json(
@@ -51,7 +52,7 @@ class Clock:
 
 
 def test_the_queue_is_what_squeue_lists_with_gpus_and_names_as_data():
-    queue = ClusterCache(PortalConfig(), run=FakeSlurm()).snapshot().queue
+    queue = slurm_cache(PortalConfig(), FakeSlurm()).snapshot().queue
     assert list(queue) == ["42", "43", "44", "46"]  # the ended job is not queued
     assert (queue["42"].user, queue["42"].state, queue["42"].gpus_per_node, queue["42"].gpus) == (
         "alice", "RUNNING", 2, 2)
@@ -62,7 +63,7 @@ def test_the_queue_is_what_squeue_lists_with_gpus_and_names_as_data():
 
 def test_snapshot_is_shared_within_the_interval_and_refreshed_after_it():
     slurm, clock = FakeSlurm(), Clock()
-    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    cache = slurm_cache(PortalConfig(dashboard_refresh_s=2), slurm, clock=clock)
     first = cache.snapshot()
     for _ in range(50):
         assert cache.snapshot() is first
@@ -75,7 +76,7 @@ def test_snapshot_is_shared_within_the_interval_and_refreshed_after_it():
 
 def test_concurrent_requests_cost_one_squeue():
     slurm = FakeSlurm()
-    cache = ClusterCache(PortalConfig(dashboard_refresh_s=60), run=slurm)
+    cache = slurm_cache(PortalConfig(dashboard_refresh_s=60), slurm)
     threads = [threading.Thread(target=cache.snapshot) for _ in range(16)]
     for thread in threads:
         thread.start()
@@ -85,7 +86,7 @@ def test_concurrent_requests_cost_one_squeue():
 
 
 def test_snapshot_dict_counts_free_and_used_gpus():
-    cache = ClusterCache(PortalConfig(), run=FakeSlurm())
+    cache = slurm_cache(PortalConfig(), FakeSlurm())
     data = cache.snapshot().to_dict()
     assert (data["gpus"], data["free_gpus"], data["jobs_running"], data["jobs_pending"]) == (4, 2, 2, 2)
     assert data["nodes"][0]["used_gpus"] == 2
@@ -94,7 +95,7 @@ def test_snapshot_dict_counts_free_and_used_gpus():
 
 def test_slurm_down_is_an_error_not_a_stale_answer():
     slurm, clock = FakeSlurm(), Clock()
-    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    cache = slurm_cache(PortalConfig(dashboard_refresh_s=2), slurm, clock=clock)
     cache.snapshot()
     slurm.fail, clock.now = True, clock.now + 3
     with pytest.raises(SlurmError, match="Unable to contact"):
@@ -117,8 +118,6 @@ class FakeCore:
 
 
 def test_on_kubernetes_the_pools_come_from_the_settings_and_the_queue_from_the_users_pods():
-    def no_slurm(argv):
-        raise AssertionError(f"Slurm asked: {argv}")
     server = {"metadata": {"name": "jupyter-alice", "namespace": "dsportal-u-alice", "labels": {}},
               "status": {"phase": "Running", "startTime": "2026-11-26T10:00:00Z"},
               "spec": {"nodeName": "kube-node1",
@@ -127,8 +126,7 @@ def test_on_kubernetes_the_pools_come_from_the_settings_and_the_queue_from_the_u
     cfg = PortalConfig(scheduler="kubernetes", k8s_gpu_types=("t4", "a100"))
     scheduler = KubernetesScheduler(cfg)
     scheduler._apis = lambda user: (None, core, None)  # the API server's answers, as the client returns them
-    cache = ClusterCache(cfg, run=no_slurm)
-    cache._read = scheduler.snapshot
+    cache = ClusterCache(cfg, scheduler)
     snapshot = cache.snapshot()
     assert [p["name"] for p in snapshot.to_dict()["partitions"]] == ["t4", "a100"]
     assert snapshot.to_dict()["partitions"][0]["default"] and snapshot.to_dict()["jobs_running"] == 1
@@ -155,7 +153,7 @@ def held_slurm(cache, slurm):
 
 def test_while_one_thread_asks_slurm_the_others_get_the_last_answer_not_a_wait():
     slurm, clock = FakeSlurm(), Clock()
-    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    cache = slurm_cache(PortalConfig(dashboard_refresh_s=2), slurm, clock=clock)
     first = cache.snapshot()
     asking, release = held_slurm(cache, slurm)
     clock.now += 3  # past the interval: the next caller asks Slurm
@@ -176,7 +174,7 @@ def test_while_one_thread_asks_slurm_the_others_get_the_last_answer_not_a_wait()
 
 def test_after_a_failure_the_last_answer_is_not_served_while_slurm_is_asked_again():
     slurm, clock = FakeSlurm(), Clock()
-    cache = ClusterCache(PortalConfig(dashboard_refresh_s=2), run=slurm, clock=clock)
+    cache = slurm_cache(PortalConfig(dashboard_refresh_s=2), slurm, clock=clock)
     cache.snapshot()
     cache._failure = (clock.now, SlurmError("squeue: Slurm is not answering"))  # the last ask failed
     clock.now += 3

@@ -19,11 +19,10 @@ from portal.gpus.agent import write
 from portal.gpus.readings import GpuReading, NodeReading
 from portal.jobs import Job
 from portal.records.spec import JobSpec
-from portal.scheduler.snapshot import ClusterCache
 from portal.service.api import cluster_answer
 from portal.service.app import ACTION_WORKERS, make_app
 from portal.service.board import JobBoard
-from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free
+from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, slurm_cache, squeue_free
 
 COUNTERS = ("squeue_calls", "scontrol_calls", "user_slurm_calls", "runuser_calls", "hub_calls")
 
@@ -42,7 +41,7 @@ class DashboardTest(TestHeaderUser, AsyncHTTPTestCase):
         self.tmp = Path(self.tmp_dir)
         self.api = FakeJobsAPI(self.tmp)
         cfg = PortalConfig()
-        self.cluster = ClusterCache(cfg, run=squeue_free)
+        self.cluster = slurm_cache(cfg, squeue_free)
         board = JobBoard(cfg, self.cluster, api=self.api)
         notebooks = self.tmp / "notebooks"
         notebooks.mkdir()

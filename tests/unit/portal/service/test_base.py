@@ -18,7 +18,6 @@ from tornado.web import create_signed_value
 
 from portal.config import PortalConfig
 from portal.scheduler.slurm.scheduler import JobDirError, SlurmError
-from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import (
     LOGIN_REFUSED,
@@ -30,7 +29,7 @@ from portal.service.base import (
     as_portal_error,
 )
 from portal.service.board import JobBoard
-from tests.unit.helpers import ALICES_TOKEN, HUB_COOKIE, FakeDirectory, FakeJobsAPI, hub_oauth, squeue_free
+from tests.unit.helpers import ALICES_TOKEN, HUB_COOKIE, FakeDirectory, FakeJobsAPI, hub_oauth, slurm_cache, squeue_free
 
 PREFIX = "/services/portal/"
 COOKIE = HUB_COOKIE
@@ -43,7 +42,7 @@ class HeadersTest(AsyncHTTPTestCase):
         from pathlib import Path
         self.api = FakeJobsAPI(Path(tempfile.mkdtemp()))
         self.api.add("alice", "7", "RUNNING")
-        cluster = ClusterCache(cfg, run=squeue_free)
+        cluster = slurm_cache(cfg, squeue_free)
         return make_app(cfg, prefix=PREFIX, hub_base_url="/", cluster=cluster,
                         board=JobBoard(cfg, cluster, api=self.api), directory=FakeDirectory())
 

@@ -11,7 +11,6 @@ import pytest
 
 from portal.config import PortalConfig
 from portal.jobs import JobNotFound, RunMetrics, UnreadableJob
-from portal.scheduler.snapshot import ClusterCache
 from portal.service.background import REFRESH_WORKERS
 from portal.service.board import (
     Coalescer,
@@ -23,7 +22,7 @@ from portal.service.board import (
 from portal.service.hub_user import HubUser
 from portal.service.scans import DirStamp
 from portal.service.summary import time_left_s, unreadable_summary
-from tests.unit.helpers import CountingAPI, squeue_free, write_tf1_events
+from tests.unit.helpers import CountingAPI, slurm_cache, squeue_free, write_tf1_events
 
 ALICE = HubUser("alice", ("datascientists",))
 
@@ -31,7 +30,7 @@ ALICE = HubUser("alice", ("datascientists",))
 def make_board(tmp_path, now, dir_stamp=lambda user: None):
     """A board on fakes; `dir_stamp` None: no change signal, so ~/jobs is listed again every rescan_s."""
     api = CountingAPI(tmp_path)
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free, clock=lambda: now[0]),
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free, clock=lambda: now[0]),
                      api=api, rescan_s=10, refresher=Refresher(execute=lambda task: task()), clock=lambda: now[0],
                      dir_stamp=dir_stamp)
     return api, board

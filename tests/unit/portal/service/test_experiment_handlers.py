@@ -14,7 +14,6 @@ from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
 from portal.records.spec import JobSpec
-from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
 from portal.service.board import JobBoard
@@ -22,7 +21,7 @@ from portal.service.run_labels import RunLabels
 from programkit.model_card import CARD_FILE
 from tests import special_files
 from tests.cards import a_card
-from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free
+from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, slurm_cache, squeue_free
 
 SWEEP = {"space": {"lr": {"low": 1e-8, "high": 1e-2, "log": True}}, "trials": 3}
 
@@ -40,7 +39,7 @@ class ExperimentsTest(TestHeaderUser, AsyncHTTPTestCase):
         self.tmp = Path(self.tmp_dir)
         self.api = FakeJobsAPI(self.tmp)
         cfg = PortalConfig()
-        self.board = JobBoard(cfg, ClusterCache(cfg, run=squeue_free), api=self.api)
+        self.board = JobBoard(cfg, slurm_cache(cfg, squeue_free), api=self.api)
         self.board.run_labels = RunLabels(self.tmp / "state" / "run-labels.sqlite3")
         first = self.api.add("alice", "42", spec=JobSpec(gpus_per_node=2, data_dir="/d", batch_size=16))
         second = self.api.add("alice", "43", spec=JobSpec(gpus_per_node=2, data_dir="/d", batch_size=32))

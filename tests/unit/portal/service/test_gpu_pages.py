@@ -21,7 +21,7 @@ from portal.scheduler.cluster import QueuedJob
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.app import make_app
 from portal.service.board import JobBoard
-from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free
+from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, slurm_cache, squeue_free
 
 RULE = Rule(idle_after_s=60, grace_s=120)
 
@@ -37,7 +37,7 @@ class GpuPagesTest(TestHeaderUser, AsyncHTTPTestCase):
         self.tmp = Path(self.tmp_dir)
         self.api = FakeJobsAPI(self.tmp)
         cfg = PortalConfig()
-        cluster = ClusterCache(cfg, run=squeue_free)
+        cluster = slurm_cache(cfg, squeue_free)
         self.board = JobBoard(cfg, cluster, api=self.api)
         app = make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=cluster, board=self.board,
                        directory=FakeDirectory())

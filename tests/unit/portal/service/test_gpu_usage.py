@@ -14,7 +14,7 @@ from portal.gpus.readings import GpuReading, NodeReading
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.board import USAGE_RETRY_S, JobBoard, Refresher
 from portal.service.hub_user import HubUser
-from tests.unit.helpers import API_LIMITS, CountingAPI, squeue_free
+from tests.unit.helpers import API_LIMITS, CountingAPI, slurm_cache, squeue_free
 
 
 class UsageAPI(CountingAPI):
@@ -39,7 +39,7 @@ class UsageAPI(CountingAPI):
 def test_usage_shows_what_holds_the_quota_and_this_weeks_gpu_hours_once_per_interval(tmp_path):
     now = [0.0]
     api = UsageAPI(tmp_path)
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free, clock=lambda: now[0]),
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free, clock=lambda: now[0]),
                      api=api, clock=lambda: now[0])
     alice = HubUser("alice", ("gpu-users",))
     usage = board.usage(alice)
@@ -57,7 +57,7 @@ def test_usage_shows_what_holds_the_quota_and_this_weeks_gpu_hours_once_per_inte
 
 def test_usage_says_history_is_unavailable_when_accounting_is_down(tmp_path):
     api = UsageAPI(tmp_path, down=True)
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free), api=api)
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free), api=api)
     usage = board.usage(HubUser("alice", ("gpu-users",)))
     assert usage["quotas"][0]["gpus_in_use"] == 2  # from squeue: slurmctld still answers
     assert usage["history_unavailable"].startswith("GPU-hours are unavailable: they come from Slurm's accounting")
@@ -68,7 +68,7 @@ def test_the_jobs_page_never_waits_for_accounting_and_shows_what_it_read_last(tm
     now = [0.0]
     api = UsageAPI(tmp_path)
     held: list = []
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free, clock=lambda: now[0]),
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free, clock=lambda: now[0]),
                      api=api, clock=lambda: now[0], refresher=Refresher(execute=held.append))
     alice = HubUser("alice", ("gpu-users",))
     first = board.known_usage(alice)
@@ -87,7 +87,7 @@ def test_the_jobs_page_never_waits_for_accounting_and_shows_what_it_read_last(tm
 def test_accounting_down_is_said_and_not_asked_again_at_every_request(tmp_path):
     now = [0.0]
     api = UsageAPI(tmp_path, down=True)
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free, clock=lambda: now[0]),
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free, clock=lambda: now[0]),
                      api=api, clock=lambda: now[0], refresher=Refresher(execute=lambda task: task()))
     alice = HubUser("alice", ("gpu-users",))
     board.known_usage(alice)  # read in the "background" (inline here)
@@ -113,7 +113,7 @@ def test_off_slurm_usage_says_there_is_no_accounting_without_blaming_slurmdbd(tm
 def test_a_submit_and_its_form_weigh_the_weekly_budget_against_the_usage_report_the_board_keeps(tmp_path):
     cfg = PortalConfig(gpu_hours_budget={"gpu-users": 10})
     api = UsageAPI(tmp_path)
-    board = JobBoard(cfg, ClusterCache(cfg, run=squeue_free), api=api)
+    board = JobBoard(cfg, slurm_cache(cfg, squeue_free), api=api)
     alice = HubUser("alice", ("gpu-users",))
     budget = board.limits(alice).budget
     assert budget is not None and (budget.limit, budget.used) == (10, 2.0)  # her running job's 2 GPU-hours
@@ -123,7 +123,7 @@ def test_a_submit_and_its_form_weigh_the_weekly_budget_against_the_usage_report_
     board.submit(alice, {"template": "chexnet", "gpus_per_node": 1})
     assert api.limits_given[-1].budget == budget and len(api.usage_asked) == 1  # the report read once, kept
     assert board.limits(HubUser("bob", ("datascientists",))).budget is None  # no budget for bob's groups
-    down = JobBoard(cfg, ClusterCache(cfg, run=squeue_free), api=UsageAPI(tmp_path, down=True))
+    down = JobBoard(cfg, slurm_cache(cfg, squeue_free), api=UsageAPI(tmp_path, down=True))
     unknown = down.limits(alice).budget
     assert unknown is not None and unknown.used is None and "Connection refused" in unknown.unknown_why
 

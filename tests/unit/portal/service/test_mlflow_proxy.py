@@ -27,7 +27,6 @@ from tornado.web import Application, RequestHandler, create_signed_value
 
 from portal.config import PortalConfig
 from portal.mlflow_accounts import Account, Accounts, user_password
-from portal.scheduler.snapshot import ClusterCache
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
 from portal.service.board import JobBoard
@@ -40,7 +39,15 @@ from portal.service.mlflow_proxy import (
     upstream_headers,
 )
 from tests.mlflow_server import free_port
-from tests.unit.helpers import HUB_COOKIE, FakeDirectory, FakeJobsAPI, TestHeaderUser, hub_oauth, squeue_free
+from tests.unit.helpers import (
+    HUB_COOKIE,
+    FakeDirectory,
+    FakeJobsAPI,
+    TestHeaderUser,
+    hub_oauth,
+    slurm_cache,
+    squeue_free,
+)
 
 ALICE, BOB = "proxy-alice", "proxy-bob"
 PREFIX = "/services/portal/"
@@ -65,7 +72,7 @@ def mlflow_setup(mlflow_server, tmp_path_factory):
 
 
 def dashboard(cfg: PortalConfig, tmp: Path, accounts=None) -> Application:
-    cluster = ClusterCache(cfg, run=squeue_free)
+    cluster = slurm_cache(cfg, squeue_free)
     return make_app(cfg, prefix=PREFIX, hub_base_url="/", cluster=cluster,
                     board=JobBoard(cfg, cluster, api=FakeJobsAPI(tmp)), directory=FakeDirectory(),
                     notebooks_dir=tmp, accounts=accounts)

@@ -11,7 +11,6 @@ import pytest
 from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
-from portal.scheduler.snapshot import ClusterCache
 from portal.service import operations_charts
 from portal.service.app import make_app
 from portal.service.board import JobBoard
@@ -25,7 +24,7 @@ from portal.service.operations_charts import (
     read_charts,
     window_of,
 )
-from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free
+from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, slurm_cache, squeue_free
 
 # Prometheus 2.42's answer to `up` over two minutes, as the box's server gave it (trimmed to two points a series).
 RECORDED = {"status": "success", "data": {"resultType": "matrix", "result": [
@@ -100,7 +99,7 @@ def test_the_charts_end_with_the_second_under_way_so_a_target_just_read_is_drawn
 class OperationsPageTest(TestHeaderUser, AsyncHTTPTestCase):
     def get_app(self):
         cfg = PortalConfig(prometheus_url="")
-        cluster = ClusterCache(cfg, run=squeue_free)
+        cluster = slurm_cache(cfg, squeue_free)
         board = JobBoard(cfg, cluster, api=FakeJobsAPI(self.tmp_dir))
         return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=cluster, board=board,
                         directory=FakeDirectory())

@@ -23,14 +23,14 @@ from portal.gpus.ledger import Ledger
 from portal.gpus.readings import GpuReading, NodeReading
 from portal.records.spec import JobSpecError
 from portal.scheduler.cluster import QueuedJob
-from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
+from portal.scheduler.snapshot import ClusterSnapshot
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
 from portal.service.board import JobBoard, SubmitInProgress
 from portal.service.operations import METRICS_REFUSED, MetricsHandler
 from portal.service.prometheus import REGISTRY, exposition, may_read, program_of
 from portal.service.refusals import reason_of, refusal_logged
-from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, squeue_free
+from tests.unit.helpers import FakeDirectory, FakeJobsAPI, TestHeaderUser, slurm_cache, squeue_free
 
 REPO = Path(__file__).resolve().parents[4]
 GROUPS = {"alice": ("datascientists", "gpu-users"), "bob": ("datascientists",)}
@@ -135,7 +135,7 @@ class MetricsEndpointTest(TestHeaderUser, AsyncHTTPTestCase):
     def get_app(self):
         self.tmp = Path(self.tmp_dir)
         cfg = PortalConfig()
-        cluster = ClusterCache(cfg, run=squeue_free)
+        cluster = slurm_cache(cfg, squeue_free)
         app = make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=cluster,
                        board=JobBoard(cfg, cluster, api=FakeJobsAPI(self.tmp)), directory=Roster())
         app.settings["gpu_readings"] = self.tmp / "gpus"
@@ -200,7 +200,7 @@ class ServiceTokenTest(TestHeaderUser, AsyncHTTPTestCase):
 
     def get_app(self):
         cfg = PortalConfig()
-        cluster = ClusterCache(cfg, run=squeue_free)
+        cluster = slurm_cache(cfg, squeue_free)
         return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=cluster,
                         board=JobBoard(cfg, cluster, api=FakeJobsAPI(Path(self.tmp_dir))), directory=Roster())
 

@@ -15,14 +15,13 @@ from tornado.testing import AsyncHTTPTestCase
 
 from portal.config import PortalConfig
 from portal.jobs import Job, UnreadableJob, UnreadableRecord
-from portal.scheduler.snapshot import ClusterCache
 from portal.scheduler.usage import UsageReport
 from portal.service.app import make_app
 from portal.service.base import PortalHandler
 from portal.service.board import JobBoard, Refresher
 from portal.service.hub_user import HubUser
 from portal.service.parts import PartsLate
-from tests.unit.helpers import CountingAPI, FakeDirectory, identify_from_test_header, squeue_free
+from tests.unit.helpers import CountingAPI, FakeDirectory, identify_from_test_header, slurm_cache, squeue_free
 
 DEADLINE_S = 2.0  # the board's part deadline here: a view with a stalled part waits this long, once
 ADMIN = HubUser("admin", ("portal-admins",), admin=True)
@@ -61,7 +60,7 @@ class StallingAPI(CountingAPI):
 def board(tmp_path):
     now = [0.0]
     api = StallingAPI(tmp_path)
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free, clock=lambda: now[0]),
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free, clock=lambda: now[0]),
                      api=api, rescan_s=10, refresher=Refresher(execute=lambda task: task()), clock=lambda: now[0])
     board.part_deadline_s = DEADLINE_S
     board.now = now
@@ -161,7 +160,7 @@ class SlowAccountingAPI(StallingAPI):
 def test_an_admins_usage_answers_within_its_deadline_while_accounting_is_slow(tmp_path):
     now = [0.0]
     api = SlowAccountingAPI(tmp_path)
-    board = JobBoard(PortalConfig(), ClusterCache(PortalConfig(), run=squeue_free, clock=lambda: now[0]), api=api,
+    board = JobBoard(PortalConfig(), slurm_cache(PortalConfig(), squeue_free, clock=lambda: now[0]), api=api,
                      refresher=Refresher(execute=lambda task: task()), clock=lambda: now[0])
     board.part_deadline_s = DEADLINE_S
     try:
@@ -188,7 +187,7 @@ class AdminPagesTest(AsyncHTTPTestCase):
     def get_app(self):
         self.api = StallingAPI(Path(tempfile.mkdtemp()))
         cfg = PortalConfig()
-        cluster = ClusterCache(cfg, run=squeue_free)
+        cluster = slurm_cache(cfg, squeue_free)
         self.board = JobBoard(cfg, cluster, api=self.api)
         self.board.part_deadline_s = DEADLINE_S
         return make_app(cfg, prefix="/services/portal/", hub_base_url="/", cluster=cluster, board=self.board,

@@ -11,6 +11,7 @@ import pytest
 
 from portal.scheduler.kubernetes.errors import KubernetesError
 from portal.scheduler.kubernetes.watch import JobsWatch, WatchError, WatchStamp, events
+from portal.scheduler.registry import scheduler_for
 
 
 class Response:
@@ -126,8 +127,9 @@ def test_the_board_lists_a_users_jobs_again_only_when_their_namespaces_stamp_mov
 
     cfg = PortalConfig(scheduler="kubernetes", k8s_gpu_types=("t4",))
     now, stamps, api = [0.0], {"alice": WatchStamp(1, 0)}, JobsAPI()
-    board = JobBoard(cfg, ClusterCache(cfg), api=api, rescan_s=10, refresher=Refresher(execute=lambda task: task()),
-                     clock=lambda: now[0], dir_stamp=lambda user: stamps.get(user))
+    board = JobBoard(cfg, ClusterCache(cfg, scheduler_for(cfg)), api=api, rescan_s=10,
+                     refresher=Refresher(execute=lambda task: task()), clock=lambda: now[0],
+                     dir_stamp=lambda user: stamps.get(user))
     alice = HubUser("alice", ("gpu-users",))
     for step in range(4):
         now[0] = step * 11.0

@@ -20,11 +20,10 @@ from portal.records.record import JobRecord, cluster_jobs_dir
 from portal.records.spec import JobSpec
 from portal.scheduler.slurm.answers import job_unknown, squeue_outcome
 from portal.scheduler.slurm.scheduler import SlurmError, SlurmScheduler
-from portal.scheduler.snapshot import ClusterCache
 from spawners.slurm import PortalSlurmSpawner
 from spawners.slurm_state import SlurmUnavailable
 from tests.slurm_answers import squeue_json
-from tests.unit.helpers import spawner_answering
+from tests.unit.helpers import slurm_cache, spawner_answering
 
 DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
 # What a client prints when the controller accepts but does not answer: a line before the one batchspawner knows.
@@ -143,7 +142,7 @@ def test_the_cluster_cache_tells_a_failure_again_without_asking_until_the_interv
         asked.append(argv[0])
         raise SlurmError(f"`{argv[0]}` failed: {DOWN}")
 
-    cache = ClusterCache(PortalConfig(), run=run, clock=lambda: now[0])
+    cache = slurm_cache(PortalConfig(), run, clock=lambda: now[0])
     for _ in range(3):
         with pytest.raises(SlurmError, match="connect failure"):
             cache.snapshot()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from portal.config_checks import check_settings
+from portal.config_checks import SettingsChecks
 from portal.config_gpus import GpuSettings
 from portal.config_kubernetes import KubernetesSettings
 from portal.config_values import ConfigError, default_of, read_given, said_where, setting
@@ -37,7 +37,7 @@ SERVER_DASHBOARD_ENV = "PORTAL_DASHBOARD_URL"
 
 
 @dataclass(frozen=True)
-class PortalConfig(KubernetesSettings, GpuSettings):
+class PortalConfig(KubernetesSettings, GpuSettings, SettingsChecks):
     """Every setting, with its help text as data: ``python -m portal.config`` lists them, docs/configuration.md
     tables them (``python -m portal.config --markdown``)."""
 
@@ -237,7 +237,7 @@ class PortalConfig(KubernetesSettings, GpuSettings):
                                        "dashboard_api_rate applies.")
 
     def __post_init__(self) -> None:
-        check_settings(self)  # portal.config_checks: what each setting allows, named in every refusal
+        self.check_settings()  # portal.config_checks: what each setting allows, named in every refusal
 
     def sources(self) -> dict[str, str]:
         """Where each value came from: "default", "YAML file <path>" or "environment DSPORTAL_<NAME>", as load()
@@ -347,9 +347,3 @@ def load(env: Mapping[str, str] | None = None) -> PortalConfig:
         raise ConfigError(said_where(str(err), sources)) from None
     object.__setattr__(cfg, "_sources", MappingProxyType(sources))  # frozen: set once, here
     return cfg
-
-
-if __name__ == "__main__":
-    from portal.config_cli import main
-
-    raise SystemExit(main())
