@@ -76,7 +76,7 @@ class JobLimits:
     # shape above (a dry run's configured shape, a scheduler that does not say).
     rooms: tuple[NodeRoom, ...] = ()
     launcher: Shape | None = None  # the pod a single run adds (Kubernetes' launcher); None: none
-    # The launchers (portal.records.programs.LAUNCHERS) whose single runs add it; (): every one. On Kubernetes a
+    # The launchers (portal.records.launchers) whose single runs add it; (): every one. On Kubernetes a
     # Horovod run's launcher is a pod of its own, while a torchrun run's node 0 both trains and hosts the rendezvous.
     launcher_for: tuple[str, ...] = ()
     own_nodes: bool = True  # each of a run's node pods on a node of its own (Slurm); False: they may share one

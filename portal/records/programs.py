@@ -7,7 +7,8 @@ the hub side):
     NAME = "chexnet-torch"                  # what a job's `template` field names
     TITLE, DESCRIPTION                      # shown in the form beside the choice: a few words, one line
     MODULE = "chexnet_torch.train"          # run as `python -m MODULE` (by the launcher below)
-    LAUNCHER = "torchrun"                   # how it starts on each scheduler: "horovod" or "torchrun" (LAUNCHERS)
+    LAUNCHER = "torchrun"                   # how it starts on each scheduler: a registered launcher's name
+                                            # (portal.records.launchers: "horovod", "torchrun")
     VENV = "torch-venv"                     # its environment: beside the portal's venv (or an absolute path);
                                             # "" = the portal's own venv
     FIELDS = ({"name": "model", "kind": "choice", "choices": (...), "default": "densenet121", "label": ...,
@@ -35,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from portal.errors import Misconfigured
+from portal.records.launchers import launchers
 
 # The one registration of each program: its declaration module.
 REGISTERED = ("chexnet.program", "chexnet_torch.program")
-LAUNCHERS = ("horovod", "torchrun")  # portal/records/templates/<launcher>.* exist for each scheduler
 KINDS = ("choice", "bool", "int")
 COMMON_OPTIONS = ("model",)  # program fields that JobSpec holds as attributes of its own (every program has a model)
 LEGACY_OPTIONS = ("fp16", "xla")  # chexnet's fields, JobSpec attributes since before programs were registered
@@ -142,9 +143,9 @@ def load_program(module_name: str) -> Program:
     if not all(c.isalnum() or c == "-" for c in name) or not name[0].isalpha() or not name.islower():
         raise ProgramError(f"training program {module_name}: NAME is lower-case letters, digits and -")
     launcher = _text(module_name, values, "LAUNCHER")
-    if launcher not in LAUNCHERS:
-        raise ProgramError(f"training program {module_name}: LAUNCHER {launcher!r} is not one of "
-                           f"{', '.join(LAUNCHERS)}")
+    if launcher not in launchers().names:
+        raise ProgramError(f"training program {module_name}: LAUNCHER {launcher!r} is not a registered launcher "
+                           f"({', '.join(launchers().names)}: portal.records.launchers)")
     fields = tuple(_field(module_name, raw) for raw in values.get("FIELDS", ()))
     if "model" not in (f.name for f in fields):
         raise ProgramError(f"training program {module_name}: FIELDS must declare its models (a choice named model)")

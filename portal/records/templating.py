@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import shlex
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
 
 from portal.mlflow_accounts import tracking_uri
+from portal.records.launchers import PORTAL_TEMPLATES, Launchers, launchers
 from portal.records.programs import Program, Registry, registry
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.records.spec import JobSpec
 
-TEMPLATES_DIR = Path(__file__).parent / "templates"
+TEMPLATES_DIR = PORTAL_TEMPLATES
 # What mpirun passes on to the workers it starts on other hosts (-x), besides job_environment's names.
 MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
 # Where rank 0 reads the job's MLflow account (programkit.tracking; portal.mlflow_accounts.JOB_FILE's path), and, in a
@@ -38,14 +38,16 @@ def sbatch_value(value: object) -> str:
 
 
 def template_environment() -> jinja2.Environment:
-    """The launchers' templates, and each registered program's under its name (`chexnet/args.sh`)."""
-    return _environment(registry())
+    """The launchers' templates (the portal's, then each registered launcher's own folder), and each registered
+    program's under its name (`chexnet/args.sh`)."""
+    return _environment(registry(), launchers())
 
 
 @lru_cache(maxsize=4)
-def _environment(programs: Registry) -> jinja2.Environment:
+def _environment(programs: Registry, registered: Launchers) -> jinja2.Environment:
     # StrictUndefined: a template that names a value the renderer did not pass fails, never renders blank.
-    loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(TEMPLATES_DIR), jinja2.PrefixLoader(
+    folders = dict.fromkeys([TEMPLATES_DIR, *(launcher.templates for launcher in registered.launchers)])
+    loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(list(folders)), jinja2.PrefixLoader(
         {p.name: jinja2.FileSystemLoader(p.templates) for p in programs.programs}, delimiter="/")])
     env = jinja2.Environment(loader=loader, autoescape=False, undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True)
@@ -57,7 +59,17 @@ def _environment(programs: Registry) -> jinja2.Environment:
 def programs_with(suffix: str) -> tuple[str, ...]:
     """The registered programs whose launcher has a job script of this kind (`sbatch`, `local.sh`, `k8s.sh`, ...):
     those a scheduler can run (JobLimits.programs)."""
-    return tuple(p.name for p in registry().programs if (TEMPLATES_DIR / f"{p.launcher}.{suffix}").is_file())
+    registered = launchers()
+    return tuple(p.name for p in registry().programs if registered.get(p.launcher).has(suffix))
+
+
+def programs_on_kubernetes(mpijob: bool) -> tuple[str, ...]:
+    """The registered programs Kubernetes runs: those whose launcher builds its objects (its KUBERNETES), or where
+    the site runs MPIJobs, those whose launcher has an MPIJob's script (`mpijob.sh`)."""
+    if mpijob:
+        return programs_with("mpijob.sh")
+    registered = launchers()
+    return tuple(p.name for p in registry().programs if registered.get(p.launcher).kubernetes)
 
 
 def program_of(spec: JobSpec) -> Program:

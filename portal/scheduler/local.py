@@ -66,8 +66,7 @@ def render_local(spec: JobSpec, job_dir: str, cfg: PortalConfig) -> str:
     values = program_values(spec, cfg)
     return launch_template(spec, "local.sh").render(
         spec=spec, job_dir=job_dir, output=OUTPUT_FILE, seconds=hours * 3600 + minutes * 60 + seconds,
-        venv_bin=values["program_bin"], horovodrun=f"{values['program_bin']}/horovodrun",
-        torchrun=f"{values['program_bin']}/torchrun", trainer_args=cfg.jobs_trainer_args,
+        venv_bin=values["program_bin"], trainer_args=cfg.jobs_trainer_args,
         job_env=job_environment(cfg, '"$HOME"', f'"$job_dir/{JOB_FILE}"'), **values)
 
 

@@ -22,7 +22,7 @@ status=0
 # this process group, so a cancel reaches it too; it exits 124 when the limit struck. --disable-cache: one host
 # has nothing to cache, and horovodrun would otherwise keep its checks in ~/.horovod, outside the job's directory.
 timeout --foreground --kill-after=60 {{ seconds }} \
-    {{ horovodrun | q }} --disable-cache -np {{ spec.workers }} -H localhost:{{ spec.workers }} "${train[@]}" \
+    {{ (program_bin ~ "/horovodrun") | q }} --disable-cache -np {{ spec.workers }} -H localhost:{{ spec.workers }} "${train[@]}" \
     || status=$?
 echo "$status" > "$job_dir/exit_status"
 exit "$status"

@@ -12,7 +12,7 @@ export GLOO_SOCKET_IFNAME=lo
 {% endblock %}{% block run %}# train is (python -m module arguments...): torchrun takes the same from its -m on. A pod's run has a rendezvous
 # of its own (a task taken over by another pod meets apart from the lost one's).
 if private_rendezvous "$run_dir/.rendezvous" "$holder" 2>> "$log"; then
-    { {{ torchrun | q }} --nnodes=1 --nproc-per-node={{ spec.workers_per_node }} "${rendezvous[@]}" --max-restarts=0 \
+    { {{ (program_bin ~ "/torchrun") | q }} --nnodes=1 --nproc-per-node={{ spec.workers_per_node }} "${rendezvous[@]}" --max-restarts=0 \
           "${train[@]:1}" 2>&1; echo $? > "$run_dir/run-status"; } | tee -a "$log" &
 else
     echo 1 > "$run_dir/run-status" &

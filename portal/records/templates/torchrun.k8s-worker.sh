@@ -43,7 +43,7 @@ while :; do
         continue
     fi
     echo "worker $pod: joining run $generation"
-    {{ torchrun | q }} --nnodes={{ spec.nodes }} --nproc-per-node={{ spec.workers_per_node }} "${rendezvous[@]}" \
+    {{ (program_bin ~ "/torchrun") | q }} --nnodes={{ spec.nodes }} --nproc-per-node={{ spec.workers_per_node }} "${rendezvous[@]}" \
         --max-restarts=0 -m {{ program.module | q }} "${train_args[@]}" >> "$nodes/$generation-$pod.log" 2>&1 &
     run=$!
     looked=$SECONDS

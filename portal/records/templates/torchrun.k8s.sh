@@ -95,7 +95,7 @@ while :; do
     # This node's processes, and the other nodes' output as they write it into the job's directory (their pods'
     # logs are theirs; the job's log is this pod's, as mpirun's is on the Horovod path).
     rm -f "$nodes/status-$generation"
-    ( {{ torchrun | q }} --nnodes={{ spec.nodes }} --nproc-per-node={{ spec.workers_per_node }} "${rendezvous[@]}" \
+    ( {{ (program_bin ~ "/torchrun") | q }} --nnodes={{ spec.nodes }} --nproc-per-node={{ spec.workers_per_node }} "${rendezvous[@]}" \
           --local-addr="${POD_IP:?}" --max-restarts=0 -m {{ program.module | q }} "${train_args[@]}" 2>&1 &
       run=$!
       gather=

@@ -23,7 +23,7 @@ echo "{{ program.name }}: local job on $(hostname), {{ spec.workers }} process(e
 status=0
 # The wall-time limit, as Slurm would enforce it: TERM, then KILL a minute later (see horovod.local.sh).
 timeout --foreground --kill-after=60 {{ seconds }} \
-    {{ torchrun | q }} --nnodes=1 --nproc-per-node={{ spec.workers }} "${rendezvous[@]}" --max-restarts=0 \
+    {{ (program_bin ~ "/torchrun") | q }} --nnodes=1 --nproc-per-node={{ spec.workers }} "${rendezvous[@]}" --max-restarts=0 \
     -m {{ program.module | q }} "${train_args[@]}" || status=$?
 echo "$status" > "$job_dir/exit_status"
 exit "$status"

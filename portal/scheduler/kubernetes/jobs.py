@@ -1,42 +1,45 @@
-"""What a training job on Kubernetes is made of, by its program's launcher and the setting `k8s_jobs`: the record
-first, then what it owns, its NetworkPolicy before the rest (its pods reach each other as they start). Used by
-`KubernetesScheduler` to submit (`create_owned`) and to render a dry run.
+"""What a training job on Kubernetes is made of: what its program's launcher builds (the launcher's KUBERNETES,
+portal.records.launchers), the record first, then what it owns, its NetworkPolicy before the rest (its pods reach
+each other as they start). Used by `KubernetesScheduler` to submit (`create_owned`) and to render a dry run.
 
-- horovod, "plain": a launcher Job, its Secret (the job's ssh key) and a workers Job (manifests.plain_job_objects);
-- horovod, "mpijob": an MPIJob (manifests.mpijob_manifest), which owns its pods itself;
-- torchrun, "plain": node 0's Job, its headless Service and a workers Job (torchjob.torchrun_job_objects); where
-  the portal runs MPIJobs, its jobs are listed as MPIJobs, so a torchrun program is not offered (records.limits_for).
+- horovod (horovodjob.horovod_job_objects): "plain", a launcher Job, its Secret (the job's ssh key) and a workers
+  Job; "mpijob" (setting `k8s_jobs`), an MPIJob, which owns its pods itself;
+- torchrun (torchjob.torchrun_job_objects): node 0's Job and a workers Job; where the portal runs MPIJobs, its
+  jobs are listed as MPIJobs, so a launcher without an `mpijob.sh` is not offered (records.limits_for).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from portal.config import PortalConfig
 from portal.first_import import loaded
-from portal.records.spec import JobSpec
+from portal.records.launchers import launchers
+from portal.records.spec import JobSpec, JobSpecError
 from portal.records.templating import program_of
-from portal.scheduler.kubernetes.client import api_call, new_ssh_key
-from portal.scheduler.kubernetes.manifests import mpijob_manifest, owned_by, plain_job_objects
+from portal.scheduler.kubernetes.client import api_call
+from portal.scheduler.kubernetes.manifests import owned_by
 from portal.scheduler.kubernetes.netpol import job_network_policy
-from portal.scheduler.kubernetes.torchjob import torchrun_job_objects
 
 
 def job_objects(cfg: PortalConfig, spec: JobSpec, job_id: str, user: str, partition: str, *, plain: bool,
                 submitted_at: str = "", keys: tuple[str, str] | None = None) -> list[dict]:
     """[the record, its NetworkPolicy, what else it owns]. `keys`: a Horovod plain job's (private, public) ssh key
-    (made here when None)."""
-    fence = job_network_policy(cfg, user, job_id)
-    if program_of(spec).launcher == "torchrun":
-        record, owned = torchrun_job_objects(spec, job_id, user, cfg, partition, submitted_at=submitted_at)
-        return [record, fence, *owned]
-    if not plain:
-        return [mpijob_manifest(spec, job_id, user, cfg, partition, submitted_at=submitted_at), fence]
-    private_key, public_key = keys or new_ssh_key()
-    launcher, owned = plain_job_objects(spec, job_id, user, cfg, partition, private_key=private_key,
-                                        public_key=public_key, submitted_at=submitted_at)
-    return [launcher, fence, *owned]
+    (made by its builder when None)."""
+    build = builder(program_of(spec).launcher)
+    record, owned = build(spec, job_id, user, cfg, partition, plain=plain, submitted_at=submitted_at, keys=keys)
+    return [record, job_network_policy(cfg, user, job_id), *owned]
+
+
+def builder(launcher: str) -> Callable[..., tuple[dict, list[dict]]]:
+    """The function that builds a single run's objects for `launcher` (its declaration's KUBERNETES)."""
+    module, _, function = launchers().get(launcher).kubernetes.partition(":")
+    if not module:
+        raise JobSpecError("template", f"the launcher {launcher} runs on no Kubernetes (its declaration names no "
+                                       "KUBERNETES builder)")
+    return getattr(importlib.import_module(module), function)
 
 
 def create_owned(core: Any, namespace: str, owned: Sequence[dict], created: dict) -> None:

@@ -2,11 +2,8 @@
 cluster. `portal.scheduler.kubernetes.scheduler` submits them; the spawner and deploy/kubernetes/kubebox.py build a
 user's namespace with the same functions.
 
-A training job is one of two shapes (setting `k8s_jobs`):
-- "plain" (the default; no operator needed), as NetApp's procedure runs Horovod: a launcher Job (the job's record,
-  named by the job id) running mpirun over ssh, a workers Job of `spec.nodes` pods running sshd, and a Secret with
-  the job's ssh key, both owned by the launcher Job so that deleting it removes all (`plain_job_objects`);
-- "mpijob": an MPIJob (kubeflow.org/v2beta1) for clusters that run the Kubeflow MPI Operator (`mpijob_manifest`).
+What every training job's objects share (its record's metadata, its pods' template, volumes and tolerations) is
+here; the objects of a single run are its launcher's (portal.records.launchers: `horovodjob.py`, `torchjob.py`).
 
 A sweep (plain only) is one Job, the record, of `trials` completions and `parallel` pods at once, each pod one
 trial on one node (`sweep_job_manifest`, programkit.sweep's `claim`).
@@ -47,16 +44,10 @@ LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}  # mpirun and its ssh session
 HOME, DATA, SHM, SSH = "home", "data", "dshm", "ssh"  # volume names
 LABEL_ROLE = "dsportal/role"  # launcher or worker, on a plain job's pods
 HOME_CLAIM_SIZE = "20Gi"  # what a user's home claim asks for (KubeSpawner's storage_capacity, the same)
-SSH_PORT = 2222  # each worker pod's sshd (as the notebook user, so not 22)
-LAUNCH_ATTEMPTS = 3  # a Horovod run that started no process (a new pod's policy not programmed yet), again
-SSH_ATTEMPTS = 10  # mpirun's ssh to a worker that refuses, once a second (its NetworkPolicy being programmed)
-SSH_DIR = "/etc/dsportal-ssh"  # the job's Secret, mounted read-only
 # A plain job's launcher runs again from the last checkpoint when a worker pod is lost, at most this often; its
 # pods leave a lost node after LOST_NODE_S (the default toleration is 300 s), and the workers Job replaces them.
 RESTARTS, LOST_NODE_S = 2, 30
 WATCH_EVERY_S = 10  # the launcher looks whether every worker still answers this often
-PROBE_AGAIN_S = 3  # a worker that did not answer is asked again after this; lost only when it fails twice
-SERVE_POLL_S = 2  # a worker looks for workers-done, and for its published file, this often
 WORKER_POLL_S = 0.5  # the launcher looks for its workers' sshd this often until all answer
 STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
 CARD_IN_LOG_BYTES = 64 * 1024  # the model card a script copies into its pod's log (a card is a few KB)
@@ -125,16 +116,10 @@ def launcher_values(cfg: PortalConfig, spec: JobSpec) -> dict[str, Any]:
     environment = job_environment(cfg, shlex.quote(cfg.k8s_home_mount.rstrip("/")), TRACKING_FILE)
     values = program_values(spec, cfg)
     return {**values, "venv_bin": values["program_bin"], "portal_python": str(cfg.venv / "bin" / "python"),
-            "torchrun": f"{values['program_bin']}/torchrun",
             "job_env": environment,
             "card_bytes": CARD_IN_LOG_BYTES, "card_line": MODEL_CARD_LINE, "trainer_args": cfg.jobs_trainer_args,
             "map_by": cfg.jobs_mpi_map_by, "bind_to": cfg.jobs_mpi_bind_to, "mpirun_args": cfg.jobs_mpirun_args,
             "exported": exported(environment)}
-
-
-def launcher_script(spec: JobSpec, job_id: str, job_dir: str, cfg: PortalConfig) -> str:
-    return launch_template(spec, "mpijob.sh").render(
-        spec=spec, job_id=job_id, job_dir=job_dir, **launcher_values(cfg, spec))
 
 
 def node_resources(spec: JobSpec) -> dict[str, str]:
@@ -156,50 +141,6 @@ def pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict]
         spec["nodeSelector"] = dict(node_selector)
     return {"metadata": {"labels": dict(labels), "annotations": {
         "sidecar.istio.io/inject": "false", ANNOTATION_TIME_LIMIT: str(minutes_of(time_limit))}}, "spec": spec}
-
-
-def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str,
-                    submitted_at: str = "") -> dict:
-    """The MPIJob for a validated spec: a launcher running mpirun, `spec.nodes` workers with
-    `slotsPerWorker` = GPUs per worker pod, the data set (read-only), the user's home and /dev/shm in memory."""
-    job_dir = pod_job_dir(cfg, job_id)
-    labels = {"app.kubernetes.io/part-of": "dsportal", "app.kubernetes.io/component": "training",
-              LABEL_USER: user, LABEL_JOB: job_id}
-    mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}]
-    home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
-    worker_resources = node_resources(spec)
-    launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
-                "command": ["/bin/bash", "-c", launcher_script(spec, job_id, job_dir, cfg)],
-                "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
-                "volumeMounts": mounts}
-    worker = {"name": "worker", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
-              "resources": {"requests": dict(worker_resources), "limits": dict(worker_resources)},
-              "volumeMounts": [*mounts, {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
-                               {"name": SHM, "mountPath": "/dev/shm"}]}
-    worker_volumes = [home, {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim,
-                                                                     "readOnly": True}},
-                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
-    selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
-    return {
-        "apiVersion": API_VERSION, "kind": KIND,
-        "metadata": {"name": job_id, "namespace": cfg.user_namespace(user), "labels": labels,
-                     "annotations": _record_annotations(spec, cfg, submitted_at)},
-        "spec": {
-            "slotsPerWorker": spec.workers_per_node,
-            "mpiImplementation": "OpenMPI",
-            # No retries (a failed training is a result to read, not to repeat); the wall time as a deadline;
-            # finished pods are removed but the MPIJob (the record) is kept.
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0,
-                          "activeDeadlineSeconds": minutes_of(spec.time_limit) * 60},
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": pod_template(labels, launcher, [home], time_limit=spec.time_limit)},
-                "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
-                           "template": pod_template(labels, worker, worker_volumes, selector,
-                                                    time_limit=spec.time_limit)},
-            },
-        },
-    }
 
 
 def manifest_yaml(manifest: Mapping[str, Any]) -> str:
@@ -226,10 +167,10 @@ def job_metadata(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, submi
     """The record a job's top object carries: its name is the job id, its labels whose it is, its annotations the
     spec and the submit time."""
     return {"name": job_id, "namespace": cfg.user_namespace(user), "labels": job_labels(user, job_id),
-            "annotations": _record_annotations(spec, cfg, submitted_at)}
+            "annotations": record_annotations(spec, cfg, submitted_at)}
 
 
-def _record_annotations(spec: JobSpec, cfg: PortalConfig, submitted_at: str) -> dict[str, str]:
+def record_annotations(spec: JobSpec, cfg: PortalConfig, submitted_at: str) -> dict[str, str]:
     return {ANNOTATION_SPEC: json.dumps(spec.to_dict(), sort_keys=True),
             ANNOTATION_SUBMITTED: submitted_at or now_utc(), ANNOTATION_CLUSTER: cfg.cluster_name}
 
@@ -237,73 +178,6 @@ def _record_annotations(spec: JobSpec, cfg: PortalConfig, submitted_at: str) -> 
 def pod_job_dir(cfg: PortalConfig, job_id: str) -> str:
     """The job's directory as its pods see the user's home: <k8s_home_mount>/jobs/<cluster_name>/<id>."""
     return posixpath.join(cfg.k8s_home_mount, JOBS_ROOT, cfg.cluster_name, job_id)
-
-
-def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str, *,
-                      private_key: str, public_key: str, submitted_at: str = "") -> tuple[dict, list[dict]]:
-    """A Horovod job with plain objects: (the launcher Job, [its Secret, the workers Job]). The two are created
-    after the launcher, with an owner reference to it (`owned_by`), so the garbage collector deletes them with
-    it; the launcher waits for the workers itself (horovod.k8s.sh)."""
-    job_dir = pod_job_dir(cfg, job_id)
-    secret_name, workers_name = f"{job_id}-ssh", f"{job_id}-workers"
-    home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
-    mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}, {"name": SSH, "mountPath": SSH_DIR, "readOnly": True}]
-    ssh = {"name": SSH, "secret": {"secretName": secret_name, "defaultMode": 0o440}}
-    values = {"spec": spec, "job_id": job_id, "job_dir": job_dir, "ssh_port": SSH_PORT}
-    launcher_script = launch_template(spec, "k8s.sh").render(
-        **values, **launcher_values(cfg, spec), key_file=f"{SSH_DIR}/id_ed25519", restarts=RESTARTS,
-        watch_every=WATCH_EVERY_S, worker_poll=WORKER_POLL_S, stop_grace=STOP_GRACE_S, ssh_attempts=SSH_ATTEMPTS,
-        launch_attempts=LAUNCH_ATTEMPTS, probe_again_s=PROBE_AGAIN_S)
-    worker_script = launch_template(spec, "k8s-worker.sh").render(
-        **values, authorized_keys=f"{SSH_DIR}/authorized_keys", serve_poll_s=SERVE_POLL_S)
-    worker_resources = node_resources(spec)
-    deadline = minutes_of(spec.time_limit) * 60
-    tolerations = lost_node_tolerations()  # the workers Job replaces a lost node's pods on the nodes left
-    launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
-                "command": ["/bin/bash", "-c", launcher_script],
-                "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
-                "volumeMounts": mounts}
-    worker = {"name": "worker", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
-              "command": ["/bin/bash", "-c", worker_script],
-              "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                      {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-              "ports": [{"name": "ssh", "containerPort": SSH_PORT}],
-              "readinessProbe": {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 10},
-              "resources": {"requests": dict(worker_resources), "limits": dict(worker_resources)},
-              "volumeMounts": [*mounts, {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
-                               {"name": SHM, "mountPath": "/dev/shm"}]}
-    worker_volumes = [home, ssh, {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim,
-                                                                          "readOnly": True}},
-                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
-    selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
-    labels = job_labels(user, job_id)
-
-    def pod(role: str, container: dict, volumes: list[dict], node_selector=None) -> dict:
-        template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, node_selector,
-                                time_limit=spec.time_limit)
-        template["spec"].update(restartPolicy="Never", tolerations=tolerations, enableServiceLinks=False,
-                                automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
-        if role == "worker":  # one worker pod per node where the nodes allow (a node's GPUs are one pod's)
-            template["spec"]["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
-                    "matchLabels": {LABEL_JOB: job_id, LABEL_ROLE: "worker"}}}}]}}
-        return template
-
-    launcher_job = {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": job_metadata(spec, job_id, user, cfg, submitted_at),
-        # A launcher pod lost with its node is made again (it resumes); the wall time is the job's deadline.
-        "spec": {"backoffLimit": RESTARTS, "activeDeadlineSeconds": deadline,
-                 "template": pod("launcher", launcher, [home, ssh])}}
-    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-              "metadata": {"name": secret_name, "namespace": cfg.user_namespace(user), "labels": labels},
-              "stringData": {"id_ed25519": private_key, "authorized_keys": public_key}}
-    workers = {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": workers_name, "namespace": cfg.user_namespace(user), "labels": labels},
-        "spec": {"parallelism": spec.nodes, "completions": spec.nodes, "backoffLimit": spec.nodes * (RESTARTS + 1),
-                 "activeDeadlineSeconds": deadline,
-                 "template": pod("worker", worker, worker_volumes, selector)}}
-    return launcher_job, [secret, workers]
 
 
 def sweep_job_manifest(spec: JobSpec, plan: SweepPlan, job_id: str, user: str, cfg: PortalConfig, partition: str,

@@ -20,6 +20,7 @@ from portal.errors import JobNotFound
 from portal.metrics import MAX_SERIES, RunMetrics, metrics_of_records, record_lines
 from portal.records.fit import Shape
 from portal.records.ids import anchored
+from portal.records.launchers import launchers
 from portal.records.limits import JobLimits
 from portal.records.record import (
     CANCELLED,
@@ -36,7 +37,7 @@ from portal.records.record import (
     recorded_spec,
 )
 from portal.records.sweep import SweepPlan, SweepStatusError, read_status, recorded_plan
-from portal.records.templating import programs_with
+from portal.records.templating import programs_on_kubernetes
 from portal.registrations import SCHEDULERS
 from portal.scheduler.cluster import NodePool
 from portal.scheduler.home import checked_card
@@ -88,10 +89,10 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
                      max_minutes=None, quota=cfg.user_gpu_quota(groups),
                      default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"),
                      rooms=rooms, own_nodes=False,
-                     programs=programs_with("mpijob.sh" if cfg.k8s_jobs == "mpijob" else "k8s.sh"),
+                     programs=programs_on_kubernetes(cfg.k8s_jobs == "mpijob"),
                      launcher=Shape(round(quantity(LAUNCHER_RESOURCES["cpu"]) * 1000),
                                     int(quantity(LAUNCHER_RESOURCES["memory"]) // MIB)),
-                     launcher_for=("horovod",),  # a torchrun job's node 0 is its launcher (torchjob)
+                     launcher_for=launchers().with_launcher_pod(),  # a torchrun job's node 0 is its launcher
                      pools=gpu_type_pools(cfg.k8s_gpu_types, listed, Shape(
                          cfg.k8s_node_cpus * 1000, cfg.k8s_node_memory_gb * 1024, cfg.k8s_node_gpus)),
                      gpu_choices=cfg.gpu_profiles())

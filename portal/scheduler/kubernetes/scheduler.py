@@ -36,11 +36,13 @@ from portal.config import PortalConfig
 from portal.errors import JobNotFound
 from portal.first_import import loaded
 from portal.mlflow_accounts import Account, run_tags
+from portal.records.launchers import launchers
 from portal.records.limits import JobLimits
 from portal.records.record import CANCELLED, PENDING, JobRecord
 from portal.records.spec import JobSpec, JobSpecError
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan
+from portal.records.templating import program_of
 from portal.scheduler.cluster import NodeHolding, QueuedJob
 from portal.scheduler.cluster import start_note as note_from_nodes
 from portal.scheduler.errors import NoAccounting
@@ -96,7 +98,11 @@ class KubernetesScheduler(PodOutput):
         self.sweeps = self.plain  # a sweep is one Job of trial pods (portal.scheduler.kubernetes.manifests)
 
     def check_sweep(self, spec: JobSpec) -> None:
-        """Each trial is one pod here: one node's GPUs."""
+        """Each trial is one pod here: one node's GPUs, started by its launcher's trial script."""
+        launcher = program_of(spec).launcher
+        if not launchers().get(launcher).has("k8s-trial.sh"):
+            raise JobSpecError("sweep", f"{spec.template}'s launcher ({launcher}) has no trial script for Kubernetes "
+                                        "(k8s-trial.sh); allowed: single runs")
         if spec.nodes != 1:
             raise JobSpecError("nodes", f"{spec.nodes}: a sweep's trial on Kubernetes is one pod, on one node; "
                                         "allowed: 1 (use gpus_per_node for more GPUs per trial)")

@@ -1,6 +1,6 @@
-"""A torchrun job (the PyTorch program, chexnet_torch) on Kubernetes as plain objects, as sites run PyTorch without
-an operator (Kubernetes 1.20 has no Indexed Jobs, and Kubeflow's trainer needs 1.31): pure builders, unit-tested
-without a cluster; `portal.scheduler.kubernetes.jobs` creates them.
+"""A torchrun job (the launcher `torchrun`, portal/launchers/torchrun.py) on Kubernetes as plain objects, as sites
+run PyTorch without an operator (Kubernetes 1.20 has no Indexed Jobs, and Kubeflow's trainer needs 1.31): pure
+builders, unit-tested without a cluster; `portal.scheduler.kubernetes.jobs` creates them.
 
 - the record Job (named by the job id, its annotations the spec): one pod, node 0, hostname `<id>-0`, which is
   rank 0 (`ranked_first`), numbers the runs and trains (torchrun.k8s.sh); a pod lost with its node is made again
@@ -52,9 +52,11 @@ def ranked_first(node0_address: str, worker_pod: str) -> bool:
     return sorted([node0_address, worker_pod])[0] == node0_address
 
 
-def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str,
-                         submitted_at: str = "") -> tuple[dict, list[dict]]:
-    """(the record Job, [its workers Job], none for one node)."""
+def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, partition: str, *,
+                         plain: bool = True, submitted_at: str = "",
+                         keys: tuple[str, str] | None = None) -> tuple[dict, list[dict]]:
+    """(the record Job, [its workers Job], none for one node). Plain objects always (`plain` and `keys` are other
+    launchers': where the site runs MPIJobs, a torchrun program is not offered, records.limits_for)."""
     namespace = cfg.user_namespace(user)
     job_dir = pod_job_dir(cfg, job_id)
     host0 = node0_hostname(job_id)

@@ -60,7 +60,6 @@ def render_sbatch(spec: JobSpec, job_dir: str, cfg: PortalConfig, partition: str
         trainer_args=cfg.jobs_trainer_args,
         exported=exported(environment),
         srun_mpi=cfg.jobs_srun_mpi,
-        torchrun=f"{values['program_bin']}/torchrun",
         **values,
     )
 

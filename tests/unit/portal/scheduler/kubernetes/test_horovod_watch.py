@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from portal.records.templating import template_environment
-from portal.scheduler.kubernetes.manifests import PROBE_AGAIN_S, SERVE_POLL_S, plain_job_objects
+from portal.scheduler.kubernetes.horovodjob import PROBE_AGAIN_S, SERVE_POLL_S, plain_job_objects
 from tests.conftest import wait_for
 from tests.unit.helpers import K8S_CFG, K8S_JOB_ID, bash_syntax_ok, k8s_spec
 

@@ -15,7 +15,8 @@ import yaml
 from portal.metrics import RunMetrics
 from portal.records.record import RecordError
 from portal.records.spec import JobSpecError, parse_job_spec
-from portal.scheduler.kubernetes.manifests import ANNOTATION_CLUSTER, ANNOTATION_SPEC, manifest_yaml, mpijob_manifest
+from portal.scheduler.kubernetes.horovodjob import mpijob_manifest
+from portal.scheduler.kubernetes.manifests import ANNOTATION_CLUSTER, ANNOTATION_SPEC, manifest_yaml
 from portal.scheduler.kubernetes.records import K8S_ID, limits_for, log_metrics, mpijob_record, mpijob_state
 from portal.scheduler.kubernetes.scheduler import KubernetesError, KubernetesScheduler, new_k8s_id
 from tests.unit.helpers import K8S_CFG as CFG

@@ -13,13 +13,13 @@ import pytest
 from portal.quota import GpuQuota
 from portal.scheduler.kubernetes.client import new_ssh_key
 from portal.scheduler.kubernetes.holders import pod_holders, pod_queue
+from portal.scheduler.kubernetes.horovodjob import plain_job_objects
 from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_SPEC,
     ANNOTATION_TIME_LIMIT,
     LABEL_JOB,
     LABEL_ROLE,
     owned_by,
-    plain_job_objects,
 )
 from portal.scheduler.kubernetes.records import RUN_ENDED, limits_for, plain_job_state
 from portal.scheduler.snapshot import ClusterSnapshot

@@ -153,7 +153,7 @@ def test_the_sweeps_state_comes_from_its_job_and_pods(conditions, deleting, phas
 
 
 def test_every_kubernetes_script_copies_the_model_card_into_its_pods_log():
-    from portal.scheduler.kubernetes.manifests import launcher_script, plain_job_objects
+    from portal.scheduler.kubernetes.horovodjob import launcher_script, plain_job_objects
 
     trial = sweep_job()["spec"]["template"]["spec"]["containers"][0]["command"][2]
     launcher, _ = plain_job_objects(spec(), JOB_ID, "alice", CFG, "v100", private_key="K", public_key="P")
