@@ -10,10 +10,12 @@ A launcher is a declaration module of plain values, which imports nothing (porta
 
 and its job scripts, `<TEMPLATES>/<NAME>.<kind>` for each scheduler that runs it: `sbatch` (Slurm), `local.sh` (the
 local runner), `k8s.sh` and `k8s-worker.sh` (a plain Kubernetes job: the record's pod and the others), `k8s-trial.sh`
-(a sweep's trial pod) and `mpijob.sh` (an MPIJob's launcher). A scheduler runs the programs whose launcher has its
-kind of script (portal.records.templating.programs_with). The builder takes (spec, job_id, user, cfg, partition) and
-the keywords `plain`, `submitted_at` and `keys`, and returns (the record, [what it owns]), as
-portal.scheduler.kubernetes.torchjob.torchrun_job_objects does; no scheduler holds a branch on a launcher's name.
+(a sweep's trial pod) and `mpijob.sh` (an MPIJob's launcher). Slurm and the local runner run the programs whose
+launcher has their kind of script (portal.records.templating.programs_with), Kubernetes those whose launcher names a
+builder (where the site runs MPIJobs: has an `mpijob.sh`; its sweeps: a `k8s-trial.sh`). The builder takes (spec,
+job_id, user, cfg, partition) and the keywords `plain`, `submitted_at` and `keys`, and returns (the record, [what it
+owns]), as portal.scheduler.kubernetes.torchjob.torchrun_job_objects does; no scheduler holds a branch on a
+launcher's name.
 
 Registering one is one line: its declaration module in `REGISTERED` below (a test adds one there, and clears
 `_registered`'s cache: the registry is loaded once).
