@@ -55,14 +55,9 @@ wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them
     done
 }
 
+{% include "stop-by-name.sh" %}
 stop_run() {  # mpirun and its ssh children: asked first, then killed
-    local waited=0
-    pkill -TERM -x mpirun
-    while pgrep -x mpirun > /dev/null && [ "$waited" -lt {{ stop_grace }} ]; do
-        sleep 1
-        waited=$((waited + 1))
-    done
-    pkill -KILL -x mpirun
+    stop_by_name mpirun
     pkill -KILL -x ssh
 }
 

@@ -2,20 +2,9 @@
 # CheXNet training with Horovod on this machine: {{ spec.workers }} worker(s) under horovodrun.
 # Rendered by portal.jobs from a validated JobSpec; every value below was checked, then shell-quoted.
 # Started detached in a session of its own (setsid), so cancelling signals its whole process group.
-set -uo pipefail
-job_dir={{ job_dir | q }}
-cd "$job_dir" || exit 1
-exec >>"$job_dir/{{ output }}" 2>&1
-echo "$$" > "$job_dir/pid"
-mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints"
-
-export PATH={{ venv_bin | q }}:"$PATH"
-export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-{% for name, word in job_env %}export {{ name }}={{ word }}
-{% endfor %}
+{% include "local-start.sh" -%}
 # --resume: a job started again in the same directory continues from its last checkpoint.
-{% include program.include() %}
-train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
+{% include "horovod-train.sh" -%}
 echo "chexnet: local job on $(hostname), {{ spec.workers }} worker(s), time limit {{ spec.time_limit }}"
 status=0
 # The wall-time limit, as Slurm would enforce it: TERM, then KILL a minute later. --foreground keeps timeout in

@@ -1,5 +1,5 @@
 # CheXNet training with Horovod, an MPIJob's launcher: {{ spec.nodes }} worker pod(s) x {{ spec.workers_per_node }} worker(s), one per GPU.
-# Rendered by portal.scheduler.kubernetes.manifests from a validated JobSpec; every value below was checked, then shell-quoted.
+# Rendered by portal.scheduler.kubernetes.horovodjob from a validated JobSpec; every value below was checked, then shell-quoted.
 # The MPI operator writes the hostfile and starts the workers' sshd.
 set -uo pipefail
 job_dir={{ job_dir | q }}
@@ -7,12 +7,8 @@ mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints" || exit 1
 cd "$job_dir" || exit 1
 
 export PATH={{ venv_bin | q }}:"$PATH"
-export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-{% for name, word in job_env %}export {{ name }}={{ word }}
-{% endfor %}
 # --resume: a restarted launcher continues from the last checkpoint (a fresh job starts at epoch 1).
-{% include program.include() %}
-train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
+{% include "horovod-train.sh" -%}
 {% include "card-in-log.sh" %}
 echo "chexnet: MPIJob {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun"
 status=0

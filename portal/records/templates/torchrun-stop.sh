@@ -3,17 +3,13 @@
     outlives a killed torchrun, and would keep the run's output pipe open (node 0's wait would never end) and its CPUs.
     By name: in the pod's own PID namespace `torchrun` is this pod's alone (run on a host, it would be every user's;
     the unit tests run it in a namespace of its own, tests/unit/helpers.py's in_a_pod). -#}
+{% include "stop-by-name.sh" %}
 stop_torchrun() {
-    local waited=0 launchers ranks
+    local launchers ranks
     launchers=$(pgrep -d, -x torchrun)
     [ -n "$launchers" ] || return 0
     ranks=$(pgrep -P "$launchers" | tr '\n' ' ')
-    pkill -TERM -x torchrun
-    while pgrep -x torchrun > /dev/null && [ "$waited" -lt {{ stop_grace }} ]; do
-        sleep 1
-        waited=$((waited + 1))
-    done
-    pkill -KILL -x torchrun
+    stop_by_name torchrun
     [ -z "$ranks" ] || kill -KILL $ranks 2>/dev/null
     return 0
 }

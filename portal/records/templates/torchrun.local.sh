@@ -3,14 +3,7 @@
 # directory (torchrun-rendezvous.sh): nothing of the rendezvous listens, not even on this machine's loopback.
 # Rendered by portal.jobs from a validated JobSpec; every value below was checked, then shell-quoted.
 # Started detached in a session of its own (setsid), so cancelling signals its whole process group.
-set -uo pipefail
-job_dir={{ job_dir | q }}
-cd "$job_dir" || exit 1
-exec >>"$job_dir/{{ output }}" 2>&1
-echo "$$" > "$job_dir/pid"
-mkdir -p "$job_dir/tensorboard" "$job_dir/checkpoints"
-
-export PATH={{ venv_bin | q }}:"$PATH"
+{% include "local-start.sh" -%}
 export PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS={{ spec.cpus_per_task }}
 {% for name, word in job_env %}export {{ name }}={{ word }}
