@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.records.spec import JobSpec
 
-TEMPLATES_DIR = PORTAL_TEMPLATES
 # What mpirun passes on to the workers it starts on other hosts (-x), besides job_environment's names.
 MPI_EXPORTED = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "TF_CPP_MIN_LOG_LEVEL")
 # Where rank 0 reads the job's MLflow account (programkit.tracking; portal.mlflow_accounts.JOB_FILE's path), and, in a
@@ -46,7 +45,7 @@ def template_environment() -> jinja2.Environment:
 @lru_cache(maxsize=4)
 def _environment(programs: Registry, registered: Launchers) -> jinja2.Environment:
     # StrictUndefined: a template that names a value the renderer did not pass fails, never renders blank.
-    folders = dict.fromkeys([TEMPLATES_DIR, *(launcher.templates for launcher in registered.launchers)])
+    folders = dict.fromkeys([PORTAL_TEMPLATES, *(launcher.templates for launcher in registered.launchers)])
     loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(list(folders)), jinja2.PrefixLoader(
         {p.name: jinja2.FileSystemLoader(p.templates) for p in programs.programs}, delimiter="/")])
     env = jinja2.Environment(loader=loader, autoescape=False, undefined=jinja2.StrictUndefined,
