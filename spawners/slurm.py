@@ -164,7 +164,7 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
         if not job_id:
             raise SlurmError("sbatch answered no job id for the server's job (the hub's log has its answer)")
         node = await self.wait_until_running(job_id)
-        self.ip = await slurm_cluster.node_address(self.portal, node)
+        self.ip = await slurm_cluster.node_address(self.scheduler(), node)
         await self.wait_until_listening(job_id)
         self.start_unfinished = False  # the hub saves the state (now without it) once the start returns
         self.log.info("server of %s up: Slurm job %s on %s, at %s:%s", self.req_username, job_id, node, self.ip,
@@ -207,7 +207,7 @@ class PortalSlurmSpawner(ServerOptionsMixin, SlurmStateSpawner):
     async def job_ended(self, job_id: str) -> ServerJobEnded:
         """Why the job ended (its state, exit code, reason and the tail of its output), logged; the state is
         cleared: there is no job left to cancel."""
-        job = await slurm_cluster.job_record(self.portal, job_id)
+        job = await slurm_cluster.job_record(self.scheduler(), job_id)
         state = job.state if job else "unknown"
         output = f"{self.req_server_log_dir}/{SERVER_OUTPUT_FILE.replace('%j', job_id)}"
         report = await slurm_cluster.ended_job_report(job_id, job, self.req_username, output, self.output_tail_lines)

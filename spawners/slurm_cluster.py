@@ -1,12 +1,11 @@
-"""What the Slurm spawner asks Slurm as root, outside batchspawner's own commands (which run as the user) and the
-form's limits (the scheduler's own: spawners.options): whether a server will wait, from the scheduler's snapshot;
-a node's address; and a job's record (`squeue --json`, read by portal.scheduler.slurm.json_answers: the job's name
-and paths are the user's text) to explain a failed start.
+"""What the Slurm spawner asks its scheduler as the portal, outside batchspawner's own commands (which run as the
+user) and the form's limits (spawners.options): whether a server will wait, from the scheduler's snapshot; a node's
+address; and a server's job record to explain a failed start. Each goes through the Scheduler protocol
+(portal.scheduler: `snapshot`, and HostsServers' `server_address` and `server_job`), never Slurm's commands.
 
-Functions of the portal's settings and plain values, so the spawner (spawners.slurm) keeps only its extension points.
-Every command goes through the portal's one Slurm runner (portal.scheduler.slurm.commands). A Slurm that does not
-answer raises SlurmUnavailable naming the command (the form shows it as a 503: spawners.options); it never reads as
-a job state.
+Functions of the scheduler and plain values, so the spawner (spawners.slurm) keeps only its extension points. A
+scheduler that does not answer raises SlurmUnavailable naming the command (the form shows it as a 503:
+spawners.options); it never reads as a job state.
 """
 
 from __future__ import annotations
@@ -14,11 +13,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
-from portal.config import PortalConfig
 from portal.records.account import job_user
+from portal.scheduler import HostsServers, Scheduler
 from portal.scheduler.cluster import QueuedJob, start_note, users_jobs
-from portal.scheduler.slurm.commands import SlurmCommands
 from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.snapshot import ClusterSnapshot
 
@@ -41,26 +40,20 @@ async def server_start_note(look: Callable[[], ClusterSnapshot], user: str, part
     return start_note(1, gpus, cpus, memory_gb, chosen, users_jobs(snapshot.queue, user))
 
 
-async def node_address(portal: PortalConfig, node: str) -> str:
-    """Where the hub reaches a server on `node`: the node's NodeAddr (Slurm's node names need not resolve on
-    the hub host); the name itself when Slurm does not say."""
-    return await asyncio.to_thread(SlurmCommands(portal).node_address, node)
+def server_host(scheduler: Scheduler[Any]) -> HostsServers[Any]:
+    """The spawner's scheduler as one that hosts servers (Slurm's does: portal.scheduler.slurm.servers)."""
+    return cast("HostsServers[Any]", scheduler)
 
 
-async def squeue(portal: PortalConfig) -> dict[str, QueuedJob]:
-    """Every job Slurm's controller remembers (SlurmUnavailable when it does not answer, or not as Slurm does)."""
-    return await asyncio.to_thread(SlurmCommands(portal).queue)
+async def node_address(scheduler: Scheduler[Any], node: str) -> str:
+    """Where the hub reaches a server on `node`, as the scheduler says (HostsServers.server_address)."""
+    return await asyncio.to_thread(server_host(scheduler).server_address, node)
 
 
-async def job_record(portal: PortalConfig, job_id: str) -> QueuedJob | None:
-    """The job as squeue tells it; None when Slurm does not answer now (a controller restarting is not a job that
-    ended); a job Slurm no longer remembers is COMPLETED: long gone."""
-    try:
-        jobs = await squeue(portal)
-    except SlurmError:
-        return None
-    return jobs.get(job_id) or QueuedJob(id=job_id, user="", state="COMPLETED", elapsed="", nodes=0,
-                                         gpus_per_node=0, reason="None")
+async def job_record(scheduler: Scheduler[Any], job_id: str) -> QueuedJob | None:
+    """The server's job as the scheduler tells it: None when it does not answer now; COMPLETED once it forgot it
+    (HostsServers.server_job)."""
+    return await asyncio.to_thread(server_host(scheduler).server_job, job_id)
 
 
 async def ended_job_report(job_id: str, job: QueuedJob | None, user: str, output: str, tail_lines: int) -> str:

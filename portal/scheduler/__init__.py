@@ -199,3 +199,16 @@ class KeepsRecords(Scheduler[P], Protocol[P]):
         caller lists every time. Pure but for what this process keeps (Kubernetes: one watch's counts; the first
         call starts the watch, a thread, and the stamp is None until it has listed); raises nothing."""
 
+
+class HostsServers(Scheduler[P], Protocol[P]):
+    """A scheduler whose jobs are also the hub's notebook servers (Slurm: batchspawner's job), with what its
+    spawner asks of it beyond the form's limits (spawners.slurm_cluster), asked as the portal."""
+
+    def server_address(self, node: str) -> str:
+        """Where the hub reaches a server on `node` (Slurm: the node's NodeAddr: node names need not resolve on the
+        hub's host); `node` itself when the scheduler does not say or answer. Blocks; raises nothing."""
+
+    def server_job(self, job_id: str) -> QueuedJob | None:
+        """The server's job `job_id` as the scheduler tells it, to explain a start that failed: None when the
+        scheduler does not answer now (a controller restarting is not a job that ended); a job it no longer
+        remembers is COMPLETED (long gone). Blocks; raises nothing."""

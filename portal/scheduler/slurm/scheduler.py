@@ -65,6 +65,7 @@ from portal.scheduler.slurm.sbatch import (
     limits_from,
     render_sbatch,
 )
+from portal.scheduler.slurm.servers import SlurmServers
 from portal.scheduler.slurm.usage import usage_report
 from portal.scheduler.snapshot import ClusterSnapshot
 from portal.scheduler.usage import UsageReport, week_start
@@ -77,8 +78,9 @@ POLICY_REFUSAL = "Job violates accounting/QOS policy"  # sbatch's words for a jo
 USER_SLURM_CALLS = scheduler_calls("slurm")
 
 
-class SlurmScheduler(JobsInHome):
-    """Submit, watch, cancel and read training jobs on Slurm, always as the job's user; the cluster's snapshot."""
+class SlurmScheduler(SlurmServers, JobsInHome):
+    """Submit, watch, cancel and read training jobs on Slurm, always as the job's user; the cluster's snapshot; its
+    servers' jobs, for the Slurm spawner (SlurmServers)."""
 
     name = "slurm"
     script_file = "job.sbatch"  # in the job's directory, beside job.json
@@ -390,7 +392,7 @@ def _remember(record: JobRecord, user: JobUser, state: str) -> None:
 
 
 if TYPE_CHECKING:  # against the contract, with its own person (checked by `make lint`)
-    from portal.scheduler import Scheduler
+    from portal.scheduler import HostsServers
 
-    def _conforms(slurm: SlurmScheduler) -> Scheduler[JobUser]:
+    def _conforms(slurm: SlurmScheduler) -> HostsServers[JobUser]:
         return slurm

@@ -43,7 +43,7 @@ def fake_slurm(spawner: PortalSlurmSpawner, states: list[JobStatus], monkeypatch
                               JobStatus.NOTFOUND: ""}[state]
         return state
 
-    async def node_address(portal, node: str) -> str:
+    async def node_address(scheduler, node: str) -> str:
         return node  # scontrol's NodeAddr, were there a Slurm
 
     async def server_start_note(look, user, partition, gpus, cpus, memory_gb) -> str:
@@ -59,7 +59,7 @@ def slurm_remembers(monkeypatch, state: str) -> list[tuple]:
     """squeue --json's record of job 42 (`state`), and the report of its end; returns what each report was given."""
     reported = []
 
-    async def job_record(portal, job_id):
+    async def job_record(scheduler, job_id):
         return QueuedJob(id=job_id, user="alice", state=state, elapsed="0:01", nodes=1, gpus_per_node=0,
                          reason="None", exit_code="0:15")
 

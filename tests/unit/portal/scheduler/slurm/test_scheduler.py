@@ -22,7 +22,7 @@ from portal.scheduler.slurm.answers import job_unknown, squeue_outcome
 from portal.scheduler.slurm.scheduler import SlurmError, SlurmScheduler
 from spawners.slurm import PortalSlurmSpawner
 from spawners.slurm_state import SlurmUnavailable
-from tests.slurm_answers import squeue_json
+from tests.slurm_answers import squeue_job, squeue_json
 from tests.unit.helpers import slurm_cache, spawner_answering
 
 DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
@@ -133,6 +133,26 @@ def test_a_forgotten_job_without_accounting_or_files_is_an_error_not_a_state():
 def test_a_forgotten_job_takes_its_state_from_accounting():
     user = answering({"squeue": (0, squeue_json(), ""), "sacct": (0, "COMPLETED\n", ""), "head": (0, "", "")})
     assert SlurmScheduler(PortalConfig()).state(record_of(user), user) == "COMPLETED"
+
+
+def test_a_servers_job_is_unknown_while_slurm_is_silent_and_ended_once_forgotten():
+    """What the Slurm spawner asks its scheduler (HostsServers) to explain a failed start, and where it reaches a
+    node: Slurm's silence is no job state; a job Slurm forgot has ended."""
+    answers: dict[str, object] = {"squeue": SlurmError(DOWN)}
+
+    def run(argv):
+        answer = answers[argv[0] if argv[0] != "scontrol" else argv[-1]]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    slurm = SlurmScheduler(PortalConfig(), run=run)
+    assert slurm.server_job("42") is None
+    answers["squeue"] = squeue_json(squeue_job(41, "alice", "FAILED"))
+    assert slurm.server_job("41").state == "FAILED" and slurm.server_job("42").state == "COMPLETED"
+    answers["node1"] = "NodeName=node1 NodeAddr=198.18.0.2 CPUTot=8 State=IDLE\n"
+    answers["node2"] = SlurmError(DOWN)
+    assert slurm.server_address("node1") == "198.18.0.2" and slurm.server_address("node2") == "node2"
 
 
 def test_the_cluster_cache_tells_a_failure_again_without_asking_until_the_interval_is_over():
