@@ -6,8 +6,9 @@ whichever launched it. Exit codes: 0 done, 2 bad arguments or data (one line on 
 
 Killed and re-run with `--resume` (Slurm's `--requeue` after a node died), it continues from the latest checkpoint
 and TensorBoard still holds every epoch once (`chexnet.resume`). Where the job has an MLflow run, rank 0 logs it
-there too, continuing the same run after a requeue (`programkit.tracking`). The switches for tests
-(`--weights-digest-dir`, the NaN injection) live in `chexnet.testing`; the command line in `chexnet.train_args`.
+there too, continuing the same run after a requeue (`programkit.tracking`). The command line is in
+`chexnet.train_args`. A caller of `main` may give hooks (`TrainHooks`) that wrap the training stream and look at the
+final weights; the command line runs with none (the tests' own: tests/chexnet_hooks.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from chexnet.train_args import PROG, TrainConfig, parse_args, with_trial
 from programkit.cli import EXIT_USAGE, UsageError
@@ -25,6 +27,7 @@ from programkit.cpus import usable_cores
 # TensorFlow and Horovod are imported inside the functions that use them: a bad flag is then reported in a
 # fraction of a second, before TensorFlow loads and prints its start-up chatter.
 if TYPE_CHECKING:
+    import numpy as np
     import tensorflow as tf
 
     from chexnet import callbacks as cb
@@ -62,25 +65,45 @@ def usage_failure(message: str) -> int:
     return EXIT_USAGE
 
 
-def main(argv: list[str] | None = None) -> int:
+class TrainHooks(Protocol):
+    """What a caller of `main` may add to a rank's run: `feed` wraps the training stream, `finished` sees the final
+    weights after a successful fit."""
+
+    def feed(self, dataset: tf.data.Dataset) -> tf.data.Dataset: ...
+    def finished(self, weights: list[np.ndarray]) -> None: ...
+
+
+class NoHooks:
+    """The command line's: the stream as it is, nothing done with the weights."""
+
+    def feed(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        return dataset
+
+    def finished(self, weights: list[np.ndarray]) -> None:
+        return None
+
+
+def main(argv: list[str] | None = None, hooks: Callable[[int], TrainHooks] | None = None) -> int:
+    """Train with the command line's flags (`argv`); `hooks` gives each rank's hooks (by its rank; may raise
+    UsageError, reported as a bad flag is)."""
     try:
         cfg = with_trial(parse_args(argv))
         cfg.validate()
     except UsageError as error:
         return usage_failure(str(error))
     try:
-        return run(cfg)
+        return run(cfg, hooks or (lambda rank: NoHooks()))
     except UsageError as error:
         return usage_failure(str(error))
 
 
-def run(cfg: TrainConfig) -> int:
-    """Train on every rank; returns the exit code."""
+def run(cfg: TrainConfig, hooks_for: Callable[[int], TrainHooks]) -> int:
+    """Train on every rank, each with its hooks (`hooks_for(rank)`); returns the exit code."""
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
     from chexnet import callbacks as cb
-    from chexnet import resume, testing
+    from chexnet import resume
     from chexnet.data.datasets import skip_counters, train_labels
     from chexnet.data.integrity import unreadable_message
     from chexnet.horovod_graphs import trace_collectives_without_autograph
@@ -153,7 +176,7 @@ def run(cfg: TrainConfig) -> int:
     pruning = cb.SweepPruning(reporter) if cfg.trial is not None else None
     if pruning is not None:
         callbacks.append(pruning)  # last: the epoch is checkpointed and logged before the trial may stop
-    hooks = testing.hooks_for(hvd.rank(), cfg.weights_digest_dir)
+    hooks = hooks_for(hvd.rank())
     with tracking.failing(tracker):  # an exception out of the training ends the MLflow run FAILED
         try:
             model.fit(hooks.feed(train_ds), epochs=cfg.epochs, initial_epoch=start_epoch,

@@ -30,7 +30,6 @@ class TrainConfig(InputFlags):
     skip_bad: bool = False
     threads: int | None = None
     seed: int = 0
-    weights_digest_dir: Path | None = None
     progress: str = "auto"
     trial: Path | None = None  # a sweep's trial file (programkit.sweep): its parameters; rank 0 reports to its study
     max_skipped_fraction: float = 0.1  # chexnet.data.integrity.DEFAULT_MAX_SKIPPED_FRACTION, without importing TF
@@ -73,8 +72,6 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--skip-bad", action="store_true", help="skip corrupt records instead of failing")
     p.add_argument("--threads", type=int, help="input pipeline threads (default: tf.data's choice)")
     p.add_argument("--seed", type=int, default=TrainConfig.seed, help="initial weights and shuffling")
-    p.add_argument("--weights-digest-dir", type=Path, help="each rank writes the SHA-256 of its final weights here "
-                                                           "(for tests: chexnet.testing)")
     p.add_argument("--progress", default=TrainConfig.progress,
                    help="bar: Keras' step-by-step bar; epoch: one line per epoch (for log files); "
                         "auto: bar on a terminal")
@@ -91,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         data_dir=a.data_dir, logdir=a.logdir, checkpoint_dir=a.checkpoint_dir, epochs=a.epochs,
         batch_size=a.batch_size, image_size=a.image_size, model=a.model, pipeline=a.pipeline, fp16=a.fp16,
         xla=a.xla, resume=a.resume, weights=a.weights, lr=a.lr, warmup_epochs=a.warmup_epochs,
-        skip_bad=a.skip_bad, threads=a.threads, seed=a.seed, weights_digest_dir=a.weights_digest_dir,
+        skip_bad=a.skip_bad, threads=a.threads, seed=a.seed,
         progress=a.progress, max_skipped_fraction=a.max_skipped_fraction, trial=a.trial,
         graph_optimizer=a.graph_optimizer)
 

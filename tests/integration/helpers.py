@@ -252,12 +252,13 @@ class Started:
 
 def start(tmp: Path, *flags: str, workers: int = WORKERS, env: dict | None = None,
           checkpoints: Path | None = None, data: Path | None = None, model: str = TINY_MODEL) -> Started:
-    """Start one `python -m chexnet.train` run, under `horovodrun -np workers` when workers > 1. The model is the
-    tiny one unless a test is about the model: the mechanics (resume, kills, NaN, corrupt data, parity) are the
-    same for every model, and DenseNet-121 takes about 6 times as long (2 workers, 2 epochs: 85 s against 15 s)."""
+    """Start one `python -m chexnet.train` run (with the tests' hooks: tests/chexnet_hooks.py), under `horovodrun -np
+    workers` when workers > 1. The model is the tiny one unless a test is about the model: the mechanics (resume,
+    kills, NaN, corrupt data, parity) are the same for every model, and DenseNet-121 takes about 6 times as long
+    (2 workers, 2 epochs: 85 s against 15 s)."""
     logdir, digests = tmp / "logs", tmp / "digests"
     checkpoints = checkpoints or tmp / "checkpoints"
-    command = [PYTHON, "-m", "chexnet.train", "--data-dir", str(data), "--logdir", str(logdir),
+    command = [PYTHON, "-m", "tests.chexnet_hooks", "--data-dir", str(data), "--logdir", str(logdir),
                "--checkpoint-dir", str(checkpoints), "--batch-size", str(BATCH), "--image-size", str(IMAGE_SIZE),
                "--model", model, "--pipeline", "parallel", "--lr", LR, "--weights-digest-dir", str(digests),
                *TRAINER_SPEEDUP, *flags]

@@ -1,4 +1,6 @@
-"""Switches for tests, outside `chexnet.train`'s documented command line; training reaches them only through `Hooks`.
+"""`chexnet.train` with the tests' hooks (chexnet.train.TrainHooks), given at its edge:
+`python -m tests.chexnet_hooks [--weights-digest-dir D] <chexnet.train's flags>`, run as root from the checkout
+(tests/integration/helpers.py: the users' processes never run it).
 
 - `--weights-digest-dir D`: every rank writes `D/rank<r>.sha256`, the SHA-256 of its final weights, so that a
   check can prove the replicas ended identical.
@@ -6,13 +8,15 @@
   the way a corrupt record would poison training; it exercises the NaN guard end to end. With
   `CHEXNET_INJECT_NAN_RANK=R` only rank R is poisoned (the others must still stop, not hang).
 
-Neither is set in a job the portal submits, and with neither set the hooks change nothing.
+With neither given the hooks change nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,3 +83,17 @@ def weights_digest(weights: list[np.ndarray]) -> str:
 def write_digest(directory: Path, rank: int, weights: list[np.ndarray]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"rank{rank}.sha256").write_text(weights_digest(weights) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """chexnet.train's main, its flags without ours, with each rank's hooks."""
+    ours = argparse.ArgumentParser(add_help=False)
+    ours.add_argument("--weights-digest-dir", type=Path)
+    given, rest = ours.parse_known_args(argv)
+    from chexnet import train
+
+    return train.main(rest, hooks=lambda rank: hooks_for(rank, given.weights_digest_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""chexnet.testing: the switches the integration tests drive `chexnet.train` with, read exactly as they set them."""
+"""tests/chexnet_hooks.py: the hooks the integration tests give `chexnet.train`, read exactly as they set them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from chexnet.testing import INJECT_NAN_ENV, INJECT_NAN_RANK_ENV, hooks_for, weights_digest
 from programkit.cli import UsageError
+from tests.chexnet_hooks import INJECT_NAN_ENV, INJECT_NAN_RANK_ENV, hooks_for, weights_digest
 
 
 def batches(count: int) -> tf.data.Dataset:
