@@ -1,5 +1,6 @@
 """The training programs' contract, box-free: every program registered in portal.records.programs (each test's id is
-its NAME) runs for real through the same tests, so a third program gets all of them by registering. Each run is a
+its NAME) runs for real through the same tests, so a third program gets all of them by registering; so does the toy
+program written in tests/ with the program kit alone (tests/toyprogram: no framework), registered here. Each run is a
 sweep's trial as a task's job script makes it: `python -m programkit.sweep_cli attach JOB_DIR TASK` writes its
 trial.json, then the program runs as `python -m MODULE` from its own venv (one process: the smallest launch without a
 box), this checkout's code on PYTHONPATH, with the flags every program's job scripts give (--resume, --progress epoch).
@@ -34,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from bench.sweep import BAD_LR, GOOD_LR
-from portal.records.programs import Program, registry
+from portal.records.programs import REGISTERED, Program, registry_of
 from programkit import mlflow_file, sweep, tblog
 from programkit.schemas import EPOCH_RECORD, MODEL_CARD, check
 from programkit.tags import (
@@ -55,11 +56,11 @@ from tests.conftest import (
     epochs_recorded,
     last_checkpoint,
     tensorboard_steps,
-    wait_for,
 )
 from tests.programs.helpers import program_python
+from tests.toyprogram import TOY_PROGRAM
 
-PROGRAMS = registry().programs
+PROGRAMS = registry_of((*REGISTERED, TOY_PROGRAM)).programs  # the registered ones, and the toy registered here
 EPOCHS = 3
 SIZE = 64  # the synthetic set's (tests/programs/conftest.py)
 MIN_EPOCHS = 2  # the sweep's: the median pruner may stop a trial from this epoch on, not before
@@ -256,24 +257,34 @@ def test_the_model_card_names_the_data_the_last_checkpoint_and_its_auroc(complet
 
 def saved_through(checkpoints: Path) -> int:
     """The last epoch a run could resume after: TensorFlow's `checkpoint` state file (written after the files it
-    names), or the newest whole `ckpt-<epoch>.pt` (PyTorch's, written under a temporary name and renamed)."""
-    renamed = [int(found.group(1)) for path in checkpoints.glob("ckpt-*.pt")
-               if (found := re.fullmatch(r"ckpt-(\d+)\.pt", path.name))]
+    names), or the newest whole `ckpt-<epoch>.pt` or `.npz` (PyTorch's and the toy's, written under a temporary name
+    and renamed)."""
+    renamed = [int(found.group(1)) for path in checkpoints.glob("ckpt-*")
+               if (found := re.fullmatch(r"ckpt-(\d+)\.(pt|npz)", path.name))]
     return max([last_checkpoint(checkpoints), *renamed])
+
+
+SLICE_S = 0.01  # what a held run is let on for at a time, until its checkpoint is whole
 
 
 def kill_in_epoch_2(program: Program, trial: Trial, data: Path, env: dict[str, str]) -> None:
     """Start the trial and kill its whole session (SIGKILL, as a lost node) in epoch 2: once epoch 1's line is in
-    the log and its checkpoint (the record names it) on disk."""
+    the log and its checkpoint (the record names it) on disk. From that line on, the run is held (SIGSTOP) and let
+    on only SLICE_S at a time until the checkpoint is whole, so that however short its epochs (the toy's: 0.1 s;
+    a loaded machine's 0.3 s of waiting once let a tiny run finish all its epochs first, make test 2026-12-02),
+    the kill comes in epoch 2."""
     child = start_in_own_session(trial_command(program, trial, data), cwd=trial.job_dir, env=env, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + LIMIT_S
         for text in child.stdout or ():
             if text.startswith(f'{tblog.RECORD_LINE_PREFIX}{{"epoch": 1,'):
-                # Killed the moment epoch 1's checkpoint is whole, not a fixed while after: a loaded machine's
-                # 0.3 s once let a tiny run finish all its epochs first (make test, 2026-12-02).
-                wait_for(lambda: saved_through(trial.checkpoints) >= 1, 120, interval=0.02, what="checkpoint 1")
+                os.killpg(child.pid, signal.SIGSTOP)
+                while saved_through(trial.checkpoints) < 1:
+                    assert time.monotonic() < deadline, "epoch 1's checkpoint was never whole"
+                    os.killpg(child.pid, signal.SIGCONT)
+                    time.sleep(SLICE_S)
+                    os.killpg(child.pid, signal.SIGSTOP)
                 break
             assert time.monotonic() < deadline
     finally:
