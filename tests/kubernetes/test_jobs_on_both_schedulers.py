@@ -69,7 +69,8 @@ def submitted(box):
 
 # --- issue 49: the form's default job starts, and a job the nodes could never hold is refused with the numbers. ----
 # Slurm: the test box's 2 nodes of 8 CPUs, 24 GB and 4 GPUs; a run's nodes are whole nodes. Kubernetes: the test
-# box's 2 nodes report the machine's CPUs (2 here), and a run's launcher pod (1 CPU, 2 GB) lands on one of them.
+# box's 2 nodes report the machine's CPUs (2 here), a run's node pods a node each, and its launcher pod (half a CPU,
+# 2 GB) lands on one of them.
 
 PLACED = ("nodes", "gpus_per_node", "cpus_per_task", "memory_gb")
 JOB_WAIT_S = 600  # a tiny job of one epoch: under a minute on an idle box
@@ -98,7 +99,7 @@ def test_the_forms_default_job_runs_to_completed(box, submitted, program):
 
 def test_the_issues_job_is_refused_where_its_launcher_cannot_be_placed_and_runs_where_there_is_none(
         box, submitted):
-    """2 nodes x every CPU of a node: on Kubernetes the launcher needs 1 of them on one node, so it can never start
+    """2 nodes x every CPU of a node: on Kubernetes the launcher needs half of one on a node, so it can never start
     and is refused with the arithmetic; Slurm runs no launcher pod, so the same request starts there."""
     limits = alice_limits(box)
     issue = {"nodes": 2, "gpus_per_node": 1, "cpus_per_task": limits.cpus_per_node, "memory_gb": 1}
@@ -111,7 +112,7 @@ def test_the_issues_job_is_refused_where_its_launcher_cannot_be_placed_and_runs_
     message = str(err.value)
     assert err.value.field == "cpus_per_task", message
     assert message.startswith(f"cpus_per_task: {limits.cpus_per_node} can never be placed"), message
-    assert "launcher pod of 1 CPU and 2 GB" in message and "of its 2 node pods wherever the launcher lands" in message
+    assert "launcher pod of 0.5 CPUs and 2 GB" in message and "of its 2 nodes wherever the launcher lands" in message
     assert "allowed: cpus_per_task at most" in message, message
     assert {j.id for j in jobs.jobs(user=ALICE[0], groups=ALICE[1], cfg=box.cfg)} - before == set()
 

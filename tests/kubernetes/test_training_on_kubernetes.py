@@ -234,6 +234,10 @@ def test_a_node_lost_mid_training_and_the_job_resumes_with_every_epoch_once(kube
         wait_for(lambda: epochs_recorded(home / "checkpoints") >= 2, JOB_WAIT_S, interval=0.5,
                  what="the job's first checkpoint")
         pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOB}={job.id}").items
+        # A node each, as -N 2 on Slurm: Horovod's two workers (its launcher joins one), torchrun's node 0 and worker.
+        workers = [p.spec.node_name for p in pods if p.metadata.labels[LABEL_ROLE] == "worker"]
+        node_pods = workers if len(workers) == TWO_NODES["nodes"] else [p.spec.node_name for p in pods]
+        assert len(node_pods) == len(set(node_pods)) == TWO_NODES["nodes"], node_pods
         (launcher_node,) = {p.spec.node_name for p in pods if p.metadata.labels[LABEL_ROLE] == "launcher"}
         lost = next(p.spec.node_name for p in pods
                     if p.metadata.labels[LABEL_ROLE] == "worker" and p.spec.node_name != launcher_node)
@@ -260,7 +264,7 @@ def test_a_node_lost_mid_training_and_the_job_resumes_with_every_epoch_once(kube
         if not job.done:
             job.cancel()
             # Its pods gone before the next test places its own: a pod still terminating holds its node's CPUs, and
-            # the next 2-node job's pods would both go to the other node (their anti-affinity is only preferred).
+            # the next 2-node job's pods (a node each) would wait for them.
             wait_for(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_JOB}={job.id}").items,
                      CANCEL_WAIT_S, interval=2, what=f"job {job.id}'s pods to be gone")
     assert job.wait(timeout=CANCEL_WAIT_S, poll=2) == "CANCELLED", log[-3000:]

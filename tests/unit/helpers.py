@@ -320,6 +320,14 @@ class FakeDirectory:
         return list(self.USERS.values())
 
 
+def required_apart(pod_spec: dict) -> dict[str, str]:
+    """The labels of the pods a Kubernetes pod must not share a node with (its required anti-affinity by hostname):
+    each of a job's node pods on a node of its own, as `-N` on Slurm."""
+    (term,) = pod_spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname", term
+    return term["labelSelector"]["matchLabels"]
+
+
 def scheduler_answering(cfg: PortalConfig, name: str, run):
     """The scheduler called `name`, its commands answered by a fake cluster's (`run`) where it runs commands
     (Slurm's takes `run`; the others none)."""

@@ -33,6 +33,7 @@ from portal.scheduler.kubernetes.manifests import (
     launcher_values,
     lost_node_tolerations,
     node_resources,
+    one_per_node,
     pod_job_dir,
     pod_template,
     record_annotations,
@@ -99,8 +100,9 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
                              "template": pod_template(labels, launcher, [home], time_limit=spec.time_limit)},
                 "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
-                           "template": pod_template(labels, worker, worker_volumes, selector,
-                                                    time_limit=spec.time_limit)},
+                           "template": one_per_node(pod_template({**labels, LABEL_ROLE: "worker"}, worker,
+                                                                 worker_volumes, selector, time_limit=spec.time_limit),
+                                                    {LABEL_JOB: job_id, LABEL_ROLE: "worker"})},
             },
         },
     }
@@ -150,10 +152,8 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
                                 time_limit=spec.time_limit)
         template["spec"].update(restartPolicy="Never", tolerations=tolerations, enableServiceLinks=False,
                                 automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
-        if role == "worker":  # one worker pod per node where the nodes allow (a node's GPUs are one pod's)
-            template["spec"]["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
-                    "matchLabels": {LABEL_JOB: job_id, LABEL_ROLE: "worker"}}}}]}}
+        if role == "worker":  # the worker pods are the job's nodes; the launcher may share one's node
+            one_per_node(template, {LABEL_JOB: job_id, LABEL_ROLE: "worker"})
         return template
 
     launcher_job = {

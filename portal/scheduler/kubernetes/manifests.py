@@ -40,7 +40,9 @@ ANNOTATION_WORKER_PODS = "dsportal/worker-pods"
 ANNOTATION_CLUSTER = "dsportal/cluster"
 GPU_RESOURCE = "nvidia.com/gpu"
 USER_ROLE = "dsportal-user"  # the ClusterRole of deploy/kubernetes/rbac.yaml, bound in each user's namespace
-LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}  # mpirun and its ssh sessions; the work is in the workers
+# mpirun and its ssh sessions, idle but for the start: the work is in the workers. Half a CPU, so that it fits
+# beside a node pod on a node the cluster's own pods use a little of (each node pod has a node of its own).
+LAUNCHER_RESOURCES = {"cpu": "500m", "memory": "2Gi"}
 HOME, DATA, SHM, SSH = "home", "data", "dshm", "ssh"  # volume names
 LABEL_ROLE = "dsportal/role"  # launcher or worker, on a plain job's pods
 HOME_CLAIM_SIZE = "20Gi"  # what a user's home claim asks for (KubeSpawner's storage_capacity, the same)
@@ -141,6 +143,15 @@ def pod_template(labels: Mapping[str, str], container: dict, volumes: list[dict]
         spec["nodeSelector"] = dict(node_selector)
     return {"metadata": {"labels": dict(labels), "annotations": {
         "sidecar.istio.io/inject": "false", ANNOTATION_TIME_LIMIT: str(minutes_of(time_limit))}}, "spec": spec}
+
+
+def one_per_node(template: dict, match: Mapping[str, str]) -> dict:
+    """`template` with each of its job's node pods (the pods `match` selects) on a node of its own, as `-N` does on
+    Slurm: a 2-node job runs on two nodes, or waits for them (a node's GPUs are one pod's); the fit check counts so
+    (limits_for: own_nodes)."""
+    template["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": dict(match)}}]}}
+    return template
 
 
 def manifest_yaml(manifest: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ NODE_REASONS = (
     (re.compile(r"Insufficient cpu"), "with too few free CPUs"),
     (re.compile(r"Insufficient memory"), "with too little free memory"),
     (re.compile(r"didn't match (node selector|Pod's node affinity)"), "not of the GPU type asked for"),
+    (re.compile(r"didn't match pod anti-affinity rules"), "holding another of the job's node pods"),
     (re.compile(r"had taint \{node\.kubernetes\.io/(unreachable|not-ready)"), "not ready"),
     (re.compile(r"had taint"), "reserved for other work (tainted)"),
     (re.compile(r"unbound immediate PersistentVolumeClaims"), "waiting for its volume claims to be bound"),

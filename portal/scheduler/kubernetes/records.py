@@ -72,8 +72,9 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
                pools: Callable[[], Sequence[NodePool]] | None = None) -> JobLimits:
     """What a user may ask of one GPU type's node pool: its usable nodes as a job can ever have them, from
     `pools()` (the nodes, asked as the portal: KubernetesScheduler.snapshot); the configured shape (k8s_node_cpus,
-    ...: a dry run, a caller that may not list nodes, a pool with no usable node now) where they cannot say. A
-    job's pods may share a node, and a Horovod job's launcher pod (LAUNCHER_RESOURCES) lands on one of them."""
+    ...: a dry run, a caller that may not list nodes, a pool with no usable node now) where they cannot say. Each
+    of a job's node pods has a node of its own (manifests.one_per_node), as on Slurm, and a Horovod job's launcher
+    pod (LAUNCHER_RESOURCES) lands on one of them."""
     gpu_type = partition or (cfg.jobs_partition if cfg.jobs_partition in cfg.k8s_gpu_types else cfg.k8s_gpu_types[0])
     try:
         listed = tuple(pools()) if pools is not None else ()
@@ -82,13 +83,14 @@ def limits_for(cfg: PortalConfig, groups: Sequence[str], partition: str = "",
     pool = next((p for p in listed if p.name == gpu_type), None)
     rooms = pool.rooms() if pool is not None else ()
     shapes = [node.room for node in rooms]
-    return JobLimits(partition=gpu_type, nodes=cfg.k8s_max_nodes,
+    # each node pod on a node of its own: no more nodes than the pool has, as on Slurm (k8s_max_nodes at most)
+    return JobLimits(partition=gpu_type, nodes=min(cfg.k8s_max_nodes, len(rooms)) if rooms else cfg.k8s_max_nodes,
                      gpus_per_node=max((s.gpus for s in shapes), default=cfg.k8s_node_gpus),
                      cpus_per_node=max((s.millicpus // 1000 for s in shapes), default=cfg.k8s_node_cpus),
                      memory_gb_per_node=max((s.memory_mb // 1024 for s in shapes), default=cfg.k8s_node_memory_gb),
                      max_minutes=None, quota=cfg.user_gpu_quota(groups),
                      default_data_dir=posixpath.join(cfg.k8s_data_mount, "chestxray14-tfrecords"),
-                     rooms=rooms, own_nodes=False,
+                     rooms=rooms,
                      programs=programs_on_kubernetes(cfg.k8s_jobs == "mpijob"),
                      launcher=Shape(round(quantity(LAUNCHER_RESOURCES["cpu"]) * 1000),
                                     int(quantity(LAUNCHER_RESOURCES["memory"]) // MIB)),

@@ -32,6 +32,7 @@ from portal.scheduler.kubernetes.manifests import (
     launcher_values,
     lost_node_tolerations,
     node_resources,
+    one_per_node,
     pod_job_dir,
     pod_template,
     training_volumes,
@@ -79,10 +80,7 @@ def torchrun_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfi
         template = pod_template({**labels, LABEL_ROLE: role}, container, volumes, selector, time_limit=spec.time_limit)
         template["spec"].update(restartPolicy="Never", tolerations=lost_node_tolerations(), enableServiceLinks=False,
                                 automountServiceAccountToken=False, terminationGracePeriodSeconds=STOP_GRACE_S)
-        # One node's pod per machine where the machines allow (a machine's GPUs are one pod's).
-        template["spec"]["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
-                "matchLabels": {LABEL_JOB: job_id}}}}]}}
+        one_per_node(template, {LABEL_JOB: job_id})  # node 0's pod and the workers' are the job's nodes
         if role == "launcher":
             template["spec"].update(hostname=host0)
         return template

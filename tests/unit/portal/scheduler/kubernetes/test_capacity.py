@@ -69,12 +69,17 @@ def test_the_limits_come_from_the_nodes_and_the_default_job_fits_them():
     (pool,) = node_pools(NODES, [HUB], "nvidia", ("t4",), CFG.namespace_user)
     limits = limits_for(CFG, ["gpu-users"], pools=lambda: [pool])
     assert (limits.cpus_per_node, limits.memory_gb_per_node, limits.gpus_per_node) == (2, 8, 2)
-    assert (limits.launcher, limits.own_nodes) == (Shape(1000, 2048), False)
+    assert (limits.launcher, limits.own_nodes) == (Shape(500, 2048), True)  # one node pod per node, as on Slurm
     spec = parse_job_spec({}, limits, lambda path: True)
     assert (spec.nodes, spec.gpus_per_node, spec.cpus_per_task) == (1, 1, 1)  # 2 CPUs could meet the launcher
+    assert parse_job_spec({"nodes": 2, "cpus_per_task": 1}, limits, lambda path: True).nodes == 2
     with pytest.raises(JobSpecError) as err:  # the job: 2 nodes x 2 CPUs and the launcher
         parse_job_spec({"nodes": 2, "cpus_per_task": 2}, limits, lambda path: True)
-    assert err.value.field == "cpus_per_task" and "launcher pod of 1 CPU and 2 GB" in str(err.value)
+    assert err.value.field == "cpus_per_task" and "launcher pod of 0.5 CPUs and 2 GB" in str(err.value)
+    assert "0 of its 2 nodes wherever the launcher lands" in str(err.value)
+    with pytest.raises(JobSpecError) as err:  # each node pod on a node of its own: 3 nodes are more than there are
+        parse_job_spec({"nodes": 3, "cpus_per_task": 1, "gpus_per_node": 0}, limits, lambda path: True)
+    assert err.value.field == "nodes", str(err.value)
 
 
 def test_a_torchrun_job_brings_no_launcher_pod_so_a_job_that_fills_the_nodes_fits_as_pytorch():
@@ -89,7 +94,7 @@ def test_a_torchrun_job_brings_no_launcher_pod_so_a_job_that_fills_the_nodes_fit
     assert (spec.nodes, spec.memory_gb) == (2, 7)
     with pytest.raises(JobSpecError) as err:  # the same job with Horovod: its launcher pod has no room left
         parse_job_spec(job, limits, lambda path: True)
-    assert err.value.field == "memory_gb" and "launcher pod of 1 CPU and 2 GB" in str(err.value)
+    assert err.value.field == "memory_gb" and "launcher pod of 0.5 CPUs and 2 GB" in str(err.value)
     defaults = {"nodes": 2, "cpus_per_task": 1}
     assert parse_job_spec({**defaults, "template": "chexnet-torch"}, limits, lambda path: True).memory_gb > \
         parse_job_spec(defaults, limits, lambda path: True).memory_gb

@@ -16,13 +16,19 @@ from portal.metrics import RunMetrics
 from portal.records.record import RecordError
 from portal.records.spec import JobSpecError, parse_job_spec
 from portal.scheduler.kubernetes.horovodjob import mpijob_manifest
-from portal.scheduler.kubernetes.manifests import ANNOTATION_CLUSTER, ANNOTATION_SPEC, manifest_yaml
+from portal.scheduler.kubernetes.manifests import (
+    ANNOTATION_CLUSTER,
+    ANNOTATION_SPEC,
+    LABEL_JOB,
+    LABEL_ROLE,
+    manifest_yaml,
+)
 from portal.scheduler.kubernetes.records import K8S_ID, limits_for, log_metrics, mpijob_record, mpijob_state
 from portal.scheduler.kubernetes.scheduler import KubernetesError, KubernetesScheduler, new_k8s_id
 from tests.unit.helpers import K8S_CFG as CFG
 from tests.unit.helpers import K8S_JOB_ID as JOB_ID
 from tests.unit.helpers import KUBE_ALICE as ALICE
-from tests.unit.helpers import KUBERNETES_VERSIONS, bash_syntax_ok
+from tests.unit.helpers import KUBERNETES_VERSIONS, bash_syntax_ok, required_apart
 from tests.unit.helpers import k8s_spec as spec
 
 
@@ -53,6 +59,7 @@ def test_two_nodes_of_four_gpus_is_a_launcher_and_two_workers_with_four_slots_ea
     assert container["resources"]["limits"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert worker["spec"]["nodeSelector"] == {"nvidia": "v100"}
+    assert required_apart(worker["spec"]) == {LABEL_JOB: JOB_ID, LABEL_ROLE: "worker"}  # a node each, as -N 2
     for template in (worker, replica(m, "Launcher")):
         assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false",
                                                        "dsportal/time-limit-minutes": "120"}

@@ -27,7 +27,7 @@ from portal.service.summary import quota_of
 from spawners.forms import OptionsError, parse_server_options
 from tests.unit.helpers import K8S_CFG as CFG
 from tests.unit.helpers import K8S_JOB_ID as JOB_ID
-from tests.unit.helpers import KUBERNETES_VERSIONS, bash_syntax_ok, plain_job, pod_of_job
+from tests.unit.helpers import KUBERNETES_VERSIONS, bash_syntax_ok, plain_job, pod_of_job, required_apart
 from tests.unit.helpers import k8s_spec as spec
 
 
@@ -49,7 +49,8 @@ def test_two_nodes_is_a_launcher_job_a_workers_job_of_two_pods_and_a_secret():
     limits = worker["containers"][0]["resources"]["limits"]
     assert limits == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}  # 4 workers x 2 CPUs
     assert worker["nodeSelector"] == {"nvidia": "v100"}
-    assert worker["affinity"]["podAntiAffinity"]  # one worker pod per node where the nodes allow it
+    assert required_apart(worker) == {LABEL_JOB: JOB_ID, LABEL_ROLE: "worker"}  # a node each; the launcher joins one
+    assert "affinity" not in launcher["spec"]["template"]["spec"]
     assert workers["spec"]["template"]["metadata"]["labels"][LABEL_ROLE] == "worker"
     assert launcher["spec"]["template"]["metadata"]["labels"][LABEL_ROLE] == "launcher"
     assert launcher["spec"]["activeDeadlineSeconds"] == workers["spec"]["activeDeadlineSeconds"] == 7200

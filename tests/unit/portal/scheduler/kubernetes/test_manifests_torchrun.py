@@ -17,6 +17,7 @@ from portal.scheduler.kubernetes.manifests import (
     ANNOTATION_SPEC,
     ANNOTATION_TIME_LIMIT,
     ANNOTATION_WORKER_PODS,
+    LABEL_JOB,
     LABEL_ROLE,
     STOP_GRACE_S,
     sweep_job_manifest,
@@ -33,6 +34,7 @@ from tests.unit.helpers import (
     k8s_spec,
     plain_job,
     pod_of_job,
+    required_apart,
 )
 
 
@@ -59,7 +61,7 @@ def test_two_nodes_is_node_zeros_job_and_one_worker_pod_and_no_port():
     # Node 0 trains too: it asks for a node's share, as each worker pod does (the quota counts both).
     for pod in (node0, workers["spec"]["template"]["spec"]):
         assert pod["containers"][0]["resources"]["limits"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}
-        assert pod["nodeSelector"] == {"nvidia": "v100"} and pod["affinity"]["podAntiAffinity"]
+        assert pod["nodeSelector"] == {"nvidia": "v100"} and required_apart(pod) == {LABEL_JOB: JOB_ID}
         assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
         assert "ports" not in pod["containers"][0]  # the nodes meet in the job's directory, not on a port
     assert node0["hostname"] == f"{JOB_ID}-0" and "subdomain" not in node0

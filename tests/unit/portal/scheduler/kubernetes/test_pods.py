@@ -27,6 +27,9 @@ def pod(phase="Pending", waiting=None, terminated=None, scheduled=None) -> dict:
      "none of the 3 nodes can run it now: 1 with too few free CPUs; 2 not of the GPU type asked for"),
     ("0/1 nodes are available: 1 Insufficient memory.", "none of the 1 nodes can run it now: 1 with too little "
                                                          "free memory"),
+    ("0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match pod anti-affinity rules. preemption: "
+     "0/2 nodes are available: 2 No preemption victims found for incoming pod.",
+     "none of the 2 nodes can run it now: 1 with too few free CPUs; 1 holding another of the job's node pods"),
     ("0/0 nodes are available", "there are no nodes"),
     ("0/2 nodes are available: 2 something new.", "none of the 2 nodes can run it now: 2 something new"),
     ("a message of another shape", "a message of another shape"),
