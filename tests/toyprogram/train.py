@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from programkit import runlines, sweep, tblog, tracking
-from programkit.cli import EXIT_USAGE, PROGRESS, InputFlags, OneLineParser, UsageError, require_choice, require_positive
+from programkit.cli import EXIT_USAGE, OneLineParser, TrainFlags, UsageError, require_choice
 from programkit.data.chestxray14 import DataError, labels_matrix
 from programkit.data.sources import IMAGES, DataSource, source_of
 from programkit.labels import CLASSES, NUM_CLASSES
@@ -48,48 +48,25 @@ BETAS, EPSILON = (0.9, 0.999), 1e-8
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToyConfig(InputFlags):
-    logdir: Path
-    checkpoint_dir: Path
-    epochs: int = 10
-    resume: bool = False
-    lr: float = 1e-3
-    seed: int = 0
-    progress: str = "auto"
-    trial: Path | None = None
+class ToyConfig(TrainFlags):
+    """The kit's training flags (programkit.cli.TrainFlags: --warmup-epochs is taken and has nothing to ramp on one
+    process) and the toy's --grid."""
+
     grid: int = 4
 
     def validate(self) -> None:
-        require_positive({"--epochs": self.epochs, "--batch-size": self.batch_size, "--image-size": self.image_size})
+        self.check_training()
         require_choice("--model", self.model, MODELS)
-        require_choice("--progress", self.progress, PROGRESS)
-        if not self.data_dir.is_dir():
-            raise UsageError(f"--data-dir must be an existing directory with the dataset; {self.data_dir} is not")
-        if not self.lr > 0:
-            raise UsageError(f"--lr must be a positive number; got {self.lr}")
         if not 2 <= self.grid <= min(8, self.image_size):
             raise UsageError(f"--grid must be 2 to 8 (and at most --image-size); got {self.grid}")
 
 
 def parse_args(argv: list[str] | None) -> ToyConfig:
     p = OneLineParser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", type=Path, required=True, help="a ChestX-ray14 layout of PNGs")
-    p.add_argument("--image-size", type=int, default=ToyConfig.image_size, help="square input side, pixels")
-    p.add_argument("--model", default=MODELS[0], help=f"one of {', '.join(MODELS)}")
-    p.add_argument("--logdir", type=Path, required=True, help="TensorBoard event files")
-    p.add_argument("--checkpoint-dir", type=Path, required=True, help="checkpoints, every epoch")
-    p.add_argument("--epochs", type=int, default=ToyConfig.epochs, help="total epochs, counting resumed ones")
-    p.add_argument("--batch-size", type=int, default=ToyConfig.batch_size, help="images per step")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
-    p.add_argument("--lr", type=float, default=ToyConfig.lr, help="Adam's learning rate")
-    p.add_argument("--seed", type=int, default=ToyConfig.seed, help="initial weights and the images' order")
-    p.add_argument("--progress", default=ToyConfig.progress, help="epoch: one line per epoch; bar, auto: the same")
-    p.add_argument("--trial", type=Path, help="a sweep's trial.json (python -m programkit.sweep_cli attach)")
+    ToyConfig.add_train_arguments(p, worker="process")
     p.add_argument("--grid", type=int, default=ToyConfig.grid, help="cells per side whose brightness is weighed")
     a = p.parse_args(argv)
-    cfg = ToyConfig(data_dir=a.data_dir, image_size=a.image_size, model=a.model, logdir=a.logdir,
-                    checkpoint_dir=a.checkpoint_dir, epochs=a.epochs, batch_size=a.batch_size, resume=a.resume,
-                    lr=a.lr, seed=a.seed, progress=a.progress, trial=a.trial, grid=a.grid)
+    cfg = ToyConfig(**TrainFlags.train_values(a), grid=a.grid)
     return cfg if cfg.trial is None else replace(cfg, **trial_params(cfg.trial, FIELDS))
 
 
