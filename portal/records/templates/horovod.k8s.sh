@@ -34,25 +34,11 @@ ssh_probe="ssh -p {{ ssh_port }} -i $key -o StrictHostKeyChecking=no -o UserKnow
 ssh_agent="$ssh_probe -o ConnectionAttempts={{ ssh_attempts }}"
 
 {% include "horovod-k8s-watch.sh" %}
-wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them
-    local started=$SECONDS said=0 ready
-    while :; do
-        answering | head -n {{ spec.nodes }} > "$job_dir/hosts.ready"
-        ready=$(wc -l < "$job_dir/hosts.ready")
-        if [ "$ready" -ge {{ spec.nodes }} ]; then
-            sed 's/ .*/ slots={{ spec.workers_per_node }}/' "$job_dir/hosts.ready" > "$job_dir/hostfile"
-            echo "chexnet: {{ spec.nodes }} worker pod(s) ready after $((SECONDS - started)) s: $(cut -d' ' -f3 "$job_dir/hosts.ready" | tr '\n' ' ')"
-            return
-        fi
-        if [ $((SECONDS - started)) -ge "$said" ]; then  # at once, then every 30 s
-            echo "chexnet: waiting for worker pods: $ready of {{ spec.nodes }} ready"
-            said=$((said + 30))
-        fi
-        # Looked at often: a worker publishes its address once its sshd listens, about as soon as the launcher
-        # runs, and each look is a file test (an ssh only for a worker that published). Was 3 s: 2.6 s of a
-        # 2-node job's first point (bench.kube).
-        sleep {{ worker_poll }}
-    done
+{% include "wait-for-pods.sh" %}
+wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them (an ssh only to a worker that published)
+    wait_for_pods answering "$job_dir/hosts.ready" {{ spec.nodes }} chexnet
+    sed 's/ .*/ slots={{ spec.workers_per_node }}/' "$job_dir/hosts.ready" > "$job_dir/hostfile"
+    echo "chexnet: {{ spec.nodes }} worker pod(s) ready after $waited s: $(cut -d' ' -f3 "$job_dir/hosts.ready" | tr '\n' ' ')"
 }
 
 {% include "stop-by-name.sh" %}

@@ -47,21 +47,10 @@ beating() {  # the worker pods whose heartbeat is fresh, one name per line
         [ "$(age "$file")" -le {{ stale_s }} ] && printf '%s\n' "${file##*/}" | sed 's/\.alive$//' | tr -cd 'a-z0-9.\n-'
     done | sort -u
 }
+{% include "wait-for-pods.sh" %}
 wait_for_workers() {  # then $nodes/run has {{ spec.nodes - 1 }} of them
-    local started=$SECONDS said=0 ready
-    while :; do
-        beating | head -n {{ spec.nodes - 1 }} > "$nodes/run"
-        ready=$(wc -l < "$nodes/run")
-        if [ "$ready" -ge {{ spec.nodes - 1 }} ]; then
-            echo "{{ program.name }}: {{ spec.nodes - 1 }} worker pod(s) ready after $((SECONDS - started)) s: $(tr '\n' ' ' < "$nodes/run")"
-            return
-        fi
-        if [ $((SECONDS - started)) -ge "$said" ]; then  # at once, then every 30 s
-            echo "{{ program.name }}: waiting for worker pods: $ready of {{ spec.nodes - 1 }} ready"
-            said=$((said + 30))
-        fi
-        sleep {{ worker_poll }}
-    done
+    wait_for_pods beating "$nodes/run" {{ spec.nodes - 1 }} {{ program.name | q }}
+    echo "{{ program.name }}: {{ spec.nodes - 1 }} worker pod(s) ready after $waited s: $(tr '\n' ' ' < "$nodes/run")"
 }
 lost_workers() {  # how many of this run's workers stopped beating; their heartbeat files are removed
     local pod count=0

@@ -78,7 +78,7 @@ def test_the_scripts_are_bash_and_wait_for_every_worker():
     work = workers["spec"]["template"]["spec"]["containers"][0]["command"][2]
     bash_syntax_ok(launch)
     bash_syntax_ok(work)
-    assert 'if [ "$ready" -ge 3 ]' in launch and "slots=2" in launch
+    assert 'wait_for_pods answering "$job_dir/hosts.ready" 3 chexnet' in launch and "slots=2" in launch
     assert "mpirun -np 6 --hostfile" in launch and "plm_rsh_agent" in launch
     assert "--resume" in launch and "workers-done" in launch and "workers-done" in work
     assert f'echo "{RUN_ENDED} (exit status $1)" 2>/dev/null > /dev/termination-log' in launch

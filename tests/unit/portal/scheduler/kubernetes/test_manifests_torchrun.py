@@ -101,7 +101,7 @@ def test_the_scripts_are_bash_meet_in_the_jobs_private_directory_and_end_togethe
         assert "is_host" not in text and "POD_IP}:" not in text and "getent" not in text
     assert "--max-restarts=0" in launch and "--max-restarts=0" in work  # one failed process ends the run
     assert "-m chexnet_torch.train" in launch and "--resume" in launch
-    assert 'if [ "$ready" -ge 2 ]' in launch  # node 0 waits for the 2 other nodes' heartbeats
+    assert 'wait_for_pods beating "$nodes/run" 2 ' in launch  # node 0 waits for the 2 other nodes' heartbeats
     assert "workers-done" in launch and "workers-done" in work
     assert "card_in_log \"$job_dir/checkpoints\"" in launch
     assert f'echo "{RUN_ENDED} (exit status $1)" 2>/dev/null > /dev/termination-log' in launch  # FAILED at once
