@@ -1,6 +1,7 @@
 """What each of the portal's settings allows: one check per setting, each refusal naming the setting and the values
 it takes. PortalConfig (portal.config) inherits `SettingsChecks` and checks itself once made: the checks read the
-settings from the config itself, so this module, below portal.config, names no PortalConfig."""
+settings from the config itself, so this module, below portal.config, names no PortalConfig. A section of its own
+(a scheduler's: portal.scheduler.<name>.settings) checks its settings in its `check_section`, called here."""
 
 from __future__ import annotations
 
@@ -12,11 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from portal.config_values import ConfigError
-from portal.inputs import ascii_digits
 from portal.registrations import server_schedulers
 
 TLS_MODES = ("starttls", "ldaps", "none")
-K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
 JOB_LAUNCHERS = ("mpirun", "srun")
 # The cluster in a box's own hosts live here: 198.18.0.0/15 is reserved for benchmarking (RFC 2544), so no real
 # network uses it, and the box never routes it anywhere.
@@ -48,8 +47,7 @@ def _check_settings(cfg: Any) -> None:  # a PortalConfig: every section's settin
     for name, allowed in choices.items():
         if getattr(cfg, name) not in allowed:
             raise ConfigError(f"{name} is {getattr(cfg, name)!r}; allowed: {', '.join(map(repr, allowed))}")
-    for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port",
-                 "slurmctld_port", "slurmd_port", "slurmdbd_port", "accounting_db_port", "smtp_port"):
+    for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port", "smtp_port"):
         port = getattr(cfg, name)
         if not 1 <= port <= 65535:
             raise ConfigError(f"{name} is {port}; allowed: 1-65535")
@@ -72,7 +70,9 @@ def _check_settings(cfg: Any) -> None:  # a PortalConfig: every section's settin
         raise ConfigError(f"dashboard_port is {cfg.dashboard_port}; allowed: 1-65535, or 0 for hub_port + 90")
     _check_mlflow(cfg.mlflow_url)
     _check_prometheus(cfg.prometheus_url)
-    _check_kubernetes(cfg)
+    for section in type(cfg).__mro__:  # each scheduler's section checks its own (portal.scheduler.<name>.settings)
+        if "check_section" in vars(section):
+            section.check_section(cfg)
     _check_box(cfg)
     _check_places(cfg)
     for name in ("dashboard_refresh_s", "dashboard_metrics_refresh_s", "dashboard_log_lines", "max_jobs_per_user",
@@ -103,36 +103,6 @@ def _check_prometheus(url: str) -> None:
             or parts.username or any(c.isspace() for c in url):
         raise ConfigError(f"prometheus_url is {url!r}; allowed: empty (no charts), box, or http(s)://host:port[/path] "
                           "(credentials go in prometheus_reader_file)")
-
-
-def _check_kubernetes(cfg: Any) -> None:
-    names = {"k8s_namespace": cfg.k8s_namespace, "k8s_data_claim": cfg.k8s_data_claim,
-             **{f"k8s_gpu_types[{t}]": t for t in cfg.k8s_gpu_types}}
-    for name, value in names.items():
-        if not re.match(K8S_NAME, value) or len(value) > 63:
-            raise ConfigError(f"{name} is {value!r}; allowed: lower-case letters, digits and '-' (a DNS label)")
-    for name in ("k8s_user_namespace_template", "k8s_home_claim_template"):
-        if "{username}" not in getattr(cfg, name):
-            raise ConfigError(f"{name} must contain {{username}}; it is {getattr(cfg, name)!r}")
-    if not cfg.k8s_gpu_types:
-        raise ConfigError("k8s_gpu_types is empty; allowed: one or more GPU types (node label values)")
-    if not all(ascii_digits(p) for p in cfg.k8s_gpu_profiles) or "0" not in cfg.k8s_gpu_profiles:
-        raise ConfigError(f"k8s_gpu_profiles is {cfg.k8s_gpu_profiles}; allowed: whole numbers, 0 among them")
-    if cfg.k8s_jobs not in ("plain", "mpijob"):
-        raise ConfigError(f"k8s_jobs is {cfg.k8s_jobs!r}; allowed: plain, mpijob")
-    if cfg.k8s_image_pull_policy not in ("Always", "IfNotPresent", "Never"):
-        raise ConfigError(f"k8s_image_pull_policy is {cfg.k8s_image_pull_policy!r}; "
-                          "allowed: Always, IfNotPresent, Never")
-    for name in ("k8s_node_cpus", "k8s_node_memory_gb", "k8s_max_nodes", "k8s_shm_gb"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{name} is {getattr(cfg, name)}; allowed: 1 or more")
-    if cfg.k8s_node_gpus < 0:
-        raise ConfigError(f"k8s_node_gpus is {cfg.k8s_node_gpus}; allowed: 0 or more")
-    for entry in cfg.k8s_server_egress:
-        egress_entry(entry)
-    for name in ("k8s_data_mount", "k8s_home_mount"):
-        if not getattr(cfg, name).startswith("/"):
-            raise ConfigError(f"{name} is {getattr(cfg, name)!r}; allowed: an absolute path")
 
 
 def _check_box(cfg: Any) -> None:
@@ -173,19 +143,3 @@ def _check_places(cfg: Any) -> None:
                                   "digits and '_', the value on one line ({home}: the user's home)")
     if not cfg.box_mail_dir.is_absolute():
         raise ConfigError(f"box_mail_dir is {str(cfg.box_mail_dir)[:60]!r}; allowed: an absolute path")
-
-
-def egress_entry(entry: str) -> tuple[str, int | None, int | None]:
-    """One k8s_server_egress entry, CIDR, CIDR:PORT or CIDR:PORT-PORT: (the network, its first and last port, or
-    None); ConfigError naming the setting and the entry otherwise."""
-    cidr, colon, ports = entry.strip().partition(":")
-    numbers = [int(n) for n in ports.split("-", 1) if ascii_digits(n)]
-    try:
-        network = str(ipaddress.ip_network(cidr))
-    except ValueError:
-        network = ""
-    if not network or (colon and len(numbers) != len(ports.split("-", 1))) or \
-            any(not 1 <= n <= 65535 for n in numbers) or numbers != sorted(numbers):
-        raise ConfigError(f"k8s_server_egress: {entry!r} is not allowed; allowed: CIDR, CIDR:PORT or CIDR:PORT-PORT "
-                          "(ports 1-65535, TCP), such as 198.19.0.1/32:16443")
-    return network, (numbers[0] if numbers else None), (numbers[-1] if numbers else None)

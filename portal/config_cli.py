@@ -71,7 +71,7 @@ def settings(cfg: PortalConfig) -> list[dict[str, str]]:
 
 def sections() -> list[tuple[type, list[dataclasses.Field]]]:
     """The settings by the class that declares them: PortalConfig's own first, then each section it inherits
-    (portal.config_kubernetes, portal.config_gpus), in the order written."""
+    (each scheduler's: portal.scheduler.<name>.settings; portal.config_gpus), in the order written."""
     parts = [PortalConfig, *(c for c in PortalConfig.__mro__[1:] if dataclasses.is_dataclass(c))]
     return [(part, [f for f in dataclasses.fields(PortalConfig) if f.name in vars(part).get("__annotations__", {})])
             for part in parts]

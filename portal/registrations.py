@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Registered:
-    implementation: str  # "module:Class" implementing portal.scheduler.Scheduler
+    implementation: str  # "module:Class" implementing portal.scheduler.protocol.Scheduler
     # Its job ids, unanchored: they become directory names, routes and Kubernetes object names, so each has one
     # spelling, and no two schedulers' ids look alike, so that an id names its scheduler (the class's `job_ids`
     # is this, anchored: portal.records.ids.anchored).

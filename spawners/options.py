@@ -25,7 +25,7 @@ from portal.jobs.budget import budgeted
 from portal.mlflow_accounts import for_job, tracking_uri
 from portal.records.budget import GpuBudget
 from portal.records.limits import JobLimits
-from portal.scheduler import Scheduler
+from portal.scheduler.protocol import Scheduler
 from portal.scheduler.registry import scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.traits import portal_default

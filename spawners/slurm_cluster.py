@@ -1,7 +1,7 @@
 """What the Slurm spawner asks its scheduler as the portal, outside batchspawner's own commands (which run as the
 user) and the form's limits (spawners.options): whether a server will wait, from the scheduler's snapshot; a node's
 address; and a server's job record to explain a failed start. Each goes through the Scheduler protocol
-(portal.scheduler: `snapshot`, and HostsServers' `server_address` and `server_job`), never Slurm's commands.
+(portal.scheduler.protocol: `snapshot`, and HostsServers' `server_address` and `server_job`), never Slurm's commands.
 
 Functions of the scheduler and plain values, so the spawner (spawners.slurm) keeps only its extension points. A
 scheduler that does not answer raises SlurmUnavailable naming the command (the form shows it as a 503:
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from portal.records.account import job_user
-from portal.scheduler import HostsServers, Scheduler
 from portal.scheduler.cluster import QueuedJob, start_note, users_jobs
+from portal.scheduler.protocol import HostsServers, Scheduler
 from portal.scheduler.slurm.errors import SlurmError
 from portal.scheduler.snapshot import ClusterSnapshot
 

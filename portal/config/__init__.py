@@ -1,5 +1,6 @@
 """Every setting of the portal, in one typed place: PortalConfig, whose fields are its own and those of the
-sections it inherits (portal.config_kubernetes's, portal.config_gpus's).
+sections it inherits (each scheduler's own: portal.scheduler.slurm.settings, portal.scheduler.kubernetes.settings;
+portal.config_gpus's).
 
 The defaults are the local demo's (the cluster in a box on 127.0.0.1). A site overrides them with a YAML
 file named by ``DSPORTAL_CONFIG`` and/or environment variables ``DSPORTAL_<FIELD>`` (upper case), the
@@ -26,10 +27,11 @@ from types import MappingProxyType
 
 from portal.config_checks import SettingsChecks
 from portal.config_gpus import GpuSettings
-from portal.config_kubernetes import KubernetesSettings
 from portal.config_values import ConfigError, default_of, read_given, said_where, setting
 from portal.quota import GpuHolder, GpuQuota, quota_for
 from portal.registrations import SCHEDULERS, server_schedulers
+from portal.scheduler.kubernetes.settings import KubernetesSettings
+from portal.scheduler.slurm.settings import SlurmSettings
 
 # The users' servers' way to the dashboard (PortalConfig.dashboard_for_servers), in their environment: no DSPORTAL_
 # name, which a setting would read.
@@ -37,7 +39,7 @@ SERVER_DASHBOARD_ENV = "PORTAL_DASHBOARD_URL"
 
 
 @dataclass(frozen=True)
-class PortalConfig(KubernetesSettings, GpuSettings, SettingsChecks):
+class PortalConfig(SlurmSettings, KubernetesSettings, GpuSettings, SettingsChecks):
     """Every setting, with its help text as data: ``python -m portal.config`` lists them, docs/configuration.md
     tables them (``python -m portal.config --markdown``)."""
 
@@ -144,21 +146,6 @@ class PortalConfig(KubernetesSettings, GpuSettings, SettingsChecks):
             "user's home as the server sees it. E.g. JUPYTER_RUNTIME_DIR={home}/.cache/jupyter-runtime where homes "
             "are on a network file system; the tests' box keeps JupyterLab's workspaces, settings and runtime files "
             "in a place of its own.")
-
-    # Slurm: the client configuration, and the shape of the local demo node.
-    slurm_conf: str = setting("", "Slurm's client configuration; empty means <state_dir>/slurm/slurm.conf.")
-    slurm_bin_dir: Path = setting(Path("/usr/bin"), "Where Slurm's commands (sbatch, squeue, sacctmgr, ...) are; the "
-                                  "box starts Slurm's daemons from the sbin beside it. A release built by `make "
-                                  "slurm-build`: /opt/dsportal/slurm/<release>/bin.")
-    slurmctld_port: int = setting(6817, "slurmctld's port (the cluster in a box).")
-    slurmd_port: int = setting(6818, "slurmd's port (the cluster in a box).")
-    slurm_node_cpus: int = setting(8, "CPUs of each demo compute node (the cluster in a box).")
-    slurm_node_memory_mb: int = setting(24576, "Memory (MB) of each demo compute node (the cluster in a box): the "
-                                              "default server (4 GB) and the default job (16 GB per node) fit "
-                                              "side by side.")
-    slurm_node_gpus: int = setting(4, "Fake GPUs of each demo compute node (the cluster in a box).")
-    slurmdbd_port: int = setting(6819, "Slurm accounting: slurmdbd's port.")
-    accounting_db_port: int = setting(6820, "The port of the box's private MariaDB (which only slurmdbd uses).")
 
     # E-mail at a job's end: Slurm's own (--mail-type=END,FAIL); slurm.conf's MailProg is portal.jobmail, which
     # adds the job's best mean AUROC and its page and hands the message to an MTA over SMTP.

@@ -49,9 +49,9 @@ from portal.records.spec import JobSpec, JobSpecError, parse_job_spec
 from portal.records.sweep import FIELD as SWEEP_FIELD
 from portal.records.sweep import SweepPlan, SweepView, parse_sweep
 from portal.renamed import BACKEND_GOES, OLD_SCHEDULER_NAME, moved_error, renamed_keyword, warn_renamed
-from portal.scheduler import Person, Scheduler
 from portal.scheduler.asker import Asker
 from portal.scheduler.errors import NoAccounting, UnknownScheduler
+from portal.scheduler.protocol import Person, Scheduler
 from portal.scheduler.registry import SCHEDULERS, scheduler_for, scheduler_of_job
 from portal.scheduler.usage import UsageReport
 

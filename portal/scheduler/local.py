@@ -212,7 +212,7 @@ def _started(record: JobRecord) -> float:
 
 
 if TYPE_CHECKING:  # against the contract, with its own person (checked by `make lint`)
-    from portal.scheduler import Scheduler
+    from portal.scheduler.protocol import Scheduler
 
     def _conforms(local: LocalScheduler) -> Scheduler[JobUser]:
         return local

@@ -1,6 +1,6 @@
 """The registry of schedulers: which exist (`SCHEDULERS`, registered in portal.registrations: name -> the module and
-class that implement portal.scheduler.Scheduler), the configured one (`scheduler_for`), and which one a job id is
-of. Each implementation is imported when first asked for, by its registered name: this module imports no
+class that implement portal.scheduler.protocol.Scheduler), the configured one (`scheduler_for`), and which one a job id
+is of. Each implementation is imported when first asked for, by its registered name: this module imports no
 scheduler's package."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from portal.scheduler.errors import UnknownScheduler
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
-    from portal.scheduler import Scheduler
+    from portal.scheduler.protocol import Scheduler
 
 __all__ = ["SCHEDULERS", "job_id_patterns", "scheduler_class", "scheduler_for", "scheduler_of_job"]
 

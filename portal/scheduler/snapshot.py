@@ -52,8 +52,8 @@ class ClusterSnapshot:
 
 
 class Snapshots(Protocol):
-    """What the cache asks: a scheduler (portal.scheduler.Scheduler has both), named here by its shape so that the
-    cache stays below the schedulers it serves."""
+    """What the cache asks: a scheduler (portal.scheduler.protocol.Scheduler has both), named here by its shape so that
+    the cache stays below the schedulers it serves."""
 
     queue_in_snapshot: bool  # its jobs are in the snapshot's queue: each refresh is a queue question (squeue)
 

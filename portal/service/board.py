@@ -42,7 +42,7 @@ from portal.records.account import JobUser, job_user
 from portal.records.limits import JobLimits
 from portal.records.readahead import reading_ahead
 from portal.records.record import CANCELLED, ENDED_STATES, PENDING
-from portal.scheduler import P, Scheduler
+from portal.scheduler.protocol import P, Scheduler
 from portal.scheduler.registry import scheduler_for
 from portal.scheduler.snapshot import ClusterCache, ClusterSnapshot
 from portal.service.background import Coalescer, Refresher, TimedCache

@@ -24,7 +24,7 @@ from portal.service.summary import quota_of
 if TYPE_CHECKING:
     from portal.config import PortalConfig
     from portal.records.limits import JobLimits
-    from portal.scheduler import Scheduler
+    from portal.scheduler.protocol import Scheduler
     from portal.scheduler.snapshot import ClusterCache
     from portal.service.background import Refresher, TimedCache
     from portal.service.hub_user import HubUser

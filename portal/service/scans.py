@@ -1,7 +1,7 @@
 """What the board keeps of a scan of a user's jobs, and whether they may have changed since, found without running
 anything as the user: the (device, inode, ctime) of their home, of ~/jobs and of this cluster's ~/jobs/<cluster>,
 read by lstat as the service; where the scheduler keeps the records itself, its own stamp of them
-(portal.scheduler.KeepsRecords.records_stamp: on Kubernetes, what one watch of the API server counted).
+(portal.scheduler.protocol.KeepsRecords.records_stamp: on Kubernetes, what one watch of the API server counted).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from portal.records.record import JOBS_ROOT
 from portal.scheduler.registry import scheduler_for
 
 if TYPE_CHECKING:
-    from portal.scheduler import KeepsRecords
+    from portal.scheduler.protocol import KeepsRecords
 
 # A change this close before a stamp was read may share its timestamp tick with a later one (ext4 stamps in
 # jiffies): such a stamp is not trusted to show "unchanged" (the "racy git" rule).

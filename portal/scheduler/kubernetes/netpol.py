@@ -25,8 +25,8 @@ import ipaddress
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from portal.config_checks import egress_entry
 from portal.mlflow_accounts import tracking_uri
+from portal.scheduler.kubernetes.settings import egress_entry
 
 if TYPE_CHECKING:
     from portal.config import PortalConfig
@@ -44,7 +44,7 @@ DNS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 
 
 def egress_rules(entries: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
-    """`k8s_server_egress` as egress rules (portal.config_checks.egress_entry reads each entry)."""
+    """`k8s_server_egress` as egress rules (settings.egress_entry reads each entry)."""
     rules = []
     for entry in entries:
         cidr, first, last = egress_entry(entry)

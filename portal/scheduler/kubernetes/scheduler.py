@@ -322,7 +322,7 @@ class KubernetesScheduler(PodOutput):
 
 
 if TYPE_CHECKING:  # against the contract, with its own person (checked by `make lint`)
-    from portal.scheduler import KeepsRecords
+    from portal.scheduler.protocol import KeepsRecords
 
     def _conforms(kube: KubernetesScheduler) -> KeepsRecords[KubeUser]:
         return kube

@@ -392,7 +392,7 @@ def _remember(record: JobRecord, user: JobUser, state: str) -> None:
 
 
 if TYPE_CHECKING:  # against the contract, with its own person (checked by `make lint`)
-    from portal.scheduler import HostsServers
+    from portal.scheduler.protocol import HostsServers
 
     def _conforms(slurm: SlurmScheduler) -> HostsServers[JobUser]:
         return slurm

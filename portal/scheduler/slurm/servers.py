@@ -1,5 +1,6 @@
-"""What the Slurm scheduler tells the hub's Slurm spawner about its servers' jobs (portal.scheduler.HostsServers),
-asked as the portal: where a node's server is reached, and a server's job once it is no longer running.
+"""What the Slurm scheduler tells the hub's Slurm spawner about its servers' jobs
+(portal.scheduler.protocol.HostsServers), asked as the portal: where a node's server is reached, and a server's job
+once it is no longer running.
 
 A mixin of SlurmScheduler: both read through its one command runner (`self.commands`).
 """

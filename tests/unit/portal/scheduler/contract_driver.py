@@ -18,7 +18,7 @@ from portal.errors import JobNotFound
 from portal.mlflow_accounts import JOB_FILE
 from portal.records.account import JobUser
 from portal.records.record import JobRecord
-from portal.scheduler import Scheduler
+from portal.scheduler.protocol import Scheduler
 from programkit.tblog import RECORD_LINE_PREFIX, EpochScalars
 
 PEOPLE = ("alice", "bob")

@@ -25,8 +25,8 @@ from portal.records.account import JobUser
 from portal.records.record import JobRecord
 from portal.records.templating import program_values
 from portal.registrations import Registered
-from portal.scheduler import Scheduler
 from portal.scheduler.local import LocalScheduler
+from portal.scheduler.protocol import Scheduler
 from portal.scheduler.registry import SCHEDULERS, scheduler_for
 from portal.scheduler.slurm.errors import SlurmRefused, SlurmUnavailable
 from tests.slurm_answers import squeue_job, squeue_json

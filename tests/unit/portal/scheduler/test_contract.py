@@ -1,4 +1,4 @@
-"""The scheduler contract (portal.scheduler.Scheduler), one suite over every registered scheduler: each
+"""The scheduler contract (portal.scheduler.protocol.Scheduler), one suite over every registered scheduler: each
 implements every method with the protocol's arguments, says in the protocol's docstring whether it blocks, renders a
 job without asking its cluster, answers usage or says it keeps no accounting, and, where it asks a service that does
 not answer, fails as that scheduler's SchedulerUnavailable naming it; its limits are what the submit form and the
@@ -22,8 +22,8 @@ from jupyterhub.spawner import LocalProcessSpawner
 from portal import errors
 from portal.config import PortalConfig
 from portal.records.limits import JobLimits
-from portal.scheduler import KeepsRecords, Scheduler
 from portal.scheduler.errors import NoAccounting
+from portal.scheduler.protocol import KeepsRecords, Scheduler
 from portal.scheduler.registry import SCHEDULERS, scheduler_class, scheduler_for
 from portal.scheduler.usage import UsageReport
 from portal.service.submit_form import form_fields

@@ -1,7 +1,7 @@
-"""The scheduler contract (portal.scheduler.Scheduler) for a job's life, one suite over every scheduler: submit,
-list, load, state and cancel, the owner checks, and a cluster that does not answer. Each test runs on each driver
-of contract_helpers (as batchspawner's `run_spawner_script` runs each scheduler through the same steps): the local
-runner and the toy scheduler on this machine, Slurm over the recorded answers of each release the portal reads
+"""The scheduler contract (portal.scheduler.protocol.Scheduler) for a job's life, one suite over every scheduler:
+submit, list, load, state and cancel, the owner checks, and a cluster that does not answer. Each test runs on each
+driver of contract_helpers (as batchspawner's `run_spawner_script` runs each scheduler through the same steps): the
+local runner and the toy scheduler on this machine, Slurm over the recorded answers of each release the portal reads
 (22.05, 24.11, 26.05), Kubernetes over an API server of recorded objects behind the real client. What differs
 between schedulers is in the drivers; the tests say what every scheduler owes its callers (the dashboard, the
 notebooks' portal.jobs)."""

@@ -1,6 +1,6 @@
-"""The scheduler contract (portal.scheduler.Scheduler) for what a job's run leaves to read, one suite over every
-scheduler (contract_helpers.DRIVERS: the local runner, the toy, Slurm per release, Kubernetes): its log (all of it,
-its last lines, a sweep task's own), its metrics and per-epoch rows, its model card, its history, its line in the
+"""The scheduler contract (portal.scheduler.protocol.Scheduler) for what a job's run leaves to read, one suite over
+every scheduler (contract_helpers.DRIVERS: the local runner, the toy, Slurm per release, Kubernetes): its log (all of
+it, its last lines, a sweep task's own), its metrics and per-epoch rows, its model card, its history, its line in the
 cluster's queue while the cluster holds it (`queued`, `waiting`), the submit form's start note, and that another
 user's read of it is refused as not found. Each test feeds the driver what a real run writes (`Run`: its lines,
 its per-epoch record as programkit.tblog writes it, its card), which the driver puts where its scheduler keeps it (the

@@ -1,15 +1,23 @@
-"""The Kubernetes scheduler's settings (scheduler: kubernetes), a part of every PortalConfig.
+"""The Kubernetes scheduler's section of the settings (scheduler: kubernetes), owned here and a part of every
+PortalConfig: its fields, their helpers and their checks (`check_section`).
 
 KubeSpawner runs the servers; training jobs run as plain Jobs (no operator) or as MPIJobs (kubeflow.org/v2beta1)
 where the MPI Operator runs. portal.config's PortalConfig inherits these fields and helpers, so `cfg.k8s_image` and
-`cfg.user_namespace(name)` read as before; docs/configuration.md tables them in a section of their own.
+`cfg.user_namespace(name)` read as before; docs/configuration.md tables them in a section of their own. This module
+is of the settings' layer: it imports nothing of the scheduler's (tests/unit/test_layers.py), so that the settings
+can take it in without the Kubernetes client.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 
-from portal.config_values import setting
+from portal.config_values import ConfigError, setting
+from portal.inputs import ascii_digits
+
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a DNS-1123 label: namespaces, claims, label values
 
 
 @dataclass(frozen=True)
@@ -69,3 +77,50 @@ class KubernetesSettings:
     def user_principal(self, username: str) -> str:
         """Portal user `username` as Kubernetes knows them: the name the portal impersonates and RBAC binds."""
         return f"{self.k8s_user_prefix}{username}"
+
+    def check_section(self) -> None:
+        """ConfigError naming the first of these settings whose value is not allowed, and what is (PortalConfig's
+        checks call each section's: portal.config_checks)."""
+        names = {"k8s_namespace": self.k8s_namespace, "k8s_data_claim": self.k8s_data_claim,
+                 **{f"k8s_gpu_types[{t}]": t for t in self.k8s_gpu_types}}
+        for name, value in names.items():
+            if not re.match(K8S_NAME, value) or len(value) > 63:
+                raise ConfigError(f"{name} is {value!r}; allowed: lower-case letters, digits and '-' (a DNS label)")
+        for name in ("k8s_user_namespace_template", "k8s_home_claim_template"):
+            if "{username}" not in getattr(self, name):
+                raise ConfigError(f"{name} must contain {{username}}; it is {getattr(self, name)!r}")
+        if not self.k8s_gpu_types:
+            raise ConfigError("k8s_gpu_types is empty; allowed: one or more GPU types (node label values)")
+        if not all(ascii_digits(p) for p in self.k8s_gpu_profiles) or "0" not in self.k8s_gpu_profiles:
+            raise ConfigError(f"k8s_gpu_profiles is {self.k8s_gpu_profiles}; allowed: whole numbers, 0 among them")
+        if self.k8s_jobs not in ("plain", "mpijob"):
+            raise ConfigError(f"k8s_jobs is {self.k8s_jobs!r}; allowed: plain, mpijob")
+        if self.k8s_image_pull_policy not in ("Always", "IfNotPresent", "Never"):
+            raise ConfigError(f"k8s_image_pull_policy is {self.k8s_image_pull_policy!r}; "
+                              "allowed: Always, IfNotPresent, Never")
+        for name in ("k8s_node_cpus", "k8s_node_memory_gb", "k8s_max_nodes", "k8s_shm_gb"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}; allowed: 1 or more")
+        if self.k8s_node_gpus < 0:
+            raise ConfigError(f"k8s_node_gpus is {self.k8s_node_gpus}; allowed: 0 or more")
+        for entry in self.k8s_server_egress:
+            egress_entry(entry)
+        for name in ("k8s_data_mount", "k8s_home_mount"):
+            if not getattr(self, name).startswith("/"):
+                raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: an absolute path")
+
+
+def egress_entry(entry: str) -> tuple[str, int | None, int | None]:
+    """One k8s_server_egress entry, CIDR, CIDR:PORT or CIDR:PORT-PORT: (the network, its first and last port, or
+    None); ConfigError naming the setting and the entry otherwise."""
+    cidr, colon, ports = entry.strip().partition(":")
+    numbers = [int(n) for n in ports.split("-", 1) if ascii_digits(n)]
+    try:
+        network = str(ipaddress.ip_network(cidr))
+    except ValueError:
+        network = ""
+    if not network or (colon and len(numbers) != len(ports.split("-", 1))) or \
+            any(not 1 <= n <= 65535 for n in numbers) or numbers != sorted(numbers):
+        raise ConfigError(f"k8s_server_egress: {entry!r} is not allowed; allowed: CIDR, CIDR:PORT or CIDR:PORT-PORT "
+                          "(ports 1-65535, TCP), such as 198.19.0.1/32:16443")
+    return network, (numbers[0] if numbers else None), (numbers[-1] if numbers else None)
