@@ -36,9 +36,9 @@ ssh_agent="$ssh_probe -o ConnectionAttempts={{ ssh_attempts }}"
 {% include "horovod-k8s-watch.sh" %}
 {% include "wait-for-pods.sh" %}
 wait_for_workers() {  # then $job_dir/hostfile names {{ spec.nodes }} of them (an ssh only to a worker that published)
-    wait_for_pods answering "$job_dir/hosts.ready" {{ spec.nodes }} chexnet
+    wait_for_pods answering "$job_dir/hosts.ready" {{ spec.nodes }} {{ program.name | q }}
     sed 's/ .*/ slots={{ spec.workers_per_node }}/' "$job_dir/hosts.ready" > "$job_dir/hostfile"
-    echo "chexnet: {{ spec.nodes }} worker pod(s) ready after $waited s: $(cut -d' ' -f3 "$job_dir/hosts.ready" | tr '\n' ' ')"
+    echo "{{ program.name }}: {{ spec.nodes }} worker pod(s) ready after $waited s: $(cut -d' ' -f3 "$job_dir/hosts.ready" | tr '\n' ' ')"
 }
 
 {% include "stop-by-name.sh" %}
@@ -48,7 +48,7 @@ stop_run() {  # mpirun and its ssh children: asked first, then killed
 }
 
 rm -f "$job_dir/workers-done"
-echo "chexnet: job {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun over ssh"
+echo "{{ program.name }}: job {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun over ssh"
 restarts=0 launches=0
 while :; do
     wait_for_workers
@@ -70,7 +70,7 @@ while :; do
         kill -0 "$run" 2>/dev/null || break
         lost=$(lost_workers)
         if [ "$lost" -gt 0 ]; then
-            echo "chexnet: $lost worker pod(s) stopped answering; stopping this run" | tee -a "$job_dir/output.log"
+            echo "{{ program.name }}: $lost worker pod(s) stopped answering; stopping this run" | tee -a "$job_dir/output.log"
             stop_run
             break
         fi
@@ -84,17 +84,17 @@ while :; do
     [ "$lost" -eq 0 ] && [ "$status" -eq 0 ] && finish 0
     if [ "$lost" -eq 0 ] && [ ! -e "$job_dir/.launched" ] && [ "$launches" -lt {{ launch_attempts }} ]; then
         launches=$((launches + 1))
-        echo "chexnet: mpirun started no process (exit $status); launching again in 5 s ({{ launch_attempts }} at most)" | tee -a "$job_dir/output.log"
+        echo "{{ program.name }}: mpirun started no process (exit $status); launching again in 5 s ({{ launch_attempts }} at most)" | tee -a "$job_dir/output.log"
         sleep 5
         continue
     fi
     if [ "$lost" -gt 0 ] && [ "$restarts" -lt {{ restarts }} ]; then
         restarts=$((restarts + 1))
-        echo "chexnet: $lost worker pod(s) lost; run $((restarts + 1)) resumes from the last checkpoint once {{ spec.nodes }} answer" | tee -a "$job_dir/output.log"
+        echo "{{ program.name }}: $lost worker pod(s) lost; run $((restarts + 1)) resumes from the last checkpoint once {{ spec.nodes }} answer" | tee -a "$job_dir/output.log"
         continue
     fi
     if [ "$lost" -gt 0 ]; then  # a run that lost a worker did not finish, whatever mpirun returned
-        echo "chexnet: $lost worker pod(s) lost after {{ restarts }} restart(s); giving up (the checkpoints are in $job_dir/checkpoints)" | tee -a "$job_dir/output.log"
+        echo "{{ program.name }}: $lost worker pod(s) lost after {{ restarts }} restart(s); giving up (the checkpoints are in $job_dir/checkpoints)" | tee -a "$job_dir/output.log"
         [ "$status" -ne 0 ] || status=1
     fi
     finish "$status"

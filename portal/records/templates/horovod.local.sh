@@ -5,7 +5,7 @@
 {% include "local-start.sh" -%}
 # --resume: a job started again in the same directory continues from its last checkpoint.
 {% include "horovod-train.sh" -%}
-echo "chexnet: local job on $(hostname), {{ spec.workers }} worker(s), time limit {{ spec.time_limit }}"
+echo "{{ program.name }}: local job on $(hostname), {{ spec.workers }} worker(s), time limit {{ spec.time_limit }}"
 status=0
 # The wall-time limit, as Slurm would enforce it: TERM, then KILL a minute later. --foreground keeps timeout in
 # this process group, so a cancel reaches it too; it exits 124 when the limit struck. --disable-cache: one host

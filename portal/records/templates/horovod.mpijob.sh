@@ -10,7 +10,7 @@ export PATH={{ venv_bin | q }}:"$PATH"
 # --resume: a restarted launcher continues from the last checkpoint (a fresh job starts at epoch 1).
 {% include "horovod-train.sh" -%}
 {% include "card-in-log.sh" %}
-echo "chexnet: MPIJob {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun"
+echo "{{ program.name }}: MPIJob {{ job_id }}, {{ spec.workers }} worker(s) on {{ spec.nodes }} pod(s), launched by mpirun"
 status=0
 # -np is every worker on every pod; the operator's hostfile gives each pod slotsPerWorker slots.
 mpirun -np {{ spec.workers }} --map-by {{ map_by | q }} --bind-to {{ bind_to | q }} \

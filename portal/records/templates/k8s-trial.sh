@@ -24,11 +24,11 @@ train=({{ python | q }} -m {{ program.module }} "${train_args[@]}")
 task=$({{ python | q }} -m programkit.sweep_cli claim "$job_dir" "$holder" {{ plan.trials }})
 status=$?
 if [ "$status" -eq {{ finished_exit }} ]; then
-    echo "chexnet: every trial of the sweep has finished: nothing left for pod $holder"
+    echo "{{ program.name }}: every trial of the sweep has finished: nothing left for pod $holder"
     exit 0
 fi
 if [ "$status" -ne 0 ] || ! [[ "$task" =~ ^[0-9]+$ ]]; then
-    echo "chexnet: pod $holder could not claim a task of the sweep (exit $status)" >&2
+    echo "{{ program.name }}: pod $holder could not claim a task of the sweep (exit $status)" >&2
     exit 1
 fi
 run_dir="$job_dir/trials/$task"
@@ -46,7 +46,7 @@ report() {  # the trial's row, where the dashboard reads it (4 KB at most, a pod
     {{ python | q }} -m programkit.sweep_cli status "$job_dir" "$task" 2>/dev/null | head -c 4000 > /dev/termination-log
 }
 stopped() {  # the pod is deleted (the sweep cancelled): its trial ends as FAIL, not left running
-    echo "chexnet: pod $holder stopped: task $task's trial ends as FAIL" | tee -a "$log"
+    echo "{{ program.name }}: pod $holder stopped: task $task's trial ends as FAIL" | tee -a "$log"
     pkill -TERM -x {{ stop_process }}
     {{ python | q }} -m programkit.sweep_cli fail "$job_dir" "$task"
     echo 143 > "$run_dir/exit_status"
@@ -58,17 +58,17 @@ trap stopped TERM  # bash is the container's PID 1: without a trap it would igno
 number=$({{ python | q }} -m programkit.sweep_cli attach "$job_dir" "$task")
 status=$?
 if [ "$status" -eq {{ finished_exit }} ]; then
-    echo "chexnet: task $task's trial has already finished: nothing to do" | tee -a "$log"
+    echo "{{ program.name }}: task $task's trial has already finished: nothing to do" | tee -a "$log"
     report
     exit 0
 fi
 if [ "$status" -ne 0 ] || ! [[ "$number" =~ ^[0-9]+$ ]]; then
-    echo "chexnet: the sweep's study did not give task $task a trial (exit $status)" | tee -a "$log" >&2
+    echo "{{ program.name }}: the sweep's study did not give task $task a trial (exit $status)" | tee -a "$log" >&2
     echo "$status" > "$run_dir/exit_status"
     exit 1
 fi
-echo "chexnet: sweep task $task is trial $number, on pod $holder" | tee -a "$log"
-echo "chexnet: trial parameters $(head -c 2000 "$run_dir/trial.json")" | tee -a "$log"
+echo "{{ program.name }}: sweep task $task is trial $number, on pod $holder" | tee -a "$log"
+echo "{{ program.name }}: trial parameters $(head -c 2000 "$run_dir/trial.json")" | tee -a "$log"
 # The trial's own run: its TensorBoard run beside the other trials', its checkpoints, its parameters (the last
 # --logdir and --checkpoint-dir given are the ones taken).
 train+=(--logdir "$job_dir/tensorboard/trial-$number" --checkpoint-dir "$run_dir/checkpoints"
@@ -79,7 +79,7 @@ rm -f "$run_dir/run-status"
 wait $!
 status=$(run_status "$run_dir/run-status")
 if [ "$status" -ne 0 ]; then
-    echo "chexnet: trial $number's training failed (exit $status): it ends as FAIL" | tee -a "$log"
+    echo "{{ program.name }}: trial $number's training failed (exit $status): it ends as FAIL" | tee -a "$log"
     {{ python | q }} -m programkit.sweep_cli fail "$job_dir" "$task"
 fi
 echo "$status" > "$run_dir/exit_status"

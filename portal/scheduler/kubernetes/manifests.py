@@ -21,7 +21,7 @@ from portal.config import PortalConfig
 from portal.records.record import JOBS_ROOT, now_utc
 from portal.records.spec import JobSpec, minutes_of
 from portal.records.sweep import SweepPlan
-from portal.records.templating import exported, job_environment, launch_template, program_values
+from portal.records.templating import exported, job_environment, launch_template, program_of, program_values
 from portal.scheduler.kubernetes.tracking import TRACKING_FILE
 from programkit.sweep import EXIT_FINISHED, PLAN_FILE
 from programkit.sweepclaims import HEARTBEAT_S, STALE_CLAIM_S
@@ -53,7 +53,10 @@ WATCH_EVERY_S = 10  # the launcher looks whether every worker still answers this
 WORKER_POLL_S = 0.5  # the launcher looks for its workers' sshd this often until all answer
 STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
 CARD_IN_LOG_BYTES = 64 * 1024  # the model card a script copies into its pod's log (a card is a few KB)
-MODEL_CARD_LINE = "chexnet: model card "  # card-in-log.sh: the line's start, the card's JSON after it
+# The launchers' own lines in a pod's log start with the program's name (a registered NAME: portal.records.programs),
+# "chexnet: " or "chexnet-torch: "; the readers take any (portal.scheduler.kubernetes.records).
+PROGRAM_SAYS = r"[a-z][a-z0-9-]{0,62}: "
+MODEL_CARD_WORDS = "model card "  # card-in-log.sh: "<program>: model card ", then the card's JSON
 
 # What a dry run's YAML (KubernetesScheduler.render) says first: checked against the settings, not the cluster.
 DRY_RUN_NOTE = ("# Checked against the configured limits (k8s_max_nodes, k8s_node_gpus, k8s_node_cpus,\n"
@@ -119,7 +122,8 @@ def launcher_values(cfg: PortalConfig, spec: JobSpec) -> dict[str, Any]:
     values = program_values(spec, cfg)
     return {**values, "venv_bin": values["program_bin"], "portal_python": str(cfg.venv / "bin" / "python"),
             "job_env": environment,
-            "card_bytes": CARD_IN_LOG_BYTES, "card_line": MODEL_CARD_LINE, "trainer_args": cfg.jobs_trainer_args,
+            "card_bytes": CARD_IN_LOG_BYTES, "card_line": f"{program_of(spec).name}: {MODEL_CARD_WORDS}",
+            "trainer_args": cfg.jobs_trainer_args,
             "map_by": cfg.jobs_mpi_map_by, "bind_to": cfg.jobs_mpi_bind_to, "mpirun_args": cfg.jobs_mpirun_args,
             "exported": exported(environment)}
 

@@ -53,7 +53,8 @@ from portal.scheduler.kubernetes.manifests import (
     LABEL_ROLE,
     LABEL_USER,
     LAUNCHER_RESOURCES,
-    MODEL_CARD_LINE,
+    MODEL_CARD_WORDS,
+    PROGRAM_SAYS,
 )
 from portal.scheduler.kubernetes.nodes import MIB, gpu_type_pools, quantity
 
@@ -62,9 +63,11 @@ K8S_ID = anchored(SCHEDULERS["kubernetes"].job_ids)  # its registered ids
 NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,20})?(?![0-9.])"  # what float() takes: a line with "1.2.3" is not read
 EPOCH_LINE = re.compile(rf"chexnet\.train: epoch ([0-9]{{1,7}})/[0-9]+: .*?auroc/mean=({NUMBER}|n/a)"
                         rf".*?images/sec=({NUMBER}|n/a)")
-# A trial pod's log (horovod.k8s-trial.sh): its task and trial, then the trial's parameters (trial.json).
-TRIAL_LINE = re.compile(r"^chexnet: sweep task ([0-9]{1,6}) is trial ([0-9]{1,6}), on pod ", re.MULTILINE)
-PARAMS_LINE = re.compile(r"^chexnet: trial parameters (\{[^\n]{0,2000}\})$", re.MULTILINE)
+# A trial pod's log (k8s-trial.sh): its task and trial, then the trial's parameters (trial.json), each line after the
+# program's name; and a run's model card (card-in-log.sh).
+TRIAL_LINE = re.compile(rf"^{PROGRAM_SAYS}sweep task ([0-9]{{1,6}}) is trial ([0-9]{{1,6}}), on pod ", re.MULTILINE)
+PARAMS_LINE = re.compile(rf"^{PROGRAM_SAYS}trial parameters (\{{[^\n]{{0,2000}}\}})$", re.MULTILINE)
+CARD_LINE = re.compile(rf"{PROGRAM_SAYS}{MODEL_CARD_WORDS}")
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
@@ -237,10 +240,10 @@ def card_from_log(log: str, job_id: str, image_id: str = "") -> dict[str, Any] |
     """The last model card line of a pod's log (card-in-log.sh), checked as the card file is; its
     image digest, when the run could not know it, is the one the kubelet reports having run (`image_id`, the
     pod's containerStatuses[].imageID), marked as such."""
-    lines = [line for line in log.splitlines() if line.startswith(MODEL_CARD_LINE)]
-    if not lines:
+    found = [said for line in log.splitlines() if (said := CARD_LINE.match(line))]
+    if not found:
         return None
-    card = checked_card(lines[-1][len(MODEL_CARD_LINE):], job_id)
+    card = checked_card(found[-1].string[found[-1].end():], job_id)
     environment = card.get("environment")
     digest = IMAGE_DIGEST.search(image_id or "")
     if isinstance(environment, dict) and not environment.get("image_digest") and digest:

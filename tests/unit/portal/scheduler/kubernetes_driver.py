@@ -10,7 +10,7 @@ from typing import Any
 from portal.config import PortalConfig
 from portal.mlflow_accounts import JOB_FILE
 from portal.records.record import JobRecord
-from portal.scheduler.kubernetes.manifests import ANNOTATION_WORKER_PODS, LABEL_JOB, LABEL_ROLE, MODEL_CARD_LINE
+from portal.scheduler.kubernetes.manifests import ANNOTATION_WORKER_PODS, LABEL_JOB, LABEL_ROLE, MODEL_CARD_WORDS
 from portal.scheduler.kubernetes.nodes import GPU_RESOURCE
 from portal.scheduler.kubernetes.tracking import TRACKING_FILE
 from portal.scheduler.registry import scheduler_class
@@ -88,9 +88,9 @@ class KubernetesDriver(Driver):
         else:
             name = f"{job.id}-trial-{task}"
             self.pod(job, name, {LABEL_ROLE: "trial"}, "RUNNING")
-            log = f"chexnet: sweep task {task} is trial {task}, on pod {name}\n{run.log}"
+            log = f"{job.spec.template}: sweep task {task} is trial {task}, on pod {name}\n{run.log}"
         if run.card is not None:
-            log += MODEL_CARD_LINE + run.card_text.replace("\n", "") + "\n"
+            log += f"{job.spec.template}: {MODEL_CARD_WORDS}" + run.card_text.replace("\n", "") + "\n"
             pod = self.server.objects[("pods", namespace, name)]
             pod["status"] = {"phase": "Succeeded", "containerStatuses": [
                 {"name": "main", "image": "localhost/dsportal-training:latest", "ready": False, "restartCount": 0,

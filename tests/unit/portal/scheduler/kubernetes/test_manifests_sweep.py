@@ -19,7 +19,7 @@ from portal.scheduler.kubernetes.manifests import (
     LABEL_ROLE,
     sweep_job_manifest,
 )
-from portal.scheduler.kubernetes.records import mpijob_record, pod_trials, sweep_job_state
+from portal.scheduler.kubernetes.records import PARAMS_LINE, TRIAL_LINE, mpijob_record, pod_trials, sweep_job_state
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from programkit.sweep import EXIT_FINISHED
 from tests.unit.helpers import K8S_CFG as CFG
@@ -163,6 +163,12 @@ def test_every_kubernetes_script_copies_the_model_card_into_its_pods_log():
                           (mpijob, '"$job_dir/checkpoints"')):
         bash_syntax_ok(script)
         assert f"card_in_log {where}" in script and 'echo "chexnet: model card $(head -c 65536' in script
+    # The trial script is every launcher's: its lines name the program the sweep runs, and the readers take any.
+    torch = sweep_job(template="chexnet-torch")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert 'echo "chexnet-torch: sweep task $task is trial $number, on pod $holder"' in torch
+    assert 'echo "chexnet-torch: model card $(head -c 65536' in torch and "chexnet:" not in torch
+    said = 'chexnet-torch: sweep task 2 is trial 5, on pod p\nchexnet-torch: trial parameters {"lr": 0.1}\n'
+    assert TRIAL_LINE.findall(said) == [("2", "5")] and PARAMS_LINE.findall(said) == ['{"lr": 0.1}']
 
 
 def test_a_trials_card_is_read_from_its_ended_pod_without_reading_running_pods_logs(monkeypatch):
