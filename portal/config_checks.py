@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from portal.config_values import ConfigError
+from portal.config_values import ConfigError, check_ports
 from portal.registrations import server_schedulers
 
 TLS_MODES = ("starttls", "ldaps", "none")
@@ -47,10 +47,7 @@ def _check_settings(cfg: Any) -> None:  # a PortalConfig: every section's settin
     for name, allowed in choices.items():
         if getattr(cfg, name) not in allowed:
             raise ConfigError(f"{name} is {getattr(cfg, name)!r}; allowed: {', '.join(map(repr, allowed))}")
-    for name in ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port", "smtp_port"):
-        port = getattr(cfg, name)
-        if not 1 <= port <= 65535:
-            raise ConfigError(f"{name} is {port}; allowed: 1-65535")
+    check_ports(cfg, ("hub_port", "hub_api_port", "proxy_api_port", "ldap_port", "ldaps_port", "smtp_port"))
     if any(c in cfg.mail_from for c in "\r\n") or "@" not in parseaddr(cfg.mail_from)[1]:
         raise ConfigError(f"mail_from is {cfg.mail_from!r}; allowed: one address on one line, such as "
                           "'Portal <portal@example.org>'")

@@ -12,7 +12,7 @@ import difflib
 import logging
 import re
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -208,6 +208,15 @@ def said_where(message: str, sources: Mapping[str, str]) -> str:
     """A check's message, with where the setting it names was set."""
     name = re.match(r"\w*", message).group()  # every check's message starts with the setting's name
     return f"{message} (from {sources[name]})" if name in sources else message
+
+
+def check_ports(settings: Any, names: Iterable[str]) -> None:
+    """ConfigError naming the first of these port settings (of `settings`, a PortalConfig or one of its sections)
+    outside 1-65535."""
+    for name in names:
+        port = getattr(settings, name)
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"{name} is {port}; allowed: 1-65535")
 
 
 def setting(default: Any, doc: str, *, secret: bool = False) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from portal.config_values import ConfigError, setting
+from portal.config_values import check_ports, setting
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,4 @@ class SlurmSettings:
     def check_section(self) -> None:
         """ConfigError naming the first of these settings whose value is not allowed, and what is (PortalConfig's
         checks call each section's: portal.config_checks)."""
-        for name in ("slurmctld_port", "slurmd_port", "slurmdbd_port", "accounting_db_port"):
-            port = getattr(self, name)
-            if not 1 <= port <= 65535:
-                raise ConfigError(f"{name} is {port}; allowed: 1-65535")
+        check_ports(self, ("slurmctld_port", "slurmd_port", "slurmdbd_port", "accounting_db_port"))
