@@ -29,6 +29,7 @@ Registering one is one line: its declaration module in `REGISTERED` below (a tes
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,6 +41,9 @@ from portal.records.launchers import launchers
 
 # The one registration of each program: its declaration module.
 REGISTERED = ("chexnet.program", "chexnet_torch.program")
+# A program's NAME: a letter, then lower-case ASCII letters, digits and '-' (a job's `template`, its Slurm job name, the
+# first word of its launchers' lines, which portal.scheduler.kubernetes.records reads by this pattern).
+NAME_PATTERN = r"[a-z][a-z0-9-]{0,62}"
 KINDS = ("choice", "bool", "int")
 COMMON_OPTIONS = ("model",)  # program fields that JobSpec holds as attributes of its own (every program has a model)
 LEGACY_OPTIONS = ("fp16", "xla")  # chexnet's fields, JobSpec attributes since before programs were registered
@@ -140,8 +144,9 @@ def load_program(module_name: str) -> Program:
         raise ProgramError(f"training program {module_name} cannot be imported: {err}") from None
     values = vars(module)
     name = _text(module_name, values, "NAME")
-    if not all(c.isalnum() or c == "-" for c in name) or not name[0].isalpha() or not name.islower():
-        raise ProgramError(f"training program {module_name}: NAME is lower-case letters, digits and -")
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise ProgramError(f"training program {module_name}: NAME is lower-case letters, digits and - (a letter first, "
+                           "63 at most)")
     launcher = _text(module_name, values, "LAUNCHER")
     if launcher not in launchers().names:
         raise ProgramError(f"training program {module_name}: LAUNCHER {launcher!r} is not a registered launcher "

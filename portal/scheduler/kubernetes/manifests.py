@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from portal.config import PortalConfig
+from portal.records.programs import NAME_PATTERN
 from portal.records.record import JOBS_ROOT, now_utc
 from portal.records.spec import JobSpec, minutes_of
 from portal.records.sweep import SweepPlan
@@ -53,9 +54,9 @@ WATCH_EVERY_S = 10  # the launcher looks whether every worker still answers this
 WORKER_POLL_S = 0.5  # the launcher looks for its workers' sshd this often until all answer
 STOP_GRACE_S = 10  # a cancelled job's pods: bash (sshd's and mpirun's parent) does not stop on SIGTERM
 CARD_IN_LOG_BYTES = 64 * 1024  # the model card a script copies into its pod's log (a card is a few KB)
-# The launchers' own lines in a pod's log start with the program's name (a registered NAME: portal.records.programs),
-# "chexnet: " or "chexnet-torch: "; the readers take any (portal.scheduler.kubernetes.records).
-PROGRAM_SAYS = r"[a-z][a-z0-9-]{0,62}: "
+# The launchers' own lines in a pod's log start with the program's name, "chexnet: " or "chexnet-torch: "; the readers
+# take any registered name's form (portal.scheduler.kubernetes.records).
+PROGRAM_SAYS = rf"{NAME_PATTERN}: "
 MODEL_CARD_WORDS = "model card "  # card-in-log.sh: "<program>: model card ", then the card's JSON
 
 # What a dry run's YAML (KubernetesScheduler.render) says first: checked against the settings, not the cluster.

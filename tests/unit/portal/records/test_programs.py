@@ -127,6 +127,7 @@ def test_a_scheduler_without_a_job_script_for_the_programs_launcher_refuses_it_b
 
 @pytest.mark.parametrize(("declaration", "said"), [
     ('NAME = "Bad Name"', "NAME is lower-case letters"),
+    ('NAME = "réseau"', "NAME is lower-case letters"),  # ASCII only: the pattern its launchers' lines are read by
     ('LAUNCHER = "ssh"', "LAUNCHER 'ssh' is not a registered launcher (horovod, torchrun: portal.records.launchers)"),
     ('FIELDS = ({"name": "depth", "kind": "int", "low": 1, "high": 9, "default": 2, "label": "Depth"},)',
      "FIELDS must declare its models"),
