@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from programkit import tblog
@@ -26,13 +27,12 @@ CHARTS = {"images/sec, all workers": [f"^{TAG_THROUGHPUT}$"],
 
 
 def hparams_summaries(hparams: Mapping[str, object], trial_id: str,
-                      domains: Mapping[str, list[str]] | None = None) -> tuple[Summary, Summary]:
+                      domains: Mapping[str, list[str]] = MappingProxyType({})) -> tuple[Summary, Summary]:
     """TensorBoard's HPARAMS experiment (the hyperparameters, with `domains`' choices, and the metrics every program
     charts) and this run's session, as summaries any writer adds at step 0 (TensorBoard's plugin: no framework)."""
     from tensorboard.plugins.hparams import summary_v2 as hp
 
-    params = {name: hp.HParam(name, hp.Discrete(list((domains or {})[name])) if name in (domains or {}) else None)
-              for name in hparams}
+    params = {name: hp.HParam(name, hp.Discrete(domains[name]) if name in domains else None) for name in hparams}
     metrics = [hp.Metric(TAG_AUROC_MEAN, display_name="mean AUROC (validation)"),
                hp.Metric(TAG_LOSS_VAL, display_name="validation loss"),
                hp.Metric(TAG_THROUGHPUT, display_name="images/sec (all workers)")]
