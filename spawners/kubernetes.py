@@ -38,7 +38,7 @@ from traitlets import default
 from portal.config import PortalConfig
 from portal.errors import Unavailable
 from portal.inputs import seconds_of
-from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE
+from portal.scheduler.kubernetes.manifests import GPU_RESOURCE, HOME_CLAIM_SIZE, site_programs_volume
 from portal.scheduler.kubernetes.pods import cannot_start, event_in_words
 from portal.scheduler.kubernetes.scheduler import KubernetesScheduler
 from portal.traits import fixed_default, portal_default
@@ -104,13 +104,14 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
     def _volumes_default(self) -> list:
         return [{"name": HOME, "persistentVolumeClaim": {"claimName": "{pvc_name}"}},
                 {"name": DATA, "persistentVolumeClaim": {"claimName": self.portal.k8s_data_claim, "readOnly": True}},
-                {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{self.portal.k8s_shm_gb}Gi"}}]
+                {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{self.portal.k8s_shm_gb}Gi"}},
+                *site_programs_volume(self.portal)[1]]  # the site's programs, which its notebooks' job API reads
 
     @default("volume_mounts")
     def _mounts_default(self) -> list:
         return [{"name": HOME, "mountPath": self.portal.k8s_home_mount},
                 {"name": DATA, "mountPath": self.portal.k8s_data_mount, "readOnly": True},
-                {"name": SHM, "mountPath": "/dev/shm"}]
+                {"name": SHM, "mountPath": "/dev/shm"}, *site_programs_volume(self.portal)[0]]
 
     @default("lifecycle_hooks")
     def _hooks_default(self) -> dict:
@@ -135,6 +136,10 @@ class PortalKubeSpawner(ServerOptionsMixin, KubeSpawner):
         for name, value in os.environ.items():  # the site's other portal settings travel with the user
             if name.startswith("DSPORTAL_K8S_") and name not in environment and name != "DSPORTAL_K8S_KUBECONFIG":
                 environment[name] = value
+        if self.portal.site_python_path:  # the site's programs, which its notebooks' job API registers (mounted above)
+            environment.update(DSPORTAL_SITE_PYTHON_PATH=self.portal.site_python_path,
+                               DSPORTAL_SITE_PROGRAMS=",".join(self.portal.site_programs),
+                               DSPORTAL_SITE_LAUNCHERS=",".join(self.portal.site_launchers))
         return {**environment, **server_environment(self.portal, lambda spawner: self.portal.k8s_home_mount)}
 
     # --- starting: fail fast, say what happens ---

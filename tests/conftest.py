@@ -116,6 +116,23 @@ os.write(_token, secrets.token_hex(20).encode() + b"\n")
 os.close(_token)
 os.chmod(METRICS_TOKEN, 0o600)  # whatever the file was
 atexit.register(METRICS_TOKEN.unlink, missing_ok=True)
+# The test boxes are a site with a program of its own (docs/admin-guide.md, "A site's own training program"): the
+# toy program and its launcher (tests/toyprogram), copied where every user's jobs can read them (the checkout may be
+# in root's 700 home), registered by the settings alone. This session's own copy, removed when it ends
+# (stale_configs_removed).
+SITE_PROGRAMS = TEST_STATE.parent / f"{TEST_STATE.name}.{os.getpid()}.site"
+shutil.rmtree(SITE_PROGRAMS, ignore_errors=True)
+shutil.copytree(REPO / "tests" / "toyprogram", SITE_PROGRAMS / "toyprogram",
+                ignore=shutil.ignore_patterns("__pycache__"))
+for _place, _dirs, _files in os.walk(SITE_PROGRAMS):
+    os.chmod(_place, 0o755)
+    for _name in _files:
+        os.chmod(os.path.join(_place, _name), 0o644)
+atexit.register(shutil.rmtree, SITE_PROGRAMS, ignore_errors=True)
+TEST_SETTINGS.update(site_programs=["toyprogram.program"], site_launchers=["toyprogram.launcher"],
+                     site_python_path=str(SITE_PROGRAMS),
+                     k8s_site_programs_claim="site-programs")  # on Kubernetes: the claim the test kubebox makes of it
+TOY = "toy-linear"  # its NAME
 TEST_CONFIG.write_text("".join(f"{k}: {v}\n" for k, v in TEST_SETTINGS.items()))
 os.chmod(TEST_CONFIG, 0o644)  # the test box's jobs read it as their users
 atexit.register(TEST_CONFIG.unlink, missing_ok=True)
@@ -487,11 +504,15 @@ def as_user(user: str, *argv: str, check: bool = True) -> int:
 
 
 def stale_configs_removed() -> None:
-    """The settings files of sessions that were killed (their process is gone)."""
-    for path in TEST_STATE.parent.glob(f"{TEST_STATE.name}.*.yaml"):
+    """The settings files and site programs of sessions that were killed (their process is gone)."""
+    for path in (*TEST_STATE.parent.glob(f"{TEST_STATE.name}.*.yaml"),
+                 *TEST_STATE.parent.glob(f"{TEST_STATE.name}.*.site")):
         pid = path.suffixes[-2].lstrip(".") if len(path.suffixes) >= 2 else ""
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            path.unlink(missing_ok=True)
+            if path.suffix == ".site":
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")

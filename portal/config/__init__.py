@@ -1,6 +1,6 @@
 """Every setting of the portal, in one typed place: PortalConfig, whose fields are its own and those of the
 sections it inherits (each scheduler's own: portal.scheduler.slurm.settings, portal.scheduler.kubernetes.settings;
-portal.config_gpus's).
+portal.config_gpus's and portal.config_programs's).
 
 The defaults are the local demo's (the cluster in a box on 127.0.0.1). A site overrides them with a YAML
 file named by ``DSPORTAL_CONFIG`` and/or environment variables ``DSPORTAL_<FIELD>`` (upper case), the
@@ -27,6 +27,7 @@ from types import MappingProxyType
 
 from portal.config_checks import SettingsChecks
 from portal.config_gpus import GpuSettings
+from portal.config_programs import ProgramSettings
 from portal.config_values import ConfigError, default_of, read_given, said_where, setting
 from portal.quota import GpuHolder, GpuQuota, quota_for
 from portal.registrations import SCHEDULERS, server_schedulers
@@ -39,7 +40,7 @@ SERVER_DASHBOARD_ENV = "PORTAL_DASHBOARD_URL"
 
 
 @dataclass(frozen=True)
-class PortalConfig(SlurmSettings, KubernetesSettings, GpuSettings, SettingsChecks):
+class PortalConfig(SlurmSettings, KubernetesSettings, GpuSettings, ProgramSettings, SettingsChecks):
     """Every setting, with its help text as data: ``python -m portal.config`` lists them, docs/configuration.md
     tables them (``python -m portal.config --markdown``)."""
 

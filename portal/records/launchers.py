@@ -5,7 +5,8 @@ A launcher is a declaration module of plain values, which imports nothing (porta
     NAME = "torchrun"            # what a program's LAUNCHER names
     TEMPLATES = ""               # the directory of its job scripts, "" for the portal's (portal/records/templates)
     KUBERNETES = "portal.scheduler.kubernetes.torchjob:torchrun_job_objects"  # "module:function" that builds a
-                                 # single run's Kubernetes objects ("" where it runs on no Kubernetes)
+                                 # single run's Kubernetes objects ("" where it runs on no Kubernetes; ".kube:f":
+                                 # a module of the declaration's own package)
     LAUNCHER_POD = False         # whether a single run on Kubernetes brings a pod of its own beside its nodes'
 
 and its job scripts, `<TEMPLATES>/<NAME>.<kind>` for each scheduler that runs it: `sbatch` (Slurm), `local.sh` (the
@@ -18,12 +19,14 @@ owns]), as portal.scheduler.kubernetes.torchjob.torchrun_job_objects does; no sc
 launcher's name.
 
 Registering one is one line: its declaration module in `REGISTERED` below (a test adds one there, and clears
-`_registered`'s cache: the registry is loaded once).
+`_registered`'s cache: the registry is loaded once), or a site's own, outside the portal's package, in the setting
+`site_launchers`, after these (portal.config_programs; docs/admin-guide.md, "A site's own training program").
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from portal.errors import Misconfigured
+from portal.records.site import site_modules
 
 # The one registration of each launcher: its declaration module.
 REGISTERED = ("portal.launchers.horovod", "portal.launchers.torchrun")
@@ -71,6 +75,11 @@ def load_launcher(module_name: str) -> Launcher:
     pod = values.get("LAUNCHER_POD", False)
     if not isinstance(templates, (str, Path)) or not isinstance(kubernetes, str) or not isinstance(pod, bool):
         raise LauncherError(f"launcher {module_name}: TEMPLATES and KUBERNETES are strings, LAUNCHER_POD true or false")
+    if kubernetes.startswith("."):  # a module of the declaration's own package
+        try:
+            kubernetes = importlib.util.resolve_name(kubernetes, module.__package__ or "")
+        except (ImportError, ValueError):
+            pass  # refused below, as it was written
     if kubernetes and not BUILDER.fullmatch(kubernetes):
         raise LauncherError(f"launcher {module_name}: KUBERNETES is \"module:function\"; got {kubernetes!r}")
     folder = Path(templates) if templates else PORTAL_TEMPLATES
@@ -112,7 +121,7 @@ def launchers_of(modules: Iterable[str]) -> Launchers:
 
 @lru_cache(maxsize=1)
 def _registered() -> Launchers:
-    return launchers_of(REGISTERED)
+    return launchers_of((*REGISTERED, *site_modules("site_launchers")))
 
 
 def launchers() -> Launchers:

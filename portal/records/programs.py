@@ -6,7 +6,8 @@ the hub side):
 
     NAME = "chexnet-torch"                  # what a job's `template` field names
     TITLE, DESCRIPTION                      # shown in the form beside the choice: a few words, one line
-    MODULE = "chexnet_torch.train"          # run as `python -m MODULE` (by the launcher below)
+    MODULE = "chexnet_torch.train"          # run as `python -m MODULE` (by the launcher below); ".train" or "."
+                                            # name a module of the declaration's own package
     LAUNCHER = "torchrun"                   # how it starts on each scheduler: a registered launcher's name
                                             # (portal.records.launchers: "horovod", "torchrun")
     VENV = "torch-venv"                     # its environment: beside the portal's venv (or an absolute path);
@@ -23,12 +24,14 @@ tblog, schemas, model_card, runlines, trials, wrapup). The launchers' job script
 needs nothing else of the portal.
 
 Registering one is one line: its declaration module in `REGISTERED` below (a test adds one there, and clears
-`_registered`'s cache: the registry is loaded once).
+`_registered`'s cache: the registry is loaded once), or a site's own, outside the portal's package, in the setting
+`site_programs`, after these (portal.config_programs; docs/admin-guide.md, "A site's own training program").
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,8 +39,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from portal.config_programs import MODULE_NAME
 from portal.errors import Misconfigured
 from portal.records.launchers import launchers
+from portal.records.site import site_modules
 
 # The one registration of each program: its declaration module.
 REGISTERED = ("chexnet.program", "chexnet_torch.program")
@@ -136,6 +141,18 @@ def _field(module: str, raw: Any) -> ProgramField:
     return made
 
 
+def _module(module_name: str, values: Mapping[str, Any], package: str) -> str:
+    """MODULE, a relative name (".train", ".") resolved against the declaration's package."""
+    module = _text(module_name, values, "MODULE")
+    try:
+        resolved = importlib.util.resolve_name(module, package)
+    except (ImportError, ValueError):
+        resolved = ""
+    if not MODULE_NAME.fullmatch(resolved):
+        raise ProgramError(f"training program {module_name}: MODULE {module[:60]!r} is not a module's name")
+    return resolved
+
+
 def load_program(module_name: str) -> Program:
     """The program that `module_name` declares; ProgramError saying what is wrong with it."""
     try:
@@ -150,7 +167,7 @@ def load_program(module_name: str) -> Program:
     launcher = _text(module_name, values, "LAUNCHER")
     if launcher not in launchers().names:
         raise ProgramError(f"training program {module_name}: LAUNCHER {launcher!r} is not a registered launcher "
-                           f"({', '.join(launchers().names)}: portal.records.launchers)")
+                           f"({', '.join(launchers().names)}: portal.records.launchers, site_launchers)")
     fields = tuple(_field(module_name, raw) for raw in values.get("FIELDS", ()))
     if "model" not in (f.name for f in fields):
         raise ProgramError(f"training program {module_name}: FIELDS must declare its models (a choice named model)")
@@ -159,7 +176,8 @@ def load_program(module_name: str) -> Program:
     if not (templates / args_template).is_file():
         raise ProgramError(f"training program {module_name}: {templates / args_template} is not a file")
     return Program(name=name, title=_text(module_name, values, "TITLE"),
-                   description=_text(module_name, values, "DESCRIPTION"), module=_text(module_name, values, "MODULE"),
+                   description=_text(module_name, values, "DESCRIPTION"),
+                   module=_module(module_name, values, module.__package__ or ""),
                    launcher=launcher, venv=_text(module_name, values, "VENV", allow_empty=True), fields=fields,
                    templates=templates, args_template=args_template)
 
@@ -202,7 +220,7 @@ def registry_of(modules: Iterable[str]) -> Registry:
 
 @lru_cache(maxsize=1)
 def _registered() -> Registry:
-    return registry_of(REGISTERED)
+    return registry_of((*REGISTERED, *site_modules("site_programs")))
 
 
 def registry() -> Registry:

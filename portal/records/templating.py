@@ -92,13 +92,16 @@ def program_values(spec: JobSpec, cfg: PortalConfig) -> dict[str, object]:
 def job_environment(cfg: PortalConfig, home: str, tracking_file: str = "") -> list[tuple[str, str]]:
     """What every job script exports before it starts the workers, as (NAME, a shell word for its value): the NCCL
     settings that are set, where rank 0 finds the job's MLflow account (`tracking_file`, a shell word; with
-    mlflow_url set: docs/mlflow.md), then the site's jobs_environment, {home} in it written as `home` (a shell word:
-    "$HOME" in a Slurm or local job, the home volume's mount path in a pod)."""
+    mlflow_url set: docs/mlflow.md), the site's programs' directory (PYTHONPATH, where site_python_path is set), then
+    the site's jobs_environment, {home} in it written as `home` (a shell word: "$HOME" in a Slurm or local job, the
+    home volume's mount path in a pod)."""
     nccl = {"NCCL_DEBUG": cfg.jobs_nccl_debug, "NCCL_SOCKET_IFNAME": cfg.jobs_nccl_socket_ifname,
             "NCCL_IB_DISABLE": cfg.jobs_nccl_ib_disable}
     found = [(name, shlex.quote(value)) for name, value in nccl.items() if value]
     if tracking_file and tracking_uri(cfg):
         found.append((TRACKING_FILE_VARIABLE, tracking_file))
+    if cfg.site_python_path:  # the site's own programs' packages (portal.config_programs)
+        found.append(("PYTHONPATH", shlex.quote(cfg.site_python_path)))
     for item in cfg.jobs_environment:
         name, _, value = item.partition("=")
         found.append((name, home.join(shlex.quote(part) if part else "" for part in value.split("{home}")) or "''"))

@@ -15,6 +15,9 @@ from tornado.netutil import bind_sockets
 
 from portal.cli import run_reporting
 from portal.config import ConfigError, load
+from portal.errors import Misconfigured
+from portal.records.launchers import launchers
+from portal.records.programs import registry
 
 LOG_FORMAT = "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s %(module)s:%(lineno)d] %(message)s"
 
@@ -25,6 +28,7 @@ async def serve() -> None:
 
     gc_pauses.watch()
     cfg = load()
+    programs = registry()  # the site's too (site_programs): a broken declaration stops the start, named
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", cfg.dashboard_url))
     app = make_app(cfg, watch_jobs=True)
     gc_pauses.settle()
@@ -35,6 +39,8 @@ async def serve() -> None:
         server.add_sockets(bind_sockets(port, address))  # the proxy's way, and the servers' (portal.lab_gpus)
     log = logging.getLogger("portal.service")
     log.info("dashboard listening on %s (port %d of %s)", url.geturl(), port, ", ".join(addresses))
+    log.info("training programs: %s; launchers: %s%s", ", ".join(programs.names), ", ".join(launchers().names),
+             f" (the site's from {cfg.site_python_path})" if cfg.site_python_path else "")
     gpu_watcher(cfg, app).start()
     # The hub stops its services with SIGINT (SIGTERM from an init system): both are a normal stop, not a crash.
     stop = asyncio.Event()
@@ -54,7 +60,7 @@ def main() -> int:
     # Requests and our own messages; the libraries' start-up chatter (alembic plugins, ...) stays out.
     for name in ("portal", "tornado.access"):
         logging.getLogger(name).setLevel(logging.INFO)
-    return run_reporting("portal.service", lambda: asyncio.run(serve()), ConfigError, status=2)
+    return run_reporting("portal.service", lambda: asyncio.run(serve()), (ConfigError, Misconfigured), status=2)
 
 
 if __name__ == "__main__":

@@ -151,6 +151,7 @@ class JobPageHandler(PageHandler):
                          notebook_here=job.scheduler.records_in_home if isinstance(job, Job) else False,
                          NOTEBOOK_ELSEWHERE=NOTEBOOK_ELSEWHERE,
                          card=card, card_problem=card_problem, task=task,
+                         options=job.spec.options if isinstance(job, Job) else (),  # the program's own fields
                          owner_is_me=owner == self.hub_user.name, log_lines=self.settings["log_lines"],
                          tensorboard=summary["links"]["tensorboard"],
                          start_url=f"{self.settings['hub_base_url']}hub/spawn/{owner}")

@@ -35,6 +35,7 @@ from tests.conftest import (
     BUDGET_GROUP,
     BUDGET_HOURS,
     PORT_OFFSET,
+    SITE_PROGRAMS,
     TEST_SETTINGS,
     TEST_STATE,
     TINY_MODEL,
@@ -117,7 +118,8 @@ def kube():
     it afterwards."""
     build_binaries()
     box = kubebox.KubeBox(KUBE_STATE, api_port=KUBE_API_PORT, name=KUBE_NAME, network=KUBE_NETWORK,
-                          node_cpu_shares=NODE_CPU_SHARES, hub_settings=GPU_WATCH)
+                          node_cpu_shares=NODE_CPU_SHARES, hub_settings=GPU_WATCH,
+                          site_python_path=str(SITE_PROGRAMS))  # the site's program: its pods' claim
     if KUBE_STATE.exists():
         kubebox.down(box)  # a box left by an interrupted session
     shutil.rmtree(KUBE_STATE, ignore_errors=True)

@@ -1,6 +1,7 @@
 """The notebook API (`portal.jobs`) on Slurm and on Kubernetes, down to the limits each box's nodes set: the form's
 default job of each program runs to COMPLETED on each box (each launcher's smoke: mpirun or torchrun, Slurm's job
-script or Kubernetes' pods), and a job or a sweep that can never fit is refused with the numbers. Submit, list,
+script or Kubernetes' pods), a site's own program and launcher, registered by the settings alone, run a 2-node job and
+a sweep to COMPLETED on each, and a job or a sweep that can never fit is refused with the numbers. Submit, list,
 state and cancel are the scheduler contract's (tests/unit/portal/scheduler/test_contract_jobs.py); bob kept out of
 alice's job is the dashboard journeys' and the contract's.
 
@@ -20,9 +21,9 @@ import pytest
 from portal import jobs
 from portal.config import PortalConfig, load
 from portal.jobs import JobSpecError
-from portal.jobs.demo_data import ensure_demo_data
+from portal.jobs.demo_data import LAYOUT_NAME, ensure_demo_data
 from portal.service.submit_form import form_values
-from tests.conftest import PROGRAMS, wait_for
+from tests.conftest import PROGRAMS, TOY, wait_for
 from tests.kubernetes.conftest import ALICE, TINY
 
 pytestmark = pytest.mark.integration
@@ -95,6 +96,29 @@ def test_the_forms_default_job_runs_to_completed(box, submitted, program):
     box.start(job)
     assert job.wait(timeout=JOB_WAIT_S, poll=2) == "COMPLETED", job.logs(tail=40)
     assert job.metrics().epochs_done == 1
+
+
+def test_a_site_program_and_its_launcher_run_a_job_and_a_sweep_to_completed(box, submitted):
+    """The test boxes' settings register the toy program and its launcher from a directory of the site's
+    (tests/conftest.py: site_programs, site_launchers, site_python_path; on Kubernetes its pods mount it as the claim
+    k8s_site_programs_claim). Its job on 2 nodes: rank 0 trains, one node each (srun's tasks; the record Job's pod
+    and the workers Job's); its sweep's trials each a task or a pod. The portal reads its record, card and trials as
+    its own programs'."""
+    images = (f"{box.cfg.k8s_data_mount}/{LAYOUT_NAME}" if box.name == "kubernetes"
+              else str(box.cfg.default_data_path.parent / LAYOUT_NAME))  # the toy reads the demo set's PNGs
+    toy = {"template": TOY, "data_dir": images, "epochs": 2, "gpus_per_node": 0, "grid": 3}
+    job = submitted(**toy, nodes=2)
+    assert job.wait(timeout=JOB_WAIT_S, poll=2) == "COMPLETED", job.logs(tail=40)
+    assert f"{TOY}: " in job.logs() and "by toyrun" in job.logs(), job.logs(tail=40)
+    epochs, problem = job.epochs()
+    assert sorted(epochs) == [1, 2] and not problem, (epochs, problem)
+    card = job.model_card()
+    assert card is not None and card["spec"]["grid"] == 3 and card["epochs_done"] == 2, card
+    sweep = submitted(**toy, sweep={"trials": 2, "parallel": 2, "pruner": "none"})
+    assert sweep.wait(timeout=JOB_WAIT_S, poll=2) == "COMPLETED", sweep.logs(tail=40, task=0)
+    view = sweep.sweep()
+    assert sorted(row.number for row in view.rows) == [0, 1], view.to_dict()
+    assert view.best is not None and view.counts().get("COMPLETED") == 2, view.to_dict()
 
 
 def test_the_issues_job_is_refused_where_its_launcher_cannot_be_placed_and_runs_where_there_is_none(

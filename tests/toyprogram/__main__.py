@@ -8,6 +8,6 @@ import types
 
 sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
 
-from tests.toyprogram.train import main  # noqa: E402 - after the stub, which TensorBoard reads on import
+from .train import main  # noqa: E402 - after the stub, which TensorBoard reads on import
 
 sys.exit(main())

@@ -4,8 +4,8 @@ the portal."""
 NAME = "toy-linear"
 TITLE = "Toy: a linear read-out in NumPy"
 DESCRIPTION = "each image's 4x4 cell brightnesses, a logistic read-out per pathology, Adam; no framework"
-MODULE = "tests.toyprogram"
-LAUNCHER = "torchrun"  # its job scripts start it as chexnet-torch's; it trains on rank 0's process alone
+MODULE = "."  # this package: tests.toyprogram, or toyprogram in the test boxes' site directory
+LAUNCHER = "toyrun"  # the toy launcher beside it (launcher.py); it trains on rank 0's process alone
 VENV = ""  # the portal's own
 FIELDS = (
     {"name": "model", "kind": "choice", "choices": ("tinycnn",), "default": "tinycnn", "label": "Model",

@@ -39,10 +39,11 @@ from programkit.tags import (
 )
 from programkit.trials import trial_params
 from programkit.wrapup import wrap_up
-from tests.toyprogram.board import Board
-from tests.toyprogram.program import FIELDS, NAME
 
-PROG = "tests.toyprogram"
+from .board import Board
+from .program import FIELDS, NAME
+
+PROG = __package__ or "toyprogram"  # tests.toyprogram, or toyprogram where a site put it (tests/conftest.py)
 MODELS = ("tinycnn",)
 BETAS, EPSILON = (0.9, 0.999), 1e-8
 

@@ -67,6 +67,9 @@ class KubeBox(Place):
     # Settings of the hub's portal over values.yaml's, (name, value) as DSPORTAL_<NAME> takes it: the test box's
     # short GPU watch (kubeparts/hub.py box_env; its nodes' GPU readers read as often: kubeparts/gpus.py).
     hub_settings: tuple[tuple[str, str], ...] = ()
+    # A directory of a site's own programs (portal.config_programs' site_python_path), offered read-only to each demo
+    # user's pods as the claim site-programs (kubeparts/volumes.py); empty: none.
+    site_python_path: str = ""
 
     script = "kubebox.py"
 

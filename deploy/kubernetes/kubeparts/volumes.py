@@ -5,7 +5,10 @@ provisioner, so each user gets two static hostPath PersistentVolumes bound ahead
                               <state>/volumes/home/<user>, owned by the image's notebook user (1000:100)
     dsportal-data-<user>   -> claim <k8s_data_claim> (chestxray14, made here, ReadOnlyMany): a directory with
                               the demo data set's TFRecords as chestxray14-tfrecords (the jobs' default data_dir
-                              on Kubernetes), generated once per machine under the cache dir (portal.jobs.demo_data)
+                              on Kubernetes) and its PNGs as chestxray14-demo, generated once per machine under
+                              the cache dir (portal.jobs.demo_data)
+    dsportal-site-<user>   -> claim <SITE_PROGRAMS_CLAIM> (made here, ReadOnlyMany) where the box has a
+                              site_python_path: that directory, the site's own programs (portal.config_programs)
 
 A hostPath volume is a directory of this machine: every node of the box is this machine, as an NFS export would be
 on every node of a cluster. The homes are the box's own, apart from the Slurm box's users' homes.
@@ -24,27 +27,31 @@ from kubernetes.dynamic import DynamicClient
 from deploy.kubernetes.kubeparts.api import ensure_user_namespace
 from deploy.kubernetes.kubeparts.layout import DEMO_USERS, PORTAL, KubeBox, user_namespace
 from portal.config import PortalConfig
-from portal.jobs.demo_data import ensure_demo_data
+from portal.jobs.demo_data import LAYOUT_NAME, ensure_demo_data
 from portal.scheduler.kubernetes.manifests import HOME_CLAIM_SIZE
 from portal.scheduler.kubernetes.records import limits_for
 
 NOTEBOOK_UID, NOTEBOOK_GID = 1000, 100  # the training image's jovyan, and KubeSpawner's fs_gid
 DATA_SET = posixpath.basename(limits_for(PORTAL, ()).default_data_dir)  # chestxray14-tfrecords
+SITE_PROGRAMS_CLAIM = "site-programs"  # the claim of a box's site_python_path: its k8s_site_programs_claim
 
 
 def data_dir(box: KubeBox) -> Path:
-    """What the data claim holds: the demo data set's TFRecords as chestxray14-tfrecords (hard links to the files
-    portal.jobs.demo_data made once per machine for the boxes of this name)."""
+    """What the data claim holds: the demo data set's TFRecords as chestxray14-tfrecords, and its PNGs as
+    ChestX-ray14 ships them as chestxray14-demo (hard links to the files portal.jobs.demo_data made once per machine
+    for the boxes of this name)."""
     root = box.cache_dir / box.name / "data"
-    records = root / DATA_SET
-    if not records.is_dir():
+    if not (root / DATA_SET).is_dir() or not (root / LAYOUT_NAME).is_dir():
         made = ensure_demo_data(PortalConfig(state_dir=box.cache_dir / box.name))
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o755)
-        partial = root / f".{DATA_SET}"
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(made, partial, copy_function=os.link)
-        partial.rename(records)
+        for source, name in ((made, DATA_SET), (made.parent / LAYOUT_NAME, LAYOUT_NAME)):
+            if (root / name).is_dir():
+                continue
+            partial = root / f".{name}"
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(source, partial, copy_function=os.link)
+            partial.rename(root / name)
     return root
 
 
@@ -72,14 +79,20 @@ def ensure_user_volumes(box: KubeBox, hub: DynamicClient, admin: k8s.CoreV1Api) 
         home_claim = PORTAL.k8s_home_claim_template.format(username=user)
         wanted = [_volume(f"dsportal-home-{user}", home, HOME_CLAIM_SIZE, "ReadWriteOnce", namespace, home_claim),
                   _volume(f"dsportal-data-{user}", data, "1Gi", "ReadOnlyMany", namespace, PORTAL.k8s_data_claim)]
+        claims = {PORTAL.k8s_data_claim: f"dsportal-data-{user}"}
+        if box.site_python_path:
+            wanted.append(_volume(f"dsportal-site-{user}", Path(box.site_python_path), "1Gi", "ReadOnlyMany",
+                                  namespace, SITE_PROGRAMS_CLAIM))
+            claims[SITE_PROGRAMS_CLAIM] = f"dsportal-site-{user}"
         for volume in wanted:
             _create(admin.create_persistent_volume, volume)
-        _create(admin.create_namespaced_persistent_volume_claim, namespace, {
-            "metadata": {"name": PORTAL.k8s_data_claim},
-            "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": f"dsportal-data-{user}",
-                     "resources": {"requests": {"storage": "1Gi"}}}})
+        for claim, volume_name in claims.items():
+            _create(admin.create_namespaced_persistent_volume_claim, namespace, {
+                "metadata": {"name": claim},
+                "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": volume_name,
+                         "resources": {"requests": {"storage": "1Gi"}}}})
         lines.append(f"volumes: {user_namespace(user)}: home {home}, data {data} (claims {home_claim}, "
-                     f"{PORTAL.k8s_data_claim})")
+                     f"{', '.join(claims)})")
     return lines
 
 

@@ -37,6 +37,7 @@ from portal.scheduler.kubernetes.manifests import (
     pod_job_dir,
     pod_template,
     record_annotations,
+    site_programs_volume,
 )
 
 SSH_PORT = 2222  # each worker pod's sshd (as the notebook user, so not 22)
@@ -73,6 +74,7 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
     mounts = [{"name": HOME, "mountPath": cfg.k8s_home_mount}]
     home = {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}}
     worker_resources = node_resources(spec)
+    site_mounts, site_volumes = site_programs_volume(cfg)  # where a site's program runs on the workers
     launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
                 "command": ["/bin/bash", "-c", launcher_script(spec, job_id, job_dir, cfg)],
                 "resources": {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
@@ -80,10 +82,11 @@ def mpijob_manifest(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, pa
     worker = {"name": "worker", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
               "resources": {"requests": dict(worker_resources), "limits": dict(worker_resources)},
               "volumeMounts": [*mounts, {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
-                               {"name": SHM, "mountPath": "/dev/shm"}]}
+                               {"name": SHM, "mountPath": "/dev/shm"}, *site_mounts]}
     worker_volumes = [home, {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim,
                                                                      "readOnly": True}},
-                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}},
+                      *site_volumes]
     selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
     return {
         "apiVersion": API_VERSION, "kind": KIND,
@@ -126,6 +129,7 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
     worker_script = launch_template(spec, "k8s-worker.sh").render(
         **values, authorized_keys=f"{SSH_DIR}/authorized_keys", serve_poll_s=SERVE_POLL_S)
     worker_resources = node_resources(spec)
+    site_mounts, site_volumes = site_programs_volume(cfg)  # where a site's program runs on the workers
     deadline = minutes_of(spec.time_limit) * 60
     tolerations = lost_node_tolerations()  # the workers Job replaces a lost node's pods on the nodes left
     launcher = {"name": "launcher", "image": cfg.k8s_image, "imagePullPolicy": cfg.k8s_image_pull_policy,
@@ -140,10 +144,11 @@ def plain_job_objects(spec: JobSpec, job_id: str, user: str, cfg: PortalConfig, 
               "readinessProbe": {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 10},
               "resources": {"requests": dict(worker_resources), "limits": dict(worker_resources)},
               "volumeMounts": [*mounts, {"name": DATA, "mountPath": cfg.k8s_data_mount, "readOnly": True},
-                               {"name": SHM, "mountPath": "/dev/shm"}]}
+                               {"name": SHM, "mountPath": "/dev/shm"}, *site_mounts]}
     worker_volumes = [home, ssh, {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim,
                                                                           "readOnly": True}},
-                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
+                      {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}},
+                      *site_volumes]
     selector = {cfg.k8s_gpu_node_label: partition} if spec.gpus_per_node else None
     labels = job_labels(user, job_id)
 

@@ -44,7 +44,7 @@ USER_ROLE = "dsportal-user"  # the ClusterRole of deploy/kubernetes/rbac.yaml, b
 # mpirun and its ssh sessions, idle but for the start: the work is in the workers. Half a CPU, so that it fits
 # beside a node pod on a node the cluster's own pods use a little of (each node pod has a node of its own).
 LAUNCHER_RESOURCES = {"cpu": "500m", "memory": "2Gi"}
-HOME, DATA, SHM, SSH = "home", "data", "dshm", "ssh"  # volume names
+HOME, DATA, SHM, SSH, SITE = "home", "data", "dshm", "ssh", "site-programs"  # volume names
 LABEL_ROLE = "dsportal/role"  # launcher or worker, on a plain job's pods
 HOME_CLAIM_SIZE = "20Gi"  # what a user's home claim asks for (KubeSpawner's storage_capacity, the same)
 # A plain job's launcher runs again from the last checkpoint when a worker pod is lost, at most this often; its
@@ -239,7 +239,17 @@ def training_volumes(cfg: PortalConfig, user: str) -> tuple[list[dict], list[dic
         {"name": HOME, "persistentVolumeClaim": {"claimName": cfg.home_claim(user)}},
         {"name": DATA, "persistentVolumeClaim": {"claimName": cfg.k8s_data_claim, "readOnly": True}},
         {"name": SHM, "emptyDir": {"medium": "Memory", "sizeLimit": f"{cfg.k8s_shm_gb}Gi"}}]
-    return mounts, volumes
+    site_mounts, site_volumes = site_programs_volume(cfg)
+    return mounts + site_mounts, volumes + site_volumes
+
+
+def site_programs_volume(cfg: PortalConfig) -> tuple[list[dict], list[dict]]:
+    """(mounts, volumes) of the site's programs' claim (k8s_site_programs_claim), read-only at site_python_path,
+    which the jobs' PYTHONPATH names (portal.config_programs); none where it is not set."""
+    if not cfg.k8s_site_programs_claim:
+        return [], []
+    return ([{"name": SITE, "mountPath": cfg.site_python_path, "readOnly": True}],
+            [{"name": SITE, "persistentVolumeClaim": {"claimName": cfg.k8s_site_programs_claim, "readOnly": True}}])
 
 
 def lost_node_tolerations() -> list[dict]:

@@ -48,6 +48,9 @@ class KubernetesSettings:
     k8s_max_nodes: int = setting(4, "How many nodes one training job may span.")
     k8s_data_claim: str = setting("chestxray14", "The data set's claim (ReadOnlyMany, mounted read-only).")
     k8s_data_mount: str = setting("/data", "Where the data set is mounted.")
+    k8s_site_programs_claim: str = setting("", "The claim in each user's namespace (ReadOnlyMany) that holds "
+                                           "site_python_path's packages, mounted read-only at site_python_path in "
+                                           "every training pod; empty: none (the site's packages are in the image).")
     k8s_home_claim_template: str = setting("home-{username}", "Each user's home claim.")
     k8s_home_mount: str = setting("/home/jovyan", "Where the user's home is mounted.")
     k8s_jobs: str = setting("plain", "How a training job runs: plain (a launcher Job running mpirun over ssh and a "
@@ -82,7 +85,8 @@ class KubernetesSettings:
         """ConfigError naming the first of these settings whose value is not allowed, and what is (PortalConfig's
         checks call each section's: portal.config_checks)."""
         names = {"k8s_namespace": self.k8s_namespace, "k8s_data_claim": self.k8s_data_claim,
-                 **{f"k8s_gpu_types[{t}]": t for t in self.k8s_gpu_types}}
+                 **{f"k8s_gpu_types[{t}]": t for t in self.k8s_gpu_types},
+                 **({"k8s_site_programs_claim": self.k8s_site_programs_claim} if self.k8s_site_programs_claim else {})}
         for name, value in names.items():
             if not re.match(K8S_NAME, value) or len(value) > 63:
                 raise ConfigError(f"{name} is {value!r}; allowed: lower-case letters, digits and '-' (a DNS label)")
@@ -105,6 +109,9 @@ class KubernetesSettings:
             raise ConfigError(f"k8s_node_gpus is {self.k8s_node_gpus}; allowed: 0 or more")
         for entry in self.k8s_server_egress:
             egress_entry(entry)
+        if self.k8s_site_programs_claim and not getattr(self, "site_python_path", ""):
+            raise ConfigError("k8s_site_programs_claim is set and site_python_path is not; allowed: both (the claim "
+                              "mounted there) or neither")
         for name in ("k8s_data_mount", "k8s_home_mount"):
             if not getattr(self, name).startswith("/"):
                 raise ConfigError(f"{name} is {getattr(self, name)!r}; allowed: an absolute path")

@@ -187,3 +187,26 @@ def test_a_servers_start_makes_the_namespace_theirs_through_the_scheduler_after_
     spawner.scheduler = lambda: Recording(CFG)  # type: ignore[method-assign]
     asyncio.run(spawner._ensure_namespace())
     assert done == ["namespace made", ("alice", ("datascientists", "gpu-users"), False)]
+
+
+def test_a_servers_pod_mounts_the_sites_programs_and_its_job_api_registers_them():
+    """A site's own programs (portal.config_programs) in a user's server: its notebooks' job API registers them
+    from the same claim the training pods mount; with none, the pod is as before."""
+    import dataclasses
+    import types
+
+    from spawners.kubernetes import PortalKubeSpawner
+
+    site = types.SimpleNamespace(portal=dataclasses.replace(
+        CFG, site_python_path="/opt/site-programs", site_programs=("ourprogram.program",),
+        k8s_site_programs_claim="site-programs"))
+    assert {"name": "site-programs", "persistentVolumeClaim": {"claimName": "site-programs", "readOnly": True}} \
+        in PortalKubeSpawner._volumes_default(site)
+    assert {"name": "site-programs", "mountPath": "/opt/site-programs", "readOnly": True} \
+        in PortalKubeSpawner._mounts_default(site)
+    environment = PortalKubeSpawner._environment_default(site)
+    assert (environment["DSPORTAL_SITE_PYTHON_PATH"], environment["DSPORTAL_SITE_PROGRAMS"],
+            environment["DSPORTAL_SITE_LAUNCHERS"]) == ("/opt/site-programs", "ourprogram.program", "")
+    plain = types.SimpleNamespace(portal=CFG)
+    assert all(volume["name"] != "site-programs" for volume in PortalKubeSpawner._volumes_default(plain))
+    assert not any(name.startswith("DSPORTAL_SITE_") for name in PortalKubeSpawner._environment_default(plain))

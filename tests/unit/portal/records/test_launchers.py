@@ -29,8 +29,8 @@ from tests.unit.helpers import SPEC_LIMITS as LIMITS
 
 CFG = PortalConfig()
 LAUNCHER = '''
-"""A toy launcher: one `toyrun` per node, declared, scripted and built in this folder."""
-NAME = "toyrun"
+"""A toy launcher: one `pairrun` per node, declared, scripted and built in this folder."""
+NAME = "pairrun"
 TEMPLATES = "templates"
 KUBERNETES = "toylaunch.kube:toy_objects"
 LAUNCHER_POD = True
@@ -45,11 +45,11 @@ def toy_objects(spec, job_id, user, cfg, partition, *, plain, submitted_at="", k
     return record, []
 '''
 SCRIPTS = {
-    "toyrun.sbatch": ('#!/bin/bash\n#SBATCH --nodes={{ spec.nodes | sbatch }}\n{% include program.include() %}\n'
-                      'srun {{ (program_bin ~ "/toyrun") | q }} {{ python | q }} -m {{ program.module }} '
+    "pairrun.sbatch": ('#!/bin/bash\n#SBATCH --nodes={{ spec.nodes | sbatch }}\n{% include program.include() %}\n'
+                      'srun {{ (program_bin ~ "/pairrun") | q }} {{ python | q }} -m {{ program.module }} '
                       '"${train_args[@]}"\n'),
-    "toyrun.local.sh": ('#!/bin/bash\n{% include program.include() %}\n'
-                        '{{ (program_bin ~ "/toyrun") | q }} {{ python | q }} -m {{ program.module }} '
+    "pairrun.local.sh": ('#!/bin/bash\n{% include program.include() %}\n'
+                        '{{ (program_bin ~ "/pairrun") | q }} {{ python | q }} -m {{ program.module }} '
                         '"${train_args[@]}"\n'),
 }
 PROGRAM = '''
@@ -57,7 +57,7 @@ NAME = "toy"
 TITLE = "Toy"
 DESCRIPTION = "a program started by the toy launcher"
 MODULE = "toylaunch.train"
-LAUNCHER = "toyrun"
+LAUNCHER = "pairrun"
 VENV = "/opt/toy-venv"
 FIELDS = ({"name": "model", "kind": "choice", "choices": ("small",), "default": "small", "label": "Model"},)
 ARGS_TEMPLATE = "toy-args.sh"
@@ -90,15 +90,18 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_the_two_launchers_are_registered_and_only_horovods_runs_bring_a_pod_of_their_own():
-    assert launchers().names == ("horovod", "torchrun") and launchers().with_launcher_pod() == ("horovod",)
+    # then the site's: the test boxes' settings register the toy program's launcher (tests/conftest.py)
+    assert launchers().names == ("horovod", "torchrun", "toyrun") and launchers().with_launcher_pod() == ("horovod",)
     assert launchers().get("horovod").has("mpijob.sh") and not launchers().get("torchrun").has("mpijob.sh")
+    # the site's declares its builder relative to its package (".kube:toy_job_objects"), wherever that is installed
+    assert launchers().get("toyrun").kubernetes == "toyprogram.kube:toy_job_objects"
 
 
 def test_a_toy_launcher_needs_its_folder_and_one_registration_on_every_scheduler(toy):
     spec = parse_job_spec({"template": "toy", "nodes": 2}, LIMITS, user_can_read=lambda path: True)
     script = render_sbatch(spec, "/home/alice/jobs/%j", CFG, "gpu")
     assert "#SBATCH --nodes=2" in script and f"train_args=(--data {SPEC_DATA_DIR})" in script
-    assert 'srun /opt/toy-venv/bin/toyrun /opt/toy-venv/bin/python -m toylaunch.train "${train_args[@]}"' in script
+    assert 'srun /opt/toy-venv/bin/pairrun /opt/toy-venv/bin/python -m toylaunch.train "${train_args[@]}"' in script
     bash_syntax_ok(render_local(spec, "/home/alice/jobs/local-1", CFG))
     record, fence, *owned = job_objects(K8S_CFG, spec, "k8s-9", "alice", "v100", plain=True)
     assert record["metadata"]["name"] == "k8s-9" and record["spec"]["parallelism"] == 2 and owned == []
@@ -107,8 +110,8 @@ def test_a_toy_launcher_needs_its_folder_and_one_registration_on_every_scheduler
     # own is weighed with its runs.
     assert "toy" in programs_on_kubernetes(False) and "toy" not in programs_on_kubernetes(True)
     limits = limits_for(K8S_CFG, (), [])
-    assert "toy" in limits.programs and "toyrun" in limits.launcher_for
-    with pytest.raises(JobSpecError, match=r"sweep: toy's launcher \(toyrun\) has no trial script for Kubernetes"):
+    assert "toy" in limits.programs and "pairrun" in limits.launcher_for
+    with pytest.raises(JobSpecError, match=r"sweep: toy's launcher \(pairrun\) has no trial script for Kubernetes"):
         KubernetesScheduler(K8S_CFG).check_sweep(spec)  # its sweeps: it has no k8s-trial.sh
 
 
@@ -117,7 +120,7 @@ def test_a_scheduler_without_the_launchers_script_refuses_its_program_by_name(to
 
     assert "toy" not in programs_with("k8s-trial.sh") and "toy" in programs_with("local.sh")
     mpijobs = replace(LIMITS, programs=programs_on_kubernetes(True))
-    with pytest.raises(JobSpecError, match=r"template: toy cannot run in partition gpu: its launcher .toyrun. has "
+    with pytest.raises(JobSpecError, match=r"template: toy cannot run in partition gpu: its launcher .pairrun. has "
                                            r"no job script for this scheduler yet; allowed: chexnet"):
         parse_job_spec({"template": "toy"}, mpijobs, user_can_read=lambda path: True)
 
@@ -125,8 +128,9 @@ def test_a_scheduler_without_the_launchers_script_refuses_its_program_by_name(to
 @pytest.mark.parametrize(("declaration", "said"), [
     ('NAME = "Toy Run"', "NAME is a lower-case word"),
     ('KUBERNETES = "no builder"', 'KUBERNETES is "module:function"'),
+    ('KUBERNETES = "...beyond:build"', "KUBERNETES is \"module:function\"; got '...beyond:build'"),  # above the top
     ("LAUNCHER_POD = 'yes'", "LAUNCHER_POD true or false"),
-    ('TEMPLATES = "elsewhere"', "holds no job script toyrun.*"),
+    ('TEMPLATES = "elsewhere"', "holds no job script pairrun.*"),
 ])
 def test_a_broken_declaration_is_refused_naming_the_module(toy, declaration, said):
     (toy / "broken.py").write_text(textwrap.dedent(LAUNCHER) + declaration + "\n")

@@ -22,6 +22,7 @@ from portal.records.spec import JobSpecError, input_fields, parse_job_spec
 from portal.scheduler.local import render_local
 from portal.scheduler.slurm.sbatch import render_sbatch
 from portal.service.submit_form import form_spec
+from tests.conftest import TOY as SITE_TOY
 
 CFG = PortalConfig()
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
@@ -68,7 +69,10 @@ def parse(raw: dict) -> object:
 
 def test_the_two_programs_are_registered_in_order():
     programs = registry()
-    assert programs.names == ("chexnet", "chexnet-torch") and programs.default.name == "chexnet"
+    # then the site's, the test boxes' settings register the toy (tests/conftest.py), from their site directory: its
+    # MODULE, ".", names its own package there
+    assert programs.names == ("chexnet", "chexnet-torch", SITE_TOY) and programs.default.name == "chexnet"
+    assert programs.get(SITE_TOY).module == "toyprogram" and programs.get(SITE_TOY).launcher == "toyrun"
     assert programs.get("chexnet").launcher == "horovod" and programs.get("chexnet-torch").launcher == "torchrun"
     assert programs.get("chexnet-torch").python(Path("/opt/dsportal/venv")) == "/opt/dsportal/torch-venv/bin/python"
     assert programs.get("chexnet").python(Path("/opt/dsportal/venv")) == "/opt/dsportal/venv/bin/python"
@@ -115,7 +119,7 @@ def test_a_scheduler_without_a_job_script_for_the_programs_launcher_refuses_it_b
 
     from portal.records.templating import programs_with
 
-    assert programs_with("sbatch") == ("chexnet", "chexnet-torch", "toy")
+    assert programs_with("sbatch") == ("chexnet", "chexnet-torch", "toy", SITE_TOY)  # the site's after the portal's
     assert programs_with("mpijob.sh") == ("chexnet",)  # the MPI Operator's shape is Horovod's alone
     only_horovod = replace(LIMITS, programs=programs_with("mpijob.sh"))
     with pytest.raises(JobSpecError, match="template: toy cannot run in partition gpu: its launcher .torchrun. has no "
@@ -128,10 +132,13 @@ def test_a_scheduler_without_a_job_script_for_the_programs_launcher_refuses_it_b
 @pytest.mark.parametrize(("declaration", "said"), [
     ('NAME = "Bad Name"', "NAME is lower-case letters"),
     ('NAME = "réseau"', "NAME is lower-case letters"),  # ASCII only: the pattern its launchers' lines are read by
-    ('LAUNCHER = "ssh"', "LAUNCHER 'ssh' is not a registered launcher (horovod, torchrun: portal.records.launchers)"),
+    ('LAUNCHER = "ssh"', "LAUNCHER 'ssh' is not a registered launcher (horovod, torchrun, toyrun: "
+                         "portal.records.launchers, site_launchers)"),
     ('FIELDS = ({"name": "depth", "kind": "int", "low": 1, "high": 9, "default": 2, "label": "Depth"},)',
      "FIELDS must declare its models"),
     ('ARGS_TEMPLATE = "missing.sh"', "missing.sh is not a file"),
+    ('MODULE = "...beyond"', "MODULE '...beyond' is not a module's name"),  # above its package's top
+    ('MODULE = "toy train"', "MODULE 'toy train' is not a module's name"),
     ('FIELDS = ({"name": "model", "kind": "choice", "choices": ("a",), "default": "b", "label": "M"},)',
      "a choice needs choices"),
 ])

@@ -14,6 +14,7 @@ from portal.records.programs import registry
 from portal.records.spec import parse_job_spec
 from portal.service.submit_form import form_fields, form_summary, form_values, request_summary
 from programkit.reference import MODELS
+from tests.conftest import TOY
 
 LIMITS = JobLimits(partition="gpu", nodes=2, gpus_per_node=4, cpus_per_node=8, memory_gb_per_node=20,
                    max_minutes=None, quota=GpuQuota(4, ("gpu-users",), (GpuHolder("4", 1, server=True),)),
@@ -37,7 +38,7 @@ def test_what_was_given_is_shown_over_the_defaults_and_empty_fields_are_not():
 def test_choices_are_selects_and_every_field_says_what_is_allowed():
     fields = {field.name: field for field in form_fields(LIMITS)}
     assert fields["template"].kind == "select"
-    assert fields["template"].choices == registry().names == ("chexnet", "chexnet-torch")
+    assert fields["template"].choices == registry().names == ("chexnet", "chexnet-torch", TOY)  # TOY: the site's
     assert fields["model"].kind == "select" and fields["model"].choices == MODELS
     assert fields["gpus_per_node"].hint.startswith("0-3")  # 1 of her 4 GPUs is her server's
     assert fields["memory_gb"].hint == "GB per node, 1-20"
