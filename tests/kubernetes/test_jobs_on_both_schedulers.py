@@ -108,13 +108,13 @@ def test_a_site_program_and_its_launcher_run_a_job_and_a_sweep_to_completed(box,
               else str(box.cfg.default_data_path.parent / LAYOUT_NAME))  # the toy reads the demo set's PNGs
     toy = {"template": TOY, "data_dir": images, "epochs": 2, "gpus_per_node": 0, "grid": 3}
     job = submitted(**toy, nodes=2)
+    sweep = submitted(**toy, sweep={"trials": 2, "parallel": 2, "pruner": "none"})  # beside it, where room is left
     assert job.wait(timeout=JOB_WAIT_S, poll=2) == "COMPLETED", job.logs(tail=40)
     assert f"{TOY}: " in job.logs() and "by toyrun" in job.logs(), job.logs(tail=40)
     epochs, problem = job.epochs()
     assert sorted(epochs) == [1, 2] and not problem, (epochs, problem)
     card = job.model_card()
     assert card is not None and card["spec"]["grid"] == 3 and card["epochs_done"] == 2, card
-    sweep = submitted(**toy, sweep={"trials": 2, "parallel": 2, "pruner": "none"})
     assert sweep.wait(timeout=JOB_WAIT_S, poll=2) == "COMPLETED", sweep.logs(tail=40, task=0)
     view = sweep.sweep()
     assert sorted(row.number for row in view.rows) == [0, 1], view.to_dict()
