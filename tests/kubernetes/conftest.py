@@ -65,6 +65,8 @@ GPU_WATCH = (("default_gpu_idle_s", str(TEST_SETTINGS["default_gpu_idle_s"])),
              ("gpu_idle_s", ",".join(f"{group}={s}" for group, s in TEST_SETTINGS["gpu_idle_s"].items())),
              ("gpu_idle_grace_s", str(TEST_SETTINGS["gpu_idle_grace_s"])),
              ("gpu_read_every_s", str(TEST_SETTINGS["gpu_read_every_s"])))
+# The site's own program and launcher as the hub in a pod registers them (its directory and claim: the box's).
+SITE_REGISTRATIONS = tuple((name, ",".join(TEST_SETTINGS[name])) for name in ("site_programs", "site_launchers"))
 BUILD_TIMEOUT = 1800  # seconds; the first build takes about 9.5 minutes on 2 cores
 # The hubs on Kubernetes log users in against a directory of this side's own (a slapd started with
 # `python -m deploy.local.box`, as `make up-k8s` starts the Slurm box's): the Slurm test box, which the other side of
@@ -118,8 +120,8 @@ def kube():
     it afterwards."""
     build_binaries()
     box = kubebox.KubeBox(KUBE_STATE, api_port=KUBE_API_PORT, name=KUBE_NAME, network=KUBE_NETWORK,
-                          node_cpu_shares=NODE_CPU_SHARES, hub_settings=GPU_WATCH,
-                          site_python_path=str(SITE_PROGRAMS))  # the site's program: its pods' claim
+                          node_cpu_shares=NODE_CPU_SHARES, hub_settings=GPU_WATCH + SITE_REGISTRATIONS,
+                          site_python_path=str(SITE_PROGRAMS))  # the site's program: its pods' claim, the hub's mount
     if KUBE_STATE.exists():
         kubebox.down(box)  # a box left by an interrupted session
     shutil.rmtree(KUBE_STATE, ignore_errors=True)

@@ -41,6 +41,7 @@ from playwright import sync_api as playwright
 
 from bench.hub_client import xsrf_of
 from portal.config import PortalConfig
+from portal.jobs.demo_data import LAYOUT_NAME
 from portal.records.record import ENDED_STATES
 from portal.scheduler.kubernetes.manifests import LABEL_JOB, LABEL_ROLE
 from portal.tensorboard import panel_url
@@ -62,6 +63,7 @@ from tests.conftest import (
     PROGRAMS,
     TEST_STATE,
     TINY_MODEL,
+    TOY,
     Hub,
     job_dir_of,
     job_wait_s,
@@ -208,6 +210,23 @@ def test_the_submit_form_offers_the_users_limits_and_both_kinds_of_job(box):
     offered, said = 'id="mail"' in form.text, 'id="mail-not-offered"' in form.text
     assert (offered, said) == ((True, False) if box.name == "slurm" else (False, True)), form.text[-3000:]
     assert not said or "No e-mail is sent when a job ends on this cluster" in html.unescape(form.text)
+
+
+def test_a_site_programs_job_is_offered_taken_and_shown_with_its_own_fields(box, clients, api, made):
+    """The test boxes' own program (the toy: tests/conftest.py's site_programs and site_launchers, which the hub in a
+    pod gets too, its directory mounted): the form offers it beside the portal's, the API takes a job of it, and its
+    page shows the program's own fields. Its jobs and sweeps run to COMPLETED on each box in
+    test_jobs_on_both_schedulers.py."""
+    form = page(box, browser(box.hub, "alice"), "submit")
+    assert f'value="{TOY}"' in form.text, form.text[-3000:]
+    images = posixpath.join(posixpath.dirname(box.data_shown), LAYOUT_NAME)  # the toy reads the demo set's PNGs
+    response = api(clients["alice"], "POST", "jobs", json={**TINY, "template": TOY, "data_dir": images,
+                                                          "gpus_per_node": 0, "grid": 3})
+    assert response.status_code == 201, response.text
+    made.append(response.json()["id"])
+    shown = page(box, clients["alice"], f"jobs/{made[-1]}").text
+    assert f'<dd class="col-sm-9 col-lg-4">{TOY}</dd>' in shown
+    assert '<dd class="col-sm-9 col-lg-4" id="options">grid 3</dd>' in shown  # its own field
 
 
 def test_alice_sees_her_job_and_bob_reaches_none_of_its_pages(box, clients, api, alice_job):

@@ -53,6 +53,7 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from deploy.kubernetes.kubeparts import images as box_images
 from deploy.kubernetes.kubeparts import mlflow as box_mlflow
 from deploy.kubernetes.kubeparts import prometheus as box_prometheus
+from deploy.kubernetes.kubeparts import volumes as box_volumes
 from deploy.kubernetes.kubeparts.api import apply, resource
 from deploy.kubernetes.kubeparts.layout import HERE, HUB_NAMESPACE, HUB_SERVICE_ACCOUNT, PORTAL, KubeBox
 from deploy.selfsigned import ensure_ca_and_server_cert
@@ -162,7 +163,7 @@ def box_env(box: KubeBox, connect_ip: str, directory: dict[str, Any]) -> dict[st
         "DSPORTAL_K8S_NODE_CPUS": str(os.cpu_count() or 1), "DSPORTAL_K8S_NODE_MEMORY_GB": "8",
         "DSPORTAL_HUB_SSL_CERT": f"{TLS_MOUNT}/tls.crt", "DSPORTAL_HUB_SSL_KEY": f"{TLS_MOUNT}/tls.key",
         "DSPORTAL_K8S_SERVER_EGRESS": ",".join(box.portal.k8s_server_egress), **box_mlflow.hub_env(box),
-        **box_prometheus.hub_env(box),
+        **box_prometheus.hub_env(box), **box_volumes.hub_site_programs(box)[2],
     })
     env.update({f"DSPORTAL_{name.upper()}": value for name, value in box.hub_settings})
     return env
@@ -223,7 +224,7 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                                            {"name": "ldap-search", "mountPath": SEARCH_MOUNT, "readOnly": True},
                                            {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
                                            {"name": "mlflow", "mountPath": box_mlflow.ADMIN_MOUNT, "readOnly": True},
-                                           box_prometheus.mount()[0]]}],
+                                           box_prometheus.mount()[0], *box_volumes.hub_site_programs(box)[0]]}],
                       "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": "hub-state"}},
                                   {"name": "ldap-ca", "secret": {"secretName": "dsportal-ldap-ca"}},
                                   {"name": "ldap-search", "secret": {"secretName": "dsportal-ldap-search",
@@ -232,7 +233,7 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                                                              "defaultMode": 0o400}},
                                   {"name": "mlflow", "secret": {"secretName": box_mlflow.ADMIN_SECRET,
                                                                 "defaultMode": 0o400}},
-                                  box_prometheus.mount()[1]]}}}}]
+                                  box_prometheus.mount()[1], *box_volumes.hub_site_programs(box)[1]]}}}}]
 
 
 def state_dir(box: KubeBox) -> Path:

@@ -96,6 +96,19 @@ def ensure_user_volumes(box: KubeBox, hub: DynamicClient, admin: k8s.CoreV1Api) 
     return lines
 
 
+def hub_site_programs(box: KubeBox) -> tuple[list[dict], list[dict], dict[str, str]]:
+    """(mounts, volumes, environment) of the hub's pod for the box's site_python_path: the directory read-only at
+    its own path (a hostPath: the hub's namespace is the administrator's), and the settings that name it and its
+    claim in the users' namespaces, so that the dashboard and the servers register the site's programs (which ones:
+    the box's hub_settings, site_programs and site_launchers). Nothing where the box has none."""
+    if not box.site_python_path:
+        return [], [], {}
+    return ([{"name": "site-programs", "mountPath": box.site_python_path, "readOnly": True}],
+            [{"name": "site-programs", "hostPath": {"path": box.site_python_path, "type": "Directory"}}],
+            {"DSPORTAL_SITE_PYTHON_PATH": box.site_python_path,
+             "DSPORTAL_K8S_SITE_PROGRAMS_CLAIM": SITE_PROGRAMS_CLAIM})
+
+
 def _create(create, *args) -> None:
     try:
         create(*args)

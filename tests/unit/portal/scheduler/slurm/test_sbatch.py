@@ -86,6 +86,18 @@ def test_nccl_settings_come_from_config_and_are_quoted():
     assert "NCCL" not in quiet
 
 
+def test_the_sites_programs_directory_is_every_workers_python_path_and_none_without_it():
+    """A site's own programs (portal.config_programs): every job script names their directory to its processes, and
+    mpirun passes it on to the other node's workers; a site with none adds nothing."""
+    cfg = dataclasses.replace(CFG, site_python_path="/opt/site programs")
+    for template in registry().names[:2]:  # the portal's own: a site's directory reaches every program
+        script = render_sbatch(parse(template=template, nodes=2, gpus_per_node=1), JOB_DIR, cfg)
+        assert "export PYTHONPATH='/opt/site programs'\n" in script, template
+        assert "PYTHONPATH" not in render_sbatch(parse(template=template, nodes=2, gpus_per_node=1), JOB_DIR, CFG)
+    assert "-x PYTHONPATH " in render_sbatch(parse(nodes=2, gpus_per_node=1), JOB_DIR, cfg)
+    assert "export PYTHONPATH='/opt/site programs'\n" in render_local(parse(), "/home/alice/jobs/local-1", cfg)
+
+
 def test_the_sites_job_environment_reaches_every_worker_with_home_expanded_by_the_shell(tmp_path):
     cfg = dataclasses.replace(CFG, jobs_environment=("KERAS_HOME={home}/.cache/it's keras", "EMPTY=",
                                                      "TMPDIR=/scratch/$USER"))
