@@ -60,6 +60,18 @@ class Launcher:
         return (self.templates / f"{self.name}.{kind}").is_file()
 
 
+def own_package_name(name: str, package: str) -> str:
+    """A declaration's module name (MODULE, KUBERNETES's module): one with a leading "." (".train", ".kube:build")
+    resolved against the declaration's `package`; any other, or one that climbs above the package's top, as written
+    (the caller's check of the name then refuses the latter)."""
+    if not name.startswith("."):
+        return name
+    try:
+        return importlib.util.resolve_name(name, package)
+    except (ImportError, ValueError):
+        return name
+
+
 def load_launcher(module_name: str) -> Launcher:
     """The launcher that `module_name` declares; LauncherError saying what is wrong with it."""
     try:
@@ -75,11 +87,7 @@ def load_launcher(module_name: str) -> Launcher:
     pod = values.get("LAUNCHER_POD", False)
     if not isinstance(templates, (str, Path)) or not isinstance(kubernetes, str) or not isinstance(pod, bool):
         raise LauncherError(f"launcher {module_name}: TEMPLATES and KUBERNETES are strings, LAUNCHER_POD true or false")
-    if kubernetes.startswith("."):  # a module of the declaration's own package
-        try:
-            kubernetes = importlib.util.resolve_name(kubernetes, module.__package__ or "")
-        except (ImportError, ValueError):
-            pass  # refused below, as it was written
+    kubernetes = own_package_name(kubernetes, module.__package__ or "")
     if kubernetes and not BUILDER.fullmatch(kubernetes):
         raise LauncherError(f"launcher {module_name}: KUBERNETES is \"module:function\"; got {kubernetes!r}")
     folder = Path(templates) if templates else PORTAL_TEMPLATES

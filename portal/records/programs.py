@@ -31,7 +31,6 @@ Registering one is one line: its declaration module in `REGISTERED` below (a tes
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from typing import Any
 
 from portal.config_programs import MODULE_NAME
 from portal.errors import Misconfigured
-from portal.records.launchers import launchers
+from portal.records.launchers import launchers, own_package_name
 from portal.records.site import site_modules
 
 # The one registration of each program: its declaration module.
@@ -144,10 +143,7 @@ def _field(module: str, raw: Any) -> ProgramField:
 def _module(module_name: str, values: Mapping[str, Any], package: str) -> str:
     """MODULE, a relative name (".train", ".") resolved against the declaration's package."""
     module = _text(module_name, values, "MODULE")
-    try:
-        resolved = importlib.util.resolve_name(module, package)
-    except (ImportError, ValueError):
-        resolved = ""
+    resolved = own_package_name(module, package)
     if not MODULE_NAME.fullmatch(resolved):
         raise ProgramError(f"training program {module_name}: MODULE {module[:60]!r} is not a module's name")
     return resolved
