@@ -187,6 +187,7 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
     """The claim, its volume, the CA's Secret, the portal's directory password's Secret, the TLS Secret (`tls`:
     certificate and key, PEM), the MLflow admin's Secret and the Deployment (the Services: hub_services)."""
     meta = {"namespace": HUB_NAMESPACE, "labels": LABELS}
+    site_mounts, site_volumes, _ = box_volumes.hub_site_programs(box)  # its environment: box_env's
     return [
         {"apiVersion": "v1", "kind": "PersistentVolume",
          "metadata": {"name": "dsportal-hub-state", "labels": LABELS},
@@ -224,7 +225,7 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                                            {"name": "ldap-search", "mountPath": SEARCH_MOUNT, "readOnly": True},
                                            {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
                                            {"name": "mlflow", "mountPath": box_mlflow.ADMIN_MOUNT, "readOnly": True},
-                                           box_prometheus.mount()[0], *box_volumes.hub_site_programs(box)[0]]}],
+                                           box_prometheus.mount()[0], *site_mounts]}],
                       "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": "hub-state"}},
                                   {"name": "ldap-ca", "secret": {"secretName": "dsportal-ldap-ca"}},
                                   {"name": "ldap-search", "secret": {"secretName": "dsportal-ldap-search",
@@ -233,7 +234,7 @@ def hub_objects(box: KubeBox, env: dict[str, str], ca_pem: str, image_id: str = 
                                                              "defaultMode": 0o400}},
                                   {"name": "mlflow", "secret": {"secretName": box_mlflow.ADMIN_SECRET,
                                                                 "defaultMode": 0o400}},
-                                  box_prometheus.mount()[1], *box_volumes.hub_site_programs(box)[1]]}}}}]
+                                  box_prometheus.mount()[1], *site_volumes]}}}}]
 
 
 def state_dir(box: KubeBox) -> Path:
